@@ -1,0 +1,17 @@
+# Third-party libraries: all from Debian 12 packages (scripts/setup installs them).
+find_package(Threads REQUIRED)
+find_package(fmt REQUIRED)
+find_package(spdlog REQUIRED)
+find_package(nlohmann_json 3.10 REQUIRED)
+find_package(CLI11 CONFIG REQUIRED)
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+set(BLA_VENDOR OpenBLAS)
+find_package(BLAS REQUIRED)
+find_path(OPENBLAS_INCLUDE_DIR cblas.h PATHS /usr/include/x86_64-linux-gnu/openblas-pthread /usr/include/openblas /usr/include)
+find_package(Boost 1.81 REQUIRED)  # header-only Asio/Beast
+find_package(prometheus-cpp CONFIG QUIET)
+pkg_check_modules(LIBFABRIC IMPORTED_TARGET libfabric)
+if(PEREGRINE_TESTS)
+  find_package(GTest REQUIRED)
+endif()

@@ -1,0 +1,32 @@
+# pg_library(<name> SOURCES ... [DEPS ...] [PRIVATE_DEPS ...])
+# One static library per layer folder; its DEPS are the layer dependency graph.
+function(pg_library name)
+  cmake_parse_arguments(A "" "" "SOURCES;DEPS;PRIVATE_DEPS" ${ARGN})
+  add_library(${name} STATIC ${A_SOURCES})
+  target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR}/src)
+  target_link_libraries(${name} PUBLIC ${A_DEPS} PRIVATE ${A_PRIVATE_DEPS})
+endfunction()
+
+# pg_test(<name> SOURCES ... [DEPS ...] [LABELS ...])
+# A gtest binary registered with CTest; tests run from the source root so test data
+# paths (tests/data/...) resolve the same way everywhere.
+function(pg_test name)
+  cmake_parse_arguments(A "" "" "SOURCES;DEPS;LABELS" ${ARGN})
+  add_executable(${name} ${A_SOURCES})
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tests)
+  target_link_libraries(${name} PRIVATE ${A_DEPS} GTest::gtest GTest::gtest_main)
+  gtest_discover_tests(${name} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
+    PROPERTIES LABELS "${A_LABELS}" DISCOVERY_TIMEOUT 60)
+endfunction()
+
+# pg_layer(<name> [DEPS ...] [PRIVATE_DEPS ...]): a layer library made of every .cpp under the
+# folder (recursively, excluding cuda/ and tests), so parallel work never fights over lists.
+function(pg_layer name)
+  cmake_parse_arguments(A "" "" "DEPS;PRIVATE_DEPS;EXCLUDE" ${ARGN})
+  file(GLOB_RECURSE _srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cpp)
+  list(FILTER _srcs EXCLUDE REGEX "/cuda/")
+  foreach(ex IN LISTS A_EXCLUDE)
+    list(FILTER _srcs EXCLUDE REGEX "${ex}")
+  endforeach()
+  pg_library(${name} SOURCES ${_srcs} DEPS ${A_DEPS} PRIVATE_DEPS ${A_PRIVATE_DEPS})
+endfunction()
