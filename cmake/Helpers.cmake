@@ -28,5 +28,11 @@ function(pg_layer name)
   foreach(ex IN LISTS A_EXCLUDE)
     list(FILTER _srcs EXCLUDE REGEX "${ex}")
   endforeach()
+  if(NOT _srcs)
+    # A layer whose sources have not landed yet: an empty placeholder source, so the tree
+    # still configures while folders are being filled in parallel.
+    set(_srcs ${CMAKE_CURRENT_BINARY_DIR}/${name}_placeholder.cpp)
+    file(WRITE ${_srcs} "// placeholder: no sources in this layer yet\n")
+  endif()
   pg_library(${name} SOURCES ${_srcs} DEPS ${A_DEPS} PRIVATE_DEPS ${A_PRIVATE_DEPS})
 endfunction()
