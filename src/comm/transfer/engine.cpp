@@ -1,0 +1,555 @@
+#include "comm/transfer/engine.h"
+
+#include <deque>
+#include <future>
+#include <thread>
+#include <unordered_set>
+
+#include "core/log.h"
+#include "core/status.h"
+
+namespace pg::comm {
+
+using Clock = std::chrono::steady_clock;
+
+// ---- OpCounter ------------------------------------------------------------------------
+
+void OpCounter::Record(const OpResult& r) {
+  {
+    std::lock_guard lock(mu_);
+    if (r.ok) {
+      done.fetch_add(1);
+    } else {
+      if (first_error_.empty()) first_error_ = r.error;
+      failed.fetch_add(1);
+    }
+  }
+  cv_.notify_all();
+}
+
+void OpCounter::Wait(int64_t target, std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  bool ok = cv_.wait_for(lock, timeout, [&] { return done + failed >= target || failed > 0; });
+  if (failed > 0) Throw(ErrorCode::kIo, "transfer failed: {}", first_error_);
+  if (!ok) {
+    Throw(ErrorCode::kCancelled, "timed out after {} ms: {} of {} transfers done",
+          timeout.count(), done.load(), target);
+  }
+}
+
+std::string OpCounter::first_error() const {
+  std::lock_guard lock(mu_);
+  return first_error_;
+}
+
+// ---- internals ------------------------------------------------------------------------
+
+struct TransferEngine::OpState {
+  std::atomic<int> remaining{0};
+  std::atomic<bool> failed{false};
+  std::mutex mu;
+  std::string error;
+  size_t length_bytes = 0;
+  Completion done;
+};
+
+struct TransferEngine::WorkItem {
+  alignas(16) uint8_t provider_context[kProviderContextBytes];  // must stay first
+  enum Kind { kWrite, kSend, kRecv } kind = kWrite;
+  WriteOp write;
+  MsgOp msg;
+  uint32_t ep = 0;
+  std::shared_ptr<OpState> op;
+  Clock::time_point deadline = Clock::time_point::max();
+  bool abandoned = false;  // already reported failed by timeout; awaiting provider release
+};
+
+struct TransferEngine::Domain {
+  uint32_t index = 0;
+  std::unique_ptr<Provider> provider;
+  std::thread thread;
+  std::thread::id thread_id;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<WorkItem*> submitted;              // guarded by mu
+  std::vector<std::function<void()>> controls;   // guarded by mu
+  bool stop = false;                             // guarded by mu
+  // Progress-thread only:
+  std::deque<WorkItem*> pending;                 // not yet accepted by the provider
+  std::unordered_set<WorkItem*> inflight;        // posted, completion not yet polled
+};
+
+void TransferEngine::FinishFragment(WorkItem* item, const OpResult& r) {
+  OpState& op = *item->op;
+  if (!r.ok && !op.failed.exchange(true)) {
+    std::lock_guard lock(op.mu);
+    op.error = r.error;
+  }
+  if (item->kind == WorkItem::kRecv) op.length_bytes = r.length_bytes;
+  if (op.remaining.fetch_sub(1) != 1) return;
+  OpResult final;
+  final.ok = !op.failed.load();
+  if (!final.ok) {
+    std::lock_guard lock(op.mu);
+    final.error = op.error;
+  }
+  final.length_bytes = op.length_bytes;
+  if (op.done.callback) op.done.callback(final);
+  if (op.done.counter) op.done.counter->Record(final);
+}
+
+TransferEngine::TransferEngine(const TransferEngineConfig& config) : config_(config) {
+  PG_ENSURE(config.num_domains >= 1 && config.num_domains <= 64, kInvalidArgument,
+            "num_domains must be in [1, 64], got {}", config.num_domains);
+  for (uint32_t i = 0; i < config.num_domains; ++i) {
+    auto d = std::make_unique<Domain>();
+    d->index = i;
+    d->provider = OpenLibfabricProvider(config.provider);
+    domains_.push_back(std::move(d));
+  }
+  const ProviderInfo& info = domains_[0]->provider->info();
+  address_.provider = info.provider;
+  address_.num_domains = config.num_domains;
+  address_.endpoints_per_domain = domains_[0]->provider->num_endpoints();
+  address_.name_bytes = uint32_t(info.name_bytes);
+  for (auto& d : domains_) {
+    auto names = d->provider->LocalNames();
+    address_.names.insert(address_.names.end(), names.begin(), names.end());
+  }
+  for (auto& d : domains_) {
+    Domain* dp = d.get();
+    d->thread = std::thread([this, dp] { ProgressLoop(*dp); });
+  }
+  landing_.assign(64, 0);
+  landing_region_ = Register(landing_.data(), landing_.size(), /*remote=*/true);
+  MemoryDescriptor ld = Describe(landing_region_);
+  address_.landing_base = ld.base;
+  address_.landing_keys = ld.keys;
+}
+
+TransferEngine::~TransferEngine() {
+  for (auto& d : domains_) {
+    {
+      std::lock_guard lock(d->mu);
+      d->stop = true;
+    }
+    d->cv.notify_all();
+    d->thread.join();
+  }
+  OpResult gone{false, "transfer engine shut down", 0};
+  for (auto& d : domains_) {
+    for (WorkItem* item : d->submitted) d->pending.push_back(item);
+    for (WorkItem* item : d->pending) {
+      FinishFragment(item, gone);
+      delete item;
+    }
+    for (auto& entry : regions_) {
+      if (entry.region.base) d->provider->Deregister(entry.per_domain[d->index]);
+    }
+    d->provider.reset();  // closes endpoints: no completion can reference items now
+    for (WorkItem* item : d->inflight) {
+      if (!item->abandoned) FinishFragment(item, gone);
+      delete item;
+    }
+  }
+}
+
+const ProviderInfo& TransferEngine::provider_info() const {
+  return domains_[0]->provider->info();
+}
+
+void TransferEngine::RunOnDomain(uint32_t domain, std::function<void()> fn) {
+  Domain& d = *domains_[domain];
+  PG_CHECK(std::this_thread::get_id() != d.thread_id,
+           "control call from inside a completion callback");
+  std::promise<void> done;
+  auto fut = done.get_future();
+  {
+    std::lock_guard lock(d.mu);
+    d.controls.push_back([&] {
+      try {
+        fn();
+        done.set_value();
+      } catch (...) {
+        done.set_exception(std::current_exception());
+      }
+    });
+  }
+  d.cv.notify_all();
+  fut.get();
+}
+
+void TransferEngine::Enqueue(uint32_t domain, std::vector<WorkItem*> items) {
+  Domain& d = *domains_[domain];
+  {
+    std::lock_guard lock(d.mu);
+    d.submitted.insert(d.submitted.end(), items.begin(), items.end());
+  }
+  d.cv.notify_all();
+}
+
+void TransferEngine::ProgressLoop(Domain& d) {
+  d.thread_id = std::this_thread::get_id();
+  Provider& p = *d.provider;
+  std::vector<ProviderEvent> events;
+  std::vector<std::function<void()>> controls;
+  std::vector<WorkItem*> submitted;
+  auto last_activity = Clock::now();
+  auto last_scan = Clock::now();
+  for (;;) {
+    {
+      std::unique_lock lock(d.mu);
+      auto idle_for = Clock::now() - last_activity;
+      if (d.submitted.empty() && d.controls.empty() && !d.stop && d.pending.empty() &&
+          idle_for > std::chrono::microseconds(config_.spin_before_sleep_us)) {
+        d.cv.wait_for(lock, std::chrono::microseconds(config_.idle_sleep_us));
+      }
+      if (d.stop) return;
+      controls.swap(d.controls);
+      submitted.swap(d.submitted);
+    }
+    bool active = !controls.empty() || !submitted.empty();
+    for (auto& fn : controls) fn();
+    controls.clear();
+    for (WorkItem* item : submitted) d.pending.push_back(item);
+    submitted.clear();
+
+    // Post in FIFO order; stop at the first EAGAIN (backpressure) and poll.
+    const auto now = Clock::now();
+    while (!d.pending.empty()) {
+      WorkItem* item = d.pending.front();
+      if (now > item->deadline) {
+        d.pending.pop_front();
+        FinishFragment(item, {false, "timed out before the provider accepted the transfer", 0});
+        delete item;
+        active = true;
+        continue;
+      }
+      PostResult r;
+      try {
+        switch (item->kind) {
+          case WorkItem::kWrite: r = p.PostWrite(item->ep, item->write, item); break;
+          case WorkItem::kSend: r = p.PostSend(item->ep, item->msg, item); break;
+          case WorkItem::kRecv: r = p.PostRecv(item->ep, item->msg, item); break;
+        }
+      } catch (const Error& e) {
+        d.pending.pop_front();
+        FinishFragment(item, {false, e.what(), 0});
+        delete item;
+        active = true;
+        continue;
+      }
+      if (r == PostResult::kAgain) break;
+      d.pending.pop_front();
+      d.inflight.insert(item);
+      active = true;
+    }
+
+    events.clear();
+    try {
+      p.Poll(events);
+    } catch (const Error& e) {
+      PG_LOG_ERROR("transfer engine domain {}: {}", d.index, e.what());
+    }
+    for (auto& ev : events) {
+      active = true;
+      if (ev.kind == ProviderEvent::kRemoteImm) {
+        imms_.Arrive(ev.imm);
+        continue;
+      }
+      auto* item = static_cast<WorkItem*>(ev.context);
+      if (item == nullptr || !d.inflight.erase(item)) {
+        PG_LOG_WARN("transfer engine: completion for unknown context ({})", ev.error);
+        continue;
+      }
+      if (!item->abandoned) {
+        OpResult r;
+        r.ok = ev.kind != ProviderEvent::kLocalError;
+        r.error = ev.error;
+        r.length_bytes = ev.length_bytes;
+        FinishFragment(item, r);
+      }
+      delete item;
+    }
+
+    const auto after = Clock::now();
+    if (active) last_activity = after;
+    if (after - last_scan > std::chrono::milliseconds(1)) {
+      last_scan = after;
+      for (WorkItem* item : d.inflight) {
+        if (!item->abandoned && after > item->deadline) {
+          item->abandoned = true;
+          FinishFragment(item, {false, fmt::format("no completion within {} ms (peer dead?)",
+                                                   config_.op_timeout.count()),
+                                0});
+        }
+      }
+    }
+  }
+}
+
+// ---- memory ---------------------------------------------------------------------------
+
+MemoryRegion TransferEngine::Register(void* base, size_t length_bytes, bool remote) {
+  PG_ENSURE(base != nullptr && length_bytes > 0, kInvalidArgument,
+            "cannot register an empty region");
+  RegionEntry entry;
+  entry.region.base = static_cast<uint8_t*>(base);
+  entry.region.length_bytes = length_bytes;
+  entry.region.remote = remote;
+  // Keys are ours to choose when the provider lacks FI_MR_PROV_KEY: unique per engine.
+  const uint64_t key = next_key_.fetch_add(1);
+  for (auto& d : domains_) {
+    LocalRegion lr;
+    RunOnDomain(d->index, [&] { lr = d->provider->Register(base, length_bytes, remote, key); });
+    entry.per_domain.push_back(lr);
+  }
+  std::lock_guard lock(regions_mu_);
+  entry.region.id = uint32_t(regions_.size() + 1);
+  regions_.push_back(entry);
+  return entry.region;
+}
+
+void TransferEngine::Deregister(const MemoryRegion& region) {
+  RegionEntry entry;
+  {
+    std::lock_guard lock(regions_mu_);
+    PG_ENSURE(region.id >= 1 && region.id <= regions_.size() &&
+                  regions_[region.id - 1].region.base == region.base,
+              kInvalidArgument, "deregistering an unknown region");
+    entry = regions_[region.id - 1];
+    regions_[region.id - 1].region.base = nullptr;
+  }
+  for (auto& d : domains_) {
+    RunOnDomain(d->index, [&] { d->provider->Deregister(entry.per_domain[d->index]); });
+  }
+}
+
+MemoryDescriptor TransferEngine::Describe(const MemoryRegion& region) const {
+  PG_ENSURE(region.remote, kInvalidArgument, "region {} is not remote-accessible", region.id);
+  std::lock_guard lock(const_cast<std::mutex&>(regions_mu_));
+  PG_CHECK(region.id >= 1 && region.id <= regions_.size());
+  const RegionEntry& e = regions_[region.id - 1];
+  MemoryDescriptor d;
+  d.virt_addr = provider_info().mr_virt_addr;
+  d.base = d.virt_addr ? reinterpret_cast<uint64_t>(region.base) : 0;
+  d.length_bytes = region.length_bytes;
+  for (const auto& lr : e.per_domain) d.keys.push_back(lr.key);
+  return d;
+}
+
+RemoteMemory TransferEngine::Import(const MemoryDescriptor& desc) const {
+  PG_ENSURE(desc.keys.size() == domains_.size(), kMalformed,
+            "memory descriptor has {} keys, this engine has {} domains", desc.keys.size(),
+            domains_.size());
+  PG_ENSURE(desc.virt_addr == provider_info().mr_virt_addr, kMalformed,
+            "memory descriptor addressing (virt_addr={}) differs from provider {}",
+            desc.virt_addr, provider_info().provider);
+  PG_ENSURE(desc.length_bytes > 0, kMalformed, "memory descriptor: empty region");
+  return RemoteMemory{desc};
+}
+
+PeerGroup TransferEngine::ResolvePeers(const std::vector<EndpointAddress>& addresses) {
+  PeerGroup group;
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    const EndpointAddress& a = addresses[i];
+    PG_ENSURE(a.provider == address_.provider, kMalformed,
+              "peer {} uses provider '{}', this engine '{}'", i, a.provider, address_.provider);
+    PG_ENSURE(a.num_domains == address_.num_domains &&
+                  a.endpoints_per_domain == address_.endpoints_per_domain &&
+                  a.name_bytes == address_.name_bytes,
+              kMalformed, "peer {} has {}x{} endpoints of {} bytes, this engine {}x{} of {}", i,
+              a.num_domains, a.endpoints_per_domain, a.name_bytes, address_.num_domains,
+              address_.endpoints_per_domain, address_.name_bytes);
+    ResolvedPeer peer;
+    peer.index = uint32_t(i);
+    peer.landing_base = a.landing_base;
+    peer.landing_keys = a.landing_keys;
+    for (auto& d : domains_) {
+      for (uint32_t e = 0; e < a.endpoints_per_domain; ++e) {
+        PeerAddr addr = 0;
+        RunOnDomain(d->index, [&] { addr = d->provider->InsertPeer(a.Name(d->index, e)); });
+        peer.addrs.push_back(addr);
+      }
+    }
+    group.peers.push_back(std::move(peer));
+  }
+  return group;
+}
+
+// ---- transfers ------------------------------------------------------------------------
+
+void WriteRequest::Patch(uint64_t src_offset, uint64_t dst_offset, uint64_t length_bytes) {
+  PG_ENSURE(src_offset <= src_length_ && length_bytes <= src_length_ - src_offset,
+            kOutOfRange, "write source [{}, +{}) outside a {}-byte region", src_offset,
+            length_bytes, src_length_);
+  PG_ENSURE(dst_offset <= dst_->length_bytes && length_bytes <= dst_->length_bytes - dst_offset,
+            kOutOfRange, "write target [{}, +{}) outside a {}-byte remote region", dst_offset,
+            length_bytes, dst_->length_bytes);
+  op_.src = src_base_ + src_offset;
+  op_.length_bytes = length_bytes;
+  op_.dst_addr = dst_->RemoteAddress(dst_offset);
+}
+
+void WriteRequest::SetImm(std::optional<uint32_t> imm) {
+  PG_ENSURE(!imm || (*imm & TransferEngine::kBarrierBit) == 0, kInvalidArgument,
+            "immediate {:#x} uses the reserved top bit", *imm);
+  op_.has_imm = imm.has_value();
+  op_.imm = imm.value_or(0);
+}
+
+WriteRequest TransferEngine::BuildWrite(const WriteSpec& spec) const {
+  PG_ENSURE(spec.src && spec.peer && spec.dst, kInvalidArgument,
+            "write needs a source region, a peer and a target");
+  PG_ENSURE(spec.length_bytes <= provider_info().max_msg_bytes, kInvalidArgument,
+            "write of {} bytes exceeds the provider's {}", spec.length_bytes,
+            provider_info().max_msg_bytes);
+  WriteRequest r;
+  r.domain_ = spec.peer->index % uint32_t(domains_.size());
+  {
+    std::lock_guard lock(const_cast<std::mutex&>(regions_mu_));
+    PG_ENSURE(spec.src->id >= 1 && spec.src->id <= regions_.size() &&
+                  regions_[spec.src->id - 1].region.base == spec.src->base,
+              kInvalidArgument, "write source is not a registered region");
+    r.op_.src_desc = regions_[spec.src->id - 1].per_domain[r.domain_].desc;
+  }
+  r.src_base_ = spec.src->base;
+  r.src_length_ = spec.src->length_bytes;
+  r.dst_ = &spec.dst->desc;
+  const uint32_t eps = address_.endpoints_per_domain;
+  r.peer_addrs_ = spec.peer->addrs.data() + size_t(r.domain_) * eps;
+  r.op_.dst = r.peer_addrs_[0];
+  r.op_.dst_key = spec.dst->desc.keys[r.domain_];
+  r.Patch(spec.src_offset, spec.dst_offset, spec.length_bytes);
+  r.SetImm(spec.imm);
+  return r;
+}
+
+void TransferEngine::Submit(const WriteRequest& request, Completion done) {
+  SubmitBatch({request}, std::move(done));
+}
+
+void TransferEngine::SubmitBatch(const std::vector<WriteRequest>& requests, Completion done) {
+  auto op = std::make_shared<OpState>();
+  op->done = std::move(done);
+  if (requests.empty()) {
+    if (op->done.callback) op->done.callback(OpResult{});
+    if (op->done.counter) op->done.counter->Record(OpResult{});
+    return;
+  }
+  op->remaining = int(requests.size());
+  const auto deadline = Clock::now() + config_.op_timeout;
+  const uint32_t eps = address_.endpoints_per_domain;
+  std::vector<std::vector<WorkItem*>> per_domain(domains_.size());
+  for (const auto& req : requests) {
+    auto* item = new WorkItem;
+    item->kind = WorkItem::kWrite;
+    item->write = req.op_;
+    item->op = op;
+    item->deadline = deadline;
+    // Spread over the domain's endpoints; the peer address moves to the same endpoint index.
+    const uint32_t ep = eps == 1 ? 0 : ep_round_robin_.fetch_add(1) % eps;
+    item->ep = ep;
+    item->write.dst = req.peer_addrs_[ep];
+    per_domain[req.domain_].push_back(item);
+  }
+  for (uint32_t d = 0; d < per_domain.size(); ++d) {
+    if (!per_domain[d].empty()) Enqueue(d, std::move(per_domain[d]));
+  }
+}
+
+void TransferEngine::SubmitPaged(const PagedWriteSpec& spec, Completion done) {
+  PG_ENSURE(spec.src_pages.size() == spec.dst_pages.size(), kInvalidArgument,
+            "paged write: {} source pages but {} target pages", spec.src_pages.size(),
+            spec.dst_pages.size());
+  PG_ENSURE(spec.page_bytes > 0, kInvalidArgument, "paged write: zero-byte pages");
+  WriteRequest base = BuildWrite(WriteSpec{spec.src, spec.src_base_offset, 0, spec.peer,
+                                           spec.dst, spec.dst_base_offset, spec.imm});
+  std::vector<WriteRequest> requests(spec.src_pages.size(), base);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    requests[i].Patch(spec.src_base_offset + uint64_t(spec.src_pages[i]) * spec.src_stride_bytes,
+                      spec.dst_base_offset + uint64_t(spec.dst_pages[i]) * spec.dst_stride_bytes,
+                      spec.page_bytes);
+  }
+  SubmitBatch(requests, std::move(done));
+}
+
+void TransferEngine::Barrier(const PeerGroup& group, uint32_t self_index, uint16_t tag,
+                             std::chrono::milliseconds timeout) {
+  PG_ENSURE(self_index < group.size(), kInvalidArgument, "barrier: self {} of a {}-peer group",
+            self_index, group.size());
+  const uint32_t imm = kBarrierBit | tag;
+  const uint32_t eps = address_.endpoints_per_domain;
+  if (group.size() == 1) return;
+  auto sent = std::make_shared<OpCounter>();  // outlives this call if a write is stuck
+  auto op = std::make_shared<OpState>();
+  op->done.callback = [sent](const OpResult& r) { sent->Record(r); };
+  op->remaining = int(group.size()) - 1;
+  const auto deadline = Clock::now() + timeout;
+  for (const ResolvedPeer& peer : group.peers) {
+    if (peer.index == self_index) continue;
+    const uint32_t domain = peer.index % uint32_t(domains_.size());
+    auto* item = new WorkItem;
+    item->kind = WorkItem::kWrite;
+    item->op = op;
+    item->deadline = deadline;
+    item->write.src = landing_.data();
+    item->write.length_bytes = 0;
+    {
+      std::lock_guard lock(regions_mu_);
+      item->write.src_desc = regions_[landing_region_.id - 1].per_domain[domain].desc;
+    }
+    item->write.dst = peer.addrs[size_t(domain) * eps];
+    item->write.dst_addr = peer.landing_base;
+    item->write.dst_key = peer.landing_keys[domain];
+    item->write.has_imm = true;
+    item->write.imm = imm;
+    Enqueue(domain, {item});
+  }
+  sent->Wait(int64_t(group.size()) - 1, timeout);
+  imms_.Wait(imm, int64_t(group.size()) - 1, timeout);
+}
+
+void TransferEngine::Send(const ResolvedPeer& peer, const MemoryRegion& region, uint64_t offset,
+                          uint64_t length_bytes, Completion done) {
+  PG_ENSURE(offset <= region.length_bytes && length_bytes <= region.length_bytes - offset,
+            kOutOfRange, "send [{}, +{}) outside a {}-byte region", offset, length_bytes,
+            region.length_bytes);
+  auto op = std::make_shared<OpState>();
+  op->done = std::move(done);
+  op->remaining = 1;
+  auto* item = new WorkItem;
+  item->kind = WorkItem::kSend;
+  item->op = op;
+  item->deadline = Clock::now() + config_.op_timeout;
+  item->msg.buf = region.base + offset;
+  item->msg.length_bytes = length_bytes;
+  {
+    std::lock_guard lock(regions_mu_);
+    item->msg.desc = regions_.at(region.id - 1).per_domain[0].desc;
+  }
+  item->msg.peer = peer.addrs[0];
+  Enqueue(0, {item});
+}
+
+void TransferEngine::Recv(const MemoryRegion& region, uint64_t offset, uint64_t length_bytes,
+                          Completion done) {
+  PG_ENSURE(offset <= region.length_bytes && length_bytes <= region.length_bytes - offset,
+            kOutOfRange, "recv [{}, +{}) outside a {}-byte region", offset, length_bytes,
+            region.length_bytes);
+  auto op = std::make_shared<OpState>();
+  op->done = std::move(done);
+  op->remaining = 1;
+  auto* item = new WorkItem;
+  item->kind = WorkItem::kRecv;
+  item->op = op;  // receives wait for a sender: no deadline (the caller's wait times out)
+  item->msg.buf = region.base + offset;
+  item->msg.length_bytes = length_bytes;
+  {
+    std::lock_guard lock(regions_mu_);
+    item->msg.desc = regions_.at(region.id - 1).per_domain[0].desc;
+  }
+  Enqueue(0, {item});
+}
+
+}  // namespace pg::comm

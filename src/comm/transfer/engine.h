@@ -1,0 +1,202 @@
+// TransferEngine: one-sided RDMA writes with immediates, scatter to peer groups, barriers and
+// send/recv over a Provider (libfabric), after pplx-garden's TransferEngine.
+//
+// Threads and ownership:
+//  * One progress thread per domain owns its Provider: it runs every libfabric call (control
+//    calls such as registration are shipped to it and waited for), posts queued work in FIFO
+//    order, keeps items queued while the provider says EAGAIN (backpressure), polls every
+//    endpoint, and fails work that outlives `op_timeout` so a dead peer gives an error.
+//  * Callers on any thread build requests and submit them; completion is reported by callback
+//    (run on the progress thread: keep it short, never block in it) and/or by an OpCounter.
+//  * Registered memory must stay valid until Deregister or engine destruction.
+//
+// Immediates: user values are 31-bit (top bit reserved for barriers). A write with an
+// immediate produces one arrival of that value at the target, counted by ImmCounters.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "comm/transfer/descriptor.h"
+#include "comm/transfer/imm_counter.h"
+#include "comm/transfer/provider.h"
+
+namespace pg::comm {
+
+struct TransferEngineConfig {
+  ProviderConfig provider;
+  uint32_t num_domains = 1;                       // one progress thread each
+  std::chrono::milliseconds op_timeout{10'000};   // posted or queued work older fails
+  uint32_t spin_before_sleep_us = 200;            // busy-poll this long after activity
+  uint32_t idle_sleep_us = 20;                    // then poll every this many microseconds
+};
+
+struct OpResult {
+  bool ok = true;
+  std::string error;
+  size_t length_bytes = 0;  // receives: bytes received
+};
+
+// Completion by atomic counters: `done`/`failed` count whole operations.
+class OpCounter {
+ public:
+  std::atomic<int64_t> done{0};
+  std::atomic<int64_t> failed{0};
+  void Record(const OpResult& r);
+  // Blocks until done + failed >= target. Throws pg::Error (kIo) with the first error when any
+  // op failed, or kCancelled on timeout.
+  void Wait(int64_t target, std::chrono::milliseconds timeout);
+  std::string first_error() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::string first_error_;
+};
+
+struct Completion {
+  std::function<void(const OpResult&)> callback;  // optional; runs on a progress thread
+  OpCounter* counter = nullptr;                   // optional; must outlive the op
+};
+
+struct MemoryRegion {
+  uint32_t id = 0;
+  uint8_t* base = nullptr;
+  size_t length_bytes = 0;
+  bool remote = false;
+};
+
+// A peer resolved once into every domain/endpoint address of ours.
+struct ResolvedPeer {
+  uint32_t index = 0;              // position in its group
+  std::vector<PeerAddr> addrs;     // [num_domains][endpoints_per_domain]
+  uint64_t landing_base = 0;
+  std::vector<uint64_t> landing_keys;
+};
+
+struct PeerGroup {
+  std::vector<ResolvedPeer> peers;
+  size_t size() const { return peers.size(); }
+  const ResolvedPeer& operator[](size_t i) const { return peers[i]; }
+};
+
+// A remote region validated against this engine (number of domains, addressing mode).
+struct RemoteMemory {
+  MemoryDescriptor desc;
+};
+
+// A write built once (addresses, keys, descriptors resolved) and patched per use.
+class WriteRequest {
+ public:
+  // Re-targets the request; bounds are checked against both regions.
+  void Patch(uint64_t src_offset, uint64_t dst_offset, uint64_t length_bytes);
+  void SetImm(std::optional<uint32_t> imm);
+  uint64_t length_bytes() const { return op_.length_bytes; }
+
+ private:
+  friend class TransferEngine;
+  WriteOp op_;
+  uint32_t domain_ = 0;
+  const uint8_t* src_base_ = nullptr;
+  size_t src_length_ = 0;
+  const MemoryDescriptor* dst_ = nullptr;  // points into a RemoteMemory the caller keeps
+  const PeerAddr* peer_addrs_ = nullptr;    // [endpoints_per_domain] in the caller's PeerGroup
+};
+
+struct WriteSpec {
+  const MemoryRegion* src = nullptr;
+  uint64_t src_offset = 0;
+  uint64_t length_bytes = 0;
+  const ResolvedPeer* peer = nullptr; // its PeerGroup must outlive the request
+  const RemoteMemory* dst = nullptr;  // must outlive the request
+  uint64_t dst_offset = 0;
+  std::optional<uint32_t> imm;
+};
+
+// Pages of `page_bytes` at base + index * stride on both sides (KV-cache pages).
+struct PagedWriteSpec {
+  const MemoryRegion* src = nullptr;
+  const ResolvedPeer* peer = nullptr;
+  const RemoteMemory* dst = nullptr;
+  uint64_t page_bytes = 0;
+  uint64_t src_base_offset = 0, src_stride_bytes = 0;
+  uint64_t dst_base_offset = 0, dst_stride_bytes = 0;
+  std::vector<uint32_t> src_pages, dst_pages;  // same length; page i -> page i
+  std::optional<uint32_t> imm;                 // carried by every page write
+};
+
+class TransferEngine {
+ public:
+  explicit TransferEngine(const TransferEngineConfig& config);
+  ~TransferEngine();
+  TransferEngine(const TransferEngine&) = delete;
+  TransferEngine& operator=(const TransferEngine&) = delete;
+
+  const ProviderInfo& provider_info() const;
+  const TransferEngineConfig& config() const { return config_; }
+  EndpointAddress LocalAddress() const { return address_; }
+
+  // --- memory ------------------------------------------------------------------------
+  // remote = peers may write it (then Describe() gives its serialisable descriptor).
+  MemoryRegion Register(void* base, size_t length_bytes, bool remote);
+  void Deregister(const MemoryRegion& region);
+  MemoryDescriptor Describe(const MemoryRegion& region) const;
+  // Validates a descriptor received from a peer (throws kMalformed / kInvalidArgument).
+  RemoteMemory Import(const MemoryDescriptor& desc) const;
+
+  // --- peers -------------------------------------------------------------------------
+  // Inserts every address into every domain once. Throws kMalformed on mismatch.
+  PeerGroup ResolvePeers(const std::vector<EndpointAddress>& addresses);
+
+  // --- transfers ---------------------------------------------------------------------
+  WriteRequest BuildWrite(const WriteSpec& spec) const;
+  void Submit(const WriteRequest& request, Completion done);
+  // One op completing when every request has; requests may target different peers.
+  void SubmitBatch(const std::vector<WriteRequest>& requests, Completion done);
+  void SubmitPaged(const PagedWriteSpec& spec, Completion done);
+  // Zero-byte immediate `kBarrierBit | tag` to every other member, then waits for theirs.
+  void Barrier(const PeerGroup& group, uint32_t self_index, uint16_t tag,
+               std::chrono::milliseconds timeout);
+  // Two-sided messages over domain 0 endpoint 0; receives match any sender, in post order.
+  void Send(const ResolvedPeer& peer, const MemoryRegion& region, uint64_t offset,
+            uint64_t length_bytes, Completion done);
+  void Recv(const MemoryRegion& region, uint64_t offset, uint64_t length_bytes,
+            Completion done);
+
+  ImmCounters& imms() { return imms_; }
+  static constexpr uint32_t kBarrierBit = 0x80000000u;
+
+ private:
+  struct Domain;
+  struct WorkItem;
+  struct OpState;
+  void Enqueue(uint32_t domain, std::vector<WorkItem*> items);
+  void RunOnDomain(uint32_t domain, std::function<void()> fn);
+  void ProgressLoop(Domain& d);
+  static void FinishFragment(WorkItem* item, const OpResult& r);
+
+  TransferEngineConfig config_;
+  std::vector<std::unique_ptr<Domain>> domains_;
+  EndpointAddress address_;
+  ImmCounters imms_;
+  std::mutex regions_mu_;
+  struct RegionEntry {
+    MemoryRegion region;
+    std::vector<LocalRegion> per_domain;
+  };
+  std::vector<RegionEntry> regions_;  // index = id - 1; entries with base == null are free
+  std::atomic<uint64_t> next_key_{1};
+  std::vector<uint8_t> landing_;
+  MemoryRegion landing_region_;
+  std::atomic<uint32_t> ep_round_robin_{0};
+};
+
+}  // namespace pg::comm

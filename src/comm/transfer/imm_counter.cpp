@@ -1,0 +1,68 @@
+#include "comm/transfer/imm_counter.h"
+
+#include "core/status.h"
+
+namespace pg::comm {
+
+void ImmCounters::Collect(Slot& slot, std::vector<std::function<void()>>& ready) {
+  size_t served = 0;
+  while (served < slot.pending.size() && slot.available >= slot.pending[served].count) {
+    slot.available -= slot.pending[served].count;
+    ready.push_back(std::move(slot.pending[served].fn));
+    ++served;
+  }
+  slot.pending.erase(slot.pending.begin(), slot.pending.begin() + served);
+}
+
+void ImmCounters::Arrive(uint32_t imm, int64_t n) {
+  std::vector<std::function<void()>> ready;
+  {
+    std::lock_guard lock(mu_);
+    Slot& slot = slots_[imm];
+    slot.available += n;
+    Collect(slot, ready);
+  }
+  cv_.notify_all();
+  for (auto& fn : ready) fn();
+}
+
+void ImmCounters::Wait(uint32_t imm, int64_t count, std::chrono::milliseconds timeout) {
+  PG_CHECK(count >= 0);
+  std::unique_lock lock(mu_);
+  Slot& slot = slots_[imm];
+  // Expectations queued earlier are served first; a waiter only takes what is left.
+  bool ok = cv_.wait_for(lock, timeout,
+                         [&] { return slot.pending.empty() && slot.available >= count; });
+  if (!ok) {
+    Throw(ErrorCode::kCancelled, "timed out after {} ms waiting for {} immediates {:#x} ({} came)",
+          timeout.count(), count, imm, slot.available);
+  }
+  slot.available -= count;
+}
+
+bool ImmCounters::TryConsume(uint32_t imm, int64_t count) {
+  std::lock_guard lock(mu_);
+  Slot& slot = slots_[imm];
+  if (!slot.pending.empty() || slot.available < count) return false;
+  slot.available -= count;
+  return true;
+}
+
+void ImmCounters::Expect(uint32_t imm, int64_t count, std::function<void()> fn) {
+  std::vector<std::function<void()>> ready;
+  {
+    std::lock_guard lock(mu_);
+    Slot& slot = slots_[imm];
+    slot.pending.push_back({count, std::move(fn)});
+    Collect(slot, ready);
+  }
+  for (auto& f : ready) f();
+}
+
+int64_t ImmCounters::Available(uint32_t imm) const {
+  std::lock_guard lock(mu_);
+  auto it = slots_.find(imm);
+  return it == slots_.end() ? 0 : it->second.available;
+}
+
+}  // namespace pg::comm

@@ -1,0 +1,48 @@
+// Counts immediates (remote CQ data) by value. Arrivals may come before anyone asks for them:
+// they accumulate, and a later Wait/Expect consumes them. Thread-safe; the progress thread
+// calls Arrive, any thread waits.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+namespace pg::comm {
+
+class ImmCounters {
+ public:
+  // Records `n` arrivals of `imm`; fires callbacks whose expected counts are now met.
+  void Arrive(uint32_t imm, int64_t n = 1);
+  // Blocks until `count` arrivals of `imm` are available, then consumes them. Throws
+  // pg::Error(kCancelled) naming the imm and the shortfall when `timeout` passes first.
+  void Wait(uint32_t imm, int64_t count, std::chrono::milliseconds timeout);
+  // Non-blocking: consumes `count` arrivals if present.
+  bool TryConsume(uint32_t imm, int64_t count);
+  // Calls `fn` (on the arriving thread, or now if already satisfied) once `count` arrivals of
+  // `imm` exist; consumes them. Expectations on one imm are served in order.
+  void Expect(uint32_t imm, int64_t count, std::function<void()> fn);
+  // Arrivals not consumed yet.
+  int64_t Available(uint32_t imm) const;
+
+ private:
+  struct Expectation {
+    int64_t count;
+    std::function<void()> fn;
+  };
+  struct Slot {
+    int64_t available = 0;
+    std::vector<Expectation> pending;  // FIFO
+  };
+  // Pops satisfied expectations of `slot` (lock held); returns their callbacks.
+  static void Collect(Slot& slot, std::vector<std::function<void()>>& ready);
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::unordered_map<uint32_t, Slot> slots_;
+};
+
+}  // namespace pg::comm
