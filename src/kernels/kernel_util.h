@@ -1,0 +1,53 @@
+// Small helpers shared by the CPU-side kernels (ref/ and cpu/). Internal to src/kernels.
+// All take views already checked by Validate (registry.h): f32 activations with packed rows
+// (dim 0 may be strided), contiguous caches.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "core/status.h"
+#include "core/tensor.h"
+#include "kernels/ops.h"
+
+namespace pg::ops::detail {
+
+// Row r (dim 0) of an f32 tensor with packed rows.
+inline float* RowF32(const TensorView& t, int64_t r) { return t.as<float>() + r * t.strides[0]; }
+
+// Element i of a 1-D f32/f16/bf16 vector, as float.
+inline float LoadScalar(DType dt, const void* base, int64_t i) {
+  switch (dt) {
+    case DType::kF16: return F16ToF32(static_cast<const uint16_t*>(base)[i]);
+    case DType::kBF16: return Bf16ToF32(static_cast<const uint16_t*>(base)[i]);
+    default: return static_cast<const float*>(base)[i];
+  }
+}
+inline void StoreScalar(DType dt, void* base, int64_t i, float v) {
+  switch (dt) {
+    case DType::kF16: static_cast<uint16_t*>(base)[i] = F32ToF16(v); return;
+    case DType::kBF16: static_cast<uint16_t*>(base)[i] = F32ToBf16(v); return;
+    default: static_cast<float*>(base)[i] = v; return;
+  }
+}
+
+// Element offset of (page, slot, kv_head, 0) in a contiguous [pages, page_size, kvh, d] cache.
+inline int64_t CacheOffset(const TensorView& cache, int64_t page, int64_t slot, int64_t head) {
+  return ((page * cache.shape[1] + slot) * cache.shape[2] + head) * cache.shape[3];
+}
+
+// Page index holding position t of sequence s.
+inline int64_t PageOf(const AttentionBatch& b, int s, int64_t t) {
+  return b.page_table[size_t(b.page_start[size_t(s)] + t / b.page_size)];
+}
+
+// Throws kOutOfRange when an id is outside [0, vocab). ids: [num_tokens] i32.
+inline void CheckIds(const TensorView& ids, int64_t vocab) {
+  const int32_t* p = ids.as<int32_t>();
+  for (int64_t i = 0; i < ids.dim(0); ++i)
+    if (p[i] < 0 || p[i] >= vocab)
+      Throw(ErrorCode::kOutOfRange, "Embedding: token id {} at {} outside vocab [0, {})", p[i], i,
+            vocab);
+}
+
+}  // namespace pg::ops::detail
