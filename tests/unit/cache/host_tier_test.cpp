@@ -173,7 +173,9 @@ TEST(HostTier, RandomConversationsKeepContentAndInvariants) {
     running.clear();
     EXPECT_EQ(kv.num_available_pages(), 29);
     EXPECT_GT(hits, 100) << "host_pages " << host_pages;
-    if (host_pages > 0) EXPECT_GT(kv.stats().host_hit_pages, 0);
+    if (host_pages > 0) {
+      EXPECT_GT(kv.stats().host_hit_pages, 0);
+    }
   }
 }
 
