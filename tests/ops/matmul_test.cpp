@@ -1,0 +1,221 @@
+// Matmul: every backend against ref/ on awkward shapes, every weight dtype, random data;
+// plus an exact check on integer-valued inputs (every product and partial sum is an
+// integer below 2^24, so every correct backend must agree with ref bit for bit).
+#include <fmt/format.h>
+
+#include "core/quant.h"
+#include "op_test_util.h"
+
+namespace pg::ops::testing {
+namespace {
+
+// Tolerances, relative to rms(ref output):
+//  * backends that quantize activations to int8 blocks (names "*_q8"): per-block scale
+//    amax/127 gives ~0.4% relative error per element, ~0.7% of rms per output, tails to 5x;
+//  * f32-accumulating backends: rounding of k-term float sums only.
+constexpr Tolerance kInt8Act{0.06, 2e-4};
+constexpr Tolerance kFloat{2e-5, 1e-10};
+
+Tolerance TolFor(const std::string& backend) {
+  return backend.ends_with("_q8") ? kInt8Act : kFloat;
+}
+
+// A weight [m, k] of dtype `dt` with random contents. Types with a reference quantizer are
+// quantized from N(0, 1) floats; the others (Q5_x, K-quants) get random bytes with small
+// positive f16 block scales (every bit pattern of their integer fields is valid).
+Tensor RandomWeight(DType dt, int64_t m, int64_t k) {
+  Tensor w(dt, {m, k});
+  const bool has_quantizer = dt == DType::kF32 || dt == DType::kF16 || dt == DType::kBF16 ||
+                             dt == DType::kQ8_0 || dt == DType::kQ4_0 || dt == DType::kQ4_1;
+  if (!has_quantizer) {
+    uint8_t* p = w.data<uint8_t>();
+    for (int64_t i = 0; i < w.nbytes(); ++i) p[i] = uint8_t(RandInt(0, 255));
+    const int64_t bb = Info(dt).block_bytes, nb = w.nbytes() / bb;
+    for (int64_t b = 0; b < nb; ++b) {
+      uint16_t d = F32ToF16(float(RandInt(5, 40)) * 1e-4f);
+      uint16_t dmin = F32ToF16(float(RandInt(5, 40)) * 1e-4f);
+      uint8_t* blk = p + b * bb;
+      if (dt == DType::kQ6_K) {
+        std::memcpy(blk + bb - 2, &d, 2);
+      } else {
+        std::memcpy(blk, &d, 2);
+        if (dt != DType::kQ5_0) std::memcpy(blk + 2, &dmin, 2);  // Q5_1 m, K-quant dmin
+      }
+    }
+    return w;
+  }
+  std::vector<float> row(static_cast<size_t>(k));
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (int64_t j = 0; j < m; ++j) {
+    for (float& v : row) v = dist(Rng());
+    quant::QuantizeRow(dt, row.data(), w.view().row_ptr(j), k);
+  }
+  return w;
+}
+
+struct Case {
+  DType dt;
+  int64_t n, k, m;
+  bool bias = false, accumulate = false, strided = false;
+  std::string Name() const {
+    return fmt::format("{} n={} k={} m={}{}{}{}", Name(dt), n, k, m, bias ? " bias" : "",
+                       accumulate ? " acc" : "", strided ? " strided" : "");
+  }
+  static std::string_view Name(DType t) { return pg::Name(t); }
+};
+
+std::vector<Case> Cases() {
+  std::vector<Case> cases;
+  const DType legacy[] = {DType::kQ4_1, DType::kQ8_0, DType::kQ4_0, DType::kF32, DType::kF16,
+                          DType::kBF16, DType::kQ5_0, DType::kQ5_1};
+  const DType kquants[] = {DType::kQ4_K, DType::kQ6_K, DType::kQ5_K};
+  // (n, k, m): decode sizes, the GEMV/GEMM boundary (16/17), batch 19, prefill 64.
+  const int64_t shapes[][3] = {{1, 96, 111}, {1, 576, 67}, {2, 160, 129}, {7, 96, 1},
+                               {16, 224, 45}, {17, 96, 111}, {19, 576, 37}, {64, 160, 200}};
+  for (DType dt : legacy)
+    for (auto& s : shapes) cases.push_back({dt, s[0], s[1], s[2]});
+  const int64_t kshapes[][3] = {{1, 256, 111}, {3, 768, 19}, {19, 512, 45}, {33, 256, 130}};
+  for (DType dt : kquants)
+    for (auto& s : kshapes) cases.push_back({dt, s[0], s[1], s[2]});
+  // Bias, accumulate and strided rows on the model's dtypes, decode and prefill.
+  for (DType dt : {DType::kQ4_1, DType::kQ8_0, DType::kF32})
+    for (int64_t n : {1, 19}) {
+      cases.push_back({dt, n, 96, 111, true, false, false});
+      cases.push_back({dt, n, 96, 111, false, true, true});
+      cases.push_back({dt, n, 160, 70, true, true, true});
+    }
+  return cases;
+}
+
+// x: [n, k] (as a view of the first k columns of [n, k + 13] when strided).
+struct Inputs {
+  Tensor x_buf, w, bias, out_init;
+  TensorView x;
+};
+
+Inputs MakeInputs(const Case& c) {
+  Inputs in;
+  const int64_t ld = c.strided ? c.k + 13 : c.k;
+  in.x_buf = Tensor(DType::kF32, {c.n, ld});
+  FillNormal(in.x_buf);
+  in.x = in.x_buf.view();
+  in.x.shape[1] = c.k;
+  in.w = RandomWeight(c.dt, c.m, c.k);
+  in.bias = Tensor(DType::kF32, {c.m});
+  FillNormal(in.bias);
+  in.out_init = Tensor(DType::kF32, {c.n, c.m});
+  FillNormal(in.out_init);
+  return in;
+}
+
+MatmulParams Params(const Case& c, const Inputs& in, const Tensor& out) {
+  MatmulParams p;
+  p.x = in.x;
+  p.w = in.w.view();
+  p.out = out.view();
+  if (c.bias) p.bias = in.bias.view();
+  p.accumulate = c.accumulate;
+  return p;
+}
+
+TEST(MatmulOp, EveryBackendMatchesReference) {
+  PG_SEED_TRACE();
+  Coverage cov;
+  for (const Case& c : Cases()) {
+    SCOPED_TRACE(c.Name());
+    Inputs in = MakeInputs(c);
+    Tensor ref_out(DType::kF32, {c.n, c.m});
+    Restore(ref_out, Copy(in.out_init));
+    RunWith(RefImpl<MatmulParams>(), Params(c, in, ref_out));
+    for (const KernelImpl<MatmulParams>* k : Backends<MatmulParams>()) {
+      Tensor out(DType::kF32, {c.n, c.m});
+      Restore(out, Copy(in.out_init));
+      MatmulParams p = Params(c, in, out);
+      if (!Accepts(*k, p)) continue;
+      RunWith(*k, p);
+      cov.Ran(k->backend);
+      ExpectClose(ref_out.data<float>(), out.data<float>(), out.numel(), TolFor(k->backend),
+                  k->backend + " " + c.Name());
+    }
+  }
+  cov.Check<MatmulParams>();
+}
+
+// Integer weights (scale 1, Q4_1 offset -8) and integer activations whose every 32-block
+// holds ±127 (so int8 activation quantization is lossless): results are exact.
+Tensor IntegerWeight(DType dt, int64_t m, int64_t k) {
+  Tensor w(dt, {m, k});
+  for (int64_t j = 0; j < m; ++j) {
+    uint8_t* row = w.view().row_ptr(j);
+    for (int64_t b = 0; b < k / 32; ++b) {
+      if (dt == DType::kQ8_0) {
+        auto* blk = reinterpret_cast<quant::BlockQ8_0*>(row) + b;
+        blk->d = F32ToF16(1.0f);
+        for (auto& q : blk->qs) q = int8_t(RandInt(-127, 127));
+      } else if (dt == DType::kQ4_1) {
+        auto* blk = reinterpret_cast<quant::BlockQ4_1*>(row) + b;
+        blk->d = F32ToF16(1.0f);
+        blk->m = F32ToF16(-8.0f);
+        for (auto& q : blk->qs) q = uint8_t(RandInt(0, 255));
+      } else if (dt == DType::kQ4_0) {
+        auto* blk = reinterpret_cast<quant::BlockQ4_0*>(row) + b;
+        blk->d = F32ToF16(1.0f);
+        for (auto& q : blk->qs) q = uint8_t(RandInt(0, 255));
+      }
+    }
+    if (dt == DType::kF32 || dt == DType::kF16 || dt == DType::kBF16) {
+      std::vector<float> v(static_cast<size_t>(k));
+      for (float& e : v) e = float(RandInt(-8, 8));
+      quant::QuantizeRow(dt, v.data(), row, k);
+    }
+  }
+  return w;
+}
+
+TEST(MatmulOp, IntegerInputsAreExactOnEveryBackend) {
+  PG_SEED_TRACE();
+  Coverage cov;
+  for (DType dt : {DType::kQ4_1, DType::kQ8_0, DType::kQ4_0, DType::kF32, DType::kF16,
+                   DType::kBF16})
+    for (int64_t n : {1, 5, 19, 40}) {
+      const int64_t k = 576, m = 97;
+      SCOPED_TRACE(fmt::format("{} n={}", Name(dt), n));
+      Tensor x(DType::kF32, {n, k});
+      for (int64_t i = 0; i < x.numel(); ++i)
+        x.data<float>()[i] = i % 32 == 0 ? (RandInt(0, 1) ? 127.0f : -127.0f)
+                                         : float(RandInt(-127, 127));
+      Tensor w = IntegerWeight(dt, m, k);
+      Tensor ref_out(DType::kF32, {n, m});
+      MatmulParams p{x.view(), w.view(), ref_out.view(), {}, false};
+      RunWith(RefImpl<MatmulParams>(), p);
+      for (const KernelImpl<MatmulParams>* kimpl : Backends<MatmulParams>()) {
+        Tensor out(DType::kF32, {n, m});
+        p.out = out.view();
+        if (!Accepts(*kimpl, p)) continue;
+        RunWith(*kimpl, p);
+        cov.Ran(kimpl->backend);
+        ExpectExact(ref_out.data<float>(), out.data<float>(), out.numel(), kimpl->backend);
+      }
+    }
+  cov.Check<MatmulParams>();
+}
+
+TEST(MatmulOp, ShapeErrorsThrowWithShapes) {
+  Tensor x(DType::kF32, {3, 64}), w(DType::kQ4_1, {10, 96}), out(DType::kF32, {3, 10});
+  FillNormal(x);
+  try {
+    Matmul({x.view(), w.view(), out.view(), {}, false});
+    FAIL() << "expected pg::Error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("[3, 64] f32"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("[10, 96] q4_1"), std::string::npos) << e.what();
+  }
+  Tensor w2(DType::kQ4_1, {10, 64}), bad_out(DType::kF32, {3, 11});
+  EXPECT_THROW(Matmul({x.view(), w2.view(), bad_out.view(), {}, false}), Error);
+  Tensor x_i32(DType::kI32, {3, 64});
+  EXPECT_THROW(Matmul({x_i32.view(), w2.view(), out.view(), {}, false}), Error);
+}
+
+}  // namespace
+}  // namespace pg::ops::testing

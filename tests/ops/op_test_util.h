@@ -1,0 +1,139 @@
+// Shared helpers of the op harness: random inputs, comparison against ref/ at a stated
+// tolerance, and enumeration of the registered backends of an op.
+//
+// Every backend of every op is run on the same inputs as the reference; a backend whose
+// capability predicate rejects a case does not run it, but each backend must accept at
+// least one case of its op (Coverage), so nothing is skipped silently.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "kernels/registry.h"
+
+namespace pg::ops::testing {
+
+// A fresh seed per process, printed with every failure so a run can be replayed.
+inline uint64_t Seed() {
+  static const uint64_t seed = std::random_device{}();
+  return seed;
+}
+
+inline std::mt19937_64& Rng() {
+  static std::mt19937_64 rng(Seed());
+  return rng;
+}
+
+inline void FillNormal(const Tensor& t, float mean = 0.0f, float stddev = 1.0f) {
+  std::normal_distribution<float> dist(mean, stddev);
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = dist(Rng());
+}
+inline void FillUniform(const Tensor& t, float lo, float hi) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = dist(Rng());
+}
+inline int64_t RandInt(int64_t lo, int64_t hi) {  // inclusive
+  return std::uniform_int_distribution<int64_t>(lo, hi)(Rng());
+}
+
+inline std::vector<float> Copy(const Tensor& t) {
+  return std::vector<float>(t.data<float>(), t.data<float>() + t.numel());
+}
+inline void Restore(const Tensor& t, const std::vector<float>& v) {
+  std::memcpy(t.data<float>(), v.data(), v.size() * sizeof(float));
+}
+
+// Error of `got` against `ref`, relative to the output scale rms(ref):
+//   max_rel = max|got - ref| / rms(ref);  nmse = Σ(got - ref)² / Σ ref².
+struct Tolerance {
+  double max_rel;
+  double nmse;
+};
+
+inline void ExpectClose(const float* ref, const float* got, int64_t n, Tolerance tol,
+                        const std::string& what) {
+  double ss_ref = 0, ss_err = 0, max_err = 0;
+  int64_t worst = 0, bad = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(got[i])) ++bad;
+    double e = std::fabs(double(got[i]) - double(ref[i]));
+    ss_ref += double(ref[i]) * ref[i];
+    ss_err += e * e;
+    if (e > max_err) max_err = e, worst = i;
+  }
+  ASSERT_GT(ss_ref, 0.0) << what << ": reference output is all zeros (bad test input)";
+  const double rms = std::sqrt(ss_ref / double(n));
+  const double max_rel = max_err / rms, nmse = ss_err / ss_ref;
+  EXPECT_EQ(bad, 0) << what << ": non-finite outputs";
+  EXPECT_LE(max_rel, tol.max_rel) << what << ": worst at " << worst << " ref " << ref[worst]
+                                  << " got " << got[worst] << " (rms " << rms << ")";
+  EXPECT_LE(nmse, tol.nmse) << what;
+}
+
+inline void ExpectExact(const float* ref, const float* got, int64_t n, const std::string& what) {
+  int64_t mismatches = 0, first = -1;
+  for (int64_t i = 0; i < n; ++i)
+    if (std::memcmp(&ref[i], &got[i], sizeof(float)) != 0 && !(ref[i] == got[i]))
+      if (mismatches++ == 0) first = i;
+  EXPECT_EQ(mismatches, 0) << what << ": first at " << first << " ref "
+                           << (first >= 0 ? ref[first] : 0) << " got "
+                           << (first >= 0 ? got[first] : 0);
+}
+
+// The implementations the harness checks against ref: every registered one but ref itself.
+template <typename P>
+std::vector<const KernelImpl<P>*> Backends() {
+  std::vector<const KernelImpl<P>*> out;
+  for (const auto& k : Registry::Global().table<P>().all())
+    if (k.backend != "ref") out.push_back(&k);
+  return out;
+}
+
+template <typename P>
+const KernelImpl<P>& RefImpl() {
+  const KernelImpl<P>* k = Registry::Global().table<P>().Find("ref");
+  EXPECT_NE(k, nullptr);
+  return *k;
+}
+
+// Whether backend `k` can run params `p` (its device and predicate).
+template <typename P>
+bool Accepts(const KernelImpl<P>& k, const P& p) {
+  return k.device == DeviceOf(p) && (!k.supports || k.supports(p));
+}
+
+// Counts the cases each backend ran; Check() fails for a backend that ran none.
+class Coverage {
+ public:
+  void Ran(const std::string& backend) { ++runs_[backend]; }
+  template <typename P>
+  void Check() const {
+    for (const KernelImpl<P>* k : Backends<P>()) {
+      if (k->device != Device::kCpu) {
+        // Device backends need host<->device mirroring of the case tensors (not built yet):
+        // fail loudly rather than pretend they were checked.
+        ADD_FAILURE() << k->backend << ": harness has no device mirror for this backend yet";
+        continue;
+      }
+      auto it = runs_.find(k->backend);
+      EXPECT_TRUE(it != runs_.end() && it->second > 0)
+          << "backend " << k->backend << " accepted none of the harness cases";
+    }
+  }
+
+ private:
+  std::map<std::string, int> runs_;
+};
+
+#define PG_SEED_TRACE() SCOPED_TRACE(::testing::Message() << "seed " << ::pg::ops::testing::Seed())
+
+}  // namespace pg::ops::testing

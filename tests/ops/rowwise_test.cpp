@@ -1,0 +1,230 @@
+// Row-wise ops (Embedding, RmsNorm, Rope, SwiGlu, Add, KvWrite): every backend against ref/
+// on awkward sizes and fresh random data.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "core/quant.h"
+#include "op_test_util.h"
+
+namespace pg::ops::testing {
+namespace {
+
+// Tolerances relative to rms(ref): RmsNorm and Rope differ from ref only by float vs double
+// rounding (a few ulp); SwiGlu adds the vectorised exp (relative error < 2e-7).
+constexpr Tolerance kRowwise{2e-5, 1e-11};
+
+TEST(EmbeddingOp, EveryBackendMatchesReferenceExactly) {
+  PG_SEED_TRACE();
+  Coverage cov;
+  for (DType dt : {DType::kQ8_0, DType::kQ4_1, DType::kF32, DType::kF16, DType::kBF16})
+    for (int64_t hidden : {96, 576}) {
+      const int64_t vocab = 1001, tokens = 19;
+      SCOPED_TRACE(fmt::format("{} hidden={}", Name(dt), hidden));
+      Tensor src(DType::kF32, {vocab, hidden}), table(dt, {vocab, hidden});
+      FillNormal(src);
+      for (int64_t r = 0; r < vocab; ++r)
+        quant::QuantizeRow(dt, src.data<float>() + r * hidden, table.view().row_ptr(r), hidden);
+      Tensor ids(DType::kI32, {tokens});
+      for (int64_t i = 0; i < tokens; ++i) ids.data<int32_t>()[i] = int32_t(RandInt(0, vocab - 1));
+      Tensor ref_out(DType::kF32, {tokens, hidden});
+      RunWith(RefImpl<EmbeddingParams>(), {table.view(), ids.view(), ref_out.view()});
+      for (const auto* k : Backends<EmbeddingParams>()) {
+        Tensor out(DType::kF32, {tokens, hidden});
+        EmbeddingParams p{table.view(), ids.view(), out.view()};
+        if (!Accepts(*k, p)) continue;
+        RunWith(*k, p);
+        cov.Ran(k->backend);
+        ExpectExact(ref_out.data<float>(), out.data<float>(), out.numel(), k->backend);
+        ids.data<int32_t>()[3] = int32_t(vocab);  // out of range
+        EXPECT_THROW(RunWith(*k, p), Error) << k->backend;
+        ids.data<int32_t>()[3] = 7;
+      }
+    }
+  cov.Check<EmbeddingParams>();
+}
+
+TEST(RmsNormOp, EveryBackendMatchesReference) {
+  PG_SEED_TRACE();
+  Coverage cov;
+  for (int64_t rows : {1, 19})
+    for (int64_t hidden : {1, 111, 576})
+      for (bool fused : {false, true}) {
+        SCOPED_TRACE(fmt::format("rows={} hidden={} fused={}", rows, hidden, fused));
+        Tensor x(DType::kF32, {rows, hidden}), w(DType::kF32, {hidden}), res(DType::kF32, {rows, hidden});
+        FillNormal(x, 0.3f, 2.0f);
+        FillNormal(w, 1.0f, 0.2f);
+        FillNormal(res);
+        const std::vector<float> res0 = Copy(res);
+        Tensor ref_out(DType::kF32, {rows, hidden});
+        RmsNormParams p{x.view(), w.view(), ref_out.view(), fused ? res.view() : TensorView{}, 1e-5f};
+        RunWith(RefImpl<RmsNormParams>(), p);
+        const std::vector<float> ref_res = Copy(res);
+        for (const auto* k : Backends<RmsNormParams>()) {
+          Restore(res, res0);
+          Tensor out(DType::kF32, {rows, hidden});
+          p.out = out.view();
+          if (!Accepts(*k, p)) continue;
+          RunWith(*k, p);
+          cov.Ran(k->backend);
+          ExpectClose(ref_out.data<float>(), out.data<float>(), out.numel(), kRowwise, k->backend);
+          if (fused) ExpectExact(ref_res.data(), res.data<float>(), res.numel(), k->backend + " residual");
+          if (!fused) {  // in place: out aliases x
+            Tensor xi(DType::kF32, {rows, hidden});
+            Restore(xi, Copy(x));
+            RunWith(*k, RmsNormParams{xi.view(), w.view(), xi.view(), {}, 1e-5f});
+            ExpectClose(ref_out.data<float>(), xi.data<float>(), xi.numel(), kRowwise,
+                        k->backend + " in place");
+          }
+        }
+        p.out = ref_out.view();
+      }
+  cov.Check<RmsNormParams>();
+}
+
+TEST(RopeOp, EveryBackendMatchesReference) {
+  PG_SEED_TRACE();
+  Coverage cov;
+  struct Scal { RopeScaling s; float factor; };
+  const Scal scalings[] = {{RopeScaling::kNone, 1}, {RopeScaling::kLlama3, 8},
+                           {RopeScaling::kYarn, 4}, {RopeScaling::kLinear, 2.5f}};
+  for (auto [scaling, factor] : scalings)
+    for (bool neox : {true, false})
+      for (auto [heads, head_dim, rotary] : {std::tuple{9, 64, 0}, std::tuple{3, 80, 0},
+                                             std::tuple{5, 64, 32}}) {
+        const int64_t tokens = 19;
+        SCOPED_TRACE(fmt::format("scaling={} neox={} heads={} d={} rot={}", int(scaling), neox,
+                                 heads, head_dim, rotary));
+        RopeConfig c;
+        c.theta = scaling == RopeScaling::kLlama3 ? 500000.0f : 10000.0f;
+        c.neox = neox;
+        c.rotary_dim = rotary;
+        c.scaling = scaling;
+        c.factor = factor;
+        c.original_max_position = scaling == RopeScaling::kYarn ? 4096 : 8192;
+        Tensor x(DType::kF32, {tokens, heads, head_dim}), pos(DType::kI32, {tokens});
+        FillNormal(x);
+        for (int64_t t = 0; t < tokens; ++t) pos.data<int32_t>()[t] = int32_t(RandInt(0, 40000));
+        pos.data<int32_t>()[0] = 0;
+        const std::vector<float> x0 = Copy(x);
+        RunWith(RefImpl<RopeParams>(), RopeParams{x.view(), pos.view(), c});
+        const std::vector<float> ref = Copy(x);
+        if (rotary) {  // dims past rotary_dim pass through untouched
+          for (int64_t i = 0; i < x.numel(); ++i)
+            if (i % head_dim >= rotary) ASSERT_EQ(ref[size_t(i)], x0[size_t(i)]);
+        }
+        for (const auto* k : Backends<RopeParams>()) {
+          Restore(x, x0);
+          RopeParams p{x.view(), pos.view(), c};
+          if (!Accepts(*k, p)) continue;
+          RunWith(*k, p);
+          cov.Ran(k->backend);
+          ExpectClose(ref.data(), x.data<float>(), x.numel(), kRowwise, k->backend);
+        }
+      }
+  cov.Check<RopeParams>();
+}
+
+TEST(SwiGluOp, EveryBackendMatchesReference) {
+  PG_SEED_TRACE();
+  Coverage cov;
+  for (int64_t rows : {1, 19})
+    for (int64_t inter : {111, 1536})
+      for (bool fused : {true, false}) {
+        SCOPED_TRACE(fmt::format("rows={} inter={} fused={}", rows, inter, fused));
+        Tensor gate(DType::kF32, {rows, fused ? 2 * inter : inter}), up(DType::kF32, {rows, inter});
+        FillUniform(gate, -100.0f, 30.0f);  // reaches exp's clamp range on both sides
+        FillNormal(up);
+        Tensor ref_out(DType::kF32, {rows, inter});
+        SwiGluParams p{gate.view(), fused ? TensorView{} : up.view(), ref_out.view()};
+        RunWith(RefImpl<SwiGluParams>(), p);
+        for (const auto* k : Backends<SwiGluParams>()) {
+          Tensor out(DType::kF32, {rows, inter});
+          p.out = out.view();
+          if (!Accepts(*k, p)) continue;
+          RunWith(*k, p);
+          cov.Ran(k->backend);
+          ExpectClose(ref_out.data<float>(), out.data<float>(), out.numel(), kRowwise, k->backend);
+        }
+      }
+  cov.Check<SwiGluParams>();
+}
+
+TEST(AddOp, EveryBackendIsExact) {
+  PG_SEED_TRACE();
+  Coverage cov;
+  for (int64_t n : {1, 111, 19 * 576, 989 * 111}) {
+    Tensor a(DType::kF32, {n}), b(DType::kF32, {n}), ref_out(DType::kF32, {n});
+    FillNormal(a);
+    FillNormal(b);
+    RunWith(RefImpl<AddParams>(), {a.view(), b.view(), ref_out.view()});
+    for (const auto* k : Backends<AddParams>()) {
+      Tensor out(DType::kF32, {n});
+      AddParams p{a.view(), b.view(), out.view()};
+      if (!Accepts(*k, p)) continue;
+      RunWith(*k, p);
+      cov.Ran(k->backend);
+      ExpectExact(ref_out.data<float>(), out.data<float>(), n, k->backend);
+    }
+  }
+  cov.Check<AddParams>();
+}
+
+// A batch over a shuffled page pool: seq lengths chosen so prefixes are not page-aligned.
+struct PagedBatch {
+  std::vector<int32_t> q_start, q_len, kv_len, page_start, page_table;
+  AttentionBatch batch;
+  int64_t num_pages = 0;
+  PagedBatch(const std::vector<std::pair<int, int>>& seqs /*(q_len, kv_len)*/, int page_size) {
+    int32_t q = 0, pages = 0;
+    for (auto [ql, kl] : seqs) {
+      q_start.push_back(q);
+      q_len.push_back(ql);
+      kv_len.push_back(kl);
+      page_start.push_back(pages);
+      q += ql;
+      pages += (kl + page_size - 1) / page_size;
+    }
+    num_pages = pages + 3;  // spare pages that must stay untouched
+    std::vector<int32_t> perm(static_cast<size_t>(num_pages));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), Rng());
+    page_table.assign(perm.begin(), perm.begin() + pages);
+    batch = {int(seqs.size()), page_size, q_start, q_len, kv_len, page_start, page_table};
+  }
+};
+
+TEST(KvWriteOp, EveryBackendWritesTheSameSlots) {
+  PG_SEED_TRACE();
+  Coverage cov;
+  for (int page_size : {16, 7})
+    for (auto [kvh, d] : {std::pair{2, 64}, std::pair{3, 80}}) {
+      PagedBatch pb({{1, 100}, {37, 50}, {19, 19}, {5, 21}}, page_size);
+      const int64_t tokens = pb.batch.num_tokens();
+      Tensor k(DType::kF32, {tokens, kvh, d}), v(DType::kF32, {tokens, kvh, d});
+      FillNormal(k);
+      FillNormal(v);
+      Tensor kc(DType::kF32, {pb.num_pages, page_size, kvh, d}), vc(DType::kF32, {pb.num_pages, page_size, kvh, d});
+      FillNormal(kc);
+      FillNormal(vc);
+      const std::vector<float> kc0 = Copy(kc), vc0 = Copy(vc);
+      KvWriteParams p{k.view(), v.view(), {kc.view(), vc.view()}, &pb.batch};
+      RunWith(RefImpl<KvWriteParams>(), p);
+      const std::vector<float> kref = Copy(kc), vref = Copy(vc);
+      EXPECT_NE(kref, kc0);
+      for (const auto* impl : Backends<KvWriteParams>()) {
+        Restore(kc, kc0);
+        Restore(vc, vc0);
+        if (!Accepts(*impl, p)) continue;
+        RunWith(*impl, p);
+        cov.Ran(impl->backend);
+        ExpectExact(kref.data(), kc.data<float>(), kc.numel(), impl->backend + " k");
+        ExpectExact(vref.data(), vc.data<float>(), vc.numel(), impl->backend + " v");
+      }
+    }
+  cov.Check<KvWriteParams>();
+}
+
+}  // namespace
+}  // namespace pg::ops::testing
