@@ -28,6 +28,10 @@ struct AgenticTrace {
   int32_t min_turns = 10, max_turns = 15;
   int32_t output_tokens = 500;
   double think_time_mean_s = 5.0;      // exponential gap between a reply and the next turn
+  // One-shot requests without a session id (batch jobs, other tenants) competing for KV.
+  double background_requests_per_s = 0;
+  int32_t background_prompt_tokens = 20000;  // +- 10%
+  int32_t background_output_tokens = 200;
   uint32_t seed = 1;
 };
 
@@ -43,7 +47,7 @@ struct SimResult {
   double sim_time_s = 0;
   double ttft_mean_ms = 0, ttft_p50_ms = 0, ttft_p99_ms = 0;
   double tpot_mean_ms = 0;
-  double cache_hit_rate = 0;  // cached prompt tokens / prompt tokens
+  double cache_hit_rate = 0;  // of session turns: cached prompt tokens / prompt tokens
   int64_t preemptions = 0;
   int64_t host_hit_pages = 0;
   int64_t steps = 0;
