@@ -1,0 +1,120 @@
+// Kernel microbenchmark (a plain executable, not a test).
+//  1. memcpy bandwidth of a buffer far larger than the caches (the floor for GEMV).
+//  2. Decode GEMV (n = 1) on the SmolLM2-135M shapes, per capable Matmul backend: GB/s of
+//     weight bytes read, "hot" (one weight, cache-resident when small) and "cold" (cycling
+//     through copies totalling > 256 MiB, so every call streams from DRAM).
+//  3. Prefill-size Matmul (n = 16 and 128) per capable backend, in GFLOP/s.
+// Usage: bench_kernels [threads]   (default: hardware threads)
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/quant.h"
+#include "core/thread_pool.h"
+#include "kernels/registry.h"
+
+namespace {
+
+using namespace pg;
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// Runs fn repeatedly for at least min_s seconds; returns seconds per call.
+template <typename F>
+double TimeIt(F&& fn, double min_s = 0.3) {
+  fn();  // warm-up
+  int iters = 0;
+  auto t0 = Clock::now();
+  double el = 0;
+  do {
+    fn();
+    ++iters;
+    el = Seconds(t0, Clock::now());
+  } while (el < min_s);
+  return el / iters;
+}
+
+double MemcpyGBs() {
+  const size_t bytes = size_t(512) << 20;
+  std::vector<char> a(bytes, 1), b(bytes, 2);
+  double s = TimeIt([&] { std::memcpy(b.data(), a.data(), bytes); a[0] ^= b[1]; }, 1.0);
+  return double(bytes) / s / 1e9;  // bytes copied (each read once and written once) per s
+}
+
+Tensor RandomWeight(DType dt, int64_t m, int64_t k, std::mt19937& rng) {
+  Tensor w(dt, {m, k});
+  std::normal_distribution<float> nd;
+  std::vector<float> row(static_cast<size_t>(k));
+  for (int64_t j = 0; j < m; ++j) {
+    for (float& v : row) v = nd(rng);
+    quant::QuantizeRow(dt, row.data(), w.view().row_ptr(j), k);
+  }
+  return w;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 1) ThreadPool::SetDefaultThreads(std::atoi(argv[1]));
+  std::printf("threads: %d\n", ThreadPool::Default().num_threads());
+  const double mem = MemcpyGBs();
+  std::printf("memcpy (512 MiB): %.2f GB/s copied (%.2f GB/s read+write)\n\n", mem, 2 * mem);
+
+  std::mt19937 rng(42);
+  struct Shape { const char* name; int64_t m, k; DType dt; };
+  const Shape shapes[] = {{"attn q/o 576x576", 576, 576, DType::kQ4_1},
+                          {"attn k/v 192x576", 192, 576, DType::kQ4_1},
+                          {"mlp gate/up 1536x576", 1536, 576, DType::kQ4_1},
+                          {"mlp down 576x1536", 576, 1536, DType::kQ4_1},
+                          {"logits 49152x576", 49152, 576, DType::kQ8_0}};
+  const auto& table = ops::Registry::Global().table<ops::MatmulParams>();
+  std::printf("decode GEMV, n=1: GB/s of weight bytes (hot = same weight; cold = streamed)\n");
+  std::printf("%-24s %-6s %-16s %10s %10s %10s %8s\n", "shape", "dtype", "backend", "us/call",
+              "hot GB/s", "cold GB/s", "cold/memcpy");
+  for (const Shape& s : shapes) {
+    const int64_t wbytes = s.m * s.k / Info(s.dt).block_size * Info(s.dt).block_bytes;
+    const int copies = int(std::max<int64_t>(1, (int64_t(256) << 20) / wbytes));
+    std::vector<Tensor> ws;
+    for (int c = 0; c < copies; ++c) ws.push_back(RandomWeight(s.dt, s.m, s.k, rng));
+    Tensor x(DType::kF32, {1, s.k}), out(DType::kF32, {1, s.m});
+    std::normal_distribution<float> nd;
+    for (int64_t i = 0; i < s.k; ++i) x.data<float>()[i] = nd(rng);
+    for (const auto& impl : table.all()) {
+      ops::MatmulParams p{x.view(), ws[0].view(), out.view(), {}, false};
+      if (impl.backend == "ref" || (impl.supports && !impl.supports(p))) continue;
+      double hot = TimeIt([&] { ops::RunWith(impl, p); });
+      int c = 0;
+      double cold = TimeIt([&] {
+        p.w = ws[size_t(c)].view();
+        c = (c + 1) % copies;
+        ops::RunWith(impl, p);
+      });
+      std::printf("%-24s %-6s %-16s %10.1f %10.2f %10.2f %8.2f\n", s.name,
+                  std::string(Name(s.dt)).c_str(), impl.backend.c_str(), cold * 1e6,
+                  double(wbytes) / hot / 1e9, double(wbytes) / cold / 1e9,
+                  double(wbytes) / cold / 1e9 / mem);
+    }
+  }
+
+  std::printf("\nprefill Matmul 1536x576 q4_1: GFLOP/s per backend\n");
+  Tensor w = RandomWeight(DType::kQ4_1, 1536, 576, rng);
+  for (int64_t n : {16, 128}) {
+    Tensor x(DType::kF32, {n, 576}), out(DType::kF32, {n, 1536});
+    std::normal_distribution<float> nd;
+    for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = nd(rng);
+    ops::MatmulParams p{x.view(), w.view(), out.view(), {}, false};
+    for (const auto& impl : table.all()) {
+      if (impl.backend == "ref" || (impl.supports && !impl.supports(p))) continue;
+      double t = TimeIt([&] { ops::RunWith(impl, p); });
+      std::printf("  n=%-4ld %-16s %8.1f us %8.1f GFLOP/s\n", long(n), impl.backend.c_str(),
+                  t * 1e6, 2.0 * double(n) * 1536 * 576 / t / 1e9);
+    }
+  }
+  return 0;
+}
