@@ -42,6 +42,8 @@ KvCacheManager::KvCacheManager(const KvCacheConfig& config)
       retained_(&device_links_, 2),
       host_links_(config.num_host_pages),
       host_lru_(&host_links_, 1) {
+  // Reserved up front: rehashing a million-entry index would stall one step for ~10 ms.
+  index_.reserve(size_t(config.num_device_pages) + size_t(config.num_host_pages));
   device_meta_.resize(config.num_device_pages);
   device_tokens_.resize(size_t(config.num_device_pages) * config.page_size_tokens);
   host_meta_.resize(config.num_host_pages);

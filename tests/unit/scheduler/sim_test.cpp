@@ -9,7 +9,7 @@ namespace {
 
 SimConfig SmallAgentic() {
   SimConfig c;
-  c.scheduler.kv = cache::KvCacheConfig{16, 8000, 0, true};  // 128K tokens of KV
+  c.scheduler.kv = cache::KvCacheConfig{16, 6000, 0, true};  // 96K tokens of KV
   c.scheduler.max_step_tokens = 4096;
   c.scheduler.max_running_requests = 32;
   c.trace.num_sessions = 24;
@@ -36,12 +36,12 @@ TEST(Simulator, SessionRetentionAndHostTierRaiseHitRate) {
   plain_host.scheduler.kv.num_host_pages = 40000;
   const SimResult a = RunSimulation(plain), b = RunSimulation(retained), h = RunSimulation(host);
   const SimResult ph = RunSimulation(plain_host);
-  EXPECT_GT(ph.cache_hit_rate, a.cache_hit_rate + 0.02);  // the host tier alone also helps
+  EXPECT_GT(ph.cache_hit_rate, a.cache_hit_rate + 0.05);  // the host tier alone also helps
   EXPECT_GT(ph.host_hit_pages, 0);
   // Same trace (same seed): same number of session turns.
   EXPECT_EQ(a.num_requests, b.num_requests);
   EXPECT_GT(a.cache_hit_rate, 0.0);
-  EXPECT_GT(b.cache_hit_rate, a.cache_hit_rate + 0.02)
+  EXPECT_GT(b.cache_hit_rate, a.cache_hit_rate + 0.05)
       << "plain " << a.cache_hit_rate << " retained " << b.cache_hit_rate;
   EXPECT_GE(h.cache_hit_rate, b.cache_hit_rate);
   EXPECT_LT(b.ttft_mean_ms, a.ttft_mean_ms);
