@@ -112,7 +112,9 @@ TEST(RopeOp, EveryBackendMatchesReference) {
         const std::vector<float> ref = Copy(x);
         if (rotary) {  // dims past rotary_dim pass through untouched
           for (int64_t i = 0; i < x.numel(); ++i)
-            if (i % head_dim >= rotary) ASSERT_EQ(ref[size_t(i)], x0[size_t(i)]);
+            if (i % head_dim >= rotary) {
+              ASSERT_EQ(ref[size_t(i)], x0[size_t(i)]);
+            }
         }
         for (const auto* k : Backends<RopeParams>()) {
           Restore(x, x0);
