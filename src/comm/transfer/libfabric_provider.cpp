@@ -17,6 +17,7 @@ namespace pg::comm {
 namespace {
 
 static_assert(sizeof(fi_context2) <= kProviderContextBytes);
+constexpr size_t kNameBytes = 128;  // every provider's raw name fits (tcp 16, efa 32, shm < 64)
 
 class LibfabricProvider final : public Provider {
  public:
@@ -73,10 +74,9 @@ class LibfabricProvider final : public Provider {
       PG_FI_CHECK(fi_enable(e.ep));
       endpoints_.push_back(e);
     }
-    std::vector<uint8_t> name(256);
-    size_t len = name.size();
-    PG_FI_CHECK(fi_getname(&endpoints_[0].ep->fid, name.data(), &len));
-    info_out_.name_bytes = len;
+    // Names are padded to one fixed size so every rank agrees on it (shm names are strings
+    // whose length varies with the pid).
+    info_out_.name_bytes = kNameBytes;
     PG_LOG_INFO(
         "libfabric: provider {} fabric {} endpoints {} max_msg {} mr_mode virt_addr={} "
         "prov_key={} local={} endpoint={}",
@@ -100,11 +100,10 @@ class LibfabricProvider final : public Provider {
   uint32_t num_endpoints() const override { return uint32_t(endpoints_.size()); }
 
   std::vector<uint8_t> LocalNames() override {
-    std::vector<uint8_t> out(endpoints_.size() * info_out_.name_bytes);
+    std::vector<uint8_t> out(endpoints_.size() * kNameBytes, 0);
     for (size_t i = 0; i < endpoints_.size(); ++i) {
-      size_t len = info_out_.name_bytes;
-      PG_FI_CHECK(fi_getname(&endpoints_[i].ep->fid, out.data() + i * len, &len));
-      PG_CHECK(len == info_out_.name_bytes, "endpoint names differ in length");
+      size_t len = kNameBytes - 1;  // keep a NUL after string names
+      PG_FI_CHECK(fi_getname(&endpoints_[i].ep->fid, out.data() + i * kNameBytes, &len));
     }
     return out;
   }
@@ -150,7 +149,7 @@ class LibfabricProvider final : public Provider {
     fi_msg_rma msg{};
     msg.msg_iov = &iov;
     msg.desc = &desc;
-    msg.iov_count = op.length_bytes ? 1 : 0;
+    msg.iov_count = 1;
     msg.addr = op.dst;
     msg.rma_iov = &rma;
     msg.rma_iov_count = 1;
