@@ -12,6 +12,17 @@ endfunction()
 # paths (tests/data/...) resolve the same way everywhere.
 function(pg_test name)
   cmake_parse_arguments(A "" "" "SOURCES;DEPS;LABELS" ${ARGN})
+  # While several people edit the tree at once, a half-written test folder may name files not
+  # written yet. PEREGRINE_LENIENT_TESTS=ON (local work only) skips such a target with a
+  # warning; the default (CI) fails configuration.
+  if(PEREGRINE_LENIENT_TESTS)
+    foreach(src IN LISTS A_SOURCES)
+      if(NOT IS_ABSOLUTE ${src} AND NOT EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/${src})
+        message(WARNING "pg_test(${name}): ${src} missing; target skipped (lenient mode)")
+        return()
+      endif()
+    endforeach()
+  endif()
   add_executable(${name} ${A_SOURCES})
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tests)
   target_link_libraries(${name} PRIVATE ${A_DEPS} GTest::gtest GTest::gtest_main)

@@ -14,24 +14,14 @@
 #include <string>
 #include <vector>
 
+#include "runtime/sampling_params.h"
+
 namespace pg::engine {
 
 using RequestId = uint64_t;
 
-struct SamplingParams {
-  float temperature = 1.0f;   // 0 = greedy
-  float top_p = 1.0f;         // (0, 1]
-  int top_k = 0;              // 0 = off
-  float min_p = 0.0f;         // [0, 1]
-  float presence_penalty = 0.0f;
-  float frequency_penalty = 0.0f;
-  float repetition_penalty = 1.0f;  // 1 = off; applies to prompt and generated tokens
-  std::optional<uint64_t> seed;     // same seed + same request -> same output
-  int max_tokens = 256;             // generated tokens, >= 1
-  bool ignore_eos = false;
-  std::vector<int32_t> stop_token_ids;  // in addition to the model's EOS tokens
-  int top_logprobs = -1;                // -1: no logprobs; 0..20: chosen + that many alternatives
-};
+// Sampling parameters live in the runtime (the sampler consumes them).
+using SamplingParams = runtime::SamplingParams;
 
 struct Request {
   std::vector<int32_t> prompt_tokens;

@@ -2,11 +2,21 @@
 #include "kernels/registry.h"
 
 #include <algorithm>
+#include <atomic>
+#include <limits>
 
 #include "core/quant.h"
 #include "core/status.h"
 
 namespace pg::ops {
+
+namespace {
+std::atomic<int> g_max_kernel_priority{std::numeric_limits<int>::max()};
+}  // namespace
+
+void SetMaxKernelPriority(int max_priority) { g_max_kernel_priority = max_priority; }
+int MaxKernelPriority() { return g_max_kernel_priority.load(std::memory_order_relaxed); }
+
 namespace {
 
 [[noreturn]] void Bad(std::string_view op, const std::string& what) {

@@ -28,6 +28,12 @@ inline constexpr int kPriorityCpuAvx2 = 20;
 inline constexpr int kPriorityCpuAvx512 = 30;
 inline constexpr int kPriorityCuda = 100;
 
+// Process-wide cap on kernel priority, for tests and debugging: SetMaxKernelPriority(
+// kPriorityRef) makes every op run its reference kernel. Default: no cap. Set it before
+// running ops, not while other threads run them.
+void SetMaxKernelPriority(int max_priority);
+int MaxKernelPriority();
+
 template <typename P>
 struct KernelImpl {
   std::string backend;                      // "ref", "cpu_avx2", "cpu_vnni", "cuda", ...
@@ -48,6 +54,7 @@ class OpTable {
     const KernelImpl<P>* best = nullptr;
     for (const auto& k : impls_) {
       if (k.device != device) continue;
+      if (k.priority > MaxKernelPriority()) continue;
       if (best && k.priority <= best->priority) continue;
       if (k.supports && !k.supports(p)) continue;
       best = &k;

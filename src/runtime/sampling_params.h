@@ -1,0 +1,27 @@
+// Per-request sampling parameters (OpenAI / vLLM semantics).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+namespace pg::runtime {
+
+struct SamplingParams {
+  float temperature = 1.0f;   // 0 = greedy
+  float top_p = 1.0f;         // (0, 1]
+  int top_k = 0;              // 0 = off
+  float min_p = 0.0f;         // [0, 1]
+  float presence_penalty = 0.0f;    // subtracted once from every token already generated
+  float frequency_penalty = 0.0f;   // subtracted per occurrence in the generated tokens
+  float repetition_penalty = 1.0f;  // 1 = off; HF-style, over prompt and generated tokens
+  std::optional<uint64_t> seed;     // same seed + same request -> same output
+  int max_tokens = 256;             // generated tokens, >= 1
+  bool ignore_eos = false;
+  std::vector<int32_t> stop_token_ids;  // in addition to the model's EOS tokens
+  int top_logprobs = -1;                // -1: no logprobs; 0..20: chosen + alternatives
+
+  bool greedy() const { return temperature <= 0.0f || top_k == 1; }
+};
+
+}  // namespace pg::runtime
