@@ -1,0 +1,69 @@
+// Byte-level BPE model: maps one pre-tokenized piece (raw bytes) to token ids by applying
+// merges in rank order (lowest rank first, leftmost first among equal ranks), as HF
+// tokenizers' BPE model does. Holds a bounded word cache; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace pg::tokenizer {
+
+struct BpeParams {
+  // id -> raw bytes of the token (after byte-level decoding); empty for ids the model does
+  // not define (holes, added tokens that live outside the model vocab).
+  std::vector<std::string> vocab;
+  // Merges in rank order, as raw byte strings (left, right). Both sides and their
+  // concatenation must be in `vocab`.
+  std::vector<std::pair<std::string, std::string>> merges;
+  // HF `ignore_merges` (Llama-3): a piece that is itself a vocab entry maps to that id
+  // directly, without running the merges.
+  bool ignore_merges = false;
+  size_t cache_capacity = 1 << 16;  // words; the cache is cleared when it fills up
+};
+
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+};
+
+class BpeModel {
+ public:
+  // Throws pg::Error(kMalformed) for a merge whose parts are not in the vocab.
+  explicit BpeModel(BpeParams params);
+
+  // Appends the ids of `word` (non-empty raw bytes) to *out.
+  void EncodeWord(std::string_view word, std::vector<int32_t>* out) const;
+
+  // -1 when absent.
+  int32_t Find(std::string_view bytes) const;
+  size_t num_merges() const { return merge_map_.size(); }
+
+ private:
+  struct Merge {
+    int32_t rank;
+    int32_t merged_id;
+  };
+  static uint64_t PairKey(int32_t a, int32_t b) {
+    return (uint64_t(uint32_t(a)) << 32) | uint32_t(b);
+  }
+  // Looks a pair up; returns false when the pair never merges.
+  bool FindMerge(int32_t left, int32_t right, Merge* m) const;
+  void MergeSymbols(std::vector<int32_t>* symbols) const;
+
+  std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> token_to_id_;
+  std::unordered_map<uint64_t, Merge> merge_map_;
+  int32_t byte_ids_[256];
+  bool ignore_merges_;
+  size_t cache_capacity_;
+
+  mutable std::shared_mutex cache_mutex_;
+  mutable std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> cache_;
+};
+
+}  // namespace pg::tokenizer

@@ -1,0 +1,61 @@
+// Encode time of the ~50K-token agentic prompt, single thread.
+// Usage: bench_tokenizer [tokenizer.json|model.gguf ...] (default: the three test families).
+// Run from the repo root. Prints cold (empty word cache) and warm (median of N) times.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "io/gguf.h"
+#include "tokenizer/tokenizer.h"
+
+namespace {
+double NowMs() {
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  using pg::tokenizer::Tokenizer;
+  std::vector<std::string> paths;
+  for (int i = 1; i < argc; ++i) paths.push_back(argv[i]);
+  if (paths.empty())
+    paths = {"models/SmolLM2-135M-Instruct.Q4_1.gguf", "tests/data/tokenizer/qwen.tokenizer.json",
+             "tests/data/tokenizer/llama3.tokenizer.json"};
+  std::ifstream in("tests/data/tokenizer/agentic_prompt.txt", std::ios::binary);
+  std::stringstream buf;
+  buf << in.rdbuf();
+  const std::string prompt = buf.str();
+  for (const std::string& path : paths) {
+    std::unique_ptr<Tokenizer> tok;
+    const double t_load = NowMs();
+    std::unique_ptr<pg::io::GgufFile> gguf;
+    if (path.size() > 5 && path.substr(path.size() - 5) == ".gguf") {
+      gguf = pg::io::GgufFile::Open(path);
+      tok = Tokenizer::FromGguf(*gguf);
+    } else {
+      tok = Tokenizer::FromHfJson(path);
+    }
+    const double load_ms = NowMs() - t_load;
+    const double t0 = NowMs();
+    size_t n = tok->Encode(prompt, {.add_bos = false}).size();
+    const double cold_ms = NowMs() - t0;
+    std::vector<double> warm;
+    for (int i = 0; i < 20; ++i) {
+      const double t = NowMs();
+      n = tok->Encode(prompt, {.add_bos = false}).size();
+      warm.push_back(NowMs() - t);
+    }
+    std::sort(warm.begin(), warm.end());
+    std::printf("%s: %zu bytes -> %zu tokens | load %.0f ms | encode cold %.2f ms, warm median "
+                "%.2f ms (min %.2f) = %.1f M tokens/s\n",
+                path.c_str(), prompt.size(), n, load_ms, cold_ms, warm[warm.size() / 2], warm[0],
+                n / warm[warm.size() / 2] / 1000.0);
+  }
+  return 0;
+}
