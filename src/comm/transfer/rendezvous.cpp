@@ -280,4 +280,17 @@ std::vector<std::vector<uint8_t>> TcpStore::AllGather(const std::string& prefix,
 
 void TcpStore::Barrier(const std::string& name) { AllGather("barrier/" + name, {}); }
 
+void TcpStore::Finalize() {
+  if (config_.rank != 0) {
+    // No wait for the reply: rank 0 may stop the server as soon as the request is read.
+    const std::string key = "finalize/" + std::to_string(config_.rank);
+    uint8_t op = 'S';
+    bool ok = WriteAll(fd_, &op, 1) && WriteBlob(fd_, key.data(), uint32_t(key.size())) &&
+              WriteBlob(fd_, nullptr, 0);
+    PG_ENSURE(ok, kIo, "rendezvous store: finalize failed (connection lost)");
+    return;
+  }
+  for (int r = 1; r < config_.world_size; ++r) Get("finalize/" + std::to_string(r));
+}
+
 }  // namespace pg::comm

@@ -51,6 +51,9 @@ class TcpStore {
                                               const std::vector<uint8_t>& value);
   // Ranks meet; `name` must be unique per use.
   void Barrier(const std::string& name);
+  // Collective, last call before destruction: rank 0 (whose destructor stops the server)
+  // returns only once every other rank has made its last request.
+  void Finalize();
 
  private:
   struct Server;
