@@ -1,0 +1,171 @@
+// Request validation and response shapes (no HTTP).
+#include "server/protocol.h"
+
+#include <gtest/gtest.h>
+
+namespace pg::server {
+namespace {
+
+json Msgs() { return json::array({{{"role", "user"}, {"content", "hi"}}}); }
+
+int StatusOf(const json& body) {
+  try {
+    ParseChatRequest(body);
+  } catch (const ApiError& e) {
+    return e.status;
+  }
+  return 200;
+}
+
+std::string ParamOf(const json& body) {
+  try {
+    ParseChatRequest(body);
+  } catch (const ApiError& e) {
+    return e.param;
+  }
+  return "";
+}
+
+TEST(ChatRequest, ParsesSamplingFields) {
+  ChatRequest r = ParseChatRequest({{"messages", Msgs()},
+                                    {"model", "m"},
+                                    {"temperature", 0.3},
+                                    {"top_p", 0.9},
+                                    {"top_k", 40},
+                                    {"min_p", 0.05},
+                                    {"seed", 1234},
+                                    {"max_completion_tokens", 77},
+                                    {"presence_penalty", 0.5},
+                                    {"frequency_penalty", -0.5},
+                                    {"repetition_penalty", 1.1},
+                                    {"stop", {"###", "END"}},
+                                    {"logprobs", true},
+                                    {"top_logprobs", 3},
+                                    {"stream", true},
+                                    {"stream_options", {{"include_usage", true}}},
+                                    {"ignore_eos", true},
+                                    {"session_id", "conv-9"}});
+  const auto& s = r.options.sampling;
+  EXPECT_FLOAT_EQ(s.temperature, 0.3f);
+  EXPECT_FLOAT_EQ(s.top_p, 0.9f);
+  EXPECT_EQ(s.top_k, 40);
+  EXPECT_FLOAT_EQ(s.min_p, 0.05f);
+  ASSERT_TRUE(s.seed.has_value());
+  EXPECT_EQ(*s.seed, 1234u);
+  EXPECT_EQ(s.max_tokens, 77);
+  EXPECT_TRUE(r.options.max_tokens_given);
+  EXPECT_FLOAT_EQ(s.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(s.frequency_penalty, -0.5f);
+  EXPECT_FLOAT_EQ(s.repetition_penalty, 1.1f);
+  EXPECT_EQ(r.options.stop, (std::vector<std::string>{"###", "END"}));
+  EXPECT_EQ(s.top_logprobs, 3);
+  EXPECT_TRUE(r.options.stream && r.options.include_usage);
+  EXPECT_TRUE(s.ignore_eos);
+  EXPECT_EQ(r.options.session_id, "conv-9");
+}
+
+TEST(ChatRequest, NormalisesContentPartsAndRoles) {
+  ChatRequest r = ParseChatRequest(
+      {{"messages",
+        {{{"role", "developer"}, {"content", "be brief"}},
+         {{"role", "user"}, {"content", {{{"type", "text"}, {"text", "a"}}, {{"type", "text"}, {"text", "b"}}}}},
+         {{"role", "assistant"}, {"content", nullptr},
+          {"tool_calls", {{{"id", "call_1"}, {"type", "function"},
+                           {"function", {{"name", "f"}, {"arguments", "{\"x\":1}"}}}}}}},
+         {{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", "42"}}}}});
+  ASSERT_EQ(r.messages.size(), 4u);
+  EXPECT_EQ(r.messages[0]["role"], "system");
+  EXPECT_EQ(r.messages[1]["content"], "ab");
+  EXPECT_TRUE(r.messages[2]["content"].is_null());
+  EXPECT_EQ(r.messages[2]["tool_calls"][0]["function"]["arguments"], "{\"x\":1}");
+  EXPECT_EQ(r.messages[3]["tool_call_id"], "call_1");
+  EXPECT_FALSE(r.options.max_tokens_given);
+  EXPECT_EQ(r.options.sampling.top_logprobs, -1);
+}
+
+TEST(ChatRequest, RejectsWrongTypesAndRanges) {
+  const std::vector<std::pair<json, std::string>> bad = {
+      {{{"messages", "hi"}}, "messages"},
+      {{{"messages", json::array()}}, "messages"},
+      {json::object(), "messages"},
+      {{{"messages", Msgs()}, {"temperature", "hot"}}, "temperature"},
+      {{{"messages", Msgs()}, {"temperature", 2.5}}, "temperature"},
+      {{{"messages", Msgs()}, {"top_p", 0}}, "top_p"},
+      {{{"messages", Msgs()}, {"top_p", 1.5}}, "top_p"},
+      {{{"messages", Msgs()}, {"max_tokens", 0}}, "max_tokens"},
+      {{{"messages", Msgs()}, {"max_tokens", -5}}, "max_tokens"},
+      {{{"messages", Msgs()}, {"max_tokens", 3.5}}, "max_tokens"},
+      {{{"messages", Msgs()}, {"max_tokens", "10"}}, "max_tokens"},
+      {{{"messages", Msgs()}, {"n", 2}}, "n"},
+      {{{"messages", Msgs()}, {"stop", 5}}, "stop"},
+      {{{"messages", Msgs()}, {"stop", {"a", 1}}}, "stop"},
+      {{{"messages", Msgs()}, {"stop", {""}}}, "stop"},
+      {{{"messages", Msgs()}, {"presence_penalty", 3}}, "presence_penalty"},
+      {{{"messages", Msgs()}, {"top_logprobs", 3}}, "top_logprobs"},  // without logprobs
+      {{{"messages", Msgs()}, {"logprobs", true}, {"top_logprobs", 21}}, "top_logprobs"},
+      {{{"messages", Msgs()}, {"stream", "yes"}}, "stream"},
+      {{{"messages", Msgs()}, {"stream_options", {{"include_usage", true}}}}, "stream_options"},
+      {{{"messages", {{{"role", "wizard"}, {"content", "x"}}}}}, "messages[0].role"},
+      {{{"messages", {{{"role", "user"}}}}}, "messages[0].content"},
+      {{{"messages", {{{"role", "user"}, {"content", {{{"type", "image_url"}}}}}}}}, "messages[0].content"},
+      {{{"messages", Msgs()}, {"tools", {{{"type", "function"}, {"function", {{"name", "f"}}}}}},
+        {"tool_choice", {{"type", "function"}, {"function", {{"name", "g"}}}}}}, "tool_choice"},
+      {{{"messages", Msgs()}, {"tool_choice", "required"}}, "tool_choice"},
+      {{{"messages", Msgs()}, {"tools", {{{"type", "function"}}}}}, "tools[0].function"},
+      {{{"messages", Msgs()}, {"seed", "abc"}}, "seed"},
+  };
+  for (const auto& [body, param] : bad) {
+    SCOPED_TRACE(body.dump());
+    EXPECT_EQ(StatusOf(body), 400);
+    EXPECT_EQ(ParamOf(body), param);
+  }
+}
+
+TEST(ChatRequest, ToolChoiceForms) {
+  json tools = {{{"type", "function"}, {"function", {{"name", "get_weather"}, {"parameters", {{"type", "object"}}}}}}};
+  EXPECT_EQ(ParseChatRequest({{"messages", Msgs()}, {"tools", tools}}).tool_choice, ToolChoice::kAuto);
+  EXPECT_EQ(ParseChatRequest({{"messages", Msgs()}, {"tools", tools}, {"tool_choice", "none"}}).tool_choice,
+            ToolChoice::kNone);
+  EXPECT_EQ(ParseChatRequest({{"messages", Msgs()}, {"tools", tools}, {"tool_choice", "required"}}).tool_choice,
+            ToolChoice::kRequired);
+  ChatRequest named = ParseChatRequest(
+      {{"messages", Msgs()}, {"tools", tools},
+       {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}}});
+  EXPECT_EQ(named.tool_choice, ToolChoice::kNamed);
+  EXPECT_EQ(named.tool_choice_name, "get_weather");
+}
+
+TEST(CompletionRequest, PromptForms) {
+  EXPECT_EQ(ParseCompletionRequest({{"prompt", "abc"}}, 100).prompt_text, "abc");
+  auto t = ParseCompletionRequest({{"prompt", {5, 7, 99}}}, 100);
+  EXPECT_TRUE(t.prompt_is_tokens);
+  EXPECT_EQ(t.prompt_tokens, (std::vector<int32_t>{5, 7, 99}));
+  auto lp = ParseCompletionRequest({{"prompt", "x"}, {"logprobs", 2}, {"echo", true}}, 100);
+  EXPECT_TRUE(lp.options.logprobs);
+  EXPECT_EQ(lp.options.sampling.top_logprobs, 2);
+  EXPECT_TRUE(lp.options.echo);
+  for (const json& bad : {json{{"prompt", {5, 100}}}, json{{"prompt", {-1}}}, json{{"prompt", 3}},
+                          json::object(), json{{"prompt", {"a", "b"}}}, json{{"prompt", "x"}, {"logprobs", 9}},
+                          json{{"prompt", "x"}, {"best_of", 2}}}) {
+    SCOPED_TRACE(bad.dump());
+    EXPECT_THROW(ParseCompletionRequest(bad, 100), ApiError);
+  }
+}
+
+TEST(Protocol, BodyAndErrorShapes) {
+  EXPECT_THROW(ParseBody("{\"a\": "), ApiError);
+  EXPECT_THROW(ParseBody("[1, 2]"), ApiError);
+  const json e = ErrorBody(ApiError(401, "bad key", "", "invalid_api_key"));
+  EXPECT_EQ(e["error"]["type"], "authentication_error");
+  EXPECT_EQ(e["error"]["message"], "bad key");
+  EXPECT_TRUE(e["error"]["param"].is_null());
+  EXPECT_EQ(e["error"]["code"], "invalid_api_key");
+  const json u = UsageJson(10, 5, 8);
+  EXPECT_EQ(u["total_tokens"], 15);
+  EXPECT_EQ(u["prompt_tokens_details"]["cached_tokens"], 8);
+  EXPECT_STREQ(FinishReasonString(engine::FinishReason::kStop, true), "tool_calls");
+  EXPECT_STREQ(FinishReasonString(engine::FinishReason::kLength, true), "length");
+}
+
+}  // namespace
+}  // namespace pg::server
