@@ -1,6 +1,8 @@
 #include "tokenizer/bpe.h"
 
 #include <algorithm>
+#include <atomic>
+#include <memory>
 #include <queue>
 
 #include "core/status.h"
@@ -13,11 +15,17 @@ namespace {
 constexpr size_t kQuadraticMaxSymbols = 48;
 // Longer words are not cached (they are rare and would crowd the cache).
 constexpr size_t kCacheMaxWordBytes = 96;
+// Models a thread keeps caches for; the least recently created is dropped beyond this.
+constexpr size_t kCachedModelsPerThread = 4;
+
+std::atomic<uint64_t> g_next_serial{1};
 
 }  // namespace
 
 BpeModel::BpeModel(BpeParams params)
-    : ignore_merges_(params.ignore_merges), cache_capacity_(params.cache_capacity) {
+    : ignore_merges_(params.ignore_merges),
+      cache_capacity_(params.cache_capacity),
+      serial_(g_next_serial.fetch_add(1)) {
   token_to_id_.reserve(params.vocab.size());
   for (size_t id = 0; id < params.vocab.size(); ++id) {
     if (!params.vocab[id].empty()) token_to_id_.emplace(params.vocab[id], int32_t(id));
@@ -42,6 +50,15 @@ BpeModel::BpeModel(BpeParams params)
     // A repeated pair keeps its last rank, as HF's merge map (built by insertion) does.
     merge_map_[PairKey(l, r)] = Merge{int32_t(rank), m};
   }
+}
+
+BpeModel::WordCache& BpeModel::ThreadCache() const {
+  thread_local std::vector<std::pair<uint64_t, std::unique_ptr<WordCache>>> caches;
+  for (auto& [serial, cache] : caches)
+    if (serial == serial_) return *cache;
+  if (caches.size() >= kCachedModelsPerThread) caches.erase(caches.begin());
+  caches.emplace_back(serial_, std::make_unique<WordCache>());
+  return *caches.back().second;
 }
 
 int32_t BpeModel::Find(std::string_view bytes) const {
@@ -134,10 +151,10 @@ void BpeModel::EncodeWord(std::string_view word, std::vector<int32_t>* out) cons
     }
   }
   const bool cacheable = word.size() <= kCacheMaxWordBytes && cache_capacity_ > 0;
-  if (cacheable) {
-    std::shared_lock lock(cache_mutex_);
-    auto it = cache_.find(word);
-    if (it != cache_.end()) {
+  WordCache* cache = cacheable ? &ThreadCache() : nullptr;
+  if (cache) {
+    auto it = cache->find(word);
+    if (it != cache->end()) {
       out->insert(out->end(), it->second.begin(), it->second.end());
       return;
     }
@@ -150,10 +167,9 @@ void BpeModel::EncodeWord(std::string_view word, std::vector<int32_t>* out) cons
   }
   MergeSymbols(&symbols);
   out->insert(out->end(), symbols.begin(), symbols.end());
-  if (cacheable) {
-    std::unique_lock lock(cache_mutex_);
-    if (cache_.size() >= cache_capacity_) cache_.clear();
-    cache_.emplace(std::string(word), symbols);
+  if (cache) {
+    if (cache->size() >= cache_capacity_) cache->clear();
+    cache->emplace(std::string(word), symbols);
   }
 }
 

@@ -1,11 +1,10 @@
 // Byte-level BPE model: maps one pre-tokenized piece (raw bytes) to token ids by applying
 // merges in rank order (lowest rank first, leftmost first among equal ranks), as HF
-// tokenizers' BPE model does. Holds a bounded word cache; thread-safe.
+// tokenizers' BPE model does. Thread-safe: the word cache is per thread (no locks on the hot
+// path), keyed by a per-model serial number so a new model never sees an old model's words.
 #pragma once
 
 #include <cstdint>
-#include <mutex>
-#include <shared_mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -24,7 +23,7 @@ struct BpeParams {
   // HF `ignore_merges` (Llama-3): a piece that is itself a vocab entry maps to that id
   // directly, without running the merges.
   bool ignore_merges = false;
-  size_t cache_capacity = 1 << 16;  // words; the cache is cleared when it fills up
+  size_t cache_capacity = 1 << 15;  // words per thread; the cache is cleared when full
 };
 
 struct StringHash {
@@ -58,12 +57,15 @@ class BpeModel {
 
   std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> token_to_id_;
   std::unordered_map<uint64_t, Merge> merge_map_;
-  int32_t byte_ids_[256];
+  using WordCache =
+      std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>>;
+  // This thread's cache for this model (created on first use).
+  WordCache& ThreadCache() const;
+
+  int32_t byte_ids_[256];  // -1 for a byte the vocab lacks (dropped, as HF does without unk)
   bool ignore_merges_;
   size_t cache_capacity_;
-
-  mutable std::shared_mutex cache_mutex_;
-  mutable std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> cache_;
+  uint64_t serial_;  // unique per BpeModel instance in this process
 };
 
 }  // namespace pg::tokenizer

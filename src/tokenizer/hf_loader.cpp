@@ -163,6 +163,14 @@ std::unique_ptr<Tokenizer> Build(const json& j, const std::string& name) {
 
   spec.normalizer = ParseNormalizer(j.value("normalizer", json()), name);
   AddPreTokenizer(j.value("pre_tokenizer", json()), name, &spec.pre_tokenize);
+  // Digits(individual) + ByteLevel(GPT-2 regex), as SmolLM2 has it: one fused pass.
+  if (spec.pre_tokenize.size() == 2 && spec.pre_tokenize[0].regex->pattern() == R"(\p{N})" &&
+      spec.pre_tokenize[1].regex->pattern() == kGpt2Pattern &&
+      spec.pre_tokenize[0].behavior == SplitBehavior::kIsolated &&
+      spec.pre_tokenize[1].behavior == SplitBehavior::kIsolated) {
+    spec.pre_tokenize = {{std::make_shared<const Regex>(kSmolLmFusedPattern),
+                          SplitBehavior::kIsolated}};
+  }
   const json decoder = j.value("decoder", json());
   PG_ENSURE(TypeOf(decoder) == "ByteLevel", kUnsupported,
             "{}: decoder '{}' (supported: ByteLevel)", name, TypeOf(decoder));

@@ -6,31 +6,32 @@
 #include "core/status.h"
 
 namespace pg::tokenizer {
-namespace {
 
 // Per-thread PCRE2 state: match data with one ovector pair (all we read) and a JIT stack
 // large enough for long runs of whitespace under a lookahead.
-struct ThreadMatchState {
+struct RegexMatchState {
   pcre2_match_data* data = nullptr;
   pcre2_match_context* context = nullptr;
   pcre2_jit_stack* jit_stack = nullptr;
 
-  ThreadMatchState() {
+  RegexMatchState() {
     data = pcre2_match_data_create(1, nullptr);
     context = pcre2_match_context_create(nullptr);
     jit_stack = pcre2_jit_stack_create(64 * 1024, 8 * 1024 * 1024, nullptr);
     PG_CHECK(data && context && jit_stack, "pcre2 allocation failed");
     pcre2_jit_stack_assign(context, nullptr, jit_stack);
   }
-  ~ThreadMatchState() {
+  ~RegexMatchState() {
     pcre2_jit_stack_free(jit_stack);
     pcre2_match_context_free(context);
     pcre2_match_data_free(data);
   }
 };
 
-ThreadMatchState& MatchState() {
-  thread_local ThreadMatchState state;
+namespace {
+
+RegexMatchState& MatchState() {
+  thread_local RegexMatchState state;
   return state;
 }
 
@@ -55,7 +56,11 @@ Regex::~Regex() { pcre2_code_free(static_cast<pcre2_code*>(code_)); }
 
 bool Regex::Find(std::string_view subject, size_t start, size_t* match_begin,
                  size_t* match_end) const {
-  ThreadMatchState& st = MatchState();
+  return Find(MatchState(), subject, start, match_begin, match_end);
+}
+
+bool Regex::Find(RegexMatchState& st, std::string_view subject, size_t start,
+                 size_t* match_begin, size_t* match_end) const {
   auto* code = static_cast<pcre2_code*>(code_);
   const auto* s = reinterpret_cast<PCRE2_SPTR>(subject.data());
   const int rc = jit_ ? pcre2_jit_match(code, s, subject.size(), start, 0, st.data, st.context)
@@ -80,6 +85,7 @@ void PreTokenizer::Split(std::string_view text, std::vector<Piece>* pieces,
   pieces->clear();
   if (text.empty()) return;
   pieces->push_back({0, static_cast<uint32_t>(text.size())});
+  RegexMatchState& state = MatchState();
   for (const PreTokenizeStep& step : steps_) {
     scratch->clear();
     for (const Piece& piece : *pieces) {
@@ -87,7 +93,7 @@ void PreTokenizer::Split(std::string_view text, std::vector<Piece>* pieces,
       size_t pos = 0;     // start of the not yet emitted rest of the piece
       size_t search = 0;  // where the next match may start
       size_t mb, me;
-      while (search <= sub.size() && step.regex->Find(sub, search, &mb, &me)) {
+      while (search <= sub.size() && step.regex->Find(state, sub, search, &mb, &me)) {
         if (mb > pos) scratch->push_back({piece.begin + uint32_t(pos), piece.begin + uint32_t(mb)});
         if (me > mb) {
           if (step.behavior == SplitBehavior::kIsolated)
@@ -113,7 +119,7 @@ std::vector<PreTokenizeStep> PreTokenizeStepsForFamily(std::string_view pre) {
   if (pre == "gpt2" || pre == "default") return {step(kGpt2Pattern)};
   // HF SmolLM2 / StarCoder: Digits(individual_digits=true) isolates every \p{N} character,
   // then ByteLevel(use_regex=true) applies the GPT-2 regex to each piece.
-  if (pre == "smollm" || pre == "starcoder") return {step(R"(\p{N})"), step(kGpt2Pattern)};
+  if (pre == "smollm" || pre == "starcoder") return {step(kSmolLmFusedPattern)};
   if (pre == "llama-bpe" || pre == "llama3") return {step(kLlama3Pattern)};
   if (pre == "qwen2") return {step(kQwen2Pattern)};
   Throw(ErrorCode::kUnsupported,

@@ -12,6 +12,8 @@
 
 namespace pg::tokenizer {
 
+struct RegexMatchState;  // per-thread PCRE2 match data + JIT stack (pretokenizer.cpp)
+
 // PCRE2 pattern compiled with UTF + UCP (Unicode \p{..}, \s, \w) and JIT. Immutable after
 // construction; Find() is thread-safe (per-thread match data and JIT stack).
 class Regex {
@@ -25,6 +27,9 @@ class Regex {
   // Next match in subject at or after byte `start`. `subject` must be valid UTF-8 and `start`
   // a character boundary. Returns false when there is none.
   bool Find(std::string_view subject, size_t start, size_t* match_begin, size_t* match_end) const;
+  // Same, with the calling thread's state fetched once by the caller (hot loops).
+  bool Find(RegexMatchState& state, std::string_view subject, size_t start, size_t* match_begin,
+            size_t* match_end) const;
   const std::string& pattern() const { return pattern_; }
 
  private:
@@ -40,6 +45,13 @@ inline constexpr std::string_view kLlama3Pattern =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 inline constexpr std::string_view kQwen2Pattern =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+// Digits(individual_digits) followed by the GPT-2 regex (HF SmolLM2), fused into one pass:
+// a digit is always its own piece, and since the digit split ends a piece, `\s+(?!\S)` may
+// take whitespace up to a digit (lookahead fails only on a non-space non-digit).
+// tests/unit/tokenizer checks it piece for piece against the two-step split.
+inline constexpr std::string_view kSmolLmFusedPattern =
+    R"(\p{N}|'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?[^\s\p{L}\p{N}]+|\s+(?![^\s\p{N}])|\s+)";
 
 // How a regex split treats its matches (HF SplitDelimiterBehavior). The byte-level families
 // only use kIsolated: every match and every gap between matches becomes its own piece.

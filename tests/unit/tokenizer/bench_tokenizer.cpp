@@ -1,9 +1,10 @@
 // Encode time of the ~50K-token agentic prompt, single thread.
-// Usage: bench_tokenizer [tokenizer.json|model.gguf ...] (default: the three test families).
+// Usage: bench_tokenizer [--iters N] [tokenizer.json|model.gguf ...] (default: the three test families).
 // Run from the repo root. Prints cold (empty word cache) and warm (median of N) times.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -23,7 +24,14 @@ double NowMs() {
 int main(int argc, char** argv) {
   using pg::tokenizer::Tokenizer;
   std::vector<std::string> paths;
-  for (int i = 1; i < argc; ++i) paths.push_back(argv[i]);
+  int iters = 20;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--iters" && i + 1 < argc) {
+      iters = std::max(1, std::atoi(argv[++i]));
+    } else {
+      paths.push_back(argv[i]);
+    }
+  }
   if (paths.empty())
     paths = {"models/SmolLM2-135M-Instruct.Q4_1.gguf", "tests/data/tokenizer/qwen.tokenizer.json",
              "tests/data/tokenizer/llama3.tokenizer.json"};
@@ -46,7 +54,7 @@ int main(int argc, char** argv) {
     size_t n = tok->Encode(prompt, {.add_bos = false}).size();
     const double cold_ms = NowMs() - t0;
     std::vector<double> warm;
-    for (int i = 0; i < 20; ++i) {
+    for (int i = 0; i < iters; ++i) {
       const double t = NowMs();
       n = tok->Encode(prompt, {.add_bos = false}).size();
       warm.push_back(NowMs() - t);
