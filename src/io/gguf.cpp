@@ -94,7 +94,6 @@ class Reader {
 
   // A GGUF string: u64 length + bytes (not NUL-terminated), validated as UTF-8.
   std::string ReadString(std::string_view what) {
-    size_t at = pos_;
     uint64_t len = Read<uint64_t>(what);
     Need(len, what);
     std::string_view s(reinterpret_cast<const char*>(data_ + pos_), size_t(len));
@@ -102,7 +101,6 @@ class Reader {
     if (bad != std::string_view::npos)
       Fail(ErrorCode::kMalformed, fmt::format("{} is not valid UTF-8", what), pos_ + bad);
     pos_ += size_t(len);
-    (void)at;
     return std::string(s);
   }
 
@@ -267,6 +265,7 @@ void GgufFile::Parse(const uint8_t* data, size_t size) {
   uint64_t num_tensors = r.ReadCount("tensor count", 24);
   uint64_t num_kv = r.ReadCount("metadata key/value count", 13);
 
+  size_t alignment_kv_pos = 0;  // byte offset of general.alignment, for its error message
   for (uint64_t i = 0; i < num_kv; ++i) {
     size_t at = r.pos();
     std::string key = r.ReadString(fmt::format("metadata key #{}", i));
@@ -275,6 +274,7 @@ void GgufFile::Parse(const uint8_t* data, size_t size) {
     GgufValue value = r.ReadValue(type, fmt::format("metadata '{}'", key), 0);
     if (metadata_.count(key))
       r.Fail(ErrorCode::kMalformed, fmt::format("duplicate metadata key '{}'", key), at);
+    if (key == "general.alignment") alignment_kv_pos = at;
     metadata_.emplace(std::move(key), std::move(value));
   }
 
@@ -283,10 +283,12 @@ void GgufFile::Parse(const uint8_t* data, size_t size) {
     if (std::holds_alternative<uint64_t>(a->v) || std::holds_alternative<int64_t>(a->v))
       align = a->AsInt();
     if (align <= 0 || uint64_t(align) > kMaxAlignment || (align & (align - 1)) != 0)
-      Throw(ErrorCode::kMalformed,
-            "{}: general.alignment must be a power of two integer in [1, 2^30] (got {})", path_,
-            std::holds_alternative<double>(a->v) ? std::to_string(a->AsFloat())
-                                                  : std::to_string(align));
+      r.Fail(ErrorCode::kMalformed,
+             fmt::format("general.alignment must be a power of two integer in [1, 2^30] (got {})",
+                         std::holds_alternative<double>(a->v) ? std::to_string(a->AsFloat())
+                         : align < 0                          ? std::string("a non-integer")
+                                                              : std::to_string(align)),
+             alignment_kv_pos);
     alignment_ = uint64_t(align);
   }
 

@@ -177,8 +177,12 @@ TEST(GgufMalformedTest, Duplicates) {
 TEST(GgufMalformedTest, Alignment) {
   for (uint32_t a : {0u, 48u, 3u}) {
     GgufBuilder b;
+    b.AddU32("general.name_first", 1);
     b.AddU32("general.alignment", a);
-    ExpectContains(Parse(b.Build().bytes, ErrorCode::kMalformed), "power of two");
+    BuiltGguf g = b.Build();
+    std::string msg = Parse(g.bytes, ErrorCode::kMalformed);
+    ExpectContains(msg, "power of two");
+    ExpectContains(msg, "at byte " + std::to_string(g.kv_pos[1]));
   }
   GgufBuilder s;
   s.AddString("general.alignment", "32");
