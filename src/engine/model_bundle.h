@@ -1,0 +1,38 @@
+// Everything that comes with a model: the network, its tokenizer, its chat template and
+// generation defaults, loaded from one --model argument (a GGUF file, an HF folder, or
+// "embedded"). For --load-format dummy there may be no tokenizer (token-id-only use).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "models/model.h"
+#include "tokenizer/jinja/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace pg::engine {
+
+struct BundleOptions {
+  std::string model = "embedded";
+  models::LoadFormat format = models::LoadFormat::kAuto;
+  DType dummy_dtype = DType::kBF16;
+  bool progress_bar = true;  // on stderr while weights are paged in
+};
+
+struct ModelBundle {
+  std::string path;
+  std::unique_ptr<models::Model> model;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer;   // may be null (dummy weights)
+  std::unique_ptr<jinja::ChatTemplate> chat_template; // may be null (no template)
+  std::string chat_template_source;
+  std::vector<int32_t> eos_ids;  // model + tokenizer + generation_config, deduplicated
+
+  const std::string& name() const { return model->config().name; }
+};
+
+// Throws pg::Error with a clear message for a missing or unsupported model.
+ModelBundle LoadBundle(const BundleOptions& options);
+
+}  // namespace pg::engine
