@@ -1,0 +1,201 @@
+#!/usr/bin/env python3
+"""End-to-end tests of `peregrine serve` on the embedded model with the real openai client.
+
+Every check asserts real behaviour; greedy decoding (temperature 0) makes streamed and
+non-streamed outputs comparable token for token. Run: see tests/e2e/CMakeLists.txt.
+"""
+import argparse
+import concurrent.futures as cf
+import http.client
+import json
+import socket
+import sys
+import time
+
+import openai  # installed by scripts/lib/setup.sh; a missing client is a failure, not a skip
+
+from server_proc import ServerProcess
+
+API_KEY = "e2e-key"
+FAILURES = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        FAILURES.append(what)
+
+
+def raw(srv, method, path, body=b"", headers=None):
+    conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=60)
+    h = {"Content-Type": "application/json", "Authorization": f"Bearer {API_KEY}"}
+    h.update(headers or {})
+    conn.request(method, path, body=body, headers=h)
+    r = conn.getresponse()
+    data = r.read()
+    conn.close()
+    return r.status, data
+
+
+def is_error(status, data, want_status):
+    try:
+        j = json.loads(data)
+    except ValueError:
+        return False
+    return status == want_status and isinstance(j.get("error", {}).get("message"), str)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--model", required=True)
+    a = ap.parse_args()
+    srv = ServerProcess(a.bin, a.model, ["--api-key", API_KEY, "--served-model-name", "smol"])
+    client = openai.OpenAI(base_url=srv.base + "/v1", api_key=API_KEY, max_retries=0)
+    msgs = [{"role": "user", "content": "Name three colours."}]
+    try:
+        # ---- chat, non-streamed and streamed, same greedy output ------------------------
+        r = client.chat.completions.create(model="smol", messages=msgs, max_tokens=24, temperature=0)
+        text = r.choices[0].message.content
+        check(r.object == "chat.completion" and r.id.startswith("chatcmpl-"), "chat.completion shape")
+        check(isinstance(text, str) and len(text) > 0, f"chat content non-empty: {text!r}")
+        check(r.choices[0].finish_reason in ("stop", "length"), "finish_reason stop/length")
+        check(r.usage.prompt_tokens > 0 and r.usage.completion_tokens > 0 and
+              r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens, "usage sums")
+        check(r.usage.prompt_tokens_details is not None and
+              r.usage.prompt_tokens_details.cached_tokens is not None, "usage has cached_tokens")
+        stream = client.chat.completions.create(model="smol", messages=msgs, max_tokens=24, temperature=0,
+                                                stream=True, stream_options={"include_usage": True})
+        parts, finish, usage = [], None, None
+        for chunk in stream:
+            if chunk.usage:
+                usage = chunk.usage
+            for c in chunk.choices:
+                if c.delta.content:
+                    parts.append(c.delta.content)
+                if c.finish_reason:
+                    finish = c.finish_reason
+        check("".join(parts) == text, "streamed content == non-streamed content (greedy)")
+        check(finish == r.choices[0].finish_reason, "streamed finish_reason matches")
+        check(usage is not None and usage.completion_tokens == r.usage.completion_tokens, "include_usage chunk")
+
+        # ---- length and stop -------------------------------------------------------------
+        r = client.chat.completions.create(model="smol", messages=msgs, max_tokens=3, temperature=0)
+        check(r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 3, "length finish at 3")
+        long = client.chat.completions.create(model="smol", messages=msgs, max_tokens=40, temperature=0)
+        full = long.choices[0].message.content
+        if len(full) > 6:
+            stop = full[4:7]
+            r = client.chat.completions.create(model="smol", messages=msgs, max_tokens=40, temperature=0, stop=[stop])
+            check(r.choices[0].message.content == full[:full.find(stop)] and r.choices[0].finish_reason == "stop",
+                  f"stop string {stop!r} truncates")
+        else:
+            check(False, f"model output long enough for a stop test: {full!r}")
+
+        # ---- completions -------------------------------------------------------------------
+        c = client.completions.create(model="smol", prompt="The capital of France is", max_tokens=8, temperature=0)
+        check(c.object == "text_completion" and len(c.choices[0].text) > 0, "text_completion")
+        sc = "".join(ch.choices[0].text for ch in client.completions.create(
+            model="smol", prompt="The capital of France is", max_tokens=8, temperature=0, stream=True) if ch.choices)
+        check(sc == c.choices[0].text, "streamed completion == non-streamed")
+
+        # ---- cached tokens on a second turn ------------------------------------------------
+        sys_msg = {"role": "system", "content": "You are a helpful assistant. " * 20}
+        t1 = [sys_msg, {"role": "user", "content": "Say hello."}]
+        r1 = client.chat.completions.create(model="smol", messages=t1, max_tokens=16, temperature=0)
+        t2 = t1 + [{"role": "assistant", "content": r1.choices[0].message.content},
+                   {"role": "user", "content": "Again."}]
+        r2 = client.chat.completions.create(model="smol", messages=t2, max_tokens=8, temperature=0)
+        cached = r2.usage.prompt_tokens_details.cached_tokens
+        check(cached >= r1.usage.prompt_tokens // 2, f"second turn cached_tokens {cached} of {r2.usage.prompt_tokens}")
+
+        # ---- tool call round trip (named tool_choice forces the call) ----------------------
+        tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
+                                                    "parameters": {"type": "object",
+                                                                   "properties": {"city": {"type": "string"}}}}}]
+        tq = [{"role": "user", "content": "What is the weather in Paris?"}]
+        r = client.chat.completions.create(model="smol", messages=tq, tools=tools, max_tokens=40, temperature=0,
+                                           tool_choice={"type": "function", "function": {"name": "get_weather"}})
+        calls = r.choices[0].message.tool_calls or []
+        check(len(calls) >= 1 and calls[0].function.name == "get_weather", "forced tool call returned")
+        if calls:
+            follow = tq + [{"role": "assistant", "content": None, "tool_calls": [calls[0].model_dump()]},
+                           {"role": "tool", "tool_call_id": calls[0].id, "content": "{\"temp_c\": 21}"}]
+            r = client.chat.completions.create(model="smol", messages=follow, tools=tools, max_tokens=16, temperature=0)
+            check(r.choices[0].message.content is not None, "tool result message accepted, answer produced")
+
+        # ---- 32+ concurrent streams, each equal to its greedy non-streamed answer ----------
+        prompts = [f"Count from {i} to {i + 5}." for i in range(36)]
+        want = {}
+        for p in prompts[:6]:
+            want[p] = client.chat.completions.create(model="smol", messages=[{"role": "user", "content": p}],
+                                                     max_tokens=20, temperature=0).choices[0].message.content
+
+        def run(p):
+            s = client.chat.completions.create(model="smol", messages=[{"role": "user", "content": p}],
+                                               max_tokens=20, temperature=0, stream=True)
+            return p, "".join(ch.choices[0].delta.content or "" for ch in s if ch.choices)
+
+        with cf.ThreadPoolExecutor(36) as ex:
+            got = list(ex.map(run, prompts))
+        check(all(len(t) > 0 for _, t in got), "36 concurrent streams all produced text")
+        check(all(t == want[p] for p, t in got if p in want), "concurrent streams equal their sequential answers")
+
+        # ---- abort on disconnect: KV pages return to baseline ------------------------------
+        base = srv.metrics().get('peregrine_kv_pages{state="free"}')
+        s = socket.create_connection(("127.0.0.1", srv.port))
+        body = json.dumps({"model": "smol", "messages": msgs, "max_tokens": 2000, "ignore_eos": True, "stream": True})
+        s.sendall((f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                   f"Authorization: Bearer {API_KEY}\r\nContent-Length: {len(body)}\r\n\r\n{body}").encode())
+        s.recv(1024)
+        s.close()
+        ok = False
+        for _ in range(100):
+            m = srv.metrics()
+            if m.get("peregrine_client_disconnect_aborts_total", 0) >= 1 and m.get('peregrine_kv_pages{state="free"}') == base:
+                ok = True
+                break
+            time.sleep(0.1)
+        check(ok, "disconnect aborts the request and KV pages return to baseline")
+
+        # ---- errors --------------------------------------------------------------------------
+        bad = openai.OpenAI(base_url=srv.base + "/v1", api_key="wrong", max_retries=0)
+        try:
+            bad.models.list()
+            check(False, "401 for a wrong key")
+        except openai.AuthenticationError:
+            check(True, "401 for a wrong key")
+        for body, name in [(b"{not json", "malformed JSON"),
+                           (json.dumps({"model": "smol", "messages": msgs, "max_tokens": "x"}).encode(), "wrong type"),
+                           (json.dumps({"model": "smol", "messages": msgs, "temperature": 5}).encode(), "out of range"),
+                           (json.dumps({"model": "nope", "messages": msgs}).encode(), "unknown model"),
+                           (json.dumps({"model": "smol", "messages": msgs, "n": 2}).encode(), "n > 1"),
+                           (json.dumps({"model": "smol", "messages": [{"role": "user", "content": "word " * 20000}]}).encode(),
+                            "prompt longer than the context")]:
+            st, data = raw(srv, "POST", "/v1/chat/completions", body)
+            check(is_error(st, data, 400), f"400 for {name}")
+        st, data = raw(srv, "GET", "/v1/nowhere")
+        check(is_error(st, data, 404), "404 for an unknown path")
+        # Oversized body: the limit is checked against Content-Length, before the body is read.
+        s = socket.create_connection(("127.0.0.1", srv.port))
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 1073741824\r\n\r\n{")
+        reply = s.recv(4096).decode(errors="replace")
+        s.close()
+        check(reply.startswith("HTTP/1.1 413"), "413 for an oversized body")
+        try:
+            client.chat.completions.create(model="smol", messages=msgs, max_tokens=-1)
+            check(False, "openai client sees BadRequestError")
+        except openai.BadRequestError:
+            check(True, "openai client sees BadRequestError")
+        models = client.models.list()
+        check([m.id for m in models.data] == ["smol"], "/v1/models lists the served name")
+    finally:
+        code = srv.stop()
+    check(code == 0, f"SIGTERM drains and exits 0 (got {code})")
+    print(f"{len(FAILURES)} failures")
+    return 1 if FAILURES else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
