@@ -36,7 +36,9 @@ BpeModel::BpeModel(BpeParams params)
     // as HF's BPE does when there is no unk_token.
     byte_ids_[b] = Find(std::string_view(&c, 1));
   }
-  merge_map_.reserve(params.merges.size());
+  size_t table_size = 16;
+  while (table_size < params.merges.size() * 2) table_size *= 2;
+  merge_table_.assign(table_size, MergeSlot{});
   std::string joined;
   for (size_t rank = 0; rank < params.merges.size(); ++rank) {
     const auto& [left, right] = params.merges[rank];
@@ -48,7 +50,7 @@ BpeModel::BpeModel(BpeParams params)
               "BPE merge #{} ('{}' + '{}') uses a token that is not in the vocab", rank, left,
               right);
     // A repeated pair keeps its last rank, as HF's merge map (built by insertion) does.
-    merge_map_[PairKey(l, r)] = Merge{int32_t(rank), m};
+    InsertMerge(PairKey(l, r), Merge{int32_t(rank), m});
   }
 }
 
@@ -66,32 +68,74 @@ int32_t BpeModel::Find(std::string_view bytes) const {
   return it == token_to_id_.end() ? -1 : it->second;
 }
 
+namespace {
+inline size_t HashPair(uint64_t key) { return size_t((key * 0x9E3779B97F4A7C15ull) >> 20); }
+}  // namespace
+
+void BpeModel::InsertMerge(uint64_t key, Merge m) {
+  const size_t mask = merge_table_.size() - 1;
+  for (size_t i = HashPair(key) & mask;; i = (i + 1) & mask) {
+    MergeSlot& slot = merge_table_[i];
+    if (slot.key == kEmptyKey) {
+      slot.key = key;
+      slot.merge = m;
+      ++num_merges_;
+      return;
+    }
+    if (slot.key == key) {
+      slot.merge = m;
+      return;
+    }
+  }
+}
+
 bool BpeModel::FindMerge(int32_t left, int32_t right, Merge* m) const {
-  auto it = merge_map_.find(PairKey(left, right));
-  if (it == merge_map_.end()) return false;
-  *m = it->second;
-  return true;
+  const uint64_t key = PairKey(left, right);
+  const size_t mask = merge_table_.size() - 1;
+  for (size_t i = HashPair(key) & mask;; i = (i + 1) & mask) {
+    const MergeSlot& slot = merge_table_[i];
+    if (slot.key == key) {
+      *m = slot.merge;
+      return true;
+    }
+    if (slot.key == kEmptyKey) return false;
+  }
 }
 
 void BpeModel::MergeSymbols(std::vector<int32_t>* symbols) const {
   std::vector<int32_t>& s = *symbols;
   if (s.empty()) return;
   if (s.size() <= kQuadraticMaxSymbols) {
-    while (s.size() > 1) {
-      int32_t best_rank = INT32_MAX, best_id = -1;
-      size_t best_pos = 0;
+    // ranks[i] / merged[i]: the merge of (s[i], s[i+1]); INT32_MAX when they never merge.
+    // Only the two pairs touching a merge are looked up again.
+    int32_t ranks[kQuadraticMaxSymbols], merged[kQuadraticMaxSymbols];
+    size_t n = s.size();
+    auto look = [&](size_t i) {
       Merge m;
-      for (size_t i = 0; i + 1 < s.size(); ++i) {
-        if (FindMerge(s[i], s[i + 1], &m) && m.rank < best_rank) {
-          best_rank = m.rank;
-          best_id = m.merged_id;
-          best_pos = i;
-        }
+      if (FindMerge(s[i], s[i + 1], &m)) {
+        ranks[i] = m.rank;
+        merged[i] = m.merged_id;
+      } else {
+        ranks[i] = INT32_MAX;
       }
-      if (best_id < 0) break;
-      s[best_pos] = best_id;
-      s.erase(s.begin() + best_pos + 1);
+    };
+    for (size_t i = 0; i + 1 < n; ++i) look(i);
+    while (n > 1) {
+      size_t best = 0;
+      for (size_t i = 1; i + 1 < n; ++i)
+        if (ranks[i] < ranks[best]) best = i;  // strict: leftmost among equal ranks
+      if (ranks[best] == INT32_MAX) break;
+      s[best] = merged[best];
+      for (size_t i = best + 1; i + 1 < n; ++i) {
+        s[i] = s[i + 1];
+        ranks[i] = ranks[i + 1];
+        merged[i] = merged[i + 1];
+      }
+      --n;
+      if (best > 0) look(best - 1);
+      if (best + 1 < n) look(best);
     }
+    s.resize(n);
     return;
   }
 

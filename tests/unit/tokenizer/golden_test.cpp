@@ -58,8 +58,9 @@ TEST_P(HfFamily, RawIdDecodeMatchesHf) {
   for (const auto& c : g["raw_decode"]) {
     const auto ids = c["ids"].get<std::vector<int32_t>>();
     EXPECT_EQ(tok.Decode(ids), c["decoded"].get<std::string>()) << nlohmann::json(ids).dump();
-    if (c.contains("decoded_skip_special"))
+    if (c.contains("decoded_skip_special")) {
       EXPECT_EQ(tok.Decode(ids, true), c["decoded_skip_special"].get<std::string>());
+    }
   }
 }
 

@@ -16,7 +16,9 @@ std::string StreamAll(const Tokenizer& tok, const std::vector<int32_t>& ids, boo
   std::string all;
   for (int32_t id : ids) {
     const std::string part = dec.Push(id);
-    if (check_each) EXPECT_TRUE(IsValidUtf8(part)) << "partial UTF-8 emitted for id " << id;
+    if (check_each) {
+      EXPECT_TRUE(IsValidUtf8(part)) << "partial UTF-8 emitted for id " << id;
+    }
     all += part;
   }
   all += dec.Flush();
