@@ -187,19 +187,27 @@ void BpeModel::EncodeWord(std::string_view word, std::vector<int32_t>* out) cons
     if (id >= 0) out->push_back(id);
     return;
   }
-  if (ignore_merges_) {
-    const int32_t id = Find(word);
-    if (id >= 0) {
-      out->push_back(id);
-      return;
-    }
-  }
+  // The small per-thread cache is checked first: it stays in L1/L2, the vocab map does not.
   const bool cacheable = word.size() <= kCacheMaxWordBytes && cache_capacity_ > 0;
   WordCache* cache = cacheable ? &ThreadCache() : nullptr;
   if (cache) {
     auto it = cache->find(word);
     if (it != cache->end()) {
       out->insert(out->end(), it->second.begin(), it->second.end());
+      return;
+    }
+  }
+  auto remember = [&](const int32_t* ids, size_t n) {
+    out->insert(out->end(), ids, ids + n);
+    if (cache) {
+      if (cache->size() >= cache_capacity_) cache->clear();
+      cache->emplace(std::string(word), std::vector<int32_t>(ids, ids + n));
+    }
+  };
+  if (ignore_merges_) {
+    const int32_t id = Find(word);
+    if (id >= 0) {
+      remember(&id, 1);
       return;
     }
   }
@@ -210,11 +218,7 @@ void BpeModel::EncodeWord(std::string_view word, std::vector<int32_t>* out) cons
     if (id >= 0) symbols.push_back(id);
   }
   MergeSymbols(&symbols);
-  out->insert(out->end(), symbols.begin(), symbols.end());
-  if (cache) {
-    if (cache->size() >= cache_capacity_) cache->clear();
-    cache->emplace(std::string(word), symbols);
-  }
+  remember(symbols.data(), symbols.size());
 }
 
 }  // namespace pg::tokenizer
