@@ -35,6 +35,9 @@ nlohmann::json ParseJsonStrict(std::string_view text, const std::string& name) {
   } catch (const json::parse_error& e) {
     // e.what() carries line/column and the lexer's reason.
     Throw(ErrorCode::kMalformed, "{}: invalid JSON at byte {}: {}", name, e.byte, e.what());
+  } catch (const json::exception& e) {
+    // Not only parse_error: a number too large for a double throws out_of_range (406).
+    Throw(ErrorCode::kMalformed, "{}: invalid JSON: {}", name, e.what());
   }
   if (!duplicate.empty())
     Throw(ErrorCode::kMalformed, "{}: duplicate JSON key '{}'", name, duplicate);

@@ -150,6 +150,10 @@ TEST(HfConfigTest, ModelDirectory) {
   std::ofstream(dir.File("generation_config.json")) << R"({"eos_token_id": 2, "eos_token_id": 3})";
   ExpectContains(ExpectError([&] { LoadHfModelConfigs(dir.path().string()); },
                              ErrorCode::kMalformed), "duplicate JSON key 'eos_token_id'");
+  // A number beyond double range (found by fuzz_hf_config): pg::Error, not a json exception.
+  std::ofstream(dir.File("generation_config.json")) << R"({"bos_token_id": 133.3E886})";
+  ExpectContains(ExpectError([&] { LoadHfModelConfigs(dir.path().string()); },
+                             ErrorCode::kMalformed), "generation_config.json");
   std::ofstream(dir.File("config.json")) << "";
   ExpectError([&] { LoadHfModelConfigs(dir.path().string()); }, ErrorCode::kMalformed);
 }

@@ -128,6 +128,8 @@ TEST(SafetensorsMalformedTest, HeaderJson) {
   std::vector<uint8_t> d4(4, 1);
   ExpectContains(Parse(Image("{not json", d4), ErrorCode::kMalformed), "invalid JSON");
   ExpectContains(Parse(Image("[1,2]", d4), ErrorCode::kMalformed), "expected an object");
+  ExpectContains(Parse(Image(R"({"a":{"dtype":"F32","shape":[1e999],"data_offsets":[0,4]}})", d4),
+                       ErrorCode::kMalformed), "invalid JSON");  // number beyond double range
   ExpectContains(Parse(Image("{\"\xff\":{}}", d4), ErrorCode::kMalformed), "invalid JSON");
   ExpectContains(
       Parse(Image(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
