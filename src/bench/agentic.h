@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -73,5 +74,8 @@ std::string ResultToJson(const AgenticConfig& config, const AgenticResult& resul
 // override. Its callback runs RunAgentic (errors propagate as pg::Error to the caller's
 // handler). Returns the subcommand.
 CLI::App* AddAgenticCommand(CLI::App& parent);
+// The same, with the action taken on the resolved config replaced (tests, dry runs).
+CLI::App* AddAgenticCommand(CLI::App& parent,
+                            std::function<void(const AgenticConfig&)> run);
 
 }  // namespace pg::bench

@@ -50,6 +50,10 @@ AgenticConfig Resolve(const CliState& st) {
 }  // namespace
 
 CLI::App* AddAgenticCommand(CLI::App& parent) {
+  return AddAgenticCommand(parent, [](const AgenticConfig& config) { RunAgentic(config); });
+}
+
+CLI::App* AddAgenticCommand(CLI::App& parent, std::function<void(const AgenticConfig&)> run) {
   auto st = std::make_shared<CliState>();
   CLI::App* app = parent.add_subcommand(
       "agentic", "Multi-turn agentic replay (evalscope SWE-smith semantics) against an "
@@ -93,7 +97,7 @@ CLI::App* AddAgenticCommand(CLI::App& parent) {
   app->add_flag("--no-progress", st->no_progress, "No progress bar");
   app->add_option("--preset", st->preset, "Workload preset: k3 or cpu")
       ->check(CLI::IsMember({"k3", "cpu"}));
-  app->callback([st]() { RunAgentic(Resolve(*st)); });
+  app->callback([st, run = std::move(run)]() { run(Resolve(*st)); });
   return app;
 }
 
