@@ -16,6 +16,10 @@
 
 #include "core/tensor.h"
 
+namespace pg::cuda {
+struct DeviceBatchView;  // kernels/cuda/common/device_params.h
+}  // namespace pg::cuda
+
 namespace pg::ops {
 
 // ---- embedding -------------------------------------------------------------------------
@@ -114,6 +118,10 @@ struct AttentionBatch {
   std::span<const int32_t> kv_len;      // [num_seqs]
   std::span<const int32_t> page_start;  // [num_seqs] offsets into page_table
   std::span<const int32_t> page_table;  // flattened page indices
+  // Optional (CUDA backends): this same batch already on the device, uploaded once per batch
+  // by pg::cuda::DeviceBatchPlan (kernels/cuda/batch_plan.h) and read by every layer (and by
+  // CUDA graphs). Null: a CUDA kernel uploads the spans itself (tests; not graph-capturable).
+  const cuda::DeviceBatchView* device = nullptr;
   int num_tokens() const;               // sum of q_len
 };
 

@@ -42,7 +42,9 @@ void Need(bool cond, std::string_view op, const std::string& what) {
 void NeedF32Rows(std::string_view op, const char* name, const TensorView& t, int ndim) {
   Need(t.data != nullptr || t.numel() == 0, op, fmt::format("{} is null", name));
   Need(t.ndim == ndim, op, fmt::format("{} must be {}-D, got {}", name, ndim, t.ShapeString()));
-  Need(t.dtype == DType::kF32, op, fmt::format("{} must be f32, got {}", name, t.ShapeString()));
+  // Activations: f32 on the CPU, bf16 on CUDA (ops.h).
+  Need(t.dtype == DType::kF32 || (t.dtype == DType::kBF16 && t.device == Device::kCuda), op,
+       fmt::format("{} must be f32 (bf16 on cuda), got {}", name, t.ShapeString()));
   Need(RowsPacked(t), op, fmt::format("{} {} must have packed rows", name, t.ShapeString()));
 }
 
@@ -214,8 +216,9 @@ void Validate(const SwiGluParams& p) {
 void Validate(const AddParams& p) {
   constexpr std::string_view op = "Add";
   for (const TensorView* t : {&p.a, &p.b, &p.out})
-    Need(t->dtype == DType::kF32 && t->is_contiguous() && (t->data || t->numel() == 0), op,
-         fmt::format("operands must be contiguous f32, got {}", t->ShapeString()));
+    Need((t->dtype == DType::kF32 || (t->dtype == DType::kBF16 && t->device == Device::kCuda)) &&
+             t->is_contiguous() && (t->data || t->numel() == 0),
+         op, fmt::format("operands must be contiguous f32 (bf16 on cuda), got {}", t->ShapeString()));
   Need(SameShape(p.a, p.b) && SameShape(p.a, p.out), op,
        fmt::format("a {}, b {}, out {} must have one shape", p.a.ShapeString(),
                    p.b.ShapeString(), p.out.ShapeString()));

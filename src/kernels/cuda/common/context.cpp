@@ -1,0 +1,91 @@
+#include "kernels/cuda/common/context.h"
+
+#include <array>
+
+#include "kernels/cuda/common/cuda_check.h"
+
+namespace pg::cuda {
+
+namespace detail {
+void ThrowCuda(cudaError_t err, const char* expr, const char* file, int line) {
+  const ErrorCode code =
+      err == cudaErrorMemoryAllocation ? ErrorCode::kResourceExhausted : ErrorCode::kInternal;
+  cudaGetLastError();  // clear a sticky launch error so later calls report their own
+  Throw(code, "CUDA error {} ({}) in {} at {}:{}", cudaGetErrorName(err), cudaGetErrorString(err),
+        expr, file, line);
+}
+void ThrowCublas(cublasStatus_t st, const char* expr, const char* file, int line) {
+  Throw(st == CUBLAS_STATUS_ALLOC_FAILED ? ErrorCode::kResourceExhausted : ErrorCode::kInternal,
+        "cuBLASLt error {} ({}) in {} at {}:{}", int(st), cublasLtGetStatusName(st), expr, file,
+        line);
+}
+}  // namespace detail
+
+namespace {
+
+struct ThreadState {
+  cudaStream_t stream = nullptr;
+  std::array<void*, size_t(ScratchSlot::kCount)> scratch{};
+  std::array<size_t, size_t(ScratchSlot::kCount)> scratch_bytes{};
+  ~ThreadState() {
+    for (void* p : scratch)
+      if (p) cudaFree(p);  // errors ignored: the context may already be gone at exit
+  }
+};
+
+ThreadState& State() {
+  thread_local ThreadState state;
+  return state;
+}
+
+}  // namespace
+
+cudaStream_t CurrentStream() { return State().stream; }
+
+StreamScope::StreamScope(cudaStream_t s) : prev_(State().stream) { State().stream = s; }
+StreamScope::~StreamScope() { State().stream = prev_; }
+
+bool IsCapturing(cudaStream_t s) {
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  PG_CUDA_CHECK(cudaStreamIsCapturing(s, &st));
+  return st != cudaStreamCaptureStatusNone;
+}
+
+void* Scratch(ScratchSlot slot, size_t bytes) {
+  ThreadState& t = State();
+  const size_t i = size_t(slot);
+  if (t.scratch_bytes[i] >= bytes && t.scratch[i]) return t.scratch[i];
+  PG_ENSURE(!IsCapturing(t.stream), kInternal,
+            "CUDA scratch must grow to {} bytes during graph capture: warm this shape up first",
+            bytes);
+  // Earlier launches on this stream may still read the old buffer.
+  PG_CUDA_CHECK(cudaStreamSynchronize(t.stream));
+  if (t.scratch[i]) PG_CUDA_CHECK(cudaFree(t.scratch[i]));
+  t.scratch[i] = nullptr;
+  t.scratch_bytes[i] = 0;
+  const size_t grown = bytes < 4096 ? 4096 : bytes + bytes / 4;
+  PG_CUDA_CHECK(cudaMalloc(&t.scratch[i], grown));
+  t.scratch_bytes[i] = grown;
+  return t.scratch[i];
+}
+
+int MultiprocessorCount() {
+  thread_local int count = [] {
+    int dev = 0, n = 0;
+    PG_CUDA_CHECK(cudaGetDevice(&dev));
+    PG_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    return n;
+  }();
+  return count;
+}
+
+int DeviceCount() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+}  // namespace pg::cuda

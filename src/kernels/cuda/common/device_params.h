@@ -1,0 +1,139 @@
+// Plain parameter structs of the CUDA kernels (DESIGN.md example 3: device code takes raw
+// pointers and one params struct; no framework types). Shared by the .cu device code and the
+// host launchers (cuda_register.cpp), which validate and fill them.
+//
+// Units: every *_stride is in ELEMENTS between consecutive rows (dim 0); the inner dims are
+// packed. Activations are bf16; accumulation is f32.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace pg::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// ---- elementwise ---------------------------------------------------------------------------
+struct AddArgs {  // out = a + b, n elements, all contiguous
+  const bf16* a;
+  const bf16* b;
+  bf16* out;
+  int64_t n;
+};
+
+struct SwiGluArgs {  // out[r, i] = silu(gate[r, i]) * up[r, i]; up may point into gate's row
+  const bf16* gate;
+  const bf16* up;
+  bf16* out;
+  int64_t gate_stride, up_stride, out_stride;
+  int64_t rows, inter;
+};
+
+enum class WeightType : uint8_t { kF32, kBF16, kF16 };
+
+struct EmbeddingArgs {  // out[t, :] = table[ids[t], :]; bad id -> zeros + *error_flag = 1
+  const bf16* table;    // [vocab, hidden], row stride table_stride
+  const int32_t* ids;   // [num_tokens]
+  bf16* out;            // [num_tokens, hidden], row stride out_stride
+  int* error_flag;      // device int, set (never cleared) on an out-of-range id
+  int64_t table_stride, out_stride, vocab, hidden, num_tokens;
+};
+
+struct RmsNormArgs {
+  const bf16* x;        // [rows, hidden]
+  bf16* residual;       // optional, updated in place: residual += x, then norm(residual)
+  bf16* out;            // [rows, hidden]; may alias x when residual is null
+  const void* weight;   // [hidden] of weight_type
+  WeightType weight_type;
+  int64_t x_stride, residual_stride, out_stride;
+  int64_t rows, hidden;
+  float eps;
+};
+
+// RoPE inverse frequencies travel by value (graph-capture friendly: baked into the launch).
+inline constexpr int kMaxRopePairs = 256;  // rotary_dim <= 512
+struct RopeArgs {
+  bf16* x;                   // [tokens, heads, head_dim], row stride x_stride, in place
+  const int32_t* positions;  // [tokens]
+  int64_t x_stride, tokens;
+  int heads, head_dim, rotary_dim;
+  bool neox;
+  float inv_freq[kMaxRopePairs];  // [rotary_dim / 2]
+};
+
+struct BiasAddArgs {  // out[r, j] += bias[j]
+  bf16* out;
+  const float* bias;
+  int64_t out_stride, rows, cols;
+};
+
+// ---- matmul -------------------------------------------------------------------------------
+// out[r, j] = (accumulate ? out[r, j] : 0) + sum_i x[r, i] * w[j, i] (+ bias[j])
+struct GemvArgs {
+  const bf16* x;     // [n, k], row stride ldx
+  const bf16* w;     // [m, k], row stride ldw
+  bf16* out;         // [n, m], row stride ldo
+  const float* bias; // optional [m]
+  int64_t n, k, m, ldx, ldw, ldo;
+  bool accumulate;
+};
+
+// ---- paged attention ----------------------------------------------------------------------
+// A batch on the device: the arrays of ops::AttentionBatch plus token_seq (the sequence of
+// each query row), so kernels never search. Made by DeviceBatchPlan (batch_plan.h).
+struct DeviceBatchView {
+  const int32_t* q_start = nullptr;     // [num_seqs]
+  const int32_t* q_len = nullptr;       // [num_seqs]
+  const int32_t* kv_len = nullptr;      // [num_seqs]
+  const int32_t* page_start = nullptr;  // [num_seqs]
+  const int32_t* token_seq = nullptr;   // [num_tokens]
+  const int32_t* page_table = nullptr;  // [page_table_size]
+  int num_seqs = 0, num_tokens = 0, page_size = 0;
+};
+
+struct KvWriteArgs {
+  const bf16* k;  // [num_tokens, kv_heads, head_dim], row stride k_stride
+  const bf16* v;
+  bf16* k_cache;  // [num_pages, page_size, kv_heads, head_dim]
+  bf16* v_cache;
+  DeviceBatchView batch;
+  int64_t k_stride, v_stride;
+  int kv_heads, head_dim;
+  float inv_k_scale, inv_v_scale;
+};
+
+// One launch covers every (query row, kv head, split). A split of a row covers key positions
+// [lo + split * chunk, lo + (split + 1) * chunk) of its causal range [lo, pos].
+struct AttentionArgs {
+  const bf16* q;        // [num_tokens, heads, head_dim], row stride q_stride
+  bf16* out;            // [num_tokens, heads, head_dim], row stride out_stride
+  const bf16* k_cache;  // [num_pages, page_size, kv_heads, head_dim]
+  const bf16* v_cache;
+  DeviceBatchView batch;
+  float* partial_acc;   // [num_tokens, heads, num_splits, head_dim] (num_splits > 1 only)
+  float* partial_ml;    // [num_tokens, heads, num_splits, 2]: running max and sum
+  int64_t q_stride, out_stride;
+  int heads, kv_heads, head_dim;
+  int num_splits, chunk;  // chunk: key positions per split (multiple of the tile)
+  float logit_scale;      // softmax scale * k_scale
+  float v_scale;
+  float softcap;          // 0 = none
+  int sliding_window;     // 0 = none
+};
+
+// ---- launchers (defined in the .cu files; all asynchronous on `stream`) --------------------
+void LaunchAdd(const AddArgs& a, cudaStream_t stream);
+void LaunchSwiGlu(const SwiGluArgs& a, cudaStream_t stream);
+void LaunchEmbedding(const EmbeddingArgs& a, cudaStream_t stream);
+void LaunchRmsNorm(const RmsNormArgs& a, cudaStream_t stream);
+void LaunchRope(const RopeArgs& a, cudaStream_t stream);
+void LaunchBiasAdd(const BiasAddArgs& a, cudaStream_t stream);
+void LaunchGemv(const GemvArgs& a, cudaStream_t stream);
+void LaunchKvWrite(const KvWriteArgs& a, cudaStream_t stream);
+// Returns false when head_dim has no compiled specialisation.
+bool AttentionSupportsHeadDim(int head_dim);
+void LaunchAttention(const AttentionArgs& a, cudaStream_t stream);
+
+}  // namespace pg::cuda

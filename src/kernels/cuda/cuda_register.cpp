@@ -1,0 +1,258 @@
+// CUDA launchers (validate dtypes/devices, fill the params structs, pick a specialisation)
+// and their registry entries. Every op runs on the calling thread's current stream
+// (common/context.h) and is asynchronous, except Embedding's id check outside graph capture
+// (it reads the kernel's error flag back, a synchronisation).
+//
+// Capabilities (the `supports` predicates): activations, outputs and caches bf16 on the
+// device; Matmul weights bf16; RmsNorm weights f32/bf16/f16; Embedding tables bf16.
+#include <algorithm>
+#include <cmath>
+
+#include "core/log.h"
+#include "kernels/cuda/batch_plan.h"
+#include "kernels/cuda/common/context.h"
+#include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/common/device_params.h"
+#include "kernels/cuda/gemm/matmul_lt.h"
+#include "kernels/registry.h"
+#include "kernels/rope_freq.h"
+
+namespace pg::ops {
+namespace {
+
+using cuda::bf16;
+
+// Batches of at most this many rows use the GEMV kernel (memory bound: it streams the weight
+// once per 8 rows); larger ones go to cuBLASLt. Chosen from tools/gpu/cuda_check.sh's bench.
+constexpr int64_t kGemvMaxRows = 4;
+
+bool DevBf16(const TensorView& t) { return t.device == Device::kCuda && t.dtype == DType::kBF16; }
+bf16* Bf(const TensorView& t) { return static_cast<bf16*>(t.data); }
+
+void CheckLaunch() { PG_CUDA_CHECK_LAUNCH(); }
+
+// ---- Add / SwiGlu / Embedding / RmsNorm / Rope ---------------------------------------------
+void RunAdd(const AddParams& p) {
+  cuda::LaunchAdd({Bf(p.a), Bf(p.b), Bf(p.out), p.out.numel()}, cuda::CurrentStream());
+  CheckLaunch();
+}
+
+void RunSwiGlu(const SwiGluParams& p) {
+  const int64_t inter = p.out.dim(1);
+  cuda::SwiGluArgs a{};
+  a.gate = Bf(p.gate);
+  a.gate_stride = p.gate.strides[0];
+  a.up = p.up.data ? Bf(p.up) : Bf(p.gate) + inter;
+  a.up_stride = p.up.data ? p.up.strides[0] : p.gate.strides[0];
+  a.out = Bf(p.out);
+  a.out_stride = p.out.strides[0];
+  a.rows = p.out.dim(0);
+  a.inter = inter;
+  cuda::LaunchSwiGlu(a, cuda::CurrentStream());
+  CheckLaunch();
+}
+
+void RunEmbedding(const EmbeddingParams& p) {
+  cudaStream_t stream = cuda::CurrentStream();
+  const bool check = !cuda::IsCapturing(stream);
+  int* flag = static_cast<int*>(cuda::Scratch(cuda::ScratchSlot::kErrorFlag, sizeof(int)));
+  if (check) PG_CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(int), stream));
+  cuda::EmbeddingArgs a{Bf(p.table), p.ids.as<int32_t>(), Bf(p.out), flag, p.table.strides[0],
+                        p.out.strides[0], p.table.dim(0), p.table.dim(1), p.ids.dim(0)};
+  cuda::LaunchEmbedding(a, stream);
+  CheckLaunch();
+  if (check) {
+    // Inside a graph the ids were checked on the host when they were tokenized/sampled.
+    int bad = 0;
+    PG_CUDA_CHECK(cudaMemcpyAsync(&bad, flag, sizeof(int), cudaMemcpyDeviceToHost, stream));
+    PG_CUDA_CHECK(cudaStreamSynchronize(stream));
+    PG_ENSURE(bad == 0, kOutOfRange, "Embedding: a token id is outside vocab [0, {})",
+              p.table.dim(0));
+  }
+}
+
+cuda::WeightType WeightTypeOf(DType t) {
+  return t == DType::kBF16 ? cuda::WeightType::kBF16
+                           : (t == DType::kF16 ? cuda::WeightType::kF16 : cuda::WeightType::kF32);
+}
+
+void RunRmsNorm(const RmsNormParams& p) {
+  cuda::RmsNormArgs a{};
+  a.x = Bf(p.x);
+  a.residual = p.residual.data ? Bf(p.residual) : nullptr;
+  a.out = Bf(p.out);
+  a.weight = p.weight.data;
+  a.weight_type = WeightTypeOf(p.weight.dtype);
+  a.x_stride = p.x.strides[0];
+  a.residual_stride = p.residual.data ? p.residual.strides[0] : 0;
+  a.out_stride = p.out.strides[0];
+  a.rows = p.x.dim(0);
+  a.hidden = p.x.dim(1);
+  a.eps = p.eps;
+  cuda::LaunchRmsNorm(a, cuda::CurrentStream());
+  CheckLaunch();
+}
+
+void RunRope(const RopeParams& p) {
+  cuda::RopeArgs a{};
+  a.x = Bf(p.x);
+  a.positions = p.positions.as<int32_t>();
+  a.x_stride = p.x.strides[0];
+  a.tokens = p.x.dim(0);
+  a.heads = int(p.x.dim(1));
+  a.head_dim = int(p.x.dim(2));
+  a.rotary_dim = RotaryDim(p.config, a.head_dim);
+  a.neox = p.config.neox;
+  const std::vector<float> inv = RopeInvFreq(p.config, a.rotary_dim);
+  std::copy(inv.begin(), inv.end(), a.inv_freq);
+  cuda::LaunchRope(a, cuda::CurrentStream());
+  CheckLaunch();
+}
+
+// ---- Matmul ------------------------------------------------------------------------------
+void RunMatmul(const MatmulParams& p) {
+  cudaStream_t stream = cuda::CurrentStream();
+  const int64_t n = p.x.dim(0), k = p.x.dim(1), m = p.w.dim(0);
+  const float* bias = p.bias.data ? p.bias.as<float>() : nullptr;
+  cuda::GemvArgs gv{Bf(p.x), Bf(p.w), Bf(p.out), bias, n, k, m,
+                    p.x.strides[0], p.w.strides[0], p.out.strides[0], p.accumulate};
+  if (n > kGemvMaxRows) {
+    cuda::LtGemmArgs lt{Bf(p.x), Bf(p.w), Bf(p.out), n, k, m,
+                        p.x.strides[0], p.w.strides[0], p.out.strides[0], p.accumulate};
+    if (cuda::LtMatmul(lt, stream)) {
+      if (bias) {
+        cuda::LaunchBiasAdd({Bf(p.out), bias, p.out.strides[0], n, m}, stream);
+        CheckLaunch();
+      }
+      return;
+    }
+  }
+  cuda::LaunchGemv(gv, stream);
+  CheckLaunch();
+}
+
+// ---- KV cache and attention --------------------------------------------------------------
+// The batch on the device: the caller's plan, or a per-thread upload of the host spans.
+const cuda::DeviceBatchView& DeviceBatch(const AttentionBatch& b, cudaStream_t stream) {
+  if (b.device) return *b.device;
+  PG_ENSURE(!cuda::IsCapturing(stream), kInvalidArgument,
+            "CUDA attention under graph capture needs AttentionBatch::device (a DeviceBatchPlan)");
+  thread_local cuda::DeviceBatchPlan plan;
+  plan.Upload(b, stream);
+  return plan.view();
+}
+
+void RunKvWrite(const KvWriteParams& p) {
+  cudaStream_t stream = cuda::CurrentStream();
+  cuda::KvWriteArgs a{};
+  a.k = Bf(p.k);
+  a.v = Bf(p.v);
+  a.k_cache = Bf(p.cache.k_cache);
+  a.v_cache = Bf(p.cache.v_cache);
+  a.batch = DeviceBatch(*p.batch, stream);
+  a.k_stride = p.k.strides[0];
+  a.v_stride = p.v.strides[0];
+  a.kv_heads = int(p.k.dim(1));
+  a.head_dim = int(p.k.dim(2));
+  a.inv_k_scale = 1.0f / p.cache.k_scale;
+  a.inv_v_scale = 1.0f / p.cache.v_scale;
+  cuda::LaunchKvWrite(a, stream);
+  CheckLaunch();
+}
+
+void RunAttention(const AttentionParams& p) {
+  cudaStream_t stream = cuda::CurrentStream();
+  const AttentionBatch& b = *p.batch;
+  cuda::AttentionArgs a{};
+  a.q = Bf(p.q);
+  a.out = Bf(p.out);
+  a.k_cache = Bf(p.cache.k_cache);
+  a.v_cache = Bf(p.cache.v_cache);
+  a.q_stride = p.q.strides[0];
+  a.out_stride = p.out.strides[0];
+  a.heads = int(p.q.dim(1));
+  a.kv_heads = int(p.cache.k_cache.dim(2));
+  a.head_dim = int(p.q.dim(2));
+  const float scale = p.scale > 0 ? p.scale : 1.0f / std::sqrt(float(a.head_dim));
+  a.logit_scale = scale * p.cache.k_scale;
+  a.v_scale = p.cache.v_scale;
+  a.softcap = p.logit_softcap;
+  a.sliding_window = p.sliding_window;
+  // Split-K: enough (row, kv head, split) blocks to fill the GPU twice, splits of >= 64 keys.
+  int64_t max_len = 1;
+  for (int s = 0; s < b.num_seqs; ++s) {
+    int64_t len = b.kv_len[size_t(s)];
+    if (p.sliding_window > 0) len = std::min<int64_t>(len, p.sliding_window);
+    max_len = std::max(max_len, len);
+  }
+  const int64_t num_tokens = p.q.dim(0);
+  const int64_t base_blocks = std::max<int64_t>(1, num_tokens * a.kv_heads);
+  const int64_t target = 2 * int64_t(cuda::MultiprocessorCount());
+  int64_t splits = 1;
+  if (base_blocks < target)
+    splits = std::min((target + base_blocks - 1) / base_blocks, (max_len + 63) / 64);
+  splits = std::clamp<int64_t>(splits, 1, 1024);
+  int64_t chunk = (max_len + splits - 1) / splits;
+  chunk = (chunk + 31) / 32 * 32;  // whole warp tiles
+  a.chunk = int(chunk);
+  a.num_splits = int((max_len + chunk - 1) / chunk);
+  if (a.num_splits > 1) {
+    const size_t per = size_t(num_tokens) * size_t(a.heads) * size_t(a.num_splits);
+    float* ws = static_cast<float*>(cuda::Scratch(cuda::ScratchSlot::kAttentionPartials,
+                                                  per * size_t(a.head_dim + 2) * sizeof(float)));
+    a.partial_acc = ws;
+    a.partial_ml = ws + per * size_t(a.head_dim);
+  }
+  a.batch = DeviceBatch(b, stream);
+  cuda::LaunchAttention(a, stream);
+  CheckLaunch();
+}
+
+template <typename P>
+KernelImpl<P> Cuda(std::function<bool(const P&)> supports, void (*run)(const P&)) {
+  return KernelImpl<P>{"cuda", Device::kCuda, kPriorityCuda, std::move(supports), run};
+}
+
+}  // namespace
+
+void RegisterCudaKernels(Registry& r) {
+  if (cuda::DeviceCount() == 0) {
+    PG_LOG_WARN("CUDA build, but no CUDA device is visible: CUDA kernels not registered");
+    return;
+  }
+  r.Register(Cuda<AddParams>(
+      [](const AddParams& p) { return DevBf16(p.a) && DevBf16(p.b) && DevBf16(p.out); }, &RunAdd));
+  r.Register(Cuda<SwiGluParams>(
+      [](const SwiGluParams& p) {
+        return DevBf16(p.gate) && DevBf16(p.out) && (!p.up.data || DevBf16(p.up));
+      },
+      &RunSwiGlu));
+  r.Register(Cuda<EmbeddingParams>(
+      [](const EmbeddingParams& p) { return DevBf16(p.table) && DevBf16(p.out); }, &RunEmbedding));
+  r.Register(Cuda<RmsNormParams>(
+      [](const RmsNormParams& p) {
+        return DevBf16(p.x) && DevBf16(p.out) && (!p.residual.data || DevBf16(p.residual));
+      },
+      &RunRmsNorm));
+  r.Register(Cuda<RopeParams>(
+      [](const RopeParams& p) {
+        return DevBf16(p.x) && RotaryDim(p.config, int(p.x.dim(2))) / 2 <= cuda::kMaxRopePairs;
+      },
+      &RunRope));
+  r.Register(Cuda<MatmulParams>(
+      [](const MatmulParams& p) { return DevBf16(p.x) && DevBf16(p.w) && DevBf16(p.out); },
+      &RunMatmul));
+  r.Register(Cuda<KvWriteParams>(
+      [](const KvWriteParams& p) {
+        return DevBf16(p.k) && DevBf16(p.v) && DevBf16(p.cache.k_cache) && DevBf16(p.cache.v_cache);
+      },
+      &RunKvWrite));
+  r.Register(Cuda<AttentionParams>(
+      [](const AttentionParams& p) {
+        return DevBf16(p.q) && DevBf16(p.out) && DevBf16(p.cache.k_cache) &&
+               DevBf16(p.cache.v_cache) && cuda::AttentionSupportsHeadDim(int(p.q.dim(2)));
+      },
+      &RunAttention));
+}
+
+}  // namespace pg::ops

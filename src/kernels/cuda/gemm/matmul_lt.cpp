@@ -1,0 +1,119 @@
+#include "kernels/cuda/gemm/matmul_lt.h"
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+
+#include "kernels/cuda/common/context.h"
+#include "kernels/cuda/common/cuda_check.h"
+
+namespace pg::cuda {
+namespace {
+
+constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+
+int Alignment(const void* p) {  // largest power of two <= 256 dividing the address
+  const uintptr_t u = reinterpret_cast<uintptr_t>(p);
+  int a = 256;
+  while (a > 1 && (u % uintptr_t(a)) != 0) a /= 2;
+  return a;
+}
+
+using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, int, int, int>;
+
+// One cached shape: descriptors and the chosen algorithm (usable = false: no algorithm).
+struct Plan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  bool usable = false;
+  ~Plan() {
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (d) cublasLtMatrixLayoutDestroy(d);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+struct Cache {
+  std::mutex mu;
+  cublasLtHandle_t handle = nullptr;
+  std::map<Key, std::unique_ptr<Plan>> plans;  // node-based: Plan addresses are stable
+};
+
+Cache& TheCache() {
+  static Cache* cache = new Cache;  // leaked on purpose: lives until process exit
+  return *cache;
+}
+
+std::unique_ptr<Plan> MakePlan(cublasLtHandle_t h, const LtGemmArgs& g, int align_x, int align_w,
+                               int align_o) {
+  auto p = std::make_unique<Plan>();
+  PG_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  PG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+  PG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+  PG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, uint64_t(g.k), uint64_t(g.m), g.ldw));
+  PG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, uint64_t(g.k), uint64_t(g.n), g.ldx));
+  PG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->d, CUDA_R_16BF, uint64_t(g.m), uint64_t(g.n), g.ldo));
+  cublasLtMatmulPreference_t pref = nullptr;
+  PG_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  const uint64_t ws = kWorkspaceBytes;
+  const uint32_t ax = uint32_t(align_x), aw = uint32_t(align_w), ao = uint32_t(align_o);
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aw, sizeof aw);
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ax, sizeof ax);
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ao, sizeof ao);
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ao, sizeof ao);
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(h, p->op, p->a, p->b, p->d, p->d, pref,
+                                                           1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
+    p->algo = result.algo;
+    p->usable = true;
+  }
+  return p;
+}
+
+}  // namespace
+
+bool LtMatmul(const LtGemmArgs& g, cudaStream_t stream) {
+  if (g.n == 0 || g.m == 0) return true;
+  const int ax = Alignment(g.x), aw = Alignment(g.w), ao = Alignment(g.out);
+  Cache& c = TheCache();
+  Plan* plan = nullptr;
+  cublasLtHandle_t handle = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    if (!c.handle) PG_CUBLAS_CHECK(cublasLtCreate(&c.handle));
+    handle = c.handle;
+    const Key key{g.n, g.k, g.m, g.ldx, g.ldw, g.ldo, g.accumulate, ax, aw, ao};
+    auto it = c.plans.find(key);
+    if (it == c.plans.end()) it = c.plans.emplace(key, MakePlan(c.handle, g, ax, aw, ao)).first;
+    plan = it->second.get();
+  }
+  if (!plan->usable) return false;
+  void* ws = Scratch(ScratchSlot::kLtWorkspace, kWorkspaceBytes);
+  const float alpha = 1.0f, beta = g.accumulate ? 1.0f : 0.0f;
+  const cublasStatus_t st =
+      cublasLtMatmul(handle, plan->op, &alpha, g.w, plan->a, g.x, plan->b, &beta, g.out, plan->d,
+                     g.out, plan->d, &plan->algo, ws, kWorkspaceBytes, stream);
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED) {
+    std::lock_guard<std::mutex> lock(c.mu);
+    plan->usable = false;  // remember: fall back for this shape from now on
+    return false;
+  }
+  PG_CUBLAS_CHECK(st);
+  return true;
+}
+
+size_t LtCachedShapes() {
+  Cache& c = TheCache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  return c.plans.size();
+}
+
+}  // namespace pg::cuda

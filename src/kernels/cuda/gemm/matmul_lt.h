@@ -1,0 +1,30 @@
+// bf16 GEMM through cuBLASLt with a per-shape algorithm cache.
+//   out[n, m] = (accumulate ? out : 0) + x[n, k] · w[m, k]^T     (f32 accumulation, bf16 out)
+// In cuBLASLt's column-major terms: D(m x n) = op_T(W stored k x m, ld ldw) · X(k x n, ld ldx).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/common/device_params.h"
+
+namespace pg::cuda {
+
+struct LtGemmArgs {
+  const bf16* x;  // [n, k], row stride ldx
+  const bf16* w;  // [m, k], row stride ldw
+  bf16* out;      // [n, m], row stride ldo
+  int64_t n, k, m, ldx, ldw, ldo;
+  bool accumulate;
+};
+
+// Runs the GEMM on `stream`. Returns false (nothing launched) when cuBLASLt offers no
+// algorithm for this shape, strides and alignment; the caller then uses LaunchGemv. The first
+// call of a shape queries the heuristic (host work, a few tens of µs); later calls reuse it.
+bool LtMatmul(const LtGemmArgs& a, cudaStream_t stream);
+
+// Number of distinct shapes in the algorithm cache (tests).
+size_t LtCachedShapes();
+
+}  // namespace pg::cuda
