@@ -26,9 +26,21 @@ BpeModel::BpeModel(BpeParams params)
     : ignore_merges_(params.ignore_merges),
       cache_capacity_(params.cache_capacity),
       serial_(g_next_serial.fetch_add(1)) {
-  token_to_id_.reserve(params.vocab.size());
-  for (size_t id = 0; id < params.vocab.size(); ++id) {
-    if (!params.vocab[id].empty()) token_to_id_.emplace(params.vocab[id], int32_t(id));
+  vocab_ = std::move(params.vocab);
+  size_t index_size = 16;
+  while (index_size < vocab_.size() * 2) index_size *= 2;
+  vocab_index_.assign(index_size, VocabSlot{});
+  for (size_t id = 0; id < vocab_.size(); ++id) {
+    if (vocab_[id].empty()) continue;
+    const size_t h = StringHash{}(vocab_[id]);
+    for (size_t i = h & (index_size - 1);; i = (i + 1) & (index_size - 1)) {
+      VocabSlot& slot = vocab_index_[i];
+      if (slot.id < 0) {
+        slot = {uint32_t(h), int32_t(id)};
+        break;
+      }
+      if (slot.hash == uint32_t(h) && vocab_[slot.id] == vocab_[id]) break;  // keep the first id
+    }
   }
   for (int b = 0; b < 256; ++b) {
     const char c = static_cast<char>(b);
@@ -64,8 +76,13 @@ BpeModel::WordCache& BpeModel::ThreadCache() const {
 }
 
 int32_t BpeModel::Find(std::string_view bytes) const {
-  auto it = token_to_id_.find(bytes);
-  return it == token_to_id_.end() ? -1 : it->second;
+  const size_t h = StringHash{}(bytes);
+  const size_t mask = vocab_index_.size() - 1;
+  for (size_t i = h & mask;; i = (i + 1) & mask) {
+    const VocabSlot& slot = vocab_index_[i];
+    if (slot.id < 0) return -1;
+    if (slot.hash == uint32_t(h) && vocab_[slot.id] == bytes) return slot.id;
+  }
 }
 
 namespace {

@@ -56,7 +56,13 @@ class BpeModel {
   void InsertMerge(uint64_t key, Merge m);
   void MergeSymbols(std::vector<int32_t>* symbols) const;
 
-  std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> token_to_id_;
+  // Vocab index: open addressing over (hash fingerprint, id), keys compared against vocab_.
+  struct VocabSlot {
+    uint32_t hash = 0;
+    int32_t id = -1;  // -1: empty
+  };
+  std::vector<std::string> vocab_;  // id -> raw bytes
+  std::vector<VocabSlot> vocab_index_;
   // Open-addressing table of merges (linear probing, power-of-two size, load <= 1/2):
   // one cache line per lookup instead of a node-based map's pointer chase.
   struct MergeSlot {

@@ -81,15 +81,15 @@ bool IsWordChar(std::string_view ch) {
 
 Tokenizer::Tokenizer(TokenizerSpec spec)
     : spec_(std::move(spec)),
-      bpe_(spec_.bpe),  // copies; the spec's copy becomes pieces_ below
+      pieces_(spec_.bpe.vocab),
+      bpe_(std::move(spec_.bpe)),
       pre_(spec_.pre_tokenize),
       raw_trie_(std::make_unique<Trie>()),
       norm_trie_(std::make_unique<Trie>()) {
   // Decoded bytes per id: model tokens from the vocab, added tokens through HF's ByteLevel
   // decoder rule (byte-level alphabet -> bytes; otherwise the content as UTF-8).
-  size_t size = spec_.bpe.vocab.size();
+  size_t size = pieces_.size();
   for (const AddedToken& t : spec_.added_tokens) size = std::max(size, size_t(t.id) + 1);
-  pieces_ = std::move(spec_.bpe.vocab);
   pieces_.resize(size);
   spec_.bpe = BpeParams{};
   is_special_.assign(pieces_.size(), 0);

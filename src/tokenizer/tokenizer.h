@@ -113,10 +113,10 @@ class Tokenizer {
   void EncodeSegment(std::string_view text, bool parse_special, std::vector<int32_t>* out) const;
   void EncodeNormalized(std::string_view text, std::vector<int32_t>* out) const;
 
-  TokenizerSpec spec_;
+  TokenizerSpec spec_;                // spec_.bpe is moved into bpe_
+  std::vector<std::string> pieces_;   // id -> decoded bytes (declared before bpe_: copied first)
   BpeModel bpe_;
   PreTokenizer pre_;
-  std::vector<std::string> pieces_;   // id -> decoded bytes
   std::vector<uint8_t> is_special_;   // id -> 1 for special added tokens
   std::unique_ptr<Trie> raw_trie_;    // added tokens with normalized == false
   std::unique_ptr<Trie> norm_trie_;   // added tokens with normalized == true
