@@ -279,17 +279,16 @@ void GgufFile::Parse(const uint8_t* data, size_t size) {
   }
 
   if (const GgufValue* a = Find("general.alignment")) {
-    int64_t align = -1;
-    if (std::holds_alternative<uint64_t>(a->v) || std::holds_alternative<int64_t>(a->v))
-      align = a->AsInt();
-    if (align <= 0 || uint64_t(align) > kMaxAlignment || (align & (align - 1)) != 0)
+    uint64_t align = 0;  // 0 = not a positive integer
+    if (const auto* u = std::get_if<uint64_t>(&a->v)) align = *u;
+    if (const auto* v = std::get_if<int64_t>(&a->v); v && *v > 0) align = uint64_t(*v);
+    if (align == 0 || align > kMaxAlignment || (align & (align - 1)) != 0)
       r.Fail(ErrorCode::kMalformed,
-             fmt::format("general.alignment must be a power of two integer in [1, 2^30] (got {})",
-                         std::holds_alternative<double>(a->v) ? std::to_string(a->AsFloat())
-                         : align < 0                          ? std::string("a non-integer")
-                                                              : std::to_string(align)),
+             fmt::format("general.alignment must be a power of two integer in [1, 2^30] "
+                         "(a {} value here)",
+                         TypeName(a->type)),
              alignment_kv_pos);
-    alignment_ = uint64_t(align);
+    alignment_ = align;
   }
 
   std::vector<size_t> info_pos;  // byte offset of each tensor's info record, for messages

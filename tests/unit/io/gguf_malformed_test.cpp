@@ -184,6 +184,9 @@ TEST(GgufMalformedTest, Alignment) {
     ExpectContains(msg, "power of two");
     ExpectContains(msg, "at byte " + std::to_string(g.kv_pos[1]));
   }
+  GgufBuilder u;
+  u.AddU64("general.alignment", uint64_t(1) << 63);
+  ExpectContains(Parse(u.Build().bytes, ErrorCode::kMalformed), "power of two");
   GgufBuilder s;
   s.AddString("general.alignment", "32");
   ExpectContains(Parse(s.Build().bytes, ErrorCode::kMalformed), "general.alignment");
