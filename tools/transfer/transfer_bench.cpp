@@ -5,6 +5,8 @@
 //   transfer_bench scatter [--provider=P] [--peers=8,16,32] [--bytes=64] [--rounds=2000]
 //   transfer_bench a2a     [--provider=P] [--worlds=2,4,8] [--tokens=128] [--hidden=7168]
 //                          [--top-k=8] [--experts=256] [--iters=30]
+// Common: --spin=1 busy-polls (progress threads and waiters; only with a core per thread),
+// --fi-pingpong=CMD runs fi_pingpong through CMD (e.g. a bundled loader).
 //
 // The tool forks its own ranks (bootstrap through the TCP store on 127.0.0.1) and prints one
 // table per mode. Latency = half a ping-pong round trip of write+immediate (what fi_pingpong
@@ -122,7 +124,7 @@ bool Spawn(int world, Fn fn) {
 // fi_pingpong on the same provider: half round trip (usec/xfer) per size, or -1.
 double FiPingpong(const std::string& provider, uint64_t bytes, int iters) {
   const int port = 40000 + int(::getpid() % 20000);
-  std::string base = "fi_pingpong -p '" + provider + "' -e rdm -I " + std::to_string(iters) +
+  std::string base = Flag("fi-pingpong", "fi_pingpong") + " -p '" + provider + "' -e rdm -I " + std::to_string(iters) +
                      " -S " + std::to_string(bytes);
   std::string server = base + " -B " + std::to_string(port) + " >/dev/null 2>&1 &";
   if (std::system(server.c_str()) != 0) return -1;
@@ -146,6 +148,14 @@ double FiPingpong(const std::string& provider, uint64_t bytes, int iters) {
   return usec;
 }
 
+// 8 B, 32 B, ... (x4) and max_bytes itself.
+std::vector<uint64_t> Sizes(uint64_t max_bytes) {
+  std::vector<uint64_t> out;
+  for (uint64_t b = 8; b < max_bytes; b *= 4) out.push_back(b);
+  out.push_back(max_bytes);
+  return out;
+}
+
 int Iterations(uint64_t bytes) {
   return int(std::clamp<uint64_t>((256ull << 20) / std::max<uint64_t>(bytes, 1) / 16, 20, 2000));
 }
@@ -160,8 +170,7 @@ void WriteRank(int rank, int world, uint16_t port) {
   auto remote = r.engine->Import(peer_desc);
   const ResolvedPeer& peer = r.group[1 - rank];
   if (rank == 0) std::printf("%10s %12s %12s %12s\n", "bytes", "lat_us", "pp_MB/s", "stream_MB/s");
-  for (uint64_t bytes = 8; bytes <= max_bytes; bytes *= 4) {
-    const uint64_t b = std::min(bytes, max_bytes);
+  for (uint64_t b : Sizes(max_bytes)) {
     auto req = r.engine->BuildWrite({&mr, 0, b, &peer, &remote, max_bytes, 1u});
     const int iters = Iterations(b);
     // Ping-pong: rank 0 writes, rank 1 answers each arrival with a write back.
@@ -327,7 +336,7 @@ int main(int argc, char** argv) {
       std::printf("# fi_pingpong -p '%s' -e rdm (msg send/recv), same sizes\n", provider.c_str());
       std::printf("%10s %12s %12s\n", "bytes", "lat_us", "pp_MB/s");
       const uint64_t max_bytes = std::stoull(Flag("max-bytes", "16777216"));
-      for (uint64_t b = 8; b <= max_bytes; b *= 4) {
+      for (uint64_t b : Sizes(max_bytes)) {
         double us = FiPingpong(provider, b, Iterations(b));
         std::printf("%10lu %12.2f %12.2f\n", b, us, us > 0 ? b / us : 0.0);
         std::fflush(stdout);
