@@ -27,7 +27,9 @@ int64_t Length(const Value& v) {
     case Value::Kind::kUndefined: return 0;
     case Value::Kind::kString: return static_cast<int64_t>(CodepointCount(v.str()));
     case Value::Kind::kList:
-    case Value::Kind::kTuple: return static_cast<int64_t>(v.list().size());
+    case Value::Kind::kTuple:
+      if (v.is_generator()) Fail("object of type 'generator' has no len()");
+      return static_cast<int64_t>(v.list().size());
     case Value::Kind::kDict:
     case Value::Kind::kNamespace: return static_cast<int64_t>(v.dict().entries.size());
     default: Fail(fmt::format("object of type '{}' has no len()", v.TypeName()));
@@ -76,12 +78,13 @@ Value Select(Interpreter& in, const Value& seq, const CallArgs& a, bool with_att
   CallArgs test_args;
   if (test) test_args.positional.assign(a.positional.begin() + next + 1, a.positional.end());
   ValueList out;
+  if (!seq.Truthy()) return Value::Generator({});  // jinja2 guards with `if seq:`
   for (const auto& item : Iterate(seq)) {
     Value v = with_attr ? AttrPath(in, item, attr) : item;
     bool r = test ? in.ApplyTest(test->ToString(), v, test_args) : v.Truthy();
     if (r == keep) out.push_back(item);
   }
-  return Value::List(std::move(out));
+  return Value::Generator(std::move(out));
 }
 
 std::string PyRound(double x, int64_t precision, const std::string& method) {
@@ -89,21 +92,6 @@ std::string PyRound(double x, int64_t precision, const std::string& method) {
   char buf[400];
   std::snprintf(buf, sizeof(buf), "%.*f", static_cast<int>(std::clamp<int64_t>(precision, 0, 300)), x);
   return buf;
-}
-
-std::string HtmlEscape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
-    }
-  }
-  return out;
 }
 
 Value FTojson(Interpreter&, const Value& v, const CallArgs& a) {
@@ -135,8 +123,11 @@ Value FString(Interpreter&, const Value& v, const CallArgs&) { return Value(v.To
 Value FUpper(Interpreter&, const Value& v, const CallArgs&) { return Value(AsciiMap(v.ToString(), [](int c) { return std::toupper(c); })); }
 Value FLower(Interpreter&, const Value& v, const CallArgs&) { return Value(AsciiMap(v.ToString(), [](int c) { return std::tolower(c); })); }
 Value FCapitalize(Interpreter&, const Value& v, const CallArgs&) { return Value(Capitalize(v.ToString())); }
-Value FSafe(Interpreter&, const Value& v, const CallArgs&) { return v; }
-Value FEscape(Interpreter&, const Value& v, const CallArgs&) { return Value(HtmlEscape(v.ToString())); }
+Value FSafe(Interpreter&, const Value& v, const CallArgs&) { return Value::Markup(v.ToString()); }
+Value FEscape(Interpreter&, const Value& v, const CallArgs&) {
+  return v.is_markup() ? v : Value::Markup(HtmlEscape(v.ToString()));
+}
+Value FForceEscape(Interpreter&, const Value& v, const CallArgs&) { return Value::Markup(HtmlEscape(v.ToString())); }
 
 Value FTitle(Interpreter&, const Value& v, const CallArgs&) {
   // jinja2: words start after runs of '-', whitespace, '(', '{', '[', '<'.
@@ -206,19 +197,20 @@ Value FList(Interpreter&, const Value& v, const CallArgs&) { return Value::List(
 
 Value FMap(Interpreter& in, const Value& v, const CallArgs& a) {
   ValueList out;
+  if (!v.Truthy()) return Value::Generator({});  // jinja2 guards with `if value:`
   if (const Value* attr = Arg(a, SIZE_MAX, "attribute")) {
     const Value* dflt = Arg(a, SIZE_MAX, "default");
     for (const auto& item : Iterate(v)) {
       Value r = AttrPath(in, item, attr->ToString());
       out.push_back(r.is_undefined() && dflt ? *dflt : r);
     }
-    return Value::List(std::move(out));
+    return Value::Generator(std::move(out));
   }
-  if (a.positional.empty()) return Value::List(Iterate(v));
+  if (a.positional.empty()) return Value::Generator(Iterate(v));
   std::string filter = a.positional[0].ToString();
   CallArgs rest = Shift(a, 1);
   for (const auto& item : Iterate(v)) out.push_back(in.ApplyFilter(filter, item, rest));
-  return Value::List(std::move(out));
+  return Value::Generator(std::move(out));
 }
 
 Value FSelect(Interpreter& in, const Value& v, const CallArgs& a) { return Select(in, v, a, false, true); }
@@ -286,11 +278,11 @@ Value FIndent(Interpreter&, const Value& v, const CallArgs& a) {
     pos = nl + 1;
   }
   std::string rv;
-  if (blank) {
-    for (size_t i = 0; i < lines.size(); ++i) rv += (i ? "\n" + ind : "") + lines[i];
-  } else {
-    rv = lines[0];
-    for (size_t i = 1; i < lines.size(); ++i) rv += "\n" + (lines[i].empty() ? "" : ind + lines[i]);
+  rv = lines[0];
+  for (size_t i = 1; i < lines.size(); ++i) {
+    rv += '\n';
+    if (blank || !lines[i].empty()) rv += ind;
+    rv += lines[i];
   }
   return Value(first ? ind + rv : rv);
 }
@@ -434,7 +426,7 @@ const std::unordered_map<std::string, FilterFn>& Filters() {
       {"join", FJoin}, {"default", FDefault}, {"d", FDefault}, {"items", FItems}, {"list", FList},
       {"map", FMap}, {"select", FSelect}, {"reject", FReject}, {"selectattr", FSelectAttr},
       {"rejectattr", FRejectAttr}, {"safe", FSafe}, {"escape", FEscape}, {"e", FEscape},
-      {"forceescape", FEscape}, {"int", FInt}, {"float", FFloat}, {"abs", FAbs}, {"round", FRound},
+      {"forceescape", FForceEscape}, {"int", FInt}, {"float", FFloat}, {"abs", FAbs}, {"round", FRound},
       {"indent", FIndent}, {"unique", FUnique}, {"sort", FSort}, {"dictsort", FDictsort},
       {"batch", FBatch}, {"wordcount", FWordcount}, {"center", FCenter}, {"reverse", FReverse},
       {"sum", FSum}, {"min", FMin}, {"max", FMax}, {"attr", FAttr}, {"format", FFormat},
@@ -450,7 +442,9 @@ bool TUndefined(Interpreter&, const Value& v, const CallArgs&) { return v.is_und
 bool TNone(Interpreter&, const Value& v, const CallArgs&) { return v.is_none(); }
 bool TString(Interpreter&, const Value& v, const CallArgs&) { return v.is_string(); }
 bool TMapping(Interpreter&, const Value& v, const CallArgs&) { return v.is_dict(); }
-bool TSequence(Interpreter&, const Value& v, const CallArgs&) { return v.is_string() || v.is_sequence_like() || v.is_dict(); }
+bool TSequence(Interpreter&, const Value& v, const CallArgs&) {
+  return v.is_string() || (v.is_sequence_like() && !v.is_generator()) || v.is_dict();
+}
 bool TIterable(Interpreter&, const Value& v, const CallArgs&) {
   return v.is_undefined() || v.is_string() || v.is_sequence_like() || v.is_dict();
 }

@@ -305,7 +305,7 @@ Value Interpreter::EvalInner(const Expr& e, const FramePtr& frame) {
       if (is_str) {
         chars = SplitCodepoints(obj.str());
         n = static_cast<int64_t>(chars.size());
-      } else if (obj.is_sequence_like()) {
+      } else if (obj.is_sequence_like() && !obj.is_generator()) {
         list = &obj.list();
         n = static_cast<int64_t>(list->size());
       } else {
@@ -407,6 +407,7 @@ Value Interpreter::GetItem(const Value& obj, const Value& key) {
     }
     return Value::Undefined(fmt::format("'{} object' has no attribute {}", obj.TypeName(), key.Repr()));
   }
+  if (obj.is_generator()) Fail("'generator' object is not subscriptable");
   if ((obj.is_sequence_like() || obj.is_string()) && (key.is_int() || key.is_bool())) {
     int64_t i = key.as_int();
     if (obj.is_string()) {

@@ -130,8 +130,14 @@ Value BinaryOp(const std::string& op, const Value& a, const Value& b) {
   if (op == "+") {
     if (ints) return Value(a.as_int() + b.as_int());
     if (nums) return Value(a.as_double() + b.as_double());
-    if (a.is_string() && b.is_string()) return Value(a.str() + b.str());
-    if (a.is_sequence_like() && a.kind() == b.kind()) {
+    if (a.is_string() && b.is_string()) {
+      if (a.is_markup() || b.is_markup()) {
+        return Value::Markup((a.is_markup() ? a.str() : HtmlEscape(a.str())) +
+                             (b.is_markup() ? b.str() : HtmlEscape(b.str())));
+      }
+      return Value(a.str() + b.str());
+    }
+    if (a.is_sequence_like() && a.kind() == b.kind() && !a.is_generator() && !b.is_generator()) {
       ValueList out = a.list();
       out.insert(out.end(), b.list().begin(), b.list().end());
       return a.is_tuple() ? Value::Tuple(std::move(out)) : Value::List(std::move(out));

@@ -22,6 +22,7 @@ class Parser {
   Body ParseTemplate() {
     std::string found;
     Body body = ParseBody({}, &found, {1, 1}, "");
+    if (!unknown_.empty()) Fail(unknown_[0].first, unknown_[0].second);
     return body;
   }
 
@@ -115,6 +116,7 @@ class Parser {
     s->pos = pos;
     std::string found;
     if (tag == "if") {
+      SoftScope soft(this, true);
       s->kind = StmtKind::kIf;
       ExprPtr cond = ParseExpression(true);
       ExpectBlockEnd();
@@ -145,6 +147,7 @@ class Parser {
       }
       if (IsName("recursive")) Fail(Cur().pos, "recursive for loops are not supported");
       ExpectBlockEnd();
+      SoftScope not_soft(this, false);
       s->body = ParseBody({"else", "endfor"}, &found, pos, "for");
       ExpectBlockEnd();
       if (found == "else") {
@@ -161,6 +164,7 @@ class Parser {
       } else {
         if (s->target_is_tuple) Fail(pos, "block set needs a single target");
         ExpectBlockEnd();
+        SoftScope not_soft(this, false);
         s->body = ParseBody({"endset"}, &found, pos, "set");
         ExpectBlockEnd();
       }
@@ -169,6 +173,7 @@ class Parser {
       s->name = ExpectName();
       ParseParams(s.get());
       ExpectBlockEnd();
+      SoftScope not_soft(this, false);
       s->body = ParseBody({"endmacro"}, &found, pos, "macro");
       if (Cur().kind == TokenKind::kName) Next();  // {% endmacro name %}
       ExpectBlockEnd();
@@ -178,6 +183,7 @@ class Parser {
       s->expr = ParseExpression(true);
       if (s->expr->kind != ExprKind::kCall) Fail(pos, "expected a call after 'call'");
       ExpectBlockEnd();
+      SoftScope not_soft(this, false);
       s->body = ParseBody({"endcall"}, &found, pos, "call");
       ExpectBlockEnd();
     } else if (tag == "filter") {
@@ -189,6 +195,7 @@ class Parser {
       } while (IsOp("|"));
       s->expr = std::move(chain);
       ExpectBlockEnd();
+      SoftScope not_soft(this, false);
       s->body = ParseBody({"endfilter"}, &found, pos, "filter");
       ExpectBlockEnd();
     } else if (tag == "break" || tag == "continue") {
@@ -260,8 +267,11 @@ class Parser {
   ExprPtr ParseExpression(bool with_condexpr) { return with_condexpr ? ParseCondExpr() : ParseOr(); }
 
   ExprPtr ParseCondExpr() {
+    size_t unknown_before = unknown_.size();
     ExprPtr expr = ParseOr();
     while (IsName("if")) {
+      unknown_.resize(std::min(unknown_.size(), unknown_before));  // the branch turned out soft
+      SoftScope soft(this, true);
       SourcePos pos = Cur().pos;
       Next();
       auto c = MakeExpr(ExprKind::kCondExpr, pos);
@@ -559,7 +569,7 @@ class Parser {
       Next();
       f->name += "." + ExpectName();
     }
-    if (!HasFilter(f->name)) Fail(f->pos, fmt::format("no filter named '{}'", f->name));
+    if (!HasFilter(f->name)) UnknownName(f->pos, fmt::format("no filter named '{}'", f->name));
     f->args.push_back(std::move(operand));
     if (IsOp("(")) ParseCallArgs(f.get());
     return f;
@@ -578,7 +588,7 @@ class Parser {
         }
         SourcePos name_pos = Cur().pos;
         t->name = ExpectName();
-        if (!HasTest(t->name)) Fail(name_pos, fmt::format("no test named '{}'", t->name));
+        if (!HasTest(t->name)) UnknownName(name_pos, fmt::format("no test named '{}'", t->name));
         t->args.push_back(std::move(e));
         if (IsOp("(")) {
           ParseCallArgs(t.get());
@@ -598,8 +608,26 @@ class Parser {
     }
   }
 
+  // An unknown filter/test is a syntax error, except inside an if statement or inline if
+  // (jinja2's "soft" frames), where it only fails if evaluated: templates guard optional
+  // filters that way. Non-soft uses are collected here and reported after parsing.
+  void UnknownName(SourcePos pos, std::string message) {
+    if (soft_depth_ == 0) unknown_.emplace_back(pos, std::move(message));
+  }
+  // Scope guard: bodies of for/macro/call/filter/block-set are not soft even inside an if.
+  struct SoftScope {
+    Parser* p;
+    int saved;
+    SoftScope(Parser* parser, bool soft) : p(parser), saved(parser->soft_depth_) {
+      p->soft_depth_ = soft ? saved + 1 : 0;
+    }
+    ~SoftScope() { p->soft_depth_ = saved; }
+  };
+
   std::vector<Token> toks_;
   size_t p_ = 0;
+  int soft_depth_ = 0;
+  std::vector<std::pair<SourcePos, std::string>> unknown_;
 };
 
 }  // namespace

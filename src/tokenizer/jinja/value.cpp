@@ -76,6 +76,33 @@ Value Value::List(ValueList items) {
   return v;
 }
 
+Value Value::Markup(std::string s) {
+  Value v(std::move(s));
+  v.markup_ = true;
+  return v;
+}
+
+std::string HtmlEscape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&#34;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+Value Value::Generator(ValueList items) {
+  Value v = List(std::move(items));
+  v.generator_ = true;
+  return v;
+}
+
 Value Value::Tuple(ValueList items) {
   Value v = List(std::move(items));
   v.kind_ = Kind::kTuple;
@@ -156,7 +183,7 @@ bool Value::Truthy() const {
     case Kind::kFloat: return d_ != 0.0;
     case Kind::kString: return !s_->empty();
     case Kind::kList:
-    case Kind::kTuple: return !list_->empty();
+    case Kind::kTuple: return generator_ || !list_->empty();
     case Kind::kDict: return !dict_->entries.empty();
     case Kind::kNamespace:
     case Kind::kCallable: return true;
@@ -324,6 +351,7 @@ std::string Value::Repr() const {
     case Kind::kString: return PythonStringRepr(*s_);
     case Kind::kList:
     case Kind::kTuple: {
+      if (generator_) return "<generator object>";
       bool tuple = kind_ == Kind::kTuple;
       std::string out = tuple ? "(" : "[";
       for (size_t i = 0; i < list_->size(); ++i) {
@@ -359,7 +387,7 @@ std::string Value::TypeName() const {
     case Kind::kInt: return "int";
     case Kind::kFloat: return "float";
     case Kind::kString: return "str";
-    case Kind::kList: return "list";
+    case Kind::kList: return generator_ ? "generator" : "list";
     case Kind::kTuple: return "tuple";
     case Kind::kDict: return "dict";
     case Kind::kNamespace: return "Namespace";
@@ -403,6 +431,9 @@ void DumpJson(const Value& v, const Value::JsonOptions& o, int depth, std::strin
     case Value::Kind::kString: AppendJsonString(out, v.str(), o.ensure_ascii); return;
     case Value::Kind::kList:
     case Value::Kind::kTuple: {
+      if (v.is_generator()) {
+        Throw(ErrorCode::kInvalidArgument, "Object of type generator is not JSON serializable");
+      }
       const ValueList& items = v.list();
       if (items.empty()) { out += "[]"; return; }
       out += '[';

@@ -63,6 +63,12 @@ class Value {
   Value(std::string s);
   Value(const char* s) : Value(std::string(s)) {}
   static Value List(ValueList items = {});
+  // What jinja2's map/select/reject/selectattr/rejectattr return: iterates like a list, but is
+  // always true, has no len(), is not a sequence and is not JSON serialisable.
+  static Value Generator(ValueList items);
+  // markupsafe.Markup, what `safe`/`escape` return: `Markup + str` HTML-escapes the str side
+  // (jinja2 does this even with autoescape off, and chat templates hit it).
+  static Value Markup(std::string s);
   static Value Tuple(ValueList items);
   static Value MakeDict(Dict dict = {});
   static Value MakeNamespace(Dict dict = {});
@@ -85,6 +91,8 @@ class Value {
   bool is_namespace() const { return kind_ == Kind::kNamespace; }
   bool is_mapping() const { return kind_ == Kind::kDict || kind_ == Kind::kNamespace; }
   bool is_callable() const { return kind_ == Kind::kCallable; }
+  bool is_generator() const { return generator_; }
+  bool is_markup() const { return markup_; }
 
   bool as_bool() const { return b_; }
   int64_t as_int() const { return i_; }
@@ -120,6 +128,8 @@ class Value {
 
  private:
   Kind kind_ = Kind::kUndefined;
+  bool generator_ = false;  // kList produced lazily by jinja2 (see Generator())
+  bool markup_ = false;     // kString that is a Markup (see Markup())
   bool b_ = false;
   int64_t i_ = 0;
   double d_ = 0.0;
@@ -135,6 +145,9 @@ std::string FormatPythonFloat(double d);
 std::string PythonStringRepr(const std::string& s);
 // Appends the JSON string literal of UTF-8 `s` the way Python's json.dumps writes it.
 void AppendJsonString(std::string& out, const std::string& s, bool ensure_ascii);
+
+// markupsafe.escape: & < > " ' -> &amp; &lt; &gt; &#34; &#39;
+std::string HtmlEscape(const std::string& s);
 
 // UTF-8 helpers; malformed bytes decode as U+FFFD-free raw bytes (each invalid byte a unit).
 std::vector<std::string> SplitCodepoints(const std::string& s);
