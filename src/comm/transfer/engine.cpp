@@ -74,6 +74,9 @@ struct TransferEngine::Domain {
   std::vector<WorkItem*> submitted;              // guarded by mu
   std::vector<std::function<void()>> controls;   // guarded by mu
   bool stop = false;                             // guarded by mu
+  // Set (release) whenever submitted/controls/stop change, so a hot progress loop only takes
+  // `mu` when there is something to take.
+  std::atomic<bool> has_work{false};
   // Progress-thread only:
   std::deque<WorkItem*> pending;                 // not yet accepted by the provider
   std::unordered_set<WorkItem*> inflight;        // posted, completion not yet polled
@@ -132,6 +135,7 @@ TransferEngine::~TransferEngine() {
     {
       std::lock_guard lock(d->mu);
       d->stop = true;
+      d->has_work.store(true, std::memory_order_release);
     }
     d->cv.notify_all();
     d->thread.join();
@@ -166,6 +170,7 @@ void TransferEngine::RunOnDomain(uint32_t domain, std::function<void()> fn) {
   auto fut = done.get_future();
   {
     std::lock_guard lock(d.mu);
+    d.has_work.store(true, std::memory_order_release);
     d.controls.push_back([&] {
       try {
         fn();
@@ -184,6 +189,7 @@ void TransferEngine::Enqueue(uint32_t domain, std::vector<WorkItem*> items) {
   {
     std::lock_guard lock(d.mu);
     d.submitted.insert(d.submitted.end(), items.begin(), items.end());
+    d.has_work.store(true, std::memory_order_release);
   }
   d.cv.notify_all();
 }
@@ -197,8 +203,11 @@ void TransferEngine::ProgressLoop(Domain& d) {
   auto last_activity = Clock::now();
   auto last_scan = Clock::now();
   for (;;) {
-    {
+    const bool idle = Clock::now() - last_activity >
+                      std::chrono::microseconds(config_.spin_before_sleep_us);
+    if (d.has_work.load(std::memory_order_acquire) || idle) {
       std::unique_lock lock(d.mu);
+      d.has_work.store(false, std::memory_order_relaxed);
       auto idle_for = Clock::now() - last_activity;
       if (d.submitted.empty() && d.controls.empty() && !d.stop && d.pending.empty() &&
           idle_for > std::chrono::microseconds(config_.spin_before_sleep_us)) {
@@ -225,7 +234,7 @@ void TransferEngine::ProgressLoop(Domain& d) {
         active = true;
         continue;
       }
-      PostResult r;
+      PostResult r = PostResult::kAgain;
       try {
         switch (item->kind) {
           case WorkItem::kWrite: r = p.PostWrite(item->ep, item->write, item); break;
