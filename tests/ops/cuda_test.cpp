@@ -35,8 +35,12 @@ TEST(CudaAttention, LongDecodeAndChunkedPrefillWithDevicePlan) {
   const KernelImpl<AttentionParams>* k = CudaAttention();
   ASSERT_NE(k, nullptr);
   const int heads = 32, kv_heads = 8, d = 128, page = 16;
-  // (q_len, kv_len): long decodes (split-K), a short one, and a prefill chunk on a prefix.
-  const std::vector<std::pair<int, int>> seqs = {{1, 4099}, {1, 1}, {1, 777}, {50, 300}, {1, 2048}};
+  // (q_len, kv_len): a decode batch with long histories (few rows: split-K engages), and a
+  // prefill chunk on a cached prefix beside a decode (many rows: one split).
+  for (const std::vector<std::pair<int, int>>& seqs :
+       {std::vector<std::pair<int, int>>{{1, 4099}, {1, 1}, {1, 777}, {1, 2048}},
+        std::vector<std::pair<int, int>>{{50, 300}, {1, 1000}}}) {
+  SCOPED_TRACE(fmt::format("{} seqs", seqs.size()));
   std::vector<int32_t> q_start, q_len, kv_len, page_start, page_table;
   int32_t q = 0, pages = 0;
   for (auto [ql, kl] : seqs) {
@@ -77,6 +81,7 @@ TEST(CudaAttention, LongDecodeAndChunkedPrefillWithDevicePlan) {
   RunWith(*k, dp);
   m.CopyBack();
   ExpectExact(out_a.data<float>(), out_b.data<float>(), out_b.numel(), "plan vs upload");
+  }
 }
 
 // A captured graph of RmsNorm -> Matmul -> Add, replayed on new inputs written into the same
