@@ -61,8 +61,12 @@ void SpinImm(TransferEngine& e, uint32_t imm, int64_t count) {
   static const bool spin = Flag("spin", "0") == "1";
   if (!spin) return e.imms().Wait(imm, count, 30s);
   const auto deadline = Clock::now() + 30s;
-  while (!e.imms().TryConsume(imm, count)) {
-    PG_ENSURE(Clock::now() < deadline, kCancelled, "benchmark: immediates missing");
+  for (;;) {
+    const uint64_t seen = e.imms().arrivals();
+    if (e.imms().TryConsume(imm, count)) return;
+    while (e.imms().arrivals() == seen) {
+      PG_ENSURE(Clock::now() < deadline, kCancelled, "benchmark: immediates missing");
+    }
   }
 }
 

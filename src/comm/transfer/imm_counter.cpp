@@ -22,6 +22,7 @@ void ImmCounters::Arrive(uint32_t imm, int64_t n) {
     slot.available += n;
     Collect(slot, ready);
   }
+  arrivals_.fetch_add(uint64_t(n), std::memory_order_release);
   cv_.notify_all();
   for (auto& fn : ready) fn();
 }

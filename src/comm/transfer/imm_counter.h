@@ -3,6 +3,7 @@
 // calls Arrive, any thread waits.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -27,6 +28,9 @@ class ImmCounters {
   void Expect(uint32_t imm, int64_t count, std::function<void()> fn);
   // Arrivals not consumed yet.
   int64_t Available(uint32_t imm) const;
+  // Total arrivals of any value so far. Busy-waiters poll this lock-free and call TryConsume
+  // only when it moved, so they never contend with the progress thread for the lock.
+  uint64_t arrivals() const { return arrivals_.load(std::memory_order_acquire); }
 
  private:
   struct Expectation {
@@ -40,6 +44,7 @@ class ImmCounters {
   // Pops satisfied expectations of `slot` (lock held); returns their callbacks.
   static void Collect(Slot& slot, std::vector<std::function<void()>>& ready);
 
+  std::atomic<uint64_t> arrivals_{0};
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::unordered_map<uint32_t, Slot> slots_;
