@@ -87,17 +87,19 @@ void ValidateBatch(std::string_view op, const AttentionBatch* b, const KvCacheVi
   const int64_t num_pages = kc.dim(0);
   for (size_t s = 0; s < ns; ++s) {
     int64_t qs = b->q_start[s], ql = b->q_len[s], kl = b->kv_len[s], ps = b->page_start[s];
-    Need(ql >= 0 && kl >= ql && qs >= 0 && qs + ql <= num_tokens, op,
-         fmt::format("seq {}: q_start {} q_len {} kv_len {} invalid for {} tokens", s, qs, ql, kl,
-                     num_tokens));
+    // Per-sequence and per-page checks format their message only on failure (this runs for
+    // every layer of every step: formatting eagerly cost ~0.2 µs per page).
+    if (!(ql >= 0 && kl >= ql && qs >= 0 && qs + ql <= num_tokens))
+      Bad(op, fmt::format("seq {}: q_start {} q_len {} kv_len {} invalid for {} tokens", s, qs, ql,
+                          kl, num_tokens));
     int64_t pages = (kl + b->page_size - 1) / b->page_size;
-    Need(ps >= 0 && ps + pages <= int64_t(b->page_table.size()), op,
-         fmt::format("seq {}: pages [{}, {}) outside page_table of {}", s, ps, ps + pages,
-                     b->page_table.size()));
+    if (!(ps >= 0 && ps + pages <= int64_t(b->page_table.size())))
+      Bad(op, fmt::format("seq {}: pages [{}, {}) outside page_table of {}", s, ps, ps + pages,
+                          b->page_table.size()));
     for (int64_t i = 0; i < pages; ++i) {
       int64_t page = b->page_table[size_t(ps + i)];
-      Need(page >= 0 && page < num_pages, op,
-           fmt::format("seq {}: page {} out of range [0, {})", s, page, num_pages));
+      if (page < 0 || page >= num_pages)
+        Bad(op, fmt::format("seq {}: page {} out of range [0, {})", s, page, num_pages));
     }
     total += ql;
   }
