@@ -3,7 +3,7 @@
 
 The environment mirrors Hugging Face transformers' apply_chat_template:
 ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True) with the loopcontrols
-extension, HF's tojson filter (json.dumps, ensure_ascii=False, no HTML escaping), the
+extension and HF's {% generation %} tag, HF's tojson filter (json.dumps, ensure_ascii=False, no HTML escaping), the
 raise_exception and strftime_now globals (strftime_now pinned to FIXED_NOW so goldens are
 deterministic), and the render call
     template.render(messages=..., tools=..., documents=None, add_generation_prompt=...,
@@ -12,6 +12,9 @@ deterministic), and the render call
 Writes:
   tests/data/chat_templates/goldens.json          full templates x conversations
   tests/data/chat_templates/feature_goldens.json  small templates exercising one feature each
+  tests/data/chat_templates/corpus_goldens.json   every template in corpus/ (llama.cpp's
+      models/templates, vendored by the llama-cpp-python 0.3.36 sdist on PyPI) x the same
+      conversations; outputs stored as length + FNV-1a 64 hash to keep the file small
 
 Usage (from the repo root):  python3 tools/golden/chat_template_goldens.py
 """
@@ -21,7 +24,8 @@ import os
 import sys
 
 import jinja2
-from jinja2.ext import loopcontrols
+from jinja2 import nodes
+from jinja2.ext import Extension, loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -38,6 +42,21 @@ TEMPLATES = {
 }
 
 
+class AssistantTracker(Extension):
+    """HF's {% generation %}...{% endgeneration %} tag: renders its body unchanged (HF only
+    records character offsets there when asked for an assistant-token mask)."""
+    tags = {"generation"}
+
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(["name:endgeneration"], drop_needle=True)
+        call = self.call_method("_render", [])
+        return nodes.CallBlock(call, [], [], body).set_lineno(lineno)
+
+    def _render(self, caller):
+        return caller()
+
+
 def make_env():
     def raise_exception(message):
         raise jinja2.exceptions.TemplateError(message)
@@ -50,7 +69,7 @@ def make_env():
         return FIXED_NOW.strftime(format)
 
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[loopcontrols])
+                                        extensions=[AssistantTracker, loopcontrols])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now
@@ -361,6 +380,47 @@ def feature_goldens(env):
     return cases
 
 
+def fnv1a64(data: bytes) -> str:
+    h = 0xCBF29CE484222325
+    for b in data:
+        h ^= b
+        h = (h * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return f"{h:016x}"
+
+
+def corpus_goldens(env):
+    """Templates jinja2 cannot compile (e.g. HF-only {% generation %} without the extension) are
+    recorded as such; the C++ side must at least not crash on them."""
+    conversations = [{"name": n, "messages": c["messages"], "tools": c.get("tools"),
+                      "kwargs": c.get("kwargs", {})} for n, c in CONVERSATIONS]
+    templates = {}
+    corpus = os.path.join(DATA, "corpus")
+    for fname in sorted(os.listdir(corpus)):
+        if not fname.endswith(".jinja"):
+            continue
+        with open(os.path.join(corpus, fname), encoding="utf-8") as f:
+            src = f.read()
+        try:
+            env.from_string(src)
+        except jinja2.exceptions.TemplateSyntaxError as e:
+            templates[fname] = {"jinja2_syntax_error": str(e)}
+            continue
+        results = []
+        for cname, conv in CONVERSATIONS:
+            for agp in (True, False):
+                r = render_case(env, src, "<s>", "</s>", conv, agp)
+                if "expected" in r:
+                    out = r["expected"].encode("utf-8")
+                    results.append({"conversation": cname, "add_generation_prompt": agp,
+                                    "length": len(out), "fnv1a64": fnv1a64(out)})
+                else:
+                    results.append({"conversation": cname, "add_generation_prompt": agp,
+                                    "error": r["error"], "error_type": r["error_type"]})
+        templates[fname] = {"cases": results}
+    return {"bos_token": "<s>", "eos_token": "</s>", "conversations": conversations,
+            "templates": templates}
+
+
 def main():
     env = make_env()
     meta = {"generator": "tools/golden/chat_template_goldens.py", "jinja2": jinja2.__version__,
@@ -370,6 +430,9 @@ def main():
         f.write("\n")
     with open(os.path.join(DATA, "feature_goldens.json"), "w", encoding="utf-8") as f:
         json.dump({"meta": meta, "cases": feature_goldens(env)}, f, ensure_ascii=False, indent=1)
+        f.write("\n")
+    with open(os.path.join(DATA, "corpus_goldens.json"), "w", encoding="utf-8") as f:
+        json.dump({"meta": meta, **corpus_goldens(env)}, f, ensure_ascii=False, indent=1)
         f.write("\n")
 
 

@@ -4,9 +4,12 @@
 //    templates over conversations with system prompts, multi-turn, tools, tool calls/results,
 //    reasoning content; cases where jinja2 raised must raise here too.
 //  * feature_goldens.json: one small template per interpreter feature.
+//  * corpus_goldens.json: all 70 templates of llama.cpp's models/templates (as vendored in the
+//    llama-cpp-python 0.3.36 sdist) over the same conversations; outputs as length + FNV-1a.
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "tokenizer/jinja/chat_template.h"
@@ -145,6 +148,73 @@ INSTANTIATE_TEST_SUITE_P(Features, FeatureGolden, ::testing::Range<size_t>(0, Fe
                          [](const ::testing::TestParamInfo<size_t>& info) {
                            return TestName(FeatureGolden::Cases()[info.param].at("name").get<std::string>(), info.param);
                          });
+
+// ---- corpus of published templates (hash goldens) ----
+
+std::string Fnv1a64(const std::string& s) {
+  uint64_t h = 0xCBF29CE484222325ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 0x100000001B3ull;
+  }
+  return fmt::format("{:016x}", h);
+}
+
+class CorpusGolden : public ::testing::TestWithParam<std::string> {
+ public:
+  static const Json& Data() {
+    static const Json data = Json::parse(ReadFile(kDataDir + "corpus_goldens.json"));
+    return data;
+  }
+  static std::vector<std::string> Names() {
+    std::vector<std::string> names;
+    for (auto it = Data().at("templates").begin(); it != Data().at("templates").end(); ++it) names.push_back(it.key());
+    return names;
+  }
+};
+
+TEST_P(CorpusGolden, MatchesJinja2) {
+  const Json& data = Data();
+  const Json& entry = data.at("templates").at(GetParam());
+  ChatTemplate tmpl(ReadFile(kDataDir + "corpus/" + GetParam()), data.at("bos_token"), data.at("eos_token"),
+                    GoldenOptions());
+  std::map<std::string, const Json*> conversations;
+  for (const auto& c : data.at("conversations")) conversations[c.at("name")] = &c;
+  for (const auto& r : entry.at("cases")) {
+    const Json& conv = *conversations.at(r.at("conversation"));
+    SCOPED_TRACE(r.at("conversation").get<std::string>() + " agp=" + (r.at("add_generation_prompt").get<bool>() ? "1" : "0"));
+    ChatRenderParams p;
+    p.messages = conv.at("messages");
+    p.tools = conv.at("tools");
+    p.add_generation_prompt = r.at("add_generation_prompt");
+    p.extra_kwargs = conv.at("kwargs");
+    if (r.contains("error")) {
+      EXPECT_THROW(tmpl.Render(p), TemplateError) << "jinja2 raised: " << r.at("error").get<std::string>();
+      continue;
+    }
+    std::string out = tmpl.Render(p);
+    EXPECT_EQ(out.size(), r.at("length").get<size_t>());
+    EXPECT_EQ(Fnv1a64(out), r.at("fnv1a64").get<std::string>());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Corpus, CorpusGolden, ::testing::ValuesIn(CorpusGolden::Names()),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return TestName(info.param, info.index); });
+
+// Two corpus templates need variables no conversation passes (firefunction's `functions`,
+// command-r-plus's `datetime`) and fail in jinja2 too; every other one must render cases.
+TEST(CorpusGoldenCoverage, AllTemplatesPresentAndMostRender) {
+  EXPECT_GE(CorpusGolden::Names().size(), 70u);
+  size_t num_templates_rendered = 0, num_cases_rendered = 0;
+  for (const auto& [name, entry] : CorpusGolden::Data().at("templates").items()) {
+    size_t n = 0;
+    for (const auto& r : entry.at("cases")) n += !r.contains("error");
+    num_templates_rendered += n > 0;
+    num_cases_rendered += n;
+  }
+  EXPECT_GE(num_templates_rendered, 68u);
+  EXPECT_GE(num_cases_rendered, 2000u);
+}
 
 }  // namespace
 }  // namespace pg::jinja
