@@ -136,7 +136,10 @@ class Coverage {
 // held against ref at bf16 tolerance (input and output rounding; f32 accumulation), and an
 // "exact" op against ref's result rounded to bf16.
 constexpr Tolerance kBf16{3e-2, 5e-5};
-constexpr Tolerance kBf16Attention{5e-2, 1e-4};
+// Attention: in a long prefill the first rows attend to a few keys, so |out| there reaches
+// ~20x rms(out), and bf16 output rounding alone (2^-9 of |out|) is ~0.04 of rms; nmse is the
+// tight check (a wrong mask or page gives nmse ~1).
+constexpr Tolerance kBf16Attention{1e-1, 1e-4};
 
 template <typename P>
 bool OnDevice(const KernelImpl<P>& k) {

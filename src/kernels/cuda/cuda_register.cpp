@@ -178,7 +178,8 @@ void RunAttention(const AttentionParams& p) {
   a.v_scale = p.cache.v_scale;
   a.softcap = p.logit_softcap;
   a.sliding_window = p.sliding_window;
-  // Split-K: enough (row, kv head, split) blocks to fill the GPU twice, splits of >= 64 keys.
+  // Split-K: about 8 (row, kv head, split) blocks per SM (the kernel is latency bound: more
+  // warps in flight), splits of >= 64 keys.
   int64_t max_len = 1;
   for (int s = 0; s < b.num_seqs; ++s) {
     int64_t len = b.kv_len[size_t(s)];
@@ -187,7 +188,7 @@ void RunAttention(const AttentionParams& p) {
   }
   const int64_t num_tokens = p.q.dim(0);
   const int64_t base_blocks = std::max<int64_t>(1, num_tokens * a.kv_heads);
-  const int64_t target = 2 * int64_t(cuda::MultiprocessorCount());
+  const int64_t target = 8 * int64_t(cuda::MultiprocessorCount());
   int64_t splits = 1;
   if (base_blocks < target)
     splits = std::min((target + base_blocks - 1) / base_blocks, (max_len + 63) / 64);
