@@ -1,4 +1,5 @@
 // Tokenizer::FromHfJson: HF tokenizers' tokenizer.json for byte-level BPE models.
+#include <array>
 #include <fstream>
 #include <sstream>
 
@@ -111,7 +112,77 @@ void ParsePostProcessor(const json& j, const std::string& name, TokenizerSpec* s
   }
 }
 
-std::unique_ptr<Tokenizer> Build(const json& j, const std::string& name) {
+// model.vocab and model.merges, taken out of the token stream by ParseCallback.
+struct BigFields {
+  std::vector<std::pair<std::string, int64_t>> vocab;
+  std::vector<std::pair<std::string, std::string>> merges;
+  bool saw_vocab = false, saw_merges = false;
+  std::string error;  // first malformed entry
+};
+
+// nlohmann parser callback: captures model.vocab entries and model.merges items into
+// BigFields and drops them from the DOM (returning false discards a value).
+class ParseCallback {
+ public:
+  explicit ParseCallback(BigFields* big) : big_(big) {}
+  bool operator()(int depth, json::parse_event_t event, json& parsed) {
+    using E = json::parse_event_t;
+    const bool in_model = depth >= 3 && keys_[1] == "model";
+    switch (event) {
+      case E::key:
+        if (depth < int(keys_.size())) keys_[depth] = parsed.get<std::string>();
+        if (in_model && depth == 3 && keys_[2] == "vocab") pending_key_ = parsed.get<std::string>();
+        return true;
+      case E::object_start:
+      case E::array_start:
+        if (depth + 1 < int(keys_.size())) keys_[depth + 1].clear();
+        if (depth == 2 && keys_[1] == "model" && keys_[2] == "vocab")
+          big_->saw_vocab = event == E::object_start;
+        if (depth == 2 && keys_[1] == "model" && keys_[2] == "merges")
+          big_->saw_merges = event == E::array_start;
+        return true;
+      case E::value:
+        if (in_model && depth == 3 && keys_[2] == "vocab") {
+          if (parsed.is_number_integer()) {
+            big_->vocab.emplace_back(std::move(pending_key_), parsed.get<int64_t>());
+          } else if (big_->error.empty()) {
+            big_->error = "vocab id of '" + pending_key_ + "' is not an integer";
+          }
+          return false;
+        }
+        if (in_model && depth == 3 && keys_[2] == "merges") {
+          const std::string* m = parsed.get_ptr<const std::string*>();
+          const size_t space = m ? m->find(' ') : std::string::npos;
+          if (space != std::string::npos && m->find(' ', space + 1) == std::string::npos) {
+            big_->merges.emplace_back(m->substr(0, space), m->substr(space + 1));
+          } else if (big_->error.empty()) {
+            big_->error = "merge " + parsed.dump() + " is not two space-separated tokens";
+          }
+          return false;
+        }
+        return true;
+      case E::array_end:
+        if (in_model && depth == 3 && keys_[2] == "merges") {
+          if (parsed.size() == 2 && parsed[0].is_string() && parsed[1].is_string()) {
+            big_->merges.emplace_back(parsed[0].get<std::string>(), parsed[1].get<std::string>());
+          } else if (big_->error.empty()) {
+            big_->error = "merge " + parsed.dump() + " is not a pair of strings";
+          }
+          return false;
+        }
+        return true;
+      default:
+        return true;
+    }
+  }
+
+ private:
+  BigFields* big_;
+  std::array<std::string, 4> keys_;  // last key seen at each depth 0..3
+  std::string pending_key_;
+};
+
+std::unique_ptr<Tokenizer> Build(const json& j, const BigFields& big, const std::string& name) {
   TokenizerSpec spec;
   spec.name = name;
   const json& model = j.at("model");
@@ -127,39 +198,22 @@ std::unique_ptr<Tokenizer> Build(const json& j, const std::string& name) {
   PG_ENSURE(!BoolOr(model, "byte_fallback", false), kUnsupported, "{}: BPE byte_fallback", name);
   spec.bpe.ignore_merges = BoolOr(model, "ignore_merges", false);
 
-  // vocab: {"spelling": id}
-  const json& vocab = model.at("vocab");
-  PG_ENSURE(vocab.is_object(), kMalformed, "{}: model.vocab is not an object", name);
+  // vocab {"spelling": id} and merges ("left right" strings or [left, right] pairs) were
+  // captured while parsing (they are most of the file; no DOM is built for them).
+  PG_ENSURE(big.saw_vocab, kMalformed, "{}: model.vocab missing or not an object", name);
+  PG_ENSURE(big.saw_merges, kMalformed, "{}: model.merges missing or not an array", name);
+  PG_ENSURE(big.error.empty(), kMalformed, "{}: {}", name, big.error);
   size_t max_id = 0;
-  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-    const int64_t id = it.value().get<int64_t>();
+  for (const auto& [spelling, id] : big.vocab) {
     PG_ENSURE(id >= 0 && id < (int64_t{1} << 24), kMalformed, "{}: vocab id {} out of range",
               name, id);
     max_id = std::max(max_id, size_t(id));
   }
-  spec.bpe.vocab.assign(vocab.empty() ? 0 : max_id + 1, std::string());
-  for (auto it = vocab.begin(); it != vocab.end(); ++it)
-    spec.bpe.vocab[it.value().get<size_t>()] = ToBytes(it.key());
-
-  // merges: "left right" strings (old format) or [left, right] pairs.
-  const json& merges = model.at("merges");
-  spec.bpe.merges.reserve(merges.size());
-  for (const json& m : merges) {
-    std::string left, right;
-    if (m.is_string()) {
-      const std::string s = m.get<std::string>();
-      const size_t space = s.find(' ');
-      PG_ENSURE(space != std::string::npos && s.find(' ', space + 1) == std::string::npos,
-                kMalformed, "{}: merge '{}' is not two space-separated tokens", name, s);
-      left = s.substr(0, space);
-      right = s.substr(space + 1);
-    } else {
-      PG_ENSURE(m.is_array() && m.size() == 2, kMalformed, "{}: merge is not a pair", name);
-      left = m[0].get<std::string>();
-      right = m[1].get<std::string>();
-    }
+  spec.bpe.vocab.assign(big.vocab.empty() ? 0 : max_id + 1, std::string());
+  for (const auto& [spelling, id] : big.vocab) spec.bpe.vocab[size_t(id)] = ToBytes(spelling);
+  spec.bpe.merges.reserve(big.merges.size());
+  for (const auto& [left, right] : big.merges)
     spec.bpe.merges.emplace_back(ToBytes(left), ToBytes(right));
-  }
 
   spec.normalizer = ParseNormalizer(j.value("normalizer", json()), name);
   AddPreTokenizer(j.value("pre_tokenizer", json()), name, &spec.pre_tokenize);
@@ -202,13 +256,14 @@ std::unique_ptr<Tokenizer> Build(const json& j, const std::string& name) {
 
 std::unique_ptr<Tokenizer> Tokenizer::FromHfJsonText(std::string_view text, std::string name) {
   json j;
+  BigFields big;
   try {
-    j = json::parse(text);
+    j = json::parse(text, ParseCallback(&big));
   } catch (const json::exception& e) {
     Throw(ErrorCode::kMalformed, "{}: invalid tokenizer.json: {}", name, e.what());
   }
   try {
-    return Build(j, name);
+    return Build(j, big, name);
   } catch (const json::exception& e) {
     Throw(ErrorCode::kMalformed, "{}: unexpected tokenizer.json content: {}", name, e.what());
   }
