@@ -41,6 +41,13 @@ void AddUnique(std::vector<int32_t>& v, int32_t id) {
 
 }  // namespace
 
+std::string ModelBundle::name() const {
+  const fs::path p(path);
+  if (fs::is_regular_file(p) && p.extension() == ".gguf") return p.stem().string();
+  if (fs::is_directory(p)) return fs::absolute(p).lexically_normal().filename().string();
+  return model->config().name;
+}
+
 ModelBundle LoadBundle(const BundleOptions& o) {
   ModelBundle b;
   const bool dummy = o.format == models::LoadFormat::kDummy;

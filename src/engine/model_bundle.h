@@ -29,7 +29,9 @@ struct ModelBundle {
   std::string chat_template_source;
   std::vector<int32_t> eos_ids;  // model + tokenizer + generation_config, deduplicated
 
-  const std::string& name() const { return model->config().name; }
+  // Name to serve under: the model file's stem ("SmolLM2-135M-Instruct.Q4_1") or the HF
+  // folder's name; the config's own name for dummy weights.
+  std::string name() const;
 };
 
 // Throws pg::Error with a clear message for a missing or unsupported model.

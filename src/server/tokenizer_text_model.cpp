@@ -24,7 +24,12 @@ class StreamDetokenizer : public IncrementalDetokenizer {
 nlohmann::ordered_json MessagesForTemplate(const nlohmann::json& messages) {
   nlohmann::ordered_json out = nlohmann::ordered_json(messages);
   for (auto& m : out) {
-    if (!m.is_object() || !m.contains("tool_calls")) continue;
+    if (!m.is_object()) continue;
+    // An assistant turn that only calls tools has content null in OpenAI's API; published
+    // templates (Qwen3's `'</think>' in message.content`, ...) expect a string there.
+    if (m.value("role", "") == "assistant" && m.contains("content") && m["content"].is_null())
+      m["content"] = "";
+    if (!m.contains("tool_calls")) continue;
     for (auto& call : m["tool_calls"]) {
       auto& args = call["function"]["arguments"];
       if (!args.is_string()) continue;

@@ -109,20 +109,17 @@ def main():
         cached = r2.usage.prompt_tokens_details.cached_tokens
         check(cached >= r1.usage.prompt_tokens // 2, f"second turn cached_tokens {cached} of {r2.usage.prompt_tokens}")
 
-        # ---- tool call round trip (named tool_choice forces the call) ----------------------
+        # ---- tools on a model whose template has no tool format ---------------------------
         tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
                                                     "parameters": {"type": "object",
                                                                    "properties": {"city": {"type": "string"}}}}}]
         tq = [{"role": "user", "content": "What is the weather in Paris?"}]
-        r = client.chat.completions.create(model="smol", messages=tq, tools=tools, max_tokens=40, temperature=0,
-                                           tool_choice={"type": "function", "function": {"name": "get_weather"}})
-        calls = r.choices[0].message.tool_calls or []
-        check(len(calls) >= 1 and calls[0].function.name == "get_weather", "forced tool call returned")
-        if calls:
-            follow = tq + [{"role": "assistant", "content": None, "tool_calls": [calls[0].model_dump()]},
-                           {"role": "tool", "tool_call_id": calls[0].id, "content": "{\"temp_c\": 21}"}]
-            r = client.chat.completions.create(model="smol", messages=follow, tools=tools, max_tokens=16, temperature=0)
-            check(r.choices[0].message.content is not None, "tool result message accepted, answer produced")
+        try:
+            client.chat.completions.create(model="smol", messages=tq, tools=tools, max_tokens=8,
+                                           tool_choice="required")
+            check(False, "forced tool_choice without a tool format is a 400")
+        except openai.BadRequestError as e:
+            check("tool" in str(e), "forced tool_choice without a tool format is a 400")
 
         # ---- 32+ concurrent streams, each equal to its greedy non-streamed answer ----------
         prompts = [f"Count from {i} to {i + 5}." for i in range(36)]
@@ -193,6 +190,49 @@ def main():
     finally:
         code = srv.stop()
     check(code == 0, f"SIGTERM drains and exits 0 (got {code})")
+    # ---- tool call round trip: same model, Qwen3's published template (Hermes <tool_call>) --
+    srv2 = ServerProcess(a.bin, a.model, ["--served-model-name", "smol", "--chat-template",
+                                          "tests/data/chat_templates/Qwen-Qwen3-0.6B.jinja",
+                                          "--tool-call-parser", "hermes"])
+    try:
+        client2 = openai.OpenAI(base_url=srv2.base + "/v1", api_key="none", max_retries=0)
+        tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
+                                                    "parameters": {"type": "object",
+                                                                   "properties": {"city": {"type": "string"}}}}}]
+        tq = [{"role": "user", "content": "What is the weather in Paris?"}]
+        r = client2.chat.completions.create(model="smol", messages=tq, tools=tools, max_tokens=120, temperature=0,
+                                            tool_choice={"type": "function", "function": {"name": "get_weather"}})
+        print("forced call:", r.choices[0].finish_reason, r.choices[0].message.tool_calls)
+        calls = r.choices[0].message.tool_calls or []
+        check(len(calls) >= 1 and calls[0].function.name == "get_weather", "forced tool call returned")
+        # OpenAI reports "stop" for a call forced by a named tool_choice, "tool_calls" otherwise.
+        check(r.choices[0].finish_reason in ("tool_calls", "stop"),
+              f"finish_reason of a forced call ({r.choices[0].finish_reason})")
+        if calls:
+            json.loads(calls[0].function.arguments)  # arguments are JSON
+            follow = tq + [{"role": "assistant", "content": None, "tool_calls": [calls[0].model_dump()]},
+                           {"role": "tool", "tool_call_id": calls[0].id, "content": "{\"temp_c\": 21}"}]
+            r = client2.chat.completions.create(model="smol", messages=follow, tools=tools, max_tokens=16,
+                                                temperature=0)
+            check(r.choices[0].message.content is not None, "tool result message accepted, answer produced")
+        st = client2.chat.completions.create(model="smol", messages=tq, tools=tools, max_tokens=40, temperature=0,
+                                             stream=True,
+                                             tool_choice={"type": "function", "function": {"name": "get_weather"}})
+        names, args = set(), ""
+        for ch in st:
+            for tc in (ch.choices[0].delta.tool_calls or []) if ch.choices else []:
+                if tc.function and tc.function.name:
+                    names.add(tc.function.name)
+                if tc.function and tc.function.arguments:
+                    args += tc.function.arguments
+        check(names == {"get_weather"}, "streamed tool call name")
+        try:
+            json.loads(args)
+            check(True, "streamed tool-call argument deltas concatenate to JSON")
+        except ValueError:
+            check(False, f"streamed tool-call argument deltas concatenate to JSON ({args!r})")
+    finally:
+        srv2.stop()
     print(f"{len(FAILURES)} failures")
     return 1 if FAILURES else 0
 
