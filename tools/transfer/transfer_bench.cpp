@@ -29,6 +29,7 @@
 #include "comm/transfer/all_to_all.h"
 #include "comm/transfer/engine.h"
 #include "comm/transfer/rendezvous.h"
+#include "core/dtype.h"
 #include "core/log.h"
 #include "core/status.h"
 
@@ -306,9 +307,25 @@ void A2aRank(int rank, int world, uint16_t port) {
       combine_us.push_back(Seconds(t2, t3) * 1e6);
     }
   }
+  // The host weighted sum alone (same shape, no transfer), to separate it from combine.
+  std::vector<uint16_t> ys(size_t(tokens) * top_k * hidden, 0x3c3c);
+  std::vector<double> sum_us;
+  for (int i = 0; i < 5; ++i) {
+    auto s0 = Clock::now();
+    for (uint32_t t = 0; t < tokens; ++t) {
+      float* o = out.data() + size_t(t) * hidden;
+      std::fill(o, o + hidden, 0.0f);
+      for (uint32_t k = 0; k < top_k; ++k) {
+        const uint16_t* x = ys.data() + (size_t(t) * top_k + k) * hidden;
+        for (uint32_t h = 0; h < hidden; ++h) o[h] += weights[t * top_k + k] * Bf16ToF32(x[h]);
+      }
+    }
+    sum_us.push_back(Seconds(s0, Clock::now()) * 1e6);
+  }
   std::printf("a2a world=%d rank=%d tokens=%u hidden=%u top_k=%u: dispatch median %.0f us, "
-              "combine median %.0f us (incl. barrier)\n",
-              world, rank, tokens, hidden, top_k, Median(dispatch_us), Median(combine_us));
+              "combine median %.0f us (incl. weighted sum %.0f us and barrier)\n",
+              world, rank, tokens, hidden, top_k, Median(dispatch_us), Median(combine_us),
+              Median(sum_us));
   r.store->Barrier("end");
   r.store->Finalize();
 }
