@@ -13,6 +13,7 @@ DEB_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git clang libclang-rt-14-dev
   libgtest-dev libgmock-dev libfmt-dev libspdlog-dev nlohmann-json3-dev libcli11-dev
   libpcre2-dev libicu-dev libopenblas-dev libboost1.81-dev prometheus-cpp-dev libfabric-dev
+  libfabric-bin openmpi-bin libopenmpi-dev
   python3 python3-pip unzip curl iproute2
 )
 missing=()
