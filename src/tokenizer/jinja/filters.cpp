@@ -1,5 +1,7 @@
 // Builtin filters and tests (jinja2's, with Hugging Face's tojson).
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -45,7 +47,7 @@ Value AttrPath(Interpreter& in, const Value& item, const std::string& path) {
     std::string part = path.substr(pos, dot == std::string::npos ? std::string::npos : dot - pos);
     bool numeric = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
     if (cur.is_undefined()) return cur;
-    cur = numeric ? in.GetItem(cur, Value(static_cast<int64_t>(std::stoll(part)))) : in.GetItem(cur, Value(part));
+    cur = numeric ? in.GetItem(cur, Value(static_cast<int64_t>(std::strtoll(part.c_str(), nullptr, 10)))) : in.GetItem(cur, Value(part));
     if (dot == std::string::npos) break;
     pos = dot + 1;
   }

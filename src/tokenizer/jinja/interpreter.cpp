@@ -8,6 +8,7 @@
 namespace pg::jinja {
 namespace {
 constexpr int kMaxCallDepth = 200;
+constexpr int kMaxEvalDepth = 1000;
 
 [[noreturn]] void Fail(const std::string& message) { throw EvalError(message); }
 
@@ -54,6 +55,18 @@ Interpreter::Flow Interpreter::ExecBody(const Body& body, const FramePtr& frame,
 }
 
 Interpreter::Flow Interpreter::ExecStmt(const Stmt& s, const FramePtr& frame, std::string& out) {
+  try {
+    return ExecStmtInner(s, frame, out);
+  } catch (const TemplateError&) {
+    throw;
+  } catch (const EvalError& err) {
+    throw TemplateError(fmt::format("chat template error at {}: {}", FormatPos(s.pos), err.what()), false);
+  } catch (const Error& err) {
+    throw TemplateError(fmt::format("chat template error at {}: {}", FormatPos(s.pos), err.what()), false);
+  }
+}
+
+Interpreter::Flow Interpreter::ExecStmtInner(const Stmt& s, const FramePtr& frame, std::string& out) {
   switch (s.kind) {
     case StmtKind::kText: out += s.text; break;
     case StmtKind::kOutput: out += Eval(*s.expr, frame).ToString(); break;
@@ -247,7 +260,12 @@ Value Interpreter::MakeMacro(const Stmt& s, const FramePtr& closure, const Body*
 // Expressions
 
 Value Interpreter::Eval(const Expr& e, const FramePtr& frame) {
+  struct DepthGuard {
+    int& d;
+    ~DepthGuard() { --d; }
+  } guard{++eval_depth_};
   try {
+    if (eval_depth_ > kMaxEvalDepth) Fail(fmt::format("expression nested more than {} deep", kMaxEvalDepth));
     return EvalInner(e, frame);
   } catch (const TemplateError&) {
     throw;

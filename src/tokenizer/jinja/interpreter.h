@@ -46,6 +46,7 @@ class Interpreter {
 
   Flow ExecBody(const Body& body, const FramePtr& frame, std::string& out);
   Flow ExecStmt(const Stmt& s, const FramePtr& frame, std::string& out);
+  Flow ExecStmtInner(const Stmt& s, const FramePtr& frame, std::string& out);
   void ExecFor(const Stmt& s, const FramePtr& frame, std::string& out);
   void ExecSet(const Stmt& s, const FramePtr& frame, std::string& out);
   Value MakeMacro(const Stmt& s, const FramePtr& closure, const Body* body_override);
@@ -58,7 +59,8 @@ class Interpreter {
 
   TemplateOptions options_;
   FramePtr globals_;
-  int depth_ = 0;  // macro recursion depth, bounded so a template cannot blow the stack
+  int depth_ = 0;       // macro recursion depth, bounded so a template cannot blow the stack
+  int eval_depth_ = 0;  // expression nesting (left-deep chains like a+a+a+... included)
 };
 
 // Builtins (builtins.cpp, methods.cpp).

@@ -192,7 +192,7 @@ std::string PyFormat(const std::string& f, const CallArgs& a) {
     const Value* v;
     if (field.empty()) v = a.Get(auto_index++, "\x01");
     else if (std::all_of(field.begin(), field.end(), [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)); }))
-      v = a.Get(std::stoul(field), "\x01");
+      v = a.Get(field.size() > 9 ? SIZE_MAX : std::strtoul(field.c_str(), nullptr, 10), "\x01");
     else v = a.Get(SIZE_MAX, field);
     if (!v) Fail(fmt::format("format field '{}' has no argument", field));
     out += v->ToString();

@@ -112,6 +112,7 @@ class Parser {
   }
 
   void ParseStatement(const std::string& tag, SourcePos pos, Body& out) {
+    DepthGuard guard(this, pos);
     auto s = std::make_unique<Stmt>();
     s->pos = pos;
     std::string found;
@@ -264,7 +265,10 @@ class Parser {
     return t;
   }
 
-  ExprPtr ParseExpression(bool with_condexpr) { return with_condexpr ? ParseCondExpr() : ParseOr(); }
+  ExprPtr ParseExpression(bool with_condexpr) {
+    DepthGuard guard(this, Cur().pos);
+    return with_condexpr ? ParseCondExpr() : ParseOr();
+  }
 
   ExprPtr ParseCondExpr() {
     size_t unknown_before = unknown_.size();
@@ -278,7 +282,7 @@ class Parser {
       c->args.push_back(ParseOr());
       c->args.push_back(std::move(expr));
       if (IsName("else")) {
-        Next();
+        DepthGuard guard(this, Next().pos);
         c->args.push_back(ParseCondExpr());
       } else {
         c->args.push_back(nullptr);
@@ -313,6 +317,7 @@ class Parser {
     return e;
   }
   ExprPtr ParseNot() {
+    DepthGuard guard(this, Cur().pos);
     if (IsName("not")) {
       auto e = MakeExpr(ExprKind::kUnary, Next().pos);
       e->name = "not";
@@ -375,6 +380,7 @@ class Parser {
     return e;
   }
   ExprPtr ParseUnary(bool with_filter) {
+    DepthGuard guard(this, Cur().pos);
     ExprPtr e;
     if (IsOp("-") || IsOp("+")) {
       const Token& t = Next();
@@ -424,7 +430,7 @@ class Parser {
       case TokenKind::kFloat: {
         Next();
         auto e = MakeExpr(ExprKind::kLiteral, pos);
-        e->literal = Value(std::stod(t.value));
+        e->literal = Value(std::strtod(t.value.c_str(), nullptr));  // overflow gives inf, as Python
         return e;
       }
       case TokenKind::kOp: {
@@ -485,7 +491,12 @@ class Parser {
         SourcePos pos = Next().pos;
         if (Cur().kind == TokenKind::kInt) {
           auto idx = MakeExpr(ExprKind::kLiteral, Cur().pos);
-          idx->literal = Value(static_cast<int64_t>(std::stoll(Next().value)));
+          int64_t index = 0;
+          const std::string& digits = Next().value;
+          if (std::from_chars(digits.data(), digits.data() + digits.size(), index).ec != std::errc()) {
+            Fail(pos, "index out of range");
+          }
+          idx->literal = Value(index);
           auto g = MakeExpr(ExprKind::kGetItem, pos);
           g->args.push_back(std::move(e));
           g->args.push_back(std::move(idx));
@@ -615,6 +626,19 @@ class Parser {
     if (soft_depth_ == 0) unknown_.emplace_back(pos, std::move(message));
   }
   // Scope guard: bodies of for/macro/call/filter/block-set are not soft even inside an if.
+  // Bounds recursion so hostile templates ("((((..." or deeply nested tags) fail cleanly
+  // instead of overflowing the stack.
+  static constexpr int kMaxNesting = 256;
+  struct DepthGuard {
+    Parser* p;
+    DepthGuard(Parser* parser, SourcePos pos) : p(parser) {
+      if (++p->nesting_ > kMaxNesting) {
+        p->Fail(pos, fmt::format("expressions or blocks nested more than {} deep", kMaxNesting));
+      }
+    }
+    ~DepthGuard() { --p->nesting_; }
+  };
+
   struct SoftScope {
     Parser* p;
     int saved;
@@ -627,6 +651,7 @@ class Parser {
   std::vector<Token> toks_;
   size_t p_ = 0;
   int soft_depth_ = 0;
+  int nesting_ = 0;
   std::vector<std::pair<SourcePos, std::string>> unknown_;
 };
 

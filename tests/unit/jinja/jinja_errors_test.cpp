@@ -2,6 +2,8 @@
 // the failing expression; undefined values raise only where jinja2's default Undefined does.
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "tokenizer/jinja/chat_template.h"
 
 namespace pg::jinja {
@@ -68,6 +70,59 @@ TEST(JinjaChatTemplateWrapper, BadInputsAreErrors) {
   ChatTemplate t("{{ messages | length }}", "", "");
   EXPECT_THROW(t.Render(Json::object()), TemplateError);
   EXPECT_EQ(t.Render(Json::array({Json{{"role", "user"}, {"content", "x"}}})), "1");
+}
+
+}  // namespace
+}  // namespace pg::jinja
+
+namespace pg::jinja {
+namespace {
+
+TEST(JinjaHostileTemplates, DeepNestingFailsCleanly) {
+  const std::string deep_parens = "{{ " + std::string(100000, '(') + "1" + std::string(100000, ')') + " }}";
+  EXPECT_THROW(Template{deep_parens}, TemplateError);
+  std::string deep_ifs;
+  for (int i = 0; i < 5000; ++i) deep_ifs += "{% if true %}";
+  EXPECT_THROW(Template{deep_ifs}, TemplateError);
+  std::string long_chain = "{{ 1";
+  for (int i = 0; i < 200000; ++i) long_chain += " + 1";
+  long_chain += " }}";
+  EXPECT_THROW(Template(long_chain).Render(Json::object()), TemplateError);
+  EXPECT_THROW(Template("{% for a, b in [1, 2] %}{% endfor %}").Render(Json::object()), TemplateError);
+  EXPECT_THROW(Template("{% set a, b = 1 %}").Render(Json::object()), TemplateError);
+  EXPECT_THROW(Template("{{ x.99999999999999999999999 }}"), TemplateError);
+  EXPECT_THROW(Template("{{ 99999999999999999999999 }}"), TemplateError);
+  EXPECT_EQ(Template("{{ 1e999 }}").Render(Json::object()), "inf");
+  EXPECT_THROW(Template("{{ '{99999999999999}'.format(1) }}").Render(Json::object()), TemplateError);
+  // Moderate nesting still works.
+  EXPECT_EQ(Template("{{ " + std::string(50, '(') + "2" + std::string(50, ')') + " * 3 }}").Render(Json::object()), "6");
+}
+
+// Random token soup: every outcome must be a rendered string or a TemplateError, never a crash.
+TEST(JinjaHostileTemplates, RandomTokenSoupNeverCrashes) {
+  const std::vector<std::string> pieces = {
+      "{{", "}}", "{%", "%}", "{#", "#}", "{%-", "-%}", "{{-", "-}}", " if ", " for ", " in ", " endif ", " endfor ",
+      " else ", " set ", " = ", " x ", " xs ", " loop.index ", " | ", " trim ", " tojson ", "(", ")", "[", "]", "{", "}",
+      ",", ":", "'s'", "\"q\"", " 1 ", " 2.5 ", " + ", " - ", " * ", " / ", " // ", " % ", " ** ", " ~ ", " not ", " and ",
+      " or ", " is ", " defined ", " none ", " macro ", " endmacro ", " m ", " namespace ", " . ", "text", "\n", "  ",
+      " raise_exception ", " range ", " [::-1] ", " break ", " continue ", " call ", " endcall ", " filter ", " upper "};
+  std::mt19937 rng(99);
+  Json ctx = {{"x", "abc"}, {"xs", {1, 2, 3}}};
+  int num_rendered = 0, num_errors = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    std::string src;
+    int n = 1 + static_cast<int>(rng() % 30);
+    for (int k = 0; k < n; ++k) src += pieces[rng() % pieces.size()];
+    try {
+      Template(src).Render(ctx);
+      ++num_rendered;
+    } catch (const TemplateError&) {
+      ++num_errors;
+    }
+  }
+  EXPECT_EQ(num_rendered + num_errors, 3000);
+  EXPECT_GT(num_rendered, 0);
+  EXPECT_GT(num_errors, 0);
 }
 
 }  // namespace
