@@ -48,6 +48,15 @@ AllToAll::AllToAll(TransferEngine& engine, const PeerGroup& group, TcpStore& sto
               remote_[r].desc.length_bytes, recv_buf_.size());
   }
   send_start_.assign(world_ + 1, 0);
+  for (uint32_t r = 0; r < world_; ++r) {
+    auto build = [&](Kind kind) {
+      return engine.BuildWrite({&send_mr_, 0, 0, &group_[r], &remote_[r], 0, Imm(kind)});
+    };
+    count_req_.push_back(build(kCount));
+    spec_req_.push_back(build(kSpec));
+    bulk_req_.push_back(build(kBulk));
+    combine_req_.push_back(build(kCombine));
+  }
 }
 
 AllToAll::~AllToAll() {
@@ -108,15 +117,14 @@ void AllToAll::DispatchSend(const DispatchInput& in) {
   std::vector<WriteRequest> batch;
   for (uint32_t r = 0; r < world_; ++r) {
     if (r == rank_) continue;
-    batch.push_back(engine_.BuildWrite({&send_mr_, 0, uint64_t(world_) * 4, &group_[r],
-                                        &remote_[r], uint64_t(rank_) * world_ * 4,
-                                        Imm(kCount)}));
+    count_req_[r].Patch(0, uint64_t(rank_) * world_ * 4, uint64_t(world_) * 4);
+    batch.push_back(count_req_[r]);
     const uint32_t spec = std::min(counts[r], config_.spec_tokens);
     if (spec > 0) {
-      batch.push_back(engine_.BuildWrite(
-          {&send_mr_, SendRecordOffset(send_start_[r]), spec * record_bytes_, &group_[r],
-           &remote_[r], spec_off_ + uint64_t(rank_) * config_.spec_tokens * record_bytes_,
-           Imm(kSpec)}));
+      spec_req_[r].Patch(SendRecordOffset(send_start_[r]),
+                         spec_off_ + uint64_t(rank_) * config_.spec_tokens * record_bytes_,
+                         spec * record_bytes_);
+      batch.push_back(spec_req_[r]);
     }
   }
   if (!batch.empty()) {
@@ -151,8 +159,8 @@ void AllToAll::OnCountsComplete() {
       if (r == rank_) {
         std::memcpy(recv_buf_.data() + dst, send_buf_.data() + src, bytes);
       } else {
-        batch.push_back(
-            engine_.BuildWrite({&send_mr_, src, bytes, &group_[r], &remote_[r], dst, Imm(kBulk)}));
+        bulk_req_[r].Patch(src, dst, bytes);
+        batch.push_back(bulk_req_[r]);
       }
     }
     if (!batch.empty()) {
@@ -235,8 +243,8 @@ void AllToAll::CombineSend() {
     if (c > 0 && s == rank_) {
       std::memcpy(recv_buf_.data() + dst, send_buf_.data() + src, c * cb);
     } else if (c > 0) {
-      batch.push_back(
-          engine_.BuildWrite({&send_mr_, src, c * cb, &group_[s], &remote_[s], dst, Imm(kCombine)}));
+      combine_req_[s].Patch(src, dst, c * cb);
+      batch.push_back(combine_req_[s]);
     }
     src_records += c;
   }

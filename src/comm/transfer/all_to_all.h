@@ -102,6 +102,9 @@ class AllToAll {
   MemoryRegion recv_mr_;
   uint64_t spec_off_ = 0, bulk_off_ = 0, combine_in_off_ = 0;
   std::vector<RemoteMemory> remote_;  // per rank
+  // Work requests built once per peer (addresses, keys, immediates resolved) and patched
+  // with this round's offsets and lengths. [W]; entries for `rank_` are unused.
+  std::vector<WriteRequest> count_req_, spec_req_, bulk_req_, combine_req_;
 
   uint32_t* counts_in_ = nullptr;            // [W][W] view of recv_buf_
   std::vector<uint32_t> send_start_;         // [W+1] record index where each dest begins
