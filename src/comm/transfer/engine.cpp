@@ -248,7 +248,10 @@ void TransferEngine::ProgressLoop(Domain& d) {
         active = true;
         continue;
       }
-      if (r == PostResult::kAgain) break;
+      if (r == PostResult::kAgain) {
+        num_backpressure_.fetch_add(1, std::memory_order_relaxed);
+        break;
+      }
       d.pending.pop_front();
       d.inflight.insert(item);
       active = true;

@@ -172,6 +172,8 @@ class TransferEngine {
             Completion done);
 
   ImmCounters& imms() { return imms_; }
+  // Times a post was refused with EAGAIN and the item stayed queued (backpressure).
+  uint64_t num_backpressure() const { return num_backpressure_.load(); }
   static constexpr uint32_t kBarrierBit = 0x80000000u;
 
  private:
@@ -197,6 +199,7 @@ class TransferEngine {
   std::vector<uint8_t> landing_;
   MemoryRegion landing_region_;
   std::atomic<uint32_t> ep_round_robin_{0};
+  std::atomic<uint64_t> num_backpressure_{0};
 };
 
 }  // namespace pg::comm
