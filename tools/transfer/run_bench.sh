@@ -13,18 +13,19 @@ if [[ "${1:-}" == "--bundle" ]]; then
   cp -L /lib64/ld-linux-x86-64.so.2 "$B/lib/"
   exit 0
 fi
-RUN=""; BIN=""
+RUN=""; BIN=""; FI_BIN=""
 if [[ -n "${1:-}" ]]; then
-  B="$(cd "$1" && pwd)"; RUN="$B/lib/ld-linux-x86-64.so.2 --library-path $B/lib"; BIN="$B/bin/"
+  B="$(cd "$1" && pwd)"; RUN="$B/lib/ld-linux-x86-64.so.2 --library-path $B/lib"
+  BIN="$B/bin/"; FI_BIN="$B/bin/"
 else
-  BIN="build/xfer/src/comm/"
+  BIN="${BENCH_DIR:-build/xfer/src/comm}/"  # fi_* tools from PATH (libfabric-bin)
 fi
 SPIN="${SPIN:-1}"
 echo "# $(date -u +%F) $(git rev-parse --short HEAD 2>/dev/null || echo nogit) $(nproc) cores, $(uname -r)"
-$RUN ${BIN}fi_info -l 2>/dev/null | grep -E '^(tcp|shm|ofi_rxm|net):' | tr '\n' ' '; echo
+$RUN ${FI_BIN}fi_info -l 2>/dev/null | grep -E '^(tcp|shm|ofi_rxm|net):' | tr '\n' ' '; echo
 for p in "tcp;ofi_rxm" shm; do
   $RUN ${BIN}transfer_bench write --provider="$p" --spin="$SPIN" \
-    --fi-pingpong="$RUN ${BIN}fi_pingpong" || echo "write bench on $p failed"
+    --fi-pingpong="$RUN ${FI_BIN}fi_pingpong" || echo "write bench on $p failed"
 done
 $RUN ${BIN}transfer_bench scatter --provider="tcp;ofi_rxm" --spin=0 --peers=8,16,32 || true
 $RUN ${BIN}transfer_bench scatter --provider=shm --spin=0 --peers=8,16,32 || true
