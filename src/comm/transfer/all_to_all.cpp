@@ -60,6 +60,8 @@ AllToAll::AllToAll(TransferEngine& engine, const PeerGroup& group, TcpStore& sto
 }
 
 AllToAll::~AllToAll() {
+  // After a failed round the count expectation (capturing `this`) may still be pending.
+  engine_.imms().CancelExpectations(Imm(kCount));
   try {
     engine_.Deregister(send_mr_);
     engine_.Deregister(recv_mr_);

@@ -59,6 +59,7 @@ struct DispatchInput {
   std::span<const uint8_t> payload;         // [num_tokens][dispatch_bytes]
 };
 
+// After any error (timeout, dead peer) an AllToAll is unusable: destroy it (and re-bootstrap).
 class AllToAll {
  public:
   // Collective: every rank constructs with the same config; descriptors go through `store`.

@@ -60,6 +60,12 @@ void ImmCounters::Expect(uint32_t imm, int64_t count, std::function<void()> fn) 
   for (auto& f : ready) f();
 }
 
+void ImmCounters::CancelExpectations(uint32_t imm) {
+  std::lock_guard lock(mu_);
+  auto it = slots_.find(imm);
+  if (it != slots_.end()) it->second.pending.clear();
+}
+
 int64_t ImmCounters::Available(uint32_t imm) const {
   std::lock_guard lock(mu_);
   auto it = slots_.find(imm);

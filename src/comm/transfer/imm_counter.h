@@ -26,6 +26,9 @@ class ImmCounters {
   // Calls `fn` (on the arriving thread, or now if already satisfied) once `count` arrivals of
   // `imm` exist; consumes them. Expectations on one imm are served in order.
   void Expect(uint32_t imm, int64_t count, std::function<void()> fn);
+  // Drops every pending expectation on `imm` (their callbacks never run). For owners that go
+  // away after a failed exchange.
+  void CancelExpectations(uint32_t imm);
   // Arrivals not consumed yet.
   int64_t Available(uint32_t imm) const;
   // Total arrivals of any value so far. Busy-waiters poll this lock-free and call TryConsume

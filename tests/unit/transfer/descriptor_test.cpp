@@ -137,6 +137,16 @@ TEST(ImmCounters, ArrivalsBeforeTheExpectedCountAreKept) {
   EXPECT_TRUE(c.TryConsume(8, 5));
 }
 
+TEST(ImmCounters, CancelledExpectationsNeverFire) {
+  ImmCounters c;
+  int fired = 0;
+  c.Expect(3, 2, [&] { ++fired; });
+  c.CancelExpectations(3);
+  c.Arrive(3, 2);
+  EXPECT_EQ(fired, 0);
+  EXPECT_EQ(c.Available(3), 2);  // the arrivals stay for whoever asks next
+}
+
 TEST(ImmCounters, WaitWakesOnArrivalAndTimesOutWithAnError) {
   ImmCounters c;
   std::thread t([&] {
