@@ -280,6 +280,7 @@ const Registry& Registry::Global() {
     Registry r;
     RegisterRefKernels(r);
     RegisterCpuKernels(r);
+    RegisterMoeKernels(r);
 #if defined(PEREGRINE_HAVE_CUDA)
     RegisterCudaKernels(r);
 #endif

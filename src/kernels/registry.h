@@ -18,6 +18,7 @@
 
 #include "core/status.h"
 #include "kernels/ops.h"
+#include "kernels/ops_moe.h"
 
 namespace pg::ops {
 
@@ -144,7 +145,10 @@ class Registry {
  private:
   std::tuple<OpTable<EmbeddingParams>, OpTable<RmsNormParams>, OpTable<RopeParams>,
              OpTable<MatmulParams>, OpTable<SwiGluParams>, OpTable<AddParams>,
-             OpTable<KvWriteParams>, OpTable<AttentionParams>>
+             OpTable<KvWriteParams>, OpTable<AttentionParams>,
+             // ops_moe.h (validation and names declared there)
+             OpTable<MoeRouterParams>, OpTable<MoeExpertsParams>, OpTable<MlaCacheWriteParams>,
+             OpTable<MlaAttentionParams>>
       tables_;
 };
 
@@ -161,6 +165,7 @@ void RunWith(const KernelImpl<P>& k, const P& p) {
 // Backend registration hooks, called once by Registry::Global().
 void RegisterRefKernels(Registry& r);
 void RegisterCpuKernels(Registry& r);
+void RegisterMoeKernels(Registry& r);  // ops_moe.h: ref and cpu backends (ref/moe_register.cpp)
 #if defined(PEREGRINE_HAVE_CUDA)
 void RegisterCudaKernels(Registry& r);  // defined under cuda/
 #endif

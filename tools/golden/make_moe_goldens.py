@@ -227,7 +227,16 @@ def load_hf(cls, cfg, hub, dev):
 
 
 def build(outdir, name, cls, cfg, kind, dev, g, fp8=False):
-    c = cfg.to_dict()
+    # Read through getattr: configs alias some fields (attribute_map), which to_dict() may
+    # list under another name.
+    keys = ["hidden_size", "vocab_size", "num_hidden_layers", "num_attention_heads",
+            "num_key_value_heads", "intermediate_size", "moe_intermediate_size"]
+    keys += (["head_dim", "num_experts", "mlp_only_layers", "decoder_sparse_step"]
+             if kind == "qwen3_moe" else
+             ["qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "q_lora_rank", "kv_lora_rank",
+              "first_k_dense_replace", "n_routed_experts", "n_shared_experts"])
+    c = {k: getattr(cfg, k) for k in keys}
+    print(name, c, flush=True)
     hub = hub_weights(kind, c, g)
     stored = dict(hub)
     if fp8:

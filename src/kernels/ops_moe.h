@@ -1,0 +1,115 @@
+// Mixture-of-experts and Multi-head Latent Attention ops (issue 7). Same conventions as
+// ops.h: one params struct per op, f32 activations on the CPU, a CPU reference for every op
+// (ref/moe_*.cpp), faster backends chosen by the registry (cpu/moe_*.cpp).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "core/tensor.h"
+#include "kernels/ops.h"
+
+namespace pg::ops {
+
+// ---- MoE router ------------------------------------------------------------------------
+// Per token: scores = softmax(logits) or sigmoid(logits) (f32); experts are chosen on
+// scores + bias (bias only steers the choice, as DeepSeek-V3's e_score_correction_bias):
+// experts are split into num_groups equal groups, a group's score is the sum of its best two
+// choice scores (its best one when a group has one expert), only the topk_groups best groups
+// stay eligible, and the top_k eligible experts are chosen. Their weights are the unbiased
+// scores, divided by their sum when renormalize, then multiplied by scaling.
+//   Qwen3-MoE: softmax, 1 group, renormalize = norm_topk_prob, scaling 1.
+//   DeepSeek-V3 / Kimi K2: sigmoid, bias, n_group / topk_group, routed_scaling_factor.
+// Ties choose the lower expert index. Experts of a token are listed in descending choice
+// score.
+enum class MoeScoring : uint8_t { kSoftmax, kSigmoid };
+struct MoeRouterParams {
+  TensorView logits;        // [num_tokens, num_experts] f32 (router matmul output)
+  TensorView bias;          // optional [num_experts] f32 (data == nullptr: none)
+  TensorView topk_ids;      // [num_tokens, top_k] i32, out
+  TensorView topk_weights;  // [num_tokens, top_k] f32, out
+  MoeScoring scoring = MoeScoring::kSoftmax;
+  int num_groups = 1;       // divides num_experts
+  int topk_groups = 1;      // in [1, num_groups]; top_k <= topk_groups * experts per group
+  bool renormalize = true;
+  float scaling = 1.0f;
+};
+void MoeRouter(const MoeRouterParams& p);
+
+// ---- MoE experts (SwiGLU) ----------------------------------------------------------------
+// out[t] (+)= sum_j topk_weights[t, j] * expert_{ids[t, j]}(x[t]), where
+// expert_e(x) = down_e · (silu(gate_e · x) * (up_e · x)). Weights are per expert, any
+// dequantizable dtype (each expert's matrices are separate views: hub checkpoints store one
+// tensor per expert). An id of -1 is an empty route (contributes nothing).
+struct MoeExpertWeights {
+  TensorView gate;  // [inter, hidden]
+  TensorView up;    // [inter, hidden]
+  TensorView down;  // [hidden, inter]
+};
+struct MoeExpertsParams {
+  TensorView x;                               // [num_tokens, hidden] f32
+  TensorView topk_ids;                        // [num_tokens, top_k] i32, in [-1, num_experts)
+  TensorView topk_weights;                    // [num_tokens, top_k] f32
+  std::span<const MoeExpertWeights> experts;  // [num_experts], one inter size for all
+  TensorView out;                             // [num_tokens, hidden] f32; must not alias x
+  bool accumulate = false;                    // out += result (e.g. onto the shared expert)
+};
+void MoeExperts(const MoeExpertsParams& p);
+
+// ---- Multi-head Latent Attention ------------------------------------------------------
+// The latent KV cache holds, per token, one row of L = kv_lora_rank + rope_dim values:
+// the kv_a_layernorm-ed latent c_kv, then the rotated shared rope key k_pe. The runtime's
+// paged cache has K and V halves of equal shape ([pages, page_size, 1, MlaCacheHalfDim]);
+// the latent row is stored split over them: elements [0, half) in k_cache, [half, L) in
+// v_cache (padding at the end of v when L is odd). So a latent cache costs L values per
+// token and layer, no more.
+inline int64_t MlaCacheHalfDim(int64_t kv_lora_rank, int64_t rope_dim) {
+  return (kv_lora_rank + rope_dim + 1) / 2;
+}
+
+// Writes the new tokens' latent rows into their slots (positions as KvWrite).
+struct MlaCacheWriteParams {
+  TensorView latent;  // [num_tokens, kv_lora_rank + rope_dim] f32
+  KvCacheView cache;  // latent cache (layout above), f32/f16/bf16
+  const AttentionBatch* batch = nullptr;
+};
+void MlaCacheWrite(const MlaCacheWriteParams& p);
+
+// Causal attention of each sequence's new queries over its latent history, with per-head
+// keys k_h(t) = [W_UK_h · c_kv(t), k_pe(t)] and values v_h(t) = W_UV_h · c_kv(t), where
+// w_kv_b (kv_b_proj) stacks, per head h, W_UK_h (nope_dim rows) then W_UV_h (v_dim rows).
+//   kExpanded: materialises k_h, v_h for the history (prefill style).
+//   kAbsorbed: folds W_UK into the query (q_abs = W_UK_h^T q_nope), attends over the latents
+//              directly, and applies W_UV after attention (decode style).
+// Both compute the same function (up to rounding); tests check absorbed == expanded.
+enum class MlaMode : uint8_t { kExpanded, kAbsorbed };
+struct MlaAttentionParams {
+  TensorView q;       // [num_tokens, num_heads, nope_dim + rope_dim] f32, rope part rotated
+  TensorView w_kv_b;  // [num_heads * (nope_dim + v_dim), kv_lora_rank], dequantizable
+  TensorView out;     // [num_tokens, num_heads, v_dim] f32
+  KvCacheView cache;  // latent cache (layout above), written by MlaCacheWrite
+  const AttentionBatch* batch = nullptr;
+  int kv_lora_rank = 0;
+  int rope_dim = 0;   // nope_dim = q.dim(2) - rope_dim; v_dim = out.dim(2)
+  float scale = 0.0f; // softmax scale; 0 = 1/sqrt(nope_dim + rope_dim)
+  MlaMode mode = MlaMode::kExpanded;
+};
+void MlaAttention(const MlaAttentionParams& p);
+
+// ---- registry hooks (registry.h) --------------------------------------------------------
+// Validate throws pg::Error(kInvalidArgument) naming the op and the offending shapes.
+void Validate(const MoeRouterParams& p);
+void Validate(const MoeExpertsParams& p);
+void Validate(const MlaCacheWriteParams& p);
+void Validate(const MlaAttentionParams& p);
+Device DeviceOf(const MoeRouterParams& p);
+Device DeviceOf(const MoeExpertsParams& p);
+Device DeviceOf(const MlaCacheWriteParams& p);
+Device DeviceOf(const MlaAttentionParams& p);
+std::string_view OpName(const MoeRouterParams&);
+std::string_view OpName(const MoeExpertsParams&);
+std::string_view OpName(const MlaCacheWriteParams&);
+std::string_view OpName(const MlaAttentionParams&);
+
+}  // namespace pg::ops

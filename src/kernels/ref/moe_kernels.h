@@ -1,0 +1,23 @@
+// The kernels of ops_moe.h, by backend. Internal to src/kernels: callers use the dispatch
+// functions of ops_moe.h; tests reach a backend through Registry::Global().table<P>().
+#pragma once
+
+#include "kernels/ops_moe.h"
+#include "kernels/registry.h"
+
+namespace pg::ops {
+
+namespace ref {
+// Reference backend (moe_ref.cpp, moe_mla_ref.cpp): plain loops, double accumulation.
+void MoeRouter(const MoeRouterParams& p);
+void MoeExperts(const MoeExpertsParams& p);
+void MlaCacheWrite(const MlaCacheWriteParams& p);
+void MlaAttention(const MlaAttentionParams& p);
+}  // namespace ref
+
+namespace cpu {
+// CPU backend of the MoE ops (cpu/moe_experts.cpp): registers its kernels.
+void RegisterMoe(Registry& r);
+}  // namespace cpu
+
+}  // namespace pg::ops

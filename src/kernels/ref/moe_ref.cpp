@@ -1,0 +1,113 @@
+// Reference MoE router and experts (ops_moe.h): plain loops, double accumulation. The ground
+// truth the other backends are tested against.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "core/quant.h"
+#include "kernels/kernel_util.h"
+#include "kernels/ref/moe_kernels.h"
+
+namespace pg::ops::ref {
+namespace {
+
+using detail::RowF32;
+
+// Indices of the k largest values, descending; ties keep the lower index first.
+std::vector<int> TopK(const std::vector<double>& v, const std::vector<bool>& eligible, int k) {
+  std::vector<int> idx;
+  for (int i = 0; i < int(v.size()); ++i)
+    if (eligible[size_t(i)]) idx.push_back(i);
+  std::stable_sort(idx.begin(), idx.end(),
+                   [&](int a, int b) { return v[size_t(a)] > v[size_t(b)]; });
+  idx.resize(size_t(std::min<int>(k, int(idx.size()))));
+  return idx;
+}
+
+double Silu(double g) { return g / (1.0 + std::exp(-g)); }
+
+}  // namespace
+
+void MoeRouter(const MoeRouterParams& p) {
+  const int64_t n = p.logits.dim(0);
+  const int num_experts = int(p.logits.dim(1)), k = int(p.topk_ids.dim(1));
+  const int per_group = num_experts / p.num_groups;
+  std::vector<double> score(static_cast<size_t>(num_experts)), choice(static_cast<size_t>(num_experts));
+  std::vector<double> group_score(static_cast<size_t>(p.num_groups));
+  for (int64_t t = 0; t < n; ++t) {
+    const float* lg = RowF32(p.logits, t);
+    if (p.scoring == MoeScoring::kSoftmax) {
+      double mx = -INFINITY, sum = 0;
+      for (int e = 0; e < num_experts; ++e) mx = std::max(mx, double(lg[e]));
+      for (int e = 0; e < num_experts; ++e) sum += (score[size_t(e)] = std::exp(lg[e] - mx));
+      for (double& s : score) s /= sum;
+    } else {
+      for (int e = 0; e < num_experts; ++e) score[size_t(e)] = 1.0 / (1.0 + std::exp(-double(lg[e])));
+    }
+    for (int e = 0; e < num_experts; ++e)
+      choice[size_t(e)] = score[size_t(e)] + (p.bias.data ? double(p.bias.as<float>()[e]) : 0.0);
+    std::vector<bool> eligible(size_t(num_experts), true);
+    if (p.num_groups > 1 && p.topk_groups < p.num_groups) {
+      // A group's score: the sum of its best two choice scores.
+      for (int g = 0; g < p.num_groups; ++g) {
+        std::vector<double> members(choice.begin() + g * per_group,
+                                    choice.begin() + (g + 1) * per_group);
+        std::sort(members.rbegin(), members.rend());
+        group_score[size_t(g)] = members[0] + (per_group > 1 ? members[1] : 0.0);
+      }
+      std::vector<int> groups =
+          TopK(group_score, std::vector<bool>(size_t(p.num_groups), true), p.topk_groups);
+      std::fill(eligible.begin(), eligible.end(), false);
+      for (int g : groups)
+        for (int e = g * per_group; e < (g + 1) * per_group; ++e) eligible[size_t(e)] = true;
+    }
+    std::vector<int> chosen = TopK(choice, eligible, k);
+    double sum = 0;
+    for (int e : chosen) sum += score[size_t(e)];
+    int32_t* ids = p.topk_ids.as<int32_t>() + t * k;
+    float* w = RowF32(p.topk_weights, t);
+    for (int j = 0; j < k; ++j) {
+      ids[j] = chosen[size_t(j)];
+      double wj = score[size_t(chosen[size_t(j)])];
+      if (p.renormalize) wj /= sum + 1e-20;
+      w[j] = float(wj * p.scaling);
+    }
+  }
+}
+
+void MoeExperts(const MoeExpertsParams& p) {
+  const int64_t n = p.x.dim(0), h = p.x.dim(1), k = p.topk_ids.dim(1);
+  const int64_t inter = p.experts[0].gate.dim(0);
+  std::vector<float> wrow(static_cast<size_t>(std::max(h, inter)));
+  std::vector<double> act(static_cast<size_t>(inter)), acc(static_cast<size_t>(h));
+  for (int64_t t = 0; t < n; ++t) {
+    const float* x = RowF32(p.x, t);
+    std::fill(acc.begin(), acc.end(), 0.0);
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t e = p.topk_ids.as<int32_t>()[t * k + j];
+      if (e < 0) continue;
+      const MoeExpertWeights& w = p.experts[size_t(e)];
+      for (int64_t i = 0; i < inter; ++i) {
+        double g = 0, u = 0;
+        quant::DequantizeRow(w.gate.dtype, w.gate.row_ptr(i), wrow.data(), h);
+        for (int64_t c = 0; c < h; ++c) g += double(x[c]) * wrow[size_t(c)];
+        quant::DequantizeRow(w.up.dtype, w.up.row_ptr(i), wrow.data(), h);
+        for (int64_t c = 0; c < h; ++c) u += double(x[c]) * wrow[size_t(c)];
+        act[size_t(i)] = Silu(g) * u;
+      }
+      const double route_w = RowF32(p.topk_weights, t)[j];
+      for (int64_t o = 0; o < h; ++o) {
+        quant::DequantizeRow(w.down.dtype, w.down.row_ptr(o), wrow.data(), inter);
+        double y = 0;
+        for (int64_t i = 0; i < inter; ++i) y += act[size_t(i)] * wrow[size_t(i)];
+        acc[size_t(o)] += route_w * y;
+      }
+    }
+    float* out = RowF32(p.out, t);
+    for (int64_t o = 0; o < h; ++o)
+      out[o] = p.accumulate ? float(double(out[o]) + acc[size_t(o)]) : float(acc[size_t(o)]);
+  }
+}
+
+}  // namespace pg::ops::ref

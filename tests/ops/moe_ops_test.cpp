@@ -1,0 +1,369 @@
+// MoE and MLA ops (ops_moe.h) in the op harness:
+//  * MoeRouter against closed forms (softmax top-k from sorted logits; group-limited sigmoid
+//    routing from an exhaustive search over group subsets) and a hand-made case where the
+//    best expert's group is dropped;
+//  * MoeExperts: ref against a dense per-token evaluation built from Matmul/SwiGlu, and every
+//    other backend against ref, on awkward sizes (hidden 111, 19 tokens, empty routes);
+//  * MlaAttention: expanded against ops::Attention over an explicitly expanded per-head KV
+//    cache (an independent oracle), and absorbed == expanded, on mixed batches with cached
+//    prefixes, shuffled pages and an odd latent size (split over the K/V halves).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <set>
+
+#include "core/quant.h"
+#include "kernels/ops_moe.h"
+#include "op_test_util.h"
+
+namespace pg::ops::testing {
+namespace {
+
+Tensor F32(std::initializer_list<int64_t> shape, float stddev = 1.0f) {
+  Tensor t(DType::kF32, shape);
+  FillNormal(t, 0.0f, stddev);
+  return t;
+}
+
+// ---- router ------------------------------------------------------------------------------
+
+TEST(MoeRouterOp, SoftmaxTopKMatchesSortedLogits) {
+  PG_SEED_TRACE();
+  for (bool renorm : {true, false}) {
+    const int64_t n = 19, e = 13, k = 3;
+    Tensor logits = F32({n, e}, 2.0f);
+    Tensor ids(DType::kI32, {n, k}), w(DType::kF32, {n, k});
+    MoeRouter({.logits = logits.view(), .topk_ids = ids.view(), .topk_weights = w.view(),
+               .renormalize = renorm});
+    for (int64_t t = 0; t < n; ++t) {
+      const float* l = logits.data<float>() + t * e;
+      std::vector<int> order(static_cast<size_t>(e));
+      std::iota(order.begin(), order.end(), 0);
+      std::sort(order.begin(), order.end(), [&](int a, int b) { return l[a] > l[b]; });
+      double z_all = 0, z_top = 0;
+      for (int i = 0; i < e; ++i) z_all += std::exp(double(l[i]));
+      for (int j = 0; j < k; ++j) z_top += std::exp(double(l[order[size_t(j)]]));
+      for (int j = 0; j < k; ++j) {
+        const int want = order[size_t(j)];
+        EXPECT_EQ(ids.data<int32_t>()[t * k + j], want) << "token " << t << " rank " << j;
+        const double p = std::exp(double(l[want])) / (renorm ? z_top : z_all);
+        EXPECT_NEAR(w.data<float>()[t * k + j], p, 1e-6) << "token " << t << " rank " << j;
+      }
+    }
+  }
+}
+
+// DeepSeek-V3 routing by exhaustive search: the chosen groups are the subset of topk_groups
+// groups with the largest total group score; the experts are the best k of those groups.
+TEST(MoeRouterOp, GroupLimitedSigmoidMatchesExhaustiveSearch) {
+  PG_SEED_TRACE();
+  const int64_t n = 23, e = 24, k = 5;
+  const int groups = 6, topk_groups = 2, per = int(e / groups);
+  const float scaling = 2.5f;
+  Tensor logits = F32({n, e}, 1.5f), bias = F32({e}, 0.3f);
+  Tensor ids(DType::kI32, {n, k}), w(DType::kF32, {n, k});
+  MoeRouter({.logits = logits.view(), .bias = bias.view(), .topk_ids = ids.view(),
+             .topk_weights = w.view(), .scoring = MoeScoring::kSigmoid, .num_groups = groups,
+             .topk_groups = topk_groups, .renormalize = true, .scaling = scaling});
+  for (int64_t t = 0; t < n; ++t) {
+    std::vector<double> score(static_cast<size_t>(e)), choice(static_cast<size_t>(e));
+    for (int i = 0; i < e; ++i) {
+      score[size_t(i)] = 1.0 / (1.0 + std::exp(-double(logits.data<float>()[t * e + i])));
+      choice[size_t(i)] = score[size_t(i)] + bias.data<float>()[i];
+    }
+    auto group_score = [&](int g) {
+      std::vector<double> m(choice.begin() + g * per, choice.begin() + (g + 1) * per);
+      std::sort(m.rbegin(), m.rend());
+      return m[0] + m[1];
+    };
+    double best = -1e30;
+    std::pair<int, int> best_pair;
+    for (int a = 0; a < groups; ++a)
+      for (int b = a + 1; b < groups; ++b)
+        if (group_score(a) + group_score(b) > best) best = group_score(a) + group_score(b), best_pair = {a, b};
+    std::vector<int> cand;
+    for (int g : {best_pair.first, best_pair.second})
+      for (int i = g * per; i < (g + 1) * per; ++i) cand.push_back(i);
+    std::sort(cand.begin(), cand.end(), [&](int a, int b) { return choice[size_t(a)] > choice[size_t(b)]; });
+    double sum = 0;
+    for (int j = 0; j < k; ++j) sum += score[size_t(cand[size_t(j)])];
+    for (int j = 0; j < k; ++j) {
+      EXPECT_EQ(ids.data<int32_t>()[t * k + j], cand[size_t(j)]) << "token " << t;
+      // Weights come from the unbiased scores.
+      EXPECT_NEAR(w.data<float>()[t * k + j], score[size_t(cand[size_t(j)])] / sum * scaling, 1e-5);
+    }
+  }
+}
+
+// The best single expert (0.95) sits in a group whose second expert is weak: the group is
+// dropped, and experts 2 and 3 (0.6 each; tie -> lower index first) are chosen.
+TEST(MoeRouterOp, BestExpertOfADroppedGroupIsNotChosen) {
+  const float target[8] = {0.95f, 0.01f, 0.6f, 0.6f, 0.5f, 0.5f, 0.1f, 0.1f};
+  Tensor logits(DType::kF32, {1, 8});
+  for (int i = 0; i < 8; ++i) logits.data<float>()[i] = std::log(target[i] / (1 - target[i]));
+  Tensor ids(DType::kI32, {1, 2}), w(DType::kF32, {1, 2});
+  MoeRouter({.logits = logits.view(), .topk_ids = ids.view(), .topk_weights = w.view(),
+             .scoring = MoeScoring::kSigmoid, .num_groups = 4, .topk_groups = 2,
+             .renormalize = true, .scaling = 3.0f});
+  EXPECT_EQ(ids.data<int32_t>()[0], 2);
+  EXPECT_EQ(ids.data<int32_t>()[1], 3);
+  EXPECT_NEAR(w.data<float>()[0], 1.5f, 1e-6);
+  EXPECT_NEAR(w.data<float>()[1], 1.5f, 1e-6);
+}
+
+TEST(MoeRouterOp, RejectsBadShapes) {
+  Tensor logits = F32({4, 12});
+  Tensor ids(DType::kI32, {4, 7}), w(DType::kF32, {4, 7});
+  // top_k 7 > topk_groups (1) x 3 experts per group.
+  EXPECT_THROW(MoeRouter({.logits = logits.view(), .topk_ids = ids.view(),
+                          .topk_weights = w.view(), .num_groups = 4, .topk_groups = 1}),
+               Error);
+  EXPECT_THROW(MoeRouter({.logits = logits.view(), .topk_ids = ids.view(),
+                          .topk_weights = w.view(), .num_groups = 5}),
+               Error);
+}
+
+// ---- experts -----------------------------------------------------------------------------
+
+struct ExpertSet {
+  std::vector<Tensor> owned;
+  std::vector<MoeExpertWeights> views;
+};
+
+ExpertSet MakeExperts(int num_experts, int64_t hidden, int64_t inter, DType dt) {
+  ExpertSet s;
+  auto make = [&](int64_t rows, int64_t cols) {
+    Tensor f = F32({rows, cols}, 0.2f);
+    Tensor q(dt, {rows, cols});
+    for (int64_t r = 0; r < rows; ++r)
+      quant::QuantizeRow(dt, f.data<float>() + r * cols, q.view().row_ptr(r), cols);
+    s.owned.push_back(std::move(q));
+    return s.owned.back().view();
+  };
+  for (int e = 0; e < num_experts; ++e) {
+    MoeExpertWeights w;
+    w.gate = make(inter, hidden);
+    w.up = make(inter, hidden);
+    w.down = make(hidden, inter);
+    s.views.push_back(w);
+  }
+  return s;
+}
+
+struct ExpertCase {
+  int64_t tokens, hidden, inter, top_k;
+  int experts;
+  DType dtype;
+};
+
+TEST(MoeExpertsOp, ReferenceMatchesDenseEvaluation) {
+  PG_SEED_TRACE();
+  const int64_t n = 7, h = 111, inter = 37, k = 3;
+  ExpertSet ex = MakeExperts(5, h, inter, DType::kBF16);
+  Tensor x = F32({n, h}), out = F32({n, h}), ids(DType::kI32, {n, k}), w = F32({n, k});
+  for (int64_t i = 0; i < n * k; ++i) ids.data<int32_t>()[i] = int32_t(RandInt(-1, 4));
+  ids.data<int32_t>()[0] = 2;  // at least one real route
+  RunWith(RefImpl<MoeExpertsParams>(),
+          MoeExpertsParams{.x = x.view(), .topk_ids = ids.view(), .topk_weights = w.view(),
+                           .experts = ex.views, .out = out.view()});
+  // Dense oracle: each route as one MLP through the reference Matmul/SwiGlu.
+  SetMaxKernelPriority(kPriorityRef);
+  Tensor want(DType::kF32, {n, h});
+  want.Zero();
+  Tensor g(DType::kF32, {1, inter}), u(DType::kF32, {1, inter}), a(DType::kF32, {1, inter}),
+      y(DType::kF32, {1, h});
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t j = 0; j < k; ++j) {
+      const int e = ids.data<int32_t>()[t * k + j];
+      if (e < 0) continue;
+      TensorView xt = x.view().Slice0(t, 1);
+      Matmul({.x = xt, .w = ex.views[size_t(e)].gate, .out = g.view()});
+      Matmul({.x = xt, .w = ex.views[size_t(e)].up, .out = u.view()});
+      SwiGlu({.gate = g.view(), .up = u.view(), .out = a.view()});
+      Matmul({.x = a.view(), .w = ex.views[size_t(e)].down, .out = y.view()});
+      for (int64_t c = 0; c < h; ++c)
+        want.data<float>()[t * h + c] += w.data<float>()[t * k + j] * y.data<float>()[c];
+    }
+  SetMaxKernelPriority(std::numeric_limits<int>::max());
+  ExpectClose(want.data<float>(), out.data<float>(), n * h, {1e-5, 1e-11}, "ref vs dense");
+}
+
+TEST(MoeExpertsOp, EveryBackendMatchesReference) {
+  PG_SEED_TRACE();
+  Coverage cov;
+  const std::vector<ExpertCase> cases = {
+      {19, 111, 37, 3, 7, DType::kF32},   {19, 111, 37, 3, 7, DType::kBF16},
+      {1, 96, 64, 4, 9, DType::kQ8_0},    {64, 64, 96, 2, 5, DType::kQ4_1},
+      {33, 128, 48, 8, 16, DType::kF16},
+  };
+  for (const ExpertCase& c : cases) {
+    for (bool accumulate : {false, true}) {
+      SCOPED_TRACE(fmt::format("tokens {} hidden {} inter {} k {} experts {} {} acc {}", c.tokens,
+                               c.hidden, c.inter, c.top_k, c.experts, Name(c.dtype), accumulate));
+      ExpertSet ex = MakeExperts(c.experts, c.hidden, c.inter, c.dtype);
+      Tensor x = F32({c.tokens, c.hidden}), ids(DType::kI32, {c.tokens, c.top_k}),
+          w = F32({c.tokens, c.top_k});
+      for (int64_t i = 0; i < ids.numel(); ++i)
+        ids.data<int32_t>()[i] = int32_t(RandInt(i % 11 == 5 ? -1 : 0, c.experts - 1));
+      Tensor ref_out = F32({c.tokens, c.hidden}), got = F32({c.tokens, c.hidden});
+      const std::vector<float> init = Copy(ref_out);
+      MoeExpertsParams p{.x = x.view(), .topk_ids = ids.view(), .topk_weights = w.view(),
+                         .experts = ex.views, .out = ref_out.view(), .accumulate = accumulate};
+      RunWith(RefImpl<MoeExpertsParams>(), p);
+      for (const auto* k : Backends<MoeExpertsParams>()) {
+        Restore(got, init);
+        p.out = got.view();
+        if (!RunBackend(*k, p)) continue;
+        cov.Ran(k->backend);
+        // The fast backends may quantize activations to int8 blocks for block-quantized
+        // weights (as the dense Matmul "_q8" backends do, held at {0.06, 2e-4} there); two
+        // such matmuls in a row (gate/up, then down) roughly double that. f32/f16/bf16
+        // weights must match to rounding.
+        const bool block = c.dtype == DType::kQ8_0 || c.dtype == DType::kQ4_1;
+        ExpectClose(ref_out.data<float>(), got.data<float>(), got.numel(),
+                    block ? Tolerance{0.12, 5e-4} : Tolerance{1e-5, 1e-11}, k->backend);
+      }
+    }
+  }
+  cov.Check<MoeExpertsParams>();
+}
+
+// ---- MLA -----------------------------------------------------------------------------------
+
+struct MlaBatch {
+  std::vector<int32_t> q_start, q_len, kv_len, page_start, page_table;
+  AttentionBatch batch;
+  int64_t num_pages = 0, tokens = 0;
+  MlaBatch(const std::vector<std::pair<int, int>>& seqs, int page_size) {
+    int32_t q = 0, pages = 0;
+    for (auto [ql, kl] : seqs) {
+      q_start.push_back(q);
+      q_len.push_back(ql);
+      kv_len.push_back(kl);
+      page_start.push_back(pages);
+      q += ql;
+      pages += (kl + page_size - 1) / page_size;
+    }
+    num_pages = pages + 3;
+    std::vector<int32_t> perm(static_cast<size_t>(num_pages));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), Rng());
+    page_table.assign(perm.begin(), perm.begin() + pages);
+    tokens = q;
+    batch = {.num_seqs = int(seqs.size()), .page_size = page_size, .q_start = q_start,
+             .q_len = q_len, .kv_len = kv_len, .page_start = page_start,
+             .page_table = page_table};
+  }
+  // The same sequences as one "prefill of the whole history" batch (q_len = kv_len).
+  AttentionBatch Full(std::vector<int32_t>& qs, std::vector<int32_t>& ql) const {
+    int32_t q = 0;
+    qs.clear();
+    ql.clear();
+    for (int32_t kl : kv_len) qs.push_back(q), ql.push_back(kl), q += kl;
+    AttentionBatch b = batch;
+    b.q_start = qs;
+    b.q_len = ql;
+    return b;
+  }
+};
+
+struct MlaCase {
+  int heads, nope, rope, v, rank, page_size;
+  std::vector<std::pair<int, int>> seqs;  // (q_len, kv_len)
+};
+
+TEST(MlaAttentionOp, ExpandedMatchesAttentionOverExpandedCacheAndAbsorbedMatchesExpanded) {
+  PG_SEED_TRACE();
+  const std::vector<MlaCase> cases = {
+      {3, 13, 6, 11, 19, 5, {{1, 40}, {17, 30}, {9, 9}, {1, 1}}},
+      {4, 32, 16, 24, 64, 16, {{37, 37}, {1, 100}}},
+      {2, 24, 8, 32, 48, 7, {{3, 20}, {1, 64}}},  // v_dim > nope_dim
+  };
+  for (const MlaCase& c : cases) {
+    SCOPED_TRACE(fmt::format("heads {} nope {} rope {} v {} rank {} page {}", c.heads, c.nope,
+                             c.rope, c.v, c.rank, c.page_size));
+    MlaBatch mb(c.seqs, c.page_size);
+    const int64_t qk = c.nope + c.rope, latent_dim = c.rank + c.rope;
+    const int64_t half = MlaCacheHalfDim(c.rank, c.rope);
+    Tensor kc(DType::kF32, {mb.num_pages, c.page_size, 1, half}),
+        vc(DType::kF32, {mb.num_pages, c.page_size, 1, half});
+    FillNormal(kc);  // stale contents outside the written slots must not matter
+    FillNormal(vc);
+    KvCacheView cache{kc.view(), vc.view()};
+    // Write the whole history of each sequence (as earlier steps would have).
+    std::vector<int32_t> fqs, fql;
+    AttentionBatch full = mb.Full(fqs, fql);
+    int64_t hist = 0;
+    for (int32_t kl : mb.kv_len) hist += kl;
+    Tensor latent = F32({hist, latent_dim});
+    MlaCacheWrite({.latent = latent.view(), .cache = cache, .batch = &full});
+    Tensor wkvb = F32({c.heads * (c.nope + c.v), c.rank}, 0.3f);
+    Tensor q = F32({mb.tokens, c.heads, qk});
+    const float scale = 0.7f / std::sqrt(float(qk));
+    Tensor out_exp(DType::kF32, {mb.tokens, c.heads, c.v}), out_abs(DType::kF32, {mb.tokens, c.heads, c.v});
+    MlaAttentionParams p{.q = q.view(), .w_kv_b = wkvb.view(), .out = out_exp.view(),
+                         .cache = cache, .batch = &mb.batch, .kv_lora_rank = c.rank,
+                         .rope_dim = c.rope, .scale = scale, .mode = MlaMode::kExpanded};
+    MlaAttention(p);
+    p.out = out_abs.view();
+    p.mode = MlaMode::kAbsorbed;
+    MlaAttention(p);
+    ExpectClose(out_exp.data<float>(), out_abs.data<float>(), out_abs.numel(), {1e-5, 1e-11},
+                "absorbed vs expanded");
+
+    // Oracle: a standard per-head paged cache with K = [W_UK c_kv, k_pe] and
+    // V = [W_UV c_kv, 0...] (padded to a common head dim), through ops::Attention (ref).
+    const int64_t d = std::max<int64_t>(qk, c.v);
+    Tensor k_full(DType::kF32, {hist, c.heads, d}), v_full(DType::kF32, {hist, c.heads, d});
+    k_full.Zero();
+    v_full.Zero();
+    for (int64_t t = 0; t < hist; ++t)
+      for (int h = 0; h < c.heads; ++h) {
+        const float* lat = latent.data<float>() + t * latent_dim;
+        for (int64_t r = 0; r < c.nope + c.v; ++r) {
+          double acc = 0;
+          for (int cc = 0; cc < c.rank; ++cc)
+            acc += double(wkvb.data<float>()[(h * (c.nope + c.v) + r) * c.rank + cc]) * lat[cc];
+          if (r < c.nope) k_full.data<float>()[(t * c.heads + h) * d + r] = float(acc);
+          else v_full.data<float>()[(t * c.heads + h) * d + (r - c.nope)] = float(acc);
+        }
+        for (int r = 0; r < c.rope; ++r)
+          k_full.data<float>()[(t * c.heads + h) * d + c.nope + r] = lat[c.rank + r];
+      }
+    Tensor kc2(DType::kF32, {mb.num_pages, c.page_size, c.heads, d}),
+        vc2(DType::kF32, {mb.num_pages, c.page_size, c.heads, d});
+    KvCacheView cache2{kc2.view(), vc2.view()};
+    SetMaxKernelPriority(kPriorityRef);
+    KvWrite({.k = k_full.view(), .v = v_full.view(), .cache = cache2, .batch = &full});
+    Tensor q2(DType::kF32, {mb.tokens, c.heads, d}), o2(DType::kF32, {mb.tokens, c.heads, d});
+    q2.Zero();
+    for (int64_t i = 0; i < mb.tokens * c.heads; ++i)
+      std::copy_n(q.data<float>() + i * qk, qk, q2.data<float>() + i * d);
+    Attention({.q = q2.view(), .out = o2.view(), .cache = cache2, .batch = &mb.batch,
+               .scale = scale});
+    SetMaxKernelPriority(std::numeric_limits<int>::max());
+    std::vector<float> want(static_cast<size_t>(mb.tokens * c.heads * c.v));
+    for (int64_t i = 0; i < mb.tokens * c.heads; ++i)
+      std::copy_n(o2.data<float>() + i * d, c.v, want.data() + i * c.v);
+    ExpectClose(want.data(), out_exp.data<float>(), out_exp.numel(), {1e-5, 1e-11},
+                "expanded vs per-head attention");
+  }
+}
+
+TEST(MlaAttentionOp, RejectsMismatchedCache) {
+  MlaBatch mb({{2, 4}}, 4);
+  Tensor kc(DType::kF32, {mb.num_pages, 4, 1, 10}), vc(DType::kF32, {mb.num_pages, 4, 1, 10});
+  Tensor q = F32({2, 2, 12}), out(DType::kF32, {2, 2, 8}), w = F32({2 * (8 + 8), 16});
+  // latent 16 + 4 = 20 -> half 10: fine; rank 17 -> half 11: mismatched.
+  MlaAttentionParams p{.q = q.view(), .w_kv_b = w.view(), .out = out.view(),
+                       .cache = {kc.view(), vc.view()}, .batch = &mb.batch, .kv_lora_rank = 16,
+                       .rope_dim = 4};
+  EXPECT_NO_THROW(MlaAttention(p));
+  p.kv_lora_rank = 17;
+  EXPECT_THROW(MlaAttention(p), Error);
+}
+
+}  // namespace
+}  // namespace pg::ops::testing
