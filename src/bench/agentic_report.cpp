@@ -110,6 +110,7 @@ std::string ResultToJson(const AgenticConfig& c, const AgenticResult& result) {
         {"error", r.error},
         {"start_s", r.start_s},
         {"ttft_ms", r.ttft_ms},
+        {"first_chunk_ms", r.first_chunk_ms},
         {"latency_ms", r.latency_ms},
         {"tpot_ms", OptionalJson(tpot)},
         {"itl_ms", r.itl_ms},

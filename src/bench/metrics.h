@@ -1,6 +1,7 @@
 // Per-request measurements and their aggregation per concurrency level, with the metric
 // definitions of evalscope perf / TokenSpeed's agentic benchmark:
-//   TTFT        send -> first SSE chunk whose "choices" list is non-empty          [ms]
+//   TTFT        send -> first SSE chunk whose delta carries output (content, reasoning,
+//               tool calls); a role-only opening chunk does not count                 [ms]
 //   latency     send -> end of stream (end-to-end)                                  [ms]
 //   TPOT        (latency - TTFT) / (completion_tokens - 1), requests with >= 2 tokens [ms]
 //   ITL         gaps between consecutive content-carrying chunks after the first    [ms]
@@ -27,7 +28,8 @@ struct RequestRecord {
   bool success = false;
   std::string error;         // set when !success
   double start_s = 0;        // send time, seconds since the level started
-  double ttft_ms = 0;
+  double ttft_ms = 0;        // send -> first chunk carrying generated output
+  double first_chunk_ms = 0; // send -> first chunk with non-empty "choices" (may be role-only)
   double latency_ms = 0;
   std::vector<double> itl_ms;  // one per content chunk after the first
   int64_t prompt_tokens = 0;

@@ -70,6 +70,7 @@ void ChatStreamAccumulator::OnEvent(const SseEvent& event, double now_ms) {
   if (first_choice_ms_ < 0) first_choice_ms_ = now_ms;
   const json& choice = chunk["choices"][0];
   bool has_content = false;
+  bool has_output = false;  // content, reasoning or a tool-call delta: a generated token
   if (choice.contains("delta") && choice["delta"].is_object()) {
     const json& delta = choice["delta"];
     for (const char* field : {"content", "reasoning_content", "reasoning"}) {
@@ -79,7 +80,10 @@ void ChatStreamAccumulator::OnEvent(const SseEvent& event, double now_ms) {
         if (std::string_view(field) == "content") reply_ += delta[field].get<std::string>();
       }
     }
+    has_output = has_content || (delta.contains("tool_calls") && delta["tool_calls"].is_array() &&
+                                 !delta["tool_calls"].empty());
   }
+  if (has_output && first_output_ms_ < 0) first_output_ms_ = now_ms;
   if (has_content) {
     if (last_content_ms_ >= 0) itl_ms_.push_back(now_ms - last_content_ms_);
     last_content_ms_ = now_ms;
@@ -95,7 +99,11 @@ void ChatStreamAccumulator::Finish(double now_ms, RequestRecord* r) {
   parser_.Finish(&events_);
   for (const SseEvent& e : events_) OnEvent(e, now_ms);
   r->latency_ms = now_ms;
-  r->ttft_ms = first_choice_ms_;
+  // TTFT is the first generated output, not a role-only opening chunk that a server may send
+  // before prefill (ours does; vLLM and llama-server send the role with the first token).
+  // A stream with no output at all (0 tokens) falls back to its first chunk with choices.
+  r->first_chunk_ms = first_choice_ms_;
+  r->ttft_ms = first_output_ms_ >= 0 ? first_output_ms_ : first_choice_ms_;
   r->itl_ms = std::move(itl_ms_);
   r->finish_reason = finish_reason_;
   r->completion_tokens = num_content_chunks_;

@@ -51,6 +51,7 @@ class ChatStreamAccumulator {
   std::string reply_;
   bool done_ = false;               // saw "data: [DONE]"
   double first_choice_ms_ = -1;     // first chunk with a non-empty "choices"
+  double first_output_ms_ = -1;     // first chunk whose delta carries generated output
   double last_content_ms_ = -1;
   std::vector<double> itl_ms_;
   int64_t num_content_chunks_ = 0;

@@ -15,7 +15,8 @@ std::string Delta(const std::string& content) {
 
 TEST(ChatStream, TimingsTokensAndCache) {
   ChatStreamAccumulator acc;
-  // Role-only first chunk at 120 ms: TTFT counts the first chunk with choices.
+  // Role-only first chunk at 120 ms (sent before prefill by some servers): TTFT counts the
+  // first chunk carrying generated text (130 ms); the role chunk is kept as first_chunk_ms.
   acc.OnBytes(Chunk(R"({"choices":[{"index":0,"delta":{"role":"assistant"}}]})"), 120.0);
   acc.OnBytes(Delta("Hel"), 130.0);
   // One chunk split in the middle of its JSON: the second half completes it at 145 ms.
@@ -32,7 +33,8 @@ TEST(ChatStream, TimingsTokensAndCache) {
   r.expected_prompt_tokens = 880;
   acc.Finish(175.0, &r);
   ASSERT_TRUE(r.success) << r.error;
-  EXPECT_DOUBLE_EQ(r.ttft_ms, 120.0);
+  EXPECT_DOUBLE_EQ(r.ttft_ms, 130.0);
+  EXPECT_DOUBLE_EQ(r.first_chunk_ms, 120.0);
   EXPECT_DOUBLE_EQ(r.latency_ms, 175.0);
   EXPECT_EQ(acc.reply_text(), "Hello, world");
   ASSERT_EQ(r.itl_ms.size(), 3u);
@@ -45,7 +47,7 @@ TEST(ChatStream, TimingsTokensAndCache) {
   ASSERT_TRUE(r.cached_tokens.has_value());
   EXPECT_EQ(*r.cached_tokens, 640);
   EXPECT_EQ(r.finish_reason, "length");
-  EXPECT_NEAR(*r.TpotMs(), (175.0 - 120.0) / 3.0, 1e-12);
+  EXPECT_NEAR(*r.TpotMs(), (175.0 - 130.0) / 3.0, 1e-12);
 }
 
 TEST(ChatStream, LlamaServerTimingsAndNoUsage) {
@@ -66,6 +68,34 @@ TEST(ChatStream, LlamaServerTimingsAndNoUsage) {
   EXPECT_FALSE(r.prompt_tokens_from_usage);
   ASSERT_TRUE(r.cached_tokens.has_value());
   EXPECT_EQ(*r.cached_tokens, 300);
+}
+
+TEST(ChatStream, TtftAtFirstOutputToolCallOrFallback) {
+  // A tool-call delta is generated output: TTFT lands on it, not on the role chunk.
+  ChatStreamAccumulator tool;
+  tool.OnBytes(Chunk(R"({"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]})"), 3.0);
+  tool.OnBytes(Chunk(R"({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c1",)"
+                     R"("function":{"name":"ls","arguments":""}}]}}]})"),
+               481.5);
+  tool.OnBytes(Chunk(R"({"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]})") +
+                   "data: [DONE]\n\n",
+               500.0);
+  RequestRecord a;
+  tool.Finish(501.0, &a);
+  ASSERT_TRUE(a.success) << a.error;
+  EXPECT_DOUBLE_EQ(a.ttft_ms, 481.5);
+  EXPECT_DOUBLE_EQ(a.first_chunk_ms, 3.0);
+
+  // No output at all (e.g. max_tokens reached on a hidden token): the first chunk with choices.
+  ChatStreamAccumulator empty;
+  empty.OnBytes(Chunk(R"({"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]})"), 7.0);
+  empty.OnBytes(Chunk(R"({"choices":[{"index":0,"delta":{},"finish_reason":"length"}]})") +
+                    "data: [DONE]\n\n",
+                90.0);
+  RequestRecord b;
+  empty.Finish(91.0, &b);
+  ASSERT_TRUE(b.success) << b.error;
+  EXPECT_DOUBLE_EQ(b.ttft_ms, 7.0);
 }
 
 TEST(ChatStream, TruncatedStreamFails) {
