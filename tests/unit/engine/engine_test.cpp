@@ -1,0 +1,210 @@
+// The engine loop on the embedded model: batching must not change results, the host tier
+// must give back exactly what recomputation gives, and bad requests fail alone.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <future>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/local_engine.h"
+#include "engine/model_bundle.h"
+#include "models/loader.h"
+#include "kernels/registry.h"
+
+namespace pg::engine {
+namespace {
+
+struct Result {
+  std::vector<int32_t> tokens;
+  FinishReason reason = FinishReason::kNone;
+  int cached = 0;
+  std::string error;
+};
+
+// Collects a request's events; Wait() returns once its final event arrived.
+class Collector {
+ public:
+  EventCallback Callback() {
+    return [this](const TokenEvent& ev) {
+      std::lock_guard<std::mutex> lock(mu_);
+      r_.tokens.insert(r_.tokens.end(), ev.tokens.begin(), ev.tokens.end());
+      if (ev.finished) {
+        r_.reason = ev.finish_reason;
+        r_.cached = ev.num_cached_tokens;
+        r_.error = ev.error;
+        done_.set_value();
+      }
+    };
+  }
+  Result Wait() {
+    done_.get_future().wait();
+    std::lock_guard<std::mutex> lock(mu_);
+    return r_;
+  }
+
+ private:
+  std::mutex mu_;
+  Result r_;
+  std::promise<void> done_;
+};
+
+class EngineTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    ASSERT_TRUE(std::filesystem::exists(models::EmbeddedModelPath()))
+        << "embedded model missing: run scripts/lib/setup.sh";
+    bundle_ = new ModelBundle(LoadBundle({.progress_bar = false}));
+  }
+  static void TearDownTestSuite() { delete bundle_; }
+
+  static std::vector<int32_t> Prompt(const std::string& text) {
+    return bundle_->tokenizer->Encode(text, {.add_bos = false, .parse_special = true});
+  }
+  static Request Greedy(std::vector<int32_t> prompt, int max_tokens, std::string session = "") {
+    Request r;
+    r.prompt_tokens = std::move(prompt);
+    r.sampling.temperature = 0;
+    r.sampling.max_tokens = max_tokens;
+    r.session_id = std::move(session);
+    return r;
+  }
+  static Result Run(LocalEngine& e, Request r) {
+    Collector c;
+    e.Submit(std::move(r), c.Callback());
+    return c.Wait();
+  }
+  static ModelBundle* bundle_;
+};
+ModelBundle* EngineTest::bundle_ = nullptr;
+
+const char* kTexts[] = {
+    "The capital of France is",
+    "def fibonacci(n):\n    ",
+    "<|im_start|>user\nWhat is 12 * 7?<|im_end|>\n<|im_start|>assistant\n",
+    "Once upon a time, in a small village by the sea,",
+    "List three colors:",
+    "import numpy as np\nx = np.",
+    "The quick brown fox",
+    "Water boils at",
+    "<|im_start|>user\nName a planet.<|im_end|>\n<|im_start|>assistant\n",
+    "1, 2, 3, 4,",
+    "In 1492, Columbus",
+    "SELECT * FROM users WHERE",
+};
+
+TEST_F(EngineTest, ConcurrentRequestsGiveTheSameGreedyTokensAsAlone) {
+  EngineConfig cfg;
+  cfg.kv_cache_bytes = 64ll << 20;
+  cfg.max_step_tokens = 64;        // forces chunked prefill mixed with decodes
+  cfg.max_prefill_chunk_tokens = 7;
+  std::vector<std::vector<int32_t>> alone;
+  {
+    LocalEngine e(*bundle_->model, bundle_->eos_ids, "test", cfg);
+    for (const char* t : kTexts) alone.push_back(Run(e, Greedy(Prompt(t), 16)).tokens);
+  }
+  LocalEngine e(*bundle_->model, bundle_->eos_ids, "test", cfg);
+  std::vector<std::unique_ptr<Collector>> cs;
+  for (const char* t : kTexts) {
+    cs.push_back(std::make_unique<Collector>());
+    e.Submit(Greedy(Prompt(t), 16), cs.back()->Callback());
+  }
+  for (size_t i = 0; i < cs.size(); ++i) {
+    Result r = cs[i]->Wait();
+    EXPECT_EQ(r.tokens, alone[i]) << "request " << i << " (" << kTexts[i] << ")";
+    EXPECT_FALSE(alone[i].empty());
+  }
+}
+
+TEST_F(EngineTest, SecondTurnHitsThePrefixCacheAndMatchesRecompute) {
+  EngineConfig cfg;
+  cfg.kv_cache_bytes = 64ll << 20;
+  LocalEngine e(*bundle_->model, bundle_->eos_ids, "test", cfg);
+  std::vector<int32_t> turn1 = Prompt(std::string("<|im_start|>system\n") +
+                                      std::string(400, 'x') + "<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n");
+  Result r1 = Run(e, Greedy(turn1, 12, "conv"));
+  std::vector<int32_t> turn2 = turn1;
+  turn2.insert(turn2.end(), r1.tokens.begin(), r1.tokens.end());
+  auto more = Prompt("<|im_end|>\n<|im_start|>user\nAnd again?<|im_end|>\n<|im_start|>assistant\n");
+  turn2.insert(turn2.end(), more.begin(), more.end());
+  Result r2 = Run(e, Greedy(turn2, 12, "conv"));
+  // Every full page of turn 1 (prompt and generated tokens) is served from the cache.
+  int full_pages_turn1 = int((turn1.size() + r1.tokens.size()) / 16);
+  EXPECT_GE(r2.cached, (full_pages_turn1 - 1) * 16);
+  LocalEngine fresh(*bundle_->model, bundle_->eos_ids, "test", cfg);
+  Result r2_recompute = Run(fresh, Greedy(turn2, 12));
+  EXPECT_EQ(r2_recompute.cached, 0);
+  EXPECT_EQ(r2.tokens, r2_recompute.tokens);
+}
+
+TEST_F(EngineTest, HostTierLoadBackEqualsRecompute) {
+  EngineConfig cfg;
+  const int64_t page_bytes = bundle_->model->kv_spec().BytesPerToken(DType::kF32) * cfg.page_size;
+  cfg.kv_cache_bytes = 40 * page_bytes;     // 640 tokens of device KV
+  cfg.host_cache_bytes = 200 * page_bytes;  // evicted prefix pages go here
+  cfg.session_ttl_ms = 0;
+  LocalEngine e(*bundle_->model, bundle_->eos_ids, "test", cfg);
+  std::vector<int32_t> a = Prompt(std::string("Document A: ") + std::string(1200, 'a'));
+  a.resize(300);
+  Result ra = Run(e, Greedy(a, 8));
+  // Other requests push A's pages out of the device cache, into the host tier.
+  for (int i = 0; i < 4; ++i) {
+    std::vector<int32_t> other = Prompt("Other document " + std::to_string(i) + ": " + std::string(1200, char('b' + i)));
+    other.resize(300);
+    Run(e, Greedy(other, 8));
+  }
+  std::vector<int32_t> a2 = a;
+  a2.insert(a2.end(), ra.tokens.begin(), ra.tokens.end());
+  auto q = Prompt(" What comes next?");
+  a2.insert(a2.end(), q.begin(), q.end());
+  Result hit = Run(e, Greedy(a2, 16));
+  EXPECT_GE(hit.cached, 256) << "A's pages should come back from the host tier";
+  const EngineStats st = e.Stats();
+  EXPECT_EQ(st.kv_pages_total, 40);
+  LocalEngine fresh(*bundle_->model, bundle_->eos_ids, "test", cfg);
+  Result recompute = Run(fresh, Greedy(a2, 16));
+  EXPECT_EQ(recompute.cached, 0);
+  EXPECT_EQ(hit.tokens, recompute.tokens);
+}
+
+TEST_F(EngineTest, BadRequestsFailAloneWithClearErrors) {
+  EngineConfig cfg;
+  cfg.kv_cache_bytes = 32ll << 20;
+  cfg.max_context_tokens = 256;
+  LocalEngine e(*bundle_->model, bundle_->eos_ids, "test", cfg);
+  try {
+    e.Submit(Greedy(std::vector<int32_t>(300, 5), 4), [](const TokenEvent&) {});
+    FAIL() << "an over-long prompt must be rejected";
+  } catch (const Error& err) {
+    EXPECT_EQ(err.code(), ErrorCode::kOutOfRange);
+    EXPECT_NE(std::string(err.what()).find("256"), std::string::npos) << err.what();
+  }
+  EXPECT_THROW(e.Submit(Greedy({}, 4), [](const TokenEvent&) {}), Error);
+  EXPECT_THROW(e.Submit(Greedy({1, 2, 999999}, 4), [](const TokenEvent&) {}), Error);
+  // The engine still serves a good request afterwards.
+  Result ok = Run(e, Greedy(Prompt("The capital of France is"), 4));
+  EXPECT_EQ(ok.reason, FinishReason::kLength);
+  EXPECT_EQ(ok.tokens.size(), 4u);
+}
+
+TEST_F(EngineTest, AbortGivesOneFinalEventAndFreesPages) {
+  EngineConfig cfg;
+  cfg.kv_cache_bytes = 32ll << 20;
+  LocalEngine e(*bundle_->model, bundle_->eos_ids, "test", cfg);
+  Collector c;
+  Request r = Greedy(Prompt("Count forever:"), 500);
+  r.sampling.ignore_eos = true;
+  RequestId id = e.Submit(std::move(r), c.Callback());
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  e.Abort(id);
+  Result res = c.Wait();
+  EXPECT_EQ(res.reason, FinishReason::kAbort);
+  EngineStats st = e.Stats();
+  EXPECT_EQ(st.num_running, 0);
+  EXPECT_EQ(st.kv_pages_free, st.kv_pages_total);
+}
+
+}  // namespace
+}  // namespace pg::engine
