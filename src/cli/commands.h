@@ -33,6 +33,9 @@ struct SamplingFlags {
 void AddGenerateCommand(CLI::App& app);
 void AddChatCommand(CLI::App& app);
 void AddBenchDecodeCommand(CLI::App& bench);
+#ifdef PEREGRINE_HAVE_CUDA
+void AddBenchGpuDecodeCommand(CLI::App& bench);  // CUDA builds only
+#endif
 void AddServeCommand(CLI::App& app);
 
 }  // namespace pg::cli

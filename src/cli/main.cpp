@@ -25,6 +25,9 @@ int main(int argc, char** argv) {
   CLI::App* bench = app.add_subcommand("bench", "benchmarks");
   bench->require_subcommand(1);
   pg::cli::AddBenchDecodeCommand(*bench);
+#ifdef PEREGRINE_HAVE_CUDA
+  pg::cli::AddBenchGpuDecodeCommand(*bench);
+#endif
   pg::bench::AddAgenticCommand(*bench);
   try {
     app.parse(argc, argv);

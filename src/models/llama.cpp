@@ -1,8 +1,11 @@
 #include "models/llama.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
+#include "core/quant.h"
 #include "core/status.h"
 
 namespace pg::models {
@@ -20,6 +23,88 @@ struct LayerWeights {
 struct Scratch {
   int64_t capacity = 0;
   Tensor x, hn, q, k, v, attn, o, gate, up, act, down, gathered;
+};
+
+// The device copy of a layer: bf16 matrices, f32 norms and biases. Without q/k norm the
+// q, k, v projections are one matrix [q + 2 kv, hidden] (one GEMV per layer instead of
+// three); gate and up always are [2 * inter, hidden] (SwiGlu reads the concatenation).
+struct DeviceLayer {
+  TensorView attn_norm, ffn_norm, q_norm, k_norm;
+  TensorView wqkv, bqkv;      // fused (when !qk_norm); bqkv optional
+  TensorView wq, wk, wv;      // separate (when qk_norm); biases bq, bk, bv optional
+  TensorView bq, bk, bv;
+  TensorView wo, w_gate_up, w_down;
+};
+
+// Device activations for up to `capacity` tokens, bf16, carved once at placement.
+struct DeviceScratch {
+  int64_t capacity = 0;
+  TensorView x, hn, qkv, q, k, v, attn, o, gate_up, act, down, gathered;
+};
+
+// Makes device weights: from host tensors (any dequantizable dtype -> bf16) or random.
+class DeviceWeightMaker {
+ public:
+  DeviceWeightMaker(DeviceMemory& mem, bool random, uint64_t seed)
+      : mem_(mem), random_(random), seed_(seed) {}
+
+  // The row-wise concatenation of host matrices `parts` (each [r_i, cols]) as one bf16 device
+  // matrix [sum r_i, cols]; in random mode a random matrix [rows, cols].
+  TensorView Matrix(std::initializer_list<TensorView> parts, int64_t rows, int64_t cols) {
+    TensorView out = TensorView::Contiguous(Alloc(rows * cols * 2), DType::kBF16, {rows, cols},
+                                            mem_.device());
+    if (random_) {
+      mem_.FillRandom(out.data, DType::kBF16, rows * cols, 0.0f, 0.02f, seed_++);
+    } else {
+      std::vector<uint16_t> staging(static_cast<size_t>(rows * cols));
+      std::vector<float> row(static_cast<size_t>(cols));
+      int64_t r = 0;
+      for (const TensorView& part : parts) {
+        PG_CHECK(part.ndim == 2 && part.dim(1) == cols, "part {} for [{}, {}]",
+                 part.ShapeString(), rows, cols);
+        for (int64_t i = 0; i < part.dim(0); ++i, ++r) {
+          quant::DequantizeRow(part.dtype, part.row_ptr(i), row.data(), cols);
+          uint16_t* dst = staging.data() + r * cols;
+          for (int64_t j = 0; j < cols; ++j) dst[j] = F32ToBf16(row[size_t(j)]);
+        }
+      }
+      PG_CHECK(r == rows, "parts have {} rows, expected {}", r, rows);
+      mem_.CopyToDevice(out.data, staging.data(), staging.size() * 2);
+    }
+    bytes_ += rows * cols * 2;
+    return out;
+  }
+
+  // The concatenation of host f32 vectors as one f32 device vector [n]; random: mean + noise.
+  TensorView Vector(std::initializer_list<TensorView> parts, int64_t n, float mean) {
+    TensorView out = TensorView::Contiguous(Alloc(n * 4), DType::kF32, {n}, mem_.device());
+    if (random_) {
+      mem_.FillRandom(out.data, DType::kF32, n, mean, 0.02f, seed_++);
+    } else {
+      std::vector<float> staging;
+      for (const TensorView& part : parts) {
+        PG_CHECK(part.dtype == DType::kF32 && part.is_contiguous(), "vector {}", part.ShapeString());
+        staging.insert(staging.end(), part.as<float>(), part.as<float>() + part.numel());
+      }
+      PG_CHECK(int64_t(staging.size()) == n, "vector parts {} != {}", staging.size(), n);
+      mem_.CopyToDevice(out.data, staging.data(), staging.size() * 4);
+    }
+    bytes_ += n * 4;
+    return out;
+  }
+
+  TensorView Activations(int64_t rows, int64_t cols) {
+    return TensorView::Contiguous(Alloc(rows * cols * 2), DType::kBF16, {rows, cols},
+                                  mem_.device());
+  }
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  void* Alloc(int64_t bytes) { return mem_.Allocate(size_t(std::max<int64_t>(bytes, 1))); }
+  DeviceMemory& mem_;
+  bool random_;
+  uint64_t seed_;
+  int64_t bytes_ = 0;
 };
 
 class LlamaModel final : public Model {
@@ -61,10 +146,93 @@ class LlamaModel final : public Model {
     attn_scale_ = 1.0f / std::sqrt(float(c.head_dim)) * ops::RopeAttentionScale(c.rope);
   }
 
+  // A model with no host weights: PlaceOnDevice(random) must follow before any Forward.
+  explicit LlamaModel(ModelConfig config) : config_(std::move(config)) {
+    attn_scale_ = 1.0f / std::sqrt(float(config_.head_dim)) * ops::RopeAttentionScale(config_.rope);
+  }
+
   const ModelConfig& config() const override { return config_; }
-  int64_t weight_bytes() const override { return weights_->total_bytes(); }
+  int64_t weight_bytes() const override {
+    return on_device() ? device_weight_bytes_ : weights_->total_bytes();
+  }
+  bool on_device() const override { return device_ != nullptr; }
+  int64_t streamed_weight_bytes() const override {
+    if (!on_device()) return weight_bytes();
+    const auto& c = config_;
+    const bool tied = d_output_.data == d_embed_.data;
+    // Every matrix but the input embedding (read by row) is read whole each step.
+    return device_weight_bytes_ - (tied ? 0 : int64_t(c.vocab_size) * c.hidden_size * 2);
+  }
+
+  void PlaceOnDevice(DeviceMemory& memory, const DevicePlacement& placement) override {
+    PG_ENSURE(weights_ != nullptr, kInvalidArgument, "model has no host weights to place");
+    Place(memory, placement, /*random=*/false, 0);
+  }
+
+  // Allocates device weights (converted from the host store, or random) and scratch.
+  void Place(DeviceMemory& memory, const DevicePlacement& placement, bool random, uint64_t seed) {
+    PG_ENSURE(!on_device(), kInvalidArgument, "model is already on a device");
+    PG_ENSURE(placement.max_batch_tokens > 0, kInvalidArgument,
+              "device placement needs max_batch_tokens > 0");
+    const auto& c = config_;
+    const int64_t h = c.hidden_size, qd = int64_t(c.num_heads) * c.head_dim,
+                  kvd = int64_t(c.num_kv_heads) * c.head_dim, f = c.intermediate_size,
+                  vocab = c.vocab_size;
+    DeviceWeightMaker mk(memory, random, seed);
+    const bool untied = random ? !c.tie_word_embeddings : output_.data != embed_.data;
+    d_embed_ = mk.Matrix({embed_}, vocab, h);
+    d_output_ = untied ? mk.Matrix({output_}, vocab, h) : d_embed_;
+    d_output_norm_ = mk.Vector({output_norm_}, h, 1.0f);
+    const bool bias = random ? c.attention_bias : (!layers_.empty() && layers_[0].bq.data);
+    d_layers_.resize(size_t(c.num_layers));
+    for (int i = 0; i < c.num_layers; ++i) {
+      const LayerWeights L = random ? LayerWeights{} : layers_[size_t(i)];
+      DeviceLayer& D = d_layers_[size_t(i)];
+      D.attn_norm = mk.Vector({L.attn_norm}, h, 1.0f);
+      D.ffn_norm = mk.Vector({L.ffn_norm}, h, 1.0f);
+      if (c.qk_norm) {
+        D.q_norm = mk.Vector({L.q_norm}, c.head_dim, 1.0f);
+        D.k_norm = mk.Vector({L.k_norm}, c.head_dim, 1.0f);
+        D.wq = mk.Matrix({L.wq}, qd, h);
+        D.wk = mk.Matrix({L.wk}, kvd, h);
+        D.wv = mk.Matrix({L.wv}, kvd, h);
+        if (bias) {
+          D.bq = mk.Vector({L.bq}, qd, 0.0f);
+          D.bk = mk.Vector({L.bk}, kvd, 0.0f);
+          D.bv = mk.Vector({L.bv}, kvd, 0.0f);
+        }
+      } else {
+        D.wqkv = mk.Matrix({L.wq, L.wk, L.wv}, qd + 2 * kvd, h);
+        if (bias) D.bqkv = mk.Vector({L.bq, L.bk, L.bv}, qd + 2 * kvd, 0.0f);
+      }
+      D.wo = mk.Matrix({L.wo}, h, qd);
+      D.w_gate_up = mk.Matrix({L.w_gate, L.w_up}, 2 * f, h);
+      D.w_down = mk.Matrix({L.w_down}, h, f);
+    }
+    device_weight_bytes_ = mk.bytes();
+    const int64_t cap = placement.max_batch_tokens;
+    DeviceScratch& S = d_;
+    S.capacity = cap;
+    S.x = mk.Activations(cap, h);
+    S.hn = mk.Activations(cap, h);
+    if (c.qk_norm) {
+      S.q = mk.Activations(cap, qd);
+      S.k = mk.Activations(cap, kvd);
+      S.v = mk.Activations(cap, kvd);
+    } else {
+      S.qkv = mk.Activations(cap, qd + 2 * kvd);
+    }
+    S.attn = mk.Activations(cap, qd);
+    S.o = mk.Activations(cap, h);
+    S.gate_up = mk.Activations(cap, 2 * f);
+    S.act = mk.Activations(cap, f);
+    S.down = mk.Activations(cap, h);
+    S.gathered = mk.Activations(cap, h);
+    device_ = &memory;
+  }
 
   void Forward(const ForwardBatch& b, const KvCacheLayers& kv, TensorView logits) override {
+    if (on_device()) return ForwardDevice(b, kv, logits);
     const auto& c = config_;
     const int64_t n = int64_t(b.tokens.size());
     const int64_t m = int64_t(b.logit_rows.size());
@@ -133,6 +301,99 @@ class LlamaModel final : public Model {
   }
 
  private:
+  // The device path: the same computation in bf16 on device buffers (weights and scratch at
+  // fixed addresses, so the runtime can capture it in a CUDA graph). Host work here is only
+  // validation and launches; nothing synchronises except Embedding outside capture.
+  void ForwardDevice(const ForwardBatch& b, const KvCacheLayers& kv, TensorView logits) {
+    const auto& c = config_;
+    const int64_t n = int64_t(b.tokens.size());
+    const int64_t m = int64_t(b.logit_rows.size());
+    PG_CHECK(b.positions.size() == b.tokens.size() && b.attention != nullptr);
+    PG_CHECK(int(kv.layers.size()) == c.num_layers, "kv layers {}", kv.layers.size());
+    PG_CHECK(logits.ndim == 2 && logits.dim(0) == m && logits.dim(1) == c.vocab_size &&
+                 logits.dtype == DType::kBF16 && logits.device == device_->device(),
+             "device logits {}", logits.ShapeString());
+    PG_CHECK(b.device_tokens.data && b.device_tokens.numel() == n && b.device_positions.data &&
+                 b.device_positions.numel() == n,
+             "device path needs device_tokens/device_positions of {} tokens", n);
+    if (n == 0) return;
+    PG_ENSURE(n <= d_.capacity, kInvalidArgument,
+              "batch of {} tokens exceeds the device scratch ({} tokens)", n, d_.capacity);
+    // Ids are checked here: under graph capture the embedding kernel cannot report.
+    for (int32_t t : b.tokens)
+      PG_ENSURE(t >= 0 && t < c.vocab_size, kOutOfRange, "token id {} outside vocab [0, {})", t,
+                c.vocab_size);
+    const int64_t h = c.hidden_size, nh = c.num_heads, nkv = c.num_kv_heads, hd = c.head_dim,
+                  f = c.intermediate_size, qd = nh * hd, kvd = nkv * hd;
+    const DeviceScratch& S = d_;
+    TensorView x = S.x.Slice0(0, n), hn = S.hn.Slice0(0, n), attn = S.attn.Slice0(0, n),
+               o = S.o.Slice0(0, n), gate_up = S.gate_up.Slice0(0, n), act = S.act.Slice0(0, n),
+               down = S.down.Slice0(0, n);
+    // [n, heads, head_dim] views; with fused qkv they are column ranges of one [n, qd+2kvd]
+    // buffer (row stride qd + 2 kvd).
+    auto heads3 = [n, hd](const TensorView& base, int64_t col, int64_t heads) {
+      TensorView v = base;
+      v.data = static_cast<uint16_t*>(base.data) + col;
+      v.ndim = 3;
+      v.shape = {n, heads, hd};
+      v.strides = {base.strides[0], hd, 1};
+      return v;
+    };
+    const bool fused = !c.qk_norm;
+    TensorView qkv = fused ? S.qkv.Slice0(0, n) : TensorView{};
+    TensorView q = fused ? TensorView{} : S.q.Slice0(0, n), k = fused ? TensorView{} : S.k.Slice0(0, n),
+               v = fused ? TensorView{} : S.v.Slice0(0, n);
+    TensorView q3 = fused ? heads3(qkv, 0, nh) : heads3(q, 0, nh);
+    TensorView k3 = fused ? heads3(qkv, qd, nkv) : heads3(k, 0, nkv);
+    TensorView v3 = fused ? heads3(qkv, qd + kvd, nkv) : heads3(v, 0, nkv);
+    TensorView attn3 = heads3(attn, 0, nh);
+
+    ops::Embedding({.table = d_embed_, .ids = b.device_tokens, .out = x});
+    TensorView pending;  // the previous sub-layer's output, not yet added to x
+    for (int li = 0; li < c.num_layers; ++li) {
+      const DeviceLayer& L = d_layers_[size_t(li)];
+      ops::RmsNorm({.x = pending.data ? pending : x, .weight = L.attn_norm, .out = hn,
+                    .residual = pending.data ? x : TensorView{}, .eps = c.rms_norm_eps});
+      if (fused) {
+        ops::Matmul({.x = hn, .w = L.wqkv, .out = qkv, .bias = L.bqkv});
+      } else {
+        ops::Matmul({.x = hn, .w = L.wq, .out = q, .bias = L.bq});
+        ops::Matmul({.x = hn, .w = L.wk, .out = k, .bias = L.bk});
+        ops::Matmul({.x = hn, .w = L.wv, .out = v, .bias = L.bv});
+        TensorView qr = q.Reshape({n * nh, hd}), kr = k.Reshape({n * nkv, hd});
+        ops::RmsNorm({.x = qr, .weight = L.q_norm, .out = qr, .eps = c.rms_norm_eps});
+        ops::RmsNorm({.x = kr, .weight = L.k_norm, .out = kr, .eps = c.rms_norm_eps});
+      }
+      ops::Rope({.x = q3, .positions = b.device_positions, .config = c.rope});
+      ops::Rope({.x = k3, .positions = b.device_positions, .config = c.rope});
+      const ops::KvCacheView& cache = kv.layers[size_t(li)];
+      ops::KvWrite({.k = k3, .v = v3, .cache = cache, .batch = b.attention});
+      ops::Attention({.q = q3, .out = attn3, .cache = cache, .batch = b.attention,
+                      .scale = attn_scale_});
+      ops::Matmul({.x = attn, .w = L.wo, .out = o});
+      ops::RmsNorm({.x = o, .weight = L.ffn_norm, .out = hn, .residual = x, .eps = c.rms_norm_eps});
+      ops::Matmul({.x = hn, .w = L.w_gate_up, .out = gate_up});
+      ops::SwiGlu({.gate = gate_up, .out = act});
+      ops::Matmul({.x = act, .w = L.w_down, .out = down});
+      pending = down;
+    }
+    // Final residual add for the logit rows only: one Add per run of consecutive rows
+    // (decode asks for every row: one launch).
+    TensorView g = S.gathered.Slice0(0, m);
+    for (int64_t i = 0; i < m;) {
+      const int64_t r0 = b.logit_rows[size_t(i)];
+      int64_t len = 1;
+      while (i + len < m && b.logit_rows[size_t(i + len)] == r0 + len) ++len;
+      PG_CHECK(r0 >= 0 && r0 + len <= n, "logit rows {}+{} of {}", r0, len, n);
+      ops::Add({.a = x.Slice0(r0, len), .b = pending.Slice0(r0, len), .out = g.Slice0(i, len)});
+      i += len;
+    }
+    TensorView gd = S.hn.Slice0(0, m);
+    ops::RmsNorm({.x = g, .weight = d_output_norm_, .out = gd, .eps = c.rms_norm_eps});
+    ops::Matmul({.x = gd, .w = d_output_, .out = logits});
+    (void)h, (void)f;
+  }
+
   void Reserve(int64_t n) {
     if (n <= s_.capacity) return;
     const auto& c = config_;
@@ -160,12 +421,26 @@ class LlamaModel final : public Model {
   std::vector<LayerWeights> layers_;
   float attn_scale_ = 1.0f;
   Scratch s_;
+  // Device copy (null device_: the model runs on the host).
+  DeviceMemory* device_ = nullptr;
+  TensorView d_embed_, d_output_norm_, d_output_;
+  std::vector<DeviceLayer> d_layers_;
+  DeviceScratch d_;
+  int64_t device_weight_bytes_ = 0;
 };
 
 }  // namespace
 
 std::unique_ptr<Model> CreateLlama(ModelConfig config, std::unique_ptr<WeightStore> weights) {
   return std::make_unique<LlamaModel>(std::move(config), std::move(weights));
+}
+
+std::unique_ptr<Model> CreateDummyModelOnDevice(const ModelConfig& config, DeviceMemory& memory,
+                                                const DevicePlacement& placement, uint64_t seed) {
+  config.Validate();
+  auto model = std::make_unique<LlamaModel>(config);
+  model->Place(memory, placement, /*random=*/true, seed);
+  return model;
 }
 
 }  // namespace pg::models

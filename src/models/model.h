@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/status.h"
 #include "core/tensor.h"
 #include "kernels/ops.h"
 #include "models/config.h"
@@ -32,10 +33,35 @@ struct KvSpec {
 };
 
 struct ForwardBatch {
-  std::span<const int32_t> tokens;      // [num_tokens]
+  std::span<const int32_t> tokens;      // [num_tokens] (host; ids are checked against vocab here)
   std::span<const int32_t> positions;   // [num_tokens], position of each token in its sequence
   const ops::AttentionBatch* attention = nullptr;
   std::span<const int32_t> logit_rows;  // batch rows whose logits are wanted, ascending
+  // Device-resident models only: the same tokens and positions already on the device
+  // ([num_tokens] i32 each), at addresses the runtime keeps fixed across CUDA graph replays.
+  TensorView device_tokens, device_positions;
+};
+
+// Device memory a runtime lends a model (DESIGN.md example 5: a model never calls CUDA; the
+// runtime implements this over its arena). Allocations live as long as this object.
+class DeviceMemory {
+ public:
+  virtual ~DeviceMemory() = default;
+  virtual Device device() const = 0;
+  // `bytes` of device memory (256-byte aligned). Throws kResourceExhausted when full.
+  virtual void* Allocate(size_t bytes) = 0;
+  // Synchronous copies (start-up and tests only, never on the hot path).
+  virtual void CopyToDevice(void* dst, const void* src, size_t bytes) = 0;
+  virtual void CopyToHost(void* dst, const void* src, size_t bytes) = 0;
+  // Fills `count` elements (bf16 or f32) with mean + std * (approximately normal noise),
+  // deterministic from `seed`: dummy weights of real shapes without a host copy.
+  virtual void FillRandom(void* dst, DType dtype, int64_t count, float mean, float std,
+                          uint64_t seed) = 0;
+};
+
+struct DevicePlacement {
+  // Activation scratch for batches of up to this many tokens (carved once, at placement).
+  int64_t max_batch_tokens = 0;
 };
 
 class Model {
@@ -50,7 +76,26 @@ class Model {
   // logits [logit_rows.size(), vocab] f32. Not thread-safe (one forward at a time).
   virtual void Forward(const ForwardBatch& batch, const KvCacheLayers& kv, TensorView logits) = 0;
   virtual int64_t weight_bytes() const = 0;
+
+  // Moves the model to `memory`'s device: weights as bf16 matrices (norms and biases f32),
+  // activation scratch for DevicePlacement::max_batch_tokens, all allocated from `memory` now.
+  // Afterwards Forward takes device_tokens/device_positions, a bf16 device KV cache, and
+  // writes bf16 device logits; the memory must outlive the model's last Forward.
+  // Throws kUnsupported for models without a device path.
+  virtual void PlaceOnDevice(DeviceMemory& memory, const DevicePlacement& placement) {
+    (void)memory, (void)placement;
+    Throw(ErrorCode::kUnsupported, "{}: no device path", config().architecture);
+  }
+  virtual bool on_device() const { return false; }
+  // Bytes of weights every decode step streams (all matrices except the input embedding,
+  // which is gathered by row); the numerator of the decode bandwidth floor.
+  virtual int64_t streamed_weight_bytes() const { return weight_bytes(); }
 };
+
+// A model of `config`'s real shapes created directly on the device with random weights
+// (`--load-format dummy` for shapes too large to generate on the host), already placed.
+std::unique_ptr<Model> CreateDummyModelOnDevice(const ModelConfig& config, DeviceMemory& memory,
+                                                const DevicePlacement& placement, uint64_t seed);
 
 enum class LoadFormat { kAuto, kDummy };
 

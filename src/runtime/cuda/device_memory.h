@@ -60,6 +60,9 @@ class DeviceArena {
   // fit, naming the request and what is left.
   void* Allocate(size_t bytes, size_t align = 256);
   void Reset() { used_ = 0; }
+  // Frees everything allocated after `mark` (a value of used() taken earlier); the caller
+  // guarantees no kernel still uses those allocations (e.g. a KV layout being replaced).
+  void ResetTo(size_t mark) { used_ = mark < used_ ? mark : used_; }
   size_t capacity() const { return buffer_.bytes(); }
   size_t used() const { return used_; }
   size_t available() const { return capacity() - used_; }

@@ -1,0 +1,167 @@
+#include "runtime/cuda/gpu_decode_bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/log.h"
+#include "core/status.h"
+#include "kernels/cuda/common/cuda_check.h"
+#include "models/config.h"
+#include "models/loader.h"
+#include "runtime/cuda/device_memory.h"
+#include "runtime/cuda/gpu_runner.h"
+#include "runtime/cuda/stream.h"
+
+namespace pg::runtime::cuda {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double UsSince(Clock::time_point t0) {
+  return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+}
+
+// Device-to-device copy rate (bytes read + bytes written per second), best of 3 runs of 8
+// copies of 2 GiB. Uses its own buffers, freed before the arena is sized.
+double MeasureHbmBytesPerS() {
+  const size_t bytes = size_t(2) << 30;
+  DeviceBuffer a(bytes), b(bytes);
+  Stream s;
+  Event e0, e1;
+  PG_CUDA_CHECK(cudaMemsetAsync(a.data(), 1, bytes, s.get()));
+  double best = 0;
+  for (int rep = 0; rep < 4; ++rep) {
+    e0.Record(s.get());
+    for (int i = 0; i < 8; ++i)
+      PG_CUDA_CHECK(cudaMemcpyAsync(i % 2 ? a.data() : b.data(), i % 2 ? b.data() : a.data(),
+                                    bytes, cudaMemcpyDeviceToDevice, s.get()));
+    e1.Record(s.get());
+    e1.Synchronize();
+    if (rep == 0) continue;  // warm-up
+    best = std::max(best, 2.0 * 8 * double(bytes) / (e1.ElapsedMsSince(e0) * 1e-3));
+  }
+  return best;
+}
+
+models::ModelConfig ReadHfConfig(const std::string& path) {
+  namespace fs = std::filesystem;
+  fs::path p = fs::is_directory(path) ? fs::path(path) / "config.json" : fs::path(path);
+  std::ifstream in(p);
+  PG_ENSURE(in.good(), kNotFound, "cannot open {}", p.string());
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    Throw(ErrorCode::kMalformed, "{}: invalid JSON: {}", p.string(), e.what());
+  }
+  models::ModelConfig c = models::ConfigFromHf(j);
+  c.name = p.parent_path().filename().string() + " (dummy weights)";
+  return c;
+}
+
+}  // namespace
+
+GpuDecodeBenchReport RunGpuDecodeBench(const GpuDecodeBenchOptions& o,
+                                       const std::function<void(const GpuDecodeBenchRow&)>& on_row) {
+  PG_ENSURE(!o.batches.empty() && !o.contexts.empty() && o.iters > 0, kInvalidArgument,
+            "gpu-decode: need batch sizes, contexts and iters > 0");
+  for (int b : o.batches) PG_ENSURE(b > 0, kInvalidArgument, "batch size {} must be > 0", b);
+  for (int c : o.contexts) PG_ENSURE(c > 0, kInvalidArgument, "context {} must be > 0", c);
+  GpuDecodeBenchReport report;
+  report.hbm_bytes_per_s = MeasureHbmBytesPerS();
+
+  const int max_batch = *std::max_element(o.batches.begin(), o.batches.end());
+  GpuRunner runner({.gpu_memory_utilization = o.gpu_memory_utilization,
+                    .max_batch_tokens = max_batch, .page_size = o.page_size});
+  std::unique_ptr<models::Model> model;
+  const models::DevicePlacement placement{.max_batch_tokens = max_batch};
+  if (o.dummy) {
+    model = models::CreateDummyModelOnDevice(ReadHfConfig(o.model), runner.memory(), placement,
+                                             o.seed);
+  } else {
+    model = models::LoadModel({.path = o.model});
+    model->PlaceOnDevice(runner.memory(), placement);
+  }
+  PG_CUDA_CHECK(cudaStreamSynchronize(runner.stream()));
+  runner.Attach(*model);
+  report.model = model->config().Summary();
+  report.streamed_weight_bytes = model->streamed_weight_bytes();
+  report.kv_bytes_per_token = runner.kv_bytes_per_token();
+  const int vocab = model->config().vocab_size;
+
+  for (int ctx : o.contexts) {
+    for (int batch : o.batches) {
+      GpuDecodeBenchRow row;
+      row.batch = batch, row.context = ctx;
+      row.bytes_per_step = double(report.streamed_weight_bytes) +
+                           double(batch) * double(ctx) * double(report.kv_bytes_per_token);
+      row.floor_us = row.bytes_per_step / report.hbm_bytes_per_s * 1e6;
+      try {
+        runner.ConfigureKv(batch, ctx);
+      } catch (const Error& e) {
+        row.note = e.what();
+        if (on_row) on_row(row);
+        report.rows.push_back(row);
+        continue;
+      }
+      row.fits = true;
+      runner.FillKvRandom(o.seed + 1000);
+      // Every sequence decodes one token at position ctx - 1 (it has ctx - 1 cached tokens).
+      std::vector<int32_t> tokens(static_cast<size_t>(batch));
+      for (int s = 0; s < batch; ++s) tokens[size_t(s)] = int32_t((s * 7919 + 13) % vocab);
+      std::vector<StepSeq> seqs;
+      for (int s = 0; s < batch; ++s)
+        seqs.push_back({s, ctx - 1, std::span<const int32_t>(&tokens[size_t(s)], 1)});
+      // Eager: the same step launched op by op.
+      runner.Step(seqs, {});
+      PG_CUDA_CHECK(cudaStreamSynchronize(runner.stream()));
+      const int eager_iters = 3;
+      auto t0 = Clock::now();
+      for (int i = 0; i < eager_iters; ++i) runner.Step(seqs, {});
+      PG_CUDA_CHECK(cudaStreamSynchronize(runner.stream()));
+      row.eager_step_us = UsSince(t0) / eager_iters;
+      // Graph: captured for this batch and context.
+      const int sizes[] = {batch};
+      runner.CaptureDecode(sizes, ctx);
+      for (int i = 0; i < 3; ++i) runner.Decode(seqs, {});
+      PG_CUDA_CHECK(cudaStreamSynchronize(runner.stream()));
+      Event e0, e1;
+      e0.Record(runner.stream());
+      for (int i = 0; i < o.iters; ++i) runner.ReplayStaged(batch);
+      e1.Record(runner.stream());
+      e1.Synchronize();
+      row.graph_step_us = double(e1.ElapsedMsSince(e0)) * 1e3 / o.iters;
+      std::vector<float> logits(static_cast<size_t>(batch) * size_t(vocab));
+      t0 = Clock::now();
+      for (int i = 0; i < o.iters; ++i) runner.Decode(seqs, logits);
+      row.loop_step_us = UsSince(t0) / o.iters;
+      if (on_row) on_row(row);
+      report.rows.push_back(row);
+    }
+  }
+  return report;
+}
+
+std::string FormatGpuDecodeHeader(const GpuDecodeBenchReport& r) {
+  return fmt::format(
+      "model: {}\nHBM (D2D copy, read+write) {:.0f} GB/s; weights streamed per step {:.3f} GB; "
+      "KV {} B/token\n{:>5} {:>7} {:>11} {:>11} {:>11} {:>11} {:>8} {:>10}",
+      r.model, r.hbm_bytes_per_s / 1e9, double(r.streamed_weight_bytes) / 1e9,
+      r.kv_bytes_per_token, "batch", "context", "graph_us", "loop_us", "eager_us", "floor_us",
+      "floor/t", "tok/s");
+}
+
+std::string FormatGpuDecodeRow(const GpuDecodeBenchRow& w) {
+  if (!w.fits)
+    return fmt::format("{:>5} {:>7}   skipped: {}", w.batch, w.context, w.note);
+  return fmt::format("{:>5} {:>7} {:>11.1f} {:>11.1f} {:>11.1f} {:>11.1f} {:>7.1f}% {:>10.0f}",
+                     w.batch, w.context, w.graph_step_us, w.loop_step_us, w.eager_step_us,
+                     w.floor_us, 100.0 * w.ratio(), w.batch * 1e6 / w.graph_step_us);
+}
+
+}  // namespace pg::runtime::cuda

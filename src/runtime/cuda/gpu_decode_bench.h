@@ -1,0 +1,50 @@
+// `peregrine bench gpu-decode`: decode time per output token of a device-resident model
+// through CUDA graphs, held against the HBM floor measured in the same run:
+//   floor = (weight bytes streamed per step + KV bytes read per step) / HBM bandwidth
+// where the bandwidth is that of a device-to-device copy (read + write bytes / time).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace pg::runtime::cuda {
+
+struct GpuDecodeBenchOptions {
+  std::string model;                 // config.json / folder (dummy), or a GGUF / HF folder
+  bool dummy = true;                 // random weights made on the device
+  std::vector<int> batches{1, 8, 32};
+  std::vector<int> contexts{1024, 32768};
+  double gpu_memory_utilization = 0.9;
+  int iters = 30;                    // timed graph replays per point
+  int page_size = 16;
+  uint64_t seed = 1;
+};
+
+struct GpuDecodeBenchRow {
+  int batch = 0, context = 0;
+  bool fits = false;
+  std::string note;                  // why a point was skipped
+  double graph_step_us = 0;          // back-to-back graph replays, per step
+  double loop_step_us = 0;           // Decode() per step incl. staging and read-back of logits
+  double eager_step_us = 0;          // the same forward without graphs
+  double bytes_per_step = 0;         // weights streamed + KV read
+  double floor_us = 0;               // bytes_per_step / HBM bandwidth
+  double ratio() const { return graph_step_us > 0 ? floor_us / graph_step_us : 0; }
+};
+
+struct GpuDecodeBenchReport {
+  std::string model;
+  double hbm_bytes_per_s = 0;        // measured in this run
+  int64_t streamed_weight_bytes = 0;
+  int64_t kv_bytes_per_token = 0;
+  std::vector<GpuDecodeBenchRow> rows;
+};
+
+GpuDecodeBenchReport RunGpuDecodeBench(const GpuDecodeBenchOptions& options,
+                                       const std::function<void(const GpuDecodeBenchRow&)>& on_row = {});
+std::string FormatGpuDecodeRow(const GpuDecodeBenchRow& row);
+std::string FormatGpuDecodeHeader(const GpuDecodeBenchReport& report);
+
+}  // namespace pg::runtime::cuda

@@ -1,0 +1,99 @@
+// GpuRunner: runs a device-resident model on one GPU. It owns the device arena (sized by
+// --gpu-memory-utilization), the step's stream, the batch plan, the device token/position/
+// logit buffers, the paged KV cache and the decode CUDA graphs.
+//
+// Memory layout of the arena, carved once (no cudaMalloc on the hot path):
+//   [model weights + activation scratch] (placed through memory())
+//   [io buffers: ids, positions, logits]  (Attach)
+//   [KV pages of every layer]             (ConfigureKv; replaced by a later ConfigureKv)
+// KV pages are static per slot: slot s owns pages [s * pages_per_slot, (s+1) * pages_per_slot);
+// one extra page is the write target of padding rows in padded decode graphs.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "kernels/cuda/batch_plan.h"
+#include "models/model.h"
+#include "runtime/cuda/device_memory.h"
+#include "runtime/cuda/stream.h"
+
+namespace pg::runtime::cuda {
+
+struct GpuRunnerOptions {
+  double gpu_memory_utilization = 0.9;
+  int max_batch_tokens = 512;  // tokens per step (prefill chunk, or decode batch incl. padding)
+  int page_size = 16;          // tokens per KV page
+};
+
+struct KvLayout {
+  int num_slots = 0;           // sequences that can be resident at once
+  int max_context = 0;         // tokens per sequence
+  int64_t num_pages = 0;       // all layers share this page count (and the page indices)
+  int64_t bytes = 0;           // KV bytes of all layers
+};
+
+// One sequence's part of a step: tokens appended at positions [start, start + tokens.size()).
+struct StepSeq {
+  int slot = 0;
+  int start = 0;
+  std::span<const int32_t> tokens;
+};
+
+class GpuRunner {
+ public:
+  explicit GpuRunner(const GpuRunnerOptions& options);
+  ~GpuRunner();
+  GpuRunner(const GpuRunner&) = delete;
+  GpuRunner& operator=(const GpuRunner&) = delete;
+
+  // The arena as models::DeviceMemory: place the model through it before Attach.
+  models::DeviceMemory& memory();
+  const DeviceArena& arena() const;
+  cudaStream_t stream() const { return stream_.get(); }
+
+  // Binds a model already placed on this runner's memory; carves the io buffers.
+  void Attach(models::Model& model);
+
+  // (Re)lays out the KV cache for `num_slots` sequences of up to `max_context` tokens,
+  // replacing any earlier layout (and dropping captured graphs). Throws kResourceExhausted,
+  // naming the need and what is left, when it does not fit.
+  const KvLayout& ConfigureKv(int num_slots, int max_context);
+  // Fills every KV page with random values (benchmarks: realistic bytes, no NaN garbage).
+  void FillKvRandom(uint64_t seed);
+  int64_t kv_bytes_per_token() const;
+
+  // One eager forward: each sequence's tokens, logits for the last token of each sequence
+  // ([seqs.size(), vocab] f32, host). Throws kInvalidArgument/kOutOfRange for a step that
+  // does not fit the layout (the KV state of the runner is then unchanged).
+  void Step(std::span<const StepSeq> seqs, std::span<float> logits);
+
+  // Decode graphs: one token per sequence, padded to each of `batch_sizes`, captured for
+  // kv lengths up to `max_kv_len` (the split-K layout of attention is fixed at capture).
+  // Warms every size up eagerly first.
+  void CaptureDecode(std::span<const int> batch_sizes, int max_kv_len);
+  // A decode step through the captured graph of the smallest size >= seqs.size(); every
+  // seq has exactly one token. logits as in Step (may be empty: no read-back, for timing).
+  void Decode(std::span<const StepSeq> seqs, std::span<float> logits);
+  bool has_graphs() const { return captured_max_kv_len_ > 0; }
+  // Replays the graph of `padded_size` on the batch the last Decode/CaptureDecode staged, with
+  // no host work in between (benchmarks: back-to-back replays measure the GPU's step time).
+  void ReplayStaged(int padded_size);
+
+ private:
+  struct Impl;
+  // Packs the host batch and uploads it (tokens, positions, batch plan). `pad_to` adds padding
+  // rows (slot = the pad page, kv_len 1) up to that many sequences.
+  void Prepare(std::span<const StepSeq> seqs, int pad_to, int forced_max_kv_len);
+  void RunForward();
+  void ReadLogits(std::span<float> logits, int num_seqs);
+
+  GpuRunnerOptions options_;
+  Stream stream_;
+  std::unique_ptr<Impl> impl_;
+  int captured_max_kv_len_ = 0;
+};
+
+}  // namespace pg::runtime::cuda
