@@ -25,8 +25,9 @@ if [[ "${1:-}" == "--pack" ]]; then
   set -e
   b=build/cuda2/tests/models
   rm -rf .gpu2 && mkdir -p .gpu2/bin .gpu2/lib
-  strip -o .gpu2/bin/test_models_gpu $b/test_models_gpu
-  strip -o .gpu2/bin/peregrine $b/peregrine_gpu_bench
+  for t in test_models_gpu:test_models_gpu peregrine_gpu_bench:peregrine; do
+    strip -o /tmp/pg_strip_${t#*:} $b/${t%%:*} && gzip -9c /tmp/pg_strip_${t#*:} > .gpu2/bin/${t#*:}.gz
+  done
   for l in libfmt.so.9 libspdlog.so.1.10 libgfortran.so.5 libquadmath.so.0; do
     cp -L /lib/x86_64-linux-gnu/$l .gpu2/lib/
   done
@@ -42,8 +43,9 @@ fi
 
 OUT="${OUT:-/tmp/model_check_out}"
 mkdir -p "$OUT"
-[[ -x .gpu2/bin/test_models_gpu ]] || { echo "no .gpu2/bin: run tools/gpu/model_check.sh --pack here and carry .gpu2"; exit 2; }
-mkdir -p /tmp/pglib
+[[ -f .gpu2/bin/test_models_gpu.gz ]] || { echo "no .gpu2/bin: run tools/gpu/model_check.sh --pack here and carry .gpu2"; exit 2; }
+mkdir -p /tmp/pglib /tmp/pgbin
+for f in .gpu2/bin/*.gz; do gunzip -c "$f" > /tmp/pgbin/$(basename "$f" .gz); chmod +x /tmp/pgbin/$(basename "$f" .gz); done
 [[ -f /tmp/pglib/libopenblas.so.0 ]] || gunzip -c .gpu2/lib/libopenblas.so.0.gz > /tmp/pglib/libopenblas.so.0
 lt=$(ls /usr/local/cuda/lib64/libcublasLt.so.13 /usr/local/cuda/lib/libcublasLt.so.13 2>/dev/null | head -1)
 [[ -n "$lt" ]] || lt=$(find / -name 'libcublasLt.so.13' -not -path '*/proc/*' 2>/dev/null | head -1)
@@ -52,7 +54,7 @@ export OPENBLAS_NUM_THREADS=8
 
 echo "== environment ($(date -u +%FT%TZ))"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem,memory.total --format=csv
-ldd .gpu2/bin/test_models_gpu | grep "not found" && echo "MISSING LIBRARIES"
+ldd /tmp/pgbin/test_models_gpu | grep "not found" && echo "MISSING LIBRARIES"
 
 status=0
 filter='GpuModelGolden.Tiny*:GpuRunner.*'
@@ -63,14 +65,14 @@ if [[ "${SMOL:-0}" == 1 ]]; then
   filter='GpuModelGolden.SmolLM2*'
 fi
 echo "== test_models_gpu ($filter)"
-timeout 240 .gpu2/bin/test_models_gpu --gtest_filter="$filter" 2>&1 | tee "$OUT/test_models_gpu.log" \
+timeout 120 /tmp/pgbin/test_models_gpu --gtest_filter="$filter" 2>&1 | tee "$OUT/test_models_gpu.log" \
   | grep -vE "^\[[0-9:.]+\] \[info\]"
 [[ ${PIPESTATUS[0]} == 0 ]] || status=1
 
 if [[ "${BENCH:-1}" == 1 ]]; then
   for m in ${MODELS:-llama-3.1-8b qwen3-8b}; do
     echo "== bench gpu-decode $m"
-    timeout 200 .gpu2/bin/peregrine bench gpu-decode --model configs/$m/config.json \
+    timeout 120 /tmp/pgbin/peregrine bench gpu-decode --model configs/$m/config.json \
       --load-format dummy --batch "${BATCH:-1,8,32}" --context "${CONTEXT:-1024,32768}" \
       --json "$OUT/gpu_decode_$m.json" 2>&1 | tee "$OUT/gpu_decode_$m.log"
     [[ ${PIPESTATUS[0]} == 0 ]] || status=1
