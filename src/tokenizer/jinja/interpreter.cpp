@@ -17,10 +17,26 @@ constexpr int kMaxEvalDepth = 1000;
 }
 }  // namespace
 
-const Value* Frame::Lookup(const std::string& name) const {
+const Value* Frame::Find(std::string_view name) const {
+  for (const auto& [k, v] : vars) {
+    if (k == name) return &v;
+  }
+  return nullptr;
+}
+
+void Frame::Set(std::string_view name, Value value) {
+  for (auto& [k, v] : vars) {
+    if (k == name) {
+      v = std::move(value);
+      return;
+    }
+  }
+  vars.emplace_back(std::string(name), std::move(value));
+}
+
+const Value* Frame::Lookup(std::string_view name) const {
   for (const Frame* f = this; f; f = f->parent.get()) {
-    auto it = f->vars.find(name);
-    if (it != f->vars.end()) return &it->second;
+    if (const Value* v = f->Find(name)) return v;
   }
   return nullptr;
 }
@@ -36,7 +52,7 @@ std::string Interpreter::Render(const Body& body, const Value& context) {
   root->parent = globals_;
   for (const auto& [k, v] : context.dict().entries) {
     if (!k.is_string()) throw TemplateError("chat template context keys must be strings", false);
-    root->vars[k.str()] = v;
+    root->Slot(k.str()) = v;
   }
   std::string out;
   ExecBody(body, root, out);
@@ -69,7 +85,7 @@ Interpreter::Flow Interpreter::ExecStmt(const Stmt& s, const FramePtr& frame, st
 Interpreter::Flow Interpreter::ExecStmtInner(const Stmt& s, const FramePtr& frame, std::string& out) {
   switch (s.kind) {
     case StmtKind::kText: out += s.text; break;
-    case StmtKind::kOutput: out += Eval(*s.expr, frame).ToString(); break;
+    case StmtKind::kOutput: Eval(*s.expr, frame).AppendTo(out); break;
     case StmtKind::kIf:
       for (const auto& [cond, body] : s.branches) {
         if (Eval(*cond, frame).Truthy()) return ExecBody(body, frame, out);
@@ -77,7 +93,7 @@ Interpreter::Flow Interpreter::ExecStmtInner(const Stmt& s, const FramePtr& fram
       return ExecBody(s.else_body, frame, out);
     case StmtKind::kFor: ExecFor(s, frame, out); break;
     case StmtKind::kSet: ExecSet(s, frame, out); break;
-    case StmtKind::kMacro: frame->vars[s.name] = MakeMacro(s, frame, nullptr); break;
+    case StmtKind::kMacro: frame->Slot(s.name) = MakeMacro(s, frame, nullptr); break;
     case StmtKind::kCallBlock: {
       const Expr& call = *s.expr;
       Value callee = Eval(*call.args[0], frame);
@@ -118,7 +134,7 @@ Interpreter::Flow Interpreter::ExecStmtInner(const Stmt& s, const FramePtr& fram
 void Interpreter::Assign(const Stmt& s, const FramePtr& frame, const Value& value) {
   auto assign_one = [&](const Target& t, const Value& v) {
     if (t.attr.empty()) {
-      frame->vars[t.name] = v;
+      frame->Slot(t.name) = v;
       return;
     }
     const Value* ns = frame->Lookup(t.name);
@@ -163,7 +179,7 @@ void Interpreter::ExecFor(const Stmt& s, const FramePtr& frame, std::string& out
   ValueList items = Iterate(iterable);
   auto bind = [&](const FramePtr& f, const Value& item) {
     if (!s.target_is_tuple) {
-      f->vars[s.targets[0].name] = item;
+      f->Slot(s.targets[0].name) = item;
       return;
     }
     ValueList parts = Iterate(item);
@@ -171,7 +187,7 @@ void Interpreter::ExecFor(const Stmt& s, const FramePtr& frame, std::string& out
       throw TemplateError(fmt::format("chat template error at {}: cannot unpack {} values into {} loop "
                                       "variables", FormatPos(s.pos), parts.size(), s.targets.size()), false);
     }
-    for (size_t i = 0; i < parts.size(); ++i) f->vars[s.targets[i].name] = parts[i];
+    for (size_t i = 0; i < parts.size(); ++i) f->Slot(s.targets[i].name) = parts[i];
   };
   if (s.filter) {
     ValueList kept;
@@ -188,27 +204,42 @@ void Interpreter::ExecFor(const Stmt& s, const FramePtr& frame, std::string& out
     return;
   }
   const int64_t n = static_cast<int64_t>(items.size());
+  // One `loop` object per loop, updated in place each iteration (as jinja2's LoopContext).
+  // Entry order is fixed so updates index directly; previtem/nextitem are removed (undefined)
+  // at the ends.
+  enum { kIndex, kIndex0, kRevindex, kRevindex0, kFirst, kLast, kLength, kDepth, kDepth0, kCycle, kPrev, kNext };
+  auto current = std::make_shared<int64_t>(0);
+  Dict loop_dict;
+  loop_dict.entries.reserve(12);
+  for (const char* key : {"index", "index0", "revindex", "revindex0", "first", "last", "length", "depth",
+                          "depth0", "cycle", "previtem", "nextitem"}) {
+    loop_dict.entries.emplace_back(Value(key), Value());
+  }
+  loop_dict.entries[kLength].second = Value(n);
+  loop_dict.entries[kDepth].second = Value(int64_t{1});
+  loop_dict.entries[kDepth0].second = Value(int64_t{0});
+  loop_dict.entries[kCycle].second = Value::Function("cycle", [current](const CallArgs& a, Interpreter&) -> Value {
+    if (a.positional.empty()) Fail("no items for cycling given");
+    return a.positional[static_cast<size_t>(*current) % a.positional.size()];
+  });
+  Value loop = Value::MakeDict(std::move(loop_dict));
+  auto& entries = loop.dict().entries;
+  const Value prev_key("previtem"), next_key("nextitem");
   for (int64_t i = 0; i < n; ++i) {
     auto f = std::make_shared<Frame>();
     f->parent = frame;
     bind(f, items[i]);
-    Dict loop;
-    loop.Set(Value("index"), Value(i + 1));
-    loop.Set(Value("index0"), Value(i));
-    loop.Set(Value("revindex"), Value(n - i));
-    loop.Set(Value("revindex0"), Value(n - i - 1));
-    loop.Set(Value("first"), Value(i == 0));
-    loop.Set(Value("last"), Value(i == n - 1));
-    loop.Set(Value("length"), Value(n));
-    loop.Set(Value("depth"), Value(int64_t{1}));
-    loop.Set(Value("depth0"), Value(int64_t{0}));
-    if (i > 0) loop.Set(Value("previtem"), items[i - 1]);
-    if (i + 1 < n) loop.Set(Value("nextitem"), items[i + 1]);
-    loop.Set(Value("cycle"), Value::Function("cycle", [i](const CallArgs& a, Interpreter&) -> Value {
-      if (a.positional.empty()) Fail("no items for cycling given");
-      return a.positional[static_cast<size_t>(i) % a.positional.size()];
-    }));
-    f->vars["loop"] = Value::MakeDict(std::move(loop));
+    *current = i;
+    entries.resize(kPrev);
+    entries[kIndex].second = Value(i + 1);
+    entries[kIndex0].second = Value(i);
+    entries[kRevindex].second = Value(n - i);
+    entries[kRevindex0].second = Value(n - i - 1);
+    entries[kFirst].second = Value(i == 0);
+    entries[kLast].second = Value(i == n - 1);
+    if (i > 0) entries.emplace_back(prev_key, items[i - 1]);
+    if (i + 1 < n) entries.emplace_back(next_key, items[i + 1]);
+    f->Set("loop", loop);
     if (ExecBody(s.body, f, out) == Flow::kBreak) break;
   }
 }
@@ -227,23 +258,23 @@ Value Interpreter::MakeMacro(const Stmt& s, const FramePtr& closure, const Body*
     const auto& params = stmt->params;
     ValueList varargs;
     for (size_t i = 0; i < args.positional.size(); ++i) {
-      if (i < params.size()) f->vars[params[i].name] = args.positional[i];
+      if (i < params.size()) f->Slot(params[i].name) = args.positional[i];
       else varargs.push_back(args.positional[i]);
     }
     Dict extra_kwargs;
     for (const auto& [k, v] : args.keyword) {
       bool is_param = false;
       for (const auto& p : params) is_param |= p.name == k;
-      if (is_param || k == "caller") f->vars[k] = v;
+      if (is_param || k == "caller") f->Slot(k) = v;
       else extra_kwargs.Set(Value(k), v);
     }
     for (const auto& p : params) {
-      if (f->vars.count(p.name)) continue;
-      f->vars[p.name] = p.default_value ? Eval(*p.default_value, f)
+      if (f->Find(p.name)) continue;
+      f->Slot(p.name) = p.default_value ? Eval(*p.default_value, f)
                                         : Value::Undefined(fmt::format("'{}' is undefined", p.name));
     }
-    f->vars["varargs"] = Value::Tuple(std::move(varargs));
-    f->vars["kwargs"] = Value::MakeDict(std::move(extra_kwargs));
+    f->Slot("varargs") = Value::Tuple(std::move(varargs));
+    f->Slot("kwargs") = Value::MakeDict(std::move(extra_kwargs));
     std::string out;
     try {
       ExecBody(*body, f, out);
@@ -384,6 +415,7 @@ Value Interpreter::EvalBinary(const Expr& e, const FramePtr& frame) {
   if (op == "and") return a.Truthy() ? Eval(*e.args[1], frame) : a;
   if (op == "or") return a.Truthy() ? a : Eval(*e.args[1], frame);
   Value b = Eval(*e.args[1], frame);
+  if ((op == "+" || op == "~") && b.is_string() && !b.is_markup() && a.AppendIfUnique(b.str())) return a;
   return BinaryOp(op, a, b);
 }
 

@@ -15,10 +15,20 @@
 
 namespace pg::jinja {
 
+// Variables of one scope. Scopes hold a handful of names, so a flat vector beats a hash map
+// (one allocation, no hashing) on the per-iteration frames of for loops.
 struct Frame {
-  std::unordered_map<std::string, Value> vars;
+  std::vector<std::pair<std::string, Value>> vars;
   std::shared_ptr<Frame> parent;
-  const Value* Lookup(const std::string& name) const;
+  const Value* Find(std::string_view name) const;          // this scope only
+  const Value* Lookup(std::string_view name) const;        // this scope, then parents
+  void Set(std::string_view name, Value value);
+  Value& Slot(std::string_view name) {                     // insert-or-get in this scope
+    for (auto& [k, v] : vars) {
+      if (k == name) return v;
+    }
+    return vars.emplace_back(std::string(name), Value()).second;
+  }
 };
 using FramePtr = std::shared_ptr<Frame>;
 

@@ -402,7 +402,7 @@ Value GetMethod(Interpreter& in, const Value& obj, const std::string& name) {
 
 void AddGlobals(Interpreter& in, Frame& g) {
   (void)in;
-  g.vars["range"] = Value::Function("range", [](const CallArgs& a, Interpreter&) -> Value {
+  g.Slot("range") = Value::Function("range", [](const CallArgs& a, Interpreter&) -> Value {
     if (a.positional.empty() || a.positional.size() > 3) Fail("range expected 1 to 3 arguments");
     for (const auto& v : a.positional) {
       if (!v.is_int() && !v.is_bool()) Fail(fmt::format("'{}' object cannot be interpreted as an integer", v.TypeName()));
@@ -441,14 +441,14 @@ void AddGlobals(Interpreter& in, Frame& g) {
     for (const auto& [k, v] : a.keyword) d.Set(Value(k), v);
     return ns ? Value::MakeNamespace(std::move(d)) : Value::MakeDict(std::move(d));
   };
-  g.vars["dict"] = Value::Function("dict", [make_dict](const CallArgs& a, Interpreter&) { return make_dict(a, false); });
-  g.vars["namespace"] =
+  g.Slot("dict") = Value::Function("dict", [make_dict](const CallArgs& a, Interpreter&) { return make_dict(a, false); });
+  g.Slot("namespace") =
       Value::Function("namespace", [make_dict](const CallArgs& a, Interpreter&) { return make_dict(a, true); });
-  g.vars["raise_exception"] = Value::Function("raise_exception", [](const CallArgs& a, Interpreter&) -> Value {
+  g.Slot("raise_exception") = Value::Function("raise_exception", [](const CallArgs& a, Interpreter&) -> Value {
     const Value* msg = a.Get(0, "message");
     throw TemplateError(msg ? msg->ToString() : std::string("raise_exception() called"), true);
   });
-  g.vars["strftime_now"] = Value::Function("strftime_now", [](const CallArgs& a, Interpreter& interp) -> Value {
+  g.Slot("strftime_now") = Value::Function("strftime_now", [](const CallArgs& a, Interpreter& interp) -> Value {
     const Value* f = a.Get(0, "format");
     if (!f || !f->is_string()) Fail("strftime_now() needs a format string");
     std::tm tm{};

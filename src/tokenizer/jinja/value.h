@@ -103,6 +103,19 @@ class Value {
   const Callable& callable() const { return *fn_; }
 
   bool Truthy() const;
+  // Appends `tail` in place when this is a plain string nobody else references (the
+  // temporary of an earlier `+`); returns false (and does nothing) otherwise. Turns the
+  // left-deep `a + b + c + ...` chains of chat templates from quadratic copying into appends.
+  bool AppendIfUnique(const std::string& tail) {
+    if (kind_ != Kind::kString || markup_ || s_.use_count() != 1) return false;
+    *s_ += tail;
+    return true;
+  }
+  // out += ToString(), without the temporary for strings.
+  void AppendTo(std::string& out) const {
+    if (kind_ == Kind::kString) out += *s_;
+    else out += ToString();
+  }
   // Python str(): what {{ value }} prints (undefined prints "").
   std::string ToString() const;
   // Python repr(): used inside containers ("['a', 1, None]").

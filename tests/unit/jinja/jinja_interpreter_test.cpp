@@ -2,7 +2,11 @@
 // Python/jinja2 semantics by hand (the jinja2-generated oracle is jinja_golden_test.cpp).
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdio>
+#include <fstream>
 #include <random>
+#include <sstream>
 
 #include "tokenizer/jinja/chat_template.h"
 #include "tokenizer/jinja/value.h"
@@ -212,6 +216,51 @@ TEST(JinjaChatTemplate, RandomContentPassesThroughSmolTemplate) {
     if (agp) expected += "<|im_start|>assistant\n";
     EXPECT_EQ(t.Render(messages, nullptr, agp), expected);
   }
+}
+
+}  // namespace
+}  // namespace pg::jinja
+
+namespace pg::jinja {
+namespace {
+
+// An agentic conversation re-rendered every turn must stay cheap: 400 messages with tool calls
+// through the published Qwen3 template. Structure is checked exactly; the time is printed and
+// only bounded loosely (catches quadratic blow-ups, not noise on a shared machine).
+TEST(JinjaPerf, LongAgenticConversationQwen3) {
+  std::ifstream f("tests/data/chat_templates/Qwen-Qwen3-0.6B.jinja");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  ChatTemplate t(ss.str(), "", "<|im_end|>");
+  Json tools = Json::array({Json{{"type", "function"}, {"function", {{"name", "lookup"}, {"parameters", {{"type", "object"}}}}}}});
+  Json msgs = Json::array({Json{{"role", "system"}, {"content", "agent"}}});
+  const int kTurns = 100;
+  for (int i = 0; i < kTurns; ++i) {
+    msgs.push_back({{"role", "user"}, {"content", "q" + std::to_string(i) + std::string(300, 'x')}});
+    msgs.push_back({{"role", "assistant"}, {"content", ""},
+                    {"tool_calls", Json::array({Json{{"type", "function"}, {"function", {{"name", "lookup"}, {"arguments", {{"i", i}}}}}}})}});
+    msgs.push_back({{"role", "tool"}, {"content", std::string(400, 'y')}});
+    msgs.push_back({{"role", "assistant"}, {"content", "a" + std::to_string(i)}});
+  }
+  std::string out;
+  double best_ms = 1e9;
+  for (int rep = 0; rep < 5; ++rep) {
+    auto t0 = std::chrono::steady_clock::now();
+    out = t.Render(msgs, tools, true);
+    best_ms = std::min(best_ms, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  auto count = [&](const std::string& needle) {
+    size_t n = 0;
+    for (size_t p = out.find(needle); p != std::string::npos; p = out.find(needle, p + 1)) ++n;
+    return n;
+  };
+  // system + per turn: user, assistant(tool call), user(tool_response), assistant; + generation prompt.
+  EXPECT_EQ(count("<|im_start|>"), 1u + 4u * kTurns + 1u);
+  EXPECT_EQ(count("<tool_call>\n{\"name\": \"lookup\", \"arguments\": {\"i\": "), static_cast<size_t>(kTurns));
+  EXPECT_EQ(count("<tool_response>"), static_cast<size_t>(kTurns));
+  EXPECT_NE(out.find("<|im_start|>assistant\n<think>\n\n</think>\n\na99<|im_end|>"), std::string::npos);
+  EXPECT_LT(best_ms, 250.0);
+  std::printf("[ perf ] Qwen3 template, %zu messages -> %zu bytes: %.3f ms/render\n", msgs.size(), out.size(), best_ms);
 }
 
 }  // namespace
