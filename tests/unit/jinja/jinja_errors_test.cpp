@@ -79,7 +79,7 @@ namespace pg::jinja {
 namespace {
 
 TEST(JinjaHostileTemplates, DeepNestingFailsCleanly) {
-  const std::string deep_parens = "{{ " + std::string(100000, '(') + "1" + std::string(100000, ')') + " }}";
+  const std::string deep_parens = fmt::format("{{{{ {}1{} }}}}", std::string(100000, '('), std::string(100000, ')'));
   EXPECT_THROW(Template{deep_parens}, TemplateError);
   std::string deep_ifs;
   for (int i = 0; i < 5000; ++i) deep_ifs += "{% if true %}";
@@ -95,7 +95,7 @@ TEST(JinjaHostileTemplates, DeepNestingFailsCleanly) {
   EXPECT_EQ(Template("{{ 1e999 }}").Render(Json::object()), "inf");
   EXPECT_THROW(Template("{{ '{99999999999999}'.format(1) }}").Render(Json::object()), TemplateError);
   // Moderate nesting still works.
-  EXPECT_EQ(Template("{{ " + std::string(50, '(') + "2" + std::string(50, ')') + " * 3 }}").Render(Json::object()), "6");
+  EXPECT_EQ(Template(fmt::format("{{{{ {}2{} * 3 }}}}", std::string(50, '('), std::string(50, ')'))).Render(Json::object()), "6");
 }
 
 // Random token soup: every outcome must be a rendered string or a TemplateError, never a crash.

@@ -236,11 +236,11 @@ TEST(JinjaPerf, LongAgenticConversationQwen3) {
   Json msgs = Json::array({Json{{"role", "system"}, {"content", "agent"}}});
   const int kTurns = 100;
   for (int i = 0; i < kTurns; ++i) {
-    msgs.push_back({{"role", "user"}, {"content", "q" + std::to_string(i) + std::string(300, 'x')}});
+    msgs.push_back({{"role", "user"}, {"content", fmt::format("q{}{}", i, std::string(300, 'x'))}});
     msgs.push_back({{"role", "assistant"}, {"content", ""},
                     {"tool_calls", Json::array({Json{{"type", "function"}, {"function", {{"name", "lookup"}, {"arguments", {{"i", i}}}}}}})}});
     msgs.push_back({{"role", "tool"}, {"content", std::string(400, 'y')}});
-    msgs.push_back({{"role", "assistant"}, {"content", "a" + std::to_string(i)}});
+    msgs.push_back({{"role", "assistant"}, {"content", fmt::format("a{}", i)}});
   }
   std::string out;
   double best_ms = 1e9;
