@@ -218,12 +218,15 @@ void LaunchForDim(const AttentionArgs& a, dim3 grid, cudaStream_t stream) {
 
 }  // namespace
 
-bool AttentionSupportsHeadDim(int d) { return d == 64 || d == 80 || d == 96 || d == 128 || d == 256; }
+bool AttentionSupportsHeadDim(int d) {
+  return d == 32 || d == 40 || d == 64 || d == 80 || d == 96 || d == 128 || d == 256; }
 
 void LaunchAttention(const AttentionArgs& a, cudaStream_t stream) {
   if (a.batch.num_tokens == 0) return;
   dim3 grid(unsigned(a.batch.num_tokens), unsigned(a.kv_heads), unsigned(a.num_splits));
   switch (a.head_dim) {
+    case 32: LaunchForDim<32>(a, grid, stream); break;  // tiny test models (tests/data/models)
+    case 40: LaunchForDim<40>(a, grid, stream); break;
     case 64: LaunchForDim<64>(a, grid, stream); break;
     case 80: LaunchForDim<80>(a, grid, stream); break;
     case 96: LaunchForDim<96>(a, grid, stream); break;
