@@ -11,6 +11,8 @@
 #include "io/safetensors.h"
 #include "models/llama.h"
 #include "models/model.h"
+#include "models/moe_config.h"
+#include "models/moe_loader.h"
 #include "models/weights.h"
 
 #ifndef PEREGRINE_SOURCE_DIR
@@ -77,6 +79,16 @@ std::unique_ptr<Model> LoadModel(const LoadOptions& o) {
   fs::path path(o.path);
   ModelConfig config;
   std::unique_ptr<WeightStore> weights;
+  // MoE architectures (qwen3_moe, deepseek_v3, kimi_k2) have their own loader (moe_loader.h).
+  {
+    fs::path cfg = fs::is_directory(path) ? path / "config.json" : path;
+    if ((o.format == LoadFormat::kDummy || fs::is_directory(path)) && fs::exists(cfg)) {
+      nlohmann::json j = ReadJson(cfg);
+      if (j.is_object() && j.contains("model_type") && j["model_type"].is_string() &&
+          IsMoeModelType(j["model_type"].get<std::string>()))
+        return LoadMoeModel(o, j, cfg.parent_path().string());
+    }
+  }
   if (o.format == LoadFormat::kDummy) {
     fs::path cfg = fs::is_directory(path) ? path / "config.json" : path;
     config = ConfigFromHf(ReadJson(cfg));

@@ -1,0 +1,20 @@
+// DeepSeek-V3 / Kimi K2 (and DeepSeek-V2-Lite-shaped configs without q_lora): Multi-head
+// Latent Attention over a paged latent KV cache (kv_lora_rank + rope dims per token), YaRN
+// rope on the decoupled rope dims, and a sigmoid-routed, group-limited MoE with shared
+// experts after first_k_dense_replace dense layers. Built from ops only.
+//
+// Attention: prefill chunks run ops::MlaAttention expanded (per-head K/V from the latents),
+// decode batches (every sequence one new token) run it absorbed (W_UK folded into the query).
+#pragma once
+
+#include <memory>
+
+#include "models/model.h"
+#include "models/moe_config.h"
+#include "models/moe_weights.h"
+
+namespace pg::models {
+
+std::unique_ptr<Model> CreateDeepseekV3(MoeModelConfig config, std::unique_ptr<MoeWeights> weights);
+
+}  // namespace pg::models

@@ -1,0 +1,174 @@
+#include "models/moe_config.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "core/status.h"
+#include "kernels/rope_freq.h"
+
+namespace pg::models {
+namespace {
+
+template <typename T>
+T Field(const nlohmann::json& j, const char* key, T def) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return def;
+  try {
+    return it->get<T>();
+  } catch (const nlohmann::json::exception&) {
+    Throw(ErrorCode::kMalformed, "config.json: field '{}' has the wrong type ({})", key,
+          it->type_name());
+  }
+}
+
+// The rope parameters object (transformers 5 "rope_parameters", 4.x "rope_scaling").
+nlohmann::json RopeObject(const nlohmann::json& j) {
+  for (const char* k : {"rope_parameters", "rope_scaling"})
+    if (auto it = j.find(k); it != j.end() && it->is_object()) return *it;
+  return nlohmann::json::object();
+}
+
+double YarnMscale(double factor, double mscale) {
+  return factor <= 1 ? 1.0 : 0.1 * mscale * std::log(factor) + 1.0;
+}
+
+}  // namespace
+
+bool IsMoeModelType(const std::string& t) {
+  return t == "qwen3_moe" || t == "deepseek_v3" || t == "kimi_k2";
+}
+
+bool MoeModelConfig::IsMoeLayer(int layer) const {
+  if (num_experts <= 0) return false;
+  if (arch == MoeArch::kDeepseekV3) return layer >= first_k_dense_replace;
+  return std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) ==
+             mlp_only_layers.end() &&
+         (layer + 1) % decoder_sparse_step == 0;
+}
+
+void MoeModelConfig::Validate() const {
+  auto bad = [&](const std::string& what) {
+    Throw(ErrorCode::kMalformed, "model config ({}): {}", model_type, what);
+  };
+  if (num_experts <= 0 || top_k <= 0 || top_k > num_experts)
+    bad(fmt::format("num_experts {} / num_experts_per_tok {} invalid", num_experts, top_k));
+  if (moe_intermediate_size <= 0) bad("moe_intermediate_size must be > 0");
+  if (n_group <= 0 || num_experts % n_group != 0)
+    bad(fmt::format("n_group {} must divide n_routed_experts {}", n_group, num_experts));
+  if (topk_group <= 0 || topk_group > n_group)
+    bad(fmt::format("topk_group {} must be in [1, n_group {}]", topk_group, n_group));
+  if (top_k > topk_group * (num_experts / n_group))
+    bad(fmt::format("num_experts_per_tok {} exceeds topk_group {} x {} experts per group", top_k,
+                    topk_group, num_experts / n_group));
+  if (decoder_sparse_step <= 0) bad("decoder_sparse_step must be > 0");
+  if (arch == MoeArch::kDeepseekV3) {
+    if (kv_lora_rank <= 0 || qk_nope_head_dim <= 0 || v_head_dim <= 0 || qk_rope_head_dim < 0 ||
+        qk_rope_head_dim % 2 != 0 || q_lora_rank < 0)
+      bad(fmt::format("MLA dims invalid: kv_lora_rank {} q_lora_rank {} nope {} rope {} v {}",
+                      kv_lora_rank, q_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim));
+    if (first_k_dense_replace < 0) bad("first_k_dense_replace must be >= 0");
+  }
+}
+
+std::string MoeModelConfig::Summary() const {
+  std::string s = fmt::format(
+      "{} ({}): {} layers, hidden {}, heads {}, vocab {}, experts {} (top {}, ffn {}, shared {}), "
+      "router {}{}, groups {}/{}, scaling {}",
+      base.name, model_type, base.num_layers, base.hidden_size, base.num_heads, base.vocab_size,
+      num_experts, top_k, moe_intermediate_size, num_shared_experts,
+      scoring == ops::MoeScoring::kSoftmax ? "softmax" : "sigmoid",
+      has_score_bias ? "+bias" : "", topk_group, n_group, routed_scaling_factor);
+  if (arch == MoeArch::kDeepseekV3)
+    s += fmt::format(", MLA q_lora {} kv_lora {} nope {} rope {} v {} (latent cache {} values/token)",
+                     q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim,
+                     latent_dim());
+  return s;
+}
+
+MoeModelConfig MoeConfigFromHf(const nlohmann::json& j) {
+  PG_ENSURE(j.is_object(), kMalformed, "config.json: not a JSON object");
+  MoeModelConfig c;
+  c.model_type = Field<std::string>(j, "model_type", "");
+  PG_ENSURE(IsMoeModelType(c.model_type), kUnsupported,
+            "config.json: model_type '{}' is not a MoE architecture (qwen3_moe, deepseek_v3, "
+            "kimi_k2)",
+            c.model_type);
+  c.arch = c.model_type == "qwen3_moe" ? MoeArch::kQwen3Moe : MoeArch::kDeepseekV3;
+  // The shared fields through the dense parser, on a copy presented as its nearest dense
+  // relative (qwen3: q/k norm; llama: rope over head_dim = the rope dims of MLA).
+  nlohmann::json d = j;
+  if (c.arch == MoeArch::kQwen3Moe) {
+    d["model_type"] = "qwen3";
+    if (!d.contains("intermediate_size") || d["intermediate_size"].is_null())
+      d["intermediate_size"] = Field<int>(j, "moe_intermediate_size", 0);
+  } else {
+    d["model_type"] = "llama";
+    d["head_dim"] = Field<int>(j, "qk_rope_head_dim", 0);
+    d["num_key_value_heads"] = Field<int>(j, "num_attention_heads", 0);
+    d.erase("partial_rotary_factor");
+    d["attention_bias"] = false;
+  }
+  c.base = ConfigFromHf(d);
+  c.base.architecture = c.model_type;
+  c.top_k = Field<int>(j, "num_experts_per_tok", 0);
+  c.moe_intermediate_size = Field<int>(j, "moe_intermediate_size", 0);
+  c.norm_topk_prob = Field<bool>(j, "norm_topk_prob", c.arch == MoeArch::kDeepseekV3);
+  if (c.arch == MoeArch::kQwen3Moe) {
+    c.num_experts = Field<int>(j, "num_experts", 0);
+    c.decoder_sparse_step = Field<int>(j, "decoder_sparse_step", 1);
+    c.mlp_only_layers = Field<std::vector<int>>(j, "mlp_only_layers", {});
+    c.scoring = ops::MoeScoring::kSoftmax;
+  } else {
+    c.num_experts = Field<int>(j, "n_routed_experts", 0);
+    c.num_shared_experts = Field<int>(j, "n_shared_experts", 0);
+    c.routed_scaling_factor = Field<float>(j, "routed_scaling_factor", 1.0f);
+    c.n_group = Field<int>(j, "n_group", 1);
+    c.topk_group = Field<int>(j, "topk_group", 1);
+    c.first_k_dense_replace = Field<int>(j, "first_k_dense_replace", 0);
+    const std::string scoring = Field<std::string>(j, "scoring_func", "sigmoid");
+    if (scoring == "sigmoid") c.scoring = ops::MoeScoring::kSigmoid;
+    else if (scoring == "softmax") c.scoring = ops::MoeScoring::kSoftmax;
+    else Throw(ErrorCode::kUnsupported, "config.json: scoring_func '{}' is not supported", scoring);
+    const std::string method = Field<std::string>(j, "topk_method", "noaux_tc");
+    c.has_score_bias = method == "noaux_tc";
+    c.q_lora_rank = Field<int>(j, "q_lora_rank", 0);
+    c.kv_lora_rank = Field<int>(j, "kv_lora_rank", 0);
+    c.qk_nope_head_dim = Field<int>(j, "qk_nope_head_dim", 0);
+    c.qk_rope_head_dim = Field<int>(j, "qk_rope_head_dim", 0);
+    c.v_head_dim = Field<int>(j, "v_head_dim", 0);
+    // HF's DeepseekV3Config defaults rope_interleave to true (the original checkpoints rotate
+    // pairs (2i, 2i+1)); q and k use the same pairing, so scores do not depend on the layout.
+    c.base.rope.neox = !Field<bool>(j, "rope_interleave", true);
+    c.softmax_scale = 1.0f / std::sqrt(float(c.qk_nope_head_dim + c.qk_rope_head_dim));
+    const nlohmann::json rp = RopeObject(j);
+    const double mscale_all_dim = Field<double>(rp, "mscale_all_dim", 0.0);
+    if (c.base.rope.scaling == ops::RopeScaling::kYarn && mscale_all_dim != 0.0) {
+      const double m = YarnMscale(c.base.rope.factor, mscale_all_dim);
+      c.softmax_scale = float(c.softmax_scale * m * m);
+    }
+    c.base.rope.rotary_dim = c.qk_rope_head_dim;
+    c.rope_q_scale = ops::RopeAttentionScale(c.base.rope);
+    if (auto it = j.find("quantization_config"); it != j.end() && it->is_object()) {
+      const std::string method_q = Field<std::string>(*it, "quant_method", "");
+      PG_ENSURE(method_q == "fp8", kUnsupported,
+                "config.json: quantization method '{}' is not supported (fp8 block-scaled is)",
+                method_q);
+      auto bs = Field<std::vector<int>>(*it, "weight_block_size", {128, 128});
+      PG_ENSURE(bs.size() == 2 && bs[0] > 0 && bs[1] > 0, kMalformed,
+                "config.json: weight_block_size must be two positive sizes");
+      c.fp8_block_rows = bs[0];
+      c.fp8_block_cols = bs[1];
+    }
+    // The runtime's cache shape: the latent row split over K and V (ops_moe.h).
+    c.base.num_kv_heads = 1;
+    c.base.head_dim = int(ops::MlaCacheHalfDim(c.kv_lora_rank, c.qk_rope_head_dim));
+  }
+  c.Validate();
+  return c;
+}
+
+}  // namespace pg::models

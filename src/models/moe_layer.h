@@ -1,0 +1,52 @@
+// The feed-forward blocks the MoE architectures share: a dense SwiGLU MLP and a routed MoE
+// block (router matmul -> ops::MoeRouter -> ops::MoeExperts, plus DeepSeek's shared experts).
+// Built from ops only.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "kernels/ops_moe.h"
+#include "models/moe_config.h"
+#include "models/moe_weights.h"
+
+namespace pg::models {
+
+struct MlpWeights {
+  TensorView gate, up;  // [inter, hidden]
+  TensorView down;      // [hidden, inter]
+  int64_t inter() const { return gate.data ? gate.dim(0) : 0; }
+};
+
+struct MoeFfnWeights {
+  TensorView router;                        // [num_experts, hidden]
+  TensorView score_bias;                    // optional [num_experts] f32
+  std::vector<ops::MoeExpertWeights> experts;
+  MlpWeights shared;                        // optional (DeepSeek n_shared_experts > 0)
+};
+
+// HF names under `prefix` ("model.layers.3.mlp."): gate_proj/up_proj/down_proj.
+MlpWeights LoadMlp(MoeWeights& w, const std::string& prefix, int64_t hidden, int64_t inter);
+// gate.weight, gate.e_score_correction_bias, experts.<e>.*, shared_experts.*
+MoeFfnWeights LoadMoeFfn(MoeWeights& w, const std::string& prefix, const MoeModelConfig& c);
+
+// Grow-only activations of the feed-forward blocks; views are re-sliced per batch.
+class FfnScratch {
+ public:
+  // [n, cols] f32 view of buffer `slot` (grown to at least n * cols values).
+  TensorView F32(int slot, int64_t n, int64_t cols);
+  TensorView I32(int64_t n, int64_t cols);
+
+ private:
+  std::vector<float> f_[4];
+  std::vector<int32_t> i_;
+};
+
+// out = down · (silu(gate · x) * (up · x)). x, out: [n, hidden] f32; out must not alias x.
+void RunMlp(const MlpWeights& w, const TensorView& x, const TensorView& out, FfnScratch& s);
+// out = shared(x) + sum over routed experts (ops_moe.h). x, out: [n, hidden] f32.
+void RunMoeFfn(const MoeFfnWeights& w, const MoeModelConfig& c, const TensorView& x,
+               const TensorView& out, FfnScratch& s);
+
+}  // namespace pg::models

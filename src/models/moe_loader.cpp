@@ -1,0 +1,34 @@
+#include "models/moe_loader.h"
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "core/log.h"
+#include "core/status.h"
+#include "io/safetensors.h"
+#include "models/deepseek_v3.h"
+#include "models/moe_config.h"
+#include "models/moe_weights.h"
+#include "models/qwen3_moe.h"
+
+namespace pg::models {
+
+std::unique_ptr<Model> LoadMoeModel(const LoadOptions& o, const nlohmann::json& j,
+                                    const std::string& folder) {
+  MoeModelConfig c = MoeConfigFromHf(j);
+  const std::string dir_name = std::filesystem::path(folder).filename().string();
+  std::unique_ptr<MoeWeights> w;
+  if (o.format == LoadFormat::kDummy) {
+    c.base.name = dir_name + " (dummy weights)";
+    w = MoeWeights::Dummy(o.dummy_dtype, o.dummy_seed);
+  } else {
+    c.base.name = dir_name;
+    w = MoeWeights::FromSafetensors(io::SafetensorsModel::Open(folder), c.fp8_block_rows,
+                                    c.fp8_block_cols);
+  }
+  PG_LOG_INFO("model: {}", c.Summary());
+  if (c.arch == MoeArch::kQwen3Moe) return CreateQwen3Moe(std::move(c), std::move(w));
+  return CreateDeepseekV3(std::move(c), std::move(w));
+}
+
+}  // namespace pg::models

@@ -1,0 +1,160 @@
+#include "models/moe_weights.h"
+
+#include <random>
+
+#include "core/quant.h"
+#include "core/status.h"
+#include "io/safetensors.h"
+
+namespace pg::models {
+namespace {
+
+std::string ShapeOf(std::initializer_list<int64_t> shape) {
+  std::string s = "[";
+  for (int64_t d : shape) s += (s.size() > 1 ? ", " : "") + std::to_string(d);
+  return s + "]";
+}
+
+bool SameShape(const TensorView& t, std::initializer_list<int64_t> shape) {
+  if (t.ndim != int(shape.size())) return false;
+  int i = 0;
+  for (int64_t d : shape)
+    if (t.shape[size_t(i++)] != d) return false;
+  return true;
+}
+
+// Stable per-name seed so a dummy tensor does not depend on the order of Get calls.
+uint64_t NameSeed(uint64_t seed, std::string_view name) {
+  uint64_t h = 1469598103934665603ull ^ seed;
+  for (char c : name) h = (h ^ uint8_t(c)) * 1099511628211ull;
+  return h;
+}
+
+}  // namespace
+
+MoeWeights::~MoeWeights() = default;
+
+Tensor DequantizeFp8BlockScaled(const TensorView& w, const TensorView& s, int br, int bc,
+                                const std::string& name) {
+  PG_ENSURE(w.ndim == 2 && w.dtype == DType::kF8E4M3, kMalformed,
+            "{}: fp8 block-scaled weight must be 2-D f8_e4m3, got {}", name, w.ShapeString());
+  const int64_t out = w.dim(0), in = w.dim(1);
+  const int64_t so = (out + br - 1) / br, si = (in + bc - 1) / bc;
+  PG_ENSURE(s.ndim == 2 && s.dim(0) == so && s.dim(1) == si &&
+                (s.dtype == DType::kF32 || s.dtype == DType::kBF16 || s.dtype == DType::kF16),
+            kMalformed, "{}_scale_inv must be [{}, {}] f32 for {}x{} blocks of {}, got {}", name,
+            so, si, br, bc, w.ShapeString(), s.ShapeString());
+  std::vector<float> scale(static_cast<size_t>(so * si));
+  quant::DequantizeRow(s.dtype, s.data, scale.data(), so * si);
+  Tensor t(DType::kF32, {out, in});
+  const uint8_t* src = static_cast<const uint8_t*>(w.data);
+  float* dst = t.data<float>();
+  for (int64_t r = 0; r < out; ++r) {
+    const float* srow = scale.data() + (r / br) * si;
+    for (int64_t c = 0; c < in; ++c)
+      dst[r * in + c] = F8E4M3ToF32(src[r * in + c]) * srow[c / bc];
+  }
+  return t;
+}
+
+std::unique_ptr<MoeWeights> MoeWeights::FromSafetensors(std::unique_ptr<io::SafetensorsModel> m,
+                                                        int block_rows, int block_cols) {
+  std::unique_ptr<MoeWeights> w(new MoeWeights());
+  w->source_ = "safetensors checkpoint";
+  w->block_rows_ = block_rows;
+  w->block_cols_ = block_cols;
+  for (const auto& name : m->TensorNames()) w->total_bytes_ += int64_t(m->GetTensor(name).nbytes());
+  w->st_ = std::move(m);
+  return w;
+}
+
+std::unique_ptr<MoeWeights> MoeWeights::Dummy(DType dtype, uint64_t seed) {
+  PG_ENSURE(quant::CanDequantize(dtype), kUnsupported, "dummy weights: dtype {} not supported",
+            Name(dtype));
+  std::unique_ptr<MoeWeights> w(new MoeWeights());
+  w->source_ = "dummy weights";
+  w->dummy_ = true;
+  w->dummy_dtype_ = dtype;
+  w->seed_ = seed;
+  return w;
+}
+
+bool MoeWeights::Has(std::string_view name) const {
+  return dummy_ || cache_.count(name) || (st_ && st_->FindTensor(name));
+}
+
+TensorView MoeWeights::Own(Tensor t) {
+  TensorView v = t.view();
+  owned_.push_back(std::move(t));
+  return v;
+}
+
+TensorView MoeWeights::DummyTensor(std::initializer_list<int64_t> shape, DType dt, float mean,
+                                   uint64_t seed) {
+  Tensor t(dt, shape);
+  const int64_t cols = t.view().dim(-1), rows = t.numel() / cols;
+  std::vector<float> row(static_cast<size_t>(cols));
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 0.02f);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (auto& x : row) x = mean + dist(rng);
+    quant::QuantizeRow(dt, row.data(), t.view().row_ptr(r), cols);
+  }
+  total_bytes_ += t.nbytes();
+  return Own(std::move(t));
+}
+
+TensorView MoeWeights::Get(const std::string& name, std::initializer_list<int64_t> shape) {
+  if (auto it = cache_.find(name); it != cache_.end()) return it->second;
+  TensorView v;
+  if (dummy_) {
+    v = DummyTensor(shape, dummy_dtype_, 0.0f, NameSeed(seed_, name));
+  } else {
+    const io::SafetensorsTensorInfo* info = st_->FindTensor(name);
+    PG_ENSURE(info != nullptr, kMalformed, "{}: missing tensor '{}'", source_, name);
+    v = info->view();
+    if (v.dtype == DType::kF8E4M3) {
+      const io::SafetensorsTensorInfo* s = st_->FindTensor(name + "_scale_inv");
+      PG_ENSURE(s != nullptr, kMalformed,
+                "{}: fp8 tensor '{}' has no '{}_scale_inv' (only block-scaled fp8 is supported)",
+                source_, name, name);
+      v = Own(DequantizeFp8BlockScaled(v, s->view(), block_rows_, block_cols_, name));
+    }
+  }
+  PG_ENSURE(SameShape(v, shape), kMalformed, "{}: tensor '{}' has shape {}, expected {}", source_,
+            name, v.ShapeString(), ShapeOf(shape));
+  PG_ENSURE(quant::CanDequantize(v.dtype), kUnsupported, "{}: tensor '{}' has dtype {}", source_,
+            name, Name(v.dtype));
+  cache_.emplace(name, v);
+  return v;
+}
+
+TensorView MoeWeights::GetF32(const std::string& name, std::initializer_list<int64_t> shape,
+                              float dummy_value) {
+  if (auto it = cache_.find(name); it != cache_.end()) return it->second;
+  TensorView v;
+  if (dummy_) {
+    Tensor t(DType::kF32, shape);
+    std::mt19937_64 rng(NameSeed(seed_, name));
+    std::normal_distribution<float> dist(0.0f, 0.02f);
+    for (int64_t i = 0; i < t.numel(); ++i)
+      t.data<float>()[i] = dummy_value == 0.0f ? 0.0f : dummy_value + dist(rng);
+    total_bytes_ += t.nbytes();
+    v = Own(std::move(t));
+  } else {
+    TensorView src = Get(name, shape);
+    if (src.dtype == DType::kF32) {
+      v = src;
+    } else {
+      Tensor t(DType::kF32, src.shape.data(), src.ndim);
+      quant::DequantizeRow(src.dtype, src.data, t.data<float>(), src.numel());
+      v = Own(std::move(t));
+    }
+  }
+  PG_ENSURE(SameShape(v, shape), kMalformed, "{}: tensor '{}' has shape {}, expected {}", source_,
+            name, v.ShapeString(), ShapeOf(shape));
+  cache_[name] = v;
+  return v;
+}
+
+}  // namespace pg::models

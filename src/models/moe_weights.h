@@ -1,0 +1,69 @@
+// Weights of the MoE architectures, by Hugging Face name ("model.layers.3.mlp.experts.7.
+// up_proj.weight"), from a safetensors checkpoint or random (`--load-format dummy`).
+//
+// DeepSeek's fp8 block-scaled format: a float8_e4m3fn weight W [out, in] with a
+// "<name>_scale_inv" f32 tensor S [ceil(out / block_rows), ceil(in / block_cols)] means
+// W_real[r, c] = float(W[r, c]) * S[r / block_rows, c / block_cols]. Such weights are
+// dequantized to f32 on first use (the CPU path; the GPU path will keep fp8).
+//
+// Views live as long as the store. Dummy stores create each tensor on its first Get, with the
+// shape asked for: N(0, 0.02) in the dummy dtype for matrices, 1 + N(0, 0.02) f32 for norms,
+// 0 for biases.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace pg::io {
+class SafetensorsModel;
+}
+
+namespace pg::models {
+
+class MoeWeights {
+ public:
+  static std::unique_ptr<MoeWeights> FromSafetensors(std::unique_ptr<io::SafetensorsModel> m,
+                                                     int fp8_block_rows, int fp8_block_cols);
+  static std::unique_ptr<MoeWeights> Dummy(DType dtype, uint64_t seed);
+  ~MoeWeights();
+
+  bool Has(std::string_view name) const;
+  // A matrix/embedding, checked against `shape` (kMalformed naming the tensor otherwise);
+  // fp8 block-scaled weights come back dequantized to f32.
+  TensorView Get(const std::string& name, std::initializer_list<int64_t> shape);
+  // An f32 copy (norm weights, biases); `dummy_value` is the dummy store's mean.
+  TensorView GetF32(const std::string& name, std::initializer_list<int64_t> shape,
+                    float dummy_value = 1.0f);
+  int64_t total_bytes() const { return total_bytes_; }  // as stored (fp8 counts 1 byte)
+  const std::string& source() const { return source_; }
+
+ private:
+  MoeWeights() = default;
+  TensorView Own(Tensor t);
+  TensorView DummyTensor(std::initializer_list<int64_t> shape, DType dtype, float mean,
+                        uint64_t seed);
+
+  std::string source_;
+  std::unique_ptr<io::SafetensorsModel> st_;
+  int block_rows_ = 128, block_cols_ = 128;
+  bool dummy_ = false;
+  DType dummy_dtype_ = DType::kBF16;
+  uint64_t seed_ = 0;
+  int64_t total_bytes_ = 0;
+  std::vector<Tensor> owned_;
+  std::map<std::string, TensorView, std::less<>> cache_;  // dequantized / dummy / f32 copies
+};
+
+// W_real = float(w) * scale_inv per block (see above). w: [out, in] fp8 e4m3; scale_inv:
+// [ceil(out/br), ceil(in/bc)] f32 (or bf16). Throws kMalformed on mismatched shapes.
+Tensor DequantizeFp8BlockScaled(const TensorView& w, const TensorView& scale_inv, int block_rows,
+                                int block_cols, const std::string& name);
+
+}  // namespace pg::models
