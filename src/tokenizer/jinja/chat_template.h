@@ -2,6 +2,10 @@
 // transformers' apply_chat_template does:
 //   template.render(messages=..., tools=..., documents=None, add_generation_prompt=...,
 //                   bos_token=..., eos_token=..., **extra_kwargs)
+//
+// Inputs are nlohmann::ordered_json on purpose: tojson prints keys in insertion order, as
+// Python does, so tool schemas reach the prompt in the order the client sent them. Converting
+// from nlohmann::json (std::map) first sorts keys alphabetically and changes the prompt.
 #pragma once
 
 #include <string>

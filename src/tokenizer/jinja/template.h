@@ -55,7 +55,8 @@ class Template {
   Template(Template&&) noexcept;
   Template& operator=(Template&&) noexcept;
 
-  // `context` must be an object (dict); its keys become template variables.
+  // `context` must be an object (dict); its keys become template variables. Const and
+  // thread-safe: each call evaluates in its own interpreter over the shared, immutable tree.
   std::string Render(const Value& context) const;
   std::string Render(const nlohmann::ordered_json& context) const;
 

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "tokenizer/jinja/chat_template.h"
 #include "tokenizer/jinja/value.h"
@@ -261,6 +262,42 @@ TEST(JinjaPerf, LongAgenticConversationQwen3) {
   EXPECT_NE(out.find("<|im_start|>assistant\n<think>\n\n</think>\n\na99<|im_end|>"), std::string::npos);
   EXPECT_LT(best_ms, 250.0);
   std::printf("[ perf ] Qwen3 template, %zu messages -> %zu bytes: %.3f ms/render\n", msgs.size(), out.size(), best_ms);
+}
+
+}  // namespace
+}  // namespace pg::jinja
+
+namespace pg::jinja {
+namespace {
+
+// One parsed template is shared by server threads: Render is const and must be thread-safe.
+TEST(JinjaThreads, ConcurrentRendersOfOneTemplateAgree) {
+  std::ifstream f("tests/data/chat_templates/moonshotai-Kimi-K2.jinja");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const ChatTemplate t(ss.str(), "", "");
+  auto conversation = [](int k) {
+    Json msgs = Json::array();
+    for (int i = 0; i < 20 + k; ++i) {
+      msgs.push_back({{"role", i % 2 ? "assistant" : "user"}, {"content", fmt::format("turn {} of thread {}", i, k)}});
+    }
+    return msgs;
+  };
+  std::vector<std::string> expected;
+  for (int k = 0; k < 4; ++k) expected.push_back(t.Render(conversation(k)));
+  std::vector<int> mismatches(4, 0);
+  std::vector<std::thread> threads;
+  for (int k = 0; k < 4; ++k) {
+    threads.emplace_back([&, k] {
+      Json msgs = conversation(k);
+      for (int rep = 0; rep < 200; ++rep) mismatches[k] += t.Render(msgs) != expected[k];
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_EQ(mismatches[k], 0) << "thread " << k;
+    EXPECT_NE(expected[k].find(fmt::format("turn {} of thread {}", 19 + k, k)), std::string::npos);
+  }
 }
 
 }  // namespace
