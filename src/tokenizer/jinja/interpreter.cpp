@@ -397,6 +397,7 @@ Value Interpreter::EvalInner(const Expr& e, const FramePtr& frame) {
       if (v.is_undefined()) FailUndefined(v);
       if (!v.is_number()) Fail(fmt::format("bad operand type for unary {}: '{}'", e.name, v.TypeName()));
       if (e.name == "+") return v.is_float() ? Value(v.as_double()) : Value(v.as_int());
+      if (!v.is_float() && v.as_int() == INT64_MIN) Fail("integer overflow (integers beyond 64 bits are not supported)");
       return v.is_float() ? Value(-v.as_double()) : Value(-v.as_int());
     }
     case ExprKind::kBinary: return EvalBinary(e, frame);

@@ -12,13 +12,33 @@ namespace {
   Fail(fmt::format("unsupported operand type(s) for {}: '{}' and '{}'", op, a.TypeName(), b.TypeName()));
 }
 
+// Python ints are unbounded; ours are 64-bit, and overflow is an error rather than UB.
+[[noreturn]] void Overflow() { Fail("integer overflow (integers beyond 64 bits are not supported)"); }
+int64_t CheckedAdd(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r)) Overflow();
+  return r;
+}
+int64_t CheckedSub(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_sub_overflow(a, b, &r)) Overflow();
+  return r;
+}
+int64_t CheckedMul(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) Overflow();
+  return r;
+}
+
 int64_t FloorDiv(int64_t a, int64_t b) {
+  if (a == INT64_MIN && b == -1) Fail("integer overflow (integers beyond 64 bits are not supported)");
   int64_t q = a / b;
   if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
   return q;
 }
 
 int64_t PyMod(int64_t a, int64_t b) {
+  if (b == -1) return 0;
   int64_t r = a % b;
   if (r != 0 && ((r < 0) != (b < 0))) r += b;
   return r;
@@ -31,6 +51,9 @@ double PyFMod(double a, double b) {
 }
 
 Value Repeat(const Value& seq, int64_t n) {
+  constexpr int64_t kMaxRepeatItems = int64_t{1} << 26;  // 64 Mi bytes/items: a template bug, not a prompt
+  int64_t unit = seq.is_string() ? static_cast<int64_t>(seq.str().size()) : static_cast<int64_t>(seq.list().size());
+  if (n > 0 && unit > 0 && n > kMaxRepeatItems / unit) Fail("repetition result too large");
   if (seq.is_string()) {
     std::string out;
     for (int64_t i = 0; i < n; ++i) out += seq.str();
@@ -128,7 +151,7 @@ Value BinaryOp(const std::string& op, const Value& a, const Value& b) {
   const bool nums = a.is_number() && b.is_number();
   const bool ints = nums && !a.is_float() && !b.is_float();
   if (op == "+") {
-    if (ints) return Value(a.as_int() + b.as_int());
+    if (ints) return Value(CheckedAdd(a.as_int(), b.as_int()));
     if (nums) return Value(a.as_double() + b.as_double());
     if (a.is_string() && b.is_string()) {
       if (a.is_markup() || b.is_markup()) {
@@ -147,12 +170,12 @@ Value BinaryOp(const std::string& op, const Value& a, const Value& b) {
     Unsupported("+", a, b);
   }
   if (op == "-") {
-    if (ints) return Value(a.as_int() - b.as_int());
+    if (ints) return Value(CheckedSub(a.as_int(), b.as_int()));
     if (nums) return Value(a.as_double() - b.as_double());
     Unsupported("-", a, b);
   }
   if (op == "*") {
-    if (ints) return Value(a.as_int() * b.as_int());
+    if (ints) return Value(CheckedMul(a.as_int(), b.as_int()));
     if (nums) return Value(a.as_double() * b.as_double());
     if ((a.is_string() || a.is_sequence_like()) && (b.is_int() || b.is_bool())) return Repeat(a, b.as_int());
     if ((b.is_string() || b.is_sequence_like()) && (a.is_int() || a.is_bool())) return Repeat(b, a.as_int());
@@ -180,8 +203,9 @@ Value BinaryOp(const std::string& op, const Value& a, const Value& b) {
     if (!nums) Unsupported("** or pow()", a, b);
     if (ints && b.as_int() >= 0) {
       int64_t r = 1, base = a.as_int();  // square-and-multiply: O(log exponent)
-      for (int64_t e = b.as_int(); e > 0; e >>= 1, base *= base) {
-        if (e & 1) r *= base;
+      for (int64_t e = b.as_int(); e > 0; e >>= 1) {
+        if (e & 1) r = CheckedMul(r, base);
+        if (e > 1) base = CheckedMul(base, base);
       }
       return Value(r);
     }

@@ -94,6 +94,13 @@ TEST(JinjaHostileTemplates, DeepNestingFailsCleanly) {
   EXPECT_THROW(Template("{{ 99999999999999999999999 }}"), TemplateError);
   EXPECT_EQ(Template("{{ 1e999 }}").Render(Json::object()), "inf");
   EXPECT_THROW(Template("{{ '{99999999999999}'.format(1) }}").Render(Json::object()), TemplateError);
+  // 64-bit integer overflow is an error, never undefined behaviour.
+  for (const char* src : {"{{ 2 ** 64 }}", "{{ 9223372036854775807 + 1 }}", "{{ 4611686018427387904 * 4 }}",
+                          "{{ -9223372036854775807 - 2 }}", "{{ 'ab' * 9223372036854775807 }}"}) {
+    EXPECT_THROW(Template(src).Render(Json::object()), TemplateError) << src;
+  }
+  EXPECT_EQ(Template("{{ 2 ** 62 + (2 ** 62 - 1) }} {{ 3 ** 39 }}").Render(Json::object()),
+            "9223372036854775807 4052555153018976267");
   // Moderate nesting still works.
   EXPECT_EQ(Template(fmt::format("{{{{ {}2{} * 3 }}}}", std::string(50, '('), std::string(50, ')'))).Render(Json::object()), "6");
 }
