@@ -118,7 +118,8 @@ MoeModelConfig MoeConfigFromHf(const nlohmann::json& j) {
   c.moe_intermediate_size = Field<int>(j, "moe_intermediate_size", 0);
   c.norm_topk_prob = Field<bool>(j, "norm_topk_prob", c.arch == MoeArch::kDeepseekV3);
   if (c.arch == MoeArch::kQwen3Moe) {
-    c.num_experts = Field<int>(j, "num_experts", 0);
+    // Published Qwen3-MoE configs say "num_experts"; transformers 5 writes "num_local_experts".
+    c.num_experts = Field<int>(j, "num_experts", Field<int>(j, "num_local_experts", 0));
     c.decoder_sparse_step = Field<int>(j, "decoder_sparse_step", 1);
     c.mlp_only_layers = Field<std::vector<int>>(j, "mlp_only_layers", {});
     c.scoring = ops::MoeScoring::kSoftmax;
