@@ -20,18 +20,6 @@ ops::RopeScaling ParseRopeType(const std::string& t) {
   Throw(ErrorCode::kUnsupported, "rope scaling type '{}' is not supported", t);
 }
 
-template <typename T>
-T JsonOr(const nlohmann::json& j, const char* key, T def) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return def;
-  try {
-    return it->get<T>();
-  } catch (const nlohmann::json::exception&) {
-    Throw(ErrorCode::kMalformed, "config.json: field '{}' has the wrong type ({})", key,
-          it->type_name());
-  }
-}
-
 }  // namespace
 
 void ModelConfig::Validate() const {
@@ -113,7 +101,7 @@ ModelConfig ConfigFromGguf(const io::GgufFile& g) {
 ModelConfig ConfigFromHf(const nlohmann::json& j) {
   PG_ENSURE(j.is_object(), kMalformed, "config.json: not a JSON object");
   ModelConfig c;
-  std::string model_type = JsonOr<std::string>(j, "model_type", "");
+  std::string model_type = ConfigField<std::string>(j, "model_type", "");
   if (model_type == "llama" || model_type == "mistral") c.architecture = "llama";
   else if (model_type == "qwen2") c.architecture = "qwen2";
   else if (model_type == "qwen3") c.architecture = "qwen3";
@@ -121,19 +109,19 @@ ModelConfig ConfigFromHf(const nlohmann::json& j) {
     Throw(ErrorCode::kUnsupported,
           "config.json: model_type '{}' is not supported (supported: llama, qwen2, qwen3)",
           model_type);
-  c.name = JsonOr<std::string>(j, "_name_or_path", model_type);
-  c.vocab_size = JsonOr<int>(j, "vocab_size", 0);
-  c.hidden_size = JsonOr<int>(j, "hidden_size", 0);
-  c.intermediate_size = JsonOr<int>(j, "intermediate_size", 0);
-  c.num_layers = JsonOr<int>(j, "num_hidden_layers", 0);
-  c.num_heads = JsonOr<int>(j, "num_attention_heads", 0);
-  c.num_kv_heads = JsonOr<int>(j, "num_key_value_heads", c.num_heads);
-  c.head_dim = JsonOr<int>(j, "head_dim", c.num_heads ? c.hidden_size / c.num_heads : 0);
-  c.max_context = JsonOr<int>(j, "max_position_embeddings", 4096);
-  c.rms_norm_eps = JsonOr<float>(j, "rms_norm_eps", 1e-6f);
-  c.tie_word_embeddings = JsonOr<bool>(j, "tie_word_embeddings", false);
+  c.name = ConfigField<std::string>(j, "_name_or_path", model_type);
+  c.vocab_size = ConfigField<int>(j, "vocab_size", 0);
+  c.hidden_size = ConfigField<int>(j, "hidden_size", 0);
+  c.intermediate_size = ConfigField<int>(j, "intermediate_size", 0);
+  c.num_layers = ConfigField<int>(j, "num_hidden_layers", 0);
+  c.num_heads = ConfigField<int>(j, "num_attention_heads", 0);
+  c.num_kv_heads = ConfigField<int>(j, "num_key_value_heads", c.num_heads);
+  c.head_dim = ConfigField<int>(j, "head_dim", c.num_heads ? c.hidden_size / c.num_heads : 0);
+  c.max_context = ConfigField<int>(j, "max_position_embeddings", 4096);
+  c.rms_norm_eps = ConfigField<float>(j, "rms_norm_eps", 1e-6f);
+  c.tie_word_embeddings = ConfigField<bool>(j, "tie_word_embeddings", false);
   c.qk_norm = c.architecture == "qwen3";
-  c.attention_bias = JsonOr<bool>(j, "attention_bias", c.architecture == "qwen2");
+  c.attention_bias = ConfigField<bool>(j, "attention_bias", c.architecture == "qwen2");
   c.rope.neox = true;
   // transformers 5 nests rope settings in "rope_parameters"; 4.x uses rope_theta + rope_scaling.
   nlohmann::json rp = j.contains("rope_parameters") && j["rope_parameters"].is_object()
@@ -141,22 +129,22 @@ ModelConfig ConfigFromHf(const nlohmann::json& j) {
                           : (j.contains("rope_scaling") && j["rope_scaling"].is_object()
                                  ? j["rope_scaling"]
                                  : nlohmann::json::object());
-  c.rope.theta = JsonOr<float>(rp, "rope_theta", JsonOr<float>(j, "rope_theta", 10000.0f));
-  std::string type = JsonOr<std::string>(rp, "rope_type", JsonOr<std::string>(rp, "type", "default"));
+  c.rope.theta = ConfigField<float>(rp, "rope_theta", ConfigField<float>(j, "rope_theta", 10000.0f));
+  std::string type = ConfigField<std::string>(rp, "rope_type", ConfigField<std::string>(rp, "type", "default"));
   c.rope.scaling = ParseRopeType(type);
-  c.rope.factor = JsonOr<float>(rp, "factor", 1.0f);
-  c.rope.low_freq_factor = JsonOr<float>(rp, "low_freq_factor", 1.0f);
-  c.rope.high_freq_factor = JsonOr<float>(rp, "high_freq_factor", 4.0f);
+  c.rope.factor = ConfigField<float>(rp, "factor", 1.0f);
+  c.rope.low_freq_factor = ConfigField<float>(rp, "low_freq_factor", 1.0f);
+  c.rope.high_freq_factor = ConfigField<float>(rp, "high_freq_factor", 4.0f);
   c.rope.original_max_position =
-      JsonOr<int>(rp, "original_max_position_embeddings", c.max_context);
-  c.rope.beta_fast = JsonOr<float>(rp, "beta_fast", 32.0f);
-  c.rope.beta_slow = JsonOr<float>(rp, "beta_slow", 1.0f);
-  c.rope.mscale = JsonOr<float>(rp, "mscale", 1.0f);
-  c.rope.mscale_all_dim = JsonOr<float>(rp, "mscale_all_dim", 0.0f);
-  float partial = JsonOr<float>(j, "partial_rotary_factor", 1.0f);
+      ConfigField<int>(rp, "original_max_position_embeddings", c.max_context);
+  c.rope.beta_fast = ConfigField<float>(rp, "beta_fast", 32.0f);
+  c.rope.beta_slow = ConfigField<float>(rp, "beta_slow", 1.0f);
+  c.rope.mscale = ConfigField<float>(rp, "mscale", 1.0f);
+  c.rope.mscale_all_dim = ConfigField<float>(rp, "mscale_all_dim", 0.0f);
+  float partial = ConfigField<float>(j, "partial_rotary_factor", 1.0f);
   int rot = int(float(c.head_dim) * partial);
   c.rope.rotary_dim = rot == c.head_dim ? 0 : rot;
-  c.bos_token_id = JsonOr<int>(j, "bos_token_id", -1);
+  c.bos_token_id = ConfigField<int>(j, "bos_token_id", -1);
   if (auto it = j.find("eos_token_id"); it != j.end()) {
     if (it->is_number_integer()) c.eos_token_ids.push_back(it->get<int>());
     else if (it->is_array())

@@ -3,11 +3,12 @@
 // Qwen3): the differences are flags, not subclasses.
 #pragma once
 
-#include <nlohmann/json_fwd.hpp>
+#include <nlohmann/json.hpp>
 
 #include <string>
 #include <vector>
 
+#include "core/status.h"
 #include "kernels/ops.h"
 
 namespace pg::io {
@@ -42,6 +43,20 @@ struct ModelConfig {
   void Validate() const;
   std::string Summary() const;  // one line for the start-up log
 };
+
+// A config.json field, or `def` when absent or null. Throws pg::Error(kMalformed) naming the
+// field when it has the wrong type. Shared by every architecture's config parser.
+template <typename T>
+T ConfigField(const nlohmann::json& j, const char* key, T def) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return def;
+  try {
+    return it->get<T>();
+  } catch (const nlohmann::json::exception&) {
+    Throw(ErrorCode::kMalformed, "config.json: field '{}' has the wrong type ({})", key,
+          it->type_name());
+  }
+}
 
 // GGUF metadata "<arch>.*" keys. The rope style follows llama.cpp's conversion: GGUF llama
 // weights have q/k rows permuted for interleaved rotation (neox = false); qwen2/3 keep HF's

@@ -13,18 +13,6 @@
 namespace pg::models {
 namespace {
 
-template <typename T>
-T Field(const nlohmann::json& j, const char* key, T def) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return def;
-  try {
-    return it->get<T>();
-  } catch (const nlohmann::json::exception&) {
-    Throw(ErrorCode::kMalformed, "config.json: field '{}' has the wrong type ({})", key,
-          it->type_name());
-  }
-}
-
 // The rope parameters object (transformers 5 "rope_parameters", 4.x "rope_scaling").
 nlohmann::json RopeObject(const nlohmann::json& j) {
   for (const char* k : {"rope_parameters", "rope_scaling"})
@@ -92,7 +80,7 @@ std::string MoeModelConfig::Summary() const {
 MoeModelConfig MoeConfigFromHf(const nlohmann::json& j) {
   PG_ENSURE(j.is_object(), kMalformed, "config.json: not a JSON object");
   MoeModelConfig c;
-  c.model_type = Field<std::string>(j, "model_type", "");
+  c.model_type = ConfigField<std::string>(j, "model_type", "");
   PG_ENSURE(IsMoeModelType(c.model_type), kUnsupported,
             "config.json: model_type '{}' is not a MoE architecture (qwen3_moe, deepseek_v3, "
             "kimi_k2)",
@@ -104,49 +92,49 @@ MoeModelConfig MoeConfigFromHf(const nlohmann::json& j) {
   if (c.arch == MoeArch::kQwen3Moe) {
     d["model_type"] = "qwen3";
     if (!d.contains("intermediate_size") || d["intermediate_size"].is_null())
-      d["intermediate_size"] = Field<int>(j, "moe_intermediate_size", 0);
+      d["intermediate_size"] = ConfigField<int>(j, "moe_intermediate_size", 0);
   } else {
     d["model_type"] = "llama";
-    d["head_dim"] = Field<int>(j, "qk_rope_head_dim", 0);
-    d["num_key_value_heads"] = Field<int>(j, "num_attention_heads", 0);
+    d["head_dim"] = ConfigField<int>(j, "qk_rope_head_dim", 0);
+    d["num_key_value_heads"] = ConfigField<int>(j, "num_attention_heads", 0);
     d.erase("partial_rotary_factor");
     d["attention_bias"] = false;
   }
   c.base = ConfigFromHf(d);
   c.base.architecture = c.model_type;
-  c.top_k = Field<int>(j, "num_experts_per_tok", 0);
-  c.moe_intermediate_size = Field<int>(j, "moe_intermediate_size", 0);
-  c.norm_topk_prob = Field<bool>(j, "norm_topk_prob", c.arch == MoeArch::kDeepseekV3);
+  c.top_k = ConfigField<int>(j, "num_experts_per_tok", 0);
+  c.moe_intermediate_size = ConfigField<int>(j, "moe_intermediate_size", 0);
+  c.norm_topk_prob = ConfigField<bool>(j, "norm_topk_prob", c.arch == MoeArch::kDeepseekV3);
   if (c.arch == MoeArch::kQwen3Moe) {
     // Published Qwen3-MoE configs say "num_experts"; transformers 5 writes "num_local_experts".
-    c.num_experts = Field<int>(j, "num_experts", Field<int>(j, "num_local_experts", 0));
-    c.decoder_sparse_step = Field<int>(j, "decoder_sparse_step", 1);
-    c.mlp_only_layers = Field<std::vector<int>>(j, "mlp_only_layers", {});
+    c.num_experts = ConfigField<int>(j, "num_experts", ConfigField<int>(j, "num_local_experts", 0));
+    c.decoder_sparse_step = ConfigField<int>(j, "decoder_sparse_step", 1);
+    c.mlp_only_layers = ConfigField<std::vector<int>>(j, "mlp_only_layers", {});
     c.scoring = ops::MoeScoring::kSoftmax;
   } else {
-    c.num_experts = Field<int>(j, "n_routed_experts", 0);
-    c.num_shared_experts = Field<int>(j, "n_shared_experts", 0);
-    c.routed_scaling_factor = Field<float>(j, "routed_scaling_factor", 1.0f);
-    c.n_group = Field<int>(j, "n_group", 1);
-    c.topk_group = Field<int>(j, "topk_group", 1);
-    c.first_k_dense_replace = Field<int>(j, "first_k_dense_replace", 0);
-    const std::string scoring = Field<std::string>(j, "scoring_func", "sigmoid");
+    c.num_experts = ConfigField<int>(j, "n_routed_experts", 0);
+    c.num_shared_experts = ConfigField<int>(j, "n_shared_experts", 0);
+    c.routed_scaling_factor = ConfigField<float>(j, "routed_scaling_factor", 1.0f);
+    c.n_group = ConfigField<int>(j, "n_group", 1);
+    c.topk_group = ConfigField<int>(j, "topk_group", 1);
+    c.first_k_dense_replace = ConfigField<int>(j, "first_k_dense_replace", 0);
+    const std::string scoring = ConfigField<std::string>(j, "scoring_func", "sigmoid");
     if (scoring == "sigmoid") c.scoring = ops::MoeScoring::kSigmoid;
     else if (scoring == "softmax") c.scoring = ops::MoeScoring::kSoftmax;
     else Throw(ErrorCode::kUnsupported, "config.json: scoring_func '{}' is not supported", scoring);
-    const std::string method = Field<std::string>(j, "topk_method", "noaux_tc");
+    const std::string method = ConfigField<std::string>(j, "topk_method", "noaux_tc");
     c.has_score_bias = method == "noaux_tc";
-    c.q_lora_rank = Field<int>(j, "q_lora_rank", 0);
-    c.kv_lora_rank = Field<int>(j, "kv_lora_rank", 0);
-    c.qk_nope_head_dim = Field<int>(j, "qk_nope_head_dim", 0);
-    c.qk_rope_head_dim = Field<int>(j, "qk_rope_head_dim", 0);
-    c.v_head_dim = Field<int>(j, "v_head_dim", 0);
+    c.q_lora_rank = ConfigField<int>(j, "q_lora_rank", 0);
+    c.kv_lora_rank = ConfigField<int>(j, "kv_lora_rank", 0);
+    c.qk_nope_head_dim = ConfigField<int>(j, "qk_nope_head_dim", 0);
+    c.qk_rope_head_dim = ConfigField<int>(j, "qk_rope_head_dim", 0);
+    c.v_head_dim = ConfigField<int>(j, "v_head_dim", 0);
     // HF's DeepseekV3Config defaults rope_interleave to true (the original checkpoints rotate
     // pairs (2i, 2i+1)); q and k use the same pairing, so scores do not depend on the layout.
-    c.base.rope.neox = !Field<bool>(j, "rope_interleave", true);
+    c.base.rope.neox = !ConfigField<bool>(j, "rope_interleave", true);
     c.softmax_scale = 1.0f / std::sqrt(float(c.qk_nope_head_dim + c.qk_rope_head_dim));
     const nlohmann::json rp = RopeObject(j);
-    const double mscale_all_dim = Field<double>(rp, "mscale_all_dim", 0.0);
+    const double mscale_all_dim = ConfigField<double>(rp, "mscale_all_dim", 0.0);
     if (c.base.rope.scaling == ops::RopeScaling::kYarn && mscale_all_dim != 0.0) {
       const double m = YarnMscale(c.base.rope.factor, mscale_all_dim);
       c.softmax_scale = float(c.softmax_scale * m * m);
@@ -154,11 +142,11 @@ MoeModelConfig MoeConfigFromHf(const nlohmann::json& j) {
     c.base.rope.rotary_dim = c.qk_rope_head_dim;
     c.rope_q_scale = ops::RopeAttentionScale(c.base.rope);
     if (auto it = j.find("quantization_config"); it != j.end() && it->is_object()) {
-      const std::string method_q = Field<std::string>(*it, "quant_method", "");
+      const std::string method_q = ConfigField<std::string>(*it, "quant_method", "");
       PG_ENSURE(method_q == "fp8", kUnsupported,
                 "config.json: quantization method '{}' is not supported (fp8 block-scaled is)",
                 method_q);
-      auto bs = Field<std::vector<int>>(*it, "weight_block_size", {128, 128});
+      auto bs = ConfigField<std::vector<int>>(*it, "weight_block_size", {128, 128});
       PG_ENSURE(bs.size() == 2 && bs[0] > 0 && bs[1] > 0, kMalformed,
                 "config.json: weight_block_size must be two positive sizes");
       c.fp8_block_rows = bs[0];
