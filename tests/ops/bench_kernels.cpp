@@ -3,8 +3,13 @@
 //  2. Decode GEMV (n = 1) on the SmolLM2-135M shapes, per capable Matmul backend: GB/s of
 //     weight bytes read, "hot" (one weight, cache-resident when small) and "cold" (cycling
 //     through copies totalling > 256 MiB, so every call streams from DRAM).
+//     "cpu ns/blk": process CPU time per 32-weight block, hot; with 1 thread this is the
+//     kernel's own cost and does not depend on other load on the machine (run `bench_kernels 1`
+//     on a shared machine; wall-clock columns there measure the load, not the kernel).
 //  3. Prefill-size Matmul (n = 16 and 128) per capable backend, in GFLOP/s.
 // Usage: bench_kernels [threads]   (default: hardware threads)
+#include <time.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -36,6 +41,26 @@ double TimeIt(F&& fn, double min_s = 0.3) {
     fn();
     ++iters;
     el = Seconds(t0, Clock::now());
+  } while (el < min_s);
+  return el / iters;
+}
+
+// Process CPU seconds per call of fn (all threads of the process).
+template <typename F>
+double CpuTimeIt(F&& fn, double min_s = 0.3) {
+  auto cpu_now = [] {
+    timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+  };
+  fn();
+  int iters = 0;
+  const double t0 = cpu_now();
+  double el = 0;
+  do {
+    fn();
+    ++iters;
+    el = cpu_now() - t0;
   } while (el < min_s);
   return el / iters;
 }
@@ -75,8 +100,8 @@ int main(int argc, char** argv) {
                           {"logits 49152x576", 49152, 576, DType::kQ8_0}};
   const auto& table = ops::Registry::Global().table<ops::MatmulParams>();
   std::printf("decode GEMV, n=1: GB/s of weight bytes (hot = same weight; cold = streamed)\n");
-  std::printf("%-24s %-6s %-16s %10s %10s %10s %8s\n", "shape", "dtype", "backend", "us/call",
-              "hot GB/s", "cold GB/s", "cold/memcpy");
+  std::printf("%-24s %-6s %-16s %10s %10s %10s %8s %10s\n", "shape", "dtype", "backend",
+              "us/call", "hot GB/s", "cold GB/s", "cold/memcpy", "cpu ns/blk");
   for (const Shape& s : shapes) {
     const int64_t wbytes = s.m * s.k / Info(s.dt).block_size * Info(s.dt).block_bytes;
     const int copies = int(std::max<int64_t>(1, (int64_t(256) << 20) / wbytes));
@@ -95,10 +120,12 @@ int main(int argc, char** argv) {
         c = (c + 1) % copies;
         ops::RunWith(impl, p);
       });
-      std::printf("%-24s %-6s %-16s %10.1f %10.2f %10.2f %8.2f\n", s.name,
+      p.w = ws[0].view();
+      const double cpu = CpuTimeIt([&] { ops::RunWith(impl, p); });
+      std::printf("%-24s %-6s %-16s %10.1f %10.2f %10.2f %8.2f %10.2f\n", s.name,
                   std::string(Name(s.dt)).c_str(), impl.backend.c_str(), cold * 1e6,
                   double(wbytes) / hot / 1e9, double(wbytes) / cold / 1e9,
-                  double(wbytes) / cold / 1e9 / mem);
+                  double(wbytes) / cold / 1e9 / mem, cpu * 1e9 / double(s.m * s.k / 32));
     }
   }
 

@@ -1,7 +1,8 @@
 // Decode-time Matmul (few activation rows): reads GGUF weights in place.
 //  * Q4_0 / Q4_1 / Q8_0: activations quantized to int8 blocks (q8_act.h), int8 dot products
-//    with AVX2 (vpmaddubsw) or AVX-512 VNNI (vpdpbusd on 256-bit lanes); per-block scales in
-//    f32. Parallel over output rows; every weight row is read once for all activation rows.
+//    with AVX2 (vpmaddubsw, here) or AVX-512 VNNI (512-bit vpdpbusd, four rows per pass:
+//    matmul_gemv_vnni.cpp); per-block scales in f32. Parallel over output rows; every weight
+//    row is read once for all activation rows.
 //  * other dtypes (F32/F16/BF16, K-quants, ...): f32 dot products with FMA against the row
 //    converted on the fly (F16/BF16) or dequantized into a per-thread scratch row.
 #include <immintrin.h>
@@ -239,7 +240,8 @@ bool IsInt8Type(DType t) { return t == DType::kQ4_0 || t == DType::kQ4_1 || t ==
 
 }  // namespace
 
-void RegisterGemm(Registry& r);  // matmul_gemm.cpp
+void RegisterGemm(Registry& r);            // matmul_gemm.cpp
+void GemvQuantVnni512(const MatmulParams& p);  // matmul_gemv_vnni.cpp
 
 void RegisterMatmul(Registry& r) {
   r.Register(KernelImpl<MatmulParams>{
@@ -253,7 +255,7 @@ void RegisterMatmul(Registry& r) {
       [](const MatmulParams& p) {
         return Features().vnni && IsInt8Type(p.w.dtype) && p.x.dim(0) <= kGemvMaxRows;
       },
-      [](const MatmulParams& p) { GemvQuant(p, /*vnni=*/true); }});
+      &GemvQuantVnni512});
   // Below the int8 kernels: for the int8 types they win when capable.
   r.Register(KernelImpl<MatmulParams>{
       "cpu_avx2_gemv", Device::kCpu, kPriorityCpuAvx2 - 1,

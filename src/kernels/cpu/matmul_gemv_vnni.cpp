@@ -1,0 +1,257 @@
+// Decode GEMV for Q4_0 / Q4_1 / Q8_0 weights with AVX-512 VNNI (512-bit vpdpbusd).
+//
+// Per pair of weight blocks (64 weights) and per output row:
+//   * the weight bytes of both blocks go into one zmm as unsigned 8-bit values
+//     (Q4: nibbles -> [b0 lo16 | b1 lo16 | b0 hi16 | b1 hi16]; Q8_0: qs xor 0x80, i.e. q+128);
+//   * one vpdpbusd against the activation pair (ActPairs, laid out to match), int32 lanes
+//     converted to f32 and scaled per lane by dw*da of their block (one fma);
+//   * the block offsets (Q4_1 m; Q4_0's -8 and Q8_0's -128 times d) are folded through the
+//     activation block sums: Σ_i off*a_i = off * da * Σ q_i = off * s, s = da*Σq (ActPairs::ds),
+//     so they cost one 4-lane multiply-add per pair, not per weight.
+// Four output rows are processed per pass so each activation load serves four rows and the
+// four accumulator chains overlap. Rows are spread over the thread pool in groups of four.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "core/quant.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/q8_act.h"
+#include "kernels/kernel_util.h"
+
+namespace pg::ops::cpu {
+namespace {
+
+enum class WKind { kQ4_0, kQ4_1, kQ8_0 };
+
+template <WKind K>
+struct Traits;
+template <>
+struct Traits<WKind::kQ4_1> {
+  static constexpr int64_t kBytes = sizeof(quant::BlockQ4_1), kQsOff = 4;
+  static constexpr float kOffset = 1.0f;  // lanes 1/3 of the scale vector already hold m
+  static constexpr bool kNibbles = true;
+};
+template <>
+struct Traits<WKind::kQ4_0> {
+  static constexpr int64_t kBytes = sizeof(quant::BlockQ4_0), kQsOff = 2;
+  static constexpr float kOffset = -8.0f;  // x = (q - 8) d
+  static constexpr bool kNibbles = true;
+};
+template <>
+struct Traits<WKind::kQ8_0> {
+  static constexpr int64_t kBytes = sizeof(quant::BlockQ8_0), kQsOff = 2;
+  static constexpr float kOffset = -128.0f;  // dpbusd reads q + 128 (unsigned)
+  static constexpr bool kNibbles = false;
+};
+
+inline uint32_t Load32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+inline uint32_t Load16Twice(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return uint32_t(v) * 0x10001u;
+}
+
+// f16 scale fields of blocks b0, b1 -> [d0, m0, d1, m1] (Q4_1) or [d0, d0, d1, d1].
+template <WKind K>
+PG_TARGET_VNNI inline __m128 PairScales(const uint8_t* b0, const uint8_t* b1) {
+  __m128i v;
+  if constexpr (K == WKind::kQ4_1) v = _mm_insert_epi32(_mm_cvtsi32_si128(int(Load32(b0))), int(Load32(b1)), 1);
+  else v = _mm_insert_epi32(_mm_cvtsi32_si128(int(Load16Twice(b0))), int(Load16Twice(b1)), 1);
+  return _mm_cvtph_ps(v);
+}
+
+// The 64 unsigned weight bytes of blocks b0, b1 in ActPairs order.
+template <WKind K>
+PG_TARGET_VNNI inline __m512i PairBytes(const uint8_t* b0, const uint8_t* b1) {
+  using T = Traits<K>;
+  if constexpr (T::kNibbles) {
+    __m256i v = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + T::kQsOff))),
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b1 + T::kQsOff)), 1);
+    __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1);
+    return _mm512_and_si512(z, _mm512_set1_epi8(0x0F));
+  } else {
+    __m512i z = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + T::kQsOff))),
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1 + T::kQsOff)), 1);
+    return _mm512_xor_si512(z, _mm512_set1_epi8(char(0x80)));
+  }
+}
+
+// The 32 unsigned weight bytes of one block in natural order (odd tail block).
+template <WKind K>
+PG_TARGET_VNNI inline __m256i BlockBytes(const uint8_t* b) {
+  using T = Traits<K>;
+  if constexpr (T::kNibbles) {
+    __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + T::kQsOff));
+    __m256i both = _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw);
+    return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+  } else {
+    return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + T::kQsOff)),
+                            _mm256_set1_epi8(char(0x80)));
+  }
+}
+
+PG_TARGET_VNNI inline int32_t HSumI32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+  return _mm_cvtsi128_si32(s);
+}
+
+// out[r] = Σ_k dequant(w_r)[k] * act[k] for R weight rows (block pointers rows[r]).
+template <WKind K, int R>
+PG_TARGET_VNNI void DotRows(const uint8_t* const* rows, const ActPairs& act, int64_t nb,
+                            float* out) {
+  using T = Traits<K>;
+  // Lane -> which of the pair's scales applies. Q4 order: [b0 lo | b1 lo | b0 hi | b1 hi].
+  const __m512i idx = T::kNibbles
+                          ? _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 0, 0, 0, 0, 2, 2, 2, 2)
+                          : _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
+  __m512 acc[R];
+  __m128 macc[R];
+  for (int r = 0; r < R; ++r) {
+    acc[r] = _mm512_setzero_ps();
+    macc[r] = _mm_setzero_ps();
+  }
+  const int64_t npairs = nb / 2;
+  for (int64_t pi = 0; pi < npairs; ++pi) {
+    const int64_t b = 2 * pi;
+    const __m512i a = _mm512_loadu_si512(act.qs + b * 32);
+    const __m128 ad = _mm_loadu_ps(act.ds + 2 * b);  // [da0, s0, da1, s1]
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* b0 = rows[r] + b * T::kBytes;
+      const uint8_t* b1 = b0 + T::kBytes;
+      const __m128 prod = _mm_mul_ps(PairScales<K>(b0, b1), ad);  // [d0da0, m0s0, d1da1, m1s1]
+      macc[r] = _mm_add_ps(macc[r], prod);
+      const __m512 sc = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(prod));
+      const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), PairBytes<K>(b0, b1), a);
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), sc, acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    const __m128 m = macc[r];
+    float v = _mm512_reduce_add_ps(acc[r]) +
+              T::kOffset * (_mm_cvtss_f32(_mm_shuffle_ps(m, m, 1)) +
+                            _mm_cvtss_f32(_mm_shuffle_ps(m, m, 3)));
+    if (nb % 2) {
+      const int64_t b = nb - 1;
+      const uint8_t* blk = rows[r] + b * T::kBytes;
+      const __m128 ws = PairScales<K>(blk, blk);
+      const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(act.qs + b * 32));
+      const int32_t dot = HSumI32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), BlockBytes<K>(blk), a));
+      const float dw = _mm_cvtss_f32(ws), mw = _mm_cvtss_f32(_mm_shuffle_ps(ws, ws, 1));
+      v += dw * act.ds[2 * b] * float(dot) + T::kOffset * (mw * act.ds[2 * b + 1]);
+    }
+    out[r] = v;
+  }
+}
+
+// Weight rows per pass and row groups per parallel chunk (below: one thread).
+constexpr int64_t kRowsPerPass = 4;
+constexpr int64_t kMinGroupsPerChunk = 8;
+constexpr int64_t kMaxActRows = 16;  // the registry sends at most kGemvMaxRows rows
+
+template <WKind K>
+void GemvImpl(const MatmulParams& p) {
+  const int64_t n = p.x.dim(0), k = p.x.dim(1), m = p.w.dim(0), nb = k / 32;
+  // Activation rows, quantized once per call: qs [n][nb*32], ds [n][2*nb].
+  thread_local std::vector<int8_t> qs_buf;
+  thread_local std::vector<float> ds_buf;
+  qs_buf.resize(size_t(n * nb * 32));
+  ds_buf.resize(size_t(n * nb * 2));
+  PG_CHECK(n <= kMaxActRows, "GemvQuantVnni512: {} rows", n);
+  ActPairs acts[kMaxActRows];
+  for (int64_t r = 0; r < n; ++r) {
+    acts[r] = {qs_buf.data() + r * nb * 32, ds_buf.data() + r * nb * 2};
+    QuantizeActPairs(detail::RowF32(p.x, r), k, Traits<K>::kNibbles, acts[r]);
+  }
+  const float* bias = p.bias.data ? p.bias.as<float>() : nullptr;
+  auto store = [&](int64_t r, int64_t j, float v) {
+    if (bias) v += bias[j];
+    float& o = detail::RowF32(p.out, r)[j];
+    o = p.accumulate ? o + v : v;
+  };
+  const int64_t groups = (m + kRowsPerPass - 1) / kRowsPerPass;
+  ThreadPool::Default().ParallelFor(groups, [&](int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; ++g) {
+      const int64_t j0 = g * kRowsPerPass, rows_here = std::min(kRowsPerPass, m - j0);
+      const uint8_t* rows[kRowsPerPass];
+      for (int64_t i = 0; i < rows_here; ++i) rows[i] = p.w.row_ptr(j0 + i);
+      float v[kRowsPerPass];
+      for (int64_t r = 0; r < n; ++r) {
+        const ActPairs& a = acts[r];
+        if (rows_here == kRowsPerPass) {
+          DotRows<K, kRowsPerPass>(rows, a, nb, v);
+        } else {
+          for (int64_t i = 0; i < rows_here; ++i) DotRows<K, 1>(rows + i, a, nb, v + i);
+        }
+        for (int64_t i = 0; i < rows_here; ++i) store(r, j0 + i, v[i]);
+      }
+    }
+  }, kMinGroupsPerChunk);
+}
+
+}  // namespace
+
+PG_TARGET_VNNI void QuantizeActPairs(const float* x, int64_t k, bool nibble_order,
+                                     const ActPairs& out) {
+  const int64_t nb = k / 32;
+  const __m256 sign_mask = _mm256_set1_ps(-0.0f);
+  for (int64_t b = 0; b < nb; ++b, x += 32) {
+    __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8);
+    __m256 v2 = _mm256_loadu_ps(x + 16), v3 = _mm256_loadu_ps(x + 24);
+    __m256 mx = _mm256_max_ps(
+        _mm256_max_ps(_mm256_andnot_ps(sign_mask, v0), _mm256_andnot_ps(sign_mask, v1)),
+        _mm256_max_ps(_mm256_andnot_ps(sign_mask, v2), _mm256_andnot_ps(sign_mask, v3)));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float amax = _mm_cvtss_f32(m4);
+    const float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
+    const __m256 vid = _mm256_set1_ps(id);
+    __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v0, vid));  // round to nearest even
+    __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v1, vid));
+    __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v2, vid));
+    __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v3, vid));
+    __m256i s = _mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3));
+    const int32_t sum = HSumI32(s);
+    // 32 x i32 -> 32 x i8 in element order: i0..i3 hold elements 0-7, 8-15, 16-23, 24-31.
+    __m128i lo = _mm512_cvtsepi32_epi8(_mm512_inserti64x4(_mm512_castsi256_si512(i0), i1, 1));
+    __m128i hi = _mm512_cvtsepi32_epi8(_mm512_inserti64x4(_mm512_castsi256_si512(i2), i3, 1));
+    int8_t* dst_lo;
+    int8_t* dst_hi;
+    if (nibble_order && (b % 2 == 1 || b + 1 < nb)) {
+      // Pair layout [b0 lo16 | b1 lo16 | b0 hi16 | b1 hi16].
+      int8_t* base = out.qs + (b & ~int64_t(1)) * 32 + (b % 2) * 16;
+      dst_lo = base;
+      dst_hi = base + 32;
+    } else {
+      dst_lo = out.qs + b * 32;
+      dst_hi = dst_lo + 16;
+    }
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst_lo), lo);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst_hi), hi);
+    out.ds[2 * b] = d;
+    out.ds[2 * b + 1] = d * float(sum);
+  }
+}
+
+void GemvQuantVnni512(const MatmulParams& p) {
+  switch (p.w.dtype) {
+    case DType::kQ4_1: return GemvImpl<WKind::kQ4_1>(p);
+    case DType::kQ4_0: return GemvImpl<WKind::kQ4_0>(p);
+    case DType::kQ8_0: return GemvImpl<WKind::kQ8_0>(p);
+    default: PG_CHECK(false, "GemvQuantVnni512: dtype {}", Name(p.w.dtype));
+  }
+}
+
+}  // namespace pg::ops::cpu
