@@ -44,6 +44,7 @@ struct Expr {
   std::vector<ExprPtr> args;
   std::vector<std::pair<std::string, ExprPtr>> kwargs;
   bool negated = false;
+  int depth = 1;  // height of this subtree; the parser bounds it (destruction and evaluation recurse)
 };
 
 struct Stmt;

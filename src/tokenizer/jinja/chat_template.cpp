@@ -12,6 +12,16 @@ std::string ChatTemplate::Render(const ChatRenderParams& params) const {
     throw TemplateError("chat template: extra kwargs must be a JSON object", false);
   }
   // Same keyword order as transformers; extra kwargs may override the defaults.
+  try {
+    return template_.Render(MakeContext(params));
+  } catch (const TemplateError&) {
+    throw;
+  } catch (const Error& e) {
+    throw TemplateError(e.what(), false);
+  }
+}
+
+Value ChatTemplate::MakeContext(const ChatRenderParams& params) const {
   Dict ctx;
   ctx.Set(Value("messages"), Value::FromJson(params.messages));
   ctx.Set(Value("tools"), params.tools.is_null() ? Value::None() : Value::FromJson(params.tools));
@@ -24,7 +34,7 @@ std::string ChatTemplate::Render(const ChatRenderParams& params) const {
       ctx.Set(Value(it.key()), Value::FromJson(it.value()));
     }
   }
-  return template_.Render(Value::MakeDict(std::move(ctx)));
+  return Value::MakeDict(std::move(ctx));
 }
 
 std::string ChatTemplate::Render(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,

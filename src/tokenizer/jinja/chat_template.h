@@ -40,6 +40,8 @@ class ChatTemplate {
   const std::string& eos_token() const { return eos_token_; }
 
  private:
+  Value MakeContext(const ChatRenderParams& params) const;
+
   Template template_;
   std::string bos_token_;
   std::string eos_token_;

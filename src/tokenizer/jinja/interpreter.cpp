@@ -248,7 +248,13 @@ Value Interpreter::MakeMacro(const Stmt& s, const FramePtr& closure, const Body*
   const Stmt* stmt = &s;
   const Body* body = body_override ? body_override : &s.body;
   std::string name = body_override ? "caller" : s.name;
-  return Value::Function(name, [this, stmt, body, closure, name](const CallArgs& args, Interpreter&) {
+  // The macro lives in a frame that its closure keeps alive: hold the closure weakly (no
+  // shared_ptr cycle, no leak per render) and let the interpreter own it until Render ends.
+  closures_.push_back(closure);
+  std::weak_ptr<Frame> weak_closure = closure;
+  return Value::Function(name, [this, stmt, body, weak_closure, name](const CallArgs& args, Interpreter&) {
+    FramePtr closure = weak_closure.lock();
+    PG_CHECK(closure != nullptr, "macro closure outlived its render");
     if (++depth_ > kMaxCallDepth) {
       --depth_;
       Fail(fmt::format("macro '{}' nested more than {} calls deep", name, kMaxCallDepth));
@@ -508,7 +514,13 @@ std::string Template::Render(const Value& context) const {
 }
 
 std::string Template::Render(const nlohmann::ordered_json& context) const {
-  return Render(Value::FromJson(context));
+  Value ctx;
+  try {
+    ctx = Value::FromJson(context);
+  } catch (const Error& e) {
+    throw TemplateError(e.what(), false);
+  }
+  return Render(ctx);
 }
 
 }  // namespace pg::jinja

@@ -69,6 +69,7 @@ class Interpreter {
 
   TemplateOptions options_;
   FramePtr globals_;
+  std::vector<FramePtr> closures_;  // frames macros were defined in, alive for the render
   int depth_ = 0;       // macro recursion depth, bounded so a template cannot blow the stack
   int eval_depth_ = 0;  // expression nesting (left-deep chains like a+a+a+... included)
 };

@@ -1,5 +1,6 @@
 #include "tokenizer/jinja/parser.h"
 
+#include <algorithm>
 #include <charconv>
 
 #include "core/status.h"
@@ -262,7 +263,7 @@ class Parser {
       if (Cur().kind == TokenKind::kVarEnd || Cur().kind == TokenKind::kBlockEnd || IsOp(")") || IsName("if")) break;
       t->args.push_back(ParseExpression(with_condexpr));
     }
-    return t;
+    return Finish(std::move(t));
   }
 
   ExprPtr ParseExpression(bool with_condexpr) {
@@ -287,7 +288,7 @@ class Parser {
       } else {
         c->args.push_back(nullptr);
       }
-      expr = std::move(c);
+      expr = Finish(std::move(c));
     }
     return expr;
   }
@@ -297,7 +298,7 @@ class Parser {
     e->name = std::move(op);
     e->args.push_back(std::move(a));
     e->args.push_back(std::move(b));
-    return e;
+    return Finish(std::move(e));
   }
 
   ExprPtr ParseOr() {
@@ -322,7 +323,7 @@ class Parser {
       auto e = MakeExpr(ExprKind::kUnary, Next().pos);
       e->name = "not";
       e->args.push_back(ParseNot());
-      return e;
+      return Finish(std::move(e));
     }
     return ParseCompare();
   }
@@ -387,6 +388,7 @@ class Parser {
       e = MakeExpr(ExprKind::kUnary, t.pos);
       e->name = t.value;
       e->args.push_back(ParseUnary(false));
+      e = Finish(std::move(e));
     } else {
       e = ParsePrimary();
     }
@@ -449,7 +451,7 @@ class Parser {
               if (IsOp(")")) break;
               tup->args.push_back(ParseExpression(true));
             }
-            first = std::move(tup);
+            first = Finish(std::move(tup));
           }
           ExpectOp(")");
           return first;
@@ -463,7 +465,7 @@ class Parser {
             Next();
           }
           ExpectOp("]");
-          return e;
+          return Finish(std::move(e));
         }
         if (t.value == "{") {
           Next();
@@ -476,7 +478,7 @@ class Parser {
             Next();
           }
           ExpectOp("}");
-          return e;
+          return Finish(std::move(e));
         }
         break;
       }
@@ -500,13 +502,13 @@ class Parser {
           auto g = MakeExpr(ExprKind::kGetItem, pos);
           g->args.push_back(std::move(e));
           g->args.push_back(std::move(idx));
-          e = std::move(g);
+          e = Finish(std::move(g));
           continue;
         }
         auto g = MakeExpr(ExprKind::kGetAttr, pos);
         g->name = ExpectName();
         g->args.push_back(std::move(e));
-        e = std::move(g);
+        e = Finish(std::move(g));
       } else if (IsOp("[")) {
         e = ParseSubscript(std::move(e));
       } else if (IsOp("(")) {
@@ -539,12 +541,12 @@ class Parser {
       auto g = MakeExpr(ExprKind::kGetItem, pos);
       g->args.push_back(std::move(obj));
       g->args.push_back(std::move(parts[0]));
-      return g;
+      return Finish(std::move(g));
     }
     auto s = MakeExpr(ExprKind::kSlice, pos);
     s->args.push_back(std::move(obj));
     for (auto& p : parts) s->args.push_back(std::move(p));
-    return s;
+    return Finish(std::move(s));
   }
 
   // Parses `(args)` into e (args after those already in e->args).
@@ -570,7 +572,7 @@ class Parser {
     auto c = MakeExpr(ExprKind::kCall, Cur().pos);
     c->args.push_back(std::move(callee));
     ParseCallArgs(c.get());
-    return c;
+    return Finish(std::move(c));
   }
 
   ExprPtr ParseFilter(ExprPtr operand) {
@@ -583,7 +585,7 @@ class Parser {
     if (!HasFilter(f->name)) UnknownName(f->pos, fmt::format("no filter named '{}'", f->name));
     f->args.push_back(std::move(operand));
     if (IsOp("(")) ParseCallArgs(f.get());
-    return f;
+    return Finish(std::move(f));
   }
 
   ExprPtr ParseFilterExpr(ExprPtr e) {
@@ -610,7 +612,7 @@ class Parser {
           if (IsName("is")) Fail(Cur().pos, "you cannot chain multiple tests with is");
           t->args.push_back(ParsePostfix(ParsePrimary()));
         }
-        e = std::move(t);
+        e = Finish(std::move(t));
       } else if (IsOp("(")) {
         e = ParseCall(std::move(e));
       } else {
@@ -626,6 +628,20 @@ class Parser {
     if (soft_depth_ == 0) unknown_.emplace_back(pos, std::move(message));
   }
   // Scope guard: bodies of for/macro/call/filter/block-set are not soft even inside an if.
+  // Sets e->depth from its children and bounds it: left-deep chains (a + b + c + ..., long
+  // filter or attribute chains) are built by loops, not recursion, so DepthGuard misses them.
+  static constexpr int kMaxTreeDepth = 512;
+  ExprPtr Finish(ExprPtr e) {
+    int d = 0;
+    for (const auto& a : e->args) {
+      if (a) d = std::max(d, a->depth);
+    }
+    for (const auto& [k, v] : e->kwargs) d = std::max(d, v->depth);
+    e->depth = d + 1;
+    if (e->depth > kMaxTreeDepth) Fail(e->pos, fmt::format("expression nested more than {} deep", kMaxTreeDepth));
+    return e;
+  }
+
   // Bounds recursion so hostile templates ("((((..." or deeply nested tags) fail cleanly
   // instead of overflowing the stack.
   static constexpr int kMaxNesting = 256;

@@ -130,8 +130,14 @@ Value Value::Function(std::string name, NativeFn fn) {
 }
 
 namespace {
+// JSON nested deeper than this (from a request) is rejected instead of recursing without bound.
+constexpr int kMaxJsonDepth = 256;
+
 template <typename Json>
-Value FromJsonImpl(const Json& j) {
+Value FromJsonImpl(const Json& j, int depth = 0) {
+  if (depth > kMaxJsonDepth) {
+    Throw(ErrorCode::kInvalidArgument, "chat template input: JSON nested more than {} levels deep", kMaxJsonDepth);
+  }
   switch (j.type()) {
     case nlohmann::json::value_t::null: return Value::None();
     case nlohmann::json::value_t::boolean: return Value(j.template get<bool>());
@@ -146,14 +152,14 @@ Value FromJsonImpl(const Json& j) {
     case nlohmann::json::value_t::array: {
       ValueList items;
       items.reserve(j.size());
-      for (const auto& e : j) items.push_back(FromJsonImpl(e));
+      for (const auto& e : j) items.push_back(FromJsonImpl(e, depth + 1));
       return Value::List(std::move(items));
     }
     case nlohmann::json::value_t::object: {
       Dict d;
       d.entries.reserve(j.size());
       for (auto it = j.begin(); it != j.end(); ++it) {
-        d.entries.emplace_back(Value(it.key()), FromJsonImpl(it.value()));
+        d.entries.emplace_back(Value(it.key()), FromJsonImpl(it.value(), depth + 1));
       }
       return Value::MakeDict(std::move(d));
     }

@@ -94,6 +94,11 @@ TEST(JinjaHostileTemplates, DeepNestingFailsCleanly) {
   EXPECT_THROW(Template("{{ 99999999999999999999999 }}"), TemplateError);
   EXPECT_EQ(Template("{{ 1e999 }}").Render(Json::object()), "inf");
   EXPECT_THROW(Template("{{ '{99999999999999}'.format(1) }}").Render(Json::object()), TemplateError);
+  // Deeply nested request JSON is rejected, not recursed into.
+  Json deep = "leaf";
+  for (int i = 0; i < 1000; ++i) deep = Json::array({std::move(deep)});
+  ChatTemplate chat("{{ messages | length }}", "", "");
+  EXPECT_THROW(chat.Render(Json::array({Json{{"role", "user"}, {"content", deep}}})), TemplateError);
   // 64-bit integer overflow is an error, never undefined behaviour.
   for (const char* src : {"{{ 2 ** 64 }}", "{{ 9223372036854775807 + 1 }}", "{{ 4611686018427387904 * 4 }}",
                           "{{ -9223372036854775807 - 2 }}", "{{ 'ab' * 9223372036854775807 }}"}) {
