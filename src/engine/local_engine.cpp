@@ -276,6 +276,17 @@ void LocalEngine::Deliver(std::vector<scheduler::RequestUpdate> updates) {
   }
 }
 
+void LocalEngine::RefreshStats(int64_t new_tokens) {
+  scheduler::SchedulerStats ss = scheduler_->stats();
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.num_running = ss.num_running;
+  stats_.num_waiting = ss.num_waiting;
+  stats_.kv_pages_free = scheduler_->kv().num_free_pages() + scheduler_->kv().num_evictable_pages();
+  stats_.prefix_cache_hit_tokens = ss.cached_prompt_tokens;
+  stats_.prompt_tokens = ss.prompt_tokens;
+  stats_.generated_tokens += new_tokens;
+}
+
 void LocalEngine::Loop() {
   for (;;) {
     DrainInbox();
@@ -291,6 +302,7 @@ void LocalEngine::Loop() {
     }
     if (!scheduler_->HasWork()) {
       Deliver(scheduler_->TakeUpdates());
+      RefreshStats(0);
       std::unique_lock<std::mutex> lock(mu_);
       if (stopping_ && inbox_.empty()) break;
       cv_.wait(lock, [&] { return !inbox_.empty() || !aborts_.empty() || stopping_; });
@@ -318,14 +330,7 @@ void LocalEngine::Loop() {
     }
     scheduler_->Advance(result, NowUs());
     Deliver(scheduler_->TakeUpdates());
-    scheduler::SchedulerStats ss = scheduler_->stats();
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.num_running = ss.num_running;
-    stats_.num_waiting = ss.num_waiting;
-    stats_.kv_pages_free = scheduler_->kv().num_free_pages() + scheduler_->kv().num_evictable_pages();
-    stats_.prefix_cache_hit_tokens = ss.cached_prompt_tokens;
-    stats_.prompt_tokens = ss.prompt_tokens;
-    stats_.generated_tokens += int64_t(result.sampled.size());
+    RefreshStats(int64_t(result.sampled.size()));
   }
   // Requests still queued at exit are told they were aborted.
   std::deque<Pending> rest;
