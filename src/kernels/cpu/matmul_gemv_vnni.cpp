@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "core/quant.h"
@@ -155,30 +156,108 @@ PG_TARGET_VNNI void DotRows(const uint8_t* const* rows, const ActPairs& act, int
   }
 }
 
+// Q4_0 / Q4_1 with int16 activations (ActPairs16): per pair of blocks the nibbles are widened
+// to 16 bits, lo = [b0 0-15 | b1 0-15], hi = [b0 16-31 | b1 16-31], and two chained vpdpwssd
+// leave b0's partial sums in lanes 0-7 and b1's in lanes 8-15 (the Q8_0 lane pattern).
+template <WKind K, int R>
+PG_TARGET_VNNI void DotRows16(const uint8_t* const* rows, const ActPairs16& act, int64_t nb,
+                              float* out) {
+  using T = Traits<K>;
+  static_assert(T::kNibbles);
+  const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
+  const __m512i lo_mask = _mm512_set1_epi16(0x0F);
+  __m512 acc[R];
+  __m128 macc[R];
+  for (int r = 0; r < R; ++r) {
+    acc[r] = _mm512_setzero_ps();
+    macc[r] = _mm_setzero_ps();
+  }
+  for (int64_t b = 0; b + 1 < nb; b += 2) {
+    const __m512i a_lo = _mm512_loadu_si512(act.qs + b * 32);
+    const __m512i a_hi = _mm512_loadu_si512(act.qs + b * 32 + 32);
+    const __m128 ad = _mm_loadu_ps(act.ds + 2 * b);  // [da0, s0, da1, s1]
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* b0 = rows[r] + b * T::kBytes;
+      const uint8_t* b1 = b0 + T::kBytes;
+      const __m128 prod = _mm_mul_ps(PairScales<K>(b0, b1), ad);
+      macc[r] = _mm_add_ps(macc[r], prod);
+      const __m512 sc = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(prod));
+      const __m256i q = _mm256_inserti128_si256(
+          _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + T::kQsOff))),
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(b1 + T::kQsOff)), 1);
+      const __m512i w16 = _mm512_cvtepu8_epi16(q);
+      __m512i dot = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_and_si512(w16, lo_mask), a_lo);
+      dot = _mm512_dpwssd_epi32(dot, _mm512_srli_epi16(w16, 4), a_hi);
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), sc, acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    const __m128 m = macc[r];
+    float v = _mm512_reduce_add_ps(acc[r]) +
+              T::kOffset * (_mm_cvtss_f32(_mm_shuffle_ps(m, m, 1)) +
+                            _mm_cvtss_f32(_mm_shuffle_ps(m, m, 3)));
+    if (nb % 2) {  // last block, element order: [0-15 | 16-31]
+      const int64_t b = nb - 1;
+      const uint8_t* blk = rows[r] + b * T::kBytes;
+      const __m128 ws = PairScales<K>(blk, blk);
+      const __m256i w16 = _mm256_cvtepu8_epi16(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + T::kQsOff)));
+      const __m512i w = _mm512_inserti64x4(
+          _mm512_castsi256_si512(_mm256_and_si256(w16, _mm256_set1_epi16(0x0F))),
+          _mm256_srli_epi16(w16, 4), 1);
+      const __m512i dot = _mm512_dpwssd_epi32(_mm512_setzero_si512(), w,
+                                              _mm512_loadu_si512(act.qs + b * 32));
+      const float dw = _mm_cvtss_f32(ws), mw = _mm_cvtss_f32(_mm_shuffle_ps(ws, ws, 1));
+      v += dw * act.ds[2 * b] * float(_mm512_reduce_add_epi32(dot)) +
+           T::kOffset * (mw * act.ds[2 * b + 1]);
+    }
+    out[r] = v;
+  }
+}
+
 // Weight rows per pass and row groups per parallel chunk (below: one thread).
 constexpr int64_t kRowsPerPass = 4;
 constexpr int64_t kMinGroupsPerChunk = 8;
 constexpr int64_t kMaxActRows = 16;  // the registry sends at most kGemvMaxRows rows
 
+// Activation rows quantized once per call (int16 for Q4 types, int8 for Q8_0).
+template <WKind K>
+struct ActFor {
+  static constexpr bool kWide = Traits<K>::kNibbles;
+  using Elem = std::conditional_t<kWide, int16_t, int8_t>;
+  using Row = std::conditional_t<kWide, ActPairs16, ActPairs>;
+};
+
 template <WKind K>
 void GemvImpl(const MatmulParams& p) {
+  using A = ActFor<K>;
   const int64_t n = p.x.dim(0), k = p.x.dim(1), m = p.w.dim(0), nb = k / 32;
-  // Activation rows, quantized once per call: qs [n][nb*32], ds [n][2*nb].
-  thread_local std::vector<int8_t> qs_buf;
+  // qs [n][nb*32], ds [n][2*nb].
+  thread_local std::vector<typename A::Elem> qs_buf;
   thread_local std::vector<float> ds_buf;
   qs_buf.resize(size_t(n * nb * 32));
   ds_buf.resize(size_t(n * nb * 2));
   PG_CHECK(n <= kMaxActRows, "GemvQuantVnni512: {} rows", n);
-  ActPairs acts[kMaxActRows];
+  typename A::Row acts[kMaxActRows];
   for (int64_t r = 0; r < n; ++r) {
     acts[r] = {qs_buf.data() + r * nb * 32, ds_buf.data() + r * nb * 2};
-    QuantizeActPairs(detail::RowF32(p.x, r), k, Traits<K>::kNibbles, acts[r]);
+    if constexpr (A::kWide) QuantizeActPairs16(detail::RowF32(p.x, r), k, acts[r]);
+    else QuantizeActPairs(detail::RowF32(p.x, r), k, /*nibble_order=*/false, acts[r]);
   }
   const float* bias = p.bias.data ? p.bias.as<float>() : nullptr;
   auto store = [&](int64_t r, int64_t j, float v) {
     if (bias) v += bias[j];
     float& o = detail::RowF32(p.out, r)[j];
     o = p.accumulate ? o + v : v;
+  };
+  auto dot = [&](const uint8_t* const* rows, int num_rows, const typename A::Row& a, float* v) {
+    if constexpr (A::kWide) {
+      if (num_rows == kRowsPerPass) return DotRows16<K, kRowsPerPass>(rows, a, nb, v);
+      for (int i = 0; i < num_rows; ++i) DotRows16<K, 1>(rows + i, a, nb, v + i);
+    } else {
+      if (num_rows == kRowsPerPass) return DotRows<K, kRowsPerPass>(rows, a, nb, v);
+      for (int i = 0; i < num_rows; ++i) DotRows<K, 1>(rows + i, a, nb, v + i);
+    }
   };
   const int64_t groups = (m + kRowsPerPass - 1) / kRowsPerPass;
   ThreadPool::Default().ParallelFor(groups, [&](int64_t g0, int64_t g1) {
@@ -188,12 +267,7 @@ void GemvImpl(const MatmulParams& p) {
       for (int64_t i = 0; i < rows_here; ++i) rows[i] = p.w.row_ptr(j0 + i);
       float v[kRowsPerPass];
       for (int64_t r = 0; r < n; ++r) {
-        const ActPairs& a = acts[r];
-        if (rows_here == kRowsPerPass) {
-          DotRows<K, kRowsPerPass>(rows, a, nb, v);
-        } else {
-          for (int64_t i = 0; i < rows_here; ++i) DotRows<K, 1>(rows + i, a, nb, v + i);
-        }
+        dot(rows, int(rows_here), acts[r], v);
         for (int64_t i = 0; i < rows_here; ++i) store(r, j0 + i, v[i]);
       }
     }
@@ -240,6 +314,33 @@ PG_TARGET_VNNI void QuantizeActPairs(const float* x, int64_t k, bool nibble_orde
     }
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst_lo), lo);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst_hi), hi);
+    out.ds[2 * b] = d;
+    out.ds[2 * b + 1] = d * float(sum);
+  }
+}
+
+PG_TARGET_VNNI void QuantizeActPairs16(const float* x, int64_t k, const ActPairs16& out) {
+  const int64_t nb = k / 32;
+  for (int64_t b = 0; b < nb; ++b, x += 32) {
+    const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+    const float amax = _mm512_reduce_max_ps(
+        _mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+    const float d = amax / float(kAct16Max), id = d > 0 ? 1.0f / d : 0.0f;
+    const __m512 vid = _mm512_set1_ps(id);
+    const __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, vid));  // round to nearest even
+    const __m512i i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, vid));
+    const int32_t sum = _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
+    int16_t* dst0;  // elements 0-15
+    int16_t* dst1;  // elements 16-31
+    if (b % 2 == 1 || b + 1 < nb) {  // pair layout [b0 0-15 | b1 0-15 | b0 16-31 | b1 16-31]
+      dst0 = out.qs + (b & ~int64_t(1)) * 32 + (b % 2) * 16;
+      dst1 = dst0 + 32;
+    } else {
+      dst0 = out.qs + b * 32;
+      dst1 = dst0 + 16;
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst0), _mm512_cvtsepi32_epi16(i0));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst1), _mm512_cvtsepi32_epi16(i1));
     out.ds[2 * b] = d;
     out.ds[2 * b + 1] = d * float(sum);
   }
