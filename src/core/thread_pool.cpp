@@ -24,8 +24,9 @@ std::atomic<int> g_default_threads{0};
 
 // How long an idle worker spins before it sleeps, and how many chunks per thread a loop is
 // cut into (more chunks: better balance when a thread is late; fewer: less claiming).
-constexpr auto kSpinUs = std::chrono::microseconds(200);
+constexpr auto kSpinUs = std::chrono::microseconds(100);
 constexpr int64_t kChunksPerThread = 4;
+constexpr int kPollsPerYield = 256;
 // The caller, waiting for the last chunks, yields the CPU after this many polls (so a
 // descheduled worker gets to run on an oversubscribed machine).
 constexpr int kPollsBeforeYield = 4096;
@@ -77,7 +78,11 @@ void ThreadPool::WorkerLoop() {
       int polls = 0;
       while (generation_.load(std::memory_order_acquire) == seen && !stop_.load()) {
         PG_CPU_RELAX();
-        if (++polls % 64 == 0 && Clock::now() > deadline) {
+        ++polls;
+        // On a loaded machine an idle spinner would take the core from runnable threads
+        // (often our own caller): offer it up now and then.
+        if (polls % kPollsPerYield == 0) sched_yield();
+        if (polls % 64 == 0 && Clock::now() > deadline) {
           sleepers_.fetch_add(1);
           FutexWait(&generation_, seen);  // returns at once if generation_ != seen
           sleepers_.fetch_sub(1);
