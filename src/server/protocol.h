@@ -12,7 +12,9 @@
 
 namespace pg::server {
 
-using nlohmann::json;
+// Ordered: request objects keep their key order (tool JSON schemas reach the chat template as
+// the client wrote them, as in HF/vLLM) and responses list keys in OpenAI's order.
+using json = nlohmann::ordered_json;
 
 // An error returned to the client as {"error": {"message", "type", "param", "code"}}.
 struct ApiError : std::runtime_error {

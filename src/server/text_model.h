@@ -43,7 +43,7 @@ class TextModel {
   // Renders OpenAI-shaped messages (content normalised to a string or null; assistant
   // tool_calls with string arguments) and tool definitions (array or null) into the prompt
   // text, ending with the assistant generation prompt.
-  virtual std::string RenderChat(const nlohmann::json& messages, const nlohmann::json& tools) const = 0;
+  virtual std::string RenderChat(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools) const = 0;
   virtual ChatFeatures chat_features() const = 0;
 };
 

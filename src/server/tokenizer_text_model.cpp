@@ -21,7 +21,7 @@ class StreamDetokenizer : public IncrementalDetokenizer {
 
 }  // namespace
 
-nlohmann::ordered_json MessagesForTemplate(const nlohmann::json& messages) {
+nlohmann::ordered_json MessagesForTemplate(const nlohmann::ordered_json& messages) {
   nlohmann::ordered_json out = nlohmann::ordered_json(messages);
   for (auto& m : out) {
     if (!m.is_object()) continue;
@@ -88,7 +88,7 @@ std::unique_ptr<IncrementalDetokenizer> TokenizerTextModel::NewDetokenizer() con
   return std::make_unique<StreamDetokenizer>(tokenizer_);
 }
 
-std::string TokenizerTextModel::RenderChat(const nlohmann::json& messages, const nlohmann::json& tools) const {
+std::string TokenizerTextModel::RenderChat(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools) const {
   PG_ENSURE(template_ != nullptr, kUnsupported,
             "this model has no chat template: use /v1/completions with a raw prompt");
   return template_->Render(MessagesForTemplate(messages), nlohmann::ordered_json(tools),

@@ -18,7 +18,7 @@ struct TokenizerTextModelOptions {
 
 // OpenAI messages -> what HF chat templates expect: tool-call arguments given as a JSON string
 // become the object they encode (templates render them with `tojson`); others pass unchanged.
-nlohmann::ordered_json MessagesForTemplate(const nlohmann::json& messages);
+nlohmann::ordered_json MessagesForTemplate(const nlohmann::ordered_json& messages);
 
 // Detects the tool-call markup family a chat template renders (kNone when it has none).
 parsers::ToolFormat DetectToolFormat(std::string_view template_source);
@@ -33,7 +33,7 @@ class TokenizerTextModel : public TextModel {
   std::vector<int32_t> Encode(std::string_view text, bool add_bos, bool parse_special) const override;
   std::string Decode(std::span<const int32_t> tokens) const override;
   std::unique_ptr<IncrementalDetokenizer> NewDetokenizer() const override;
-  std::string RenderChat(const nlohmann::json& messages, const nlohmann::json& tools) const override;
+  std::string RenderChat(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools) const override;
   ChatFeatures chat_features() const override { return features_; }
 
  private:

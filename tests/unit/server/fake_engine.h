@@ -73,7 +73,7 @@ class ByteTextModel : public TextModel {
   std::unique_ptr<IncrementalDetokenizer> NewDetokenizer() const override {
     return std::make_unique<ByteDetokenizer>();
   }
-  std::string RenderChat(const nlohmann::json& messages, const nlohmann::json& tools) const override {
+  std::string RenderChat(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools) const override {
     std::string out;
     if (!tools.is_null()) out += "<tools>" + tools.dump() + "</tools>\n";
     for (const auto& m : messages) {
