@@ -287,6 +287,13 @@ void LocalEngine::RefreshStats(int64_t new_tokens) {
   stats_.generated_tokens += new_tokens;
 }
 
+void LocalEngine::Publish(int64_t new_tokens) {
+  // Stats first: a caller woken by a final event must already see its pages returned.
+  std::vector<scheduler::RequestUpdate> updates = scheduler_->TakeUpdates();
+  RefreshStats(new_tokens);
+  Deliver(std::move(updates));
+}
+
 void LocalEngine::Loop() {
   for (;;) {
     DrainInbox();
@@ -298,11 +305,10 @@ void LocalEngine::Loop() {
     }
     if (stop && !drain) {
       for (const auto& [id, l] : live_) scheduler_->Abort(id);
-      Deliver(scheduler_->TakeUpdates());
+      Publish(0);
     }
     if (!scheduler_->HasWork()) {
-      Deliver(scheduler_->TakeUpdates());
-      RefreshStats(0);
+      Publish(0);
       std::unique_lock<std::mutex> lock(mu_);
       if (stopping_ && inbox_.empty()) break;
       cv_.wait(lock, [&] { return !inbox_.empty() || !aborts_.empty() || stopping_; });
@@ -310,7 +316,7 @@ void LocalEngine::Loop() {
     }
     const scheduler::Plan& plan = scheduler_->NextPlan(NowUs());
     if (plan.empty()) {  // nothing could be planned this instant
-      Deliver(scheduler_->TakeUpdates());
+      Publish(0);
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait_for(lock, std::chrono::milliseconds(1));
       continue;
@@ -329,8 +335,7 @@ void LocalEngine::Loop() {
       }
     }
     scheduler_->Advance(result, NowUs());
-    Deliver(scheduler_->TakeUpdates());
-    RefreshStats(int64_t(result.sampled.size()));
+    Publish(int64_t(result.sampled.size()));
   }
   // Requests still queued at exit are told they were aborted.
   std::deque<Pending> rest;

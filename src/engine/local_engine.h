@@ -66,7 +66,8 @@ class LocalEngine final : public Engine {
   void DrainInbox();
   void ExecuteStep(const scheduler::Plan& plan, scheduler::StepResult* result);
   void Deliver(std::vector<scheduler::RequestUpdate> updates);
-  void RefreshStats(int64_t new_tokens);  // publishes the scheduler's counters to Stats()
+  void RefreshStats(int64_t new_tokens);
+  void Publish(int64_t new_tokens);  // take the scheduler's updates, refresh stats, deliver  // publishes the scheduler's counters to Stats()
   int64_t NowUs() const;
 
   models::Model& model_;

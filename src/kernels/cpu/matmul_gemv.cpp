@@ -243,24 +243,39 @@ bool IsInt8Type(DType t) { return t == DType::kQ4_0 || t == DType::kQ4_1 || t ==
 void RegisterGemm(Registry& r);            // matmul_gemm.cpp
 void GemvQuantVnni512(const MatmulParams& p);  // matmul_gemv_vnni.cpp
 
+// Batch invariance (docs/design/engine.md): a row's result must not depend on the other rows
+// of the batch, so every batch size runs the same row kernel, in slices of at most
+// kGemvMaxRows rows (the kernels compute each row identically whatever the slice size;
+// tests/ops/batch_invariance_test.cpp checks it bitwise). OpenBLAS stays registered below for
+// dtypes and CPUs the row kernels do not cover.
+template <void (*kKernel)(const MatmulParams&)>
+void RowSliced(const MatmulParams& p) {
+  const int64_t n = p.x.dim(0);
+  if (n <= kGemvMaxRows) return kKernel(p);
+  for (int64_t r0 = 0; r0 < n; r0 += kGemvMaxRows) {
+    const int64_t rows = std::min(kGemvMaxRows, n - r0);
+    MatmulParams s = p;
+    s.x = p.x.Slice0(r0, rows);
+    s.out = p.out.Slice0(r0, rows);
+    kKernel(s);
+  }
+}
+
+void GemvQuantAvx2(const MatmulParams& p) { GemvQuant(p, /*vnni=*/false); }
+
 void RegisterMatmul(Registry& r) {
   r.Register(KernelImpl<MatmulParams>{
       "cpu_avx2_q8", Device::kCpu, kPriorityCpuAvx2,
-      [](const MatmulParams& p) {
-        return Features().avx2 && IsInt8Type(p.w.dtype) && p.x.dim(0) <= kGemvMaxRows;
-      },
-      [](const MatmulParams& p) { GemvQuant(p, /*vnni=*/false); }});
+      [](const MatmulParams& p) { return Features().avx2 && IsInt8Type(p.w.dtype); },
+      &RowSliced<GemvQuantAvx2>});
   r.Register(KernelImpl<MatmulParams>{
       "cpu_vnni_q8", Device::kCpu, kPriorityCpuAvx512,
-      [](const MatmulParams& p) {
-        return Features().vnni && IsInt8Type(p.w.dtype) && p.x.dim(0) <= kGemvMaxRows;
-      },
-      &GemvQuantVnni512});
+      [](const MatmulParams& p) { return Features().vnni && IsInt8Type(p.w.dtype); },
+      &RowSliced<GemvQuantVnni512>});
   // Below the int8 kernels: for the int8 types they win when capable.
   r.Register(KernelImpl<MatmulParams>{
       "cpu_avx2_gemv", Device::kCpu, kPriorityCpuAvx2 - 1,
-      [](const MatmulParams& p) { return Features().avx2 && p.x.dim(0) <= kGemvMaxRows; },
-      &GemvFloat});
+      [](const MatmulParams& p) { return Features().avx2; }, &RowSliced<GemvFloat>});
   RegisterGemm(r);
 }
 
