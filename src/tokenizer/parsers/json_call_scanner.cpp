@@ -48,6 +48,13 @@ size_t JsonCallScanner::Feed(std::string_view text) {
       depth_ = 1;
       continue;
     }
+    // A markup tag at the call object's own level (the model wrote "</tool_call>" without
+    // closing the object): the object ends here, and the tag is left for the caller.
+    if (depth_ == 1 && !in_string_ && c == '<') {
+      if (in_value_) EndValue();
+      done_ = true;
+      break;
+    }
     raw_ += c;
     // Bytes of the arguments value: everything inside it, and primitive bytes at depth 1.
     const bool value_end = depth_ == 1 && !in_string_ && (c == ',' || c == '}');

@@ -68,6 +68,19 @@ TEST(HermesParser, TwoCallsAfterText) {
                  {"get_time", {{"tz", "Europe/Paris"}, {"hours", {1, 2.5}}}}}});
 }
 
+// Seen from a small model on a forced call: the closing tag comes before the call object's
+// closing brace. The arguments are complete, so the call stands and the tag ends it.
+TEST(HermesParser, CloseTagBeforeTheObjectCloses) {
+  const std::string text =
+      "{\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}}</tool_call>"
+      "The weather in Paris is sunny.";
+  ExpectParsed(ToolFormat::kHermes, text,
+               {"The weather in Paris is sunny.",
+                {{"get_weather",
+                  {{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}}}}},
+               "get_weather", /*forced=*/true);
+}
+
 TEST(HermesParser, BracesQuotesAndMarkupInsideStrings) {
   // Braces, escaped quotes, a fake closing tag and non-ASCII text inside argument strings.
   const std::string text =
