@@ -11,36 +11,15 @@
 
 #include "kernels/registry.h"
 #include "models/loader.h"
+#include "golden_util.h"
 #include "models/model.h"
 #include "runtime/sequence_runner.h"
 
 namespace pg {
 namespace {
 
-struct GoldenCase {
-  std::vector<int32_t> prompt, greedy;
-  std::vector<float> margins, logits;
-};
-
-std::vector<GoldenCase> LoadGolden(const std::string& dir) {
-  std::ifstream in(dir + "/golden.json");
-  EXPECT_TRUE(in.good()) << dir;
-  nlohmann::json j = nlohmann::json::parse(in);
-  std::vector<GoldenCase> cases;
-  for (const auto& c : j["cases"]) {
-    GoldenCase g;
-    g.prompt = c["prompt_ids"].get<std::vector<int32_t>>();
-    g.greedy = c["greedy_ids"].get<std::vector<int32_t>>();
-    g.margins = c["top1_margins"].get<std::vector<float>>();
-    std::ifstream lf(dir + "/" + c["logits_file"].get<std::string>(), std::ios::binary);
-    lf.seekg(0, std::ios::end);
-    g.logits.resize(size_t(lf.tellg()) / 4);
-    lf.seekg(0);
-    lf.read(reinterpret_cast<char*>(g.logits.data()), std::streamsize(g.logits.size() * 4));
-    cases.push_back(std::move(g));
-  }
-  return cases;
-}
+using testing::GoldenCase;
+using testing::LoadGolden;
 
 struct Tolerance {
   float max_abs_over_std;   // max |ours - hf| / std(hf logits)

@@ -12,34 +12,15 @@
 #include <nlohmann/json.hpp>
 
 #include "models/loader.h"
+#include "golden_util.h"
 #include "models/model.h"
 #include "runtime/sequence_runner.h"
 
 namespace pg {
 namespace {
 
-struct GoldenCase {
-  std::vector<int32_t> prompt, greedy;
-  std::vector<float> logits;
-};
-
-std::vector<GoldenCase> LoadGolden(const std::string& dir) {
-  std::ifstream in(dir + "/golden.json");
-  nlohmann::json j = nlohmann::json::parse(in);
-  std::vector<GoldenCase> cases;
-  for (const auto& c : j["cases"]) {
-    GoldenCase g;
-    g.prompt = c["prompt_ids"].get<std::vector<int32_t>>();
-    g.greedy = c["greedy_ids"].get<std::vector<int32_t>>();
-    std::ifstream lf(dir + "/" + c["logits_file"].get<std::string>(), std::ios::binary);
-    lf.seekg(0, std::ios::end);
-    g.logits.resize(size_t(lf.tellg()) / 4);
-    lf.seekg(0);
-    lf.read(reinterpret_cast<char*>(g.logits.data()), std::streamsize(g.logits.size() * 4));
-    cases.push_back(std::move(g));
-  }
-  return cases;
-}
+using testing::GoldenCase;
+using testing::LoadGolden;
 
 void CheckGolden(const std::string& dir, double max_abs_over_std) {
   ASSERT_TRUE(std::filesystem::exists(dir + "/golden.json"))
