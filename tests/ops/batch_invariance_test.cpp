@@ -7,6 +7,8 @@
 
 #include <cstring>
 
+#include <fmt/format.h>
+
 #include "core/quant.h"
 #include "kernels/ops.h"
 #include "op_test_util.h"
@@ -25,9 +27,10 @@ Tensor QuantizedWeight(DType dt, int64_t m, int64_t k) {
 
 TEST(BatchInvariance, MatmulRowsDoNotDependOnTheBatch) {
   PG_SEED_TRACE();
-  const int64_t k = 576, m = 192;  // SmolLM2's k/v projection shape
+  // SmolLM2's k/v projection, and an awkward wide one.
+  for (auto [k, m] : {std::pair<int64_t, int64_t>{576, 192}, {160, 1111}})
   for (DType dt : {DType::kQ4_1, DType::kQ8_0, DType::kQ4_0, DType::kBF16, DType::kF32}) {
-    SCOPED_TRACE(std::string(Name(dt)));
+    SCOPED_TRACE(fmt::format("{} k={} m={}", Name(dt), k, m));
     Tensor w = QuantizedWeight(dt, m, k);
     const int64_t max_n = 70;
     Tensor x(DType::kF32, {max_n, k});
