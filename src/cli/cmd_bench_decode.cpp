@@ -30,6 +30,7 @@ struct BenchFlags {
   int gen_tokens = 128;
   int repetitions = 3;
   std::string llama_bench;  // path to llama.cpp's llama-bench (optional)
+  std::string llama_bench_args;  // extra arguments for it (e.g. "--repack 0")
   std::string json_out;
 };
 
@@ -46,9 +47,9 @@ Stat Summarize(const std::vector<double>& v) {
 
 // Runs llama-bench with JSON output; returns {pp t/s, tg t/s} (0 when absent).
 std::array<Stat, 2> RunLlamaBench(const BenchFlags& f, const std::string& model_path, int threads) {
-  std::string cmd = fmt::format("'{}' -m '{}' -t {} -p {} -n {} -r {} -o json 2>/dev/null",
+  std::string cmd = fmt::format("'{}' -m '{}' -t {} -p {} -n {} -r {} -o json {} 2>/dev/null",
                                 f.llama_bench, model_path, threads, f.prompt_tokens, f.gen_tokens,
-                                f.repetitions);
+                                f.repetitions, f.llama_bench_args);
   PG_LOG_INFO("running: {}", cmd);
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
   PG_ENSURE(pipe != nullptr, kIo, "cannot run {}", f.llama_bench);
@@ -138,6 +139,8 @@ void AddBenchDecodeCommand(CLI::App& bench) {
   cmd->add_option("-n,--gen-tokens", f->gen_tokens)->check(CLI::PositiveNumber);
   cmd->add_option("-r,--repetitions", f->repetitions)->check(CLI::PositiveNumber);
   cmd->add_option("--llama-bench", f->llama_bench, "llama.cpp's llama-bench binary to run side by side");
+  cmd->add_option("--llama-bench-args", f->llama_bench_args,
+                  "extra llama-bench arguments (e.g. \"--repack 0\" where its AMX repacking crashes)");
   cmd->add_option("--json", f->json_out, "write the results as JSON");
   cmd->callback([f] { RunBench(*f); });
 }
