@@ -67,7 +67,9 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
     if (setup_.options.stream) {
       ex_->StartStream();
       if (setup_.chat) {
-        SendChunk({{"role", "assistant"}, {"content", ""}}, nullptr);
+        // The role chunk goes out with the first engine output, as vLLM does, so a client
+        // that takes TTFT at the first chunk (evalscope) measures the real time to first token.
+        role_pending_ = true;
       } else if (!setup_.echo_text.empty()) {
         SendCompletionChunk(setup_.echo_text, nullptr);
       }
@@ -78,6 +80,10 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   void OnEvent(const engine::TokenEvent& ev) {
     if (ev.finished) Release();
     if (done_) return;
+    if (role_pending_) {
+      role_pending_ = false;
+      SendChunk({{"role", "assistant"}, {"content", ""}}, nullptr);
+    }
     num_prompt_ = ev.num_prompt_tokens;
     num_cached_ = ev.num_cached_tokens;
     num_generated_ = ev.num_generated_tokens;
@@ -322,6 +328,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   int64_t created_;
   engine::RequestId request_id_ = 0;
   bool done_ = false;      // the client has its answer (or is gone): ignore further output
+  bool role_pending_ = false;  // stream: the assistant role chunk is not sent yet
   bool released_ = false;  // the engine's final event arrived
   std::optional<Clock::time_point> first_token_;
   Clock::time_point last_token_;
