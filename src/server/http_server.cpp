@@ -75,6 +75,30 @@ class Session : public Exchange, public std::enable_shared_from_this<Session> {
     parser_.emplace();
     parser_->body_limit(config_.max_body_bytes);
     stream_.expires_after(std::chrono::seconds(config_.idle_timeout_s));
+    http::async_read_header(stream_, buffer_, *parser_, [self = shared_from_this()](
+                                                            beast::error_code ec, size_t) {
+      self->OnHeader(ec);
+    });
+  }
+
+  // curl and other clients send "Expect: 100-continue" for larger bodies and wait (curl: 1 s)
+  // for the interim response before sending the body.
+  void OnHeader(beast::error_code ec) {
+    if (ec) return OnRead(ec);
+    const auto& h = parser_->get();
+    if (!parser_->is_done() && beast::iequals(h[http::field::expect], "100-continue")) {
+      auto interim = std::make_shared<std::string>("HTTP/1.1 100 Continue\r\n\r\n");
+      asio::async_write(stream_, asio::buffer(*interim),
+                        [self = shared_from_this(), interim](beast::error_code wec, size_t) {
+                          if (wec) return self->Close();
+                          self->ReadBody();
+                        });
+      return;
+    }
+    ReadBody();
+  }
+
+  void ReadBody() {
     http::async_read(stream_, buffer_, *parser_,
                      [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
   }
