@@ -37,5 +37,6 @@ void AddBenchDecodeCommand(CLI::App& bench);
 void AddBenchGpuDecodeCommand(CLI::App& bench);  // CUDA builds only
 #endif
 void AddServeCommand(CLI::App& app);
+void AddSimCommand(CLI::App& app);
 
 }  // namespace pg::cli

@@ -3,6 +3,7 @@
 //   peregrine chat     --model PATH|embedded
 //   peregrine serve    --model PATH|embedded [--host H --port P ...]
 //   peregrine bench decode | bench agentic ...
+//   peregrine sim      (scheduler simulator)
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -22,6 +23,7 @@ int main(int argc, char** argv) {
   pg::cli::AddGenerateCommand(app);
   pg::cli::AddChatCommand(app);
   pg::cli::AddServeCommand(app);
+  pg::cli::AddSimCommand(app);
   CLI::App* bench = app.add_subcommand("bench", "benchmarks");
   bench->require_subcommand(1);
   pg::cli::AddBenchDecodeCommand(*bench);

@@ -1,38 +1,30 @@
-// peregrine_sim: the real scheduler + a cost model replaying an agentic trace; prints a table
-// comparing policies (session retention, host tier). Defaults model an 8-GPU node.
-#include <CLI/CLI.hpp>
+// `peregrine sim`: the real scheduler + a cost model replaying an agentic trace; prints a
+// table comparing policies (plain LRU, session retention, host tier). Defaults model an 8-GPU
+// node; the cost model and the trace generator live in src/scheduler/sim/.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <memory>
+
+#include "cli/commands.h"
 #include "scheduler/sim/simulator.h"
+
+namespace pg::cli {
+namespace {
 
 using namespace pg::scheduler;
 
-int main(int argc, char** argv) {
-  CLI::App app{"Peregrine scheduler simulator (agentic sessions)"};
+struct SimFlags {
   sim::SimConfig base;
-  base.scheduler.kv.page_size_tokens = 64;
   int64_t kv_tokens = 4'000'000;
   int64_t host_tokens = 16'000'000;
   double ttl_s = 60;
-  base.scheduler.max_step_tokens = 8192;
-  base.scheduler.max_running_requests = 64;
-  app.add_option("--kv-tokens", kv_tokens, "device KV capacity in tokens (whole node)");
-  app.add_option("--host-tokens", host_tokens, "host tier capacity in tokens");
-  app.add_option("--ttl-s", ttl_s, "session retention TTL");
-  app.add_option("--page", base.scheduler.kv.page_size_tokens, "tokens per page");
-  app.add_option("--budget", base.scheduler.max_step_tokens, "tokens per step");
-  app.add_option("--sessions", base.trace.num_sessions);
-  app.add_option("--concurrency", base.trace.concurrency);
-  app.add_option("--first-turn", base.trace.first_turn_tokens);
-  app.add_option("--per-turn", base.trace.tokens_per_turn);
-  app.add_option("--min-turns", base.trace.min_turns);
-  app.add_option("--max-turns", base.trace.max_turns);
-  app.add_option("--output", base.trace.output_tokens);
-  app.add_option("--think-s", base.trace.think_time_mean_s);
-  app.add_option("--background-rps", base.trace.background_requests_per_s);
-  app.add_option("--background-prompt", base.trace.background_prompt_tokens);
-  app.add_option("--seed", base.trace.seed);
-  CLI11_PARSE(app, argc, argv);
+};
+
+void RunSim(SimFlags& f) {
+  sim::SimConfig& base = f.base;
+  const int64_t kv_tokens = f.kv_tokens, host_tokens = f.host_tokens;
+  const double ttl_s = f.ttl_s;
   const int32_t page = base.scheduler.kv.page_size_tokens;
   base.scheduler.kv.num_device_pages = static_cast<int32_t>(kv_tokens / page);
   base.scheduler.max_running_requests = std::max(base.scheduler.max_running_requests, base.trace.concurrency);
@@ -59,5 +51,34 @@ int main(int argc, char** argv) {
                r.preemptions, r.host_hit_pages, r.output_tokens_per_s, r.num_requests);
     std::fflush(stdout);
   }
-  return 0;
 }
+
+}  // namespace
+
+void AddSimCommand(CLI::App& app) {
+  auto f = std::make_shared<SimFlags>();
+  CLI::App* cmd = app.add_subcommand("sim", "scheduler simulator: agentic sessions, policy comparison");
+  sim::SimConfig& base = f->base;
+  base.scheduler.kv.page_size_tokens = 64;
+  base.scheduler.max_step_tokens = 8192;
+  base.scheduler.max_running_requests = 64;
+  cmd->add_option("--kv-tokens", f->kv_tokens, "device KV capacity in tokens (whole node)");
+  cmd->add_option("--host-tokens", f->host_tokens, "host tier capacity in tokens");
+  cmd->add_option("--ttl-s", f->ttl_s, "session retention TTL");
+  cmd->add_option("--page", base.scheduler.kv.page_size_tokens, "tokens per page");
+  cmd->add_option("--budget", base.scheduler.max_step_tokens, "tokens per step");
+  cmd->add_option("--sessions", base.trace.num_sessions);
+  cmd->add_option("--concurrency", base.trace.concurrency);
+  cmd->add_option("--first-turn", base.trace.first_turn_tokens);
+  cmd->add_option("--per-turn", base.trace.tokens_per_turn);
+  cmd->add_option("--min-turns", base.trace.min_turns);
+  cmd->add_option("--max-turns", base.trace.max_turns);
+  cmd->add_option("--output", base.trace.output_tokens);
+  cmd->add_option("--think-s", base.trace.think_time_mean_s);
+  cmd->add_option("--background-rps", base.trace.background_requests_per_s);
+  cmd->add_option("--background-prompt", base.trace.background_prompt_tokens);
+  cmd->add_option("--seed", base.trace.seed);
+  cmd->callback([f] { RunSim(*f); });
+}
+
+}  // namespace pg::cli
