@@ -1,5 +1,6 @@
 // Registry construction, per-op validation, and the dispatch entry points of ops.h.
 #include "kernels/registry.h"
+#include "kernels/validate.h"
 
 #include <algorithm>
 #include <atomic>
@@ -35,17 +36,13 @@ bool RowsPacked(const TensorView& t) {
   return t.shape[0] <= 1 || t.strides[0] >= stride;
 }
 
-void Need(bool cond, std::string_view op, const std::string& what) {
-  if (!cond) Bad(op, what);
-}
 
 void NeedF32Rows(std::string_view op, const char* name, const TensorView& t, int ndim) {
-  Need(t.data != nullptr || t.numel() == 0, op, fmt::format("{} is null", name));
-  Need(t.ndim == ndim, op, fmt::format("{} must be {}-D, got {}", name, ndim, t.ShapeString()));
+  PG_OP_NEED(t.data != nullptr || t.numel() == 0, op, "{} is null", name);
+  PG_OP_NEED(t.ndim == ndim, op, "{} must be {}-D, got {}", name, ndim, t.ShapeString());
   // Activations: f32 on the CPU, bf16 on CUDA (ops.h).
-  Need(t.dtype == DType::kF32 || (t.dtype == DType::kBF16 && t.device == Device::kCuda), op,
-       fmt::format("{} must be f32 (bf16 on cuda), got {}", name, t.ShapeString()));
-  Need(RowsPacked(t), op, fmt::format("{} {} must have packed rows", name, t.ShapeString()));
+  PG_OP_NEED(t.dtype == DType::kF32 || (t.dtype == DType::kBF16 && t.device == Device::kCuda), op, "{} must be f32 (bf16 on cuda), got {}", name, t.ShapeString());
+  PG_OP_NEED(RowsPacked(t), op, "{} {} must have packed rows", name, t.ShapeString());
 }
 
 bool SameShape(const TensorView& a, const TensorView& b) {
@@ -67,22 +64,18 @@ bool IsCacheDType(DType t) { return t == DType::kF32 || t == DType::kF16 || t ==
 // Checks the cache tensors and the batch metadata against `num_tokens` new rows.
 void ValidateBatch(std::string_view op, const AttentionBatch* b, const KvCacheView& c,
                    int64_t num_tokens, int64_t num_kv_heads, int64_t head_dim) {
-  Need(b != nullptr, op, "batch is null");
+  PG_OP_NEED(b != nullptr, op, "batch is null");
   const TensorView& kc = c.k_cache;
   const TensorView& vc = c.v_cache;
-  Need(kc.ndim == 4 && SameShape(kc, vc) && kc.dtype == vc.dtype && IsCacheDType(kc.dtype) &&
-           kc.is_contiguous() && vc.is_contiguous() && kc.data && vc.data,
-       op, fmt::format("cache must be two contiguous [pages, page_size, kv_heads, head_dim] "
-                       "f32/f16/bf16 tensors, got k {} v {}", kc.ShapeString(), vc.ShapeString()));
-  Need(kc.dim(2) == num_kv_heads && kc.dim(3) == head_dim, op,
-       fmt::format("cache {} does not match kv_heads {} head_dim {}", kc.ShapeString(),
-                   num_kv_heads, head_dim));
-  Need(b->page_size > 0 && b->page_size == kc.dim(1), op,
-       fmt::format("batch page_size {} != cache page size in {}", b->page_size, kc.ShapeString()));
+  PG_OP_NEED(kc.ndim == 4 && SameShape(kc, vc) && kc.dtype == vc.dtype && IsCacheDType(kc.dtype) &&
+           kc.is_contiguous() && vc.is_contiguous() && kc.data && vc.data, op, "cache must be two contiguous [pages, page_size, kv_heads, head_dim] "
+                       "f32/f16/bf16 tensors, got k {} v {}", kc.ShapeString(), vc.ShapeString());
+  PG_OP_NEED(kc.dim(2) == num_kv_heads && kc.dim(3) == head_dim, op, "cache {} does not match kv_heads {} head_dim {}", kc.ShapeString(),
+                   num_kv_heads, head_dim);
+  PG_OP_NEED(b->page_size > 0 && b->page_size == kc.dim(1), op, "batch page_size {} != cache page size in {}", b->page_size, kc.ShapeString());
   size_t ns = size_t(b->num_seqs);
-  Need(b->num_seqs >= 0 && b->q_start.size() == ns && b->q_len.size() == ns &&
-           b->kv_len.size() == ns && b->page_start.size() == ns,
-       op, fmt::format("batch spans must all have num_seqs = {} entries", b->num_seqs));
+  PG_OP_NEED(b->num_seqs >= 0 && b->q_start.size() == ns && b->q_len.size() == ns &&
+           b->kv_len.size() == ns && b->page_start.size() == ns, op, "batch spans must all have num_seqs = {} entries", b->num_seqs);
   int64_t total = 0;
   const int64_t num_pages = kc.dim(0);
   for (size_t s = 0; s < ns; ++s) {
@@ -103,8 +96,7 @@ void ValidateBatch(std::string_view op, const AttentionBatch* b, const KvCacheVi
     }
     total += ql;
   }
-  Need(total == num_tokens, op,
-       fmt::format("batch has {} query tokens, tensors have {}", total, num_tokens));
+  PG_OP_NEED(total == num_tokens, op, "batch has {} query tokens, tensors have {}", total, num_tokens);
 }
 
 }  // namespace
@@ -127,75 +119,60 @@ void ThrowNotCapable(std::string_view op, std::string_view backend) {
 
 void Validate(const EmbeddingParams& p) {
   constexpr std::string_view op = "Embedding";
-  Need(p.table.ndim == 2 && p.table.data && quant::CanDequantize(p.table.dtype) &&
-           p.table.strides[1] == 1,
-       op, fmt::format("table must be a 2-D dequantizable matrix, got {}", p.table.ShapeString()));
-  Need(p.ids.ndim == 1 && p.ids.dtype == DType::kI32 && p.ids.is_contiguous(), op,
-       fmt::format("ids must be 1-D i32, got {}", p.ids.ShapeString()));
+  PG_OP_NEED(p.table.ndim == 2 && p.table.data && quant::CanDequantize(p.table.dtype) &&
+           p.table.strides[1] == 1, op, "table must be a 2-D dequantizable matrix, got {}", p.table.ShapeString());
+  PG_OP_NEED(p.ids.ndim == 1 && p.ids.dtype == DType::kI32 && p.ids.is_contiguous(), op, "ids must be 1-D i32, got {}", p.ids.ShapeString());
   NeedF32Rows(op, "out", p.out, 2);
-  Need(p.out.dim(0) == p.ids.dim(0) && p.out.dim(1) == p.table.dim(1), op,
-       fmt::format("out {} must be [{}, {}]", p.out.ShapeString(), p.ids.dim(0), p.table.dim(1)));
-  Need(SameDevice({&p.table, &p.ids, &p.out}), op, "tensors on different devices");
+  PG_OP_NEED(p.out.dim(0) == p.ids.dim(0) && p.out.dim(1) == p.table.dim(1), op, "out {} must be [{}, {}]", p.out.ShapeString(), p.ids.dim(0), p.table.dim(1));
+  PG_OP_NEED(SameDevice({&p.table, &p.ids, &p.out}), op, "tensors on different devices");
 }
 
 void Validate(const RmsNormParams& p) {
   constexpr std::string_view op = "RmsNorm";
   NeedF32Rows(op, "x", p.x, 2);
   NeedF32Rows(op, "out", p.out, 2);
-  Need(SameShape(p.x, p.out), op,
-       fmt::format("x {} and out {} differ", p.x.ShapeString(), p.out.ShapeString()));
-  Need(p.weight.ndim == 1 && p.weight.dim(0) == p.x.dim(1) && p.weight.is_contiguous() &&
+  PG_OP_NEED(SameShape(p.x, p.out), op, "x {} and out {} differ", p.x.ShapeString(), p.out.ShapeString());
+  PG_OP_NEED(p.weight.ndim == 1 && p.weight.dim(0) == p.x.dim(1) && p.weight.is_contiguous() &&
            (p.weight.dtype == DType::kF32 || p.weight.dtype == DType::kF16 ||
-            p.weight.dtype == DType::kBF16),
-       op, fmt::format("weight {} must be [{}] f32/f16/bf16", p.weight.ShapeString(), p.x.dim(1)));
+            p.weight.dtype == DType::kBF16), op, "weight {} must be [{}] f32/f16/bf16", p.weight.ShapeString(), p.x.dim(1));
   if (p.residual.data) {
     NeedF32Rows(op, "residual", p.residual, 2);
-    Need(SameShape(p.x, p.residual), op,
-         fmt::format("residual {} must match x {}", p.residual.ShapeString(), p.x.ShapeString()));
+    PG_OP_NEED(SameShape(p.x, p.residual), op, "residual {} must match x {}", p.residual.ShapeString(), p.x.ShapeString());
   }
-  Need(p.eps >= 0.0f, op, fmt::format("eps {} < 0", p.eps));
-  Need(SameDevice({&p.x, &p.out, &p.weight, &p.residual}), op, "tensors on different devices");
+  PG_OP_NEED(p.eps >= 0.0f, op, "eps {} < 0", p.eps);
+  PG_OP_NEED(SameDevice({&p.x, &p.out, &p.weight, &p.residual}), op, "tensors on different devices");
 }
 
 void Validate(const RopeParams& p) {
   constexpr std::string_view op = "Rope";
   NeedF32Rows(op, "x", p.x, 3);
-  Need(p.positions.ndim == 1 && p.positions.dtype == DType::kI32 &&
-           p.positions.is_contiguous() && p.positions.dim(0) == p.x.dim(0),
-       op, fmt::format("positions {} must be [{}] i32", p.positions.ShapeString(), p.x.dim(0)));
+  PG_OP_NEED(p.positions.ndim == 1 && p.positions.dtype == DType::kI32 &&
+           p.positions.is_contiguous() && p.positions.dim(0) == p.x.dim(0), op, "positions {} must be [{}] i32", p.positions.ShapeString(), p.x.dim(0));
   const RopeConfig& c = p.config;
   int64_t head_dim = p.x.dim(2);
   int64_t rd = c.rotary_dim == 0 ? head_dim : c.rotary_dim;
-  Need(rd > 0 && rd <= head_dim && rd % 2 == 0, op,
-       fmt::format("rotary_dim {} must be even and in (0, head_dim {}]", rd, head_dim));
-  Need(c.theta > 0.0f, op, fmt::format("theta {} must be > 0", c.theta));
-  Need(c.scaling == RopeScaling::kNone || c.factor > 0.0f, op,
-       fmt::format("scaling factor {} must be > 0", c.factor));
-  Need(c.scaling != RopeScaling::kLlama3 || c.high_freq_factor != c.low_freq_factor, op,
-       "llama3 rope: high_freq_factor must differ from low_freq_factor");
-  Need(c.scaling == RopeScaling::kNone || c.scaling == RopeScaling::kLinear ||
-           c.original_max_position > 0,
-       op, fmt::format("original_max_position {} must be > 0", c.original_max_position));
-  Need(SameDevice({&p.x, &p.positions}), op, "tensors on different devices");
+  PG_OP_NEED(rd > 0 && rd <= head_dim && rd % 2 == 0, op, "rotary_dim {} must be even and in (0, head_dim {}]", rd, head_dim);
+  PG_OP_NEED(c.theta > 0.0f, op, "theta {} must be > 0", c.theta);
+  PG_OP_NEED(c.scaling == RopeScaling::kNone || c.factor > 0.0f, op, "scaling factor {} must be > 0", c.factor);
+  PG_OP_NEED(c.scaling != RopeScaling::kLlama3 || c.high_freq_factor != c.low_freq_factor, op, "llama3 rope: high_freq_factor must differ from low_freq_factor");
+  PG_OP_NEED(c.scaling == RopeScaling::kNone || c.scaling == RopeScaling::kLinear ||
+           c.original_max_position > 0, op, "original_max_position {} must be > 0", c.original_max_position);
+  PG_OP_NEED(SameDevice({&p.x, &p.positions}), op, "tensors on different devices");
 }
 
 void Validate(const MatmulParams& p) {
   constexpr std::string_view op = "Matmul";
   NeedF32Rows(op, "x", p.x, 2);
   NeedF32Rows(op, "out", p.out, 2);
-  Need(p.w.ndim == 2 && p.w.data && p.w.strides[1] == 1 && quant::CanDequantize(p.w.dtype), op,
-       fmt::format("w must be a 2-D row-major dequantizable matrix, got {}", p.w.ShapeString()));
-  Need(p.w.dim(1) == p.x.dim(1), op,
-       fmt::format("x {} and w {} disagree on k", p.x.ShapeString(), p.w.ShapeString()));
-  Need(p.out.dim(0) == p.x.dim(0) && p.out.dim(1) == p.w.dim(0), op,
-       fmt::format("out {} must be [{}, {}] for x {} w {}", p.out.ShapeString(), p.x.dim(0),
-                   p.w.dim(0), p.x.ShapeString(), p.w.ShapeString()));
+  PG_OP_NEED(p.w.ndim == 2 && p.w.data && p.w.strides[1] == 1 && quant::CanDequantize(p.w.dtype), op, "w must be a 2-D row-major dequantizable matrix, got {}", p.w.ShapeString());
+  PG_OP_NEED(p.w.dim(1) == p.x.dim(1), op, "x {} and w {} disagree on k", p.x.ShapeString(), p.w.ShapeString());
+  PG_OP_NEED(p.out.dim(0) == p.x.dim(0) && p.out.dim(1) == p.w.dim(0), op, "out {} must be [{}, {}] for x {} w {}", p.out.ShapeString(), p.x.dim(0),
+                   p.w.dim(0), p.x.ShapeString(), p.w.ShapeString());
   if (p.bias.data)
-    Need(p.bias.ndim == 1 && p.bias.dtype == DType::kF32 && p.bias.dim(0) == p.w.dim(0) &&
-             p.bias.is_contiguous(),
-         op, fmt::format("bias {} must be [{}] f32", p.bias.ShapeString(), p.w.dim(0)));
-  Need(p.out.data != p.x.data || p.x.numel() == 0, op, "out must not alias x");
-  Need(SameDevice({&p.x, &p.w, &p.out, &p.bias}), op, "tensors on different devices");
+    PG_OP_NEED(p.bias.ndim == 1 && p.bias.dtype == DType::kF32 && p.bias.dim(0) == p.w.dim(0) &&
+             p.bias.is_contiguous(), op, "bias {} must be [{}] f32", p.bias.ShapeString(), p.w.dim(0));
+  PG_OP_NEED(p.out.data != p.x.data || p.x.numel() == 0, op, "out must not alias x");
+  PG_OP_NEED(SameDevice({&p.x, &p.w, &p.out, &p.bias}), op, "tensors on different devices");
 }
 
 void Validate(const SwiGluParams& p) {
@@ -204,57 +181,46 @@ void Validate(const SwiGluParams& p) {
   NeedF32Rows(op, "out", p.out, 2);
   if (p.up.data) {
     NeedF32Rows(op, "up", p.up, 2);
-    Need(SameShape(p.gate, p.up) && SameShape(p.gate, p.out), op,
-         fmt::format("gate {}, up {}, out {} must have one shape", p.gate.ShapeString(),
-                     p.up.ShapeString(), p.out.ShapeString()));
+    PG_OP_NEED(SameShape(p.gate, p.up) && SameShape(p.gate, p.out), op, "gate {}, up {}, out {} must have one shape", p.gate.ShapeString(),
+                     p.up.ShapeString(), p.out.ShapeString());
   } else {
-    Need(p.gate.dim(0) == p.out.dim(0) && p.gate.dim(1) == 2 * p.out.dim(1), op,
-         fmt::format("gate {} must be [rows, 2 * inter] for out {}", p.gate.ShapeString(),
-                     p.out.ShapeString()));
+    PG_OP_NEED(p.gate.dim(0) == p.out.dim(0) && p.gate.dim(1) == 2 * p.out.dim(1), op, "gate {} must be [rows, 2 * inter] for out {}", p.gate.ShapeString(),
+                     p.out.ShapeString());
   }
-  Need(SameDevice({&p.gate, &p.up, &p.out}), op, "tensors on different devices");
+  PG_OP_NEED(SameDevice({&p.gate, &p.up, &p.out}), op, "tensors on different devices");
 }
 
 void Validate(const AddParams& p) {
   constexpr std::string_view op = "Add";
   for (const TensorView* t : {&p.a, &p.b, &p.out})
-    Need((t->dtype == DType::kF32 || (t->dtype == DType::kBF16 && t->device == Device::kCuda)) &&
-             t->is_contiguous() && (t->data || t->numel() == 0),
-         op, fmt::format("operands must be contiguous f32 (bf16 on cuda), got {}", t->ShapeString()));
-  Need(SameShape(p.a, p.b) && SameShape(p.a, p.out), op,
-       fmt::format("a {}, b {}, out {} must have one shape", p.a.ShapeString(),
-                   p.b.ShapeString(), p.out.ShapeString()));
-  Need(SameDevice({&p.a, &p.b, &p.out}), op, "tensors on different devices");
+    PG_OP_NEED((t->dtype == DType::kF32 || (t->dtype == DType::kBF16 && t->device == Device::kCuda)) &&
+             t->is_contiguous() && (t->data || t->numel() == 0), op, "operands must be contiguous f32 (bf16 on cuda), got {}", t->ShapeString());
+  PG_OP_NEED(SameShape(p.a, p.b) && SameShape(p.a, p.out), op, "a {}, b {}, out {} must have one shape", p.a.ShapeString(),
+                   p.b.ShapeString(), p.out.ShapeString());
+  PG_OP_NEED(SameDevice({&p.a, &p.b, &p.out}), op, "tensors on different devices");
 }
 
 void Validate(const KvWriteParams& p) {
   constexpr std::string_view op = "KvWrite";
   NeedF32Rows(op, "k", p.k, 3);
   NeedF32Rows(op, "v", p.v, 3);
-  Need(SameShape(p.k, p.v), op,
-       fmt::format("k {} and v {} differ", p.k.ShapeString(), p.v.ShapeString()));
+  PG_OP_NEED(SameShape(p.k, p.v), op, "k {} and v {} differ", p.k.ShapeString(), p.v.ShapeString());
   ValidateBatch(op, p.batch, p.cache, p.k.dim(0), p.k.dim(1), p.k.dim(2));
-  Need(SameDevice({&p.k, &p.v, &p.cache.k_cache, &p.cache.v_cache}), op,
-       "tensors on different devices");
+  PG_OP_NEED(SameDevice({&p.k, &p.v, &p.cache.k_cache, &p.cache.v_cache}), op, "tensors on different devices");
 }
 
 void Validate(const AttentionParams& p) {
   constexpr std::string_view op = "Attention";
   NeedF32Rows(op, "q", p.q, 3);
   NeedF32Rows(op, "out", p.out, 3);
-  Need(SameShape(p.q, p.out), op,
-       fmt::format("q {} and out {} differ", p.q.ShapeString(), p.out.ShapeString()));
-  Need(p.cache.k_cache.ndim == 4, op,
-       fmt::format("k_cache {} must be 4-D", p.cache.k_cache.ShapeString()));
+  PG_OP_NEED(SameShape(p.q, p.out), op, "q {} and out {} differ", p.q.ShapeString(), p.out.ShapeString());
+  PG_OP_NEED(p.cache.k_cache.ndim == 4, op, "k_cache {} must be 4-D", p.cache.k_cache.ShapeString());
   int64_t num_kv_heads = p.cache.k_cache.dim(2);
-  Need(num_kv_heads > 0 && p.q.dim(1) % num_kv_heads == 0, op,
-       fmt::format("num_heads {} must be a multiple of num_kv_heads {}", p.q.dim(1), num_kv_heads));
+  PG_OP_NEED(num_kv_heads > 0 && p.q.dim(1) % num_kv_heads == 0, op, "num_heads {} must be a multiple of num_kv_heads {}", p.q.dim(1), num_kv_heads);
   ValidateBatch(op, p.batch, p.cache, p.q.dim(0), num_kv_heads, p.q.dim(2));
-  Need(p.sliding_window >= 0 && p.logit_softcap >= 0.0f && p.scale >= 0.0f, op,
-       fmt::format("sliding_window {}, logit_softcap {}, scale {} must be >= 0", p.sliding_window,
-                   p.logit_softcap, p.scale));
-  Need(SameDevice({&p.q, &p.out, &p.cache.k_cache, &p.cache.v_cache}), op,
-       "tensors on different devices");
+  PG_OP_NEED(p.sliding_window >= 0 && p.logit_softcap >= 0.0f && p.scale >= 0.0f, op, "sliding_window {}, logit_softcap {}, scale {} must be >= 0", p.sliding_window,
+                   p.logit_softcap, p.scale);
+  PG_OP_NEED(SameDevice({&p.q, &p.out, &p.cache.k_cache, &p.cache.v_cache}), op, "tensors on different devices");
 }
 
 Device DeviceOf(const EmbeddingParams& p) { return p.out.device; }

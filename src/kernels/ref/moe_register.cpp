@@ -6,32 +6,27 @@
 #include "kernels/ops_moe.h"
 #include "kernels/ref/moe_kernels.h"
 #include "kernels/registry.h"
+#include "kernels/validate.h"
 
 namespace pg::ops {
 namespace {
 
-void Need(bool cond, std::string_view op, const std::string& what) {
-  if (!cond) Throw(ErrorCode::kInvalidArgument, "{}: {}", op, what);
-}
 
 // Row-packed f32 tensor of `ndim` dims (dim 0 may be strided), CPU activations.
 void NeedF32(std::string_view op, const char* name, const TensorView& t, int ndim) {
-  Need(t.ndim == ndim && t.dtype == DType::kF32 && (t.data != nullptr || t.numel() == 0), op,
-       fmt::format("{} must be a {}-D f32 tensor, got {}", name, ndim, t.ShapeString()));
+  PG_OP_NEED(t.ndim == ndim && t.dtype == DType::kF32 && (t.data != nullptr || t.numel() == 0), op, "{} must be a {}-D f32 tensor, got {}", name, ndim, t.ShapeString());
   int64_t stride = 1;
   for (int i = t.ndim - 1; i >= 1; --i) {
-    Need(t.shape[i] == 1 || t.strides[i] == stride, op,
-         fmt::format("{} {} must have packed rows", name, t.ShapeString()));
+    PG_OP_NEED(t.shape[i] == 1 || t.strides[i] == stride, op, "{} {} must have packed rows", name, t.ShapeString());
     stride *= t.shape[i];
   }
 }
 
 void NeedWeight(std::string_view op, const std::string& name, const TensorView& w, int64_t rows,
                 int64_t cols) {
-  Need(w.ndim == 2 && w.data && w.strides[1] == 1 && quant::CanDequantize(w.dtype) &&
-           w.dim(0) == rows && w.dim(1) == cols,
-       op, fmt::format("{} must be a [{}, {}] row-major dequantizable matrix, got {}", name, rows,
-                       cols, w.ShapeString()));
+  PG_OP_NEED(w.ndim == 2 && w.data && w.strides[1] == 1 && quant::CanDequantize(w.dtype) &&
+           w.dim(0) == rows && w.dim(1) == cols, op, "{} must be a [{}, {}] row-major dequantizable matrix, got {}", name, rows,
+                       cols, w.ShapeString());
 }
 
 // The latent cache and batch are checked as a KvWrite of [num_tokens, 1, half] rows would be
@@ -39,10 +34,9 @@ void NeedWeight(std::string_view op, const std::string& name, const TensorView& 
 void ValidateLatentCache(std::string_view op, const KvCacheView& cache, const AttentionBatch* b,
                          int64_t num_tokens, int64_t latent_dim, void* any_ptr) {
   const int64_t half = (latent_dim + 1) / 2;
-  Need(cache.k_cache.ndim == 4 && cache.k_cache.dim(2) == 1 && cache.k_cache.dim(3) == half, op,
-       fmt::format("latent cache must be [pages, page_size, 1, {}] (latent dim {}), got {}",
-                   half, latent_dim, cache.k_cache.ShapeString()));
-  Need(cache.k_cache.device == Device::kCpu || cache.k_cache.device == Device::kCuda, op, "device");
+  PG_OP_NEED(cache.k_cache.ndim == 4 && cache.k_cache.dim(2) == 1 && cache.k_cache.dim(3) == half, op, "latent cache must be [pages, page_size, 1, {}] (latent dim {}), got {}",
+                   half, latent_dim, cache.k_cache.ShapeString());
+  PG_OP_NEED(cache.k_cache.device == Device::kCpu || cache.k_cache.device == Device::kCuda, op, "device");
   static float dummy = 0.0f;
   void* ptr = any_ptr ? any_ptr : &dummy;
   TensorView rows = TensorView::Contiguous(ptr, DType::kF32, {num_tokens, 1, half});
@@ -59,25 +53,19 @@ void Validate(const MoeRouterParams& p) {
   constexpr std::string_view op = "MoeRouter";
   NeedF32(op, "logits", p.logits, 2);
   NeedF32(op, "topk_weights", p.topk_weights, 2);
-  Need(p.topk_ids.ndim == 2 && p.topk_ids.dtype == DType::kI32 && p.topk_ids.is_contiguous() &&
-           p.topk_ids.data,
-       op, fmt::format("topk_ids must be a contiguous 2-D i32 tensor, got {}",
-                       p.topk_ids.ShapeString()));
+  PG_OP_NEED(p.topk_ids.ndim == 2 && p.topk_ids.dtype == DType::kI32 && p.topk_ids.is_contiguous() &&
+           p.topk_ids.data, op, "topk_ids must be a contiguous 2-D i32 tensor, got {}",
+                       p.topk_ids.ShapeString());
   const int64_t n = p.logits.dim(0), e = p.logits.dim(1), k = p.topk_ids.dim(1);
-  Need(p.topk_ids.dim(0) == n && p.topk_weights.dim(0) == n && p.topk_weights.dim(1) == k, op,
-       fmt::format("topk_ids {} / topk_weights {} must be [{}, top_k]", p.topk_ids.ShapeString(),
-                   p.topk_weights.ShapeString(), n));
-  Need(p.num_groups >= 1 && e % p.num_groups == 0, op,
-       fmt::format("num_groups {} must divide num_experts {}", p.num_groups, e));
-  Need(p.topk_groups >= 1 && p.topk_groups <= p.num_groups, op,
-       fmt::format("topk_groups {} must be in [1, num_groups {}]", p.topk_groups, p.num_groups));
-  Need(k >= 1 && k <= int64_t(p.topk_groups) * (e / p.num_groups), op,
-       fmt::format("top_k {} must be in [1, {}] (topk_groups {} x {} experts per group)", k,
-                   int64_t(p.topk_groups) * (e / p.num_groups), p.topk_groups, e / p.num_groups));
+  PG_OP_NEED(p.topk_ids.dim(0) == n && p.topk_weights.dim(0) == n && p.topk_weights.dim(1) == k, op, "topk_ids {} / topk_weights {} must be [{}, top_k]", p.topk_ids.ShapeString(),
+                   p.topk_weights.ShapeString(), n);
+  PG_OP_NEED(p.num_groups >= 1 && e % p.num_groups == 0, op, "num_groups {} must divide num_experts {}", p.num_groups, e);
+  PG_OP_NEED(p.topk_groups >= 1 && p.topk_groups <= p.num_groups, op, "topk_groups {} must be in [1, num_groups {}]", p.topk_groups, p.num_groups);
+  PG_OP_NEED(k >= 1 && k <= int64_t(p.topk_groups) * (e / p.num_groups), op, "top_k {} must be in [1, {}] (topk_groups {} x {} experts per group)", k,
+                   int64_t(p.topk_groups) * (e / p.num_groups), p.topk_groups, e / p.num_groups);
   if (p.bias.data)
-    Need(p.bias.ndim == 1 && p.bias.dim(0) == e && p.bias.dtype == DType::kF32 &&
-             p.bias.is_contiguous(),
-         op, fmt::format("bias {} must be [{}] f32", p.bias.ShapeString(), e));
+    PG_OP_NEED(p.bias.ndim == 1 && p.bias.dim(0) == e && p.bias.dtype == DType::kF32 &&
+             p.bias.is_contiguous(), op, "bias {} must be [{}] f32", p.bias.ShapeString(), e);
 }
 
 void Validate(const MoeExpertsParams& p) {
@@ -85,18 +73,15 @@ void Validate(const MoeExpertsParams& p) {
   NeedF32(op, "x", p.x, 2);
   NeedF32(op, "out", p.out, 2);
   NeedF32(op, "topk_weights", p.topk_weights, 2);
-  Need(p.topk_ids.ndim == 2 && p.topk_ids.dtype == DType::kI32 && p.topk_ids.is_contiguous(), op,
-       fmt::format("topk_ids must be a contiguous 2-D i32 tensor, got {}",
-                   p.topk_ids.ShapeString()));
+  PG_OP_NEED(p.topk_ids.ndim == 2 && p.topk_ids.dtype == DType::kI32 && p.topk_ids.is_contiguous(), op, "topk_ids must be a contiguous 2-D i32 tensor, got {}",
+                   p.topk_ids.ShapeString());
   const int64_t n = p.x.dim(0), h = p.x.dim(1);
-  Need(p.out.dim(0) == n && p.out.dim(1) == h, op,
-       fmt::format("out {} must be [{}, {}]", p.out.ShapeString(), n, h));
-  Need(p.topk_ids.dim(0) == n && p.topk_weights.dim(0) == n &&
-           p.topk_weights.dim(1) == p.topk_ids.dim(1),
-       op, fmt::format("topk_ids {} / topk_weights {} must be [{}, top_k]",
-                       p.topk_ids.ShapeString(), p.topk_weights.ShapeString(), n));
-  Need(!p.experts.empty(), op, "no experts");
-  Need(p.out.data != p.x.data || n == 0, op, "out must not alias x");
+  PG_OP_NEED(p.out.dim(0) == n && p.out.dim(1) == h, op, "out {} must be [{}, {}]", p.out.ShapeString(), n, h);
+  PG_OP_NEED(p.topk_ids.dim(0) == n && p.topk_weights.dim(0) == n &&
+           p.topk_weights.dim(1) == p.topk_ids.dim(1), op, "topk_ids {} / topk_weights {} must be [{}, top_k]",
+                       p.topk_ids.ShapeString(), p.topk_weights.ShapeString(), n);
+  PG_OP_NEED(!p.experts.empty(), op, "no experts");
+  PG_OP_NEED(p.out.data != p.x.data || n == 0, op, "out must not alias x");
   const int64_t inter = p.experts[0].gate.ndim == 2 ? p.experts[0].gate.dim(0) : -1;
   for (size_t e = 0; e < p.experts.size(); ++e) {
     const MoeExpertWeights& w = p.experts[e];
@@ -123,14 +108,12 @@ void Validate(const MlaAttentionParams& p) {
   NeedF32(op, "q", p.q, 3);
   NeedF32(op, "out", p.out, 3);
   const int64_t n = p.q.dim(0), heads = p.q.dim(1), qk = p.q.dim(2), v = p.out.dim(2);
-  Need(p.kv_lora_rank > 0 && p.rope_dim >= 0 && p.rope_dim < qk, op,
-       fmt::format("kv_lora_rank {} must be > 0 and rope_dim {} in [0, {})", p.kv_lora_rank,
-                   p.rope_dim, qk));
-  Need(p.out.dim(0) == n && p.out.dim(1) == heads && v > 0, op,
-       fmt::format("out {} must be [{}, {}, v_dim]", p.out.ShapeString(), n, heads));
+  PG_OP_NEED(p.kv_lora_rank > 0 && p.rope_dim >= 0 && p.rope_dim < qk, op, "kv_lora_rank {} must be > 0 and rope_dim {} in [0, {})", p.kv_lora_rank,
+                   p.rope_dim, qk);
+  PG_OP_NEED(p.out.dim(0) == n && p.out.dim(1) == heads && v > 0, op, "out {} must be [{}, {}, v_dim]", p.out.ShapeString(), n, heads);
   const int64_t nope = qk - p.rope_dim;
   NeedWeight(op, "w_kv_b", p.w_kv_b, heads * (nope + v), p.kv_lora_rank);
-  Need(p.scale >= 0.0f, op, fmt::format("scale {} must be >= 0", p.scale));
+  PG_OP_NEED(p.scale >= 0.0f, op, "scale {} must be >= 0", p.scale);
   ValidateLatentCache(op, p.cache, p.batch, n, int64_t(p.kv_lora_rank) + p.rope_dim, p.q.data);
 }
 
