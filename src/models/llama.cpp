@@ -7,6 +7,7 @@
 
 #include "core/quant.h"
 #include "core/status.h"
+#include "models/logit_head.h"
 
 namespace pg::models {
 namespace {
@@ -286,18 +287,10 @@ class LlamaModel final : public Model {
       pending = down;
     }
     // Only the rows that need logits go through the final norm and the output projection.
-    TensorView g = TensorView::Contiguous(s_.gathered.view().data, DType::kF32, {m, h});
-    TensorView gd = TensorView::Contiguous(s_.hn.view().data, DType::kF32, {m, h});
-    for (int64_t i = 0; i < m; ++i) {
-      int64_t r = b.logit_rows[size_t(i)];
-      PG_CHECK(r >= 0 && r < n, "logit row {} of {}", r, n);
-      float* dst = g.as<float>() + i * h;
-      const float* xr = x.as<float>() + r * h;
-      const float* pr = pending.as<float>() + r * h;
-      for (int64_t j = 0; j < h; ++j) dst[j] = xr[j] + pr[j];
-    }
-    ops::RmsNorm({.x = g, .weight = output_norm_, .out = gd, .eps = c.rms_norm_eps});
-    ops::Matmul({.x = gd, .w = output_, .out = logits});
+    RunLogitHead({.residual = x, .last = pending, .logit_rows = b.logit_rows,
+                  .gathered = s_.gathered.view(),
+                  .normed = s_.hn.view(), .norm_weight = output_norm_,
+                  .eps = c.rms_norm_eps, .output = output_, .logits = logits});
   }
 
  private:
@@ -377,20 +370,9 @@ class LlamaModel final : public Model {
       ops::Matmul({.x = act, .w = L.w_down, .out = down});
       pending = down;
     }
-    // Final residual add for the logit rows only: one Add per run of consecutive rows
-    // (decode asks for every row: one launch).
-    TensorView g = S.gathered.Slice0(0, m);
-    for (int64_t i = 0; i < m;) {
-      const int64_t r0 = b.logit_rows[size_t(i)];
-      int64_t len = 1;
-      while (i + len < m && b.logit_rows[size_t(i + len)] == r0 + len) ++len;
-      PG_CHECK(r0 >= 0 && r0 + len <= n, "logit rows {}+{} of {}", r0, len, n);
-      ops::Add({.a = x.Slice0(r0, len), .b = pending.Slice0(r0, len), .out = g.Slice0(i, len)});
-      i += len;
-    }
-    TensorView gd = S.hn.Slice0(0, m);
-    ops::RmsNorm({.x = g, .weight = d_output_norm_, .out = gd, .eps = c.rms_norm_eps});
-    ops::Matmul({.x = gd, .w = d_output_, .out = logits});
+    RunLogitHead({.residual = x, .last = pending, .logit_rows = b.logit_rows,
+                  .gathered = S.gathered, .normed = S.hn, .norm_weight = d_output_norm_,
+                  .eps = c.rms_norm_eps, .output = d_output_, .logits = logits});
     (void)h, (void)f;
   }
 

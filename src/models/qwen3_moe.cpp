@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "models/logit_head.h"
 #include "models/moe_layer.h"
 
 namespace pg::models {
@@ -94,16 +95,9 @@ class Qwen3MoeModel final : public Model {
       if (L.moe) RunMoeFfn(L.moe_ffn, c_, hn, ffn, scratch_);
       else RunMlp(L.mlp, hn, ffn, scratch_);
     }
-    // Only the rows that need logits go through the final norm and the output projection.
-    TensorView g = buf(g_, h).Slice0(0, m), gn = hn.Slice0(0, m);
-    for (int64_t i = 0; i < m; ++i) {
-      const int64_t r = fb.logit_rows[size_t(i)];
-      PG_CHECK(r >= 0 && r < n, "logit row {} of {}", r, n);
-      for (int64_t j = 0; j < h; ++j)
-        g.as<float>()[i * h + j] = x.as<float>()[r * h + j] + ffn.as<float>()[r * h + j];
-    }
-    ops::RmsNorm({.x = g, .weight = norm_, .out = gn, .eps = b.rms_norm_eps});
-    ops::Matmul({.x = gn, .w = output_, .out = logits});
+    RunLogitHead({.residual = x, .last = ffn, .logit_rows = fb.logit_rows,
+                  .gathered = buf(g_, h), .normed = hn, .norm_weight = norm_,
+                  .eps = b.rms_norm_eps, .output = output_, .logits = logits});
   }
 
  private:
