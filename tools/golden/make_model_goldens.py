@@ -41,8 +41,8 @@ def greedy(model, ids, num_new):
     return toks, first, margins
 
 
-def save_case(outdir, name, prompts, model):
-    d = os.path.join(outdir, name)
+def write_golden(d, name, prompts, model, generator, extra=None):
+    """Greedy-decodes every prompt; writes logits_<i>.f32 and golden.json into folder d."""
     os.makedirs(d, exist_ok=True)
     cases = []
     for i, ids in enumerate(prompts):
@@ -50,13 +50,20 @@ def save_case(outdir, name, prompts, model):
         logits.numpy().astype("<f4").tofile(os.path.join(d, f"logits_{i}.f32"))
         cases.append({"prompt_ids": ids, "greedy_ids": toks, "top1_margins": margins,
                       "logits_file": f"logits_{i}.f32"})
-        print(name, i, "prompt", len(ids), "->", toks[:12], "min margin %.4f" % min(margins))
-    meta = {"generator": "tools/golden/make_model_goldens.py",
+        print(name, i, "prompt", len(ids), "->", toks[:12], "min margin %.4f" % min(margins),
+              flush=True)
+    meta = {"generator": generator,
             "transformers": __import__("transformers").__version__,
             "torch": torch.__version__, "dtype": "float32", "num_new_tokens": NUM_NEW,
             "cases": cases}
+    meta.update(extra or {})
     with open(os.path.join(d, "golden.json"), "w") as f:
         json.dump(meta, f, indent=1)
+
+
+def save_case(outdir, name, prompts, model):
+    write_golden(os.path.join(outdir, name), name, prompts, model,
+                 "tools/golden/make_model_goldens.py")
 
 
 def random_model(cls, cfg, seed):

@@ -31,45 +31,15 @@ import argparse, json, math, os, re, shutil, sys, tempfile
 
 import torch
 
-NUM_NEW = 64
 PROMPT_LENS = (1, 7, 33, 100)
 
 
-def greedy(model, ids, num_new):
-    """Greedy decode with the KV cache; returns new tokens, first-step logits and margins."""
-    dev = next(model.parameters()).device
-    out = model(input_ids=torch.tensor([ids], device=dev), use_cache=True)
-    past = out.past_key_values
-    logits = out.logits[0, -1].float()
-    first = logits.detach().cpu().clone()
-    toks, margins = [], []
-    for _ in range(num_new):
-        top2 = torch.topk(logits, 2)
-        t = int(top2.indices[0])
-        toks.append(t)
-        margins.append(float(top2.values[0] - top2.values[1]))
-        out = model(input_ids=torch.tensor([[t]], device=dev), past_key_values=past, use_cache=True)
-        past = out.past_key_values
-        logits = out.logits[0, -1].float()
-    return toks, first, margins
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_model_goldens import write_golden  # noqa: E402  (greedy decode + golden.json)
 
 
 def save_case(d, name, prompts, model, extra):
-    cases = []
-    for i, ids in enumerate(prompts):
-        toks, logits, margins = greedy(model, ids, NUM_NEW)
-        logits.numpy().astype("<f4").tofile(os.path.join(d, f"logits_{i}.f32"))
-        cases.append({"prompt_ids": ids, "greedy_ids": toks, "top1_margins": margins,
-                      "logits_file": f"logits_{i}.f32"})
-        print(name, i, "prompt", len(ids), "->", toks[:12], "min margin %.4f" % min(margins),
-              flush=True)
-    meta = {"generator": "tools/golden/make_moe_goldens.py",
-            "transformers": __import__("transformers").__version__,
-            "torch": torch.__version__, "dtype": "float32", "num_new_tokens": NUM_NEW,
-            "cases": cases}
-    meta.update(extra)
-    with open(os.path.join(d, "golden.json"), "w") as f:
-        json.dump(meta, f, indent=1)
+    write_golden(d, name, prompts, model, "tools/golden/make_moe_goldens.py", extra)
 
 
 def bf16(t):
