@@ -203,7 +203,11 @@ void LocalEngine::ExecuteStep(const scheduler::Plan& plan, scheduler::StepResult
   }
   if (plan.entries.empty()) return;
   const int P = config_.page_size;
-  std::vector<int32_t> tokens, positions, q_start, q_len, kv_len, page_start, page_table, rows;
+  // Batch metadata, rebuilt in buffers that keep their capacity across steps.
+  StepBuffers& sb = step_;
+  auto& [tokens, positions, q_start, q_len, kv_len, page_start, page_table, rows] = sb;
+  for (auto* v : {&tokens, &positions, &q_start, &q_len, &kv_len, &page_start, &page_table, &rows})
+    v->clear();
   for (const scheduler::PlanEntry& e : plan.entries) {
     q_start.push_back(int32_t(tokens.size()));
     q_len.push_back(e.num_tokens);

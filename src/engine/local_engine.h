@@ -83,6 +83,9 @@ class LocalEngine final : public Engine {
   std::vector<uint8_t> host_pages_;
   std::unordered_map<RequestId, std::unique_ptr<Live>> live_;
   Tensor logits_;
+  struct StepBuffers {  // per-step batch metadata (see ExecuteStep); capacity reused
+    std::vector<int32_t> tokens, positions, q_start, q_len, kv_len, page_start, page_table, rows;
+  } step_;
   uint64_t seed_counter_ = 0x5eed;
 
   // Shared with callers (under mu_).
