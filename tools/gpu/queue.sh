@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# One device call runs every queued GPU job (several developers share the 30-minute budget).
+#
+# A job is a folder .gpuq/<name>/ (git-ignored, carried to the GPU machine) holding
+#   run.sh     the job (bash; runs from the repo root with OUT=<its own output folder>),
+#   READY      present when the job should run; its text is a request number,
+#   timeout    optional: seconds this job may take (default 150),
+#   bin/*.gz   optional: stripped, gzipped binaries (queue_env.sh unpacks them).
+# Shared libraries every binary needs travel once in .gpulib (tools/gpu/queue.sh --pack-lib).
+#
+#   here:   tools/gpu/queue.sh --pack-lib           (once per session)
+#   device: run(command="tools/gpu/queue.sh", carry=[".gpulib", ".gpuq"])
+# Output: $OUT/summary.txt and $OUT/results.tgz (one folder per job, each with log.txt).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+
+if [[ "${1:-}" == "--pack-lib" ]]; then
+  set -e
+  rm -rf .gpulib && mkdir -p .gpulib
+  for l in libfmt.so.9 libspdlog.so.1.10 libgfortran.so.5 libquadmath.so.0 libfabric.so.1; do
+    [[ -e /lib/x86_64-linux-gnu/$l ]] && cp -L /lib/x86_64-linux-gnu/$l .gpulib/
+  done
+  cp -L /usr/local/cuda/lib64/libcudart.so.13 .gpulib/
+  gzip -9c /usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0 > .gpulib/libopenblas.so.0.gz
+  for p in /.gpulib/ /.gpuq/; do grep -qx "$p" .git/info/exclude || echo "$p" >> .git/info/exclude; done
+  du -sh .gpulib
+  exit 0
+fi
+
+OUT="${OUT:-/tmp/gpuq_out}"
+mkdir -p "$OUT/jobs"
+export NCCL_NVLS_ENABLE=0
+{
+  echo "== environment ($(date -u +%FT%TZ))"
+  nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem,memory.total --format=csv
+} 2>&1 | tee "$OUT/summary.txt"
+for d in .gpuq/*/; do
+  name=$(basename "$d")
+  [[ -f "$d/READY" && -f "$d/run.sh" ]] || continue
+  t=$(cat "$d/timeout" 2>/dev/null || echo 150)
+  o="$OUT/jobs/$name"; mkdir -p "$o"
+  cp "$d/READY" "$o/request"
+  start=$(date +%s)
+  ( export OUT="$o" JOB="$d"; timeout --kill-after=10 "$t" bash "$d/run.sh" ) > "$o/log.txt" 2>&1
+  rc=$?
+  echo "job $name request $(cat "$d/READY") rc=$rc seconds=$(( $(date +%s) - start ))" | tee -a "$OUT/summary.txt"
+  tail -5 "$o/log.txt" | sed 's/^/    /' | tee -a "$OUT/summary.txt"
+done
+tar -C "$OUT/jobs" -czf "$OUT/results.tgz" .
+rm -rf "$OUT/jobs"

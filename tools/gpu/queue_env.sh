@@ -1,0 +1,16 @@
+# Sourced by a queued job's run.sh on the GPU machine (see tools/gpu/queue.sh): puts the
+# shared libraries (.gpulib) and cuBLASLt on LD_LIBRARY_PATH and unpacks the job's bin/*.gz
+# into $BIN.
+mkdir -p /tmp/pglib
+[[ -f /tmp/pglib/libopenblas.so.0 ]] || gunzip -c .gpulib/libopenblas.so.0.gz > /tmp/pglib/libopenblas.so.0
+lt=$(ls /usr/local/cuda/lib64/libcublasLt.so.13 /usr/local/cuda/lib/libcublasLt.so.13 2>/dev/null | head -1)
+[[ -n "$lt" ]] || lt=$(find / -name 'libcublasLt.so.13' -not -path '*/proc/*' 2>/dev/null | head -1)
+export LD_LIBRARY_PATH="$PWD/.gpulib:/tmp/pglib:$(dirname "${lt:-/nonexistent/x}"):${LD_LIBRARY_PATH:-}"
+export OPENBLAS_NUM_THREADS=8 NCCL_NVLS_ENABLE=0
+BIN="/tmp/pgbin/$(basename "$JOB")"
+mkdir -p "$BIN"
+for f in "$JOB"/bin/*.gz; do
+  [[ -e "$f" ]] || continue
+  gunzip -c "$f" > "$BIN/$(basename "$f" .gz)" && chmod +x "$BIN/$(basename "$f" .gz)"
+done
+export BIN
