@@ -76,6 +76,12 @@ struct MatmulParams {
   TensorView w;     // [m, k] weight, row-major by output feature
   TensorView out;   // [n, m] f32
   TensorView bias;  // optional [m] f32
+  // fp8 e4m3 weights only (w.dtype == kF8E4M3): f32 dequantization scales, real weight =
+  // float(w) * scale, by the shape of w_scale:
+  //   [1]                                   per tensor
+  //   [m]                                   per output channel
+  //   [ceil(m / 128), ceil(k / 128)]        DeepSeek 128x128 blocks (weight_scale_inv)
+  TensorView w_scale;
   bool accumulate = false;
 };
 void Matmul(const MatmulParams& p);
