@@ -23,9 +23,11 @@ namespace pg::ops {
 //   DeepSeek-V3 / Kimi K2: sigmoid, bias, n_group / topk_group, routed_scaling_factor.
 // Ties choose the lower expert index. Experts of a token are listed in descending choice
 // score.
+// CUDA: logits bf16 or f32 on the device (bias, topk_weights f32, topk_ids i32, all on the
+// device); up to 1024 experts, top_k <= 32, num_groups <= 32.
 enum class MoeScoring : uint8_t { kSoftmax, kSigmoid };
 struct MoeRouterParams {
-  TensorView logits;        // [num_tokens, num_experts] f32 (router matmul output)
+  TensorView logits;        // [num_tokens, num_experts] f32 (router matmul output; bf16 ok on CUDA)
   TensorView bias;          // optional [num_experts] f32 (data == nullptr: none)
   TensorView topk_ids;      // [num_tokens, top_k] i32, out
   TensorView topk_weights;  // [num_tokens, top_k] f32, out
@@ -42,17 +44,22 @@ void MoeRouter(const MoeRouterParams& p);
 // expert_e(x) = down_e · (silu(gate_e · x) * (up_e · x)). Weights are per expert, any
 // dequantizable dtype (each expert's matrices are separate views: hub checkpoints store one
 // tensor per expert). An id of -1 is an empty route (contributes nothing).
+// fp8 e4m3 weights carry f32 dequantization scales (real = float(w) * scale) shaped as
+// MatmulParams::w_scale: [1] per tensor, [rows] per output channel, or DeepSeek's 128x128
+// blocks [ceil(rows / 128), ceil(cols / 128)] (weight_scale_inv). Other dtypes: no scales.
+// CUDA: x / out bf16, weights bf16 or fp8 e4m3 (+ scales), ids / topk_weights on the device.
 struct MoeExpertWeights {
   TensorView gate;  // [inter, hidden]
   TensorView up;    // [inter, hidden]
   TensorView down;  // [hidden, inter]
+  TensorView gate_scale, up_scale, down_scale;  // fp8 only (see above)
 };
 struct MoeExpertsParams {
-  TensorView x;                               // [num_tokens, hidden] f32
+  TensorView x;                               // [num_tokens, hidden] f32 (bf16 on CUDA)
   TensorView topk_ids;                        // [num_tokens, top_k] i32, in [-1, num_experts)
   TensorView topk_weights;                    // [num_tokens, top_k] f32
   std::span<const MoeExpertWeights> experts;  // [num_experts], one inter size for all
-  TensorView out;                             // [num_tokens, hidden] f32; must not alias x
+  TensorView out;                             // [num_tokens, hidden] f32 (bf16 on CUDA); must not alias x
   bool accumulate = false;                    // out += result (e.g. onto the shared expert)
 };
 void MoeExperts(const MoeExpertsParams& p);

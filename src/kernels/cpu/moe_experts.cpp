@@ -63,10 +63,10 @@ void CpuMoeExperts(const MoeExpertsParams& p) {
     const MoeExpertWeights& w = p.experts[size_t(e)];
     TensorView xs = view(s.xs, h), g = view(s.gate, inter), u = view(s.up, inter),
                a = view(s.act, inter), d = view(s.down, h);
-    Matmul({.x = xs, .w = w.gate, .out = g});
-    Matmul({.x = xs, .w = w.up, .out = u});
+    Matmul({.x = xs, .w = w.gate, .out = g, .w_scale = w.gate_scale});
+    Matmul({.x = xs, .w = w.up, .out = u, .w_scale = w.up_scale});
     SwiGlu({.gate = g, .up = u, .out = a});
-    Matmul({.x = a, .w = w.down, .out = d});
+    Matmul({.x = a, .w = w.down, .out = d, .w_scale = w.down_scale});
     for (int64_t i = 0; i < m; ++i) {
       const int64_t r = s.order[size_t(begin + i)], t = r / k, j = r % k;
       const float rw = detail::RowF32(p.topk_weights, t)[j];

@@ -27,6 +27,21 @@ std::vector<int> TopK(const std::vector<double>& v, const std::vector<bool>& eli
 
 double Silu(double g) { return g / (1.0 + std::exp(-g)); }
 
+// Row r of weight w dequantized to f32, fp8 scales applied (MoeExpertWeights).
+void WeightRow(const TensorView& w, const TensorView& scale, int64_t r, float* row) {
+  const int64_t cols = w.dim(1);
+  quant::DequantizeRow(w.dtype, w.row_ptr(r), row, cols);
+  if (!scale.data) return;
+  const float* s = scale.as<float>();
+  if (scale.ndim == 1) {
+    const float v = scale.dim(0) == 1 ? s[0] : s[r];
+    for (int64_t c = 0; c < cols; ++c) row[c] *= v;
+  } else {  // 128x128 blocks
+    const float* srow = s + (r / 128) * scale.dim(1);
+    for (int64_t c = 0; c < cols; ++c) row[c] *= srow[c / 128];
+  }
+}
+
 }  // namespace
 
 void MoeRouter(const MoeRouterParams& p) {
@@ -90,15 +105,15 @@ void MoeExperts(const MoeExpertsParams& p) {
       const MoeExpertWeights& w = p.experts[size_t(e)];
       for (int64_t i = 0; i < inter; ++i) {
         double g = 0, u = 0;
-        quant::DequantizeRow(w.gate.dtype, w.gate.row_ptr(i), wrow.data(), h);
+        WeightRow(w.gate, w.gate_scale, i, wrow.data());
         for (int64_t c = 0; c < h; ++c) g += double(x[c]) * wrow[size_t(c)];
-        quant::DequantizeRow(w.up.dtype, w.up.row_ptr(i), wrow.data(), h);
+        WeightRow(w.up, w.up_scale, i, wrow.data());
         for (int64_t c = 0; c < h; ++c) u += double(x[c]) * wrow[size_t(c)];
         act[size_t(i)] = Silu(g) * u;
       }
       const double route_w = RowF32(p.topk_weights, t)[j];
       for (int64_t o = 0; o < h; ++o) {
-        quant::DequantizeRow(w.down.dtype, w.down.row_ptr(o), wrow.data(), inter);
+        WeightRow(w.down, w.down_scale, o, wrow.data());
         double y = 0;
         for (int64_t i = 0; i < inter; ++i) y += act[size_t(i)] * wrow[size_t(i)];
         acc[size_t(o)] += route_w * y;

@@ -22,11 +22,39 @@ void NeedF32(std::string_view op, const char* name, const TensorView& t, int ndi
   }
 }
 
+// An activation: f32 on the CPU, bf16 on CUDA (ops.h), packed rows.
+void NeedAct(std::string_view op, const char* name, const TensorView& t, int ndim) {
+  if (t.device == Device::kCuda && t.dtype == DType::kBF16) {
+    TensorView as_f32 = t;  // same layout checks
+    as_f32.dtype = DType::kF32;
+    NeedF32(op, name, as_f32, ndim);
+  } else {
+    NeedF32(op, name, t, ndim);
+  }
+}
+
 void NeedWeight(std::string_view op, const std::string& name, const TensorView& w, int64_t rows,
                 int64_t cols) {
   PG_OP_NEED(w.ndim == 2 && w.data && w.strides[1] == 1 && quant::CanDequantize(w.dtype) &&
            w.dim(0) == rows && w.dim(1) == cols, op, "{} must be a [{}, {}] row-major dequantizable matrix, got {}", name, rows,
                        cols, w.ShapeString());
+}
+
+// fp8 e4m3 weights need f32 scales [1], [rows] or [ceil(rows/128), ceil(cols/128)]; other
+// dtypes none (ops_moe.h, MoeExpertWeights).
+void NeedScale(std::string_view op, const std::string& name, const TensorView& w,
+               const TensorView& s) {
+  if (w.dtype != DType::kF8E4M3) {
+    PG_OP_NEED(!s.data, op, "{}: scales are for fp8 e4m3 weights only, got {}", name, w.ShapeString());
+    return;
+  }
+  const int64_t m = w.dim(0), k = w.dim(1);
+  const bool shape_ok = (s.ndim == 1 && (s.dim(0) == 1 || s.dim(0) == m)) ||
+                        (s.ndim == 2 && s.dim(0) == (m + 127) / 128 && s.dim(1) == (k + 127) / 128);
+  PG_OP_NEED(s.data && s.dtype == DType::kF32 && s.is_contiguous() && shape_ok &&
+                 s.device == w.device, op,
+             "{}: fp8 weight {} needs f32 scales [1], [{}] or [{}, {}] on its device, got {}",
+             name, w.ShapeString(), m, (m + 127) / 128, (k + 127) / 128, s.ShapeString());
 }
 
 // The latent cache and batch are checked as a KvWrite of [num_tokens, 1, half] rows would be
@@ -51,7 +79,7 @@ void ValidateLatentCache(std::string_view op, const KvCacheView& cache, const At
 
 void Validate(const MoeRouterParams& p) {
   constexpr std::string_view op = "MoeRouter";
-  NeedF32(op, "logits", p.logits, 2);
+  NeedAct(op, "logits", p.logits, 2);
   NeedF32(op, "topk_weights", p.topk_weights, 2);
   PG_OP_NEED(p.topk_ids.ndim == 2 && p.topk_ids.dtype == DType::kI32 && p.topk_ids.is_contiguous() &&
            p.topk_ids.data, op, "topk_ids must be a contiguous 2-D i32 tensor, got {}",
@@ -70,8 +98,8 @@ void Validate(const MoeRouterParams& p) {
 
 void Validate(const MoeExpertsParams& p) {
   constexpr std::string_view op = "MoeExperts";
-  NeedF32(op, "x", p.x, 2);
-  NeedF32(op, "out", p.out, 2);
+  NeedAct(op, "x", p.x, 2);
+  NeedAct(op, "out", p.out, 2);
   NeedF32(op, "topk_weights", p.topk_weights, 2);
   PG_OP_NEED(p.topk_ids.ndim == 2 && p.topk_ids.dtype == DType::kI32 && p.topk_ids.is_contiguous(), op, "topk_ids must be a contiguous 2-D i32 tensor, got {}",
                    p.topk_ids.ShapeString());
@@ -88,7 +116,13 @@ void Validate(const MoeExpertsParams& p) {
     NeedWeight(op, fmt::format("expert {} gate", e), w.gate, inter, h);
     NeedWeight(op, fmt::format("expert {} up", e), w.up, inter, h);
     NeedWeight(op, fmt::format("expert {} down", e), w.down, h, inter);
+    NeedScale(op, fmt::format("expert {} gate", e), w.gate, w.gate_scale);
+    NeedScale(op, fmt::format("expert {} up", e), w.up, w.up_scale);
+    NeedScale(op, fmt::format("expert {} down", e), w.down, w.down_scale);
   }
+  // Ids on the device are not read back here (a sync); the CUDA kernels skip ids outside
+  // [0, num_experts) as empty routes.
+  if (p.topk_ids.device != Device::kCpu) return;
   const int32_t* ids = p.topk_ids.as<int32_t>();
   const int64_t num_experts = int64_t(p.experts.size());
   for (int64_t i = 0; i < p.topk_ids.numel(); ++i)
