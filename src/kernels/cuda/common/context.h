@@ -32,7 +32,11 @@ class StreamScope {
 // Whether `s` is capturing a CUDA graph now.
 bool IsCapturing(cudaStream_t s);
 
-enum class ScratchSlot : int { kAttentionPartials, kLtWorkspace, kErrorFlag, kCount };
+enum class ScratchSlot : int {
+  kAttentionPartials, kLtWorkspace, kErrorFlag,
+  kMoe,  // MoeExperts (cuda/moe): routed activations, sort tables
+  kCount
+};
 // Device scratch of at least `bytes`, valid until the next call with the same slot on this
 // thread. Its contents are undefined.
 void* Scratch(ScratchSlot slot, size_t bytes);
