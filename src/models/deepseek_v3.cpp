@@ -6,6 +6,7 @@
 
 #include "core/status.h"
 #include "models/logit_head.h"
+#include "models/moe_device.h"
 #include "models/moe_layer.h"
 
 namespace pg::models {
@@ -32,8 +33,29 @@ TensorView Cols(const TensorView& t, int64_t col, int64_t cols) {
   return v;
 }
 
+// The device copy of a layer (HF names as Layer's). Projections bf16 or fp8 block-scaled as
+// stored; kv_b_proj always bf16 (MlaAttention's weight).
+struct DeviceLayer {
+  TensorView attn_norm, ffn_norm, q_a_norm, kv_a_norm;  // f32
+  DeviceMatrix wq, wq_a, wq_b, wkv_a, wo;
+  TensorView wkv_b;  // [heads * (nope + v), kv_lora] bf16
+  bool moe = false;
+  DeviceMlp mlp;
+  DeviceMoeFfn moe_ffn;
+};
+
+// Device activations for up to `capacity` tokens (bf16), carved once at placement.
+struct DeviceActs {
+  int64_t capacity = 0;
+  TensorView x, hn, qa, q, kva, attn, o, ffn, gathered;
+  DeviceFfnScratch ffn_scratch;
+};
+
 class DeepseekV3Model final : public Model {
  public:
+  // A model with no host weights: Place(random) must follow before any Forward.
+  explicit DeepseekV3Model(MoeModelConfig c) : c_(std::move(c)) {}
+
   DeepseekV3Model(MoeModelConfig c, std::unique_ptr<MoeWeights> w)
       : c_(std::move(c)), w_(std::move(w)) {
     const ModelConfig& b = c_.base;
@@ -71,9 +93,103 @@ class DeepseekV3Model final : public Model {
   }
 
   const ModelConfig& config() const override { return c_.base; }
-  int64_t weight_bytes() const override { return w_->total_bytes(); }
+  int64_t weight_bytes() const override {
+    return on_device() ? device_weight_bytes_ : w_->total_bytes();
+  }
+  bool on_device() const override { return device_ != nullptr; }
+  int64_t streamed_weight_bytes() const override {
+    if (!on_device()) return weight_bytes();
+    const bool tied = d_output_.data == d_embed_.data;
+    return device_weight_bytes_ - (tied ? 0 : d_embed_.nbytes());
+  }
+  int64_t last_forward_weight_bytes() const override {
+    if (!on_device() || last_tokens_ == 0) return streamed_weight_bytes();
+    int64_t bytes = streamed_weight_bytes();
+    for (const DeviceLayer& L : d_layers_) {
+      if (!L.moe) continue;
+      bytes -= L.moe_ffn.expert_bytes * c_.num_experts;
+      bytes += TouchedExpertBytes(L.moe_ffn, last_tokens_, c_.top_k, *device_);
+    }
+    return bytes;
+  }
+
+  void PlaceOnDevice(DeviceMemory& memory, const DevicePlacement& placement) override {
+    PG_ENSURE(w_ != nullptr, kInvalidArgument, "model has no host weights to place");
+    Place(memory, placement, /*random=*/false, false, 0);
+  }
+
+  // Allocates device weights (from the host store by HF name, fp8 kept fp8; or random, fp8
+  // block-scaled when random_fp8) and activation scratch for placement.max_batch_tokens.
+  void Place(DeviceMemory& memory, const DevicePlacement& placement, bool random,
+             bool random_fp8, uint64_t seed) {
+    PG_ENSURE(!on_device(), kInvalidArgument, "model is already on a device");
+    PG_ENSURE(placement.max_batch_tokens > 0, kInvalidArgument,
+              "device placement needs max_batch_tokens > 0");
+    const ModelConfig& b = c_.base;
+    const int64_t h = b.hidden_size, nh = b.num_heads, nope = c_.qk_nope_head_dim,
+                  rope = c_.qk_rope_head_dim, qk = nope + rope, vd = c_.v_head_dim,
+                  rank = c_.kv_lora_rank, lat = c_.latent_dim(), vocab = b.vocab_size;
+    const int64_t cap = placement.max_batch_tokens;
+    DeviceWeightMaker mk(memory, random, seed);
+    MoeDeviceSource src(mk, random ? nullptr : w_.get(), random_fp8);
+    d_embed_ = src.Bf16("model.embed_tokens.weight", vocab, h);
+    const bool untied = random ? !b.tie_word_embeddings : output_.data != embed_.data;
+    d_output_ = untied ? src.Bf16("lm_head.weight", vocab, h) : d_embed_;
+    d_norm_ = src.Vector("model.norm.weight", h, 1.0f);
+    // YaRN's rope_q_scale multiplies q's rope dims (ropes are linear: before or after the
+    // rotation is the same); folded into the rows of the q projection (then bf16).
+    std::vector<float> q_rows;
+    if (c_.rope_q_scale != 1.0f) {
+      q_rows.assign(size_t(nh * qk), 1.0f);
+      for (int64_t hd = 0; hd < nh; ++hd)
+        for (int64_t i = nope; i < qk; ++i) q_rows[size_t(hd * qk + i)] = c_.rope_q_scale;
+    }
+    auto q_proj = [&](const std::string& name, int64_t cols) {
+      if (q_rows.empty()) return src.Linear(name, nh * qk, cols);
+      return DeviceMatrix{src.Bf16(name, nh * qk, cols, q_rows), {}};
+    };
+    d_layers_.resize(size_t(b.num_layers));
+    for (int i = 0; i < b.num_layers; ++i) {
+      const std::string p = "model.layers." + std::to_string(i) + ".";
+      const std::string a = p + "self_attn.";
+      DeviceLayer& D = d_layers_[size_t(i)];
+      D.attn_norm = src.Vector(p + "input_layernorm.weight", h, 1.0f);
+      D.ffn_norm = src.Vector(p + "post_attention_layernorm.weight", h, 1.0f);
+      if (c_.q_lora_rank > 0) {
+        D.wq_a = src.Linear(a + "q_a_proj.weight", c_.q_lora_rank, h);
+        D.q_a_norm = src.Vector(a + "q_a_layernorm.weight", c_.q_lora_rank, 1.0f);
+        D.wq_b = q_proj(a + "q_b_proj.weight", c_.q_lora_rank);
+      } else {
+        D.wq = q_proj(a + "q_proj.weight", h);
+      }
+      D.wkv_a = src.Linear(a + "kv_a_proj_with_mqa.weight", lat, h);
+      D.kv_a_norm = src.Vector(a + "kv_a_layernorm.weight", rank, 1.0f);
+      D.wkv_b = src.Bf16(a + "kv_b_proj.weight", nh * (nope + vd), rank);
+      D.wo = src.Linear(a + "o_proj.weight", h, nh * vd);
+      D.moe = c_.IsMoeLayer(i);
+      if (D.moe) D.moe_ffn = PlaceMoeFfn(src, p + "mlp.", c_, cap);
+      else D.mlp = PlaceMlp(src, p + "mlp.", h, b.intermediate_size);
+    }
+    device_weight_bytes_ = mk.bytes();
+    DeviceActs& A = d_;
+    A.capacity = cap;
+    A.x = mk.Activations(cap, h);
+    A.hn = mk.Activations(cap, h);
+    if (c_.q_lora_rank > 0) A.qa = mk.Activations(cap, c_.q_lora_rank);
+    // One row more than the capacity: the rope view of q (ForwardDevice) spans `nope`
+    // elements past the last row (never touched).
+    A.q = mk.Activations(cap + 1, nh * qk);
+    A.kva = mk.Activations(cap, lat);
+    A.attn = mk.Activations(cap, nh * vd);
+    A.o = mk.Activations(cap, h);
+    A.ffn = mk.Activations(cap, h);
+    A.gathered = mk.Activations(cap, h);
+    A.ffn_scratch = PlaceFfnScratch(mk, c_, cap);
+    device_ = &memory;
+  }
 
   void Forward(const ForwardBatch& fb, const KvCacheLayers& kv, TensorView logits) override {
+    if (on_device()) return ForwardDevice(fb, kv, logits);
     const ModelConfig& b = c_.base;
     const int64_t n = int64_t(fb.tokens.size()), m = int64_t(fb.logit_rows.size());
     PG_CHECK(fb.positions.size() == fb.tokens.size() && fb.attention != nullptr);
@@ -143,18 +259,102 @@ class DeepseekV3Model final : public Model {
   }
 
  private:
+  // The device path: the host path's computation in bf16 on device buffers at fixed
+  // addresses (capturable in a CUDA graph). Decode batches (every q_len 1) run the absorbed
+  // MLA, others the expanded one, as the host path.
+  void ForwardDevice(const ForwardBatch& fb, const KvCacheLayers& kv, TensorView logits) {
+    const ModelConfig& b = c_.base;
+    const int64_t n = int64_t(fb.tokens.size());
+    CheckDeviceBatch(fb, kv, logits, b, *device_, d_.capacity);
+    if (n == 0) return;
+    const int64_t nh = b.num_heads, nope = c_.qk_nope_head_dim, rope = c_.qk_rope_head_dim,
+                  qk = nope + rope, vd = c_.v_head_dim, rank = c_.kv_lora_rank,
+                  lat = c_.latent_dim();
+    const DeviceActs& A = d_;
+    const TensorView x = A.x.Slice0(0, n), hn = A.hn.Slice0(0, n), q = A.q.Slice0(0, n),
+                     kva = A.kva.Slice0(0, n), attn = A.attn.Slice0(0, n),
+                     o = A.o.Slice0(0, n), ffn = A.ffn.Slice0(0, n);
+    const TensorView qa = c_.q_lora_rank > 0 ? A.qa.Slice0(0, n) : TensorView{};
+    // kva = [c_kv (rank) | k_pe (rope)] per token; c_kv is normed in place, k_pe rotated as
+    // one head [n, 1, rope] (row stride lat).
+    const TensorView c_kv = Columns(kva, 0, rank);
+    TensorView k_pe = Columns(kva, rank, rope);
+    k_pe.ndim = 3;
+    k_pe.shape = {n, 1, rope};
+    k_pe.strides = {lat, rope, 1};
+    // q's rope dims are the last `rope` of each head: the view [n, nh, qk] starting `nope`
+    // elements in, with rotary_dim = rope, rotates exactly them (in place).
+    TensorView q_pe = q.Reshape({n, nh, qk});
+    q_pe.data = static_cast<uint16_t*>(q.data) + nope;
+    ops::RopeConfig rope_cfg = b.rope;
+    rope_cfg.rotary_dim = int(rope);
+    const bool decode = std::all_of(fb.attention->q_len.begin(), fb.attention->q_len.end(),
+                                    [](int32_t l) { return l == 1; });
+    const TensorView& pos = fb.device_positions;
+    ops::Embedding({.table = d_embed_, .ids = fb.device_tokens, .out = x});
+    for (int li = 0; li < b.num_layers; ++li) {
+      const DeviceLayer& L = d_layers_[size_t(li)];
+      ops::RmsNorm({.x = li ? ffn : x, .weight = L.attn_norm, .out = hn,
+                    .residual = li ? x : TensorView{}, .eps = b.rms_norm_eps});
+      if (c_.q_lora_rank > 0) {
+        DeviceMatmul(hn, L.wq_a, qa);
+        ops::RmsNorm({.x = qa, .weight = L.q_a_norm, .out = qa, .eps = b.rms_norm_eps});
+        DeviceMatmul(qa, L.wq_b, q);
+      } else {
+        DeviceMatmul(hn, L.wq, q);
+      }
+      DeviceMatmul(hn, L.wkv_a, kva);
+      ops::RmsNorm({.x = c_kv, .weight = L.kv_a_norm, .out = c_kv, .eps = b.rms_norm_eps});
+      if (rope > 0) {
+        ops::Rope({.x = k_pe, .positions = pos, .config = rope_cfg});
+        ops::Rope({.x = q_pe, .positions = pos, .config = rope_cfg});
+      }
+      const ops::KvCacheView& cache = kv.layers[size_t(li)];
+      ops::MlaCacheWrite({.latent = kva, .cache = cache, .batch = fb.attention});
+      ops::MlaAttention({.q = q.Reshape({n, nh, qk}), .w_kv_b = L.wkv_b,
+                         .out = attn.Reshape({n, nh, vd}), .cache = cache, .batch = fb.attention,
+                         .kv_lora_rank = int(rank), .rope_dim = int(rope),
+                         .scale = c_.softmax_scale,
+                         .mode = decode ? ops::MlaMode::kAbsorbed : ops::MlaMode::kExpanded});
+      DeviceMatmul(attn, L.wo, o);
+      ops::RmsNorm({.x = o, .weight = L.ffn_norm, .out = hn, .residual = x, .eps = b.rms_norm_eps});
+      if (L.moe) RunDeviceMoeFfn(L.moe_ffn, c_, hn, ffn, A.ffn_scratch);
+      else RunDeviceMlp(L.mlp, hn, ffn, A.ffn_scratch);
+    }
+    RunLogitHead({.residual = x, .last = ffn, .logit_rows = fb.logit_rows,
+                  .gathered = A.gathered, .normed = A.hn, .norm_weight = d_norm_,
+                  .eps = b.rms_norm_eps, .output = d_output_, .logits = logits});
+    last_tokens_ = n;
+  }
+
   MoeModelConfig c_;
   std::unique_ptr<MoeWeights> w_;
   TensorView embed_, norm_, output_;
   std::vector<Layer> layers_;
   std::vector<float> x_, hn_, q_, qa_, kva_, qpe_, attn_, o_, ffn_, g_;  // grow-only
   FfnScratch scratch_;
+  // Device copy (null device_: the model runs on the host).
+  DeviceMemory* device_ = nullptr;
+  TensorView d_embed_, d_norm_, d_output_;
+  std::vector<DeviceLayer> d_layers_;
+  DeviceActs d_;
+  int64_t device_weight_bytes_ = 0;
+  int64_t last_tokens_ = 0;  // tokens of the last device forward (its routes are kept)
 };
 
 }  // namespace
 
 std::unique_ptr<Model> CreateDeepseekV3(MoeModelConfig config, std::unique_ptr<MoeWeights> weights) {
   return std::make_unique<DeepseekV3Model>(std::move(config), std::move(weights));
+}
+
+std::unique_ptr<Model> CreateDeepseekV3OnDevice(MoeModelConfig config, DeviceMemory& memory,
+                                                const DevicePlacement& placement, uint64_t seed,
+                                                bool fp8) {
+  config.Validate();
+  auto model = std::make_unique<DeepseekV3Model>(std::move(config));
+  model->Place(memory, placement, /*random=*/true, fp8, seed);
+  return model;
 }
 
 }  // namespace pg::models

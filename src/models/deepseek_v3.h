@@ -16,5 +16,10 @@
 namespace pg::models {
 
 std::unique_ptr<Model> CreateDeepseekV3(MoeModelConfig config, std::unique_ptr<MoeWeights> weights);
+// `config`'s real shapes with random weights made on the device, already placed: every
+// projection fp8 block-scaled (as DeepSeek's checkpoints) when `fp8`, else bf16.
+std::unique_ptr<Model> CreateDeepseekV3OnDevice(MoeModelConfig config, DeviceMemory& memory,
+                                                const DevicePlacement& placement, uint64_t seed,
+                                                bool fp8);
 
 }  // namespace pg::models

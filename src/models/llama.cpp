@@ -7,6 +7,7 @@
 
 #include "core/quant.h"
 #include "core/status.h"
+#include "models/device_weights.h"
 #include "models/logit_head.h"
 
 namespace pg::models {
@@ -41,71 +42,6 @@ struct DeviceLayer {
 struct DeviceScratch {
   int64_t capacity = 0;
   TensorView x, hn, qkv, q, k, v, attn, o, gate_up, act, down, gathered;
-};
-
-// Makes device weights: from host tensors (any dequantizable dtype -> bf16) or random.
-class DeviceWeightMaker {
- public:
-  DeviceWeightMaker(DeviceMemory& mem, bool random, uint64_t seed)
-      : mem_(mem), random_(random), seed_(seed) {}
-
-  // The row-wise concatenation of host matrices `parts` (each [r_i, cols]) as one bf16 device
-  // matrix [sum r_i, cols]; in random mode a random matrix [rows, cols].
-  TensorView Matrix(std::initializer_list<TensorView> parts, int64_t rows, int64_t cols) {
-    TensorView out = TensorView::Contiguous(Alloc(rows * cols * 2), DType::kBF16, {rows, cols},
-                                            mem_.device());
-    if (random_) {
-      mem_.FillRandom(out.data, DType::kBF16, rows * cols, 0.0f, 0.02f, seed_++);
-    } else {
-      std::vector<uint16_t> staging(static_cast<size_t>(rows * cols));
-      std::vector<float> row(static_cast<size_t>(cols));
-      int64_t r = 0;
-      for (const TensorView& part : parts) {
-        PG_CHECK(part.ndim == 2 && part.dim(1) == cols, "part {} for [{}, {}]",
-                 part.ShapeString(), rows, cols);
-        for (int64_t i = 0; i < part.dim(0); ++i, ++r) {
-          quant::DequantizeRow(part.dtype, part.row_ptr(i), row.data(), cols);
-          uint16_t* dst = staging.data() + r * cols;
-          for (int64_t j = 0; j < cols; ++j) dst[j] = F32ToBf16(row[size_t(j)]);
-        }
-      }
-      PG_CHECK(r == rows, "parts have {} rows, expected {}", r, rows);
-      mem_.CopyToDevice(out.data, staging.data(), staging.size() * 2);
-    }
-    bytes_ += rows * cols * 2;
-    return out;
-  }
-
-  // The concatenation of host f32 vectors as one f32 device vector [n]; random: mean + noise.
-  TensorView Vector(std::initializer_list<TensorView> parts, int64_t n, float mean) {
-    TensorView out = TensorView::Contiguous(Alloc(n * 4), DType::kF32, {n}, mem_.device());
-    if (random_) {
-      mem_.FillRandom(out.data, DType::kF32, n, mean, 0.02f, seed_++);
-    } else {
-      std::vector<float> staging;
-      for (const TensorView& part : parts) {
-        PG_CHECK(part.dtype == DType::kF32 && part.is_contiguous(), "vector {}", part.ShapeString());
-        staging.insert(staging.end(), part.as<float>(), part.as<float>() + part.numel());
-      }
-      PG_CHECK(int64_t(staging.size()) == n, "vector parts {} != {}", staging.size(), n);
-      mem_.CopyToDevice(out.data, staging.data(), staging.size() * 4);
-    }
-    bytes_ += n * 4;
-    return out;
-  }
-
-  TensorView Activations(int64_t rows, int64_t cols) {
-    return TensorView::Contiguous(Alloc(rows * cols * 2), DType::kBF16, {rows, cols},
-                                  mem_.device());
-  }
-  int64_t bytes() const { return bytes_; }
-
- private:
-  void* Alloc(int64_t bytes) { return mem_.Allocate(size_t(std::max<int64_t>(bytes, 1))); }
-  DeviceMemory& mem_;
-  bool random_;
-  uint64_t seed_;
-  int64_t bytes_ = 0;
 };
 
 class LlamaModel final : public Model {

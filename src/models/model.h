@@ -53,8 +53,8 @@ class DeviceMemory {
   // Synchronous copies (start-up and tests only, never on the hot path).
   virtual void CopyToDevice(void* dst, const void* src, size_t bytes) = 0;
   virtual void CopyToHost(void* dst, const void* src, size_t bytes) = 0;
-  // Fills `count` elements (bf16 or f32) with mean + std * (approximately normal noise),
-  // deterministic from `seed`: dummy weights of real shapes without a host copy.
+  // Fills `count` elements (bf16, f32 or fp8 e4m3) with mean + std * (approximately normal
+  // noise), deterministic from `seed`: dummy weights of real shapes without a host copy.
   virtual void FillRandom(void* dst, DType dtype, int64_t count, float mean, float std,
                           uint64_t seed) = 0;
 };
@@ -90,6 +90,10 @@ class Model {
   // Bytes of weights every decode step streams (all matrices except the input embedding,
   // which is gathered by row); the numerator of the decode bandwidth floor.
   virtual int64_t streamed_weight_bytes() const { return weight_bytes(); }
+  // Bytes of weights the last (device) Forward read: streamed_weight_bytes() for dense
+  // models; MoE models count their dense weights plus, per layer, the distinct routed experts
+  // that forward chose (reading the routes back: a synchronisation, for benchmarks only).
+  virtual int64_t last_forward_weight_bytes() const { return streamed_weight_bytes(); }
 };
 
 // A model of `config`'s real shapes created directly on the device with random weights

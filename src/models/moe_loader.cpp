@@ -31,4 +31,22 @@ std::unique_ptr<Model> LoadMoeModel(const LoadOptions& o, const nlohmann::json& 
   return CreateDeepseekV3(std::move(c), std::move(w));
 }
 
+std::unique_ptr<Model> CreateDummyMoeModelOnDevice(const MoeModelConfig& config,
+                                                   DeviceMemory& memory,
+                                                   const DevicePlacement& placement,
+                                                   uint64_t seed, bool fp8) {
+  PG_ENSURE(!fp8 || config.arch == MoeArch::kDeepseekV3, kUnsupported,
+            "{}: fp8 dummy weights are DeepSeek-V3's format only", config.model_type);
+  if (config.arch == MoeArch::kQwen3Moe)
+    return CreateQwen3MoeOnDevice(config, memory, placement, seed);
+  return CreateDeepseekV3OnDevice(config, memory, placement, seed, fp8);
+}
+
+bool DeclaresFp8Weights(const nlohmann::json& j) {
+  if (!j.contains("quantization_config") || !j["quantization_config"].is_object()) return false;
+  const auto& q = j["quantization_config"];
+  return q.contains("quant_method") && q["quant_method"].is_string() &&
+         q["quant_method"].get<std::string>() == "fp8";
+}
+
 }  // namespace pg::models

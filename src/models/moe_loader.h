@@ -8,6 +8,7 @@
 #include <string>
 
 #include "models/model.h"
+#include "models/moe_config.h"
 
 namespace pg::models {
 
@@ -15,5 +16,16 @@ namespace pg::models {
 // options.format is kDummy). Throws pg::Error like LoadModel.
 std::unique_ptr<Model> LoadMoeModel(const LoadOptions& options, const nlohmann::json& config,
                                     const std::string& folder);
+
+// A MoE model of `config`'s real shapes made on the device with random weights, already
+// placed (`--load-format dummy` for shapes too large for the host): bf16, or for DeepSeek-V3
+// with `fp8` every projection fp8 128x128 block-scaled as its checkpoints store them.
+std::unique_ptr<Model> CreateDummyMoeModelOnDevice(const MoeModelConfig& config,
+                                                   DeviceMemory& memory,
+                                                   const DevicePlacement& placement,
+                                                   uint64_t seed, bool fp8);
+// Whether a config.json declares DeepSeek's fp8 block-scaled weights
+// (quantization_config.quant_method "fp8").
+bool DeclaresFp8Weights(const nlohmann::json& config);
 
 }  // namespace pg::models

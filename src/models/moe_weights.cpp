@@ -129,6 +129,31 @@ TensorView MoeWeights::Get(const std::string& name, std::initializer_list<int64_
   return v;
 }
 
+bool MoeWeights::IsStoredFp8(std::string_view name) const {
+  if (dummy_ || !st_) return false;
+  const io::SafetensorsTensorInfo* info = st_->FindTensor(name);
+  return info != nullptr && info->view().dtype == DType::kF8E4M3;
+}
+
+MoeWeights::Stored MoeWeights::GetStored(const std::string& name,
+                                         std::initializer_list<int64_t> shape) {
+  if (!dummy_) {
+    const io::SafetensorsTensorInfo* info = st_->FindTensor(name);
+    PG_ENSURE(info != nullptr, kMalformed, "{}: missing tensor '{}'", source_, name);
+    if (info->view().dtype == DType::kF8E4M3) {
+      const io::SafetensorsTensorInfo* s = st_->FindTensor(name + "_scale_inv");
+      PG_ENSURE(s != nullptr, kMalformed,
+                "{}: fp8 tensor '{}' has no '{}_scale_inv' (only block-scaled fp8 is supported)",
+                source_, name, name);
+      const TensorView w = info->view();
+      PG_ENSURE(SameShape(w, shape), kMalformed, "{}: tensor '{}' has shape {}, expected {}",
+                source_, name, w.ShapeString(), ShapeOf(shape));
+      return {w, s->view()};
+    }
+  }
+  return {Get(name, shape), TensorView{}};
+}
+
 TensorView MoeWeights::GetF32(const std::string& name, std::initializer_list<int64_t> shape,
                               float dummy_value) {
   if (auto it = cache_.find(name); it != cache_.end()) return it->second;

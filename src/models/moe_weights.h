@@ -41,6 +41,17 @@ class MoeWeights {
   // An f32 copy (norm weights, biases); `dummy_value` is the dummy store's mean.
   TensorView GetF32(const std::string& name, std::initializer_list<int64_t> shape,
                     float dummy_value = 1.0f);
+  // A matrix as stored, for the device paths (which keep fp8 on the device): fp8 block-scaled
+  // weights come back fp8 with their scale_inv ([ceil(out / block_rows), ceil(in /
+  // block_cols)]); anything else as Get (scale_inv empty). Checked against `shape`.
+  struct Stored {
+    TensorView w, scale_inv;
+  };
+  Stored GetStored(const std::string& name, std::initializer_list<int64_t> shape);
+  // Whether `name` is stored fp8 block-scaled (never for dummy stores).
+  bool IsStoredFp8(std::string_view name) const;
+  int block_rows() const { return block_rows_; }
+  int block_cols() const { return block_cols_; }
   int64_t total_bytes() const { return total_bytes_; }  // as stored (fp8 counts 1 byte)
   const std::string& source() const { return source_; }
 

@@ -5,6 +5,7 @@
 
 #include "core/status.h"
 #include "models/logit_head.h"
+#include "models/moe_device.h"
 #include "models/moe_layer.h"
 
 namespace pg::models {
@@ -19,8 +20,29 @@ struct Layer {
   MoeFfnWeights moe_ffn;           // MoE layers
 };
 
+// The device copy of a layer: bf16 matrices, f32 norms (the same HF names as Layer's).
+struct DeviceLayer {
+  TensorView attn_norm, ffn_norm, q_norm, k_norm;
+  DeviceMatrix wq, wk, wv, wo;
+  bool moe = false;
+  DeviceMlp mlp;
+  DeviceMoeFfn moe_ffn;
+};
+
+// Device activations for up to `capacity` tokens (bf16), carved once at placement.
+struct DeviceActs {
+  int64_t capacity = 0;
+  TensorView x, hn, q, k, v, attn, o, ffn, gathered;
+  DeviceFfnScratch ffn_scratch;
+};
+
 class Qwen3MoeModel final : public Model {
  public:
+  // A model with no host weights: Place(random) must follow before any Forward.
+  explicit Qwen3MoeModel(MoeModelConfig c) : c_(std::move(c)) {
+    scale_ = 1.0f / std::sqrt(float(c_.base.head_dim)) * ops::RopeAttentionScale(c_.base.rope);
+  }
+
   Qwen3MoeModel(MoeModelConfig c, std::unique_ptr<MoeWeights> w)
       : c_(std::move(c)), w_(std::move(w)) {
     const ModelConfig& b = c_.base;
@@ -52,9 +74,81 @@ class Qwen3MoeModel final : public Model {
   }
 
   const ModelConfig& config() const override { return c_.base; }
-  int64_t weight_bytes() const override { return w_->total_bytes(); }
+  int64_t weight_bytes() const override {
+    return on_device() ? device_weight_bytes_ : w_->total_bytes();
+  }
+  bool on_device() const override { return device_ != nullptr; }
+  int64_t streamed_weight_bytes() const override {
+    if (!on_device()) return weight_bytes();
+    const bool tied = d_output_.data == d_embed_.data;
+    return device_weight_bytes_ - (tied ? 0 : d_embed_.nbytes());
+  }
+  int64_t last_forward_weight_bytes() const override {
+    if (!on_device() || last_tokens_ == 0) return streamed_weight_bytes();
+    int64_t bytes = streamed_weight_bytes();
+    for (const DeviceLayer& L : d_layers_) {
+      if (!L.moe) continue;
+      bytes -= L.moe_ffn.expert_bytes * c_.num_experts;
+      bytes += TouchedExpertBytes(L.moe_ffn, last_tokens_, c_.top_k, *device_);
+    }
+    return bytes;
+  }
+
+  void PlaceOnDevice(DeviceMemory& memory, const DevicePlacement& placement) override {
+    PG_ENSURE(w_ != nullptr, kInvalidArgument, "model has no host weights to place");
+    Place(memory, placement, /*random=*/false, 0);
+  }
+
+  // Allocates device weights (converted from the host store by HF name, or random) and
+  // activation scratch for placement.max_batch_tokens tokens.
+  void Place(DeviceMemory& memory, const DevicePlacement& placement, bool random, uint64_t seed) {
+    PG_ENSURE(!on_device(), kInvalidArgument, "model is already on a device");
+    PG_ENSURE(placement.max_batch_tokens > 0, kInvalidArgument,
+              "device placement needs max_batch_tokens > 0");
+    const ModelConfig& b = c_.base;
+    const int64_t h = b.hidden_size, qd = int64_t(b.num_heads) * b.head_dim,
+                  kvd = int64_t(b.num_kv_heads) * b.head_dim, vocab = b.vocab_size;
+    const int64_t cap = placement.max_batch_tokens;
+    DeviceWeightMaker mk(memory, random, seed);
+    MoeDeviceSource src(mk, random ? nullptr : w_.get(), /*random_fp8=*/false);
+    d_embed_ = src.Bf16("model.embed_tokens.weight", vocab, h);
+    const bool untied = random ? !b.tie_word_embeddings : output_.data != embed_.data;
+    d_output_ = untied ? src.Bf16("lm_head.weight", vocab, h) : d_embed_;
+    d_norm_ = src.Vector("model.norm.weight", h, 1.0f);
+    d_layers_.resize(size_t(b.num_layers));
+    for (int i = 0; i < b.num_layers; ++i) {
+      const std::string p = "model.layers." + std::to_string(i) + ".";
+      DeviceLayer& D = d_layers_[size_t(i)];
+      D.attn_norm = src.Vector(p + "input_layernorm.weight", h, 1.0f);
+      D.ffn_norm = src.Vector(p + "post_attention_layernorm.weight", h, 1.0f);
+      D.q_norm = src.Vector(p + "self_attn.q_norm.weight", b.head_dim, 1.0f);
+      D.k_norm = src.Vector(p + "self_attn.k_norm.weight", b.head_dim, 1.0f);
+      D.wq = src.Linear(p + "self_attn.q_proj.weight", qd, h);
+      D.wk = src.Linear(p + "self_attn.k_proj.weight", kvd, h);
+      D.wv = src.Linear(p + "self_attn.v_proj.weight", kvd, h);
+      D.wo = src.Linear(p + "self_attn.o_proj.weight", h, qd);
+      D.moe = c_.IsMoeLayer(i);
+      if (D.moe) D.moe_ffn = PlaceMoeFfn(src, p + "mlp.", c_, cap);
+      else D.mlp = PlaceMlp(src, p + "mlp.", h, b.intermediate_size);
+    }
+    device_weight_bytes_ = mk.bytes();
+    DeviceActs& A = d_;
+    A.capacity = cap;
+    A.x = mk.Activations(cap, h);
+    A.hn = mk.Activations(cap, h);
+    A.q = mk.Activations(cap, qd);
+    A.k = mk.Activations(cap, kvd);
+    A.v = mk.Activations(cap, kvd);
+    A.attn = mk.Activations(cap, qd);
+    A.o = mk.Activations(cap, h);
+    A.ffn = mk.Activations(cap, h);
+    A.gathered = mk.Activations(cap, h);
+    A.ffn_scratch = PlaceFfnScratch(mk, c_, cap);
+    device_ = &memory;
+  }
 
   void Forward(const ForwardBatch& fb, const KvCacheLayers& kv, TensorView logits) override {
+    if (on_device()) return ForwardDevice(fb, kv, logits);
     const ModelConfig& b = c_.base;
     const int64_t n = int64_t(fb.tokens.size()), m = int64_t(fb.logit_rows.size());
     PG_CHECK(fb.positions.size() == fb.tokens.size() && fb.attention != nullptr);
@@ -101,6 +195,50 @@ class Qwen3MoeModel final : public Model {
   }
 
  private:
+  // The device path: the host path's computation in bf16 on the device buffers (weights and
+  // scratch at fixed addresses: capturable in a CUDA graph). Host work: validation, launches.
+  void ForwardDevice(const ForwardBatch& fb, const KvCacheLayers& kv, TensorView logits) {
+    const ModelConfig& b = c_.base;
+    const int64_t n = int64_t(fb.tokens.size()), m = int64_t(fb.logit_rows.size());
+    CheckDeviceBatch(fb, kv, logits, b, *device_, d_.capacity);
+    if (n == 0) return;
+    (void)m;
+    const int64_t nh = b.num_heads, nkv = b.num_kv_heads, hd = b.head_dim;
+    const DeviceActs& A = d_;
+    const TensorView x = A.x.Slice0(0, n), hn = A.hn.Slice0(0, n), q = A.q.Slice0(0, n),
+                     k = A.k.Slice0(0, n), v = A.v.Slice0(0, n), attn = A.attn.Slice0(0, n),
+                     o = A.o.Slice0(0, n), ffn = A.ffn.Slice0(0, n);
+    const TensorView q3 = q.Reshape({n, nh, hd}), k3 = k.Reshape({n, nkv, hd}),
+                     v3 = v.Reshape({n, nkv, hd}), attn3 = attn.Reshape({n, nh, hd});
+    const TensorView& pos = fb.device_positions;
+    ops::Embedding({.table = d_embed_, .ids = fb.device_tokens, .out = x});
+    for (int li = 0; li < b.num_layers; ++li) {
+      const DeviceLayer& L = d_layers_[size_t(li)];
+      ops::RmsNorm({.x = li ? ffn : x, .weight = L.attn_norm, .out = hn,
+                    .residual = li ? x : TensorView{}, .eps = b.rms_norm_eps});
+      DeviceMatmul(hn, L.wq, q);
+      DeviceMatmul(hn, L.wk, k);
+      DeviceMatmul(hn, L.wv, v);
+      const TensorView qr = q.Reshape({n * nh, hd}), kr = k.Reshape({n * nkv, hd});
+      ops::RmsNorm({.x = qr, .weight = L.q_norm, .out = qr, .eps = b.rms_norm_eps});
+      ops::RmsNorm({.x = kr, .weight = L.k_norm, .out = kr, .eps = b.rms_norm_eps});
+      ops::Rope({.x = q3, .positions = pos, .config = b.rope});
+      ops::Rope({.x = k3, .positions = pos, .config = b.rope});
+      const ops::KvCacheView& cache = kv.layers[size_t(li)];
+      ops::KvWrite({.k = k3, .v = v3, .cache = cache, .batch = fb.attention});
+      ops::Attention({.q = q3, .out = attn3, .cache = cache, .batch = fb.attention,
+                      .scale = scale_});
+      DeviceMatmul(attn, L.wo, o);
+      ops::RmsNorm({.x = o, .weight = L.ffn_norm, .out = hn, .residual = x, .eps = b.rms_norm_eps});
+      if (L.moe) RunDeviceMoeFfn(L.moe_ffn, c_, hn, ffn, A.ffn_scratch);
+      else RunDeviceMlp(L.mlp, hn, ffn, A.ffn_scratch);
+    }
+    RunLogitHead({.residual = x, .last = ffn, .logit_rows = fb.logit_rows,
+                  .gathered = A.gathered, .normed = A.hn, .norm_weight = d_norm_,
+                  .eps = b.rms_norm_eps, .output = d_output_, .logits = logits});
+    last_tokens_ = n;
+  }
+
   MoeModelConfig c_;
   std::unique_ptr<MoeWeights> w_;
   TensorView embed_, norm_, output_;
@@ -108,12 +246,27 @@ class Qwen3MoeModel final : public Model {
   float scale_ = 1.0f;
   std::vector<float> x_, hn_, q_, k_, v_, attn_, o_, ffn_, g_;  // grow-only activations
   FfnScratch scratch_;
+  // Device copy (null device_: the model runs on the host).
+  DeviceMemory* device_ = nullptr;
+  TensorView d_embed_, d_norm_, d_output_;
+  std::vector<DeviceLayer> d_layers_;
+  DeviceActs d_;
+  int64_t device_weight_bytes_ = 0;
+  int64_t last_tokens_ = 0;  // tokens of the last device forward (its routes are kept)
 };
 
 }  // namespace
 
 std::unique_ptr<Model> CreateQwen3Moe(MoeModelConfig config, std::unique_ptr<MoeWeights> weights) {
   return std::make_unique<Qwen3MoeModel>(std::move(config), std::move(weights));
+}
+
+std::unique_ptr<Model> CreateQwen3MoeOnDevice(MoeModelConfig config, DeviceMemory& memory,
+                                              const DevicePlacement& placement, uint64_t seed) {
+  config.Validate();
+  auto model = std::make_unique<Qwen3MoeModel>(std::move(config));
+  model->Place(memory, placement, /*random=*/true, seed);
+  return model;
 }
 
 }  // namespace pg::models

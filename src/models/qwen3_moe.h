@@ -12,5 +12,8 @@
 namespace pg::models {
 
 std::unique_ptr<Model> CreateQwen3Moe(MoeModelConfig config, std::unique_ptr<MoeWeights> weights);
+// `config`'s real shapes with random bf16 weights made on the device, already placed.
+std::unique_ptr<Model> CreateQwen3MoeOnDevice(MoeModelConfig config, DeviceMemory& memory,
+                                              const DevicePlacement& placement, uint64_t seed);
 
 }  // namespace pg::models

@@ -29,8 +29,10 @@ class ArenaMemory final : public models::DeviceMemory {
   }
   void FillRandom(void* dst, DType dtype, int64_t count, float mean, float std,
                   uint64_t seed) override {
-    PG_CHECK(dtype == DType::kBF16 || dtype == DType::kF32, "FillRandom dtype");
-    pg::cuda::LaunchFillRandom({dst, count, dtype == DType::kBF16, mean, std, seed}, stream_);
+    PG_CHECK(dtype == DType::kBF16 || dtype == DType::kF32 || dtype == DType::kF8E4M3,
+             "FillRandom dtype");
+    pg::cuda::LaunchFillRandom(
+        {dst, count, dtype == DType::kBF16, mean, std, seed, dtype == DType::kF8E4M3}, stream_);
     PG_CUDA_CHECK_LAUNCH();
   }
 

@@ -1,6 +1,7 @@
 #include "kernels/cuda/common/fill.h"
 
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 
 namespace pg::cuda {
 namespace {
@@ -19,7 +20,9 @@ __global__ void FillRandomKernel(FillRandomArgs a) {
     float s = 0.0f;
     for (int j = 0; j < 4; ++j) s += float((r >> (16 * j)) & 0xffff) * (1.0f / 65536.0f);
     const float v = a.mean + a.std * (s - 2.0f) * 1.7320508f;
-    if (a.is_bf16)
+    if (a.is_fp8)
+      static_cast<__nv_fp8_e4m3*>(a.dst)[i] = __nv_fp8_e4m3(v);
+    else if (a.is_bf16)
       static_cast<__nv_bfloat16*>(a.dst)[i] = __float2bfloat16(v);
     else
       static_cast<float*>(a.dst)[i] = v;
