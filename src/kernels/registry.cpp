@@ -59,7 +59,9 @@ bool SameDevice(std::initializer_list<const TensorView*> ts) {
   return true;
 }
 
-bool IsCacheDType(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
+bool IsCacheDType(DType t) {
+  return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || t == DType::kF8E4M3;
+}
 
 // Checks the cache tensors and the batch metadata against `num_tokens` new rows.
 void ValidateBatch(std::string_view op, const AttentionBatch* b, const KvCacheView& c,
@@ -69,7 +71,7 @@ void ValidateBatch(std::string_view op, const AttentionBatch* b, const KvCacheVi
   const TensorView& vc = c.v_cache;
   PG_OP_NEED(kc.ndim == 4 && SameShape(kc, vc) && kc.dtype == vc.dtype && IsCacheDType(kc.dtype) &&
            kc.is_contiguous() && vc.is_contiguous() && kc.data && vc.data, op, "cache must be two contiguous [pages, page_size, kv_heads, head_dim] "
-                       "f32/f16/bf16 tensors, got k {} v {}", kc.ShapeString(), vc.ShapeString());
+                       "f32/f16/bf16/f8_e4m3 tensors, got k {} v {}", kc.ShapeString(), vc.ShapeString());
   PG_OP_NEED(kc.dim(2) == num_kv_heads && kc.dim(3) == head_dim, op, "cache {} does not match kv_heads {} head_dim {}", kc.ShapeString(),
                    num_kv_heads, head_dim);
   PG_OP_NEED(b->page_size > 0 && b->page_size == kc.dim(1), op, "batch page_size {} != cache page size in {}", b->page_size, kc.ShapeString());
@@ -172,7 +174,18 @@ void Validate(const MatmulParams& p) {
     PG_OP_NEED(p.bias.ndim == 1 && p.bias.dtype == DType::kF32 && p.bias.dim(0) == p.w.dim(0) &&
              p.bias.is_contiguous(), op, "bias {} must be [{}] f32", p.bias.ShapeString(), p.w.dim(0));
   PG_OP_NEED(p.out.data != p.x.data || p.x.numel() == 0, op, "out must not alias x");
-  PG_OP_NEED(SameDevice({&p.x, &p.w, &p.out, &p.bias}), op, "tensors on different devices");
+  if (p.w.dtype == DType::kF8E4M3) {  // w_scale: [1], [m] or [ceil(m/128), ceil(k/128)] f32
+    const TensorView& s = p.w_scale;
+    const int64_t m = p.w.dim(0), k = p.w.dim(1);
+    const bool shape_ok = (s.ndim == 1 && (s.dim(0) == 1 || s.dim(0) == m)) ||
+                          (s.ndim == 2 && s.dim(0) == (m + 127) / 128 && s.dim(1) == (k + 127) / 128);
+    PG_OP_NEED(s.data && s.dtype == DType::kF32 && s.is_contiguous() && shape_ok, op,
+               "fp8 w {} needs w_scale f32 [1], [{}] or [{}, {}], got {}", p.w.ShapeString(), m,
+               (m + 127) / 128, (k + 127) / 128, s.ShapeString());
+  } else {
+    PG_OP_NEED(!p.w_scale.data, op, "w_scale is for fp8 e4m3 weights only, w is {}", p.w.ShapeString());
+  }
+  PG_OP_NEED(SameDevice({&p.x, &p.w, &p.out, &p.bias, &p.w_scale}), op, "tensors on different devices");
 }
 
 void Validate(const SwiGluParams& p) {
@@ -223,6 +236,16 @@ void Validate(const AttentionParams& p) {
   PG_OP_NEED(SameDevice({&p.q, &p.out, &p.cache.k_cache, &p.cache.v_cache}), op, "tensors on different devices");
 }
 
+void Validate(const RopeKvWriteParams& p) {
+  constexpr std::string_view op = "RopeKvWrite";
+  NeedF32Rows(op, "q", p.q, 3);
+  PG_OP_NEED(p.q.dim(0) == p.k.dim(0) && p.q.dim(2) == p.k.dim(2), op,
+             "q {} and k {} disagree on tokens or head_dim", p.q.ShapeString(), p.k.ShapeString());
+  Validate(RopeParams{p.q, p.positions, p.config});
+  Validate(KvWriteParams{p.k, p.v, p.cache, p.batch});
+  PG_OP_NEED(SameDevice({&p.q, &p.k, &p.positions, &p.cache.k_cache}), op, "tensors on different devices");
+}
+
 Device DeviceOf(const EmbeddingParams& p) { return p.out.device; }
 Device DeviceOf(const RmsNormParams& p) { return p.out.device; }
 Device DeviceOf(const RopeParams& p) { return p.x.device; }
@@ -231,6 +254,7 @@ Device DeviceOf(const SwiGluParams& p) { return p.out.device; }
 Device DeviceOf(const AddParams& p) { return p.out.device; }
 Device DeviceOf(const KvWriteParams& p) { return p.cache.k_cache.device; }
 Device DeviceOf(const AttentionParams& p) { return p.out.device; }
+Device DeviceOf(const RopeKvWriteParams& p) { return p.cache.k_cache.device; }
 
 std::string_view OpName(const EmbeddingParams&) { return "Embedding"; }
 std::string_view OpName(const RmsNormParams&) { return "RmsNorm"; }
@@ -240,6 +264,7 @@ std::string_view OpName(const SwiGluParams&) { return "SwiGlu"; }
 std::string_view OpName(const AddParams&) { return "Add"; }
 std::string_view OpName(const KvWriteParams&) { return "KvWrite"; }
 std::string_view OpName(const AttentionParams&) { return "Attention"; }
+std::string_view OpName(const RopeKvWriteParams&) { return "RopeKvWrite"; }
 
 const Registry& Registry::Global() {
   static const Registry registry = [] {
@@ -247,8 +272,10 @@ const Registry& Registry::Global() {
     RegisterRefKernels(r);
     RegisterCpuKernels(r);
     RegisterMoeKernels(r);
+    RegisterSampleKernels(r);
 #if defined(PEREGRINE_HAVE_CUDA)
     RegisterCudaKernels(r);
+    RegisterCudaMlaKernels(r);
 #endif
     return r;
   }();
@@ -264,5 +291,6 @@ void SwiGlu(const SwiGluParams& p) { Registry::Global().Run(p); }
 void Add(const AddParams& p) { Registry::Global().Run(p); }
 void KvWrite(const KvWriteParams& p) { Registry::Global().Run(p); }
 void Attention(const AttentionParams& p) { Registry::Global().Run(p); }
+void RopeKvWrite(const RopeKvWriteParams& p) { Registry::Global().Run(p); }
 
 }  // namespace pg::ops

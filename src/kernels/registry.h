@@ -19,6 +19,7 @@
 #include "core/status.h"
 #include "kernels/ops.h"
 #include "kernels/ops_moe.h"
+#include "kernels/ops_sample.h"
 
 namespace pg::ops {
 
@@ -82,6 +83,7 @@ void Validate(const SwiGluParams& p);
 void Validate(const AddParams& p);
 void Validate(const KvWriteParams& p);
 void Validate(const AttentionParams& p);
+void Validate(const RopeKvWriteParams& p);
 
 // The device the op runs on (that of its output / in-place tensor).
 Device DeviceOf(const EmbeddingParams& p);
@@ -92,6 +94,7 @@ Device DeviceOf(const SwiGluParams& p);
 Device DeviceOf(const AddParams& p);
 Device DeviceOf(const KvWriteParams& p);
 Device DeviceOf(const AttentionParams& p);
+Device DeviceOf(const RopeKvWriteParams& p);
 
 std::string_view OpName(const EmbeddingParams&);
 std::string_view OpName(const RmsNormParams&);
@@ -101,6 +104,7 @@ std::string_view OpName(const SwiGluParams&);
 std::string_view OpName(const AddParams&);
 std::string_view OpName(const KvWriteParams&);
 std::string_view OpName(const AttentionParams&);
+std::string_view OpName(const RopeKvWriteParams&);
 
 // Throws kUnsupported: no implementation of `op` accepts these params on `device`.
 [[noreturn]] void ThrowNoKernel(std::string_view op, Device device);
@@ -145,10 +149,12 @@ class Registry {
  private:
   std::tuple<OpTable<EmbeddingParams>, OpTable<RmsNormParams>, OpTable<RopeParams>,
              OpTable<MatmulParams>, OpTable<SwiGluParams>, OpTable<AddParams>,
-             OpTable<KvWriteParams>, OpTable<AttentionParams>,
+             OpTable<KvWriteParams>, OpTable<AttentionParams>, OpTable<RopeKvWriteParams>,
              // ops_moe.h (validation and names declared there)
              OpTable<MoeRouterParams>, OpTable<MoeExpertsParams>, OpTable<MlaCacheWriteParams>,
-             OpTable<MlaAttentionParams>>
+             OpTable<MlaAttentionParams>,
+             // ops_sample.h
+             OpTable<SampleParams>>
       tables_;
 };
 
@@ -166,8 +172,11 @@ void RunWith(const KernelImpl<P>& k, const P& p) {
 void RegisterRefKernels(Registry& r);
 void RegisterCpuKernels(Registry& r);
 void RegisterMoeKernels(Registry& r);  // ops_moe.h: ref and cpu backends (ref/moe_register.cpp)
+void RegisterSampleKernels(Registry& r);  // ops_sample.h: ref backend (ref/sample_ref.cpp)
 #if defined(PEREGRINE_HAVE_CUDA)
 void RegisterCudaKernels(Registry& r);  // defined under cuda/
+void RegisterCudaMoeKernels(Registry& r);  // cuda/moe/moe_register.cpp (called by the above)
+void RegisterCudaMlaKernels(Registry& r);  // ops_moe.h MLA ops (cuda/mla/mla_register.cpp)
 #endif
 
 }  // namespace pg::ops

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <numeric>
 
 #include "core/status.h"
@@ -11,14 +10,30 @@ namespace pg::runtime {
 
 SamplerState::SamplerState(const SamplingParams& params, std::span<const int32_t> prompt,
                            uint64_t fallback_seed)
-    : params_(params), rng_(params.seed.value_or(fallback_seed)) {
+    : params_(params), seed_(params.seed.value_or(fallback_seed)) {
   if (params_.repetition_penalty != 1.0f)
     for (int32_t t : prompt) seen_[t] = true;
 }
 
 void SamplerState::Accept(int32_t token) {
+  ++step_;
   ++generated_[token];
   if (params_.repetition_penalty != 1.0f) seen_[token] = true;
+}
+
+ops::SampleRow SamplerState::Row() const {
+  ops::SampleRow r;
+  r.temperature = params_.temperature;
+  r.top_k = params_.top_k;
+  r.top_p = params_.top_p;
+  r.min_p = params_.min_p;
+  r.repetition_penalty = params_.repetition_penalty;
+  r.presence_penalty = params_.presence_penalty;
+  r.frequency_penalty = params_.frequency_penalty;
+  r.seed_lo = uint32_t(seed_);
+  r.seed_hi = uint32_t(seed_ >> 32);
+  r.step = step_;
+  return r;
 }
 
 namespace {
@@ -33,10 +48,6 @@ void LogSoftmax(std::span<const float> x, std::vector<float>& out) {
   for (size_t i = 0; i < x.size(); ++i) out[i] = x[i] - lse;
 }
 
-int32_t Argmax(std::span<const float> x) {
-  return int32_t(std::max_element(x.begin(), x.end()) - x.begin());
-}
-
 }  // namespace
 
 SampledToken Sample(std::span<float> logits, SamplerState& st) {
@@ -47,71 +58,16 @@ SampledToken Sample(std::span<float> logits, SamplerState& st) {
   std::vector<float> lp;
   if (p.top_logprobs >= 0) LogSoftmax(logits, lp);
 
-  // Penalties.
-  if (p.repetition_penalty != 1.0f)
-    for (const auto& [tok, _] : st.seen())
-      if (tok >= 0 && tok < vocab) {
-        float& l = logits[size_t(tok)];
-        l = l > 0 ? l / p.repetition_penalty : l * p.repetition_penalty;
-      }
-  if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f)
-    for (const auto& [tok, count] : st.generated_counts())
-      if (tok >= 0 && tok < vocab)
-        logits[size_t(tok)] -= p.presence_penalty + p.frequency_penalty * float(count);
-
-  if (p.greedy()) {
-    result.token = Argmax(logits);
-  } else {
-    // Candidates sorted by logit, truncated by top-k; then softmax at temperature.
-    std::vector<int32_t> idx(static_cast<size_t>(vocab));
-    std::iota(idx.begin(), idx.end(), 0);
-    auto by_logit = [&](int32_t a, int32_t b) {
-      return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
-    };
-    size_t k = p.top_k > 0 ? std::min<size_t>(size_t(p.top_k), idx.size()) : idx.size();
-    if (k < idx.size() || p.top_p < 1.0f || p.min_p > 0.0f) {
-      if (k < idx.size()) {
-        std::partial_sort(idx.begin(), idx.begin() + std::ptrdiff_t(k), idx.end(), by_logit);
-        idx.resize(k);
-      } else {
-        std::sort(idx.begin(), idx.end(), by_logit);
-      }
-    }
-    const float inv_t = 1.0f / p.temperature;
-    float mx = -std::numeric_limits<float>::infinity();
-    for (int32_t i : idx) mx = std::max(mx, logits[size_t(i)]);
-    std::vector<double> prob(idx.size());
-    double sum = 0;
-    for (size_t i = 0; i < idx.size(); ++i) {
-      prob[i] = std::exp(double((logits[size_t(idx[i])] - mx) * inv_t));
-      sum += prob[i];
-    }
-    for (auto& v : prob) v /= sum;
-    size_t keep = idx.size();
-    if (p.top_p < 1.0f) {  // smallest prefix (sorted) whose mass reaches top_p; at least one
-      double cum = 0;
-      for (size_t i = 0; i < idx.size(); ++i) {
-        cum += prob[i];
-        if (cum >= double(p.top_p)) { keep = i + 1; break; }
-      }
-    }
-    if (p.min_p > 0.0f) {  // drop tokens below min_p * p(top token)
-      double floor = double(p.min_p) * prob[0];
-      size_t i = 1;
-      while (i < keep && prob[i] >= floor) ++i;
-      keep = i;
-    }
-    double mass = 0;
-    for (size_t i = 0; i < keep; ++i) mass += prob[i];
-    std::uniform_real_distribution<double> u(0.0, mass);
-    double r = u(st.rng());
-    size_t chosen = keep - 1;
-    for (size_t i = 0; i < keep; ++i) {
-      r -= prob[i];
-      if (r < 0) { chosen = i; break; }
-    }
-    result.token = idx[chosen];
-  }
+  // Penalties (sample_math.h's formula, once per token generated or seen), then the shared
+  // choice.
+  const ops::SampleRow row = st.Row();
+  for (const auto& [tok, count] : st.generated_counts())
+    if (tok >= 0 && tok < vocab)
+      logits[size_t(tok)] = ops::PenalizeLogit(logits[size_t(tok)], count, true, row);
+  for (const auto& [tok, _] : st.seen())
+    if (tok >= 0 && tok < vocab && !st.generated_counts().count(tok))
+      logits[size_t(tok)] = ops::PenalizeLogit(logits[size_t(tok)], 0, true, row);
+  result.token = ops::ChooseToken(logits, row, ops::SampleUniform(st.seed(), st.step()));
 
   if (p.top_logprobs >= 0) {
     result.logprob = lp[size_t(result.token)];

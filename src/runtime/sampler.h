@@ -1,14 +1,16 @@
 // Token sampling on the CPU: penalties, temperature, top-k, top-p, min-p, seeded RNG,
 // logprobs. Order (as vLLM): penalties -> temperature -> top-k -> top-p -> min-p -> draw.
+// The algorithm and RNG are kernels/sample_math.h's (shared with ops::Sample on the device):
+// draw number `step` of a request with seed s uses SampleUniform(s, step).
 #pragma once
 
 #include <cstdint>
-#include <random>
 #include <span>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "kernels/ops_sample.h"
 #include "runtime/sampling_params.h"
 
 namespace pg::runtime {
@@ -19,20 +21,24 @@ struct SampledToken {
   std::vector<std::pair<int32_t, float>> top;        // top_logprobs alternatives, best first
 };
 
-// Per-request sampling state: the RNG and token counts for penalties.
+// Per-request sampling state: the seed, the draw counter and token counts for penalties.
 class SamplerState {
  public:
   SamplerState(const SamplingParams& params, std::span<const int32_t> prompt, uint64_t fallback_seed);
   void Accept(int32_t token);  // record a generated token
 
   const SamplingParams& params() const { return params_; }
-  std::mt19937_64& rng() { return rng_; }
+  uint64_t seed() const { return seed_; }
+  uint32_t step() const { return step_; }  // tokens accepted so far
+  // The op-level row of this request at its current step (no counts row).
+  ops::SampleRow Row() const;
   const std::unordered_map<int32_t, int>& generated_counts() const { return generated_; }
   const std::unordered_map<int32_t, bool>& seen() const { return seen_; }  // prompt + generated
 
  private:
   SamplingParams params_;
-  std::mt19937_64 rng_;
+  uint64_t seed_ = 0;
+  uint32_t step_ = 0;
   std::unordered_map<int32_t, int> generated_;
   std::unordered_map<int32_t, bool> seen_;
 };

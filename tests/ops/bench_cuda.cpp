@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "kernels/cuda/batch_plan.h"
+#include "kernels/cuda/ceilings.h"
 #include "kernels/cuda/common/context.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/device_params.h"
@@ -116,28 +117,11 @@ int main() {
                double(prop.totalGlobalMem) / (1 << 30), prop.l2CacheSize >> 20);
 
     // ---- ceilings ------------------------------------------------------------------------
-    const size_t copy_bytes = size_t(2) << 30;
-    double bw_gbs = 0, gemm_tflops = 0;
-    {
-      Buf src(copy_bytes), dst(copy_bytes);
-      bench::FillBf16(src.p, int64_t(copy_bytes / 2), 1, 1.0f);
-      const double ms = MedianMs(10, [&](int) {
-        PG_CUDA_CHECK(cudaMemcpyAsync(dst.p, src.p, copy_bytes, cudaMemcpyDeviceToDevice, 0));
-      });
-      bw_gbs = 2.0 * double(copy_bytes) / (ms * 1e-3) / 1e9;
-      fmt::print("HBM d2d copy: {:.1f} GB/s (2 GiB read + 2 GiB written in {:.3f} ms)\n", bw_gbs, ms);
-    }
-    {
-      const int64_t s = 8192;
-      Buf x(size_t(s * s * 2)), w(size_t(s * s * 2)), o(size_t(s * s * 2));
-      bench::FillBf16(x.p, s * s, 2, 1.0f);
-      bench::FillBf16(w.p, s * s, 3, 1.0f);
-      cuda::LtGemmArgs g{static_cast<cuda::bf16*>(x.p), static_cast<cuda::bf16*>(w.p),
-                         static_cast<cuda::bf16*>(o.p), s, s, s, s, s, s, false};
-      const double ms = MedianMs(10, [&](int) { PG_ENSURE(cuda::LtMatmul(g, 0), kInternal, "no algo"); });
-      gemm_tflops = 2.0 * double(s) * s * s / (ms * 1e-3) / 1e12;
-      fmt::print("bf16 GEMM 8192^3 (cuBLASLt): {:.1f} TFLOP/s ({:.3f} ms)\n", gemm_tflops, ms);
-    }
+    // Shared with peregrine bench gpu-decode / gpu-prefill (kernels/cuda/ceilings.h).
+    const double bw_gbs = cuda::MeasureHbmBytesPerS() / 1e9;
+    fmt::print("HBM d2d copy: {:.1f} GB/s (2 GiB copies, read + written)\n", bw_gbs);
+    const double gemm_tflops = cuda::MeasureBf16GemmFlopsPerS(8192) / 1e12;
+    fmt::print("bf16 GEMM 8192^3 (cuBLASLt): {:.1f} TFLOP/s\n", gemm_tflops);
 
     // ---- Matmul on Llama-3.1-8B shapes ------------------------------------------------------
     struct Shape { const char* name; int64_t m, k; };
@@ -161,7 +145,7 @@ int main() {
         bench::FillBf16(x.p, n * sh.k, 7, 1.0f);
         auto w_of = [&](int i) { return ws[size_t(i % copies)]->p; };
         auto op = [&](int i) {
-          ops::Matmul({Dev(x.p, {n, sh.k}), Dev(w_of(i), {sh.m, sh.k}), Dev(out.p, {n, sh.m}), {}, false});
+          ops::Matmul({Dev(x.p, {n, sh.k}), Dev(w_of(i), {sh.m, sh.k}), Dev(out.p, {n, sh.m}), {}, {}, false});
         };
         const double op_ms = GraphMedianMs(op);
         const double eager_ms = MedianMs(30, op);

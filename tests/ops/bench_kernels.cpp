@@ -111,7 +111,7 @@ int main(int argc, char** argv) {
     std::normal_distribution<float> nd;
     for (int64_t i = 0; i < s.k; ++i) x.data<float>()[i] = nd(rng);
     for (const auto& impl : table.all()) {
-      ops::MatmulParams p{x.view(), ws[0].view(), out.view(), {}, false};
+      ops::MatmulParams p{x.view(), ws[0].view(), out.view(), {}, {}, false};
       if (impl.backend == "ref" || (impl.supports && !impl.supports(p))) continue;
       double hot = TimeIt([&] { ops::RunWith(impl, p); });
       int c = 0;
@@ -135,7 +135,7 @@ int main(int argc, char** argv) {
     Tensor x(DType::kF32, {n, 576}), out(DType::kF32, {n, 1536});
     std::normal_distribution<float> nd;
     for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = nd(rng);
-    ops::MatmulParams p{x.view(), w.view(), out.view(), {}, false};
+    ops::MatmulParams p{x.view(), w.view(), out.view(), {}, {}, false};
     for (const auto& impl : table.all()) {
       if (impl.backend == "ref" || (impl.supports && !impl.supports(p))) continue;
       double t = TimeIt([&] { ops::RunWith(impl, p); });

@@ -115,7 +115,7 @@ TEST(CudaRuntime, GraphReplayRecomputesOnNewInputs) {
   ASSERT_EQ(cudaMemcpy(norm_w.data, nh.data<float>(), size_t(hidden * 4), cudaMemcpyHostToDevice), cudaSuccess);
   auto step = [&] {
     RmsNorm({x, norm_w, h, {}, 1e-5f});
-    Matmul({h, w, y, {}, false});
+    Matmul({h, w, y, {}, {}, false});
     Add({y, skip, z});
   };
   // Warm up eagerly on the stream (scratch, cuBLASLt plans), then capture.
@@ -141,7 +141,7 @@ TEST(CudaRuntime, GraphReplayRecomputesOnNewInputs) {
     Tensor wq(DType::kBF16, {m, hidden});
     for (int64_t i = 0; i < wh.numel(); ++i) wq.data<uint16_t>()[i] = F32ToBf16(wh.data<float>()[i]);
     RunWith(RefImpl<RmsNormParams>(), RmsNormParams{xh.view(), nh.view(), hr.view(), {}, 1e-5f});
-    RunWith(RefImpl<MatmulParams>(), MatmulParams{hr.view(), wq.view(), yr.view(), {}, false});
+    RunWith(RefImpl<MatmulParams>(), MatmulParams{hr.view(), wq.view(), yr.view(), {}, {}, false});
     RunWith(RefImpl<AddParams>(), AddParams{yr.view(), sh.view(), zr.view()});
     std::vector<uint16_t> got(size_t(rows * m));
     ASSERT_EQ(cudaMemcpy(got.data(), z.data, got.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
@@ -192,7 +192,7 @@ TEST(CudaMatmul, LargeShapeAndAlgorithmCache) {
     for (int64_t i = 0; i < w.numel(); ++i) w.data<uint16_t>()[i] = F32ToBf16(wf.data<float>()[i]);
     RoundToBf16(x);
     Tensor ref(DType::kF32, {n, m}), out(DType::kF32, {n, m});
-    MatmulParams p{x.view(), w.view(), ref.view(), {}, false};
+    MatmulParams p{x.view(), w.view(), ref.view(), {}, {}, false};
     RunWith(RefImpl<MatmulParams>(), p);
     p.out = out.view();
     ASSERT_TRUE(RunBackend(*k, p));

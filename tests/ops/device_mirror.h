@@ -45,12 +45,23 @@ class DeviceMirror {
   TensorView Act(const TensorView& host, bool copy_back) { return Add(host, true, copy_back); }
   // Anything else (weights, ids, positions, bias): the same bytes on the device.
   TensorView Raw(const TensorView& host) { return Add(host, false, false); }
+  // A non-activation output (router ids / weights): the same bytes, copied back.
+  TensorView RawOut(const TensorView& host) { return Add(host, false, true); }
+  // A KV cache: f32 host caches go to the device as bf16 activations; any other dtype (fp8
+  // e4m3, bf16) as the same bytes. copy_back: the op writes it.
+  TensorView Cache(const TensorView& host, bool copy_back) {
+    return host.dtype == DType::kF32 ? Add(host, true, copy_back) : Add(host, false, copy_back);
+  }
 
   // Device -> host for every output, after the backend ran (synchronises the device).
   void CopyBack() {
     PG_TEST_CUDA(cudaDeviceSynchronize());
     for (const Entry& e : entries_) {
       if (!e.copy_back) continue;
+      if (!e.act) {  // raw bytes back
+        PG_TEST_CUDA(cudaMemcpy(e.host, e.device, size_t(e.bytes), cudaMemcpyDeviceToHost));
+        continue;
+      }
       std::vector<uint16_t> tmp(static_cast<size_t>(e.span));
       PG_TEST_CUDA(cudaMemcpy(tmp.data(), e.device, size_t(e.span) * 2, cudaMemcpyDeviceToHost));
       float* h = static_cast<float*>(e.host);
@@ -64,6 +75,7 @@ class DeviceMirror {
     void* device;
     int64_t span;  // elements from the first to one past the last
     bool act, copy_back;
+    int64_t bytes = 0;  // raw entries: bytes copied
   };
 
   static int64_t Span(const TensorView& t) {
@@ -102,6 +114,7 @@ class DeviceMirror {
                                                        Info(host.dtype).block_size;
       PG_TEST_CUDA(cudaMalloc(&e.device, size_t(bytes) + 16));
       PG_TEST_CUDA(cudaMemcpy(e.device, host.data, size_t(bytes), cudaMemcpyHostToDevice));
+      e.bytes = bytes;
     }
     entries_.push_back(e);
     d.data = e.device;
@@ -127,7 +140,7 @@ inline RopeParams Mirror(DeviceMirror& m, const RopeParams& p) {
   return {m.Act(p.x, true), m.Raw(p.positions), p.config};
 }
 inline MatmulParams Mirror(DeviceMirror& m, const MatmulParams& p) {
-  return {m.Act(p.x, false), m.Raw(p.w), m.Act(p.out, true), m.Raw(p.bias), p.accumulate};
+  return {m.Act(p.x, false), m.Raw(p.w), m.Act(p.out, true), m.Raw(p.bias), m.Raw(p.w_scale), p.accumulate};
 }
 inline SwiGluParams Mirror(DeviceMirror& m, const SwiGluParams& p) {
   return {m.Act(p.gate, false), m.Act(p.up, false), m.Act(p.out, true)};
@@ -140,16 +153,20 @@ inline AddParams Mirror(DeviceMirror& m, const AddParams& p) {
   return d;
 }
 inline KvCacheView Mirror(DeviceMirror& m, const KvCacheView& c) {
-  return {m.Act(c.k_cache, true), m.Act(c.v_cache, true), c.k_scale, c.v_scale};
+  return {m.Cache(c.k_cache, true), m.Cache(c.v_cache, true), c.k_scale, c.v_scale};
 }
 inline KvWriteParams Mirror(DeviceMirror& m, const KvWriteParams& p) {
   return {m.Act(p.k, false), m.Act(p.v, false), Mirror(m, p.cache), p.batch};
+}
+inline RopeKvWriteParams Mirror(DeviceMirror& m, const RopeKvWriteParams& p) {
+  return {m.Act(p.q, true), m.Act(p.k, true), m.Act(p.v, false), m.Raw(p.positions), p.config,
+          Mirror(m, p.cache), p.batch};
 }
 inline AttentionParams Mirror(DeviceMirror& m, const AttentionParams& p) {
   AttentionParams d = p;
   d.q = m.Act(p.q, false);
   d.out = m.Act(p.out, true);
-  d.cache = {m.Act(p.cache.k_cache, false), m.Act(p.cache.v_cache, false), p.cache.k_scale,
+  d.cache = {m.Cache(p.cache.k_cache, false), m.Cache(p.cache.v_cache, false), p.cache.k_scale,
              p.cache.v_scale};
   return d;
 }

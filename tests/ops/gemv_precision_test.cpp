@@ -38,8 +38,8 @@ TEST(GemvPrecision, Q4WithInt16ActivationsIsCloseToReference) {
         quant::QuantizeRow(dt, row.data(), w.view().row_ptr(j), k);
       }
       Tensor ref(DType::kF32, {n, m}), got(DType::kF32, {n, m});
-      RunWith(RefImpl<MatmulParams>(), MatmulParams{x.view(), w.view(), ref.view(), {}, false});
-      RunWith(*vnni, MatmulParams{x.view(), w.view(), got.view(), {}, false});
+      RunWith(RefImpl<MatmulParams>(), MatmulParams{x.view(), w.view(), ref.view(), {}, {}, false});
+      RunWith(*vnni, MatmulParams{x.view(), w.view(), got.view(), {}, {}, false});
       ExpectClose(ref.data<float>(), got.data<float>(), got.numel(), kInt16Act, "cpu_vnni_q8");
     }
   }

@@ -26,7 +26,7 @@ Tolerance TolFor(const std::string& backend) {
 Tensor RandomWeight(DType dt, int64_t m, int64_t k) {
   Tensor w(dt, {m, k});
   const bool has_quantizer = dt == DType::kF32 || dt == DType::kF16 || dt == DType::kBF16 ||
-                             dt == DType::kQ8_0 || dt == DType::kQ4_0 || dt == DType::kQ4_1;
+                             dt == DType::kF8E4M3 || dt == DType::kQ8_0 || dt == DType::kQ4_0 || dt == DType::kQ4_1;
   if (!has_quantizer) {
     uint8_t* p = w.data<uint8_t>();
     for (int64_t i = 0; i < w.nbytes(); ++i) p[i] = uint8_t(RandInt(0, 255));
@@ -53,13 +53,22 @@ Tensor RandomWeight(DType dt, int64_t m, int64_t k) {
   return w;
 }
 
+// fp8 weights' w_scale (ops.h): none (other dtypes), per tensor, per output channel,
+// 128x128 blocks.
+enum class Scale { kNone, kTensor, kChannel, kBlock };
+
 struct Case {
   DType dt;
   int64_t n, k, m;
   bool bias = false, accumulate = false, strided = false;
+  Scale scale = Scale::kNone;
   std::string Name() const {
-    return fmt::format("{} n={} k={} m={}{}{}{}", Name(dt), n, k, m, bias ? " bias" : "",
-                       accumulate ? " acc" : "", strided ? " strided" : "");
+    return fmt::format("{} n={} k={} m={}{}{}{}{}", Name(dt), n, k, m, bias ? " bias" : "",
+                       accumulate ? " acc" : "", strided ? " strided" : "",
+                       scale == Scale::kNone      ? ""
+                       : scale == Scale::kTensor  ? " scale/tensor"
+                       : scale == Scale::kChannel ? " scale/channel"
+                                                  : " scale/block");
   }
   static std::string_view Name(DType t) { return pg::Name(t); }
 };
@@ -77,6 +86,13 @@ std::vector<Case> Cases() {
   const int64_t kshapes[][3] = {{1, 256, 111}, {3, 768, 19}, {19, 512, 45}, {33, 256, 130}};
   for (DType dt : kquants)
     for (auto& s : kshapes) cases.push_back({dt, s[0], s[1], s[2]});
+  // fp8 e4m3 with scales: GEMV sizes (n <= 4, k multiple of 16 and not), GEMM sizes, odd m.
+  const int64_t f8shapes[][3] = {{1, 96, 111}, {3, 200, 67}, {4, 576, 129}, {5, 96, 37},
+                                 {19, 256, 45}, {64, 160, 200}, {2, 300, 257}};
+  for (Scale sc : {Scale::kTensor, Scale::kChannel, Scale::kBlock})
+    for (auto& s : f8shapes) cases.push_back({DType::kF8E4M3, s[0], s[1], s[2], false, false, false, sc});
+  cases.push_back({DType::kF8E4M3, 1, 96, 111, true, true, true, Scale::kChannel});
+  cases.push_back({DType::kF8E4M3, 19, 160, 70, true, true, true, Scale::kTensor});
   // Bias, accumulate and strided rows on the model's dtypes, decode and prefill.
   for (DType dt : {DType::kQ4_1, DType::kQ8_0, DType::kF32})
     for (int64_t n : {1, 19}) {
@@ -89,9 +105,19 @@ std::vector<Case> Cases() {
 
 // x: [n, k] (as a view of the first k columns of [n, k + 13] when strided).
 struct Inputs {
-  Tensor x_buf, w, bias, out_init;
+  Tensor x_buf, w, bias, out_init, w_scale;
   TensorView x;
 };
+
+// Positive scales around 1/64..1/8 (fp8 weights of N(0,1) saturate nowhere).
+Tensor RandomScale(Scale sc, int64_t m, int64_t k) {
+  Tensor s;
+  if (sc == Scale::kTensor) s = Tensor(DType::kF32, {1});
+  if (sc == Scale::kChannel) s = Tensor(DType::kF32, {m});
+  if (sc == Scale::kBlock) s = Tensor(DType::kF32, {(m + 127) / 128, (k + 127) / 128});
+  if (sc != Scale::kNone) FillUniform(s, 1.0f / 64, 1.0f / 8);
+  return s;
+}
 
 Inputs MakeInputs(const Case& c) {
   Inputs in;
@@ -105,6 +131,7 @@ Inputs MakeInputs(const Case& c) {
   FillNormal(in.bias);
   in.out_init = Tensor(DType::kF32, {c.n, c.m});
   FillNormal(in.out_init);
+  in.w_scale = RandomScale(c.scale, c.m, c.k);
   return in;
 }
 
@@ -114,6 +141,7 @@ MatmulParams Params(const Case& c, const Inputs& in, const Tensor& out) {
   p.w = in.w.view();
   p.out = out.view();
   if (c.bias) p.bias = in.bias.view();
+  if (c.scale != Scale::kNone) p.w_scale = in.w_scale.view();
   p.accumulate = c.accumulate;
   return p;
 }
@@ -185,7 +213,7 @@ TEST(MatmulOp, IntegerInputsAreExactOnEveryBackend) {
                                          : float(RandInt(-127, 127));
       Tensor w = IntegerWeight(dt, m, k);
       Tensor ref_out(DType::kF32, {n, m});
-      MatmulParams p{x.view(), w.view(), ref_out.view(), {}, false};
+      MatmulParams p{x.view(), w.view(), ref_out.view(), {}, {}, false};
       RunWith(RefImpl<MatmulParams>(), p);
       for (const KernelImpl<MatmulParams>* kimpl : Backends<MatmulParams>()) {
         Tensor out(DType::kF32, {n, m});
@@ -200,11 +228,39 @@ TEST(MatmulOp, IntegerInputsAreExactOnEveryBackend) {
   cov.Check<MatmulParams>();
 }
 
+// The fp8 reference against an independent oracle: x · W^T in f32 for a weight W of
+// N(0, 1) values, quantized as fp8 = e4m3(W / s) with per-channel scales s. e4m3 keeps 3
+// mantissa bits: each weight is off by at most 2^-4 relative (half a step), about
+// 2^-4 / sqrt(3) = 3.6% rms, so the output's nmse is about 1.3e-3 (bound 2.5e-3); a missing
+// or misapplied scale is off by 8x or more.
+TEST(MatmulOp, Fp8ReferenceMatchesUnquantizedWeights) {
+  PG_SEED_TRACE();
+  const int64_t n = 3, k = 320, m = 77;
+  Tensor x(DType::kF32, {n, k}), wf(DType::kF32, {m, k}), w8(DType::kF8E4M3, {m, k});
+  Tensor scale(DType::kF32, {m}), ref(DType::kF32, {n, m}), exact(DType::kF32, {n, m});
+  FillNormal(x);
+  FillNormal(wf);
+  FillUniform(scale, 0.01f, 0.1f);
+  std::vector<float> row(static_cast<size_t>(k));
+  for (int64_t j = 0; j < m; ++j) {
+    for (int64_t i = 0; i < k; ++i) row[size_t(i)] = wf.data<float>()[j * k + i] / scale.data<float>()[j];
+    quant::QuantizeRow(DType::kF8E4M3, row.data(), w8.view().row_ptr(j), k);
+  }
+  RunWith(RefImpl<MatmulParams>(), MatmulParams{.x = x.view(), .w = w8.view(), .out = ref.view(), .w_scale = scale.view()});
+  RunWith(RefImpl<MatmulParams>(), MatmulParams{.x = x.view(), .w = wf.view(), .out = exact.view()});
+  ExpectClose(exact.data<float>(), ref.data<float>(), ref.numel(), {0.3, 2.5e-3}, "fp8 ref vs f32");
+  // w_scale is required for fp8 and refused for other dtypes.
+  EXPECT_THROW(Matmul({.x = x.view(), .w = w8.view(), .out = ref.view()}), Error);
+  EXPECT_THROW(Matmul({.x = x.view(), .w = wf.view(), .out = ref.view(), .w_scale = scale.view()}), Error);
+  Tensor bad_scale(DType::kF32, {m + 1});
+  EXPECT_THROW(Matmul({.x = x.view(), .w = w8.view(), .out = ref.view(), .w_scale = bad_scale.view()}), Error);
+}
+
 TEST(MatmulOp, ShapeErrorsThrowWithShapes) {
   Tensor x(DType::kF32, {3, 64}), w(DType::kQ4_1, {10, 96}), out(DType::kF32, {3, 10});
   FillNormal(x);
   try {
-    Matmul({x.view(), w.view(), out.view(), {}, false});
+    Matmul({x.view(), w.view(), out.view(), {}, {}, false});
     FAIL() << "expected pg::Error";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
@@ -212,9 +268,9 @@ TEST(MatmulOp, ShapeErrorsThrowWithShapes) {
     EXPECT_NE(std::string(e.what()).find("[10, 96] q4_1"), std::string::npos) << e.what();
   }
   Tensor w2(DType::kQ4_1, {10, 64}), bad_out(DType::kF32, {3, 11});
-  EXPECT_THROW(Matmul({x.view(), w2.view(), bad_out.view(), {}, false}), Error);
+  EXPECT_THROW(Matmul({x.view(), w2.view(), bad_out.view(), {}, {}, false}), Error);
   Tensor x_i32(DType::kI32, {3, 64});
-  EXPECT_THROW(Matmul({x_i32.view(), w2.view(), out.view(), {}, false}), Error);
+  EXPECT_THROW(Matmul({x_i32.view(), w2.view(), out.view(), {}, {}, false}), Error);
 }
 
 }  // namespace

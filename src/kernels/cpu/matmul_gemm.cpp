@@ -32,8 +32,10 @@ void GemmBlas(const MatmulParams& p) {
         wf = reinterpret_cast<const float*>(p.w.row_ptr(j0));
       } else {
         tile.resize(size_t(rows * k));
-        for (int64_t j = 0; j < rows; ++j)
+        for (int64_t j = 0; j < rows; ++j) {
           quant::DequantizeRow(p.w.dtype, p.w.row_ptr(j0 + j), tile.data() + j * k, k);
+          if (p.w_scale.data) detail::ScaleWeightRow(p.w_scale, j0 + j, tile.data() + j * k, k);
+        }
         wf = tile.data();
       }
       float beta = p.accumulate ? 1.0f : 0.0f;

@@ -223,6 +223,7 @@ void GemvFloat(const MatmulParams& p) {
       if (dt != DType::kF32 && dt != DType::kF16 && dt != DType::kBF16) {
         scratch.resize(size_t(k));
         quant::DequantizeRow(dt, w, scratch.data(), k);
+        if (p.w_scale.data) detail::ScaleWeightRow(p.w_scale, j, scratch.data(), k);
         wf = scratch.data();
       }
       for (int64_t r = 0; r < n; ++r) {

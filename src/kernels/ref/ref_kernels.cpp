@@ -70,6 +70,7 @@ void RefMatmul(const MatmulParams& p) {
   std::vector<float> wrow(static_cast<size_t>(k));
   for (int64_t j = 0; j < m; ++j) {
     quant::DequantizeRow(p.w.dtype, p.w.row_ptr(j), wrow.data(), k);
+    if (p.w_scale.data) detail::ScaleWeightRow(p.w_scale, j, wrow.data(), k);
     double b = p.bias.data ? double(p.bias.as<float>()[j]) : 0.0;
     for (int64_t r = 0; r < n; ++r) {
       const float* x = RowF32(p.x, r);
@@ -168,6 +169,13 @@ void RefAttention(const AttentionParams& p) {
   }
 }
 
+// Rope on q and k, then KvWrite: the fused op's definition (ops.h).
+void RefRopeKvWrite(const RopeKvWriteParams& p) {
+  RefRope({p.q, p.positions, p.config});
+  RefRope({p.k, p.positions, p.config});
+  RefKvWrite({p.k, p.v, p.cache, p.batch});
+}
+
 template <typename P>
 KernelImpl<P> Ref(void (*fn)(const P&)) {
   return KernelImpl<P>{"ref", Device::kCpu, kPriorityRef, {}, fn};
@@ -184,6 +192,7 @@ void RegisterRefKernels(Registry& r) {
   r.Register(Ref(&RefAdd));
   r.Register(Ref(&RefKvWrite));
   r.Register(Ref(&RefAttention));
+  r.Register(Ref(&RefRopeKvWrite));
 }
 
 }  // namespace pg::ops

@@ -99,8 +99,8 @@ TEST(Registry, GlobalHasReferenceForEveryOpAndPicksFastCpuKernels) {
   const auto& f = cpu::Features();
   Tensor x1(DType::kF32, {1, 64}), x64(DType::kF32, {64, 64});
   Tensor w(DType::kQ4_1, {8, 64}), o1(DType::kF32, {1, 8}), o64(DType::kF32, {64, 8});
-  const auto* decode = g.Selected(MatmulParams{x1.view(), w.view(), o1.view(), {}, false});
-  const auto* prefill = g.Selected(MatmulParams{x64.view(), w.view(), o64.view(), {}, false});
+  const auto* decode = g.Selected(MatmulParams{x1.view(), w.view(), o1.view(), {}, {}, false});
+  const auto* prefill = g.Selected(MatmulParams{x64.view(), w.view(), o64.view(), {}, {}, false});
   ASSERT_NE(decode, nullptr);
   ASSERT_NE(prefill, nullptr);
   // Batch invariance (docs/design/engine.md): decode and prefill run the same row kernel;
