@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "core/log.h"
+#include "kernels/cuda/attention/prefill_attention.h"
 #include "kernels/cuda/batch_plan.h"
 #include "kernels/cuda/common/context.h"
 #include "kernels/cuda/common/cuda_check.h"
@@ -160,6 +161,49 @@ void RunKvWrite(const KvWriteParams& p) {
   CheckLaunch();
 }
 
+// Sequences with at least this many new tokens go to the tensor-core prefill kernel
+// (attention/prefill_attention.h) when it has the head dim; the decode kernel does the rest.
+constexpr int kPrefillMinQLen = 2;
+
+// Launches the prefill kernel for the batch's sequences with q_len >= kPrefillMinQLen.
+// Returns the q_len from which the decode kernel must skip rows (0: the prefill kernel ran
+// nothing and the decode kernel does every row).
+int RunPrefillAttention(const AttentionParams& p, const cuda::DeviceBatchView& dev,
+                        float logit_scale, cudaStream_t stream) {
+  const AttentionBatch& b = *p.batch;
+  cuda::PrefillAttentionArgs a{};
+  a.head_dim = int(p.q.dim(2));
+  if (!cuda::PrefillAttentionSupportsHeadDim(a.head_dim) || p.cache.k_cache.dtype != DType::kBF16)
+    return 0;
+  a.heads = int(p.q.dim(1));
+  a.kv_heads = int(p.cache.k_cache.dim(2));
+  a.min_q_len = kPrefillMinQLen;
+  a.block_m = 64;
+  cuda::PlanPrefillAttention(a, b.q_len.data(), b.kv_len.data(), b.num_seqs);
+  if (a.num_tiles == 0) return 0;
+  a.q = Bf(p.q);
+  a.out = Bf(p.out);
+  a.k_cache = Bf(p.cache.k_cache);
+  a.v_cache = Bf(p.cache.v_cache);
+  a.batch = dev;
+  a.q_stride = p.q.strides[0];
+  a.out_stride = p.out.strides[0];
+  a.logit_scale = logit_scale;
+  a.v_scale = p.cache.v_scale;
+  a.softcap = p.logit_softcap;
+  a.sliding_window = p.sliding_window;
+  if (a.num_splits > 1) {
+    const size_t per = size_t(p.q.dim(0)) * size_t(a.heads) * size_t(a.num_splits);
+    float* ws = static_cast<float*>(cuda::Scratch(cuda::ScratchSlot::kAttentionPartials,
+                                                  per * size_t(a.head_dim + 2) * sizeof(float)));
+    a.partial_acc = ws;
+    a.partial_ml = ws + per * size_t(a.head_dim);
+  }
+  cuda::LaunchPrefillAttention(a, stream);
+  CheckLaunch();
+  return a.min_q_len;
+}
+
 void RunAttention(const AttentionParams& p) {
   cudaStream_t stream = cuda::CurrentStream();
   const AttentionBatch& b = *p.batch;
@@ -197,6 +241,14 @@ void RunAttention(const AttentionParams& p) {
   chunk = (chunk + 31) / 32 * 32;  // whole warp tiles
   a.chunk = int(chunk);
   a.num_splits = int((max_len + chunk - 1) / chunk);
+  a.batch = DeviceBatch(b, stream);
+  // Multi-token sequences first. Both kernels use the partials scratch, in stream order: the
+  // decode kernel's Scratch() call comes after the prefill launch (a grow syncs the stream).
+  a.prefill_min_q_len = RunPrefillAttention(p, a.batch, a.logit_scale, stream);
+  bool any_decode_row = a.prefill_min_q_len == 0;
+  for (int s = 0; s < b.num_seqs && !any_decode_row; ++s)
+    any_decode_row = b.q_len[size_t(s)] > 0 && b.q_len[size_t(s)] < a.prefill_min_q_len;
+  if (!any_decode_row) return;
   if (a.num_splits > 1) {
     const size_t per = size_t(num_tokens) * size_t(a.heads) * size_t(a.num_splits);
     float* ws = static_cast<float*>(cuda::Scratch(cuda::ScratchSlot::kAttentionPartials,
@@ -204,7 +256,6 @@ void RunAttention(const AttentionParams& p) {
     a.partial_acc = ws;
     a.partial_ml = ws + per * size_t(a.head_dim);
   }
-  a.batch = DeviceBatch(b, stream);
   cuda::LaunchAttention(a, stream);
   CheckLaunch();
 }

@@ -67,6 +67,7 @@ __global__ void __launch_bounds__(kWarps * 32) AttentionKernel(const AttentionAr
 
   const int s = b.token_seq[t];
   const int q_len = b.q_len[s], kv_len = b.kv_len[s];
+  if (a.prefill_min_q_len > 0 && q_len >= a.prefill_min_q_len) return;  // the prefill kernel's row
   const int pos = kv_len - q_len + (t - b.q_start[s]);  // this row attends to [lo, pos]
   const int lo = a.sliding_window > 0 ? max(0, pos - a.sliding_window + 1) : 0;
   const int begin = lo + split * a.chunk;
@@ -176,6 +177,7 @@ __global__ void __launch_bounds__(kWarps * 32) AttentionKernel(const AttentionAr
 // Merges the splits of one (row, head): threads over head_dim.
 __global__ void CombineKernel(const AttentionArgs a) {
   const int t = blockIdx.x, h = blockIdx.y, D = a.head_dim;
+  if (a.prefill_min_q_len > 0 && a.batch.q_len[a.batch.token_seq[t]] >= a.prefill_min_q_len) return;
   const int64_t base = (int64_t(t) * a.heads + h) * a.num_splits;
   float mx = -INFINITY;
   for (int i = 0; i < a.num_splits; ++i) mx = fmaxf(mx, a.partial_ml[2 * (base + i)]);

@@ -121,6 +121,9 @@ struct AttentionArgs {
   float v_scale;
   float softcap;          // 0 = none
   int sliding_window;     // 0 = none
+  // Rows of sequences with q_len >= this belong to the tensor-core prefill kernel
+  // (attention/prefill_attention.h): this kernel skips them. 0 = this kernel does every row.
+  int prefill_min_q_len = 0;
 };
 
 // ---- launchers (defined in the .cu files; all asynchronous on `stream`) --------------------

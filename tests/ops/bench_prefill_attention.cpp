@@ -1,0 +1,176 @@
+// Prefill attention benchmark (one H200 run): the tensor-core prefill kernel
+// (attention/prefill_attention.h) on Llama-3.1-8B attention geometry (32 query / 8 kv heads,
+// head_dim 128, page 16) for 8K and 32K prompts and 800 new tokens on a 50K cached prefix,
+// against FLOPs / the bf16 GEMM rate measured in the same run (cuBLASLt 8192^3).
+// FLOPs = 4 * heads * head_dim * (keys attended, summed over query rows): causal, so about
+// half of 4 * q * kv * heads * head_dim for a prompt without a prefix.
+// Rows: the op (ops::Attention: routing, planning, split-K as the engine runs it); the kernel
+// forced to 64- and 128-row tiles and to split counts; the old row-per-block kernel
+// (paged_attention.cu) on the smaller shapes, for the before/after ratio.
+// Times are medians of event-timed calls after warm-up. No arguments.
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "kernels/cuda/attention/prefill_attention.h"
+#include "kernels/cuda/batch_plan.h"
+#include "kernels/cuda/common/context.h"
+#include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/common/device_params.h"
+#include "kernels/cuda/gemm/matmul_lt.h"
+#include "kernels/ops.h"
+
+namespace pg::bench {
+void FillBf16(void* p, int64_t n, uint32_t seed, float scale);
+}
+
+namespace {
+
+using namespace pg;
+
+struct Buf {
+  void* p = nullptr;
+  explicit Buf(size_t bytes) { PG_CUDA_CHECK(cudaMalloc(&p, bytes)); }
+  ~Buf() { cudaFree(p); }
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+};
+
+double MedianMs(int reps, const std::function<void()>& fn) {
+  for (int i = 0; i < 2; ++i) fn();
+  PG_CUDA_CHECK(cudaDeviceSynchronize());
+  cudaEvent_t a, b;
+  PG_CUDA_CHECK(cudaEventCreate(&a));
+  PG_CUDA_CHECK(cudaEventCreate(&b));
+  std::vector<float> ms;
+  for (int i = 0; i < reps; ++i) {
+    PG_CUDA_CHECK(cudaEventRecord(a, 0));
+    fn();
+    PG_CUDA_CHECK(cudaEventRecord(b, 0));
+    PG_CUDA_CHECK(cudaEventSynchronize(b));
+    float t = 0;
+    PG_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t);
+  }
+  PG_CUDA_CHECK(cudaGetLastError());
+  cudaEventDestroy(a), cudaEventDestroy(b);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+TensorView Dev(void* p, std::initializer_list<int64_t> shape) {
+  return TensorView::Contiguous(p, DType::kBF16, shape, Device::kCuda);
+}
+
+}  // namespace
+
+int main() {
+  try {
+    cudaDeviceProp prop{};
+    PG_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    fmt::print("device: {} ({} SMs)\n", prop.name, prop.multiProcessorCount);
+    double gemm_tflops = 0;
+    {
+      const int64_t s = 8192;
+      Buf x(size_t(s * s * 2)), w(size_t(s * s * 2)), o(size_t(s * s * 2));
+      bench::FillBf16(x.p, s * s, 2, 1.0f);
+      bench::FillBf16(w.p, s * s, 3, 1.0f);
+      cuda::LtGemmArgs g{static_cast<cuda::bf16*>(x.p), static_cast<cuda::bf16*>(w.p),
+                         static_cast<cuda::bf16*>(o.p), s, s, s, s, s, s, false};
+      const double ms = MedianMs(10, [&] { PG_ENSURE(cuda::LtMatmul(g, 0), kInternal, "no algo"); });
+      gemm_tflops = 2.0 * double(s) * s * s / (ms * 1e-3) / 1e12;
+      fmt::print("bf16 GEMM 8192^3 (cuBLASLt): {:.1f} TFLOP/s ({:.3f} ms)\n", gemm_tflops, ms);
+    }
+
+    const int heads = 32, kv_heads = 8, d = 128, page = 16;
+    struct Shape { const char* name; int q_len, kv_len; bool old_kernel; };
+    const Shape shapes[] = {{"prefill 8K", 8192, 8192, true},
+                            {"prefill 32K", 32768, 32768, false},
+                            {"800 new on 50K cached", 800, 50800, true},
+                            {"2K chunk on 30K cached", 2048, 32768, false}};
+    fmt::print("\n{:<24} {:<22} {:>10} {:>9} {:>9} {:>9}\n", "prefill attention 32:8 d128",
+               "variant", "ms", "TFLOP/s", "floor_ms", "floor/t");
+    for (const Shape& sh : shapes) {
+      const int64_t pages = (sh.kv_len + page - 1) / page;
+      const int64_t cache_elems = pages * page * kv_heads * d;
+      Buf kc(size_t(cache_elems * 2)), vc(size_t(cache_elems * 2));
+      bench::FillBf16(kc.p, cache_elems, 21, 1.0f);
+      bench::FillBf16(vc.p, cache_elems, 22, 1.0f);
+      const int64_t q_elems = int64_t(sh.q_len) * heads * d;
+      Buf q(size_t(q_elems * 2)), o(size_t(q_elems * 2));
+      bench::FillBf16(q.p, q_elems, 23, 1.0f);
+      std::vector<int32_t> q_start{0}, q_len{sh.q_len}, kv_len{sh.kv_len}, page_start{0};
+      std::vector<int32_t> table(static_cast<size_t>(pages));
+      std::iota(table.begin(), table.end(), 0);
+      std::shuffle(table.begin(), table.end(), std::mt19937(5));
+      ops::AttentionBatch batch{1, page, q_start, q_len, kv_len, page_start, table};
+      cuda::DeviceBatchPlan plan;
+      plan.Upload(batch, 0);
+      batch.device = &plan.view();
+      PG_CUDA_CHECK(cudaDeviceSynchronize());
+      ops::KvCacheView cache{
+          TensorView::Contiguous(kc.p, DType::kBF16, {pages, page, kv_heads, d}, Device::kCuda),
+          TensorView::Contiguous(vc.p, DType::kBF16, {pages, page, kv_heads, d}, Device::kCuda)};
+      const int64_t prefix = sh.kv_len - sh.q_len;
+      // keys attended summed over rows: sum_{i<q} (prefix + i + 1)
+      const double keys = double(sh.q_len) * double(prefix) + double(sh.q_len) * (sh.q_len + 1) / 2.0;
+      const double flops = 4.0 * heads * d * keys;
+      const double floor_ms = flops / (gemm_tflops * 1e12) * 1e3;
+      const int reps = sh.q_len >= 32768 ? 5 : 10;
+      auto row = [&](const std::string& variant, double ms) {
+        fmt::print("{:<24} {:<22} {:>10.3f} {:>9.1f} {:>9.3f} {:>8.0f}%\n", sh.name, variant, ms,
+                   flops / (ms * 1e-3) / 1e12, floor_ms, 100.0 * floor_ms / ms);
+      };
+      row("op (ops::Attention)", MedianMs(reps, [&] {
+            ops::Attention({Dev(q.p, {sh.q_len, heads, d}), Dev(o.p, {sh.q_len, heads, d}), cache, &batch});
+          }));
+      // The kernel with forced tile heights and split counts.
+      cuda::PrefillAttentionArgs a{};
+      a.q = static_cast<cuda::bf16*>(q.p);
+      a.out = static_cast<cuda::bf16*>(o.p);
+      a.k_cache = static_cast<cuda::bf16*>(kc.p);
+      a.v_cache = static_cast<cuda::bf16*>(vc.p);
+      a.batch = plan.view();
+      a.q_stride = a.out_stride = int64_t(heads) * d;
+      a.heads = heads, a.kv_heads = kv_heads, a.head_dim = d;
+      a.min_q_len = 2;
+      a.logit_scale = 1.0f / std::sqrt(float(d));
+      a.v_scale = 1.0f;
+      for (int bm : {64, 128})
+        for (int force : {0, 1, 2, 3, 4, 6, 8}) {
+          if (force > 1 && prefix == 0) continue;  // splits only help with a long prefix
+          a.block_m = bm;
+          cuda::PlanPrefillAttention(a, q_len.data(), kv_len.data(), 1, force);
+          const size_t per = size_t(sh.q_len) * heads * size_t(a.num_splits);
+          std::unique_ptr<Buf> ws;
+          if (a.num_splits > 1) {
+            ws = std::make_unique<Buf>(per * size_t(d + 2) * 4);
+            a.partial_acc = static_cast<float*>(ws->p);
+            a.partial_ml = a.partial_acc + per * size_t(d);
+          }
+          const double ms = MedianMs(reps, [&] { cuda::LaunchPrefillAttention(a, 0); });
+          row(fmt::format("bm {} splits {}{}", bm, a.num_splits, force == 0 ? " (auto)" : ""), ms);
+        }
+      if (sh.old_kernel) {  // the row-per-block kernel, all rows, no splits
+        cuda::AttentionArgs old{};
+        old.q = a.q, old.out = a.out, old.k_cache = a.k_cache, old.v_cache = a.v_cache;
+        old.batch = plan.view();
+        old.q_stride = old.out_stride = a.q_stride;
+        old.heads = heads, old.kv_heads = kv_heads, old.head_dim = d;
+        old.num_splits = 1, old.chunk = sh.kv_len + 64;
+        old.logit_scale = a.logit_scale, old.v_scale = 1.0f;
+        row("old row kernel", MedianMs(3, [&] { cuda::LaunchAttention(old, 0); }));
+      }
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "bench_prefill: {}\n", e.what());
+    return 1;
+  }
+}
