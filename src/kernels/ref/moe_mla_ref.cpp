@@ -14,23 +14,29 @@ namespace {
 
 using detail::RowF32;
 
-// Element i of the latent row in (page, slot): [0, half) lives in k_cache, the rest in v_cache.
+// Element i of the latent row in (page, slot): [0, half) lives in k_cache, the rest in v_cache
+// (f32 / f16 / bf16, or fp8 e4m3 with per-tensor scales).
 struct LatentCache {
   const KvCacheView& c;
   int64_t half;
   int64_t Offset(int64_t page, int64_t slot) const {
     return detail::CacheOffset(c.k_cache, page, slot, 0);
   }
+  // Real value = stored * scale of the half; fp8 e4m3 stores saturate to +-448.
+  static float Get(const TensorView& t, int64_t i) {
+    if (t.dtype == DType::kF8E4M3) return F8E4M3ToF32(static_cast<const uint8_t*>(t.data)[i]);
+    return detail::LoadScalar(t.dtype, t.data, i);
+  }
+  static void Put(const TensorView& t, int64_t i, float v) {
+    if (t.dtype == DType::kF8E4M3) static_cast<uint8_t*>(t.data)[i] = F32ToF8E4M3(v);
+    else detail::StoreScalar(t.dtype, t.data, i, v);
+  }
   float Load(int64_t off, int64_t i) const {
-    return i < half ? detail::LoadScalar(c.k_cache.dtype, c.k_cache.data, off + i) * c.k_scale
-                    : detail::LoadScalar(c.v_cache.dtype, c.v_cache.data, off + i - half) *
-                          c.v_scale;
+    return i < half ? Get(c.k_cache, off + i) * c.k_scale : Get(c.v_cache, off + i - half) * c.v_scale;
   }
   void Store(int64_t off, int64_t i, float v) const {
-    if (i < half)
-      detail::StoreScalar(c.k_cache.dtype, c.k_cache.data, off + i, v / c.k_scale);
-    else
-      detail::StoreScalar(c.v_cache.dtype, c.v_cache.data, off + i - half, v / c.v_scale);
+    if (i < half) Put(c.k_cache, off + i, v / c.k_scale);
+    else Put(c.v_cache, off + i - half, v / c.v_scale);
   }
 };
 

@@ -68,8 +68,15 @@ void ValidateLatentCache(std::string_view op, const KvCacheView& cache, const At
   static float dummy = 0.0f;
   void* ptr = any_ptr ? any_ptr : &dummy;
   TensorView rows = TensorView::Contiguous(ptr, DType::kF32, {num_tokens, 1, half});
+  rows.device = cache.k_cache.device;
+  // fp8 e4m3 latent caches (per-tensor k_scale / v_scale) are checked as bf16 ones would be.
+  KvCacheView as_kv = cache;
+  if (cache.k_cache.dtype == DType::kF8E4M3 && cache.v_cache.dtype == DType::kF8E4M3) {
+    PG_OP_NEED(cache.k_scale > 0.0f && cache.v_scale > 0.0f, op, "fp8 latent cache scales must be > 0");
+    as_kv.k_cache.dtype = as_kv.v_cache.dtype = DType::kBF16;
+  }
   try {
-    Validate(KvWriteParams{.k = rows, .v = rows, .cache = cache, .batch = b});
+    Validate(KvWriteParams{.k = rows, .v = rows, .cache = as_kv, .batch = b});
   } catch (const Error& e) {
     Throw(ErrorCode::kInvalidArgument, "{} (latent cache): {}", op, e.what());
   }
@@ -133,14 +140,14 @@ void Validate(const MoeExpertsParams& p) {
 
 void Validate(const MlaCacheWriteParams& p) {
   constexpr std::string_view op = "MlaCacheWrite";
-  NeedF32(op, "latent", p.latent, 2);
+  NeedAct(op, "latent", p.latent, 2);
   ValidateLatentCache(op, p.cache, p.batch, p.latent.dim(0), p.latent.dim(1), p.latent.data);
 }
 
 void Validate(const MlaAttentionParams& p) {
   constexpr std::string_view op = "MlaAttention";
-  NeedF32(op, "q", p.q, 3);
-  NeedF32(op, "out", p.out, 3);
+  NeedAct(op, "q", p.q, 3);
+  NeedAct(op, "out", p.out, 3);
   const int64_t n = p.q.dim(0), heads = p.q.dim(1), qk = p.q.dim(2), v = p.out.dim(2);
   PG_OP_NEED(p.kv_lora_rank > 0 && p.rope_dim >= 0 && p.rope_dim < qk, op, "kv_lora_rank {} must be > 0 and rope_dim {} in [0, {})", p.kv_lora_rank,
                    p.rope_dim, qk);

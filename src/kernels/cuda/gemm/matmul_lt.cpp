@@ -1,9 +1,11 @@
 #include "kernels/cuda/gemm/matmul_lt.h"
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <tuple>
+#include <utility>
 
 #include "kernels/cuda/common/context.h"
 #include "kernels/cuda/common/cuda_check.h"
@@ -20,7 +22,8 @@ int Alignment(const void* p) {  // largest power of two <= 256 dividing the addr
   return a;
 }
 
-using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, int, int, int>;
+using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, int, int, int,
+                       int64_t, int64_t, int64_t, int64_t, bool>;
 
 // One cached shape: descriptors and the chosen algorithm (usable = false: no algorithm).
 struct Plan {
@@ -51,12 +54,26 @@ std::unique_ptr<Plan> MakePlan(cublasLtHandle_t h, const LtGemmArgs& g, int alig
                                int align_o) {
   auto p = std::make_unique<Plan>();
   PG_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  const cublasOperation_t ta = g.w_km ? CUBLAS_OP_N : CUBLAS_OP_T, tb = CUBLAS_OP_N;
   PG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
   PG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-  PG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, uint64_t(g.k), uint64_t(g.m), g.ldw));
+  if (g.w_km)
+    PG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, uint64_t(g.m), uint64_t(g.k), g.ldw));
+  else
+    PG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, uint64_t(g.k), uint64_t(g.m), g.ldw));
   PG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, uint64_t(g.k), uint64_t(g.n), g.ldx));
   PG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->d, CUDA_R_16BF, uint64_t(g.m), uint64_t(g.n), g.ldo));
+  if (g.batch > 1) {
+    const int32_t count = int32_t(g.batch);
+    const std::pair<cublasLtMatrixLayout_t, int64_t> layouts[] = {
+        {p->a, g.stride_w}, {p->b, g.stride_x}, {p->d, g.stride_o}};
+    for (const auto& [layout, stride] : layouts) {
+      PG_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                                                       &count, sizeof count));
+      PG_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
+          layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride));
+    }
+  }
   cublasLtMatmulPreference_t pref = nullptr;
   PG_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t ws = kWorkspaceBytes;
@@ -82,7 +99,13 @@ std::unique_ptr<Plan> MakePlan(cublasLtHandle_t h, const LtGemmArgs& g, int alig
 
 bool LtMatmul(const LtGemmArgs& g, cudaStream_t stream) {
   if (g.n == 0 || g.m == 0) return true;
-  const int ax = Alignment(g.x), aw = Alignment(g.w), ao = Alignment(g.out);
+  // Batched: every batch's pointer must meet the alignment promised to cuBLASLt.
+  auto align = [&](const void* p, int64_t stride) {
+    const int a = Alignment(p);
+    if (g.batch <= 1) return a;
+    return std::min(a, Alignment(reinterpret_cast<const void*>(uintptr_t(stride * 2))));
+  };
+  const int ax = align(g.x, g.stride_x), aw = align(g.w, g.stride_w), ao = align(g.out, g.stride_o);
   Cache& c = TheCache();
   Plan* plan = nullptr;
   cublasLtHandle_t handle = nullptr;
@@ -90,7 +113,9 @@ bool LtMatmul(const LtGemmArgs& g, cudaStream_t stream) {
     std::lock_guard<std::mutex> lock(c.mu);
     if (!c.handle) PG_CUBLAS_CHECK(cublasLtCreate(&c.handle));
     handle = c.handle;
-    const Key key{g.n, g.k, g.m, g.ldx, g.ldw, g.ldo, g.accumulate, ax, aw, ao};
+    const Key key{g.n,       g.k,        g.m,        g.ldx,      g.ldw,   g.ldo,
+                  g.accumulate, ax,     aw,         ao,         g.batch, g.stride_x,
+                  g.stride_w,   g.stride_o, g.w_km};
     auto it = c.plans.find(key);
     if (it == c.plans.end()) it = c.plans.emplace(key, MakePlan(c.handle, g, ax, aw, ao)).first;
     plan = it->second.get();

@@ -17,6 +17,10 @@ struct LtGemmArgs {
   bf16* out;      // [n, m], row stride ldo
   int64_t n, k, m, ldx, ldw, ldo;
   bool accumulate;
+  // Strided batch (MLA's per-head GEMMs): batch b uses x + b * stride_x, w + b * stride_w,
+  // out + b * stride_o (elements). w_km: w is stored [k, m] (row stride ldw) instead of [m, k].
+  int64_t batch = 1, stride_x = 0, stride_w = 0, stride_o = 0;
+  bool w_km = false;
 };
 
 // Runs the GEMM on `stream`. Returns false (nothing launched) when cuBLASLt offers no

@@ -1,0 +1,114 @@
+// Parameter structs and launchers of the CUDA Multi-head Latent Attention kernels (ops_moe.h:
+// MlaCacheWrite, MlaAttention). Device code takes raw pointers and one of these structs; the
+// host launchers (mla_register.cpp) validate and fill them.
+//
+// Latent cache (ops_moe.h): per token a row of L = kv_lora_rank + rope_dim values, elements
+// [0, half) in k_cache and [half, L) in v_cache, half = MlaCacheHalfDim. Stored bf16, or fp8
+// e4m3 with per-tensor scales (real = stored * k_scale for the k half, * v_scale for the v
+// half). The attention kernels are compiled for DeepSeek's latent shape (rank 512, rope 64:
+// half 288, every row 16-byte aligned in both dtypes).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/common/device_params.h"
+
+namespace pg::cuda {
+
+inline constexpr int kMlaRank = 512;                  // kv_lora_rank of the compiled kernels
+inline constexpr int kMlaRope = 64;                   // rope_dim
+inline constexpr int kMlaLatent = kMlaRank + kMlaRope;  // 576
+inline constexpr int kMlaHalf = kMlaLatent / 2;         // 288
+
+enum class MlaCacheType : uint8_t { kBF16, kFP8 };
+
+// Writes latent rows of the batch's new tokens into their cache slots (any latent_dim).
+struct MlaCacheWriteArgs {
+  const bf16* latent;  // [num_tokens, latent_dim], row stride latent_stride
+  void* k_cache;       // [pages, page_size, 1, half] of cache_type
+  void* v_cache;
+  DeviceBatchView batch;
+  int64_t latent_stride;
+  int latent_dim, half;
+  MlaCacheType cache_type;
+  float inv_k_scale, inv_v_scale;  // stored = real * inv_scale (fp8; bf16: 1)
+};
+
+// Copies sequences' whole latent history (positions [0, kv_len)) into a packed bf16 buffer:
+// history row (hist_start[s] + t) = latent of sequence s at position t, scaled to real values.
+// hist_start: device [num_seqs] (prefix sums of kv_len).
+struct MlaGatherArgs {
+  const void* k_cache;
+  const void* v_cache;
+  bf16* out;                  // [total_history, kMlaLatent]
+  const int32_t* hist_start;  // [num_seqs]
+  DeviceBatchView batch;
+  int max_kv_len;
+  MlaCacheType cache_type;
+  float k_scale, v_scale;
+};
+
+// Absorbed attention over the latents. Query rows of sequence s are its (position i, head h)
+// pairs, r = i * heads + h, r in [0, q_len * heads); a block owns kMlaDecodeRows of them and
+// one split (key positions [split * chunk, (split + 1) * chunk)) of the sequence's history:
+// each latent tile it loads serves every head and query position of its rows. Causal: the
+// row of position i sees keys [0, kv_len - q_len + i].
+struct MlaDecodeArgs {
+  const bf16* q_lat;   // [num_tokens, heads, kMlaLatent]: [W_UK^T q_nope, q_pe], packed
+  const void* k_cache;
+  const void* v_cache;
+  bf16* o_lat;         // [num_tokens, heads, kMlaRank], packed (num_splits == 1)
+  float* partial_acc;  // [num_tokens, heads, num_splits, kMlaRank] (num_splits > 1)
+  float* partial_ml;   // [num_tokens, heads, num_splits, 2]: max (log2 domain), sum
+  DeviceBatchView batch;
+  int heads;
+  int row_groups;      // blocks per sequence along the rows: ceil(max q_len * heads / rows)
+  int num_splits, chunk;  // chunk: key positions per split, a multiple of the key tile
+  float logit_scale_log2;  // softmax scale * log2(e)
+  MlaCacheType cache_type;
+  float k_scale, v_scale;
+};
+
+// Expanded (prefill) attention, FlashAttention style, for one compiled shape:
+// q [num_tokens, heads, NOPE + ROPE], keys k_h(t) = [kv[t, h, 0:NOPE], rope[t, :]],
+// values v_h(t) = kv[t, h, NOPE:NOPE + V], history row of (seq s, position t) =
+// hist_start[s] + t. Causal as above.
+struct MlaPrefillArgs {
+  const bf16* q;         // [num_tokens, heads, NOPE + ROPE], row stride q_stride
+  const bf16* kv;        // [total_history, heads, NOPE + V] (W_UK / W_UV applied), packed
+  const bf16* rope;      // [total_history, ...] shared rope key, row stride rope_stride
+  bf16* out;             // [num_tokens, heads, V], row stride out_stride
+  const int32_t* hist_start;  // [num_seqs]
+  DeviceBatchView batch;
+  int64_t q_stride, rope_stride, out_stride;
+  int heads, max_q_len;
+  float logit_scale_log2;
+};
+
+// Merges num_splits partials into o_lat (bf16, packed [num_tokens, heads, kMlaRank]).
+struct MlaCombineArgs {
+  const float* partial_acc;
+  const float* partial_ml;
+  bf16* o_lat;
+  DeviceBatchView batch;
+  int heads, num_splits, chunk;
+};
+
+void LaunchMlaCacheWrite(const MlaCacheWriteArgs& a, cudaStream_t stream);
+void LaunchMlaHistStart(const DeviceBatchView& b, int32_t* hist_start, cudaStream_t stream);
+void LaunchMlaGather(const MlaGatherArgs& a, cudaStream_t stream);
+// Grid of the decode kernel for a batch: row groups per sequence, and split-K (about one
+// block per SM: a block holds ~120 KB of shared memory; splits of >= 2 key tiles).
+struct MlaDecodePlan {
+  int row_groups, num_splits, chunk;
+};
+MlaDecodePlan PlanMlaDecode(int num_seqs, int max_q_len, int max_kv_len, int heads, int num_sms);
+void LaunchMlaDecode(const MlaDecodeArgs& a, cudaStream_t stream);
+void LaunchMlaCombine(const MlaCombineArgs& a, cudaStream_t stream);
+// Returns false when (nope, rope, v) has no compiled specialisation.
+bool MlaPrefillSupports(int nope, int rope, int v);
+void LaunchMlaPrefill(const MlaPrefillArgs& a, int nope, int rope, int v, cudaStream_t stream);
+
+}  // namespace pg::cuda

@@ -1,0 +1,270 @@
+// CUDA launchers and registry entries of the MLA ops (ops_moe.h): MlaCacheWrite and
+// MlaAttention (absorbed and expanded). Every launch is asynchronous on the calling thread's
+// current stream; with AttentionBatch::device set, nothing here synchronises or allocates after
+// warm-up (CUDA-graph capturable).
+//
+// Capabilities: q / out / latent bf16 on the device; w_kv_b bf16; latent cache bf16 (scales 1)
+// or fp8 e4m3 (per-tensor k_scale / v_scale). MlaAttention: kv_lora_rank 512, rope_dim 64
+// (DeepSeek-V3, Kimi K2, DeepSeek-V2-Lite, Moonlight); expanded mode also needs a compiled
+// (nope, rope, v) prefill shape (128/64/128).
+//
+// Absorbed:  q_lat[t, h] = [W_UK_h^T q_nope[t, h], q_pe[t, h]]   (cuBLASLt, batched over heads)
+//            o_lat = softmax(q_lat · latents^T) · latents[:, :512]  (mla_decode.cu, split-K)
+//            out[t, h] = W_UV_h · o_lat[t, h]                       (cuBLASLt, batched over heads)
+// Expanded:  latents of the history gathered (mla_cache.cu), kv = latents[:, :512] · w_kv_b^T
+//            (one GEMM), then FlashAttention over [k_nope, k_pe] / v (mla_prefill.cu).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/cuda/batch_plan.h"
+#include "kernels/cuda/common/context.h"
+#include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/gemm/matmul_lt.h"
+#include "kernels/cuda/mla/mla_params.h"
+#include "kernels/ops_moe.h"
+#include "kernels/registry.h"
+
+namespace pg::ops {
+namespace {
+
+using cuda::bf16;
+
+bool DevBf16(const TensorView& t) { return t.device == Device::kCuda && t.dtype == DType::kBF16; }
+bf16* Bf(const TensorView& t) { return static_cast<bf16*>(t.data); }
+
+// The latent cache dtypes the kernels read and write.
+bool CacheOk(const KvCacheView& c) {
+  if (c.k_cache.device != Device::kCuda || c.v_cache.device != Device::kCuda) return false;
+  if (c.k_cache.dtype == DType::kF8E4M3 && c.v_cache.dtype == DType::kF8E4M3) return true;
+  return c.k_cache.dtype == DType::kBF16 && c.v_cache.dtype == DType::kBF16;
+}
+cuda::MlaCacheType CacheType(const KvCacheView& c) {
+  return c.k_cache.dtype == DType::kF8E4M3 ? cuda::MlaCacheType::kFP8 : cuda::MlaCacheType::kBF16;
+}
+
+// The batch on the device: the caller's plan, or a per-thread upload of the host spans (tests;
+// not capturable). Same rule as the dense attention launchers (cuda_register.cpp).
+const cuda::DeviceBatchView& DeviceBatch(const AttentionBatch& b, cudaStream_t stream) {
+  if (b.device) return *b.device;
+  PG_ENSURE(!cuda::IsCapturing(stream), kInvalidArgument,
+            "CUDA MLA under graph capture needs AttentionBatch::device (a DeviceBatchPlan)");
+  thread_local cuda::DeviceBatchPlan plan;
+  plan.Upload(b, stream);
+  return plan.view();
+}
+
+// Carves 256-byte aligned pieces out of the attention scratch slot.
+class ScratchCarver {
+ public:
+  size_t Add(size_t bytes) {
+    const size_t off = total_;
+    total_ += (bytes + 255) / 256 * 256;
+    return off;
+  }
+  char* Base() {
+    return static_cast<char*>(cuda::Scratch(cuda::ScratchSlot::kAttentionPartials, std::max<size_t>(total_, 256)));
+  }
+
+ private:
+  size_t total_ = 0;
+};
+
+void Gemm(const cuda::LtGemmArgs& g, cudaStream_t stream, const char* what) {
+  if (cuda::LtMatmul(g, stream)) return;
+  PG_ENSURE(g.batch == 1 && !g.w_km, kInternal, "MlaAttention: cuBLASLt has no algorithm for {}",
+            what);
+  cuda::LaunchGemv({g.x, g.w, g.out, nullptr, g.n, g.k, g.m, g.ldx, g.ldw, g.ldo, g.accumulate},
+                   stream);
+  PG_CUDA_CHECK_LAUNCH();
+}
+
+// ---- MlaCacheWrite -------------------------------------------------------------------------
+void RunMlaCacheWrite(const MlaCacheWriteParams& p) {
+  cudaStream_t stream = cuda::CurrentStream();
+  cuda::MlaCacheWriteArgs a{};
+  a.latent = Bf(p.latent);
+  a.k_cache = p.cache.k_cache.data;
+  a.v_cache = p.cache.v_cache.data;
+  a.batch = DeviceBatch(*p.batch, stream);
+  a.latent_stride = p.latent.strides[0];
+  a.latent_dim = int(p.latent.dim(1));
+  a.half = int(p.cache.k_cache.dim(3));
+  a.cache_type = CacheType(p.cache);
+  a.inv_k_scale = 1.0f / p.cache.k_scale;
+  a.inv_v_scale = 1.0f / p.cache.v_scale;
+  cuda::LaunchMlaCacheWrite(a, stream);
+  PG_CUDA_CHECK_LAUNCH();
+}
+
+// ---- MlaAttention --------------------------------------------------------------------------
+struct MlaShape {
+  int64_t tokens, heads, qk, nope, rope, v, rank;
+};
+MlaShape ShapeOf(const MlaAttentionParams& p) {
+  const int64_t qk = p.q.dim(2);
+  return {p.q.dim(0), p.q.dim(1), qk, qk - p.rope_dim, p.rope_dim, p.out.dim(2), p.kv_lora_rank};
+}
+float SoftmaxScale(const MlaAttentionParams& p, const MlaShape& s) {
+  return p.scale > 0 ? p.scale : 1.0f / std::sqrt(float(s.qk));
+}
+
+void RunAbsorbed(const MlaAttentionParams& p, const MlaShape& sh, cudaStream_t stream) {
+  const AttentionBatch& b = *p.batch;
+  const int64_t T = sh.tokens, H = sh.heads, per_head = sh.nope + sh.v;
+  if (T == 0) return;
+  int max_q = 1, max_kv = 1;
+  for (int s = 0; s < b.num_seqs; ++s) {
+    max_q = std::max(max_q, int(b.q_len[size_t(s)]));
+    max_kv = std::max(max_kv, int(b.kv_len[size_t(s)]));
+  }
+  cuda::MlaDecodeArgs a{};
+  const cuda::MlaDecodePlan plan =
+      cuda::PlanMlaDecode(b.num_seqs, max_q, max_kv, int(H), cuda::MultiprocessorCount());
+  a.row_groups = plan.row_groups;
+  a.num_splits = plan.num_splits;
+  a.chunk = plan.chunk;
+
+  ScratchCarver sc;
+  const size_t off_q = sc.Add(size_t(T * H) * cuda::kMlaLatent * 2);
+  const size_t off_o = sc.Add(size_t(T * H) * cuda::kMlaRank * 2);
+  const size_t parts = size_t(T * H) * size_t(a.num_splits);
+  const size_t off_acc = a.num_splits > 1 ? sc.Add(parts * cuda::kMlaRank * 4) : 0;
+  const size_t off_ml = a.num_splits > 1 ? sc.Add(parts * 2 * 4) : 0;
+  char* base = sc.Base();
+  bf16* q_lat = reinterpret_cast<bf16*>(base + off_q);
+  bf16* o_lat = reinterpret_cast<bf16*>(base + off_o);
+
+  const bf16* w = Bf(p.w_kv_b);
+  const int64_t ldw = p.w_kv_b.strides[0];
+  // q_lat[:, h, :512] = q_nope[:, h] · W_UK_h (W_UK_h: rows h*per_head .. +nope, [nope, 512]).
+  cuda::LtGemmArgs fold{Bf(p.q), w, q_lat, T, sh.nope, sh.rank, p.q.strides[0], ldw,
+                        H * cuda::kMlaLatent, false};
+  fold.batch = H, fold.stride_x = sh.qk, fold.stride_w = per_head * ldw,
+  fold.stride_o = cuda::kMlaLatent, fold.w_km = true;
+  Gemm(fold, stream, "the W_UK fold");
+  // q_lat[:, h, 512:576] = q_pe.
+  const size_t pe_bytes = size_t(sh.rope) * 2;
+  if (p.q.strides[0] == H * sh.qk) {
+    PG_CUDA_CHECK(cudaMemcpy2DAsync(q_lat + sh.rank, cuda::kMlaLatent * 2, Bf(p.q) + sh.nope,
+                                    size_t(sh.qk) * 2, pe_bytes, size_t(T * H),
+                                    cudaMemcpyDeviceToDevice, stream));
+  } else {
+    for (int64_t t = 0; t < T; ++t)
+      PG_CUDA_CHECK(cudaMemcpy2DAsync(q_lat + t * H * cuda::kMlaLatent + sh.rank,
+                                      cuda::kMlaLatent * 2, Bf(p.q) + t * p.q.strides[0] + sh.nope,
+                                      size_t(sh.qk) * 2, pe_bytes, size_t(H),
+                                      cudaMemcpyDeviceToDevice, stream));
+  }
+
+  a.q_lat = q_lat;
+  a.k_cache = p.cache.k_cache.data;
+  a.v_cache = p.cache.v_cache.data;
+  a.o_lat = o_lat;
+  if (a.num_splits > 1) {
+    a.partial_acc = reinterpret_cast<float*>(base + off_acc);
+    a.partial_ml = reinterpret_cast<float*>(base + off_ml);
+  }
+  a.batch = DeviceBatch(b, stream);
+  a.heads = int(H);
+  a.logit_scale_log2 = SoftmaxScale(p, sh) * 1.4426950408889634f;
+  a.cache_type = CacheType(p.cache);
+  a.k_scale = p.cache.k_scale;
+  a.v_scale = p.cache.v_scale;
+  cuda::LaunchMlaDecode(a, stream);
+  PG_CUDA_CHECK_LAUNCH();
+  if (a.num_splits > 1) {
+    cuda::LaunchMlaCombine({a.partial_acc, a.partial_ml, o_lat, a.batch, a.heads, a.num_splits,
+                            a.chunk},
+                           stream);
+    PG_CUDA_CHECK_LAUNCH();
+  }
+  // out[:, h] = o_lat[:, h] · W_UV_h^T (W_UV_h: rows h*per_head + nope .. +v, [v, 512]).
+  cuda::LtGemmArgs apply{o_lat, w + sh.nope * ldw, Bf(p.out), T, sh.rank, sh.v,
+                         H * cuda::kMlaRank, ldw, p.out.strides[0], false};
+  apply.batch = H, apply.stride_x = cuda::kMlaRank, apply.stride_w = per_head * ldw,
+  apply.stride_o = sh.v;
+  Gemm(apply, stream, "the W_UV apply");
+}
+
+void RunExpanded(const MlaAttentionParams& p, const MlaShape& sh, cudaStream_t stream) {
+  const AttentionBatch& b = *p.batch;
+  const int64_t H = sh.heads, per_head = sh.nope + sh.v;
+  int64_t hist = 0;
+  int max_q = 0, max_kv = 0;
+  for (int s = 0; s < b.num_seqs; ++s) {
+    hist += b.kv_len[size_t(s)];
+    max_q = std::max(max_q, int(b.q_len[size_t(s)]));
+    max_kv = std::max(max_kv, int(b.kv_len[size_t(s)]));
+  }
+  if (sh.tokens == 0 || hist == 0) return;
+  ScratchCarver sc;
+  const size_t off_hs = sc.Add(size_t(b.num_seqs) * 4);
+  const size_t off_lat = sc.Add(size_t(hist) * cuda::kMlaLatent * 2);
+  const size_t off_kv = sc.Add(size_t(hist * H * per_head) * 2);
+  char* base = sc.Base();
+  int32_t* hist_start = reinterpret_cast<int32_t*>(base + off_hs);
+  bf16* lat = reinterpret_cast<bf16*>(base + off_lat);
+  bf16* kv = reinterpret_cast<bf16*>(base + off_kv);
+  const cuda::DeviceBatchView& dev = DeviceBatch(b, stream);
+
+  cuda::LaunchMlaHistStart(dev, hist_start, stream);
+  PG_CUDA_CHECK_LAUNCH();
+  cuda::LaunchMlaGather({p.cache.k_cache.data, p.cache.v_cache.data, lat, hist_start, dev, max_kv,
+                         CacheType(p.cache), p.cache.k_scale, p.cache.v_scale},
+                        stream);
+  PG_CUDA_CHECK_LAUNCH();
+  // kv[t, h, :] = w_kv_b[h] · c_kv(t): one GEMM over the whole history.
+  Gemm({lat, Bf(p.w_kv_b), kv, hist, sh.rank, H * per_head, cuda::kMlaLatent,
+        p.w_kv_b.strides[0], H * per_head, false},
+       stream, "the latent expansion");
+  cuda::MlaPrefillArgs a{};
+  a.q = Bf(p.q);
+  a.kv = kv;
+  a.rope = lat + sh.rank;
+  a.out = Bf(p.out);
+  a.hist_start = hist_start;
+  a.batch = dev;
+  a.q_stride = p.q.strides[0];
+  a.rope_stride = cuda::kMlaLatent;
+  a.out_stride = p.out.strides[0];
+  a.heads = int(H);
+  a.max_q_len = max_q;
+  a.logit_scale_log2 = SoftmaxScale(p, sh) * 1.4426950408889634f;
+  cuda::LaunchMlaPrefill(a, int(sh.nope), int(sh.rope), int(sh.v), stream);
+  PG_CUDA_CHECK_LAUNCH();
+}
+
+void RunMlaAttention(const MlaAttentionParams& p) {
+  cudaStream_t stream = cuda::CurrentStream();
+  const MlaShape sh = ShapeOf(p);
+  if (p.mode == MlaMode::kAbsorbed) RunAbsorbed(p, sh, stream);
+  else RunExpanded(p, sh, stream);
+}
+
+bool SupportsMlaAttention(const MlaAttentionParams& p) {
+  if (!DevBf16(p.q) || !DevBf16(p.out) || !DevBf16(p.w_kv_b) || !CacheOk(p.cache)) return false;
+  if (p.kv_lora_rank != cuda::kMlaRank || p.rope_dim != cuda::kMlaRope) return false;
+  if (p.cache.k_cache.dtype == DType::kBF16 && (p.cache.k_scale != 1.0f || p.cache.v_scale != 1.0f))
+    return false;
+  // 16-byte aligned rows for cp.async / 4-byte aligned output pairs.
+  const bool q_aligned = reinterpret_cast<uintptr_t>(p.q.data) % 16 == 0 && p.q.strides[0] % 8 == 0;
+  if (p.mode == MlaMode::kExpanded)
+    return q_aligned && p.out.strides[0] % 2 == 0 &&
+           cuda::MlaPrefillSupports(int(p.q.dim(2)) - p.rope_dim, p.rope_dim, int(p.out.dim(2)));
+  return true;
+}
+
+}  // namespace
+
+void RegisterCudaMlaKernels(Registry& r) {
+  if (cuda::DeviceCount() == 0) return;
+  r.Register(KernelImpl<MlaCacheWriteParams>{
+      "cuda", Device::kCuda, kPriorityCuda,
+      [](const MlaCacheWriteParams& p) { return DevBf16(p.latent) && CacheOk(p.cache); },
+      &RunMlaCacheWrite});
+  r.Register(KernelImpl<MlaAttentionParams>{"cuda", Device::kCuda, kPriorityCuda,
+                                            &SupportsMlaAttention, &RunMlaAttention});
+}
+
+}  // namespace pg::ops

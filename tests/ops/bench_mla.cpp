@@ -1,0 +1,340 @@
+// CUDA MLA benchmark (one H200 run; docs/PERF.md "CUDA MLA"):
+//  1. ceilings measured in this run: HBM bandwidth (device-to-device copy, read + write) and
+//     the bf16 GEMM rate (cuBLASLt 8192^3);
+//  2. absorbed decode attention (the latent kernel + split-K combine) for DeepSeek-V3 (128
+//     heads) and DeepSeek-V2-Lite (16 heads) shapes, batch 1/8/32 x context 1K/8K/32K x q_len
+//     1/4, bf16 and fp8 latent caches, against floor = max(latent bytes / bandwidth,
+//     FLOPs / GEMM rate); and the whole MlaAttention op (W_UK fold + kernel + W_UV apply)
+//     against (latent + w_kv_b bytes) / bandwidth;
+//  3. expanded prefill: the FlashAttention kernel alone and the whole op (gather + expansion
+//     GEMM + kernel) against FLOPs / GEMM rate.
+// Caches (and w_kv_b) rotate over several copies so L2 (60 MB) does not hold them between
+// calls. Times: CUDA-graph replays of 20 calls, median of 10, per call.
+// Usage: bench_mla [--quick]   (--quick: a few shapes, for a smoke test)
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "kernels/cuda/batch_plan.h"
+#include "kernels/cuda/common/context.h"
+#include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/gemm/matmul_lt.h"
+#include "kernels/cuda/mla/mla_params.h"
+#include "kernels/ops_moe.h"
+
+namespace pg::bench {
+void FillBf16(void* p, int64_t n, uint32_t seed, float scale);
+void FillFp8(void* p, int64_t n, uint32_t seed);
+}
+
+namespace {
+
+using namespace pg;
+using cuda::bf16;
+
+struct Buf {
+  void* p = nullptr;
+  explicit Buf(size_t bytes) { PG_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 256))); }
+  ~Buf() { cudaFree(p); }
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+  template <typename T>
+  T* as() const { return static_cast<T*>(p); }
+};
+
+double MedianMs(int reps, const std::function<void(int)>& fn) {
+  for (int i = 0; i < 3; ++i) fn(i);
+  PG_CUDA_CHECK(cudaDeviceSynchronize());
+  cudaEvent_t a, b;
+  PG_CUDA_CHECK(cudaEventCreate(&a));
+  PG_CUDA_CHECK(cudaEventCreate(&b));
+  std::vector<float> ms;
+  for (int i = 0; i < reps; ++i) {
+    PG_CUDA_CHECK(cudaEventRecord(a, 0));
+    fn(i);
+    PG_CUDA_CHECK(cudaEventRecord(b, 0));
+    PG_CUDA_CHECK(cudaEventSynchronize(b));
+    float t = 0;
+    PG_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t);
+  }
+  cudaEventDestroy(a), cudaEventDestroy(b);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+// Per-call milliseconds of fn(0..19) captured in one graph on a non-default stream (the
+// kernels' current stream), median of 10 replays.
+double GraphMs(const std::function<void(int)>& fn) {
+  constexpr int kCalls = 20;
+  cudaStream_t s;
+  PG_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cuda::StreamScope scope(s);
+  for (int i = 0; i < 3; ++i) fn(i);
+  PG_CUDA_CHECK(cudaStreamSynchronize(s));
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  PG_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < kCalls; ++i) fn(i);
+  PG_CUDA_CHECK(cudaStreamEndCapture(s, &g));
+  PG_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
+  PG_CUDA_CHECK(cudaGraphLaunch(ge, s));
+  PG_CUDA_CHECK(cudaStreamSynchronize(s));
+  cudaEvent_t a, b;
+  PG_CUDA_CHECK(cudaEventCreate(&a));
+  PG_CUDA_CHECK(cudaEventCreate(&b));
+  std::vector<float> ms;
+  for (int r = 0; r < 10; ++r) {
+    PG_CUDA_CHECK(cudaEventRecord(a, s));
+    PG_CUDA_CHECK(cudaGraphLaunch(ge, s));
+    PG_CUDA_CHECK(cudaEventRecord(b, s));
+    PG_CUDA_CHECK(cudaEventSynchronize(b));
+    float t = 0;
+    PG_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t / kCalls);
+  }
+  cudaEventDestroy(a), cudaEventDestroy(b);
+  cudaGraphExecDestroy(ge), cudaGraphDestroy(g);
+  cudaStreamDestroy(s);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+constexpr int kPage = 64;
+constexpr int kNope = 128, kV = 128, kQk = kNope + cuda::kMlaRope;
+
+// A batch of `seqs` sequences (q_len new tokens, kv_len history each) over its own pages,
+// uploaded to the device.
+struct Batch {
+  std::vector<int32_t> q_start, q_len, kv_len, page_start, page_table;
+  ops::AttentionBatch host;
+  cuda::DeviceBatchPlan plan;
+  Batch(int seqs, int q, int kv, int64_t first_page) {
+    const int pps = (kv + kPage - 1) / kPage;
+    for (int s = 0; s < seqs; ++s) {
+      q_start.push_back(s * q), q_len.push_back(q), kv_len.push_back(kv);
+      page_start.push_back(s * pps);
+      for (int i = 0; i < pps; ++i) page_table.push_back(int32_t(first_page + int64_t(s) * pps + i));
+    }
+    host = {.num_seqs = seqs, .page_size = kPage, .q_start = q_start, .q_len = q_len,
+            .kv_len = kv_len, .page_start = page_start, .page_table = page_table};
+    plan.Upload(host, 0);
+    PG_CUDA_CHECK(cudaDeviceSynchronize());
+    host.device = &plan.view();
+  }
+};
+
+struct Ceilings {
+  double bw_gbs = 0, gemm_tflops = 0;
+};
+
+Ceilings Measure() {
+  Ceilings c;
+  const size_t bytes = size_t(2) << 30;
+  {
+    Buf src(bytes), dst(bytes);
+    bench::FillBf16(src.p, int64_t(bytes / 2), 1, 1.0f);
+    const double ms = MedianMs(10, [&](int) {
+      PG_CUDA_CHECK(cudaMemcpyAsync(dst.p, src.p, bytes, cudaMemcpyDeviceToDevice, 0));
+    });
+    c.bw_gbs = 2.0 * double(bytes) / (ms * 1e-3) / 1e9;
+  }
+  {
+    const int64_t s = 8192;
+    Buf x(size_t(s * s * 2)), w(size_t(s * s * 2)), o(size_t(s * s * 2));
+    bench::FillBf16(x.p, s * s, 2, 1.0f);
+    bench::FillBf16(w.p, s * s, 3, 1.0f);
+    cuda::LtGemmArgs g{x.as<bf16>(), w.as<bf16>(), o.as<bf16>(), s, s, s, s, s, s, false};
+    const double ms = MedianMs(10, [&](int) { PG_ENSURE(cuda::LtMatmul(g, 0), kInternal, "no algo"); });
+    c.gemm_tflops = 2.0 * double(s) * s * s / (ms * 1e-3) / 1e12;
+  }
+  fmt::print("HBM d2d copy: {:.1f} GB/s; bf16 GEMM 8192^3: {:.1f} TFLOP/s\n", c.bw_gbs,
+             c.gemm_tflops);
+  return c;
+}
+
+void BenchDecode(const Ceilings& ceil, int heads, int q_len, int batch, int ctx, bool fp8) {
+  const int64_t elem = fp8 ? 1 : 2;
+  const int64_t pps = (ctx + kPage - 1) / kPage;
+  const int64_t latent_bytes = int64_t(batch) * ctx * cuda::kMlaLatent * elem;
+  const int copies = int(std::clamp<int64_t>((int64_t(512) << 20) / latent_bytes + 1, 1, 16));
+  const int64_t pages = int64_t(copies) * batch * pps;
+  Buf kc(size_t(pages * kPage * cuda::kMlaHalf * elem)), vc(size_t(pages * kPage * cuda::kMlaHalf * elem));
+  if (fp8) {
+    bench::FillFp8(kc.p, pages * kPage * cuda::kMlaHalf, 7);
+    bench::FillFp8(vc.p, pages * kPage * cuda::kMlaHalf, 8);
+  } else {
+    bench::FillBf16(kc.p, pages * kPage * cuda::kMlaHalf, 7, 1.0f);
+    bench::FillBf16(vc.p, pages * kPage * cuda::kMlaHalf, 8, 1.0f);
+  }
+  std::vector<std::unique_ptr<Batch>> batches;
+  for (int c = 0; c < copies; ++c)
+    batches.push_back(std::make_unique<Batch>(batch, q_len, ctx, int64_t(c) * batch * pps));
+  const int64_t T = int64_t(batch) * q_len;
+  const cuda::MlaDecodePlan plan =
+      cuda::PlanMlaDecode(batch, q_len, ctx, heads, cuda::MultiprocessorCount());
+  Buf q_lat(size_t(T * heads * cuda::kMlaLatent * 2)), o_lat(size_t(T * heads * cuda::kMlaRank * 2));
+  bench::FillBf16(q_lat.p, T * heads * cuda::kMlaLatent, 9, 0.05f);
+  const size_t parts = size_t(T * heads) * size_t(plan.num_splits);
+  Buf acc(parts * cuda::kMlaRank * 4), ml(parts * 2 * 4);
+  cuda::MlaDecodeArgs a{};
+  a.q_lat = q_lat.as<bf16>();
+  a.k_cache = kc.p;
+  a.v_cache = vc.p;
+  a.o_lat = o_lat.as<bf16>();
+  a.partial_acc = acc.as<float>();
+  a.partial_ml = ml.as<float>();
+  a.heads = heads;
+  a.row_groups = plan.row_groups;
+  a.num_splits = plan.num_splits;
+  a.chunk = plan.chunk;
+  a.logit_scale_log2 = 0.1f;
+  a.cache_type = fp8 ? cuda::MlaCacheType::kFP8 : cuda::MlaCacheType::kBF16;
+  a.k_scale = a.v_scale = 1.0f;
+  const double kernel_ms = GraphMs([&](int i) {
+    a.batch = batches[size_t(i % copies)]->plan.view();
+    cudaStream_t st = cuda::CurrentStream();
+    cuda::LaunchMlaDecode(a, st);
+    if (a.num_splits > 1)
+      cuda::LaunchMlaCombine({a.partial_acc, a.partial_ml, a.o_lat, a.batch, heads, a.num_splits, a.chunk}, st);
+  });
+  PG_CUDA_CHECK(cudaGetLastError());
+
+  // The whole op: w_kv_b rotates over 4 copies too.
+  const int64_t w_elems = int64_t(heads) * (kNope + kV) * cuda::kMlaRank;
+  constexpr int kWCopies = 4;
+  Buf w(size_t(w_elems * 2 * kWCopies)), q(size_t(T * heads * kQk * 2)), out(size_t(T * heads * kV * 2));
+  bench::FillBf16(w.p, w_elems * kWCopies, 10, 0.05f);
+  bench::FillBf16(q.p, T * heads * kQk, 11, 1.0f);
+  const DType cdt = fp8 ? DType::kF8E4M3 : DType::kBF16;
+  auto cache_view = [&](void* p) {
+    return TensorView::Contiguous(p, cdt, {pages, kPage, 1, cuda::kMlaHalf}, Device::kCuda);
+  };
+  ops::MlaAttentionParams p{};
+  p.q = TensorView::Contiguous(q.p, DType::kBF16, {T, heads, kQk}, Device::kCuda);
+  p.out = TensorView::Contiguous(out.p, DType::kBF16, {T, heads, kV}, Device::kCuda);
+  p.cache = {cache_view(kc.p), cache_view(vc.p), 1.0f, 1.0f};
+  p.kv_lora_rank = cuda::kMlaRank;
+  p.rope_dim = cuda::kMlaRope;
+  p.mode = ops::MlaMode::kAbsorbed;
+  const double op_ms = GraphMs([&](int i) {
+    p.w_kv_b = TensorView::Contiguous(w.as<bf16>() + (i % kWCopies) * w_elems, DType::kBF16,
+                                      {int64_t(heads) * (kNope + kV), cuda::kMlaRank}, Device::kCuda);
+    p.batch = &batches[size_t(i % copies)]->host;
+    ops::MlaAttention(p);
+  });
+
+  // Causal keys per row: q_len rows at positions ctx - q_len .. ctx - 1.
+  const double keys = double(batch) * heads * (double(q_len) * ctx - q_len * (q_len - 1) / 2.0);
+  const double flops = 2.0 * keys * (cuda::kMlaLatent + cuda::kMlaRank);
+  const double bytes_floor_ms = double(latent_bytes) / (ceil.bw_gbs * 1e9) * 1e3;
+  const double flop_floor_ms = flops / (ceil.gemm_tflops * 1e12) * 1e3;
+  const double floor_ms = std::max(bytes_floor_ms, flop_floor_ms);
+  const double op_floor_ms = double(latent_bytes + w_elems * 2) / (ceil.bw_gbs * 1e9) * 1e3;
+  fmt::print(
+      "decode heads {:3} q_len {} batch {:2} ctx {:5} {}: kernel {:8.1f} us (floor {:7.1f} us = max(bytes {:.1f}, "
+      "flops {:.1f}); {:5.1f}% ; {:.0f} GB/s {:.0f} TFLOP/s; splits {}) | op {:8.1f} us (bytes floor {:.1f} us, {:5.1f}%)\n",
+      heads, q_len, batch, ctx, fp8 ? "fp8 " : "bf16", kernel_ms * 1e3, floor_ms * 1e3,
+      bytes_floor_ms * 1e3, flop_floor_ms * 1e3, 100.0 * floor_ms / kernel_ms,
+      double(latent_bytes) / (kernel_ms * 1e-3) / 1e9, flops / (kernel_ms * 1e-3) / 1e12,
+      plan.num_splits, op_ms * 1e3, op_floor_ms * 1e3, 100.0 * op_floor_ms / op_ms);
+}
+
+void BenchPrefill(const Ceilings& ceil, int heads, int seqs, int q_len, int kv_len) {
+  const int64_t pps = (kv_len + kPage - 1) / kPage, pages = int64_t(seqs) * pps;
+  const int64_t T = int64_t(seqs) * q_len, hist = int64_t(seqs) * kv_len;
+  Buf kc(size_t(pages * kPage * cuda::kMlaHalf * 2)), vc(size_t(pages * kPage * cuda::kMlaHalf * 2));
+  bench::FillBf16(kc.p, pages * kPage * cuda::kMlaHalf, 1, 1.0f);
+  bench::FillBf16(vc.p, pages * kPage * cuda::kMlaHalf, 2, 1.0f);
+  Batch b(seqs, q_len, kv_len, 0);
+  const int64_t per_head = kNope + kV;
+  Buf q(size_t(T * heads * kQk * 2)), out(size_t(T * heads * kV * 2)),
+      kv(size_t(hist * heads * per_head * 2)), rope(size_t(hist * cuda::kMlaLatent * 2)),
+      hs(size_t(seqs) * 4), w(size_t(heads * per_head * cuda::kMlaRank * 2));
+  bench::FillBf16(q.p, T * heads * kQk, 3, 1.0f);
+  bench::FillBf16(kv.p, hist * heads * per_head, 4, 1.0f);
+  bench::FillBf16(rope.p, hist * cuda::kMlaLatent, 5, 1.0f);
+  bench::FillBf16(w.p, heads * per_head * cuda::kMlaRank, 6, 0.05f);
+  std::vector<int32_t> hist_start;
+  for (int s = 0; s < seqs; ++s) hist_start.push_back(s * kv_len);
+  PG_CUDA_CHECK(cudaMemcpy(hs.p, hist_start.data(), hist_start.size() * 4, cudaMemcpyHostToDevice));
+  cuda::MlaPrefillArgs a{};
+  a.q = q.as<bf16>();
+  a.kv = kv.as<bf16>();
+  a.rope = rope.as<bf16>() + cuda::kMlaRank;
+  a.out = out.as<bf16>();
+  a.hist_start = hs.as<int32_t>();
+  a.batch = b.plan.view();
+  a.q_stride = int64_t(heads) * kQk;
+  a.rope_stride = cuda::kMlaLatent;
+  a.out_stride = int64_t(heads) * kV;
+  a.heads = heads;
+  a.max_q_len = q_len;
+  a.logit_scale_log2 = 0.1f;
+  const double kernel_ms = GraphMs([&](int) {
+    cuda::LaunchMlaPrefill(a, kNope, cuda::kMlaRope, kV, cuda::CurrentStream());
+  });
+  PG_CUDA_CHECK(cudaGetLastError());
+  ops::MlaAttentionParams p{};
+  p.q = TensorView::Contiguous(q.p, DType::kBF16, {T, heads, kQk}, Device::kCuda);
+  p.out = TensorView::Contiguous(out.p, DType::kBF16, {T, heads, kV}, Device::kCuda);
+  p.w_kv_b = TensorView::Contiguous(w.p, DType::kBF16, {heads * per_head, cuda::kMlaRank}, Device::kCuda);
+  auto cv = [&](void* ptr) {
+    return TensorView::Contiguous(ptr, DType::kBF16, {pages, kPage, 1, cuda::kMlaHalf}, Device::kCuda);
+  };
+  p.cache = {cv(kc.p), cv(vc.p), 1.0f, 1.0f};
+  p.batch = &b.host;
+  p.kv_lora_rank = cuda::kMlaRank;
+  p.rope_dim = cuda::kMlaRope;
+  p.mode = ops::MlaMode::kExpanded;
+  const double op_ms = GraphMs([&](int) { ops::MlaAttention(p); });
+  // Causal: row i of a sequence sees kv_len - q_len + i + 1 keys.
+  const double keys = double(seqs) * heads * (double(q_len) * (kv_len - q_len) + q_len * (q_len + 1) / 2.0);
+  const double attn_flops = 2.0 * keys * (kQk + kV);
+  const double gemm_flops = 2.0 * double(hist) * cuda::kMlaRank * double(heads) * per_head;
+  const double floor_ms = attn_flops / (ceil.gemm_tflops * 1e12) * 1e3;
+  const double op_floor_ms = (attn_flops + gemm_flops) / (ceil.gemm_tflops * 1e12) * 1e3;
+  fmt::print(
+      "prefill heads {:3} seqs {} q_len {:5} kv_len {:5}: kernel {:8.1f} us ({:.0f} TFLOP/s, floor {:.1f} us, "
+      "{:5.1f}%) | op {:8.1f} us (floor {:.1f} us, {:5.1f}%)\n",
+      heads, seqs, q_len, kv_len, kernel_ms * 1e3, attn_flops / (kernel_ms * 1e-3) / 1e12,
+      floor_ms * 1e3, 100.0 * floor_ms / kernel_ms, op_ms * 1e3, op_floor_ms * 1e3,
+      100.0 * op_floor_ms / op_ms);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  try {
+    cudaDeviceProp prop{};
+    PG_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    fmt::print("device: {} ({} SMs)\n", prop.name, prop.multiProcessorCount);
+    const Ceilings c = Measure();
+    const std::vector<int> batches = quick ? std::vector<int>{1, 32} : std::vector<int>{1, 8, 32};
+    const std::vector<int> ctxs = quick ? std::vector<int>{1024, 32768} : std::vector<int>{1024, 8192, 32768};
+    for (int heads : {128, 16})
+      for (int q_len : {1, 4})
+        for (int batch : batches)
+          for (int ctx : ctxs)
+            for (bool fp8 : {false, true}) {
+              if (quick && fp8 && ctx != 32768) continue;
+              BenchDecode(c, heads, q_len, batch, ctx, fp8);
+            }
+    for (int heads : {128, 16}) {
+      BenchPrefill(c, heads, 1, 4096, 4096);
+      BenchPrefill(c, heads, 4, 1024, 2048);
+      if (!quick) BenchPrefill(c, heads, 1, 512, 512);
+    }
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "bench_mla: {}\n", e.what());
+    return 1;
+  }
+  return 0;
+}
