@@ -18,7 +18,41 @@
 #include "kernels/ops_moe.h"
 #include "op_test_util.h"
 
+#if defined(PEREGRINE_HAVE_CUDA)
+#include <deque>
+
+#include "kernels/cuda/moe/moe_tuning.h"
+#endif
+
 namespace pg::ops::testing {
+
+#if defined(PEREGRINE_HAVE_CUDA)
+// Device mirrors of the MoE params (device_mirror.h; found by RunBackend through ADL).
+// Router logits go over as f32 (the kernel takes f32 or bf16; bf16: MoeRouterOp.CudaBf16Logits).
+inline MoeRouterParams Mirror(DeviceMirror& m, const MoeRouterParams& p) {
+  MoeRouterParams d = p;
+  d.logits = m.Raw(p.logits);
+  d.bias = m.Raw(p.bias);
+  d.topk_ids = m.RawOut(p.topk_ids);
+  d.topk_weights = m.RawOut(p.topk_weights);
+  return d;
+}
+inline MoeExpertsParams Mirror(DeviceMirror& m, const MoeExpertsParams& p) {
+  static std::deque<std::vector<MoeExpertWeights>> keep;  // the device views' span storage
+  std::vector<MoeExpertWeights>& ex = keep.emplace_back();
+  for (const MoeExpertWeights& w : p.experts)
+    ex.push_back({m.Raw(w.gate), m.Raw(w.up), m.Raw(w.down), m.Raw(w.gate_scale),
+                  m.Raw(w.up_scale), m.Raw(w.down_scale)});
+  MoeExpertsParams d = p;
+  d.x = m.Act(p.x, false);
+  d.topk_ids = m.Raw(p.topk_ids);
+  d.topk_weights = m.Raw(p.topk_weights);
+  d.experts = ex;
+  d.out = m.Act(p.out, true);
+  return d;
+}
+#endif
+
 namespace {
 
 Tensor F32(std::initializer_list<int64_t> shape, float stddev = 1.0f) {
@@ -125,6 +159,104 @@ TEST(MoeRouterOp, RejectsBadShapes) {
                Error);
 }
 
+struct RouterCase {
+  int64_t tokens;
+  int experts, top_k, groups, topk_groups;
+  MoeScoring scoring;
+  bool bias, renormalize;
+  float scaling;
+};
+
+// Logits whose order is unambiguous in f32 (a shuffled ramp, spacing 6 / experts, plus noise
+// well below it), so every backend must choose the reference's experts exactly.
+Tensor RampLogits(int64_t n, int e) {
+  Tensor t(DType::kF32, {n, int64_t(e)});
+  std::vector<int> perm(static_cast<size_t>(e));
+  std::uniform_real_distribution<float> noise(-0.1f, 0.1f);
+  for (int64_t r = 0; r < n; ++r) {
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), Rng());
+    for (int i = 0; i < e; ++i)
+      t.data<float>()[r * e + i] = -3.0f + 6.0f * (float(perm[size_t(i)]) + noise(Rng())) / float(e);
+  }
+  return t;
+}
+
+const std::vector<RouterCase>& RouterCases() {
+  static const std::vector<RouterCase> cases = {
+      {19, 13, 3, 1, 1, MoeScoring::kSoftmax, false, true, 1.0f},
+      {7, 128, 8, 1, 1, MoeScoring::kSoftmax, false, true, 1.0f},      // Qwen3-30B-A3B
+      {9, 64, 6, 1, 1, MoeScoring::kSoftmax, false, false, 1.0f},      // DeepSeek-V2-Lite
+      {33, 256, 8, 8, 4, MoeScoring::kSigmoid, true, true, 2.5f},      // DeepSeek-V3
+      {5, 384, 8, 1, 1, MoeScoring::kSigmoid, true, true, 2.827f},     // Kimi K2
+      {3, 160, 16, 8, 3, MoeScoring::kSigmoid, true, false, 1.0f},     // top-16, 3 of 8 groups
+      {4, 24, 5, 6, 2, MoeScoring::kSoftmax, false, true, 1.0f},       // softmax + groups
+  };
+  return cases;
+}
+
+TEST(MoeRouterOp, EveryBackendMatchesReference) {
+  PG_SEED_TRACE();
+  Coverage cov;
+  for (const RouterCase& c : RouterCases()) {
+    SCOPED_TRACE(fmt::format("tokens {} experts {} k {} groups {}/{}", c.tokens, c.experts, c.top_k,
+                             c.topk_groups, c.groups));
+    Tensor logits = RampLogits(c.tokens, c.experts), bias = F32({c.experts}, 0.05f);
+    Tensor ref_ids(DType::kI32, {c.tokens, c.top_k}), ref_w(DType::kF32, {c.tokens, c.top_k});
+    MoeRouterParams p{.logits = logits.view(), .bias = c.bias ? bias.view() : TensorView{},
+                      .topk_ids = ref_ids.view(), .topk_weights = ref_w.view(),
+                      .scoring = c.scoring, .num_groups = c.groups, .topk_groups = c.topk_groups,
+                      .renormalize = c.renormalize, .scaling = c.scaling};
+    RunWith(RefImpl<MoeRouterParams>(), p);
+    for (const auto* k : Backends<MoeRouterParams>()) {
+      Tensor ids(DType::kI32, {c.tokens, c.top_k}), w(DType::kF32, {c.tokens, c.top_k});
+      ids.Zero();
+      w.Zero();
+      p.topk_ids = ids.view();
+      p.topk_weights = w.view();
+      if (!RunBackend(*k, p)) continue;
+      cov.Ran(k->backend);
+      for (int64_t i = 0; i < ids.numel(); ++i) {
+        ASSERT_EQ(ids.data<int32_t>()[i], ref_ids.data<int32_t>()[i]) << k->backend << " route " << i;
+        EXPECT_NEAR(w.data<float>()[i], ref_w.data<float>()[i], 2e-6 * c.scaling) << k->backend;
+      }
+    }
+  }
+  cov.Check<MoeRouterParams>();
+}
+
+#if defined(PEREGRINE_HAVE_CUDA)
+// bf16 logits on the device: the reference on the same (bf16-rounded) logits. Ramp spacing
+// 6/64 survives bf16 rounding, so the choice is exact.
+TEST(MoeRouterOp, CudaBf16Logits) {
+  PG_SEED_TRACE();
+  for (const auto* k : Backends<MoeRouterParams>()) {
+    if (!OnDevice(*k)) continue;
+    const int64_t n = 11, e = 64, topk = 6;
+    Tensor logits = RampLogits(n, e), bias = F32({e}, 0.05f);
+    RoundToBf16(logits);
+    Tensor ref_ids(DType::kI32, {n, topk}), ref_w(DType::kF32, {n, topk});
+    Tensor ids(DType::kI32, {n, topk}), w(DType::kF32, {n, topk});
+    MoeRouterParams p{.logits = logits.view(), .bias = bias.view(), .topk_ids = ref_ids.view(),
+                      .topk_weights = ref_w.view(), .scoring = MoeScoring::kSigmoid,
+                      .num_groups = 4, .topk_groups = 2, .scaling = 1.5f};
+    RunWith(RefImpl<MoeRouterParams>(), p);
+    p.topk_ids = ids.view();
+    p.topk_weights = w.view();
+    DeviceMirror m;
+    MoeRouterParams d = Mirror(m, p);
+    d.logits = m.Act(p.logits, false);  // bf16 on the device
+    ASSERT_TRUE(Accepts(*k, d));
+    RunWith(*k, d);
+    m.CopyBack();
+    for (int64_t i = 0; i < ids.numel(); ++i) {
+      ASSERT_EQ(ids.data<int32_t>()[i], ref_ids.data<int32_t>()[i]) << "route " << i;
+      EXPECT_NEAR(w.data<float>()[i], ref_w.data<float>()[i], 5e-6);
+    }
+  }
+}
+#endif
+
 // ---- experts -----------------------------------------------------------------------------
 
 struct ExpertSet {
@@ -132,10 +264,49 @@ struct ExpertSet {
   std::vector<MoeExpertWeights> views;
 };
 
-ExpertSet MakeExperts(int num_experts, int64_t hidden, int64_t inter, DType dt) {
+// fp8 e4m3 scale shapes (MoeExpertWeights): none (other dtypes), [1], [rows], 128x128 blocks.
+enum class Fp8Scale { kNone, kTensor, kChannel, kBlock };
+
+// An fp8 e4m3 matrix quantized from f32 `f` with scales of shape `kind` (amax / 448 per scale
+// group, times a random factor so scales differ by more than the data).
+std::pair<Tensor, Tensor> QuantizeFp8(const Tensor& f, Fp8Scale kind) {
+  const int64_t rows = f.dim(0), cols = f.dim(1);
+  const int64_t br = kind == Fp8Scale::kTensor ? rows : (kind == Fp8Scale::kChannel ? 1 : 128);
+  const int64_t bc = kind == Fp8Scale::kBlock ? 128 : cols;
+  const int64_t block_shape[2] = {(rows + 127) / 128, (cols + 127) / 128};
+  const int64_t vec_shape[1] = {kind == Fp8Scale::kTensor ? 1 : rows};
+  Tensor scale = kind == Fp8Scale::kBlock ? Tensor(DType::kF32, block_shape, 2)
+                                          : Tensor(DType::kF32, vec_shape, 1);
+  const int64_t sc = kind == Fp8Scale::kBlock ? (cols + 127) / 128 : 1;
+  for (int64_t r0 = 0; r0 < rows; r0 += br)
+    for (int64_t c0 = 0; c0 < cols; c0 += bc) {
+      float amax = 1e-6f;
+      for (int64_t r = r0; r < std::min(rows, r0 + br); ++r)
+        for (int64_t c = c0; c < std::min(cols, c0 + bc); ++c)
+          amax = std::max(amax, std::fabs(f.data<float>()[r * cols + c]));
+      scale.data<float>()[(r0 / br) * sc + c0 / bc] = amax / 448.0f * float(RandInt(2, 8)) / 4.0f;
+    }
+  const int64_t q_shape[2] = {rows, cols};
+  Tensor q(DType::kF8E4M3, q_shape, 2);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      q.data<uint8_t>()[r * cols + c] =
+          F32ToF8E4M3(f.data<float>()[r * cols + c] / scale.data<float>()[(r / br) * sc + c / bc]);
+  return {std::move(q), std::move(scale)};
+}
+
+ExpertSet MakeExperts(int num_experts, int64_t hidden, int64_t inter, DType dt,
+                      Fp8Scale kind = Fp8Scale::kBlock) {
   ExpertSet s;
-  auto make = [&](int64_t rows, int64_t cols) {
+  auto make = [&](int64_t rows, int64_t cols, TensorView* scale) {
     Tensor f = F32({rows, cols}, 0.2f);
+    if (dt == DType::kF8E4M3) {
+      auto [q, sc] = QuantizeFp8(f, kind);
+      s.owned.push_back(std::move(sc));
+      *scale = s.owned.back().view();
+      s.owned.push_back(std::move(q));
+      return s.owned.back().view();
+    }
     Tensor q(dt, {rows, cols});
     for (int64_t r = 0; r < rows; ++r)
       quant::QuantizeRow(dt, f.data<float>() + r * cols, q.view().row_ptr(r), cols);
@@ -144,9 +315,9 @@ ExpertSet MakeExperts(int num_experts, int64_t hidden, int64_t inter, DType dt) 
   };
   for (int e = 0; e < num_experts; ++e) {
     MoeExpertWeights w;
-    w.gate = make(inter, hidden);
-    w.up = make(inter, hidden);
-    w.down = make(hidden, inter);
+    w.gate = make(inter, hidden, &w.gate_scale);
+    w.up = make(inter, hidden, &w.up_scale);
+    w.down = make(hidden, inter, &w.down_scale);
     s.views.push_back(w);
   }
   return s;
@@ -156,7 +327,42 @@ struct ExpertCase {
   int64_t tokens, hidden, inter, top_k;
   int experts;
   DType dtype;
+  Fp8Scale scale = Fp8Scale::kBlock;  // fp8 only
 };
+
+// A device backend on every path it has: on CUDA the route-walking path and the
+// expert-sorted path with 16-, 32-, 64- and 128-row tiles (the latter where the shapes allow
+// it; the backend falls back to walking otherwise, which is then checked again).
+void ExpectDeviceExpertsMatch(const KernelImpl<MoeExpertsParams>& k, MoeExpertsParams p,
+                              const Tensor& got, const std::vector<float>& init,
+                              const Tensor& ref_out, Coverage& cov) {
+  struct Variant {
+    const char* name;
+    int path, tile_rows;  // path: 0 auto, 1 walk, 2 sorted
+  };
+  const Variant variants[] = {{"auto", 0, 0},    {"walk", 1, 0},    {"sorted16", 2, 16},
+                              {"sorted32", 2, 32}, {"sorted64", 2, 64}, {"sorted128", 2, 128}};
+  for (const Variant& v : variants) {
+#if defined(PEREGRINE_HAVE_CUDA)
+    cuda::MoeTuning t;
+    t.path = cuda::MoePath(v.path);
+    t.tile_rows = v.tile_rows;
+    cuda::SetMoeTuning(t);
+#else
+    if (v.path != 0) continue;
+#endif
+    Restore(got, init);
+    p.out = got.view();
+    const bool ran = RunBackend(k, p);
+#if defined(PEREGRINE_HAVE_CUDA)
+    cuda::SetMoeTuning({});
+#endif
+    if (!ran) return;
+    cov.Ran(k.backend);
+    ExpectClose(ref_out.data<float>(), got.data<float>(), got.numel(), kBf16,
+                k.backend + " " + v.name);
+  }
+}
 
 TEST(MoeExpertsOp, ReferenceMatchesDenseEvaluation) {
   PG_SEED_TRACE();
@@ -197,22 +403,35 @@ TEST(MoeExpertsOp, EveryBackendMatchesReference) {
       {19, 111, 37, 3, 7, DType::kF32},   {19, 111, 37, 3, 7, DType::kBF16},
       {1, 96, 64, 4, 9, DType::kQ8_0},    {64, 64, 96, 2, 5, DType::kQ4_1},
       {33, 128, 48, 8, 16, DType::kF16},
+      // CUDA shapes: bf16 / fp8 weights; multiples of 64 take the expert-sorted path too.
+      {3, 136, 40, 4, 6, DType::kF8E4M3, Fp8Scale::kBlock},   // partial 128-blocks, walk only
+      {5, 96, 48, 2, 4, DType::kF8E4M3, Fp8Scale::kTensor},
+      {5, 96, 48, 2, 4, DType::kF8E4M3, Fp8Scale::kChannel},
+      {37, 192, 128, 4, 8, DType::kBF16},
+      {70, 256, 192, 6, 12, DType::kF8E4M3, Fp8Scale::kBlock},
+      {150, 128, 64, 8, 8, DType::kBF16},                      // > 128 rows per expert
   };
   for (const ExpertCase& c : cases) {
     for (bool accumulate : {false, true}) {
       SCOPED_TRACE(fmt::format("tokens {} hidden {} inter {} k {} experts {} {} acc {}", c.tokens,
                                c.hidden, c.inter, c.top_k, c.experts, Name(c.dtype), accumulate));
-      ExpertSet ex = MakeExperts(c.experts, c.hidden, c.inter, c.dtype);
+      ExpertSet ex = MakeExperts(c.experts, c.hidden, c.inter, c.dtype, c.scale);
       Tensor x = F32({c.tokens, c.hidden}), ids(DType::kI32, {c.tokens, c.top_k}),
           w = F32({c.tokens, c.top_k});
+      RoundToBf16(x);  // device backends see bf16 activations: the same x for all
       for (int64_t i = 0; i < ids.numel(); ++i)
         ids.data<int32_t>()[i] = int32_t(RandInt(i % 11 == 5 ? -1 : 0, c.experts - 1));
       Tensor ref_out = F32({c.tokens, c.hidden}), got = F32({c.tokens, c.hidden});
+      RoundToBf16(ref_out);  // the accumulate input, as a bf16 device holds it
       const std::vector<float> init = Copy(ref_out);
       MoeExpertsParams p{.x = x.view(), .topk_ids = ids.view(), .topk_weights = w.view(),
                          .experts = ex.views, .out = ref_out.view(), .accumulate = accumulate};
       RunWith(RefImpl<MoeExpertsParams>(), p);
       for (const auto* k : Backends<MoeExpertsParams>()) {
+        if (OnDevice(*k)) {
+          ExpectDeviceExpertsMatch(*k, p, got, init, ref_out, cov);
+          continue;
+        }
         Restore(got, init);
         p.out = got.view();
         if (!RunBackend(*k, p)) continue;
@@ -228,6 +447,55 @@ TEST(MoeExpertsOp, EveryBackendMatchesReference) {
     }
   }
   cov.Check<MoeExpertsParams>();
+}
+
+// ---- fp8 block-scaled dense Matmul (DeepSeek-V3 dense projections) -------------------------
+// Every Matmul backend that takes fp8 weights with 128x128 block scales, against the reference
+// Matmul on the weights dequantized here (f32, no scales: an oracle independent of the
+// backends' scale handling). Shapes cover the GEMV (n <= 16, odd k / partial blocks) and the
+// tiled kernel (n 17 .. 600: 32-, 64-, 128-row tiles), bias and accumulate.
+TEST(MatmulFp8BlockOp, MatchesDequantizedReference) {
+  PG_SEED_TRACE();
+  struct Case {
+    int64_t n, k, m;
+    bool bias, accumulate;
+  };
+  const Case cases[] = {{1, 256, 192, false, false}, {5, 200, 72, true, false},
+                        {16, 384, 256, false, true}, {17, 256, 128, false, false},
+                        {70, 512, 192, true, true},  {600, 256, 128, false, false}};
+  int ran = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(fmt::format("n {} k {} m {} bias {} acc {}", c.n, c.k, c.m, c.bias, c.accumulate));
+    Tensor f = F32({c.m, c.k}, 0.2f);
+    auto [q, scale] = QuantizeFp8(f, Fp8Scale::kBlock);
+    Tensor deq(DType::kF32, {c.m, c.k});
+    for (int64_t r = 0; r < c.m; ++r)
+      for (int64_t i = 0; i < c.k; ++i)
+        deq.data<float>()[r * c.k + i] = F8E4M3ToF32(q.data<uint8_t>()[r * c.k + i]) *
+                                         scale.data<float>()[(r / 128) * scale.dim(1) + i / 128];
+    Tensor x = F32({c.n, c.k}), bias = F32({c.m}), want = F32({c.n, c.m});
+    RoundToBf16(x);
+    RoundToBf16(want);
+    const std::vector<float> init = Copy(want);
+    SetMaxKernelPriority(kPriorityRef);
+    Matmul({.x = x.view(), .w = deq.view(), .out = want.view(),
+            .bias = c.bias ? bias.view() : TensorView{}, .accumulate = c.accumulate});
+    SetMaxKernelPriority(std::numeric_limits<int>::max());
+    MatmulParams p{.x = x.view(), .w = q.view(), .bias = c.bias ? bias.view() : TensorView{},
+                   .w_scale = scale.view(), .accumulate = c.accumulate};
+    for (const auto* k : Backends<MatmulParams>()) {
+      if (!OnDevice(*k)) continue;  // the CPU fp8 paths: tests/ops/matmul_test.cpp
+      Tensor got = F32({c.n, c.m});
+      Restore(got, init);
+      p.out = got.view();
+      if (!RunBackend(*k, p)) continue;
+      ++ran;
+      ExpectClose(want.data<float>(), got.data<float>(), got.numel(), kBf16, k->backend);
+    }
+  }
+  bool any_device = false;
+  for (const auto* k : Backends<MatmulParams>()) any_device = any_device || OnDevice(*k);
+  if (any_device) EXPECT_GT(ran, 0) << "no device Matmul backend took fp8 block-scaled weights";
 }
 
 // ---- MLA -----------------------------------------------------------------------------------

@@ -1,0 +1,158 @@
+// Plain parameter structs and launchers of the CUDA MoE kernels (ops_moe.h MoeRouter,
+// MoeExperts) and of the grouped GEMM they share with the fp8 block-scaled dense Matmul.
+// Filled by moe_register.cpp; device code sees raw pointers only (DESIGN.md example 3).
+//
+// Units: *_stride / ld* are in ELEMENTS between consecutive rows; inner dims are packed.
+// Activations are bf16, accumulation f32, router outputs f32 / i32.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace pg::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// ---- router ---------------------------------------------------------------------------------
+// One warp per token (moe_router.cu). Semantics: ops_moe.h MoeRouterParams.
+inline constexpr int kRouterMaxExperts = 1024;
+inline constexpr int kRouterMaxTopK = 32;
+inline constexpr int kRouterMaxGroups = 32;
+struct MoeRouterArgs {
+  const void* logits;     // [num_tokens, num_experts], row stride logits_stride
+  bool logits_bf16;       // else f32
+  const float* bias;      // optional [num_experts]
+  int32_t* topk_ids;      // [num_tokens, top_k]
+  float* topk_weights;    // [num_tokens, top_k]
+  int64_t logits_stride, weights_stride;
+  int64_t num_tokens;
+  int num_experts, top_k, num_groups, topk_groups;
+  bool sigmoid, renormalize;
+  float scaling;
+};
+void LaunchMoeRouter(const MoeRouterArgs& a, cudaStream_t stream);
+
+// ---- expert weights -------------------------------------------------------------------------
+// How an fp8 weight's scale is looked up for element (row r, col c):
+//   kTensor: s[0];  kChannel: s[r];  kBlock: s[(r / 128) * ld + c / 128] (ld = ceil(cols/128)).
+enum class ScaleMode : uint8_t { kNone, kTensor, kChannel, kBlock };
+
+// One expert's matrices on the device (a table of these is built once per weight set).
+struct MoeExpertPtrs {
+  const void* gate;  // [inter, hidden]
+  const void* up;    // [inter, hidden]
+  const void* down;  // [hidden, inter]
+  const float* gate_scale;
+  const float* up_scale;
+  const float* down_scale;
+};
+
+// The layout shared by all experts of a set (checked on the host).
+struct MoeWeightLayout {
+  bool fp8;                      // e4m3 weights (else bf16)
+  ScaleMode scale_mode;          // kNone iff !fp8
+  int64_t ld_gate, ld_up, ld_down;
+  int scale_ld_gu, scale_ld_down;  // kBlock: ceil(hidden/128), ceil(inter/128)
+  bool aligned16;                // every expert matrix starts on a 16-byte boundary
+};
+
+// ---- route-walking path (small batches; moe_walk.cu) ------------------------------------------
+// Kernel 1, per (route r = t * top_k + j, block of inter rows):
+//   act[r, i] = silu(gate_e[i] . x[t]) * (up_e[i] . x[t])        (f32; skipped for empty routes)
+// Kernel 2, per (token t, block of hidden rows), routes in order j = 0..top_k-1 (deterministic):
+//   out[t, o] = (accumulate ? out[t, o] : 0) + sum_j w[t, j] * (down_e[o] . act[t * top_k + j])
+struct MoeWalkArgs {
+  const bf16* x;            // [num_tokens, hidden], row stride ldx
+  const int32_t* ids;       // [num_tokens, top_k]; ids outside [0, num_experts) are empty
+  const float* weights;     // [num_tokens, top_k], row stride ldw_route
+  const MoeExpertPtrs* experts;  // device table [num_experts]
+  MoeWeightLayout layout;
+  float* act;               // scratch [num_tokens * top_k, inter]
+  bf16* out;                // [num_tokens, hidden], row stride ldo
+  int64_t ldx, ldo, ldw_route;
+  int64_t num_tokens;
+  int top_k, num_experts, hidden, inter;
+  bool accumulate;
+};
+void LaunchMoeWalk(const MoeWalkArgs& a, cudaStream_t stream);
+
+// ---- expert-sorted path (larger batches; moe_permute.cu, grouped_gemm.cu) -----------------------
+// Routes are sorted by expert: position p in [0, routes) holds route sorted_route[p]; expert e
+// owns positions [offsets[e], offsets[e + 1]). A tile is (expert, first position, rows <= BM);
+// tiles of one launch are listed in `tiles` ([max_tiles][3]), their count in *num_tiles.
+struct MoePermuteArgs {
+  const int32_t* ids;       // [num_routes] (num_tokens * top_k)
+  int32_t* offsets;         // [num_experts + 1]
+  int32_t* sorted_route;    // [num_routes] (first offsets[num_experts] valid)
+  int32_t* route_pos;       // [num_routes]: position of each route, -1 when empty
+  int32_t* tiles;           // [max_tiles * 3]
+  int32_t* num_tiles;       // [1]
+  int64_t num_routes;
+  int num_experts, tile_rows, max_tiles;
+};
+void LaunchMoePermute(const MoePermuteArgs& a, cudaStream_t stream);
+
+// Grouped GEMM: for each tile, C[p, n] = sum_k A[row(p), k] * B_e[n, k] (B bf16, or fp8
+// dequantized with its scales while loaded). Modes:
+//   kGateUp: B0 = gate, B1 = up; out (bf16) = silu(A B0^T) * (A B1^T)
+//   kPlain:  B0 only; out = A B0^T (f32 or bf16, + bias, accumulate onto out)
+// row(p): a_rows ? a_rows[p] / a_row_div : p. Dense (tiles == null): one "expert" given by
+// dense_b0/dense_s0, tiles of BM rows over [0, dense_rows).
+enum class GemmMode : uint8_t { kGateUp, kPlain };
+struct GroupedGemmArgs {
+  const bf16* a;            // activations, row stride lda
+  const int32_t* a_rows;    // optional gather table (by position)
+  int a_row_div;
+  const MoeExpertPtrs* experts;  // grouped: device table; field selected by `which`
+  int which;                // kPlain, grouped: 0 gate, 1 up, 2 down
+  const void* dense_b0;     // dense: weight [N, K]
+  const float* dense_s0;    // dense: its scales (fp8)
+  MoeWeightLayout layout;   // fp8 / scale mode; ld_b = row stride of B, scale_ld below
+  int64_t ld_b, ld_b1;      // row strides of B0 and (kGateUp) B1
+  int scale_ld;             // kBlock: ceil(K / 128)
+  const int32_t* tiles;     // null: dense
+  const int32_t* num_tiles;
+  int64_t dense_rows;
+  void* out;                // [positions or rows, N], row stride ldo
+  bool out_f32;
+  int64_t lda, ldo;
+  const float* bias;        // optional [N] (kPlain)
+  bool accumulate;          // kPlain: out += result
+  int K, N;                 // K % 64 == 0, N % 64 == 0
+  int max_tiles;            // grid bound (grouped)
+  GemmMode mode;
+  int tile_rows;            // 16, 32, 64 or 128
+};
+void LaunchGroupedGemm(const GroupedGemmArgs& a, cudaStream_t stream);
+
+// Weighted un-permute: out[t, c] = (accumulate ? out[t, c] : 0)
+//                                  + sum_j w[t, j] * y[route_pos[t * top_k + j], c]  (j ascending)
+struct MoeCombineArgs {
+  const float* y;           // [positions, hidden] f32
+  const int32_t* route_pos; // [num_tokens * top_k], -1: empty route
+  const float* weights;     // [num_tokens, top_k], row stride ldw_route
+  bf16* out;                // row stride ldo
+  int64_t ldo, ldw_route, num_tokens;
+  int top_k, hidden;
+  bool accumulate;
+};
+void LaunchMoeCombine(const MoeCombineArgs& a, cudaStream_t stream);
+
+// ---- dense fp8 GEMV (small batches of the fp8 Matmul; fp8_gemv.cu) ---------------------------
+// out[r, j] = (accumulate ? out[r, j] : 0) + sum_i x[r, i] * w[j, i] * scale(j, i) (+ bias[j])
+struct Fp8GemvArgs {
+  const bf16* x;          // [n, k], row stride ldx
+  const uint8_t* w;       // [m, k] e4m3, row stride ldw
+  const float* scale;     // per scale_mode
+  ScaleMode scale_mode;
+  int scale_ld;           // kBlock: ceil(k / 128)
+  bf16* out;              // [n, m], row stride ldo
+  const float* bias;      // optional [m]
+  int64_t n, k, m, ldx, ldw, ldo;
+  bool accumulate;
+};
+void LaunchFp8Gemv(const Fp8GemvArgs& a, cudaStream_t stream);
+
+}  // namespace pg::cuda

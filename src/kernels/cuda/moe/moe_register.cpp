@@ -1,0 +1,353 @@
+// CUDA launchers and registry entries of the MoE ops (ops_moe.h MoeRouter, MoeExperts) and of
+// the fp8 128x128 block-scaled dense Matmul (DeepSeek-V3's q_a/q_b/kv_a/o and shared experts).
+//
+// MoeExperts picks a path per call, from host-known sizes only (graph-capturable):
+//   route-walking (moe_walk.cu) for small batches: every route streams its expert's rows;
+//   expert-sorted (moe_permute.cu + grouped_gemm.cu) otherwise: routes sorted by expert on the
+//   device, one fused gate/up grouped GEMM (+ SiLU), one down grouped GEMM, a weighted
+//   un-permute; the GEMM grids are bounded on the host and surplus tiles exit.
+// Device tables of expert pointers are built once per weight set (keyed by all the expert
+// pointers) and cached; building one is refused while the stream captures a graph.
+#include <cstring>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "core/status.h"
+#include "kernels/cuda/common/context.h"
+#include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/moe/moe_params.h"
+#include "kernels/cuda/moe/moe_tuning.h"
+#include "kernels/registry.h"
+
+namespace pg::cuda {
+namespace {
+MoeTuning g_tuning;
+}  // namespace
+void SetMoeTuning(const MoeTuning& t) { g_tuning = t; }
+const MoeTuning& GetMoeTuning() { return g_tuning; }
+}  // namespace pg::cuda
+
+namespace pg::ops {
+namespace {
+
+using cuda::bf16;
+
+bool On(const TensorView& t, DType d) { return t.device == Device::kCuda && t.dtype == d; }
+bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+cuda::ScaleMode ScaleModeOf(const TensorView& s) {
+  if (!s.data) return cuda::ScaleMode::kNone;
+  if (s.ndim == 2) return cuda::ScaleMode::kBlock;
+  return s.dim(0) == 1 ? cuda::ScaleMode::kTensor : cuda::ScaleMode::kChannel;
+}
+
+// ---- router ----------------------------------------------------------------------------------
+bool RouterSupports(const MoeRouterParams& p) {
+  const bool logits_ok = On(p.logits, DType::kBF16) || On(p.logits, DType::kF32);
+  return logits_ok && On(p.topk_ids, DType::kI32) && On(p.topk_weights, DType::kF32) &&
+         (!p.bias.data || p.bias.device == Device::kCuda) &&
+         p.logits.dim(1) <= cuda::kRouterMaxExperts && p.topk_ids.dim(1) <= cuda::kRouterMaxTopK &&
+         p.num_groups <= cuda::kRouterMaxGroups;
+}
+
+void RunRouter(const MoeRouterParams& p) {
+  cuda::MoeRouterArgs a{};
+  a.logits = p.logits.data;
+  a.logits_bf16 = p.logits.dtype == DType::kBF16;
+  a.bias = p.bias.data ? p.bias.as<float>() : nullptr;
+  a.topk_ids = p.topk_ids.as<int32_t>();
+  a.topk_weights = p.topk_weights.as<float>();
+  a.logits_stride = p.logits.strides[0];
+  a.weights_stride = p.topk_weights.strides[0];
+  a.num_tokens = p.logits.dim(0);
+  a.num_experts = int(p.logits.dim(1));
+  a.top_k = int(p.topk_ids.dim(1));
+  a.num_groups = p.num_groups;
+  a.topk_groups = p.topk_groups;
+  a.sigmoid = p.scoring == MoeScoring::kSigmoid;
+  a.renormalize = p.renormalize;
+  a.scaling = p.scaling;
+  cuda::LaunchMoeRouter(a, cuda::CurrentStream());
+  PG_CUDA_CHECK_LAUNCH();
+}
+
+// ---- experts -----------------------------------------------------------------------------------
+// The layout shared by every expert, or nullopt when the experts differ in dtype, strides or
+// scale kind, or are not bf16 / fp8 e4m3 matrices on the device.
+std::optional<cuda::MoeWeightLayout> LayoutOf(std::span<const MoeExpertWeights> ex) {
+  if (ex.empty()) return std::nullopt;
+  const MoeExpertWeights& w0 = ex[0];
+  const DType dt = w0.gate.dtype;
+  if (dt != DType::kBF16 && dt != DType::kF8E4M3) return std::nullopt;
+  cuda::MoeWeightLayout L{};
+  L.fp8 = dt == DType::kF8E4M3;
+  L.scale_mode = ScaleModeOf(w0.gate_scale);
+  if (L.fp8 == (L.scale_mode == cuda::ScaleMode::kNone)) return std::nullopt;
+  L.ld_gate = w0.gate.strides[0];
+  L.ld_up = w0.up.strides[0];
+  L.ld_down = w0.down.strides[0];
+  L.scale_ld_gu = L.scale_mode == cuda::ScaleMode::kBlock ? int(w0.gate_scale.dim(1)) : 0;
+  L.scale_ld_down = L.scale_mode == cuda::ScaleMode::kBlock ? int(w0.down_scale.dim(1)) : 0;
+  L.aligned16 = true;
+  for (const MoeExpertWeights& w : ex) {
+    for (const TensorView* m : {&w.gate, &w.up, &w.down})
+      if (!On(*m, dt)) return std::nullopt;
+    if (w.gate.strides[0] != L.ld_gate || w.up.strides[0] != L.ld_up ||
+        w.down.strides[0] != L.ld_down)
+      return std::nullopt;
+    for (const TensorView* s : {&w.gate_scale, &w.up_scale, &w.down_scale}) {
+      if (ScaleModeOf(*s) != L.scale_mode) return std::nullopt;
+      if (s->data && s->device != Device::kCuda) return std::nullopt;
+    }
+    L.aligned16 = L.aligned16 && Aligned16(w.gate.data) && Aligned16(w.up.data) &&
+                  Aligned16(w.down.data);
+  }
+  return L;
+}
+
+// The device table of expert pointers for this weight set (cached per thread).
+const cuda::MoeExpertPtrs* ExpertTable(std::span<const MoeExpertWeights> ex, cudaStream_t stream) {
+  std::vector<cuda::MoeExpertPtrs> host(ex.size());
+  for (size_t e = 0; e < ex.size(); ++e) {
+    const MoeExpertWeights& w = ex[e];
+    auto sp = [](const TensorView& s) { return s.data ? s.as<float>() : nullptr; };
+    host[e] = {w.gate.data, w.up.data, w.down.data, sp(w.gate_scale), sp(w.up_scale),
+               sp(w.down_scale)};
+  }
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the pointers
+  const auto* bytes = reinterpret_cast<const unsigned char*>(host.data());
+  for (size_t i = 0; i < host.size() * sizeof(cuda::MoeExpertPtrs); ++i)
+    h = (h ^ bytes[i]) * 1099511628211ull;
+  struct Table {
+    std::vector<cuda::MoeExpertPtrs> host;
+    cuda::MoeExpertPtrs* device = nullptr;
+  };
+  thread_local std::unordered_map<uint64_t, Table> cache;
+  auto it = cache.find(h);
+  if (it != cache.end() && it->second.host.size() == host.size() &&
+      std::memcmp(it->second.host.data(), host.data(), host.size() * sizeof(host[0])) == 0)
+    return it->second.device;
+  PG_ENSURE(!cuda::IsCapturing(stream), kInternal,
+            "MoeExperts: a new expert weight set under graph capture: run it once before capturing");
+  Table t;
+  t.host = host;
+  PG_CUDA_CHECK(cudaMalloc(&t.device, host.size() * sizeof(host[0])));
+  PG_CUDA_CHECK(cudaMemcpy(t.device, host.data(), host.size() * sizeof(host[0]),
+                           cudaMemcpyHostToDevice));
+  if (it != cache.end()) {  // hash collision with another set: replace it (the old one leaks)
+    it->second = std::move(t);
+    return it->second.device;
+  }
+  return cache.emplace(h, std::move(t)).first->second.device;
+}
+
+bool ExpertsSupport(const MoeExpertsParams& p) {
+  return On(p.x, DType::kBF16) && On(p.out, DType::kBF16) && On(p.topk_ids, DType::kI32) &&
+         On(p.topk_weights, DType::kF32) && p.topk_weights.strides[1] == 1 &&
+         p.experts.size() <= 1024 && LayoutOf(p.experts).has_value();
+}
+
+// Bump allocator over one scratch slot (first pass with base == nullptr measures).
+struct Carve {
+  char* base = nullptr;
+  size_t off = 0;
+  template <typename T>
+  T* Take(size_t n) {
+    off = (off + 255) / 256 * 256;
+    T* p = reinterpret_cast<T*>(base + off);
+    off += n * sizeof(T);
+    return p;
+  }
+};
+
+int AutoTileRows(int64_t routes, int64_t experts) {
+  const int64_t touched = std::max<int64_t>(1, std::min(routes, experts));
+  const int64_t rows = (routes + touched - 1) / touched;  // routes per touched expert
+  return rows <= 16 ? 16 : rows <= 32 ? 32 : rows <= 64 ? 64 : 128;
+}
+
+void RunExperts(const MoeExpertsParams& p) {
+  cudaStream_t stream = cuda::CurrentStream();
+  const cuda::MoeWeightLayout L = *LayoutOf(p.experts);
+  const int64_t n = p.x.dim(0), h = p.x.dim(1), k = p.topk_ids.dim(1);
+  const int64_t inter = p.experts[0].gate.dim(0), E = int64_t(p.experts.size());
+  const int64_t routes = n * k;
+  if (n == 0) return;
+  const cuda::MoeExpertPtrs* table = ExpertTable(p.experts, stream);
+  const cuda::MoeTuning& tune = cuda::GetMoeTuning();
+  const int64_t vec = L.fp8 ? 16 : 8;  // elements per 16 bytes
+  const bool sorted_ok = h % 64 == 0 && inter % 64 == 0 && L.aligned16 && p.x.strides[0] % 8 == 0 &&
+                         Aligned16(p.x.data) && L.ld_gate % vec == 0 && L.ld_up % vec == 0 &&
+                         L.ld_down % vec == 0;
+  const bool sorted = sorted_ok && (tune.path == cuda::MoePath::kSorted ||
+                                    (tune.path == cuda::MoePath::kAuto && n > tune.walk_max_tokens));
+  if (!sorted) {
+    Carve c;
+    c.Take<float>(size_t(routes * inter));
+    c.base = static_cast<char*>(cuda::Scratch(cuda::ScratchSlot::kMoe, c.off));
+    c.off = 0;
+    cuda::MoeWalkArgs a{};
+    a.x = static_cast<const bf16*>(p.x.data);
+    a.ids = p.topk_ids.as<int32_t>();
+    a.weights = p.topk_weights.as<float>();
+    a.experts = table;
+    a.layout = L;
+    a.act = c.Take<float>(size_t(routes * inter));
+    a.out = static_cast<bf16*>(p.out.data);
+    a.ldx = p.x.strides[0];
+    a.ldo = p.out.strides[0];
+    a.ldw_route = p.topk_weights.strides[0];
+    a.num_tokens = n;
+    a.top_k = int(k);
+    a.num_experts = int(E);
+    a.hidden = int(h);
+    a.inter = int(inter);
+    a.accumulate = p.accumulate;
+    cuda::LaunchMoeWalk(a, stream);
+    PG_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  const int bm = tune.tile_rows ? tune.tile_rows : AutoTileRows(routes, E);
+  const int64_t max_tiles = (routes + bm - 1) / bm + std::min(E, routes);
+  Carve c;
+  for (int pass = 0; pass < 2; ++pass) {
+    if (pass == 1) {
+      c.base = static_cast<char*>(cuda::Scratch(cuda::ScratchSlot::kMoe, c.off));
+      c.off = 0;
+    }
+    int32_t* offsets = c.Take<int32_t>(size_t(E + 1));
+    int32_t* sorted_route = c.Take<int32_t>(size_t(routes));
+    int32_t* route_pos = c.Take<int32_t>(size_t(routes));
+    int32_t* tiles = c.Take<int32_t>(size_t(3 * max_tiles));
+    int32_t* num_tiles = c.Take<int32_t>(1);
+    bf16* act = c.Take<bf16>(size_t(routes * inter));
+    float* y = c.Take<float>(size_t(routes * h));
+    if (pass == 0) continue;
+
+    cuda::MoePermuteArgs pa{p.topk_ids.as<int32_t>(), offsets, sorted_route, route_pos, tiles,
+                            num_tiles, routes, int(E), bm, int(max_tiles)};
+    cuda::LaunchMoePermute(pa, stream);
+    PG_CUDA_CHECK_LAUNCH();
+
+    cuda::GroupedGemmArgs g{};
+    g.experts = table;
+    g.layout = L;
+    g.tiles = tiles;
+    g.num_tiles = num_tiles;
+    g.max_tiles = int(max_tiles);
+    g.tile_rows = bm;
+    // gate/up: act[p] = silu(x[token(p)] gate^T) * (x[token(p)] up^T)
+    g.a = static_cast<const bf16*>(p.x.data);
+    g.lda = p.x.strides[0];
+    g.a_rows = sorted_route;
+    g.a_row_div = int(k);
+    g.which = 0;
+    g.ld_b = L.ld_gate;
+    g.ld_b1 = L.ld_up;
+    g.scale_ld = L.scale_ld_gu;
+    g.out = act;
+    g.out_f32 = false;
+    g.ldo = inter;
+    g.K = int(h);
+    g.N = int(inter);
+    g.mode = cuda::GemmMode::kGateUp;
+    cuda::LaunchGroupedGemm(g, stream);
+    PG_CUDA_CHECK_LAUNCH();
+    // down: y[p] = act[p] down^T
+    g.a = act;
+    g.lda = inter;
+    g.a_rows = nullptr;
+    g.a_row_div = 1;
+    g.which = 2;
+    g.ld_b = L.ld_down;
+    g.ld_b1 = 0;
+    g.scale_ld = L.scale_ld_down;
+    g.out = y;
+    g.out_f32 = true;
+    g.ldo = h;
+    g.K = int(inter);
+    g.N = int(h);
+    g.mode = cuda::GemmMode::kPlain;
+    cuda::LaunchGroupedGemm(g, stream);
+    PG_CUDA_CHECK_LAUNCH();
+
+    cuda::MoeCombineArgs ca{y, route_pos, p.topk_weights.as<float>(), static_cast<bf16*>(p.out.data),
+                            p.out.strides[0], p.topk_weights.strides[0], n, int(k), int(h),
+                            p.accumulate};
+    cuda::LaunchMoeCombine(ca, stream);
+    PG_CUDA_CHECK_LAUNCH();
+  }
+}
+
+// ---- fp8 block-scaled dense Matmul -----------------------------------------------------------
+// Batches of at most this many rows use the fp8 GEMV (memory bound); larger ones the grouped
+// GEMM kernel in dense mode (when the shapes allow: k, m multiples of 64, aligned rows).
+constexpr int64_t kFp8GemvMaxRows = 16;
+
+bool Fp8MatmulSupports(const MatmulParams& p) {
+  return On(p.x, DType::kBF16) && On(p.out, DType::kBF16) && On(p.w, DType::kF8E4M3) &&
+         On(p.w_scale, DType::kF32) && p.w_scale.ndim == 2 &&
+         (!p.bias.data || p.bias.device == Device::kCuda);
+}
+
+void RunFp8Matmul(const MatmulParams& p) {
+  cudaStream_t stream = cuda::CurrentStream();
+  const int64_t n = p.x.dim(0), k = p.x.dim(1), m = p.w.dim(0);
+  const float* bias = p.bias.data ? p.bias.as<float>() : nullptr;
+  const bool gemm_ok = k % 64 == 0 && m % 64 == 0 && p.w.strides[0] % 16 == 0 &&
+                       p.x.strides[0] % 8 == 0 && p.out.strides[0] % 2 == 0 &&
+                       Aligned16(p.x.data) && Aligned16(p.w.data);
+  if (n <= kFp8GemvMaxRows || !gemm_ok) {
+    cuda::Fp8GemvArgs a{};
+    a.x = static_cast<const bf16*>(p.x.data);
+    a.w = static_cast<const uint8_t*>(p.w.data);
+    a.scale = p.w_scale.as<float>();
+    a.scale_mode = cuda::ScaleMode::kBlock;
+    a.scale_ld = int(p.w_scale.dim(1));
+    a.out = static_cast<bf16*>(p.out.data);
+    a.bias = bias;
+    a.n = n, a.k = k, a.m = m;
+    a.ldx = p.x.strides[0], a.ldw = p.w.strides[0], a.ldo = p.out.strides[0];
+    a.accumulate = p.accumulate;
+    cuda::LaunchFp8Gemv(a, stream);
+    PG_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  cuda::GroupedGemmArgs g{};
+  g.a = static_cast<const bf16*>(p.x.data);
+  g.lda = p.x.strides[0];
+  g.a_row_div = 1;
+  g.dense_b0 = p.w.data;
+  g.dense_s0 = p.w_scale.as<float>();
+  g.layout.fp8 = true;
+  g.layout.scale_mode = cuda::ScaleMode::kBlock;
+  g.layout.aligned16 = true;
+  g.ld_b = p.w.strides[0];
+  g.scale_ld = int(p.w_scale.dim(1));
+  g.dense_rows = n;
+  g.out = p.out.data;
+  g.out_f32 = false;
+  g.ldo = p.out.strides[0];
+  g.bias = bias;
+  g.accumulate = p.accumulate;
+  g.K = int(k);
+  g.N = int(m);
+  g.mode = cuda::GemmMode::kPlain;
+  g.tile_rows = n >= 512 ? 128 : n >= 64 ? 64 : 32;
+  cuda::LaunchGroupedGemm(g, stream);
+  PG_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void RegisterCudaMoeKernels(Registry& r) {
+  r.Register(KernelImpl<MoeRouterParams>{"cuda", Device::kCuda, kPriorityCuda, &RouterSupports,
+                                         &RunRouter});
+  r.Register(KernelImpl<MoeExpertsParams>{"cuda", Device::kCuda, kPriorityCuda, &ExpertsSupport,
+                                          &RunExperts});
+  r.Register(KernelImpl<MatmulParams>{"cuda_fp8_block", Device::kCuda, kPriorityCuda,
+                                      &Fp8MatmulSupports, &RunFp8Matmul});
+}
+
+}  // namespace pg::ops

@@ -1,0 +1,17 @@
+// Process-wide knobs of the CUDA MoE experts path choice (moe_register.cpp), for benchmarks
+// and tests: force the route-walking or the expert-sorted path, or a grouped-GEMM tile height.
+// Set them before running ops, not while other threads run them.
+#pragma once
+
+namespace pg::cuda {
+
+enum class MoePath : int { kAuto, kWalk, kSorted };
+struct MoeTuning {
+  MoePath path = MoePath::kAuto;
+  int tile_rows = 0;         // 0 = auto (by routes per touched expert), else 16/32/64/128
+  int walk_max_tokens = 8;   // kAuto: batches of at most this many tokens walk their routes
+};
+void SetMoeTuning(const MoeTuning& t);
+const MoeTuning& GetMoeTuning();
+
+}  // namespace pg::cuda
