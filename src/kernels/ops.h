@@ -104,7 +104,13 @@ void Add(const AddParams& p);
 // A layer's cache is num_pages pages; page p holds page_size token slots:
 //   k_cache: [num_pages, page_size, num_kv_heads, head_dim]   (same for v_cache)
 // A sequence's token t lives in page page_table[t / page_size], slot t % page_size.
-// dtype f32 (CPU), bf16/fp8 (CUDA; fp8 with per-tensor scales k_scale/v_scale).
+// dtype f32/f16/bf16 (CPU), bf16 or fp8 e4m3 (CUDA; the reference takes every one of them).
+// Every dtype stores value / scale (k_scale for k_cache, v_scale for v_cache; per tensor, so
+// one layer's whole cache shares them): KvWrite divides, Attention multiplies back. For fp8
+// e4m3 (DType::kF8E4M3, one byte per element, same [pages, page_size, kv_heads, head_dim]
+// layout, no padding) the division rounds to nearest-even and saturates to +-448 (NaN stays
+// NaN), as core/dtype.h F32ToF8E4M3; a reader dequantizes with float(e4m3) * scale. bf16
+// caches use scale 1 (the default).
 struct KvCacheView {
   TensorView k_cache;
   TensorView v_cache;
@@ -138,6 +144,20 @@ struct KvWriteParams {
   const AttentionBatch* batch = nullptr;
 };
 void KvWrite(const KvWriteParams& p);
+
+// Fused RoPE + KV write (decode and prefill): rotates q and k in place with `config` (as
+// Rope on each), then writes the rotated k and v into their slots (as KvWrite). Exactly
+// Rope(q); Rope(k); KvWrite(k, v) on every backend (the CUDA kernel rounds the rotated k to
+// bf16 before converting it for the cache, as the separate ops would).
+//   q: [num_tokens, num_heads, head_dim]; k, v: [num_tokens, num_kv_heads, head_dim]
+struct RopeKvWriteParams {
+  TensorView q, k, v;
+  TensorView positions;  // [num_tokens] i32
+  RopeConfig config;
+  KvCacheView cache;
+  const AttentionBatch* batch = nullptr;
+};
+void RopeKvWrite(const RopeKvWriteParams& p);
 
 // Causal attention of each sequence's new queries over its whole history (cached prefix
 // and the new tokens, already written by KvWrite). Grouped-query: query head h reads kv

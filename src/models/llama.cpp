@@ -293,10 +293,10 @@ class LlamaModel final : public Model {
         ops::RmsNorm({.x = qr, .weight = L.q_norm, .out = qr, .eps = c.rms_norm_eps});
         ops::RmsNorm({.x = kr, .weight = L.k_norm, .out = kr, .eps = c.rms_norm_eps});
       }
-      ops::Rope({.x = q3, .positions = b.device_positions, .config = c.rope});
-      ops::Rope({.x = k3, .positions = b.device_positions, .config = c.rope});
       const ops::KvCacheView& cache = kv.layers[size_t(li)];
-      ops::KvWrite({.k = k3, .v = v3, .cache = cache, .batch = b.attention});
+      // One kernel: RoPE on q and k, then k and v into the (bf16 or fp8) cache.
+      ops::RopeKvWrite({.q = q3, .k = k3, .v = v3, .positions = b.device_positions,
+                        .config = c.rope, .cache = cache, .batch = b.attention});
       ops::Attention({.q = q3, .out = attn3, .cache = cache, .batch = b.attention,
                       .scale = attn_scale_});
       ops::Matmul({.x = attn, .w = L.wo, .out = o});

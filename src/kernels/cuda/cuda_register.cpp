@@ -29,6 +29,19 @@ constexpr int64_t kGemvMaxRows = 4;
 
 bool DevBf16(const TensorView& t) { return t.device == Device::kCuda && t.dtype == DType::kBF16; }
 bf16* Bf(const TensorView& t) { return static_cast<bf16*>(t.data); }
+// A paged KV cache tensor the CUDA kernels read and write: bf16 or fp8 e4m3 on the device.
+bool DevKv(const TensorView& t) {
+  return t.device == Device::kCuda && (t.dtype == DType::kBF16 || t.dtype == DType::kF8E4M3);
+}
+cuda::KvType KvTypeOf(const KvCacheView& c) {
+  return c.k_cache.dtype == DType::kF8E4M3 ? cuda::KvType::kF8E4M3 : cuda::KvType::kBF16;
+}
+// Whether every sequence of the batch has at most one new token (a decode batch).
+bool DecodeOnly(const AttentionBatch& b) {
+  for (int32_t l : b.q_len)
+    if (l > 1) return false;
+  return true;
+}
 
 void CheckLaunch() { PG_CUDA_CHECK_LAUNCH(); }
 
@@ -143,13 +156,13 @@ const cuda::DeviceBatchView& DeviceBatch(const AttentionBatch& b, cudaStream_t s
   return plan.view();
 }
 
-void RunKvWrite(const KvWriteParams& p) {
-  cudaStream_t stream = cuda::CurrentStream();
+cuda::KvWriteArgs KvWriteArgsOf(const KvWriteParams& p, cudaStream_t stream) {
   cuda::KvWriteArgs a{};
   a.k = Bf(p.k);
   a.v = Bf(p.v);
-  a.k_cache = Bf(p.cache.k_cache);
-  a.v_cache = Bf(p.cache.v_cache);
+  a.k_cache = p.cache.k_cache.data;
+  a.v_cache = p.cache.v_cache.data;
+  a.kv_type = KvTypeOf(p.cache);
   a.batch = DeviceBatch(*p.batch, stream);
   a.k_stride = p.k.strides[0];
   a.v_stride = p.v.strides[0];
@@ -157,8 +170,62 @@ void RunKvWrite(const KvWriteParams& p) {
   a.head_dim = int(p.k.dim(2));
   a.inv_k_scale = 1.0f / p.cache.k_scale;
   a.inv_v_scale = 1.0f / p.cache.v_scale;
-  cuda::LaunchKvWrite(a, stream);
+  return a;
+}
+
+void RunKvWrite(const KvWriteParams& p) {
+  cudaStream_t stream = cuda::CurrentStream();
+  cuda::LaunchKvWrite(KvWriteArgsOf(p, stream), stream);
   CheckLaunch();
+}
+
+void RunRopeKvWrite(const RopeKvWriteParams& p) {
+  cudaStream_t stream = cuda::CurrentStream();
+  cuda::RopeKvWriteArgs a{};
+  a.kv = KvWriteArgsOf({p.k, p.v, p.cache, p.batch}, stream);
+  a.q = Bf(p.q);
+  a.positions = p.positions.as<int32_t>();
+  a.q_stride = p.q.strides[0];
+  a.heads = int(p.q.dim(1));
+  a.rotary_dim = RotaryDim(p.config, a.kv.head_dim);
+  a.neox = p.config.neox;
+  const std::vector<float> inv = RopeInvFreq(p.config, a.rotary_dim);
+  std::copy(inv.begin(), inv.end(), a.inv_freq);
+  cuda::LaunchRopeKvWrite(a, stream);
+  CheckLaunch();
+}
+
+// The decode kernel (attention/decode_attention.cu) for the batch's single-token sequences;
+// false when it cannot run them (head dim / cache type) or there are none. Its split count
+// comes from the longest such sequence, so a graph captured at the longest kv length serves
+// every shorter one.
+bool RunDecodeAttention(const AttentionParams& p, const cuda::AttentionArgs& base,
+                        cudaStream_t stream) {
+  const AttentionBatch& b = *p.batch;
+  if (!cuda::DecodeAttentionSupports(base.head_dim, base.heads / base.kv_heads, base.kv_type))
+    return false;
+  int decode_seqs = 0;
+  int64_t max_len = 1;
+  for (int s = 0; s < b.num_seqs; ++s) {
+    if (b.q_len[size_t(s)] != 1) continue;
+    ++decode_seqs;
+    int64_t len = b.kv_len[size_t(s)];
+    if (p.sliding_window > 0) len = std::min<int64_t>(len, p.sliding_window);
+    max_len = std::max(max_len, len);
+  }
+  if (decode_seqs == 0) return false;
+  cuda::AttentionArgs a = base;
+  a.num_splits = cuda::DecodeAttentionSplits(a, decode_seqs, max_len);
+  if (a.num_splits > 1) {
+    const size_t per = size_t(p.q.dim(0)) * size_t(a.heads) * size_t(a.num_splits);
+    float* ws = static_cast<float*>(cuda::Scratch(cuda::ScratchSlot::kAttentionPartials,
+                                                  per * size_t(a.head_dim + 2) * sizeof(float)));
+    a.partial_acc = ws;
+    a.partial_ml = ws + per * size_t(a.head_dim);
+  }
+  cuda::LaunchDecodeAttention(a, stream);
+  CheckLaunch();
+  return true;
 }
 
 // Sequences with at least this many new tokens go to the tensor-core prefill kernel
@@ -173,8 +240,11 @@ int RunPrefillAttention(const AttentionParams& p, const cuda::DeviceBatchView& d
   const AttentionBatch& b = *p.batch;
   cuda::PrefillAttentionArgs a{};
   a.head_dim = int(p.q.dim(2));
-  if (!cuda::PrefillAttentionSupportsHeadDim(a.head_dim) || p.cache.k_cache.dtype != DType::kBF16)
+  const DType kv_dtype = p.cache.k_cache.dtype;
+  if (!cuda::PrefillAttentionSupportsHeadDim(a.head_dim) ||
+      (kv_dtype != DType::kBF16 && kv_dtype != DType::kF8E4M3) || p.cache.v_cache.dtype != kv_dtype)
     return 0;
+  a.kv_fp8 = kv_dtype == DType::kF8E4M3;
   a.heads = int(p.q.dim(1));
   a.kv_heads = int(p.cache.k_cache.dim(2));
   a.min_q_len = kPrefillMinQLen;
@@ -183,8 +253,8 @@ int RunPrefillAttention(const AttentionParams& p, const cuda::DeviceBatchView& d
   if (a.num_tiles == 0) return 0;
   a.q = Bf(p.q);
   a.out = Bf(p.out);
-  a.k_cache = Bf(p.cache.k_cache);
-  a.v_cache = Bf(p.cache.v_cache);
+  a.k_cache = p.cache.k_cache.data;
+  a.v_cache = p.cache.v_cache.data;
   a.batch = dev;
   a.q_stride = p.q.strides[0];
   a.out_stride = p.out.strides[0];
@@ -210,8 +280,9 @@ void RunAttention(const AttentionParams& p) {
   cuda::AttentionArgs a{};
   a.q = Bf(p.q);
   a.out = Bf(p.out);
-  a.k_cache = Bf(p.cache.k_cache);
-  a.v_cache = Bf(p.cache.v_cache);
+  a.k_cache = p.cache.k_cache.data;
+  a.v_cache = p.cache.v_cache.data;
+  a.kv_type = KvTypeOf(p.cache);
   a.q_stride = p.q.strides[0];
   a.out_stride = p.out.strides[0];
   a.heads = int(p.q.dim(1));
@@ -245,10 +316,15 @@ void RunAttention(const AttentionParams& p) {
   // Multi-token sequences first. Both kernels use the partials scratch, in stream order: the
   // decode kernel's Scratch() call comes after the prefill launch (a grow syncs the stream).
   a.prefill_min_q_len = RunPrefillAttention(p, a.batch, a.logit_scale, stream);
-  bool any_decode_row = a.prefill_min_q_len == 0;
-  for (int s = 0; s < b.num_seqs && !any_decode_row; ++s)
-    any_decode_row = b.q_len[size_t(s)] > 0 && b.q_len[size_t(s)] < a.prefill_min_q_len;
-  if (!any_decode_row) return;
+  // Single-token sequences: the decode kernel; the general kernel skips their rows then.
+  a.decode_rows_done = RunDecodeAttention(p, a, stream);
+  bool any_rest = false;  // rows neither the prefill nor the decode kernel took
+  for (int s = 0; s < b.num_seqs && !any_rest; ++s) {
+    const int32_t ql = b.q_len[size_t(s)];
+    any_rest = ql > 0 && !(ql == 1 && a.decode_rows_done) &&
+               !(a.prefill_min_q_len > 0 && ql >= a.prefill_min_q_len);
+  }
+  if (!any_rest) return;
   if (a.num_splits > 1) {
     const size_t per = size_t(num_tokens) * size_t(a.heads) * size_t(a.num_splits);
     float* ws = static_cast<float*>(cuda::Scratch(cuda::ScratchSlot::kAttentionPartials,
@@ -296,13 +372,27 @@ void RegisterCudaKernels(Registry& r) {
       &RunMatmul));
   r.Register(Cuda<KvWriteParams>(
       [](const KvWriteParams& p) {
-        return DevBf16(p.k) && DevBf16(p.v) && DevBf16(p.cache.k_cache) && DevBf16(p.cache.v_cache);
+        return DevBf16(p.k) && DevBf16(p.v) && DevKv(p.cache.k_cache) && DevKv(p.cache.v_cache);
       },
       &RunKvWrite));
+  r.Register(Cuda<RopeKvWriteParams>(
+      [](const RopeKvWriteParams& p) {
+        return DevBf16(p.q) && DevBf16(p.k) && DevBf16(p.v) && DevKv(p.cache.k_cache) &&
+               DevKv(p.cache.v_cache) &&
+               RotaryDim(p.config, int(p.q.dim(2))) / 2 <= cuda::kMaxRopePairs;
+      },
+      &RunRopeKvWrite));
+  // bf16 caches: every batch (decode kernel for single-token rows, prefill / general kernel
+  // for the rest); fp8 caches: decode batches (the decode kernel reads fp8).
   r.Register(Cuda<AttentionParams>(
       [](const AttentionParams& p) {
-        return DevBf16(p.q) && DevBf16(p.out) && DevBf16(p.cache.k_cache) &&
-               DevBf16(p.cache.v_cache) && cuda::AttentionSupportsHeadDim(int(p.q.dim(2)));
+        if (!(DevBf16(p.q) && DevBf16(p.out) && DevKv(p.cache.k_cache) && DevKv(p.cache.v_cache)))
+          return false;
+        const int d = int(p.q.dim(2));
+        if (p.cache.k_cache.dtype == DType::kBF16) return cuda::AttentionSupportsHeadDim(d);
+        return DecodeOnly(*p.batch) &&
+               cuda::DecodeAttentionSupports(d, int(p.q.dim(1) / p.cache.k_cache.dim(2)),
+                                             cuda::KvType::kF8E4M3);
       },
       &RunAttention));
 }

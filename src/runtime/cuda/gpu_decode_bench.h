@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
+
 namespace pg::runtime::cuda {
 
 struct GpuDecodeBenchOptions {
@@ -19,6 +21,7 @@ struct GpuDecodeBenchOptions {
   double gpu_memory_utilization = 0.9;
   int iters = 30;                    // timed graph replays per point
   int page_size = 16;
+  DType kv_dtype = DType::kBF16;     // KV cache: bf16 or fp8 e4m3 (--kv-dtype)
   uint64_t seed = 1;
 };
 

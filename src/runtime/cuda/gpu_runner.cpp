@@ -68,6 +68,8 @@ struct GpuRunner::Impl {
 };
 
 GpuRunner::GpuRunner(const GpuRunnerOptions& options) : options_(options) {
+  PG_ENSURE(options.kv_dtype == DType::kBF16 || options.kv_dtype == DType::kF8E4M3,
+            kInvalidArgument, "gpu runner: KV cache dtype must be bf16 or fp8 (e4m3)");
   PG_ENSURE(options.max_batch_tokens > 0 && options.page_size > 0, kInvalidArgument,
             "gpu runner: max_batch_tokens {} and page_size {} must be > 0",
             options.max_batch_tokens, options.page_size);
@@ -103,7 +105,7 @@ void GpuRunner::Attach(models::Model& model) {
 }
 
 int64_t GpuRunner::kv_bytes_per_token() const {
-  return impl_->model->kv_spec().BytesPerToken(DType::kBF16);
+  return impl_->model->kv_spec().BytesPerToken(options_.kv_dtype);
 }
 
 const KvLayout& GpuRunner::ConfigureKv(int num_slots, int max_context) {
@@ -121,7 +123,9 @@ const KvLayout& GpuRunner::ConfigureKv(int num_slots, int max_context) {
   const int ps = options_.page_size;
   I.pages_per_slot = (int64_t(max_context) + ps - 1) / ps;
   const int64_t num_pages = I.pages_per_slot * num_slots + 1;  // + the padding page
-  const int64_t per_layer = num_pages * ps * spec.num_kv_heads * spec.head_dim * 2;  // bf16
+  const DType kv_dtype = options_.kv_dtype;
+  const int64_t per_layer =
+      num_pages * ps * spec.num_kv_heads * spec.head_dim * int64_t(Info(kv_dtype).block_bytes);
   const int64_t need = 2 * per_layer * spec.num_layers;
   const int64_t left = int64_t(I.arena.available());
   PG_ENSURE(need + 256 * 2 * spec.num_layers <= left, kResourceExhausted,
@@ -130,7 +134,7 @@ const KvLayout& GpuRunner::ConfigureKv(int num_slots, int max_context) {
   for (int l = 0; l < spec.num_layers; ++l) {
     ops::KvCacheView v;
     for (TensorView* t : {&v.k_cache, &v.v_cache})
-      *t = TensorView::Contiguous(I.arena.Allocate(size_t(per_layer)), DType::kBF16,
+      *t = TensorView::Contiguous(I.arena.Allocate(size_t(per_layer)), kv_dtype,
                                   {num_pages, ps, spec.num_kv_heads, spec.head_dim},
                                   Device::kCuda);
     I.kv.layers.push_back(v);
@@ -149,7 +153,7 @@ const KvLayout& GpuRunner::ConfigureKv(int num_slots, int max_context) {
 void GpuRunner::FillKvRandom(uint64_t seed) {
   for (const auto& v : impl_->kv.layers)
     for (const TensorView* t : {&v.k_cache, &v.v_cache})
-      impl_->memory.FillRandom(t->data, DType::kBF16, t->numel(), 0.0f, 1.0f, seed++);
+      impl_->memory.FillRandom(t->data, t->dtype, t->numel(), 0.0f, 1.0f, seed++);
   PG_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
 }
 

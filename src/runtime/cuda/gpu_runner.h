@@ -26,6 +26,8 @@ struct GpuRunnerOptions {
   double gpu_memory_utilization = 0.9;
   int max_batch_tokens = 512;  // tokens per step (prefill chunk, or decode batch incl. padding)
   int page_size = 16;          // tokens per KV page
+  // KV cache element type: kBF16, or kF8E4M3 (per-tensor scales 1.0; ops.h KvCacheView).
+  DType kv_dtype = DType::kBF16;
 };
 
 struct KvLayout {

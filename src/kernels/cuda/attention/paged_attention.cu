@@ -1,5 +1,6 @@
-// Paged attention over a bf16 KV cache (layout of ops.h: [pages, page_size, kv_heads, dim]),
-// and the KV-cache write.
+// Paged attention over a bf16 KV cache (layout of ops.h: [pages, page_size, kv_heads, dim]):
+// the general kernel for batches with multi-token rows (decode-only batches go to
+// decode_attention.cu; the KV write is in kv_write.cu).
 //
 // One kernel serves decode and prefill (correctness first): a block owns one query row, one
 // kv head with all of its `group` query heads packed (GQA: the K/V rows are read once for the
@@ -68,11 +69,14 @@ __global__ void __launch_bounds__(kWarps * 32) AttentionKernel(const AttentionAr
   const int s = b.token_seq[t];
   const int q_len = b.q_len[s], kv_len = b.kv_len[s];
   if (a.prefill_min_q_len > 0 && q_len >= a.prefill_min_q_len) return;  // the prefill kernel's row
+  if (a.decode_rows_done && q_len == 1) return;  // the decode kernel's row
   const int pos = kv_len - q_len + (t - b.q_start[s]);  // this row attends to [lo, pos]
   const int lo = a.sliding_window > 0 ? max(0, pos - a.sliding_window + 1) : 0;
   const int begin = lo + split * a.chunk;
   const int end = min(pos + 1, begin + a.chunk);
   const int32_t* pages = b.page_table + b.page_start[s];
+  const bf16* k_cache = static_cast<const bf16*>(a.k_cache);  // bf16 caches only (launcher)
+  const bf16* v_cache = static_cast<const bf16*>(a.v_cache);
 
   float q[G][EPL];
 #pragma unroll
@@ -103,7 +107,7 @@ __global__ void __launch_bounds__(kWarps * 32) AttentionKernel(const AttentionAr
       const int tok = min(tb + u, end - 1);  // clamp: masked below
       off[u] = (int64_t(pages[tok / b.page_size]) * b.page_size + tok % b.page_size) * slot_stride +
                int64_t(kvh) * D;
-      LoadRow<D, EPL>(a.k_cache + off[u], lane, kv[u]);
+      LoadRow<D, EPL>(k_cache + off[u], lane, kv[u]);
     }
     float logit[kTile][G];
 #pragma unroll
@@ -118,7 +122,7 @@ __global__ void __launch_bounds__(kWarps * 32) AttentionKernel(const AttentionAr
         logit[u][g] = tb + u < end ? dot : -INFINITY;
       }
 #pragma unroll
-    for (int u = 0; u < kTile; ++u) LoadRow<D, EPL>(a.v_cache + off[u], lane, kv[u]);
+    for (int u = 0; u < kTile; ++u) LoadRow<D, EPL>(v_cache + off[u], lane, kv[u]);
 #pragma unroll
     for (int g = 0; g < G; ++g) {
       float mx = m[g];
@@ -178,6 +182,7 @@ __global__ void __launch_bounds__(kWarps * 32) AttentionKernel(const AttentionAr
 __global__ void CombineKernel(const AttentionArgs a) {
   const int t = blockIdx.x, h = blockIdx.y, D = a.head_dim;
   if (a.prefill_min_q_len > 0 && a.batch.q_len[a.batch.token_seq[t]] >= a.prefill_min_q_len) return;
+  if (a.decode_rows_done && a.batch.q_len[a.batch.token_seq[t]] == 1) return;
   const int64_t base = (int64_t(t) * a.heads + h) * a.num_splits;
   float mx = -INFINITY;
   for (int i = 0; i < a.num_splits; ++i) mx = fmaxf(mx, a.partial_ml[2 * (base + i)]);
@@ -192,20 +197,6 @@ __global__ void CombineKernel(const AttentionArgs a) {
     }
     a.out[int64_t(t) * a.out_stride + int64_t(h) * D + e] =
         __float2bfloat16_rn(sum > 0.0f ? val / sum * a.v_scale : 0.0f);
-  }
-}
-
-__global__ void KvWriteKernel(const KvWriteArgs a) {
-  const int t = blockIdx.x;
-  const DeviceBatchView& b = a.batch;
-  const int s = b.token_seq[t];
-  const int tok = b.kv_len[s] - b.q_len[s] + (t - b.q_start[s]);
-  const int64_t page = b.page_table[b.page_start[s] + tok / b.page_size];
-  const int n = a.kv_heads * a.head_dim;
-  const int64_t dst = (page * b.page_size + tok % b.page_size) * n;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    a.k_cache[dst + i] = __float2bfloat16_rn(__bfloat162float(a.k[int64_t(t) * a.k_stride + i]) * a.inv_k_scale);
-    a.v_cache[dst + i] = __float2bfloat16_rn(__bfloat162float(a.v[int64_t(t) * a.v_stride + i]) * a.inv_v_scale);
   }
 }
 
@@ -238,11 +229,6 @@ void LaunchAttention(const AttentionArgs& a, cudaStream_t stream) {
   }
   if (a.num_splits > 1)
     CombineKernel<<<dim3(unsigned(a.batch.num_tokens), unsigned(a.heads)), 128, 0, stream>>>(a);
-}
-
-void LaunchKvWrite(const KvWriteArgs& a, cudaStream_t stream) {
-  if (a.batch.num_tokens == 0) return;
-  KvWriteKernel<<<unsigned(a.batch.num_tokens), 128, 0, stream>>>(a);
 }
 
 }  // namespace pg::cuda

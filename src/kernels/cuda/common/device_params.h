@@ -93,15 +93,32 @@ struct DeviceBatchView {
   int num_seqs = 0, num_tokens = 0, page_size = 0;
 };
 
+// Element type of a paged KV cache on the device (ops.h KvCacheView: bf16, or fp8 e4m3 holding
+// value / scale, saturated to +-448).
+enum class KvType : uint8_t { kBF16, kF8E4M3 };
+
 struct KvWriteArgs {
   const bf16* k;  // [num_tokens, kv_heads, head_dim], row stride k_stride
   const bf16* v;
-  bf16* k_cache;  // [num_pages, page_size, kv_heads, head_dim]
-  bf16* v_cache;
+  void* k_cache;  // [num_pages, page_size, kv_heads, head_dim] of kv_type
+  void* v_cache;
+  KvType kv_type;
   DeviceBatchView batch;
   int64_t k_stride, v_stride;
   int kv_heads, head_dim;
   float inv_k_scale, inv_v_scale;
+};
+
+// Fused RoPE + KV write (ops::RopeKvWrite): per token, rotates q's and k's heads in place,
+// then writes k (rotated) and v into the token's cache slot (as KvWriteArgs).
+struct RopeKvWriteArgs {
+  bf16* q;                   // [tokens, heads, head_dim], row stride q_stride, in place
+  KvWriteArgs kv;            // k is rotated in place too (its pointer is written through)
+  const int32_t* positions;  // [tokens]
+  int64_t q_stride;
+  int heads, rotary_dim;
+  bool neox;
+  float inv_freq[kMaxRopePairs];  // [rotary_dim / 2]
 };
 
 // One launch covers every (query row, kv head, split). A split of a row covers key positions
@@ -109,11 +126,13 @@ struct KvWriteArgs {
 struct AttentionArgs {
   const bf16* q;        // [num_tokens, heads, head_dim], row stride q_stride
   bf16* out;            // [num_tokens, heads, head_dim], row stride out_stride
-  const bf16* k_cache;  // [num_pages, page_size, kv_heads, head_dim]
-  const bf16* v_cache;
+  const void* k_cache;  // [num_pages, page_size, kv_heads, head_dim] of kv_type
+  const void* v_cache;
+  KvType kv_type;
   DeviceBatchView batch;
   float* partial_acc;   // [num_tokens, heads, num_splits, head_dim] (num_splits > 1 only)
-  float* partial_ml;    // [num_tokens, heads, num_splits, 2]: running max and sum
+  float* partial_ml;    // [num_tokens, heads, num_splits, 2]: running max and sum (the decode
+                        // kernel keeps its max in log2 units: logits * log2(e))
   int64_t q_stride, out_stride;
   int heads, kv_heads, head_dim;
   int num_splits, chunk;  // chunk: key positions per split (multiple of the tile)
@@ -124,6 +143,8 @@ struct AttentionArgs {
   // Rows of sequences with q_len >= this belong to the tensor-core prefill kernel
   // (attention/prefill_attention.h): this kernel skips them. 0 = this kernel does every row.
   int prefill_min_q_len = 0;
+  // The decode kernel (decode_attention.cu) already did the rows of q_len-1 sequences.
+  bool decode_rows_done = false;
 };
 
 // ---- launchers (defined in the .cu files; all asynchronous on `stream`) --------------------
@@ -138,5 +159,14 @@ void LaunchKvWrite(const KvWriteArgs& a, cudaStream_t stream);
 // Returns false when head_dim has no compiled specialisation.
 bool AttentionSupportsHeadDim(int head_dim);
 void LaunchAttention(const AttentionArgs& a, cudaStream_t stream);
+// Decode attention (attention/decode_attention.cu): every row of the batch is its sequence's
+// only query (q_len 1). Split-K with the split count fixed by the launcher (graph capture)
+// and each sequence's keys spread over all splits (chunk = its length / num_splits).
+bool DecodeAttentionSupports(int head_dim, int group, KvType kv_type);
+// The split count that fills the GPU for this batch shape; max_len: the longest causal range
+// (keys) the launch will see (it bounds useful splits at >= 64 keys each).
+int DecodeAttentionSplits(const AttentionArgs& a, int num_seqs, int64_t max_len);
+void LaunchDecodeAttention(const AttentionArgs& a, cudaStream_t stream);
+void LaunchRopeKvWrite(const RopeKvWriteArgs& a, cudaStream_t stream);
 
 }  // namespace pg::cuda

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "kernels/cuda/common/device_params.h"
+#include "kernels/cuda/common/rope_device.cuh"
 
 namespace pg::cuda {
 namespace {
@@ -133,13 +134,12 @@ __global__ void RopeKernel(const __grid_constant__ RopeArgs a) {
   for (int idx = threadIdx.x; idx < a.heads * half; idx += blockDim.x) {
     const int h = idx / half, i = idx % half;
     bf16* xh = row + int64_t(h) * a.head_dim;
-    float s, c;
-    sincosf(a.inv_freq[i] * pos, &s, &c);
-    const int i0 = a.neox ? i : 2 * i;
-    const int i1 = a.neox ? i + half : 2 * i + 1;
-    const float x0 = ToF(xh[i0]), x1 = ToF(xh[i1]);
-    xh[i0] = ToB(x0 * c - x1 * s);
-    xh[i1] = ToB(x1 * c + x0 * s);
+    int i0, i1;
+    RopePairIndex(a.neox, i, half, i0, i1);
+    float x0 = ToF(xh[i0]), x1 = ToF(xh[i1]);
+    RopeRotate(x0, x1, a.inv_freq[i], pos);
+    xh[i0] = ToB(x0);
+    xh[i1] = ToB(x1);
   }
 }
 

@@ -1,0 +1,438 @@
+// Decode attention (sequences with one new token; others are skipped: the prefill / general
+// kernels' rows) over a paged bf16 or fp8 KV cache
+// (ops.h layout: [pages, page_size, kv_heads, head_dim]), flash-decoding style.
+//
+// Work split: a block owns (sequence, kv head, chunk of up to GP of that kv head's query
+// heads, split). GQA heads are packed: the block streams each K/V row once for all GP heads.
+// A sequence's causal key range [lo, pos] is cut into gridDim.z splits of
+// ceil(len / splits) keys (rounded up to 32), so every split count works for every length
+// (the count is fixed at graph capture; shorter sequences use fewer, or all, splits).
+//
+// Inside a block: 4 warps take the split's key tiles round robin. A warp holds KG = 32 / L
+// keys at a time, L lanes per key; each lane holds EPL = 16 consecutive-by-vector elements
+// of the head dim (two 16-byte bf16 vectors, or one 16-byte fp8 vector), so a q.k dot
+// product needs log2(L) shuffles (L = 8 for d = 128). Each warp keeps kStages tiles in
+// flight with cp.async into its own shared-memory ring; a lane reads back only the bytes it
+// copied itself, so no barrier is needed in the loop. Softmax is online in fp32 and in log2
+// units (q carries scale * log2(e)); the running max is rescaled only when it grows.
+// Warps and key groups merge at the end; with one split the block writes the normalised
+// bf16 output, else an unnormalised partial (acc, max, sum) that CombineKernel merges.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cuda/attention/kv_types.cuh"
+#include "kernels/cuda/common/device_params.h"
+
+namespace pg::cuda {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kStages = 4;        // tiles in flight per warp (cp.async ring depth)
+constexpr int kU = 2;             // keys per lane group per tile
+constexpr int kEplTarget = 16;    // head-dim elements per lane per key
+constexpr int kSplitGranule = 32; // a split's key count is a multiple of this
+constexpr int kMinSplitKeys = 64; // the launcher never plans shorter splits
+constexpr float kLog2e = 1.4426950408889634f;
+
+constexpr int Pow2Ceil(int x) {
+  int p = 1;
+  while (p < x) p *= 2;
+  return p;
+}
+
+// Compile-time geometry of a (head_dim, cache type) pair.
+template <int D, typename KvT>
+struct Geo {
+  static constexpr int kVec = kv::Traits<KvT>::kVec;                      // elements / vector
+  static constexpr int kNvec = D / kVec;                                  // vectors per row
+  static constexpr int kNv = kEplTarget / kVec > 0 ? kEplTarget / kVec : 1;  // vectors / lane
+  static constexpr int kLanes = Pow2Ceil((kNvec + kNv - 1) / kNv);        // lanes per key (L)
+  static constexpr int kGroups = 32 / kLanes;                             // keys per warp step
+  static constexpr int kTileKeys = kGroups * kU;                          // keys per warp tile
+  static constexpr int kEpl = kNv * kVec;
+  static constexpr int kStageU4 = 2 * kU * kNv * 32;                      // uint4 per stage
+  static constexpr int kSmemBytes = kWarps * kStages * kStageU4 * 16;
+  static_assert(D % kVec == 0, "head_dim must be a multiple of the 16-byte vector");
+  static_assert(kLanes <= 32, "head_dim too large");
+  // The warps' merge reuses the ring: [kWarps][4][D] accumulators + [kWarps][4] max and sum.
+  static_assert(kWarps * 4 * (D + 2) * 4 <= kSmemBytes, "merge does not fit the ring");
+};
+
+__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, int src_bytes) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem),
+               "r"(src_bytes));
+}
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ float Exp2Or0(float x, float m) {  // 2^(x - m); 0 for an empty m
+  return m == -INFINITY ? 0.0f : exp2f(x - m);
+}
+
+// The split [begin, end) of sequence s's causal range, and that range's end pos + 1.
+struct SplitRange {
+  int begin, end;
+};
+__device__ __forceinline__ SplitRange SplitOf(const AttentionArgs& a, int s, int split,
+                                              int num_splits) {
+  const int pos = a.batch.kv_len[s] - 1;
+  const int lo = a.sliding_window > 0 ? max(0, pos - a.sliding_window + 1) : 0;
+  const int n = pos + 1 - lo;
+  int chunk = (n + num_splits - 1) / num_splits;
+  chunk = (chunk + kSplitGranule - 1) / kSplitGranule * kSplitGranule;
+  const int begin = lo + split * chunk;
+  return {begin, min(pos + 1, begin + chunk)};
+}
+
+template <int D, int GP, typename KvT>
+__global__ void __launch_bounds__(kThreads) DecodeKernel(const __grid_constant__ AttentionArgs a) {
+  using G = Geo<D, KvT>;
+  constexpr int L = G::kLanes, NV = G::kNv, VEC = G::kVec, EPL = G::kEpl;
+  extern __shared__ uint4 smem[];
+
+  const DeviceBatchView& b = a.batch;
+  const int s = blockIdx.x;
+  if (b.q_len[s] != 1) return;  // a multi-token sequence: another kernel's (block-uniform)
+  const int group = a.heads / a.kv_heads;
+  const int head_chunks = (group + GP - 1) / GP;
+  const int kvh = blockIdx.y / head_chunks, hc = blockIdx.y % head_chunks;
+  const int split = blockIdx.z, num_splits = gridDim.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int kg = lane / L, j = lane % L;
+  const int t = b.q_start[s];  // the sequence's only query row
+  const int h0 = kvh * group + hc * GP;
+  const int ng = min(GP, group - hc * GP);  // valid heads of this chunk
+  const SplitRange r = SplitOf(a, s, split, num_splits);
+  const int32_t* pages = b.page_table + b.page_start[s];
+  const int ps = b.page_size;
+
+  // This lane's vectors: c-th is vector c * L + j of the row (valid below kNvec).
+  bool vec_ok[NV];
+#pragma unroll
+  for (int c = 0; c < NV; ++c) vec_ok[c] = c * L + j < G::kNvec;
+
+  // q, pre-scaled into log2 units (softcap: natural units, converted after the tanh).
+  const float qscale = a.logit_scale * (a.softcap > 0.0f ? 1.0f : kLog2e);
+  float q[GP][EPL];
+#pragma unroll
+  for (int g = 0; g < GP; ++g)
+#pragma unroll
+    for (int c = 0; c < NV; ++c) {
+      const bool ok = g < ng && vec_ok[c];
+      const bf16* src = a.q + int64_t(t) * a.q_stride + int64_t(h0 + (ok ? g : 0)) * D +
+                        (ok ? (c * L + j) * VEC : 0);
+#pragma unroll
+      for (int h = 0; h < VEC / 8; ++h) {
+        float f[8];
+        if (ok) {
+          kv::Traits<bf16>::Widen(*reinterpret_cast<const uint4*>(src + 8 * h), f);
+        } else {
+#pragma unroll
+          for (int e = 0; e < 8; ++e) f[e] = 0.0f;
+        }
+#pragma unroll
+        for (int e = 0; e < 8; ++e) q[g][c * VEC + 8 * h + e] = f[e] * qscale;
+      }
+    }
+
+  float m[GP], l[GP], acc[GP][EPL];
+#pragma unroll
+  for (int g = 0; g < GP; ++g) {
+    m[g] = -INFINITY, l[g] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < EPL; ++e) acc[g][e] = 0.0f;
+  }
+
+  const int keys = max(0, r.end - r.begin);
+  const int tiles = (keys + G::kTileKeys - 1) / G::kTileKeys;
+  const int my_tiles = warp < tiles ? (tiles - warp + kWarps - 1) / kWarps : 0;
+  uint4* ring = smem + warp * (kStages * G::kStageU4);
+  const char* kc = static_cast<const char*>(a.k_cache);
+  const char* vc = static_cast<const char*>(a.v_cache);
+  const int64_t row_bytes = int64_t(D) * sizeof(KvT);
+  const int64_t slot_bytes = int64_t(a.kv_heads) * row_bytes;
+
+  // Starts the copy of this warp's i-th tile into ring stage i % kStages.
+  auto issue = [&](int i) {
+    uint4* st = ring + (i % kStages) * G::kStageU4;
+    const int key0 = r.begin + (warp + i * kWarps) * G::kTileKeys;
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int key = min(key0 + u * G::kGroups + kg, r.end - 1);  // clamped: masked later
+      const int64_t off = (int64_t(pages[key / ps]) * ps + key % ps) * slot_bytes +
+                          int64_t(kvh) * row_bytes;
+#pragma unroll
+      for (int c = 0; c < NV; ++c) {
+        const int64_t vo = off + int64_t(vec_ok[c] ? c * L + j : 0) * 16;
+        const int bytes = vec_ok[c] ? 16 : 0;  // 0: zero-fill (q is 0 there too)
+        CpAsync16(st + (u * NV + c) * 32 + lane, kc + vo, bytes);
+        CpAsync16(st + (kU + u) * NV * 32 + c * 32 + lane, vc + vo, bytes);
+      }
+    }
+  };
+
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) {
+    if (i < my_tiles) issue(i);
+    CpAsyncCommit();
+  }
+  for (int i = 0; i < my_tiles; ++i) {
+    if (i + kStages - 1 < my_tiles) issue(i + kStages - 1);
+    CpAsyncCommit();
+    CpAsyncWait<kStages - 1>();  // tile i has landed (this lane's part)
+    const uint4* st = ring + (i % kStages) * G::kStageU4;
+    const int key0 = r.begin + (warp + i * kWarps) * G::kTileKeys;
+
+    float sc[kU][GP];
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      float kf[EPL];
+#pragma unroll
+      for (int c = 0; c < NV; ++c) kv::Traits<KvT>::Widen(st[(u * NV + c) * 32 + lane], kf + c * VEC);
+      const bool live = key0 + u * G::kGroups + kg < r.end;
+#pragma unroll
+      for (int g = 0; g < GP; ++g) {
+        float dot = 0.0f;
+#pragma unroll
+        for (int e = 0; e < EPL; ++e) dot = fmaf(q[g][e], kf[e], dot);
+#pragma unroll
+        for (int o = L / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+        if (a.softcap > 0.0f) dot = a.softcap * tanhf(dot / a.softcap) * kLog2e;
+        sc[u][g] = live ? dot : -INFINITY;
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < GP; ++g) {
+      float mx = m[g];
+#pragma unroll
+      for (int u = 0; u < kU; ++u) mx = fmaxf(mx, sc[u][g]);
+      if (mx > m[g]) {  // the running max grew: rescale (rare once the max settles)
+        const float corr = Exp2Or0(m[g], mx);
+        l[g] *= corr;
+#pragma unroll
+        for (int e = 0; e < EPL; ++e) acc[g][e] *= corr;
+        m[g] = mx;
+      }
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        sc[u][g] = Exp2Or0(sc[u][g], m[g]);
+        l[g] += sc[u][g];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      float vf[EPL];
+#pragma unroll
+      for (int c = 0; c < NV; ++c)
+        kv::Traits<KvT>::Widen(st[(kU + u) * NV * 32 + c * 32 + lane], vf + c * VEC);
+#pragma unroll
+      for (int g = 0; g < GP; ++g)
+#pragma unroll
+        for (int e = 0; e < EPL; ++e) acc[g][e] = fmaf(sc[u][g], vf[e], acc[g][e]);
+    }
+  }
+  CpAsyncWait<0>();
+
+  // Merge the key groups of the warp (lanes j, j + L, j + 2L, ... hold the same dims).
+#pragma unroll
+  for (int o = L; o < 32; o <<= 1)
+#pragma unroll
+    for (int g = 0; g < GP; ++g) {
+      const float mo = __shfl_xor_sync(0xffffffffu, m[g], o);
+      const float lo_ = __shfl_xor_sync(0xffffffffu, l[g], o);
+      const float mx = fmaxf(m[g], mo);
+      const float ca = Exp2Or0(m[g], mx), cb = Exp2Or0(mo, mx);
+      l[g] = l[g] * ca + lo_ * cb;
+#pragma unroll
+      for (int e = 0; e < EPL; ++e)
+        acc[g][e] = acc[g][e] * ca + __shfl_xor_sync(0xffffffffu, acc[g][e], o) * cb;
+      m[g] = mx;
+    }
+
+  // Merge the warps through shared memory (the ring is free now).
+  __syncthreads();
+  float* sm_acc = reinterpret_cast<float*>(smem);  // [kWarps][GP][D]
+  float* sm_m = sm_acc + kWarps * GP * D;          // [kWarps][GP]
+  float* sm_l = sm_m + kWarps * GP;                // [kWarps][GP]
+  if (kg == 0) {
+#pragma unroll
+    for (int g = 0; g < GP; ++g) {
+      if (j == 0) sm_m[warp * GP + g] = m[g], sm_l[warp * GP + g] = l[g];
+#pragma unroll
+      for (int c = 0; c < NV; ++c)
+        if (vec_ok[c])
+#pragma unroll
+          for (int e = 0; e < VEC; ++e)
+            sm_acc[(warp * GP + g) * D + (c * L + j) * VEC + e] = acc[g][c * VEC + e];
+    }
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < ng * D; idx += kThreads) {
+    const int g = idx / D, e = idx % D;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, sm_m[w * GP + g]);
+    float sum = 0.0f, val = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float c = Exp2Or0(sm_m[w * GP + g], mx);
+      sum += sm_l[w * GP + g] * c;
+      val += sm_acc[(w * GP + g) * D + e] * c;
+    }
+    const int h = h0 + g;
+    if (num_splits == 1) {
+      a.out[int64_t(t) * a.out_stride + int64_t(h) * D + e] =
+          __float2bfloat16_rn(sum > 0.0f ? val / sum * a.v_scale : 0.0f);
+    } else {
+      const int64_t base = (int64_t(t) * a.heads + h) * num_splits + split;
+      a.partial_acc[base * D + e] = val;
+      if (e == 0) a.partial_ml[2 * base] = mx, a.partial_ml[2 * base + 1] = sum;
+    }
+  }
+}
+
+// Merges the splits of one (row, head) (maxima in log2 units); threads over head_dim.
+__global__ void DecodeCombineKernel(const __grid_constant__ AttentionArgs a) {
+  const int t = blockIdx.x, h = blockIdx.y, D = a.head_dim, S = a.num_splits;
+  if (a.batch.q_len[a.batch.token_seq[t]] != 1) return;  // not a decode row
+  const int64_t base = (int64_t(t) * a.heads + h) * S;
+  const float* ml = a.partial_ml + 2 * base;
+  float mx = -INFINITY;
+  for (int i = 0; i < S; ++i) mx = fmaxf(mx, ml[2 * i]);
+  for (int e = threadIdx.x; e < D; e += blockDim.x) {
+    float sum = 0.0f, val = 0.0f;
+    for (int i = 0; i < S; ++i) {
+      const float c = Exp2Or0(ml[2 * i], mx);
+      if (c == 0.0f) continue;  // an empty split (its acc was never written)
+      sum += ml[2 * i + 1] * c;
+      val += a.partial_acc[(base + i) * D + e] * c;
+    }
+    a.out[int64_t(t) * a.out_stride + int64_t(h) * D + e] =
+        __float2bfloat16_rn(sum > 0.0f ? val / sum * a.v_scale : 0.0f);
+  }
+}
+
+// GP: query heads per block (1 for MHA, else 4; larger groups take several blocks).
+int HeadsPerBlock(int group) { return group == 1 ? 1 : 4; }
+
+template <int D, int GP, typename KvT>
+const void* KernelPtr() {
+  return reinterpret_cast<const void*>(&DecodeKernel<D, GP, KvT>);
+}
+
+// Resident blocks per SM of one instantiation (opts into > 48 KB of shared memory once).
+template <int D, int GP, typename KvT>
+int Occupancy() {
+  static const int blocks = [] {
+    const void* k = KernelPtr<D, GP, KvT>();
+    cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, Geo<D, KvT>::kSmemBytes);
+    int n = 0;
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, kThreads, Geo<D, KvT>::kSmemBytes);
+    return n > 0 ? n : 1;
+  }();
+  return blocks;
+}
+
+template <int D, int GP, typename KvT>
+void Launch(const AttentionArgs& a, dim3 grid, cudaStream_t stream) {
+  (void)Occupancy<D, GP, KvT>();  // sets the shared-memory attribute
+  DecodeKernel<D, GP, KvT><<<grid, kThreads, Geo<D, KvT>::kSmemBytes, stream>>>(a);
+}
+
+// Calls f.template Run<D, GP, KvT>() for the args' specialisation; false if there is none.
+template <typename F>
+bool Dispatch(int d, int group, KvType kt, F& f) {
+  const bool bf = kt == KvType::kBF16;
+  const bool mha = HeadsPerBlock(group) == 1;
+#define PG_DECODE_CASE(DIM)                                                   \
+  case DIM:                                                                   \
+    if (bf) {                                                                 \
+      mha ? f.template Run<DIM, 1, bf16>() : f.template Run<DIM, 4, bf16>();  \
+      return true;                                                            \
+    }                                                                         \
+    if constexpr (DIM % 16 == 0) {                                            \
+      mha ? f.template Run<DIM, 1, kv::fp8>() : f.template Run<DIM, 4, kv::fp8>(); \
+      return true;                                                            \
+    }                                                                         \
+    return false;
+  switch (d) {
+    PG_DECODE_CASE(32)
+    PG_DECODE_CASE(40)
+    PG_DECODE_CASE(64)
+    PG_DECODE_CASE(80)
+    PG_DECODE_CASE(96)
+    PG_DECODE_CASE(128)
+    PG_DECODE_CASE(256)
+    default: return false;
+  }
+#undef PG_DECODE_CASE
+}
+
+struct NoOp {
+  template <int D, int GP, typename KvT>
+  void Run() {}
+};
+struct GetOccupancy {
+  int per_sm = 1;
+  template <int D, int GP, typename KvT>
+  void Run() { per_sm = Occupancy<D, GP, KvT>(); }
+};
+struct DoLaunch {
+  const AttentionArgs& a;
+  dim3 grid;
+  cudaStream_t stream;
+  template <int D, int GP, typename KvT>
+  void Run() { Launch<D, GP, KvT>(a, grid, stream); }
+};
+
+}  // namespace
+
+bool DecodeAttentionSupports(int head_dim, int group, KvType kv_type) {
+  NoOp f;
+  return group >= 1 && Dispatch(head_dim, group, kv_type, f);
+}
+
+int DecodeAttentionSplits(const AttentionArgs& a, int num_seqs, int64_t max_len) {
+  const int group = a.heads / a.kv_heads, gp = HeadsPerBlock(group);
+  GetOccupancy occ;
+  Dispatch(a.head_dim, group, a.kv_type, occ);
+  const int per_sm = occ.per_sm;
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
+    return n > 0 ? n : 1;
+  }();
+  const int64_t capacity = int64_t(sms) * per_sm;  // blocks resident at once
+  const int64_t base = int64_t(num_seqs) * a.kv_heads * ((group + gp - 1) / gp);
+  const int64_t max_splits = std::max<int64_t>(1, std::min<int64_t>(128, max_len / kMinSplitKeys));
+  // Fewest splits with the least work per block-slot: minimise waves(S) / S.
+  int best = 1;
+  double best_cost = 1e30;
+  for (int64_t sp = 1; sp <= max_splits; ++sp) {
+    const double waves = double((base * sp + capacity - 1) / capacity);
+    const double cost = waves / double(sp);
+    if (cost < best_cost * 0.999) best_cost = cost, best = int(sp);
+  }
+  return best;
+}
+
+void LaunchDecodeAttention(const AttentionArgs& a, cudaStream_t stream) {
+  if (a.batch.num_seqs == 0) return;
+  const int group = a.heads / a.kv_heads, gp = HeadsPerBlock(group);
+  const dim3 grid(unsigned(a.batch.num_seqs), unsigned(a.kv_heads * ((group + gp - 1) / gp)),
+                  unsigned(a.num_splits));
+  DoLaunch f{a, grid, stream};
+  Dispatch(a.head_dim, group, a.kv_type, f);
+  if (a.num_splits > 1)
+    DecodeCombineKernel<<<dim3(unsigned(a.batch.num_tokens), unsigned(a.heads)), 128, 0, stream>>>(a);
+}
+
+}  // namespace pg::cuda

@@ -1,0 +1,104 @@
+// KV-cache writes: KvWrite (k, v rows into their paged slots) and the fused RoPE + KV write
+// (ops::RopeKvWrite: rotate q and k in place, then write k and v), for bf16 and fp8 e4m3
+// caches (kv_types.cuh: stored = value / scale, saturated).
+//
+// One block per new token. The slot of token row t: sequence s = token_seq[t], position
+// kv_len[s] - q_len[s] + (t - q_start[s]), page page_table[page_start[s] + pos / page_size].
+#include <cuda_bf16.h>
+
+#include "kernels/cuda/attention/kv_types.cuh"
+#include "kernels/cuda/common/device_params.h"
+#include "kernels/cuda/common/rope_device.cuh"
+
+namespace pg::cuda {
+namespace {
+
+constexpr int kThreads = 128;
+
+// Element offset of token row t's slot (kv head 0, element 0) in the cache.
+__device__ __forceinline__ int64_t SlotOffset(const KvWriteArgs& a, int t) {
+  const DeviceBatchView& b = a.batch;
+  const int s = b.token_seq[t];
+  const int tok = b.kv_len[s] - b.q_len[s] + (t - b.q_start[s]);
+  const int64_t page = b.page_table[b.page_start[s] + tok / b.page_size];
+  return (page * b.page_size + tok % b.page_size) * int64_t(a.kv_heads) * a.head_dim;
+}
+
+template <typename KvT>
+__device__ __forceinline__ void Store(void* cache, int64_t i, float v) {
+  static_cast<KvT*>(cache)[i] = kv::Traits<KvT>::From(v);
+}
+
+template <typename KvT>
+__global__ void KvWriteKernel(const KvWriteArgs a) {
+  const int t = blockIdx.x;
+  const int n = a.kv_heads * a.head_dim;
+  const int64_t dst = SlotOffset(a, t);
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    Store<KvT>(a.k_cache, dst + i, __bfloat162float(a.k[int64_t(t) * a.k_stride + i]) * a.inv_k_scale);
+    Store<KvT>(a.v_cache, dst + i, __bfloat162float(a.v[int64_t(t) * a.v_stride + i]) * a.inv_v_scale);
+  }
+}
+
+// Rotated values are rounded to bf16 (as the separate Rope kernel stores them) before the
+// cache conversion, so the fused op writes exactly what Rope + KvWrite would.
+template <typename KvT>
+__global__ void RopeKvWriteKernel(const __grid_constant__ RopeKvWriteArgs a) {
+  const int t = blockIdx.x;
+  const KvWriteArgs& w = a.kv;
+  const float pos = float(a.positions[t]);
+  const int d = w.head_dim, half = a.rotary_dim / 2;
+  bf16* qrow = a.q + int64_t(t) * a.q_stride;
+  for (int idx = threadIdx.x; idx < a.heads * half; idx += blockDim.x) {
+    const int h = idx / half, i = idx % half;
+    int i0, i1;
+    RopePairIndex(a.neox, i, half, i0, i1);
+    bf16* x = qrow + int64_t(h) * d;
+    float x0 = __bfloat162float(x[i0]), x1 = __bfloat162float(x[i1]);
+    RopeRotate(x0, x1, a.inv_freq[i], pos);
+    x[i0] = __float2bfloat16_rn(x0);
+    x[i1] = __float2bfloat16_rn(x1);
+  }
+  const int64_t dst = SlotOffset(w, t);
+  bf16* krow = const_cast<bf16*>(w.k) + int64_t(t) * w.k_stride;  // rotated in place
+  for (int idx = threadIdx.x; idx < w.kv_heads * half; idx += blockDim.x) {
+    const int h = idx / half, i = idx % half;
+    int i0, i1;
+    RopePairIndex(a.neox, i, half, i0, i1);
+    bf16* x = krow + int64_t(h) * d;
+    float x0 = __bfloat162float(x[i0]), x1 = __bfloat162float(x[i1]);
+    RopeRotate(x0, x1, a.inv_freq[i], pos);
+    const bf16 b0 = __float2bfloat16_rn(x0), b1 = __float2bfloat16_rn(x1);
+    x[i0] = b0, x[i1] = b1;
+    Store<KvT>(w.k_cache, dst + int64_t(h) * d + i0, __bfloat162float(b0) * w.inv_k_scale);
+    Store<KvT>(w.k_cache, dst + int64_t(h) * d + i1, __bfloat162float(b1) * w.inv_k_scale);
+  }
+  const int rest = d - a.rotary_dim;  // dims past rotary_dim are copied unrotated
+  for (int idx = threadIdx.x; idx < w.kv_heads * rest; idx += blockDim.x) {
+    const int64_t e = int64_t(idx / rest) * d + a.rotary_dim + idx % rest;
+    Store<KvT>(w.k_cache, dst + e, __bfloat162float(krow[e]) * w.inv_k_scale);
+  }
+  const bf16* vrow = w.v + int64_t(t) * w.v_stride;
+  for (int i = threadIdx.x; i < w.kv_heads * d; i += blockDim.x)
+    Store<KvT>(w.v_cache, dst + i, __bfloat162float(vrow[i]) * w.inv_v_scale);
+}
+
+}  // namespace
+
+void LaunchKvWrite(const KvWriteArgs& a, cudaStream_t stream) {
+  if (a.batch.num_tokens == 0) return;
+  if (a.kv_type == KvType::kBF16)
+    KvWriteKernel<bf16><<<unsigned(a.batch.num_tokens), kThreads, 0, stream>>>(a);
+  else
+    KvWriteKernel<kv::fp8><<<unsigned(a.batch.num_tokens), kThreads, 0, stream>>>(a);
+}
+
+void LaunchRopeKvWrite(const RopeKvWriteArgs& a, cudaStream_t stream) {
+  if (a.kv.batch.num_tokens == 0) return;
+  if (a.kv.kv_type == KvType::kBF16)
+    RopeKvWriteKernel<bf16><<<unsigned(a.kv.batch.num_tokens), kThreads, 0, stream>>>(a);
+  else
+    RopeKvWriteKernel<kv::fp8><<<unsigned(a.kv.batch.num_tokens), kThreads, 0, stream>>>(a);
+}
+
+}  // namespace pg::cuda

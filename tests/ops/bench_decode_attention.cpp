@@ -1,0 +1,189 @@
+// Decode attention benchmark (one H200 run): ops::Attention on decode batches (one query per
+// sequence) of Llama-3.1-8B geometry (32 query / 8 kv heads, head_dim 128, page 16), bf16 and
+// fp8 e4m3 KV caches, batch 1 / 8 / 32 / 128 at 1K and 32K context, against
+//   floor = K + V bytes of the batch / HBM bandwidth measured in the same run
+// (kernels/cuda/ceilings.h: 2 GiB device-to-device copies, read + write bytes).
+// graph = per-call time from replaying a CUDA graph of 20 calls (median of 10 replays): what
+// decode under CUDA graphs pays; eager = one call timed with events (host dispatch included).
+// Caches rotate over >= 1 GiB of pages so that L2 does not hold them; pages are shuffled.
+// Usage: bench_decode [--quick] (quick: 1K and 32K at batch 1 and 8 only).
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "core/dtype.h"
+#include "kernels/cuda/batch_plan.h"
+#include "kernels/cuda/ceilings.h"
+#include "kernels/cuda/common/context.h"
+#include "kernels/cuda/common/cuda_check.h"
+#include "kernels/ops.h"
+
+namespace {
+
+using namespace pg;
+
+struct Buf {
+  void* p = nullptr;
+  explicit Buf(size_t bytes) { PG_CUDA_CHECK(cudaMalloc(&p, bytes)); }
+  ~Buf() { cudaFree(p); }
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+};
+
+// Fills `bytes` of device memory with valid random values of `dtype` (bf16 or e4m3, |x| in
+// about [0.05, 2]): a 64 MiB host pattern copied over the buffer.
+void FillRandom(void* dst, size_t bytes, DType dtype, uint32_t seed) {
+  const size_t chunk = std::min<size_t>(bytes, size_t(64) << 20);
+  std::vector<uint8_t> host(chunk);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> mag(0.05f, 2.0f);
+  if (dtype == DType::kBF16) {
+    for (size_t i = 0; i + 1 < chunk; i += 2) {
+      const uint16_t b = F32ToBf16(mag(rng) * (rng() & 1 ? 1.0f : -1.0f));
+      std::memcpy(&host[i], &b, 2);
+    }
+  } else {
+    for (size_t i = 0; i < chunk; ++i) host[i] = F32ToF8E4M3(mag(rng) * (rng() & 1 ? 1.0f : -1.0f));
+  }
+  for (size_t off = 0; off < bytes; off += chunk)
+    PG_CUDA_CHECK(cudaMemcpy(static_cast<char*>(dst) + off, host.data(), std::min(chunk, bytes - off),
+                             cudaMemcpyHostToDevice));
+}
+
+double GraphMedianMs(const std::function<void(int)>& fn) {
+  constexpr int kCalls = 20;
+  cudaStream_t s;
+  PG_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cuda::StreamScope scope(s);
+  for (int i = 0; i < 3; ++i) fn(i);  // warm-up outside capture (scratch)
+  PG_CUDA_CHECK(cudaStreamSynchronize(s));
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  PG_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < kCalls; ++i) fn(i);
+  PG_CUDA_CHECK(cudaStreamEndCapture(s, &g));
+  PG_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
+  PG_CUDA_CHECK(cudaGraphLaunch(ge, s));
+  PG_CUDA_CHECK(cudaStreamSynchronize(s));
+  cudaEvent_t a, b;
+  PG_CUDA_CHECK(cudaEventCreate(&a));
+  PG_CUDA_CHECK(cudaEventCreate(&b));
+  std::vector<float> ms;
+  for (int r = 0; r < 10; ++r) {
+    PG_CUDA_CHECK(cudaEventRecord(a, s));
+    PG_CUDA_CHECK(cudaGraphLaunch(ge, s));
+    PG_CUDA_CHECK(cudaEventRecord(b, s));
+    PG_CUDA_CHECK(cudaEventSynchronize(b));
+    float t = 0;
+    PG_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t / kCalls);
+  }
+  cudaEventDestroy(a), cudaEventDestroy(b);
+  cudaGraphExecDestroy(ge), cudaGraphDestroy(g);
+  cudaStreamDestroy(s);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+double EagerMedianMs(const std::function<void(int)>& fn) {
+  for (int i = 0; i < 3; ++i) fn(i);
+  PG_CUDA_CHECK(cudaDeviceSynchronize());
+  cudaEvent_t a, b;
+  PG_CUDA_CHECK(cudaEventCreate(&a));
+  PG_CUDA_CHECK(cudaEventCreate(&b));
+  std::vector<float> ms;
+  for (int i = 0; i < 20; ++i) {
+    PG_CUDA_CHECK(cudaEventRecord(a, 0));
+    fn(i);
+    PG_CUDA_CHECK(cudaEventRecord(b, 0));
+    PG_CUDA_CHECK(cudaEventSynchronize(b));
+    float t = 0;
+    PG_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t);
+  }
+  cudaEventDestroy(a), cudaEventDestroy(b);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+    cudaDeviceProp prop{};
+    PG_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    const double bw = cuda::MeasureHbmBytesPerS();
+    fmt::print("device: {} ({} SMs); HBM d2d copy {:.0f} GB/s (read + write)\n", prop.name,
+               prop.multiProcessorCount, bw / 1e9);
+    fmt::print("{:<6} {:>6} {:>6} {:>10} {:>10} {:>10} {:>8} {:>8}\n", "kv", "ctx", "batch",
+               "graph_us", "eager_us", "floor_us", "GB/s", "floor/t");
+    const int heads = 32, kv_heads = 8, d = 128, page = 16;
+    std::vector<int> batches = quick ? std::vector<int>{1, 8} : std::vector<int>{1, 8, 32, 128};
+    for (DType dt : {DType::kBF16, DType::kF8E4M3}) {
+      const size_t esize = dt == DType::kBF16 ? 2 : 1;
+      for (int ctx : {1024, 32768}) {
+        for (int batch : batches) {
+          const int64_t pages_per_seq = (ctx + page - 1) / page;
+          const size_t kv_bytes_step = size_t(batch) * size_t(ctx) * kv_heads * d * esize * 2;
+          const int rot = int(std::max<size_t>(1, (size_t(1) << 30) / kv_bytes_step + 1));
+          const int64_t num_pages = pages_per_seq * batch * rot;
+          const size_t cache_bytes = size_t(num_pages) * page * kv_heads * d * esize;
+          Buf kc(cache_bytes), vc(cache_bytes);
+          FillRandom(kc.p, cache_bytes, dt, 21);
+          FillRandom(vc.p, cache_bytes, dt, 22);
+          Buf q(size_t(batch) * heads * d * 2), o(size_t(batch) * heads * d * 2);
+          FillRandom(q.p, size_t(batch) * heads * d * 2, DType::kBF16, 23);
+          const size_t nb = size_t(batch);
+          std::vector<int32_t> q_start(nb), q_len(nb, 1), kv_len(nb, ctx), page_start(nb);
+          std::iota(q_start.begin(), q_start.end(), 0);
+          for (int s = 0; s < batch; ++s) page_start[size_t(s)] = int32_t(s * pages_per_seq);
+          std::vector<std::vector<int32_t>> tables(static_cast<size_t>(rot));
+          std::mt19937 rng(5);
+          for (int r = 0; r < rot; ++r) {
+            auto& t = tables[size_t(r)];
+            t.resize(size_t(pages_per_seq * batch));
+            std::iota(t.begin(), t.end(), int32_t(r * pages_per_seq * batch));
+            std::shuffle(t.begin(), t.end(), rng);
+          }
+          std::vector<std::unique_ptr<cuda::DeviceBatchPlan>> plans;
+          std::vector<ops::AttentionBatch> batches_v;
+          for (int r = 0; r < rot; ++r) {
+            batches_v.push_back({batch, page, q_start, q_len, kv_len, page_start, tables[size_t(r)]});
+            plans.push_back(std::make_unique<cuda::DeviceBatchPlan>());
+            plans.back()->Upload(batches_v.back(), 0);
+            batches_v.back().device = &plans.back()->view();
+          }
+          PG_CUDA_CHECK(cudaDeviceSynchronize());
+          auto cache_view = [&](void* p) {
+            return TensorView::Contiguous(p, dt, {num_pages, page, kv_heads, d}, Device::kCuda);
+          };
+          ops::KvCacheView cache{cache_view(kc.p), cache_view(vc.p), 1.0f, 1.0f};
+          auto qv = TensorView::Contiguous(q.p, DType::kBF16, {batch, heads, d}, Device::kCuda);
+          auto ov = TensorView::Contiguous(o.p, DType::kBF16, {batch, heads, d}, Device::kCuda);
+          auto attn = [&](int i) {
+            ops::Attention({qv, ov, cache, &batches_v[size_t(i % rot)]});
+          };
+          const double g_ms = GraphMedianMs(attn);
+          const double e_ms = EagerMedianMs(attn);
+          const double floor_ms = double(kv_bytes_step) / bw * 1e3;
+          fmt::print("{:<6} {:>6} {:>6} {:>10.2f} {:>10.2f} {:>10.2f} {:>8.0f} {:>7.0f}%\n",
+                     dt == DType::kBF16 ? "bf16" : "fp8", ctx, batch, g_ms * 1e3, e_ms * 1e3,
+                     floor_ms * 1e3, double(kv_bytes_step) / (g_ms * 1e-3) / 1e9,
+                     100.0 * floor_ms / g_ms);
+          std::fflush(stdout);
+        }
+      }
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "bench_decode: {}\n", e.what());
+    return 1;
+  }
+}

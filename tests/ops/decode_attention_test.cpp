@@ -1,0 +1,280 @@
+// Decode attention, fp8 e4m3 KV caches and the fused RoPE + KV write, every backend against
+// ref/ on awkward shapes: kv_len 1 and page boundaries, group sizes 1/3/4/5/8, head dims
+// 32/64/80/96/128/256, page sizes 8/16/24, sliding window, softcap, long histories (many
+// split-K splits). fp8 references are checked against the f32 cache at a tolerance derived
+// from e4m3's precision (independent oracle of the fp8 path of ref/ itself).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "op_test_util.h"
+
+namespace pg::ops::testing {
+namespace {
+
+constexpr Tolerance kAttention{1e-4, 1e-9};  // f32 backends (as attention_test.cpp)
+// e4m3 keeps 3 mantissa bits: a stored value is within u = 2^-4 of the real one (relative).
+// Attention output through quantized k (logit error) and v: nmse <= (2u)^2, max_rel <= 8u.
+constexpr double kE4m3U = 1.0 / 16;
+constexpr Tolerance kFp8VsF32{8 * kE4m3U, 4 * kE4m3U * kE4m3U};
+
+// A batch of sequences on shuffled pages (2 spare pages).
+struct PagedBatch {
+  std::vector<int32_t> q_start, q_len, kv_len, page_start, page_table;
+  int tokens = 0;
+  int64_t num_pages = 0;
+  AttentionBatch batch;
+  PagedBatch(const std::vector<std::pair<int, int>>& seqs, int page_size) {
+    int pages = 0;
+    for (auto [ql, kl] : seqs) {
+      q_start.push_back(tokens), q_len.push_back(ql), kv_len.push_back(kl);
+      page_start.push_back(pages);
+      tokens += ql;
+      pages += (kl + page_size - 1) / page_size;
+    }
+    num_pages = pages + 2;
+    std::vector<int32_t> perm(static_cast<size_t>(num_pages));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), Rng());
+    page_table.assign(perm.begin(), perm.begin() + pages);
+    batch = {int(seqs.size()), page_size, q_start, q_len, kv_len, page_start, page_table};
+  }
+};
+
+// f32 -> e4m3 bytes of value / scale.
+void Quantize(const Tensor& f32, const Tensor& f8, float scale) {
+  for (int64_t i = 0; i < f32.numel(); ++i)
+    f8.data<uint8_t>()[i] = F32ToF8E4M3(f32.data<float>()[i] / scale);
+}
+
+struct DecodeCase {
+  int heads, kv_heads, head_dim, page_size;
+  std::vector<int> kv_lens;  // one query per sequence
+  int window = 0;
+  float softcap = 0;
+  std::string Name() const {
+    return fmt::format("{}:{} d={} page={} seqs={} max_kv={} window={} softcap={}", heads, kv_heads,
+                       head_dim, page_size, kv_lens.size(),
+                       *std::max_element(kv_lens.begin(), kv_lens.end()), window, softcap);
+  }
+};
+
+std::vector<DecodeCase> DecodeCases() {
+  return {
+      {32, 8, 128, 16, {1, 15, 16, 17, 33, 1000}},          // Llama-3-8B geometry, page edges
+      {32, 8, 128, 16, {5000}},                             // one long history: many splits
+      {9, 3, 64, 16, {1, 2, 31, 32, 300}},                  // group 3
+      {8, 1, 64, 8, {7, 8, 9, 777}},                        // group 8: two head chunks
+      {4, 4, 128, 24, {1, 23, 24, 25, 200}},                // MHA, page 24
+      {10, 2, 80, 16, {3, 100, 129}},                       // group 5, d 80
+      {12, 2, 96, 8, {64, 65, 1}},                          // group 6, d 96
+      {8, 2, 256, 16, {300, 17}},                           // d 256
+      {4, 2, 32, 16, {40, 1}},                              // d 32 (tiny test models)
+      {32, 8, 128, 16, {1, 700, 2049}, 100},                // sliding window
+      {16, 4, 64, 16, {1, 333}, 0, 30.0f},                  // softcap
+  };
+}
+
+// Runs ref and every other backend on one decode case with caches of `cache_dtype`
+// (kF32, or kF8E4M3 holding value / scale); returns ref's output.
+std::vector<float> CheckDecodeCase(const DecodeCase& c, DType cache_dtype, Coverage& cov,
+                                   const Tensor& q, const Tensor& kc32, const Tensor& vc32,
+                                   const PagedBatch& pb, float k_scale, float v_scale) {
+  Tensor kc(cache_dtype, {pb.num_pages, c.page_size, c.kv_heads, c.head_dim});
+  Tensor vc(cache_dtype, {pb.num_pages, c.page_size, c.kv_heads, c.head_dim});
+  if (cache_dtype == DType::kF8E4M3) {
+    Quantize(kc32, kc, k_scale);
+    Quantize(vc32, vc, v_scale);
+  } else {
+    std::copy(kc32.data<float>(), kc32.data<float>() + kc32.numel(), kc.data<float>());
+    std::copy(vc32.data<float>(), vc32.data<float>() + vc32.numel(), vc.data<float>());
+    k_scale = v_scale = 1.0f;
+  }
+  Tensor ref(DType::kF32, {pb.tokens, c.heads, c.head_dim});
+  AttentionParams p{q.view(), ref.view(), {kc.view(), vc.view(), k_scale, v_scale}, &pb.batch,
+                    0.0f, c.window, c.softcap};
+  RunWith(RefImpl<AttentionParams>(), p);
+  for (const auto* k : Backends<AttentionParams>()) {
+    Tensor out(DType::kF32, {pb.tokens, c.heads, c.head_dim});
+    p.out = out.view();
+    if (!RunBackend(*k, p)) continue;
+    cov.Ran(k->backend);
+    ExpectClose(ref.data<float>(), out.data<float>(), out.numel(),
+                OnDevice(*k) ? kBf16Attention : kAttention,
+                fmt::format("{} cache {}", k->backend, Info(cache_dtype).name));
+  }
+  return Copy(ref);
+}
+
+TEST(DecodeAttention, EveryBackendMatchesReferenceBf16AndFp8) {
+  PG_SEED_TRACE();
+  Coverage cov;
+  for (const DecodeCase& c : DecodeCases()) {
+    SCOPED_TRACE(c.Name());
+    std::vector<std::pair<int, int>> seqs;
+    for (int kl : c.kv_lens) seqs.push_back({1, kl});
+    const PagedBatch pb(seqs, c.page_size);
+    Tensor q(DType::kF32, {pb.tokens, c.heads, c.head_dim});
+    Tensor kc(DType::kF32, {pb.num_pages, c.page_size, c.kv_heads, c.head_dim});
+    Tensor vc(DType::kF32, {pb.num_pages, c.page_size, c.kv_heads, c.head_dim});
+    FillNormal(q);
+    FillNormal(kc, 0.0f, 0.5f);
+    FillNormal(vc, 0.0f, 2.0f);
+    for (const Tensor* t : {&q, &kc, &vc}) RoundToBf16(*t);
+    const std::vector<float> f32 = CheckDecodeCase(c, DType::kF32, cov, q, kc, vc, pb, 1, 1);
+    // fp8 caches (scales that put the values well inside e4m3's range).
+    const std::vector<float> f8 =
+        CheckDecodeCase(c, DType::kF8E4M3, cov, q, kc, vc, pb, 0.5f / 64, 2.0f / 64);
+    ExpectClose(f32.data(), f8.data(), int64_t(f8.size()), kFp8VsF32, "ref fp8 vs f32 cache");
+  }
+  cov.Check<AttentionParams>();
+}
+
+// A mixed batch (decode rows beside prefill rows): each kernel does only its own rows.
+TEST(DecodeAttention, MixedBatchRoutesRows) {
+  PG_SEED_TRACE();
+  Coverage cov;
+  const DecodeCase c{16, 4, 128, 16, {}};
+  const PagedBatch pb({{1, 500}, {40, 90}, {1, 1}, {3, 17}, {1, 64}}, c.page_size);
+  Tensor q(DType::kF32, {pb.tokens, c.heads, c.head_dim});
+  Tensor kc(DType::kF32, {pb.num_pages, c.page_size, c.kv_heads, c.head_dim});
+  Tensor vc(DType::kF32, {pb.num_pages, c.page_size, c.kv_heads, c.head_dim});
+  FillNormal(q);
+  FillNormal(kc);
+  FillNormal(vc);
+  for (const Tensor* t : {&q, &kc, &vc}) RoundToBf16(*t);
+  (void)CheckDecodeCase(c, DType::kF32, cov, q, kc, vc, pb, 1, 1);
+  cov.Check<AttentionParams>();
+}
+
+// KvWrite into fp8 caches: a power-of-two scale divides exactly, so every backend's bytes
+// equal ref's; values past 448 * scale saturate.
+TEST(KvWriteFp8, BytesMatchReferenceAndSaturate) {
+  PG_SEED_TRACE();
+  const int kvh = 3, d = 64, page = 8;
+  const PagedBatch pb({{5, 12}, {1, 1}, {9, 9}}, page);
+  Tensor k(DType::kF32, {pb.tokens, kvh, d}), v(DType::kF32, {pb.tokens, kvh, d});
+  FillNormal(k, 0.0f, 40.0f);  // scale 0.25: |k| > 112 saturates (a few percent of values)
+  FillNormal(v);
+  for (const Tensor* t : {&k, &v}) RoundToBf16(*t);
+  k.data<float>()[0] = 1e6f;
+  k.data<float>()[1] = -1e6f;
+  auto fresh = [&] {
+    Tensor c(DType::kF8E4M3, {pb.num_pages, page, kvh, d});
+    std::fill(c.data<uint8_t>(), c.data<uint8_t>() + c.numel(), uint8_t(0x11));
+    return c;
+  };
+  Tensor rk = fresh(), rv = fresh();
+  KvWriteParams p{k.view(), v.view(), {rk.view(), rv.view(), 0.25f, 0.5f}, &pb.batch};
+  RunWith(RefImpl<KvWriteParams>(), p);
+  const int64_t slot0 = ((pb.page_table[0] * page + 7) * kvh) * d;  // seq 0, position 7, head 0
+  EXPECT_EQ(rk.data<uint8_t>()[slot0], 0x7e) << "+448 (saturated)";
+  EXPECT_EQ(rk.data<uint8_t>()[slot0 + 1], 0xfe) << "-448 (saturated)";
+  EXPECT_EQ(F8E4M3ToF32(rv.data<uint8_t>()[slot0 + 5]), F8E4M3ToF32(F32ToF8E4M3(v.data<float>()[5] / 0.5f)));
+  Coverage cov;
+  for (const auto* kb : Backends<KvWriteParams>()) {
+    Tensor bk = fresh(), bv = fresh();
+    p.cache.k_cache = bk.view(), p.cache.v_cache = bv.view();
+    if (!RunBackend(*kb, p)) continue;
+    cov.Ran(kb->backend);
+    int64_t diff = 0;
+    for (int64_t i = 0; i < bk.numel(); ++i)
+      diff += (bk.data<uint8_t>()[i] != rk.data<uint8_t>()[i]) + (bv.data<uint8_t>()[i] != rv.data<uint8_t>()[i]);
+    EXPECT_EQ(diff, 0) << kb->backend << ": fp8 bytes differ from ref";
+  }
+  if (!Backends<KvWriteParams>().empty()) {
+    // Only device backends write fp8; a CPU-only build has no other KvWrite to hold to it.
+    bool device = false;
+    for (const auto* kb : Backends<KvWriteParams>()) device = device || OnDevice(*kb);
+    if (device) cov.Check<KvWriteParams>();
+  }
+}
+
+struct RopeCase {
+  int heads, kv_heads, head_dim;
+  RopeConfig config;
+  DType cache;
+  float k_scale, v_scale;
+};
+
+TEST(RopeKvWrite, EveryBackendMatchesReference) {
+  PG_SEED_TRACE();
+  RopeConfig llama3{.theta = 500000.0f, .scaling = RopeScaling::kLlama3, .factor = 8.0f,
+                    .low_freq_factor = 1.0f, .high_freq_factor = 4.0f,
+                    .original_max_position = 8192};
+  RopeConfig gptj{.theta = 10000.0f, .rotary_dim = 32, .neox = false};
+  RopeConfig yarn{.theta = 10000.0f, .scaling = RopeScaling::kYarn, .factor = 4.0f,
+                  .original_max_position = 4096};
+  const std::vector<RopeCase> cases = {
+      {32, 8, 128, llama3, DType::kF32, 1, 1},
+      {32, 8, 128, llama3, DType::kF8E4M3, 0.125f, 0.0625f},
+      {9, 3, 64, gptj, DType::kF32, 1, 1},
+      {8, 2, 64, yarn, DType::kF8E4M3, 0.03f, 0.05f},
+  };
+  Coverage cov;
+  for (const RopeCase& c : cases) {
+    SCOPED_TRACE(fmt::format("{}:{} d={} cache {}", c.heads, c.kv_heads, c.head_dim, Info(c.cache).name));
+    const int page = 16;
+    const PagedBatch pb({{1, 300}, {7, 7}, {1, 1}, {20, 57}}, page);
+    Tensor q(DType::kF32, {pb.tokens, c.heads, c.head_dim});
+    Tensor k(DType::kF32, {pb.tokens, c.kv_heads, c.head_dim});
+    Tensor v(DType::kF32, {pb.tokens, c.kv_heads, c.head_dim});
+    Tensor pos(DType::kI32, {pb.tokens});
+    for (size_t s = 0; s < pb.q_len.size(); ++s)
+      for (int i = 0; i < pb.q_len[s]; ++i)
+        pos.data<int32_t>()[pb.q_start[s] + i] = pb.kv_len[s] - pb.q_len[s] + i;
+    FillNormal(q), FillNormal(k), FillNormal(v);
+    for (const Tensor* t : {&q, &k, &v}) RoundToBf16(*t);
+    const std::vector<float> q0 = Copy(q), k0 = Copy(k);
+    auto cache = [&] {
+      Tensor t(c.cache, {pb.num_pages, page, c.kv_heads, c.head_dim});
+      std::memset(t.data<uint8_t>(), 0, size_t(t.nbytes()));
+      return t;
+    };
+    Tensor rk = cache(), rv = cache();
+    RopeKvWriteParams p{q.view(), k.view(), v.view(), pos.view(), c.config,
+                        {rk.view(), rv.view(), c.k_scale, c.v_scale}, &pb.batch};
+    RunWith(RefImpl<RopeKvWriteParams>(), p);
+    const std::vector<float> rq = Copy(q), rkrot = Copy(k);
+    // Oracle for ref: position 0 rows are unrotated; rotation keeps every head's norm.
+    for (int64_t h = 0; h < c.kv_heads * c.head_dim; ++h)  // seq 1 row 0 is at position 0
+      ASSERT_EQ(rkrot[size_t(pb.q_start[1] * c.kv_heads * c.head_dim + h)],
+                k0[size_t(pb.q_start[1] * c.kv_heads * c.head_dim + h)]);
+    for (int64_t row = 0; row < pb.tokens * c.heads; ++row) {
+      double n0 = 0, n1 = 0;
+      for (int e = 0; e < c.head_dim; ++e)
+        n0 += double(q0[size_t(row * c.head_dim + e)]) * q0[size_t(row * c.head_dim + e)],
+            n1 += double(rq[size_t(row * c.head_dim + e)]) * rq[size_t(row * c.head_dim + e)];
+      ASSERT_NEAR(n1, n0, 1e-4 * n0 + 1e-6) << "row " << row;
+    }
+    for (const auto* kb : Backends<RopeKvWriteParams>()) {
+      Restore(q, q0), Restore(k, k0);
+      Tensor bk = cache(), bv = cache();
+      p.cache.k_cache = bk.view(), p.cache.v_cache = bv.view();
+      if (!RunBackend(*kb, p)) continue;
+      cov.Ran(kb->backend);
+      const Tolerance tol = OnDevice(*kb) ? kBf16 : Tolerance{1e-6, 1e-12};
+      ExpectClose(rq.data(), q.data<float>(), q.numel(), tol, kb->backend + " q");
+      ExpectClose(rkrot.data(), k.data<float>(), k.numel(), tol, kb->backend + " k");
+      // The caches, decoded: bf16 rounding of the rotated k (device) may move an fp8 value
+      // by one e4m3 step, so compare decoded values at e4m3 tolerance there.
+      auto decoded = [&](const Tensor& t, float scale) {
+        std::vector<float> out(size_t(t.numel()));
+        for (int64_t i = 0; i < t.numel(); ++i)
+          out[size_t(i)] = c.cache == DType::kF8E4M3 ? F8E4M3ToF32(t.data<uint8_t>()[i]) * scale
+                                                     : t.data<float>()[i];
+        return out;
+      };
+      const Tolerance ctol = c.cache == DType::kF8E4M3 ? Tolerance{2 * kE4m3U, kE4m3U * kE4m3U} : tol;
+      const std::vector<float> a = decoded(rk, c.k_scale), b = decoded(bk, c.k_scale);
+      ExpectClose(a.data(), b.data(), int64_t(a.size()), ctol, kb->backend + " k cache");
+      const std::vector<float> av = decoded(rv, c.v_scale), bvv = decoded(bv, c.v_scale);
+      ExpectClose(av.data(), bvv.data(), int64_t(av.size()), ctol, kb->backend + " v cache");
+    }
+  }
+  cov.Check<RopeKvWriteParams>();
+}
+
+}  // namespace
+}  // namespace pg::ops::testing
