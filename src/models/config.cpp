@@ -139,7 +139,9 @@ ModelConfig ConfigFromHf(const nlohmann::json& j) {
       ConfigField<int>(rp, "original_max_position_embeddings", c.max_context);
   c.rope.beta_fast = ConfigField<float>(rp, "beta_fast", 32.0f);
   c.rope.beta_slow = ConfigField<float>(rp, "beta_slow", 1.0f);
-  c.rope.mscale = ConfigField<float>(rp, "mscale", 1.0f);
+  // Absent mscale is 0 (HF: None): the YaRN attention factor is then mscale(factor) alone,
+  // whatever mscale_all_dim says (RopeAttentionFactor needs both for the ratio).
+  c.rope.mscale = ConfigField<float>(rp, "mscale", 0.0f);
   c.rope.mscale_all_dim = ConfigField<float>(rp, "mscale_all_dim", 0.0f);
   float partial = ConfigField<float>(j, "partial_rotary_factor", 1.0f);
   int rot = int(float(c.head_dim) * partial);

@@ -231,7 +231,7 @@ class DeepseekV3Model final : public Model {
       }
       ops::Matmul({.x = hn, .w = L.wkv_a, .out = kva});
       ops::RmsNorm({.x = c_kv, .weight = L.kv_a_norm, .out = c_kv, .eps = b.rms_norm_eps});
-      if (rope > 0) {
+      if (rope > 0 && !c_.mla_use_nope) {  // NoPE (Kimi Linear): q_pe, k_pe unrotated
         ops::Rope({.x = k_pe, .positions = pos, .config = b.rope});
         // q's rope dims (the last `rope` of each head) go through a packed buffer.
         float* qp = q.as<float>();
@@ -305,7 +305,7 @@ class DeepseekV3Model final : public Model {
       }
       DeviceMatmul(hn, L.wkv_a, kva);
       ops::RmsNorm({.x = c_kv, .weight = L.kv_a_norm, .out = c_kv, .eps = b.rms_norm_eps});
-      if (rope > 0) {
+      if (rope > 0 && !c_.mla_use_nope) {  // NoPE (Kimi Linear): q_pe, k_pe unrotated
         ops::Rope({.x = k_pe, .positions = pos, .config = rope_cfg});
         ops::Rope({.x = q_pe, .positions = pos, .config = rope_cfg});
       }

@@ -74,6 +74,7 @@ std::string MoeModelConfig::Summary() const {
     s += fmt::format(", MLA q_lora {} kv_lora {} nope {} rope {} v {} (latent cache {} values/token)",
                      q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim,
                      latent_dim());
+  if (mla_use_nope) s += ", NoPE (no rotary)";
   return s;
 }
 
@@ -134,13 +135,16 @@ MoeModelConfig MoeConfigFromHf(const nlohmann::json& j) {
     c.base.rope.neox = !ConfigField<bool>(j, "rope_interleave", true);
     c.softmax_scale = 1.0f / std::sqrt(float(c.qk_nope_head_dim + c.qk_rope_head_dim));
     const nlohmann::json rp = RopeObject(j);
+    // As HF's yarn_apply_mscale: any rope_type but "default" with a non-zero mscale_all_dim
+    // (absent: 0, no change) multiplies the softmax scale by mscale(factor, mscale_all_dim)^2.
     const double mscale_all_dim = ConfigField<double>(rp, "mscale_all_dim", 0.0);
-    if (c.base.rope.scaling == ops::RopeScaling::kYarn && mscale_all_dim != 0.0) {
+    c.mla_use_nope = ConfigField<bool>(j, "mla_use_nope", false);
+    if (c.base.rope.scaling != ops::RopeScaling::kNone && mscale_all_dim != 0.0 && !c.mla_use_nope) {
       const double m = YarnMscale(c.base.rope.factor, mscale_all_dim);
       c.softmax_scale = float(c.softmax_scale * m * m);
     }
     c.base.rope.rotary_dim = c.qk_rope_head_dim;
-    c.rope_q_scale = ops::RopeAttentionScale(c.base.rope);
+    c.rope_q_scale = c.mla_use_nope ? 1.0f : ops::RopeAttentionScale(c.base.rope);
     if (auto it = j.find("quantization_config"); it != j.end() && it->is_object()) {
       const std::string method_q = ConfigField<std::string>(*it, "quant_method", "");
       PG_ENSURE(method_q == "fp8", kUnsupported,

@@ -44,6 +44,10 @@ struct MoeModelConfig {
   int qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
   float softmax_scale = 0.0f;      // qk_head_dim^-0.5, times YaRN's mscale(all_dim)^2
   float rope_q_scale = 1.0f;       // YaRN attention factor^2 on the rope part only (HF scales cos/sin)
+  // Kimi Linear's MLA layers ("mla_use_nope": true in Moonshot's config.json; transformers'
+  // kimi_linear never rotates): q_pe / k_pe are used unrotated, and neither YaRN factor
+  // applies (softmax_scale = qk_head_dim^-0.5, rope_q_scale = 1).
+  bool mla_use_nope = false;
   int fp8_block_rows = 128, fp8_block_cols = 128;  // quantization_config.weight_block_size
 
   bool IsMoeLayer(int layer) const;

@@ -55,6 +55,42 @@ TEST(MoeConfig, KimiK2MapsOntoDeepseekV3) {
   EXPECT_TRUE(c.IsMoeLayer(60));
 }
 
+nlohmann::json TinyDeepseek(bool q_lora);
+
+// HF deepseek_v3 (yarn_apply_mscale) with rope_scaling lacking mscale_all_dim: the softmax
+// scale stays qk^-0.5; the q rope factor is yarn's mscale(factor)^2 (HF attention_factor).
+TEST(MoeConfig, MscaleAllDimAbsentOrAloneMatchesHf) {
+  const double q = 1.0 / std::sqrt(16.0), f = 4.0, m1 = 0.1 * std::log(f) + 1.0;
+  auto j = TinyDeepseek(false);
+  j["rope_scaling"] = {{"type", "yarn"}, {"factor", f}, {"original_max_position_embeddings", 64}};
+  auto c = models::MoeConfigFromHf(j);
+  EXPECT_NEAR(c.softmax_scale, q, 1e-7);
+  EXPECT_NEAR(c.rope_q_scale, m1 * m1, 1e-6);
+  // mscale_all_dim without mscale (HF: mscale None): the softmax scale gets
+  // mscale(f, all_dim)^2, the q rope factor stays mscale(f) (no ratio without both).
+  j["rope_scaling"]["mscale_all_dim"] = 0.5;
+  c = models::MoeConfigFromHf(j);
+  const double ma = 0.1 * 0.5 * std::log(f) + 1.0;
+  EXPECT_NEAR(c.softmax_scale, q * ma * ma, 1e-7);
+  EXPECT_NEAR(c.rope_q_scale, m1 * m1, 1e-6);
+  // Both: the ratio (DeepSeek-V3's published config has mscale = mscale_all_dim: 1).
+  j["rope_scaling"]["mscale"] = 0.75;
+  c = models::MoeConfigFromHf(j);
+  const double r = (0.1 * 0.75 * std::log(f) + 1.0) / ma;
+  EXPECT_NEAR(c.rope_q_scale, r * r, 1e-6);
+  EXPECT_FALSE(c.mla_use_nope);
+}
+
+// Kimi Linear's MLA ("mla_use_nope"): no rotary, and no YaRN factor on either scale.
+TEST(MoeConfig, MlaUseNopeDropsTheRopeFactors) {
+  auto j = TinyDeepseek(true);
+  j["mla_use_nope"] = true;
+  const auto c = models::MoeConfigFromHf(j);
+  EXPECT_TRUE(c.mla_use_nope);
+  EXPECT_NEAR(c.softmax_scale, 1.0 / std::sqrt(16.0), 1e-7);
+  EXPECT_FLOAT_EQ(c.rope_q_scale, 1.0f);
+}
+
 nlohmann::json TinyQwen3Moe() {
   return {{"model_type", "qwen3_moe"}, {"vocab_size", 97}, {"hidden_size", 48},
           {"intermediate_size", 72}, {"moe_intermediate_size", 24}, {"num_hidden_layers", 4},
@@ -168,6 +204,39 @@ TEST(MoeModel, DeepseekV3DummyPrefillChunkedAndDecodeAgree) {
     EXPECT_EQ(model->kv_spec().num_kv_heads, 1);
     EXPECT_EQ(model->kv_spec().head_dim, 14);
     ExpectSameLogitsForEverySchedule(*model);
+  }
+}
+
+
+std::vector<float> OneShotLogits(models::Model& model) {
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 23; ++i) prompt.push_back(int32_t((i * 37 + 5) % model.config().vocab_size));
+  runtime::SequenceRunner r(model, {.max_context = 64, .page_size = 4, .prefill_chunk = 64});
+  std::span<float> l = r.Append(prompt);
+  return std::vector<float>(l.begin(), l.end());
+}
+
+// NoPE: the rope dims carry no position, so the rope settings cannot change the logits (they
+// do without NoPE); and prefill, chunked prefill and decode still agree.
+TEST(MoeModel, DeepseekV3NopeIgnoresRopeSettings) {
+  for (bool nope : {true, false}) {
+    SCOPED_TRACE(nope ? "mla_use_nope" : "rotary");
+    auto j = TinyDeepseek(false);
+    j.erase("rope_scaling");
+    j["mla_use_nope"] = nope;
+    auto a = DummyModel(j, nope ? "dsv3_nope_a" : "dsv3_rope_a");
+    j["rope_theta"] = 37.0;
+    auto b = DummyModel(j, nope ? "dsv3_nope_b" : "dsv3_rope_b");
+    const std::vector<float> la = OneShotLogits(*a), lb = OneShotLogits(*b);
+    ASSERT_EQ(la.size(), lb.size());
+    double diff = 0;
+    for (size_t i = 0; i < la.size(); ++i) diff = std::max(diff, std::fabs(double(la[i]) - lb[i]));
+    if (nope) {
+      EXPECT_EQ(diff, 0.0);
+      ExpectSameLogitsForEverySchedule(*a);
+    } else {
+      EXPECT_GT(diff, 1e-4);
+    }
   }
 }
 
