@@ -35,6 +35,7 @@ bool IsCapturing(cudaStream_t s);
 enum class ScratchSlot : int {
   kAttentionPartials, kLtWorkspace, kErrorFlag,
   kMoe,  // MoeExperts (cuda/moe): routed activations, sort tables
+  kFp8Act,  // fp8 Matmul (cuda/gemm): activations quantized to e4m3 and their scale
   kCount
 };
 // Device scratch of at least `bytes`, valid until the next call with the same slot on this
