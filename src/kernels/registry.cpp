@@ -276,6 +276,7 @@ const Registry& Registry::Global() {
 #if defined(PEREGRINE_HAVE_CUDA)
     RegisterCudaKernels(r);
     RegisterCudaMlaKernels(r);
+    RegisterCudaMoeKernels(r);
 #endif
     return r;
   }();

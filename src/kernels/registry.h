@@ -175,7 +175,7 @@ void RegisterMoeKernels(Registry& r);  // ops_moe.h: ref and cpu backends (ref/m
 void RegisterSampleKernels(Registry& r);  // ops_sample.h: ref backend (ref/sample_ref.cpp)
 #if defined(PEREGRINE_HAVE_CUDA)
 void RegisterCudaKernels(Registry& r);  // defined under cuda/
-void RegisterCudaMoeKernels(Registry& r);  // cuda/moe/moe_register.cpp (called by the above)
+void RegisterCudaMoeKernels(Registry& r);  // ops_moe.h MoE ops, fp8 block-scaled Matmul (cuda/moe/moe_register.cpp)
 void RegisterCudaMlaKernels(Registry& r);  // ops_moe.h MLA ops (cuda/mla/mla_register.cpp)
 #endif
 

@@ -342,6 +342,7 @@ void RunFp8Matmul(const MatmulParams& p) {
 }  // namespace
 
 void RegisterCudaMoeKernels(Registry& r) {
+  if (cuda::DeviceCount() == 0) return;  // as RegisterCudaKernels: nothing to run them on
   r.Register(KernelImpl<MoeRouterParams>{"cuda", Device::kCuda, kPriorityCuda, &RouterSupports,
                                          &RunRouter});
   r.Register(KernelImpl<MoeExpertsParams>{"cuda", Device::kCuda, kPriorityCuda, &ExpertsSupport,
