@@ -1,0 +1,311 @@
+// MoE layer benchmark on one GPU (issue 7 evidence; not a test). Per shape and token count:
+//   layer   = router Matmul (bf16 logits) + MoeRouter + shared expert (if any; Matmul/SwiGlu,
+//             fp8 block-scaled for the DeepSeek-V3 shape) + MoeExperts accumulating onto it,
+//   experts = MoeExperts alone,
+// each captured once into a CUDA graph and replayed (median of replays), against
+//   floor = max(bytes touched / HBM bandwidth, FLOPs / bf16 GEMM rate), both measured in the
+//   same run (kernels/cuda/ceilings.h). Bytes touched: the distinct routed experts the
+//   router chose (their gate/up/down + scales), the shared expert, the router weight.
+// Variants: the auto path, the route-walking path, the expert-sorted path with 16/32/64/128-
+// row tiles (tile gain at 32-64 tokens against forcing 128-row tiles). A cross-check compares
+// the walking and sorted paths' outputs on every shape (different algorithms, same function).
+// Output: a table on stdout and JSON lines (--json FILE) for docs/PERF.md.
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "kernels/cuda/ceilings.h"
+#include "kernels/cuda/common/context.h"
+#include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/moe/moe_tuning.h"
+#include "kernels/ops.h"
+#include "kernels/ops_moe.h"
+
+namespace pg::bench {
+void FillBf16(void* p, int64_t n, uint32_t seed, float scale);  // bench_fill.cu
+void FillFp8(void* p, int64_t n, uint32_t seed);                 // bench_moe_fill.cu
+void FillF32(void* p, int64_t n, float v);
+}  // namespace pg::bench
+
+namespace {
+
+using namespace pg;
+
+struct Buf {
+  void* p = nullptr;
+  size_t bytes = 0;
+  explicit Buf(size_t b) : bytes(b) { PG_CUDA_CHECK(cudaMalloc(&p, b)); }
+  ~Buf() { cudaFree(p); }
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+};
+
+TensorView Dev(void* p, DType dt, std::initializer_list<int64_t> shape) {
+  return TensorView::Contiguous(p, dt, shape, Device::kCuda);
+}
+
+struct Shape {
+  const char* name;
+  int64_t hidden, experts, top_k, inter, shared_inter;  // shared_inter 0: none
+  bool fp8;                                             // fp8 e4m3, 128x128 block scales
+  ops::MoeScoring scoring;
+  int groups, topk_groups;
+  bool renormalize;
+  float scaling;
+};
+
+int64_t Blocks(int64_t a) { return (a + 127) / 128; }
+
+// One layer's weights on the device.
+struct Layer {
+  Shape s;
+  std::vector<std::unique_ptr<Buf>> bufs;
+  std::vector<ops::MoeExpertWeights> experts;
+  TensorView router_w, sh_gate, sh_up, sh_down, sh_gate_s, sh_up_s, sh_down_s;
+  int64_t expert_bytes = 0, shared_bytes = 0, router_bytes = 0;
+
+  void* Alloc(size_t bytes) {
+    bufs.push_back(std::make_unique<Buf>(bytes));
+    return bufs.back()->p;
+  }
+  // A [rows, cols] weight (+ its block scales when fp8) filled with random values.
+  TensorView Weight(int64_t rows, int64_t cols, TensorView* scale, uint32_t seed) {
+    const DType dt = s.fp8 ? DType::kF8E4M3 : DType::kBF16;
+    void* p = Alloc(size_t(rows * cols * (s.fp8 ? 1 : 2)));
+    if (s.fp8) {
+      bench::FillFp8(p, rows * cols, seed);
+      void* sp = Alloc(size_t(Blocks(rows) * Blocks(cols) * 4));
+      bench::FillF32(sp, Blocks(rows) * Blocks(cols), 0.02f);
+      *scale = Dev(sp, DType::kF32, {Blocks(rows), Blocks(cols)});
+    } else {
+      bench::FillBf16(p, rows * cols, seed, 0.05f);
+    }
+    return Dev(p, dt, {rows, cols});
+  }
+  explicit Layer(const Shape& shape) : s(shape) {
+    const int64_t h = s.hidden, f = s.inter;
+    for (int64_t e = 0; e < s.experts; ++e) {
+      ops::MoeExpertWeights w;
+      w.gate = Weight(f, h, &w.gate_scale, uint32_t(3 * e + 1));
+      w.up = Weight(f, h, &w.up_scale, uint32_t(3 * e + 2));
+      w.down = Weight(h, f, &w.down_scale, uint32_t(3 * e + 3));
+      experts.push_back(w);
+    }
+    const int64_t elem = s.fp8 ? 1 : 2;
+    const int64_t scale_bytes = s.fp8 ? 4 * (2 * Blocks(f) * Blocks(h) + Blocks(h) * Blocks(f)) : 0;
+    expert_bytes = 3 * h * f * elem + scale_bytes;
+    router_w = Dev(Alloc(size_t(s.experts * h * 2)), DType::kBF16, {s.experts, h});
+    bench::FillBf16(router_w.data, s.experts * h, 99, 0.05f);
+    router_bytes = s.experts * h * 2;
+    if (s.shared_inter) {
+      const int64_t si = s.shared_inter;
+      sh_gate = Weight(si, h, &sh_gate_s, 7001);
+      sh_up = Weight(si, h, &sh_up_s, 7002);
+      sh_down = Weight(h, si, &sh_down_s, 7003);
+      shared_bytes = 3 * h * si * elem + (s.fp8 ? 4 * 3 * Blocks(si) * Blocks(h) : 0);
+    }
+    PG_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+};
+
+// Per-token-count activations.
+struct Acts {
+  std::vector<std::unique_ptr<Buf>> bufs;
+  TensorView x, logits, ids, w, out, g, u, a;
+  void* Alloc(size_t bytes) {
+    bufs.push_back(std::make_unique<Buf>(bytes));
+    return bufs.back()->p;
+  }
+  Acts(const Shape& s, int64_t n) {
+    x = Dev(Alloc(size_t(n * s.hidden * 2)), DType::kBF16, {n, s.hidden});
+    bench::FillBf16(x.data, n * s.hidden, 1234, 1.0f);
+    logits = Dev(Alloc(size_t(n * s.experts * 2)), DType::kBF16, {n, s.experts});
+    ids = Dev(Alloc(size_t(n * s.top_k * 4)), DType::kI32, {n, s.top_k});
+    w = Dev(Alloc(size_t(n * s.top_k * 4)), DType::kF32, {n, s.top_k});
+    out = Dev(Alloc(size_t(n * s.hidden * 2)), DType::kBF16, {n, s.hidden});
+    const int64_t si = std::max<int64_t>(1, s.shared_inter);
+    g = Dev(Alloc(size_t(n * si * 2)), DType::kBF16, {n, si});
+    u = Dev(Alloc(size_t(n * si * 2)), DType::kBF16, {n, si});
+    a = Dev(Alloc(size_t(n * si * 2)), DType::kBF16, {n, si});
+    PG_CUDA_CHECK(cudaDeviceSynchronize());  // fills ran on the legacy stream
+  }
+};
+
+void Router(const Layer& L, const Acts& A) {
+  ops::Matmul({.x = A.x, .w = L.router_w, .out = A.logits});
+  ops::MoeRouter({.logits = A.logits, .topk_ids = A.ids, .topk_weights = A.w,
+                  .scoring = L.s.scoring, .num_groups = L.s.groups,
+                  .topk_groups = L.s.topk_groups, .renormalize = L.s.renormalize,
+                  .scaling = L.s.scaling});
+}
+
+void Experts(const Layer& L, const Acts& A, bool accumulate) {
+  ops::MoeExperts({.x = A.x, .topk_ids = A.ids, .topk_weights = A.w, .experts = L.experts,
+                   .out = A.out, .accumulate = accumulate});
+}
+
+void FullLayer(const Layer& L, const Acts& A) {
+  Router(L, A);
+  if (L.s.shared_inter) {
+    ops::Matmul({.x = A.x, .w = L.sh_gate, .out = A.g, .w_scale = L.sh_gate_s});
+    ops::Matmul({.x = A.x, .w = L.sh_up, .out = A.u, .w_scale = L.sh_up_s});
+    ops::SwiGlu({.gate = A.g, .up = A.u, .out = A.a});
+    ops::Matmul({.x = A.a, .w = L.sh_down, .out = A.out, .w_scale = L.sh_down_s});
+  }
+  Experts(L, A, L.s.shared_inter > 0);
+}
+
+// Median microseconds per replay of fn captured as one CUDA graph (after a warm-up run
+// outside capture that sizes the scratch and builds the expert table).
+double GraphUs(cudaStream_t stream, const std::function<void()>& fn, int reps = 30) {
+  cuda::StreamScope scope(stream);
+  fn();
+  PG_CUDA_CHECK(cudaStreamSynchronize(stream));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  PG_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  fn();
+  PG_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  PG_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  cudaEvent_t e0, e1;
+  PG_CUDA_CHECK(cudaEventCreate(&e0));
+  PG_CUDA_CHECK(cudaEventCreate(&e1));
+  std::vector<double> t;
+  for (int i = 0; i < reps + 3; ++i) {
+    PG_CUDA_CHECK(cudaEventRecord(e0, stream));
+    PG_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    PG_CUDA_CHECK(cudaEventRecord(e1, stream));
+    PG_CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    PG_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    if (i >= 3) t.push_back(ms * 1e3);
+  }
+  cudaEventDestroy(e0), cudaEventDestroy(e1);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+std::vector<float> ToHost(const TensorView& t) {
+  std::vector<uint16_t> raw(size_t(t.numel()));
+  PG_CUDA_CHECK(cudaMemcpy(raw.data(), t.data, raw.size() * 2, cudaMemcpyDeviceToHost));
+  std::vector<float> f(raw.size());
+  for (size_t i = 0; i < raw.size(); ++i) {
+    const uint32_t b = uint32_t(raw[i]) << 16;
+    std::memcpy(&f[i], &b, 4);
+  }
+  return f;
+}
+
+struct Variant {
+  const char* name;
+  cuda::MoePath path;
+  int tile_rows;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::FILE* json = nullptr;
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::string(argv[i]) == "--json") json = std::fopen(argv[i + 1], "w");
+  const double bw = cuda::MeasureHbmBytesPerS();
+  const double gemm = cuda::MeasureBf16GemmFlopsPerS();
+  fmt::print("HBM {:.0f} GB/s (2 GiB d2d copy, read+write); bf16 GEMM {:.0f} TFLOP/s (cuBLASLt 8192^3)\n",
+             bw / 1e9, gemm / 1e12);
+  if (json) fmt::print(json, "{{\"hbm_GBps\": {:.1f}, \"gemm_TFLOPs\": {:.1f}}}\n", bw / 1e9, gemm / 1e12);
+
+  const Shape shapes[] = {
+      {"qwen3-30b-a3b", 2048, 128, 8, 768, 0, false, ops::MoeScoring::kSoftmax, 1, 1, true, 1.0f},
+      {"deepseek-v2-lite", 2048, 64, 6, 1408, 2816, false, ops::MoeScoring::kSoftmax, 1, 1, false, 1.0f},
+      {"dsv3-fp8-block", 7168, 256, 8, 2048, 2048, true, ops::MoeScoring::kSigmoid, 8, 4, true, 2.5f},
+  };
+  const int64_t token_counts[] = {1, 8, 32, 64, 128, 512};
+  const Variant variants[] = {{"auto", cuda::MoePath::kAuto, 0},     {"walk", cuda::MoePath::kWalk, 0},
+                              {"sorted16", cuda::MoePath::kSorted, 16}, {"sorted32", cuda::MoePath::kSorted, 32},
+                              {"sorted64", cuda::MoePath::kSorted, 64}, {"sorted128", cuda::MoePath::kSorted, 128}};
+  cudaStream_t stream;
+  PG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+
+  for (const Shape& s : shapes) {
+    Layer L(s);
+    fmt::print("\n== {}: hidden {} experts {} top-{} inter {} shared {} {}; expert {:.1f} MB\n", s.name,
+               s.hidden, s.experts, s.top_k, s.inter, s.shared_inter, s.fp8 ? "fp8 block" : "bf16",
+               L.expert_bytes / 1e6);
+    fmt::print("{:>6} {:>10} {:>8} {:>10} {:>10} {:>9} {:>10} {:>9}\n", "tokens", "variant", "touched",
+               "layer_us", "floor_us", "floor/t", "experts_us", "floor/t");
+    for (int64_t n : token_counts) {
+      Acts A(s, n);
+      {  // routes of this batch (for the floor), from the real router
+        cuda::StreamScope scope(stream);
+        Router(L, A);
+        PG_CUDA_CHECK(cudaStreamSynchronize(stream));
+      }
+      std::vector<int32_t> ids(size_t(n * s.top_k));
+      PG_CUDA_CHECK(cudaMemcpy(ids.data(), A.ids.data, ids.size() * 4, cudaMemcpyDeviceToHost));
+      const std::set<int32_t> touched(ids.begin(), ids.end());
+      const double routed_bytes = double(touched.size()) * double(L.expert_bytes);
+      const double layer_bytes = routed_bytes + double(L.shared_bytes + L.router_bytes);
+      const double routed_flops = 2.0 * 3.0 * double(n * s.top_k) * double(s.hidden * s.inter);
+      const double layer_flops = routed_flops + 2.0 * 3.0 * double(n) * double(s.hidden * s.shared_inter) +
+                                 2.0 * double(n) * double(s.hidden * s.experts);
+      const double floor_layer = std::max(layer_bytes / bw, layer_flops / gemm) * 1e6;
+      const double floor_exp = std::max(routed_bytes / bw, routed_flops / gemm) * 1e6;
+      for (const Variant& v : variants) {
+        if (v.path == cuda::MoePath::kWalk && n > 64) continue;
+        if (v.path == cuda::MoePath::kSorted && v.tile_rows < 128 && n > 128 && v.tile_rows < 64) continue;
+        cuda::SetMoeTuning({v.path, v.tile_rows, 8});
+        const double t_layer = GraphUs(stream, [&] { FullLayer(L, A); });
+        const double t_exp = GraphUs(stream, [&] { Experts(L, A, false); });
+        fmt::print("{:>6} {:>10} {:>8} {:>10.1f} {:>10.1f} {:>8.0f}% {:>10.1f} {:>8.0f}%\n", n, v.name,
+                   touched.size(), t_layer, floor_layer, 100 * floor_layer / t_layer, t_exp,
+                   100 * floor_exp / t_exp);
+        if (json)
+          fmt::print(json,
+                     "{{\"shape\": \"{}\", \"tokens\": {}, \"variant\": \"{}\", \"touched\": {}, "
+                     "\"layer_us\": {:.2f}, \"layer_floor_us\": {:.2f}, \"experts_us\": {:.2f}, "
+                     "\"experts_floor_us\": {:.2f}, \"layer_bytes\": {:.0f}, \"layer_flops\": {:.0f}}}\n",
+                     s.name, n, v.name, touched.size(), t_layer, floor_layer, t_exp, floor_exp,
+                     layer_bytes, layer_flops);
+      }
+      cuda::SetMoeTuning({});
+      // Cross-check on the real shape: walking vs sorted (16- and 128-row tiles) outputs.
+      if (n == 8 || n == 64) {
+        std::vector<std::vector<float>> outs;
+        for (const Variant& v : {variants[1], variants[2], variants[5]}) {
+          cuda::SetMoeTuning({v.path, v.tile_rows, 8});
+          cuda::StreamScope scope(stream);
+          Experts(L, A, false);
+          PG_CUDA_CHECK(cudaStreamSynchronize(stream));
+          outs.push_back(ToHost(A.out));
+        }
+        cuda::SetMoeTuning({});
+        for (size_t k = 1; k < outs.size(); ++k) {
+          double se = 0, ss = 0, mx = 0;
+          for (size_t i = 0; i < outs[0].size(); ++i) {
+            const double d = double(outs[k][i]) - outs[0][i];
+            se += d * d, ss += double(outs[0][i]) * outs[0][i], mx = std::max(mx, std::fabs(d));
+          }
+          const double rms = std::sqrt(ss / double(outs[0].size()));
+          fmt::print("   check n={} walk vs {}: nmse {:.2e} max|d|/rms {:.3f} (rms {:.3g}) {}\n", n,
+                     k == 1 ? "sorted16" : "sorted128", se / ss, mx / rms, rms,
+                     (se / ss < 1e-4 && std::isfinite(se)) ? "OK" : "MISMATCH");
+        }
+      }
+    }
+  }
+  if (json) std::fclose(json);
+  cudaStreamDestroy(stream);
+  return 0;
+}
