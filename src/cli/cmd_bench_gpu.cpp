@@ -3,6 +3,10 @@
 // see runtime/cuda/gpu_decode_bench.h for the floor's definition).
 //   peregrine bench gpu-decode --model configs/llama-3.1-8b/config.json --load-format dummy
 //       --batch 1,8,32 --context 1024,32768
+// `peregrine bench gpu-prefill`: prefill tokens/s and time to first token on a cached prefix
+// against the FLOP floor (runtime/cuda/gpu_prefill_bench.h).
+//   peregrine bench gpu-prefill --model configs/llama-3.1-8b/config.json --prompt 8192,32768
+//       --chunk 8192 --ttft-prefix 50000 --ttft-new 800
 #include <cstdio>
 #include <fstream>
 
@@ -11,6 +15,7 @@
 #include "cli/commands.h"
 #include "core/status.h"
 #include "runtime/cuda/gpu_decode_bench.h"
+#include "runtime/cuda/gpu_prefill_bench.h"
 
 namespace pg::cli {
 
@@ -65,6 +70,64 @@ void AddBenchGpuDecodeCommand(CLI::App& bench) {
                              {"note", r.note}, {"graph_step_us", r.graph_step_us},
                              {"loop_step_us", r.loop_step_us}, {"eager_step_us", r.eager_step_us},
                              {"floor_us", r.floor_us}, {"floor_over_time", r.ratio()}});
+      std::ofstream(flags->json_out) << j.dump(1) << "\n";
+    }
+  });
+}
+
+void AddBenchGpuPrefillCommand(CLI::App& bench) {
+  struct Flags {
+    runtime::cuda::GpuPrefillBenchOptions o;
+    std::string load_format = "dummy";
+    std::string json_out;
+  };
+  auto flags = std::make_shared<Flags>();
+  CLI::App* cmd = bench.add_subcommand(
+      "gpu-prefill", "prefill tokens/s and TTFT on a cached prefix on the GPU vs the FLOP floor");
+  cmd->add_option("--model", flags->o.model,
+                  "config.json or folder (--load-format dummy), GGUF file or HF folder")
+      ->required();
+  cmd->add_option("--load-format", flags->load_format, "dummy | auto")
+      ->check(CLI::IsMember({"dummy", "auto"}));
+  cmd->add_option("--prompt", flags->o.prompts, "prompt lengths (tokens, one sequence each)")
+      ->delimiter(',');
+  cmd->add_option("--chunk", flags->o.chunks, "tokens per step (each size: a fresh runner)")
+      ->delimiter(',');
+  cmd->add_option("--ttft-prefix", flags->o.ttft_prefix, "cached tokens before the TTFT step (0: none)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--ttft-new", flags->o.ttft_new, "new tokens of the TTFT step (0: no TTFT)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--ttft-reps", flags->o.ttft_reps, "timed TTFT runs (median)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--prefill-prefix", flags->o.prefill_prefix,
+                "prefill the TTFT prefix (default: random KV values, same bytes and FLOPs)");
+  cmd->add_option("--gpu-memory-utilization", flags->o.gpu_memory_utilization,
+                  "fraction of the GPU's memory the arena may take")
+      ->check(CLI::Range(0.01, 1.0));
+  cmd->add_option("--page-size", flags->o.page_size, "KV page size (tokens)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--json", flags->json_out, "also write the results as JSON here");
+  cmd->callback([flags] {
+    flags->o.dummy = flags->load_format == "dummy";
+    auto print = [](const runtime::cuda::GpuPrefillBenchRow& r) {
+      std::printf("%s\n", runtime::cuda::FormatGpuPrefillRow(r).c_str());
+      std::fflush(stdout);
+    };
+    const runtime::cuda::GpuPrefillBenchReport report =
+        runtime::cuda::RunGpuPrefillBench(flags->o, print);
+    std::printf("%s\n", runtime::cuda::FormatGpuPrefillHeader(report).c_str());
+    for (const auto& r : report.rows) print(r);
+    if (!flags->json_out.empty()) {
+      nlohmann::json j;
+      j["model"] = report.model;
+      j["gemm_flops_per_s"] = report.gemm_flops_per_s;
+      j["linear_params_per_token"] = report.linear_params_per_token;
+      for (const auto& r : report.rows)
+        j["rows"].push_back({{"kind", r.kind}, {"chunk", r.chunk}, {"prefix", r.prefix},
+                             {"tokens", r.tokens}, {"ok", r.ok}, {"note", r.note},
+                             {"seconds", r.seconds}, {"flops", r.flops},
+                             {"floor_seconds", r.floor_seconds}, {"step_ms", r.step_ms},
+                             {"floor_over_time", r.ratio()}});
       std::ofstream(flags->json_out) << j.dump(1) << "\n";
     }
   });

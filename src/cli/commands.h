@@ -34,7 +34,8 @@ void AddGenerateCommand(CLI::App& app);
 void AddChatCommand(CLI::App& app);
 void AddBenchDecodeCommand(CLI::App& bench);
 #ifdef PEREGRINE_HAVE_CUDA
-void AddBenchGpuDecodeCommand(CLI::App& bench);  // CUDA builds only
+void AddBenchGpuDecodeCommand(CLI::App& bench);   // CUDA builds only
+void AddBenchGpuPrefillCommand(CLI::App& bench);  // CUDA builds only
 #endif
 void AddServeCommand(CLI::App& app);
 void AddSimCommand(CLI::App& app);

@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   pg::cli::AddBenchDecodeCommand(*bench);
 #ifdef PEREGRINE_HAVE_CUDA
   pg::cli::AddBenchGpuDecodeCommand(*bench);
+  pg::cli::AddBenchGpuPrefillCommand(*bench);
 #endif
   pg::bench::AddAgenticCommand(*bench);
   try {

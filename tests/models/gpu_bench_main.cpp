@@ -1,4 +1,4 @@
-// A lean `peregrine` for the GPU machine: only `bench gpu-decode`, the same command code as
+// A lean `peregrine` for the GPU machine: only `bench gpu-decode` and `bench gpu-prefill`, the same command code as
 // the full CLI (src/cli/cmd_bench_gpu.cpp) without the server/tokenizer/engine libraries, so
 // tools/gpu/model_check.sh carries a small binary. Usage as `peregrine bench gpu-decode ...`.
 #include <CLI/CLI.hpp>
@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   CLI::App* bench = app.add_subcommand("bench", "benchmarks");
   bench->require_subcommand(1);
   pg::cli::AddBenchGpuDecodeCommand(*bench);
+  pg::cli::AddBenchGpuPrefillCommand(*bench);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,4 +1,4 @@
-// The llama family on the GPU (CUDA builds; run on the H200 by tools/gpu/model_check.sh):
+// The llama family on the GPU (CUDA builds; run on the H200 by tools/gpu/dense.sh):
 // bf16 weights and activations on the device, paged bf16 KV in the runner's arena, decode
 // through CUDA graphs. Oracle: Hugging Face transformers' float32 goldens (the same files as
 // model_golden_test.cpp), held to bf16 tolerances:
@@ -136,9 +136,13 @@ TEST(GpuModelGolden, TinyQwen3) {
 }
 
 TEST(GpuModelGolden, SmolLM2Gguf) {
-  const std::string path = models::EmbeddedModelPath();
-  ASSERT_TRUE(std::filesystem::exists(path)) << path << " missing (tools/gpu/model_check.sh "
-                                                        "reassembles it from .xfer/a + .xfer/b)";
+  // Relative to the working directory first: on the GPU machine the repo is not at the
+  // source path compiled into EmbeddedModelPath(); tools/gpu/dense.sh reassembles the GGUF
+  // there from its two halves (.xfer/m1/smol.0 + .xfer/m2/smol.1) and runs this test only then.
+  std::string path = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  if (!std::filesystem::exists(path)) path = models::EmbeddedModelPath();
+  ASSERT_TRUE(std::filesystem::exists(path)) << path << " missing (tools/gpu/dense.sh "
+                                                        "reassembles it from .xfer/m1 + .xfer/m2)";
   CheckModel(path, "tests/data/models/smollm2", 0.1f);
 }
 

@@ -10,6 +10,7 @@
 
 #include "core/log.h"
 #include "core/status.h"
+#include "kernels/cuda/ceilings.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "models/config.h"
 #include "models/loader.h"
@@ -24,28 +25,6 @@ using Clock = std::chrono::steady_clock;
 
 double UsSince(Clock::time_point t0) {
   return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-}
-
-// Device-to-device copy rate (bytes read + bytes written per second), best of 3 runs of 8
-// copies of 2 GiB. Uses its own buffers, freed before the arena is sized.
-double MeasureHbmBytesPerS() {
-  const size_t bytes = size_t(2) << 30;
-  DeviceBuffer a(bytes), b(bytes);
-  Stream s;
-  Event e0, e1;
-  PG_CUDA_CHECK(cudaMemsetAsync(a.data(), 1, bytes, s.get()));
-  double best = 0;
-  for (int rep = 0; rep < 4; ++rep) {
-    e0.Record(s.get());
-    for (int i = 0; i < 8; ++i)
-      PG_CUDA_CHECK(cudaMemcpyAsync(i % 2 ? a.data() : b.data(), i % 2 ? b.data() : a.data(),
-                                    bytes, cudaMemcpyDeviceToDevice, s.get()));
-    e1.Record(s.get());
-    e1.Synchronize();
-    if (rep == 0) continue;  // warm-up
-    best = std::max(best, 2.0 * 8 * double(bytes) / (e1.ElapsedMsSince(e0) * 1e-3));
-  }
-  return best;
 }
 
 models::ModelConfig ReadHfConfig(const std::string& path) {
@@ -66,6 +45,23 @@ models::ModelConfig ReadHfConfig(const std::string& path) {
 
 }  // namespace
 
+BenchModel PlaceBenchModel(const std::string& path, bool dummy, const GpuRunnerOptions& options,
+                           uint64_t seed) {
+  BenchModel bm;
+  bm.runner = std::make_unique<GpuRunner>(options);
+  const models::DevicePlacement placement{.max_batch_tokens = options.max_batch_tokens};
+  if (dummy) {
+    bm.model = models::CreateDummyModelOnDevice(ReadHfConfig(path), bm.runner->memory(),
+                                                placement, seed);
+  } else {
+    bm.model = models::LoadModel({.path = path});
+    bm.model->PlaceOnDevice(bm.runner->memory(), placement);
+  }
+  PG_CUDA_CHECK(cudaStreamSynchronize(bm.runner->stream()));
+  bm.runner->Attach(*bm.model);
+  return bm;
+}
+
 GpuDecodeBenchReport RunGpuDecodeBench(const GpuDecodeBenchOptions& o,
                                        const std::function<void(const GpuDecodeBenchRow&)>& on_row) {
   PG_ENSURE(!o.batches.empty() && !o.contexts.empty() && o.iters > 0, kInvalidArgument,
@@ -73,22 +69,16 @@ GpuDecodeBenchReport RunGpuDecodeBench(const GpuDecodeBenchOptions& o,
   for (int b : o.batches) PG_ENSURE(b > 0, kInvalidArgument, "batch size {} must be > 0", b);
   for (int c : o.contexts) PG_ENSURE(c > 0, kInvalidArgument, "context {} must be > 0", c);
   GpuDecodeBenchReport report;
-  report.hbm_bytes_per_s = MeasureHbmBytesPerS();
+  report.hbm_bytes_per_s = pg::cuda::MeasureHbmBytesPerS();
 
   const int max_batch = *std::max_element(o.batches.begin(), o.batches.end());
-  GpuRunner runner({.gpu_memory_utilization = o.gpu_memory_utilization,
-                    .max_batch_tokens = max_batch, .page_size = o.page_size});
-  std::unique_ptr<models::Model> model;
-  const models::DevicePlacement placement{.max_batch_tokens = max_batch};
-  if (o.dummy) {
-    model = models::CreateDummyModelOnDevice(ReadHfConfig(o.model), runner.memory(), placement,
-                                             o.seed);
-  } else {
-    model = models::LoadModel({.path = o.model});
-    model->PlaceOnDevice(runner.memory(), placement);
-  }
-  PG_CUDA_CHECK(cudaStreamSynchronize(runner.stream()));
-  runner.Attach(*model);
+  BenchModel bm = PlaceBenchModel(o.model, o.dummy,
+                                  {.gpu_memory_utilization = o.gpu_memory_utilization,
+                                   .max_batch_tokens = max_batch, .page_size = o.page_size,
+                                   .kv_dtype = o.kv_dtype},
+                                  o.seed);
+  GpuRunner& runner = *bm.runner;
+  const std::unique_ptr<models::Model>& model = bm.model;
   report.model = model->config().Summary();
   report.streamed_weight_bytes = model->streamed_weight_bytes();
   report.kv_bytes_per_token = runner.kv_bytes_per_token();

@@ -6,12 +6,26 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/dtype.h"
+#include "models/model.h"
+#include "runtime/cuda/gpu_runner.h"
 
 namespace pg::runtime::cuda {
+
+// A model on one GPU for a benchmark: `path` is a config.json or its folder (dummy: random
+// weights of that shape made on the device) or a GGUF / HF folder (loaded, then placed).
+// Placed with activation scratch for options.max_batch_tokens and attached to the runner.
+// Member order matters: the model (whose weights live in the runner's arena) goes first.
+struct BenchModel {
+  std::unique_ptr<GpuRunner> runner;
+  std::unique_ptr<models::Model> model;
+};
+BenchModel PlaceBenchModel(const std::string& path, bool dummy, const GpuRunnerOptions& options,
+                           uint64_t seed);
 
 struct GpuDecodeBenchOptions {
   std::string model;                 // config.json / folder (dummy), or a GGUF / HF folder
