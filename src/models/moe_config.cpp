@@ -27,7 +27,9 @@ double YarnMscale(double factor, double mscale) {
 }  // namespace
 
 bool IsMoeModelType(const std::string& t) {
-  return t == "qwen3_moe" || t == "deepseek_v3" || t == "kimi_k2";
+  // deepseek_v2 (DeepSeek-V2-Lite) is DeepSeek-V3's architecture with softmax scoring and
+  // greedy top-k (V2's group_limited_greedy is refused below).
+  return t == "qwen3_moe" || t == "deepseek_v3" || t == "kimi_k2" || t == "deepseek_v2";
 }
 
 bool MoeModelConfig::IsMoeLayer(int layer) const {
@@ -84,7 +86,7 @@ MoeModelConfig MoeConfigFromHf(const nlohmann::json& j) {
   c.model_type = ConfigField<std::string>(j, "model_type", "");
   PG_ENSURE(IsMoeModelType(c.model_type), kUnsupported,
             "config.json: model_type '{}' is not a MoE architecture (qwen3_moe, deepseek_v3, "
-            "kimi_k2)",
+            "kimi_k2, deepseek_v2)",
             c.model_type);
   c.arch = c.model_type == "qwen3_moe" ? MoeArch::kQwen3Moe : MoeArch::kDeepseekV3;
   // The shared fields through the dense parser, on a copy presented as its nearest dense
@@ -124,6 +126,8 @@ MoeModelConfig MoeConfigFromHf(const nlohmann::json& j) {
     else if (scoring == "softmax") c.scoring = ops::MoeScoring::kSoftmax;
     else Throw(ErrorCode::kUnsupported, "config.json: scoring_func '{}' is not supported", scoring);
     const std::string method = ConfigField<std::string>(j, "topk_method", "noaux_tc");
+    PG_ENSURE(method == "noaux_tc" || method == "greedy", kUnsupported,
+              "config.json: topk_method '{}' is not supported (noaux_tc, greedy)", method);
     c.has_score_bias = method == "noaux_tc";
     c.q_lora_rank = ConfigField<int>(j, "q_lora_rank", 0);
     c.kv_lora_rank = ConfigField<int>(j, "kv_lora_rank", 0);

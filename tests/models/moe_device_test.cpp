@@ -111,6 +111,15 @@ TEST(MoeDevicePlacement, MoonlightAndDeepseekV3RealShapes) {
   // embeddings in bf16.
   EXPECT_GT(m->weight_bytes(), 660e9);
   EXPECT_LT(m->weight_bytes(), 700e9);
+  // DeepSeek-V2-Lite: the same architecture with softmax greedy routing, 15.7B parameters.
+  MoeModelConfig v2 = ReadConfig("configs/deepseek-v2-lite/config.json");
+  EXPECT_EQ(v2.scoring, ops::MoeScoring::kSoftmax);
+  EXPECT_FALSE(v2.has_score_bias);
+  EXPECT_FALSE(v2.norm_topk_prob);
+  CountingMemory mem2;
+  auto lite = CreateDummyMoeModelOnDevice(v2, mem2, {.max_batch_tokens = 8}, 1, false);
+  EXPECT_EQ(lite->weight_bytes(), DeepseekBytes(v2, false));
+  EXPECT_NEAR(double(lite->weight_bytes()) / 2, 15.7e9, 0.1e9);
   // Kimi K2 parses onto the same architecture.
   EXPECT_EQ(ReadConfig("configs/kimi-k2/config.json").num_experts, 384);
 }
