@@ -69,7 +69,8 @@ void AddBenchGpuDecodeCommand(CLI::App& bench) {
         j["rows"].push_back({{"batch", r.batch}, {"context", r.context}, {"fits", r.fits},
                              {"note", r.note}, {"graph_step_us", r.graph_step_us},
                              {"loop_step_us", r.loop_step_us}, {"eager_step_us", r.eager_step_us},
-                             {"floor_us", r.floor_us}, {"floor_over_time", r.ratio()}});
+                             {"weight_bytes", r.weight_bytes}, {"floor_us", r.floor_us},
+                             {"floor_over_time", r.ratio()}});
       std::ofstream(flags->json_out) << j.dump(1) << "\n";
     }
   });

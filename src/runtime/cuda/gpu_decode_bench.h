@@ -1,7 +1,9 @@
 // `peregrine bench gpu-decode`: decode time per output token of a device-resident model
 // through CUDA graphs, held against the HBM floor measured in the same run:
 //   floor = (weight bytes streamed per step + KV bytes read per step) / HBM bandwidth
-// where the bandwidth is that of a device-to-device copy (read + write bytes / time).
+// where the bandwidth is that of a device-to-device copy (read + write bytes / time). For MoE
+// models the weight bytes are those the measured step touched: dense weights, shared experts,
+// lm_head, plus each layer's distinct routed experts (Model::last_forward_weight_bytes).
 #pragma once
 
 #include <cstdint>
@@ -46,6 +48,7 @@ struct GpuDecodeBenchRow {
   double graph_step_us = 0;          // back-to-back graph replays, per step
   double loop_step_us = 0;           // Decode() per step incl. staging and read-back of logits
   double eager_step_us = 0;          // the same forward without graphs
+  double weight_bytes = 0;           // weights read by the step (MoE: experts touched)
   double bytes_per_step = 0;         // weights streamed + KV read
   double floor_us = 0;               // bytes_per_step / HBM bandwidth
   double ratio() const { return graph_step_us > 0 ? floor_us / graph_step_us : 0; }
