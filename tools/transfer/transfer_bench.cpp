@@ -6,6 +6,7 @@
 //   transfer_bench a2a     [--provider=P] [--worlds=2,4,8] [--tokens=128] [--hidden=7168]
 //                          [--top-k=8] [--experts=256] [--iters=30]
 // Common: --spin=1 busy-polls (progress threads and waiters; only with a core per thread),
+// --low-latency=0 turns the engine's direct posts and polling waiters off (proxy thread only),
 // --fi-pingpong=CMD runs fi_pingpong through CMD (e.g. a bundled loader).
 //
 // The tool forks its own ranks (bootstrap through the TCP store on 127.0.0.1) and prints one
@@ -56,11 +57,16 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-// Waits until `count` immediates `imm` are consumed: spinning (--spin=1, for machines with
-// a core per thread) or blocking on the counter's condition variable.
+bool LowLatency() { return Flag("low-latency", "1") == "1"; }
+
+// Waits until `count` immediates `imm` are consumed. Low-latency path (the default): the
+// engine's own wait, which polls the fabric from this thread (for up to 1 s with --spin=1,
+// else 50 µs) before sleeping. --low-latency=0 (proxy only: every libfabric call on the
+// progress thread): spinning on the lock-free arrival count (--spin=1, for machines with a
+// core per thread) or blocking on the counter's condition variable.
 void SpinImm(TransferEngine& e, uint32_t imm, int64_t count) {
   static const bool spin = Flag("spin", "0") == "1";
-  if (!spin) return e.imms().Wait(imm, count, 30s);
+  if (!spin || LowLatency()) return e.imms().Wait(imm, count, 30s);
   const auto deadline = Clock::now() + 30s;
   for (;;) {
     const uint64_t seen = e.imms().arrivals();
@@ -86,7 +92,10 @@ Rank Connect(int rank, int world, uint16_t port) {
   r.store = std::make_unique<TcpStore>(r.boot);
   TransferEngineConfig ec;
   ec.provider.provider = Flag("provider", "tcp;ofi_rxm");
-  ec.spin_before_sleep_us = Flag("spin", "0") == "1" ? 1'000'000 : 200;
+  const bool spin = Flag("spin", "0") == "1";
+  ec.spin_before_sleep_us = spin ? 1'000'000 : 200;
+  ec.direct_post = LowLatency();
+  ec.waiter_spin_us = !LowLatency() ? 0 : spin ? 1'000'000 : 50;
   ec.op_timeout = 30s;
   r.engine = std::make_unique<TransferEngine>(ec);
   std::vector<EndpointAddress> addrs;
@@ -213,6 +222,9 @@ void WriteRank(int rank, int world, uint16_t port) {
     if (rank == 0) std::printf("%10lu %12.2f %12.2f %12.2f\n", b, lat_us, b / lat_us, stream);
     std::fflush(stdout);
   }
+  std::printf("# rank %d: %lu direct posts, %lu events delivered by waiters, %lu EAGAIN\n", rank,
+              r.engine->num_direct_posts(), r.engine->num_caller_deliveries(),
+              r.engine->num_backpressure());
   r.store->Barrier("end");
   r.store->Finalize();
 }
@@ -349,7 +361,8 @@ int main(int argc, char** argv) {
   }
   SetLogLevel("warn");
   const std::string provider = Flag("provider", "tcp;ofi_rxm");
-  std::printf("# provider %s\n", provider.c_str());
+  std::printf("# provider %s, %s path\n", provider.c_str(),
+              LowLatency() ? "low-latency (direct post, polling waiters)" : "proxy-only");
   std::fflush(stdout);
   if (mode == "write") {
     bool ok = Spawn(2, WriteRank);

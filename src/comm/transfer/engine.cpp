@@ -1,16 +1,13 @@
+// TransferEngine API: counters, construction, registration, peers, request building and
+// submission. The data path (posting, polling, delivery, progress thread) is in
+// engine_progress.cpp.
 #include "comm/transfer/engine.h"
 
-#include <deque>
-#include <future>
-#include <thread>
-#include <unordered_set>
-
+#include "comm/transfer/engine_internal.h"
 #include "core/log.h"
 #include "core/status.h"
 
 namespace pg::comm {
-
-using Clock = std::chrono::steady_clock;
 
 // ---- OpCounter ------------------------------------------------------------------------
 
@@ -28,8 +25,13 @@ void OpCounter::Record(const OpResult& r) {
 }
 
 void OpCounter::Wait(int64_t target, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  auto finished = [&] { return done.load() + failed.load() >= target || failed.load() > 0; };
+  SpinPoll(poller_.load(std::memory_order_relaxed),
+           std::chrono::microseconds(spin_us_.load(std::memory_order_relaxed)), deadline,
+           finished);
   std::unique_lock lock(mu_);
-  bool ok = cv_.wait_for(lock, timeout, [&] { return done + failed >= target || failed > 0; });
+  bool ok = cv_.wait_until(lock, deadline, finished);
   if (failed > 0) Throw(ErrorCode::kIo, "transfer failed: {}", first_error_);
   if (!ok) {
     Throw(ErrorCode::kCancelled, "timed out after {} ms: {} of {} transfers done",
@@ -40,65 +42,6 @@ void OpCounter::Wait(int64_t target, std::chrono::milliseconds timeout) {
 std::string OpCounter::first_error() const {
   std::lock_guard lock(mu_);
   return first_error_;
-}
-
-// ---- internals ------------------------------------------------------------------------
-
-struct TransferEngine::OpState {
-  std::atomic<int> remaining{0};
-  std::atomic<bool> failed{false};
-  std::mutex mu;
-  std::string error;
-  size_t length_bytes = 0;
-  Completion done;
-};
-
-struct TransferEngine::WorkItem {
-  alignas(16) uint8_t provider_context[kProviderContextBytes];  // must stay first
-  enum Kind { kWrite, kSend, kRecv } kind = kWrite;
-  WriteOp write;
-  MsgOp msg;
-  uint32_t ep = 0;
-  std::shared_ptr<OpState> op;
-  Clock::time_point deadline = Clock::time_point::max();
-  bool abandoned = false;  // already reported failed by timeout; awaiting provider release
-};
-
-struct TransferEngine::Domain {
-  uint32_t index = 0;
-  std::unique_ptr<Provider> provider;
-  std::thread thread;
-  std::thread::id thread_id;
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<WorkItem*> submitted;              // guarded by mu
-  std::vector<std::function<void()>> controls;   // guarded by mu
-  bool stop = false;                             // guarded by mu
-  // Set (release) whenever submitted/controls/stop change, so a hot progress loop only takes
-  // `mu` when there is something to take.
-  std::atomic<bool> has_work{false};
-  // Progress-thread only:
-  std::deque<WorkItem*> pending;                 // not yet accepted by the provider
-  std::unordered_set<WorkItem*> inflight;        // posted, completion not yet polled
-};
-
-void TransferEngine::FinishFragment(WorkItem* item, const OpResult& r) {
-  OpState& op = *item->op;
-  if (!r.ok && !op.failed.exchange(true)) {
-    std::lock_guard lock(op.mu);
-    op.error = r.error;
-  }
-  if (item->kind == WorkItem::kRecv) op.length_bytes = r.length_bytes;
-  if (op.remaining.fetch_sub(1) != 1) return;
-  OpResult final;
-  final.ok = !op.failed.load();
-  if (!final.ok) {
-    std::lock_guard lock(op.mu);
-    final.error = op.error;
-  }
-  final.length_bytes = op.length_bytes;
-  if (op.done.callback) op.done.callback(final);
-  if (op.done.counter) op.done.counter->Record(final);
 }
 
 TransferEngine::TransferEngine(const TransferEngineConfig& config) : config_(config) {
@@ -123,6 +66,9 @@ TransferEngine::TransferEngine(const TransferEngineConfig& config) : config_(con
     Domain* dp = d.get();
     d->thread = std::thread([this, dp] { ProgressLoop(*dp); });
   }
+  if (config_.waiter_spin_us > 0) {
+    imms_.SetPoller(this, std::chrono::microseconds(config_.waiter_spin_us));
+  }
   landing_.assign(64, 0);
   landing_region_ = Register(landing_.data(), landing_.size(), /*remote=*/true);
   MemoryDescriptor ld = Describe(landing_region_);
@@ -131,6 +77,7 @@ TransferEngine::TransferEngine(const TransferEngineConfig& config) : config_(con
 }
 
 TransferEngine::~TransferEngine() {
+  // Callers must not be submitting or polling any more; the progress threads stop first.
   for (auto& d : domains_) {
     {
       std::lock_guard lock(d->mu);
@@ -140,11 +87,12 @@ TransferEngine::~TransferEngine() {
     d->cv.notify_all();
     d->thread.join();
   }
-  OpResult gone{false, "transfer engine shut down", 0};
+  const OpResult gone{false, "transfer engine shut down", 0};
   for (auto& d : domains_) {
+    std::vector<Finished> failed;
     for (WorkItem* item : d->submitted) d->pending.push_back(item);
     for (WorkItem* item : d->pending) {
-      FinishFragment(item, gone);
+      failed.push_back({item->op, item->kind == WorkItem::kRecv, gone});
       delete item;
     }
     for (auto& entry : regions_) {
@@ -152,152 +100,16 @@ TransferEngine::~TransferEngine() {
     }
     d->provider.reset();  // closes endpoints: no completion can reference items now
     for (WorkItem* item : d->inflight) {
-      if (!item->abandoned) FinishFragment(item, gone);
+      if (!item->abandoned) failed.push_back({item->op, item->kind == WorkItem::kRecv, gone});
       delete item;
     }
+    for (auto& fn : d->deferred) fn();  // completions callers found but did not report yet
+    for (const Finished& f : failed) FinishFragment(f.op, f.is_recv, f.result, nullptr);
   }
 }
 
 const ProviderInfo& TransferEngine::provider_info() const {
   return domains_[0]->provider->info();
-}
-
-void TransferEngine::RunOnDomain(uint32_t domain, std::function<void()> fn) {
-  Domain& d = *domains_[domain];
-  PG_CHECK(std::this_thread::get_id() != d.thread_id,
-           "control call from inside a completion callback");
-  std::promise<void> done;
-  auto fut = done.get_future();
-  {
-    std::lock_guard lock(d.mu);
-    d.has_work.store(true, std::memory_order_release);
-    d.controls.push_back([&] {
-      try {
-        fn();
-        done.set_value();
-      } catch (...) {
-        done.set_exception(std::current_exception());
-      }
-    });
-  }
-  d.cv.notify_all();
-  fut.get();
-}
-
-void TransferEngine::Enqueue(uint32_t domain, std::vector<WorkItem*> items) {
-  Domain& d = *domains_[domain];
-  {
-    std::lock_guard lock(d.mu);
-    d.submitted.insert(d.submitted.end(), items.begin(), items.end());
-    d.has_work.store(true, std::memory_order_release);
-  }
-  d.cv.notify_all();
-}
-
-void TransferEngine::ProgressLoop(Domain& d) {
-  d.thread_id = std::this_thread::get_id();
-  Provider& p = *d.provider;
-  std::vector<ProviderEvent> events;
-  std::vector<std::function<void()>> controls;
-  std::vector<WorkItem*> submitted;
-  auto last_activity = Clock::now();
-  auto last_scan = Clock::now();
-  for (;;) {
-    const bool idle = Clock::now() - last_activity >
-                      std::chrono::microseconds(config_.spin_before_sleep_us);
-    if (d.has_work.load(std::memory_order_acquire) || idle) {
-      std::unique_lock lock(d.mu);
-      d.has_work.store(false, std::memory_order_relaxed);
-      auto idle_for = Clock::now() - last_activity;
-      if (d.submitted.empty() && d.controls.empty() && !d.stop && d.pending.empty() &&
-          idle_for > std::chrono::microseconds(config_.spin_before_sleep_us)) {
-        d.cv.wait_for(lock, std::chrono::microseconds(config_.idle_sleep_us));
-      }
-      if (d.stop) return;
-      controls.swap(d.controls);
-      submitted.swap(d.submitted);
-    }
-    bool active = !controls.empty() || !submitted.empty();
-    for (auto& fn : controls) fn();
-    controls.clear();
-    for (WorkItem* item : submitted) d.pending.push_back(item);
-    submitted.clear();
-
-    // Post in FIFO order; stop at the first EAGAIN (backpressure) and poll.
-    const auto now = Clock::now();
-    while (!d.pending.empty()) {
-      WorkItem* item = d.pending.front();
-      if (now > item->deadline) {
-        d.pending.pop_front();
-        FinishFragment(item, {false, "timed out before the provider accepted the transfer", 0});
-        delete item;
-        active = true;
-        continue;
-      }
-      PostResult r = PostResult::kAgain;
-      try {
-        switch (item->kind) {
-          case WorkItem::kWrite: r = p.PostWrite(item->ep, item->write, item); break;
-          case WorkItem::kSend: r = p.PostSend(item->ep, item->msg, item); break;
-          case WorkItem::kRecv: r = p.PostRecv(item->ep, item->msg, item); break;
-        }
-      } catch (const Error& e) {
-        d.pending.pop_front();
-        FinishFragment(item, {false, e.what(), 0});
-        delete item;
-        active = true;
-        continue;
-      }
-      if (r == PostResult::kAgain) {
-        num_backpressure_.fetch_add(1, std::memory_order_relaxed);
-        break;
-      }
-      d.pending.pop_front();
-      d.inflight.insert(item);
-      active = true;
-    }
-
-    events.clear();
-    try {
-      p.Poll(events);
-    } catch (const Error& e) {
-      PG_LOG_ERROR("transfer engine domain {}: {}", d.index, e.what());
-    }
-    for (auto& ev : events) {
-      active = true;
-      if (ev.kind == ProviderEvent::kRemoteImm) {
-        imms_.Arrive(ev.imm);
-        continue;
-      }
-      auto* item = static_cast<WorkItem*>(ev.context);
-      if (item == nullptr || !d.inflight.erase(item)) {
-        PG_LOG_WARN("transfer engine: completion for unknown context ({})", ev.error);
-        continue;
-      }
-      if (!item->abandoned) {
-        OpResult r;
-        r.ok = ev.kind != ProviderEvent::kLocalError;
-        r.error = ev.error;
-        r.length_bytes = ev.length_bytes;
-        FinishFragment(item, r);
-      }
-      delete item;
-    }
-
-    const auto after = Clock::now();
-    if (active) last_activity = after;
-    if (after - last_scan > std::chrono::milliseconds(1)) {
-      last_scan = after;
-      for (WorkItem* item : d.inflight) {
-        if (!item->abandoned && after > item->deadline) {
-          item->abandoned = true;
-          FinishFragment(item, {false, fmt::format("no completion within {} ms (peer dead?)",
-                                                   config_.op_timeout.count()),
-                                0});
-        }
-      }
-    }
-  }
 }
 
 // ---- memory ---------------------------------------------------------------------------
@@ -437,36 +249,53 @@ WriteRequest TransferEngine::BuildWrite(const WriteSpec& spec) const {
   return r;
 }
 
+std::shared_ptr<TransferEngine::OpState> TransferEngine::NewOp(Completion done, int fragments) {
+  auto op = std::make_shared<OpState>();
+  op->done = std::move(done);
+  op->remaining = fragments;
+  // A waiter on this counter polls this engine's fabric before sleeping.
+  if (op->done.counter && config_.waiter_spin_us > 0) {
+    op->done.counter->SetPoller(this, std::chrono::microseconds(config_.waiter_spin_us));
+  }
+  return op;
+}
+
+TransferEngine::WorkItem* TransferEngine::NewWriteItem(const WriteRequest& req,
+                                                       const std::shared_ptr<OpState>& op,
+                                                       Clock::time_point deadline) {
+  const uint32_t eps = address_.endpoints_per_domain;
+  auto* item = new WorkItem;
+  item->kind = WorkItem::kWrite;
+  item->write = req.op_;
+  item->op = op;
+  item->deadline = deadline;
+  // Spread over the domain's endpoints; the peer address moves to the same endpoint index.
+  const uint32_t ep = eps == 1 ? 0 : ep_round_robin_.fetch_add(1) % eps;
+  item->ep = ep;
+  item->write.dst = req.peer_addrs_[ep];
+  return item;
+}
+
 void TransferEngine::Submit(const WriteRequest& request, Completion done) {
-  SubmitBatch({request}, std::move(done));
+  auto op = NewOp(std::move(done), 1);
+  PostOrQueue(request.domain_,
+              {NewWriteItem(request, op, Clock::now() + config_.op_timeout)});
 }
 
 void TransferEngine::SubmitBatch(const std::vector<WriteRequest>& requests, Completion done) {
-  auto op = std::make_shared<OpState>();
-  op->done = std::move(done);
+  auto op = NewOp(std::move(done), int(requests.size()));
   if (requests.empty()) {
     if (op->done.callback) op->done.callback(OpResult{});
     if (op->done.counter) op->done.counter->Record(OpResult{});
     return;
   }
-  op->remaining = int(requests.size());
   const auto deadline = Clock::now() + config_.op_timeout;
-  const uint32_t eps = address_.endpoints_per_domain;
   std::vector<std::vector<WorkItem*>> per_domain(domains_.size());
   for (const auto& req : requests) {
-    auto* item = new WorkItem;
-    item->kind = WorkItem::kWrite;
-    item->write = req.op_;
-    item->op = op;
-    item->deadline = deadline;
-    // Spread over the domain's endpoints; the peer address moves to the same endpoint index.
-    const uint32_t ep = eps == 1 ? 0 : ep_round_robin_.fetch_add(1) % eps;
-    item->ep = ep;
-    item->write.dst = req.peer_addrs_[ep];
-    per_domain[req.domain_].push_back(item);
+    per_domain[req.domain_].push_back(NewWriteItem(req, op, deadline));
   }
   for (uint32_t d = 0; d < per_domain.size(); ++d) {
-    if (!per_domain[d].empty()) Enqueue(d, std::move(per_domain[d]));
+    if (!per_domain[d].empty()) PostOrQueue(d, std::move(per_domain[d]));
   }
 }
 
@@ -494,9 +323,8 @@ void TransferEngine::Barrier(const PeerGroup& group, uint32_t self_index, uint16
   const uint32_t eps = address_.endpoints_per_domain;
   if (group.size() == 1) return;
   auto sent = std::make_shared<OpCounter>();  // outlives this call if a write is stuck
-  auto op = std::make_shared<OpState>();
-  op->done.callback = [sent](const OpResult& r) { sent->Record(r); };
-  op->remaining = int(group.size()) - 1;
+  auto op = NewOp({nullptr, sent.get()}, int(group.size()) - 1);
+  op->keep_alive = sent;
   const auto deadline = Clock::now() + timeout;
   for (const ResolvedPeer& peer : group.peers) {
     if (peer.index == self_index) continue;
@@ -516,7 +344,7 @@ void TransferEngine::Barrier(const PeerGroup& group, uint32_t self_index, uint16
     item->write.dst_key = peer.landing_keys[domain];
     item->write.has_imm = true;
     item->write.imm = imm;
-    Enqueue(domain, {item});
+    PostOrQueue(domain, {item});
   }
   sent->Wait(1, timeout);  // one op covering every peer
   imms_.Wait(imm, int64_t(group.size()) - 1, timeout);
@@ -527,9 +355,7 @@ void TransferEngine::Send(const ResolvedPeer& peer, const MemoryRegion& region, 
   PG_ENSURE(offset <= region.length_bytes && length_bytes <= region.length_bytes - offset,
             kOutOfRange, "send [{}, +{}) outside a {}-byte region", offset, length_bytes,
             region.length_bytes);
-  auto op = std::make_shared<OpState>();
-  op->done = std::move(done);
-  op->remaining = 1;
+  auto op = NewOp(std::move(done), 1);
   auto* item = new WorkItem;
   item->kind = WorkItem::kSend;
   item->op = op;
@@ -541,7 +367,7 @@ void TransferEngine::Send(const ResolvedPeer& peer, const MemoryRegion& region, 
     item->msg.desc = regions_.at(region.id - 1).per_domain[0].desc;
   }
   item->msg.peer = peer.addrs[0];
-  Enqueue(0, {item});
+  PostOrQueue(0, {item});
 }
 
 void TransferEngine::Recv(const MemoryRegion& region, uint64_t offset, uint64_t length_bytes,
@@ -549,9 +375,7 @@ void TransferEngine::Recv(const MemoryRegion& region, uint64_t offset, uint64_t 
   PG_ENSURE(offset <= region.length_bytes && length_bytes <= region.length_bytes - offset,
             kOutOfRange, "recv [{}, +{}) outside a {}-byte region", offset, length_bytes,
             region.length_bytes);
-  auto op = std::make_shared<OpState>();
-  op->done = std::move(done);
-  op->remaining = 1;
+  auto op = NewOp(std::move(done), 1);
   auto* item = new WorkItem;
   item->kind = WorkItem::kRecv;
   item->op = op;  // receives wait for a sender: no deadline (the caller's wait times out)
@@ -561,7 +385,7 @@ void TransferEngine::Recv(const MemoryRegion& region, uint64_t offset, uint64_t 
     std::lock_guard lock(regions_mu_);
     item->msg.desc = regions_.at(region.id - 1).per_domain[0].desc;
   }
-  Enqueue(0, {item});
+  PostOrQueue(0, {item});
 }
 
 }  // namespace pg::comm

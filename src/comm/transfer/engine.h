@@ -2,12 +2,19 @@
 // send/recv over a Provider (libfabric), after pplx-garden's TransferEngine.
 //
 // Threads and ownership:
-//  * One progress thread per domain owns its Provider: it runs every libfabric call (control
-//    calls such as registration are shipped to it and waited for), posts queued work in FIFO
-//    order, keeps items queued while the provider says EAGAIN (backpressure), polls every
-//    endpoint, and fails work that outlives `op_timeout` so a dead peer gives an error.
+//  * Each domain has a fabric lock: whoever holds it may call its Provider (the domain is
+//    opened FI_THREAD_DOMAIN) and touch its pending/in-flight lists. One progress thread per
+//    domain takes it in short passes: posts queued work in FIFO order, keeps items queued while
+//    the provider says EAGAIN (backpressure), polls every endpoint, and fails work that
+//    outlives `op_timeout` so a dead peer gives an error.
+//  * Low-latency path (config.direct_post / waiter_spin_us): a submitter whose domain has
+//    nothing queued posts on its own thread under the fabric lock (EAGAIN: the rest is queued
+//    for the progress thread); a waiter (ImmCounters::Wait, OpCounter::Wait) polls the CQs
+//    itself for a bounded time before sleeping, and while callers poll, the progress thread
+//    stands off (see caller_poll.h). Per-thread FIFO order of posts is kept either way.
 //  * Callers on any thread build requests and submit them; completion is reported by callback
-//    (run on the progress thread: keep it short, never block in it) and/or by an OpCounter.
+//    (run on the progress thread: keep it short, never block in it) and/or by an OpCounter
+//    (recorded on whichever thread polled the completion).
 //  * Registered memory must stay valid until Deregister or engine destruction.
 //
 // Immediates: user values are 31-bit (top bit reserved for barriers). A write with an
@@ -25,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/transfer/caller_poll.h"
 #include "comm/transfer/descriptor.h"
 #include "comm/transfer/imm_counter.h"
 #include "comm/transfer/provider.h"
@@ -37,6 +45,10 @@ struct TransferEngineConfig {
   std::chrono::milliseconds op_timeout{10'000};   // posted or queued work older fails
   uint32_t spin_before_sleep_us = 200;            // busy-poll this long after activity
   uint32_t idle_sleep_us = 20;                    // then poll every this many microseconds
+  // Callers post directly when their domain has nothing queued (else the progress thread does).
+  bool direct_post = true;
+  // Waiters poll the fabric themselves this long before sleeping (0 = never poll).
+  uint32_t waiter_spin_us = 50;
 };
 
 struct OpResult {
@@ -51,12 +63,21 @@ class OpCounter {
   std::atomic<int64_t> done{0};
   std::atomic<int64_t> failed{0};
   void Record(const OpResult& r);
-  // Blocks until done + failed >= target. Throws pg::Error (kIo) with the first error when any
-  // op failed, or kCancelled on timeout.
+  // Blocks until done + failed >= target (polling the fabric first, when an engine set a
+  // poller). Throws pg::Error (kIo) with the first error when any op failed, or kCancelled on
+  // timeout. A counter must not be waited on after the engine it was used with is destroyed
+  // unless every op it counts has finished.
   void Wait(int64_t target, std::chrono::milliseconds timeout);
   std::string first_error() const;
+  // Set by the engine on each submission that reports to this counter.
+  void SetPoller(CallerPoller* poller, std::chrono::microseconds spin) {
+    poller_.store(poller, std::memory_order_relaxed);
+    spin_us_.store(spin.count(), std::memory_order_relaxed);
+  }
 
  private:
+  std::atomic<CallerPoller*> poller_{nullptr};
+  std::atomic<int64_t> spin_us_{0};
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::string first_error_;
@@ -133,10 +154,10 @@ struct PagedWriteSpec {
   std::optional<uint32_t> imm;                 // carried by every page write
 };
 
-class TransferEngine {
+class TransferEngine final : public CallerPoller {
  public:
   explicit TransferEngine(const TransferEngineConfig& config);
-  ~TransferEngine();
+  ~TransferEngine() override;
   TransferEngine(const TransferEngine&) = delete;
   TransferEngine& operator=(const TransferEngine&) = delete;
 
@@ -172,18 +193,48 @@ class TransferEngine {
             Completion done);
 
   ImmCounters& imms() { return imms_; }
+  // One caller-side pass over every free domain (see caller_poll.h); for custom busy-waits.
+  bool PollOnce() override;
   // Times a post was refused with EAGAIN and the item stayed queued (backpressure).
   uint64_t num_backpressure() const { return num_backpressure_.load(); }
+  // Low-latency path use: items posted on the submitter's thread, and arrivals + completions
+  // delivered by a polling waiter (rather than by the progress thread).
+  uint64_t num_direct_posts() const { return num_direct_posts_.load(); }
+  uint64_t num_caller_deliveries() const { return num_caller_deliveries_.load(); }
   static constexpr uint32_t kBarrierBit = 0x80000000u;
 
  private:
   struct Domain;
   struct WorkItem;
   struct OpState;
+  struct Finished;
+  // A new op of `fragments` provider operations reporting to `done`.
+  std::shared_ptr<OpState> NewOp(Completion done, int fragments);
+  WorkItem* NewWriteItem(const WriteRequest& req, const std::shared_ptr<OpState>& op,
+                         std::chrono::steady_clock::time_point deadline);
+  // Posts `items` (FIFO) on the caller's thread when the domain has nothing queued and its
+  // fabric is free, else queues them for the progress thread.
+  void PostOrQueue(uint32_t domain, std::vector<WorkItem*> items);
   void Enqueue(uint32_t domain, std::vector<WorkItem*> items);
-  void RunOnDomain(uint32_t domain, std::function<void()> fn);
+  // Runs `fn` under the domain's fabric lock (registration, AV inserts).
+  void RunOnDomain(uint32_t domain, const std::function<void()>& fn);
   void ProgressLoop(Domain& d);
-  static void FinishFragment(WorkItem* item, const OpResult& r);
+  // Fabric lock held: posts one item. false = EAGAIN (the caller keeps it); errors -> `failed`.
+  bool PostLocked(Domain& d, WorkItem* item, std::chrono::steady_clock::time_point now,
+                  std::vector<Finished>& failed);
+  // Fabric lock held: polls every endpoint; completed items leave `inflight` into `finished`.
+  void DrainLocked(Domain& d, std::vector<ProviderEvent>& events,
+                   std::vector<Finished>& finished);
+  // No lock held: delivers arrivals and completions. Off the progress thread, callbacks and
+  // expectations are handed to it (`on_progress` false).
+  void Deliver(Domain& d, std::vector<ProviderEvent>& events, std::vector<Finished>& finished,
+               bool on_progress);
+  void Wake(Domain& d);
+  // Completes one fragment of `op`; the last one reports. With `deferred`, a callback is
+  // appended there instead of run.
+  static void FinishFragment(const std::shared_ptr<OpState>& op, bool is_recv,
+                             const OpResult& r,
+                             std::vector<std::function<void()>>* deferred);
 
   TransferEngineConfig config_;
   std::vector<std::unique_ptr<Domain>> domains_;
@@ -200,6 +251,8 @@ class TransferEngine {
   MemoryRegion landing_region_;
   std::atomic<uint32_t> ep_round_robin_{0};
   std::atomic<uint64_t> num_backpressure_{0};
+  std::atomic<uint64_t> num_direct_posts_{0};
+  std::atomic<uint64_t> num_caller_deliveries_{0};
 };
 
 }  // namespace pg::comm

@@ -1,6 +1,6 @@
 // Counts immediates (remote CQ data) by value. Arrivals may come before anyone asks for them:
-// they accumulate, and a later Wait/Expect consumes them. Thread-safe; the progress thread
-// calls Arrive, any thread waits.
+// they accumulate, and a later Wait/Expect consumes them. Thread-safe; the progress thread (or
+// a waiter polling the fabric, see caller_poll.h) calls Arrive, any thread waits.
 #pragma once
 
 #include <atomic>
@@ -12,15 +12,25 @@
 #include <unordered_map>
 #include <vector>
 
+#include "comm/transfer/caller_poll.h"
+
 namespace pg::comm {
 
 class ImmCounters {
  public:
-  // Records `n` arrivals of `imm`; fires callbacks whose expected counts are now met.
-  void Arrive(uint32_t imm, int64_t n = 1);
-  // Blocks until `count` arrivals of `imm` are available, then consumes them. Throws
+  // Records `n` arrivals of `imm`; fires callbacks whose expected counts are now met, or, with
+  // `ready_out`, appends them there for the caller to run elsewhere.
+  void Arrive(uint32_t imm, int64_t n = 1,
+              std::vector<std::function<void()>>* ready_out = nullptr);
+  // Blocks until `count` arrivals of `imm` are available, then consumes them. With a poller
+  // set, it first polls the fabric itself for up to its spin time, then sleeps. Throws
   // pg::Error(kCancelled) naming the imm and the shortfall when `timeout` passes first.
   void Wait(uint32_t imm, int64_t count, std::chrono::milliseconds timeout);
+  // Set once by the owning engine before any Wait: who to poll and for how long.
+  void SetPoller(CallerPoller* poller, std::chrono::microseconds spin) {
+    poller_ = poller;
+    spin_ = spin;
+  }
   // Non-blocking: consumes `count` arrivals if present.
   bool TryConsume(uint32_t imm, int64_t count);
   // Calls `fn` (on the arriving thread, or now if already satisfied) once `count` arrivals of
@@ -48,6 +58,8 @@ class ImmCounters {
   static void Collect(Slot& slot, std::vector<std::function<void()>>& ready);
 
   std::atomic<uint64_t> arrivals_{0};
+  CallerPoller* poller_ = nullptr;
+  std::chrono::microseconds spin_{0};
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::unordered_map<uint32_t, Slot> slots_;

@@ -14,31 +14,9 @@ namespace pg::comm {
 namespace {
 
 using namespace std::chrono_literals;
+using test::Cluster;
+using test::Config;
 using test::RandomBytes;
-
-TransferEngineConfig Config(const std::string& provider, uint32_t domains = 1,
-                            uint32_t eps = 1) {
-  TransferEngineConfig c;
-  c.provider.provider = provider;
-  c.provider.endpoints_per_domain = eps;
-  c.num_domains = domains;
-  c.op_timeout = 3000ms;
-  return c;
-}
-
-// N engines that all know each other.
-struct Cluster {
-  std::vector<std::unique_ptr<TransferEngine>> engines;
-  std::vector<PeerGroup> groups;  // groups[i]: engine i's view of everyone
-  Cluster(int n, const TransferEngineConfig& config) {
-    std::vector<EndpointAddress> addrs;
-    for (int i = 0; i < n; ++i) {
-      engines.push_back(std::make_unique<TransferEngine>(config));
-      addrs.push_back(EndpointAddress::Deserialize(engines.back()->LocalAddress().Serialize()));
-    }
-    for (int i = 0; i < n; ++i) groups.push_back(engines[i]->ResolvePeers(addrs));
-  }
-};
 
 class EngineTest : public ::testing::TestWithParam<std::string> {};
 
@@ -268,13 +246,25 @@ TEST_P(TcpEngineTest, DeadPeerGivesAnErrorWithinTheTimeout) {
   EXPECT_THROW(c.engines[0]->imms().Wait(12345, 1, 200ms), Error);
 }
 
-INSTANTIATE_TEST_SUITE_P(Providers, TcpEngineTest, ::testing::Values("tcp;ofi_rxm", "net"),
+INSTANTIATE_TEST_SUITE_P(Providers, TcpEngineTest,
+                         ::testing::Values("tcp;ofi_rxm", "net", "tcp;ofi_rxm+proxy"),
                          [](const auto& info) {
-                           std::string n = info.param; for (auto& ch : n) if (ch == ';') ch = '_'; return n;
+                           std::string n = info.param;
+                           for (auto& ch : n) if (ch == ';' || ch == '+') ch = '_';
+                           return n;
                          });
 INSTANTIATE_TEST_SUITE_P(Providers, EngineTest, ::testing::Values("tcp;ofi_rxm", "net", "shm"),
                          [](const auto& info) {
                            std::string n = info.param; for (auto& ch : n) if (ch == ';') ch = '_'; return n;
+                         });
+// The same tests with the low-latency path off: every post and every poll on the progress
+// thread (the "+proxy" suffix, see test::Config).
+INSTANTIATE_TEST_SUITE_P(ProxyOnly, EngineTest,
+                         ::testing::Values("tcp;ofi_rxm+proxy", "shm+proxy"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (auto& ch : n) if (ch == ';' || ch == '+') ch = '_';
+                           return n;
                          });
 
 }  // namespace
