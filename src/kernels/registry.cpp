@@ -277,6 +277,8 @@ const Registry& Registry::Global() {
     RegisterCudaKernels(r);
     RegisterCudaMlaKernels(r);
     RegisterCudaMoeKernels(r);
+    RegisterCudaSampleKernels(r);
+    RegisterCudaFp8MatmulKernels(r);
 #endif
     return r;
   }();

@@ -177,6 +177,8 @@ void RegisterSampleKernels(Registry& r);  // ops_sample.h: ref backend (ref/samp
 void RegisterCudaKernels(Registry& r);  // defined under cuda/
 void RegisterCudaMoeKernels(Registry& r);  // ops_moe.h MoE ops, fp8 block-scaled Matmul (cuda/moe/moe_register.cpp)
 void RegisterCudaMlaKernels(Registry& r);  // ops_moe.h MLA ops (cuda/mla/mla_register.cpp)
+void RegisterCudaSampleKernels(Registry& r);  // ops_sample.h (cuda/sampling/sample_register.cpp)
+void RegisterCudaFp8MatmulKernels(Registry& r);  // fp8 per-tensor/channel (cuda/gemm/fp8_matmul.cpp)
 #endif
 
 }  // namespace pg::ops

@@ -43,12 +43,18 @@ struct Cache {
   std::mutex mu;
   cublasLtHandle_t handle = nullptr;
   std::map<Key, std::unique_ptr<Plan>> plans;  // node-based: Plan addresses are stable
+  // fp8: (n, k, m, ldx, ldw, ldo, accumulate, per_channel, alignments x, w, o)
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, int, int, int>,
+           std::unique_ptr<Plan>>
+      fp8_plans;
 };
 
 Cache& TheCache() {
   static Cache* cache = new Cache;  // leaked on purpose: lives until process exit
   return *cache;
 }
+
+void ChooseAlgo(cublasLtHandle_t h, Plan& plan, int align_x, int align_w, int align_o);
 
 std::unique_ptr<Plan> MakePlan(cublasLtHandle_t h, const LtGemmArgs& g, int align_x, int align_w,
                                int align_o) {
@@ -74,6 +80,13 @@ std::unique_ptr<Plan> MakePlan(cublasLtHandle_t h, const LtGemmArgs& g, int alig
           layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride));
     }
   }
+  ChooseAlgo(h, *p, align_x, align_w, align_o);
+  return p;
+}
+
+// Asks the heuristic for the plan's algorithm (p.usable = false when there is none).
+void ChooseAlgo(cublasLtHandle_t h, Plan& plan, int align_x, int align_w, int align_o) {
+  Plan* p = &plan;
   cublasLtMatmulPreference_t pref = nullptr;
   PG_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t ws = kWorkspaceBytes;
@@ -92,6 +105,26 @@ std::unique_ptr<Plan> MakePlan(cublasLtHandle_t h, const LtGemmArgs& g, int alig
     p->algo = result.algo;
     p->usable = true;
   }
+}
+
+std::unique_ptr<Plan> MakeFp8Plan(cublasLtHandle_t h, const LtFp8Args& g, int align_x,
+                                  int align_w, int align_o) {
+  auto p = std::make_unique<Plan>();
+  PG_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  PG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+  PG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+  if (g.w_per_channel) {
+    const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    if (cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode,
+                                       sizeof mode) != CUBLAS_STATUS_SUCCESS)
+      return p;  // not usable
+  }
+  PG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_8F_E4M3, uint64_t(g.k), uint64_t(g.m), g.ldw));
+  PG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_8F_E4M3, uint64_t(g.k), uint64_t(g.n), g.ldx));
+  PG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->d, CUDA_R_16BF, uint64_t(g.m), uint64_t(g.n), g.ldo));
+  // Scale pointers are fixed per call site in practice but set before every launch.
+  ChooseAlgo(h, *p, align_x, align_w, align_o);
   return p;
 }
 
@@ -129,6 +162,36 @@ bool LtMatmul(const LtGemmArgs& g, cudaStream_t stream) {
   if (st == CUBLAS_STATUS_NOT_SUPPORTED) {
     std::lock_guard<std::mutex> lock(c.mu);
     plan->usable = false;  // remember: fall back for this shape from now on
+    return false;
+  }
+  PG_CUBLAS_CHECK(st);
+  return true;
+}
+
+bool LtMatmulFp8(const LtFp8Args& g, cudaStream_t stream) {
+  if (g.n == 0 || g.m == 0) return true;
+  const int ax = Alignment(g.x), aw = Alignment(g.w), ao = Alignment(g.out);
+  Cache& c = TheCache();
+  std::lock_guard<std::mutex> lock(c.mu);  // the plan's scale pointers are set per launch
+  if (!c.handle) PG_CUBLAS_CHECK(cublasLtCreate(&c.handle));
+  const auto key = std::make_tuple(g.n, g.k, g.m, g.ldx, g.ldw, g.ldo, g.accumulate,
+                                   g.w_per_channel, ax, aw, ao);
+  auto it = c.fp8_plans.find(key);
+  if (it == c.fp8_plans.end())
+    it = c.fp8_plans.emplace(key, MakeFp8Plan(c.handle, g, ax, aw, ao)).first;
+  Plan* plan = it->second.get();
+  if (!plan->usable) return false;
+  PG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                 &g.w_scale, sizeof g.w_scale));
+  PG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                 &g.x_scale, sizeof g.x_scale));
+  void* ws = Scratch(ScratchSlot::kLtWorkspace, kWorkspaceBytes);
+  const float alpha = 1.0f, beta = g.accumulate ? 1.0f : 0.0f;
+  const cublasStatus_t st =
+      cublasLtMatmul(c.handle, plan->op, &alpha, g.w, plan->a, g.x, plan->b, &beta, g.out,
+                     plan->d, g.out, plan->d, &plan->algo, ws, kWorkspaceBytes, stream);
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED) {
+    plan->usable = false;
     return false;
   }
   PG_CUBLAS_CHECK(st);

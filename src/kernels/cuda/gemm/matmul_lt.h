@@ -28,6 +28,22 @@ struct LtGemmArgs {
 // call of a shape queries the heuristic (host work, a few tens of µs); later calls reuse it.
 bool LtMatmul(const LtGemmArgs& a, cudaStream_t stream);
 
+// fp8 e4m3 GEMM (Hopper: both operands fp8):
+//   out[n, m] = (accumulate ? out : 0) + x_scale * (xq[n, k] · (w[m, k] * w_scale)^T)
+// w_scale: one device f32 (per tensor) or [m] (per output channel: cuBLASLt outer-vector
+// scaling); x_scale: one device f32. Same contract as LtMatmul otherwise (false: no algorithm).
+struct LtFp8Args {
+  const uint8_t* x;      // [n, k] e4m3, row stride ldx
+  const uint8_t* w;      // [m, k] e4m3, row stride ldw
+  bf16* out;             // [n, m], row stride ldo
+  int64_t n, k, m, ldx, ldw, ldo;
+  bool accumulate;
+  const float* x_scale;  // device, 1 value
+  const float* w_scale;  // device, 1 value or [m]
+  bool w_per_channel;
+};
+bool LtMatmulFp8(const LtFp8Args& a, cudaStream_t stream);
+
 // Number of distinct shapes in the algorithm cache (tests).
 size_t LtCachedShapes();
 

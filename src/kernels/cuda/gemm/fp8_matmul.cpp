@@ -1,0 +1,89 @@
+// The fp8 e4m3 Matmul with per-tensor / per-output-channel scales (MatmulParams::w_scale of
+// shape [1] or [m]); 128x128 block scales are cuda/moe's "cuda_fp8_block".
+//   cuda_fp8_gemv: n <= kFp8GemvMaxRows — the weight streamed once (16-byte fp8 loads,
+//                  f32 accumulation), bf16 activations as they are (cuda/moe/fp8_gemv.cu).
+//   cuda_fp8_lt:   n >  kFp8GemvMaxRows — activations quantized to e4m3 with one dynamic
+//                  scale (fp8_quant.cu), then cuBLASLt's fp8 GEMM with the scales as device
+//                  pointers; the GEMV when cuBLASLt has no algorithm for the shape.
+// Both are graph-capturable once warmed up (the scratch has grown, the plan is cached).
+#include "kernels/cuda/common/context.h"
+#include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/gemm/fp8_quant.h"
+#include "kernels/cuda/gemm/matmul_lt.h"
+#include "kernels/cuda/moe/moe_params.h"
+#include "kernels/registry.h"
+
+namespace pg::ops {
+namespace {
+
+constexpr int64_t kFp8GemvMaxRows = 4;
+
+bool On(const TensorView& t, DType d) { return t.device == Device::kCuda && t.dtype == d; }
+
+bool Fp8Supports(const MatmulParams& p) {
+  return On(p.x, DType::kBF16) && On(p.out, DType::kBF16) && On(p.w, DType::kF8E4M3) &&
+         On(p.w_scale, DType::kF32) && p.w_scale.ndim == 1 &&
+         (!p.bias.data || p.bias.device == Device::kCuda);
+}
+
+void RunGemv(const MatmulParams& p) {
+  cuda::Fp8GemvArgs a{};
+  a.x = static_cast<const cuda::bf16*>(p.x.data);
+  a.w = static_cast<const uint8_t*>(p.w.data);
+  a.scale = p.w_scale.as<float>();
+  a.scale_mode = p.w_scale.dim(0) == 1 && p.w.dim(0) != 1 ? cuda::ScaleMode::kTensor
+                                                          : cuda::ScaleMode::kChannel;
+  a.scale_ld = 0;
+  a.out = static_cast<cuda::bf16*>(p.out.data);
+  a.bias = p.bias.data ? p.bias.as<float>() : nullptr;
+  a.n = p.x.dim(0), a.k = p.x.dim(1), a.m = p.w.dim(0);
+  a.ldx = p.x.strides[0], a.ldw = p.w.strides[0], a.ldo = p.out.strides[0];
+  a.accumulate = p.accumulate;
+  cuda::LaunchFp8Gemv(a, cuda::CurrentStream());
+  PG_CUDA_CHECK_LAUNCH();
+}
+
+void RunLt(const MatmulParams& p) {
+  cudaStream_t stream = cuda::CurrentStream();
+  const int64_t n = p.x.dim(0), k = p.x.dim(1), m = p.w.dim(0);
+  const int64_t ldq = (k + 15) / 16 * 16;  // 16-byte rows for cuBLASLt
+  // Scratch: [amax, scale] f32 then the quantized rows (256-byte aligned).
+  char* s = static_cast<char*>(
+      cuda::Scratch(cuda::ScratchSlot::kFp8Act, 256 + size_t(n * ldq)));
+  cuda::Fp8QuantArgs q{static_cast<const cuda::bf16*>(p.x.data), reinterpret_cast<uint8_t*>(s + 256),
+                       reinterpret_cast<float*>(s), reinterpret_cast<float*>(s) + 1, n, k,
+                       p.x.strides[0], ldq};
+  cuda::LtFp8Args g{};
+  g.x = q.xq;
+  g.w = static_cast<const uint8_t*>(p.w.data);
+  g.out = static_cast<cuda::bf16*>(p.out.data);
+  g.n = n, g.k = k, g.m = m, g.ldx = ldq, g.ldw = p.w.strides[0], g.ldo = p.out.strides[0];
+  g.accumulate = p.accumulate;
+  g.x_scale = q.scale;
+  g.w_scale = p.w_scale.as<float>();
+  g.w_per_channel = p.w_scale.dim(0) != 1 || m == 1;
+  cuda::LaunchFp8Quant(q, stream);
+  PG_CUDA_CHECK_LAUNCH();
+  if (!cuda::LtMatmulFp8(g, stream)) return RunGemv(p);  // the quantization was wasted
+  if (p.bias.data) {
+    cuda::LaunchBiasAdd({static_cast<cuda::bf16*>(p.out.data), p.bias.as<float>(),
+                         p.out.strides[0], n, m},
+                        stream);
+    PG_CUDA_CHECK_LAUNCH();
+  }
+}
+
+}  // namespace
+
+void RegisterCudaFp8MatmulKernels(Registry& r) {
+  r.Register(KernelImpl<MatmulParams>{
+      "cuda_fp8_gemv", Device::kCuda, kPriorityCuda,
+      [](const MatmulParams& p) { return Fp8Supports(p) && p.x.dim(0) <= kFp8GemvMaxRows; },
+      &RunGemv});
+  r.Register(KernelImpl<MatmulParams>{
+      "cuda_fp8_lt", Device::kCuda, kPriorityCuda,
+      [](const MatmulParams& p) { return Fp8Supports(p) && p.x.dim(0) > kFp8GemvMaxRows; },
+      &RunLt});
+}
+
+}  // namespace pg::ops
