@@ -18,7 +18,10 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
-const std::string kRankBin = TRANSFER_RANK_BIN;
+// PEREGRINE_TRANSFER_RANK_BIN overrides the build-time path (binaries run from elsewhere).
+const std::string kRankBin = std::getenv("PEREGRINE_TRANSFER_RANK_BIN")
+                                 ? std::getenv("PEREGRINE_TRANSFER_RANK_BIN")
+                                 : TRANSFER_RANK_BIN;
 
 int FreePort() {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
