@@ -41,20 +41,20 @@ timeout 40 "$BIN/test_transfer" > "$OUT/test_transfer.log" 2>&1; echo "rc=$?"
 grep -E '^\[ *(PASSED|FAILED) ' "$OUT/test_transfer.log"
 for p in shm "tcp;ofi_rxm"; do
   echo "== write, low-latency path, $p (vs fi_pingpong)"
-  timeout 35 "$BIN/transfer_bench" write --provider="$p" --spin=1 \
+  timeout 30 "$BIN/transfer_bench" write --provider="$p" --spin=1 \
     --fi-pingpong="$BIN/fi_pingpong" 2>&1 | grep -v '\[info\]' | tee -a "$OUT/write.log"
 done
 for p in shm "tcp;ofi_rxm"; do
   echo "== write, proxy-only path, $p"
-  timeout 12 "$BIN/transfer_bench" write --provider="$p" --spin=1 --low-latency=0 \
+  timeout 10 "$BIN/transfer_bench" write --provider="$p" --spin=1 --low-latency=0 \
     --pingpong=0 --max-bytes=2097152 2>&1 | grep -v '\[info\]' | tee -a "$OUT/write.log"
 done
 echo "== test_transfer_multiproc (loopback: 2/4/8 processes, kill a peer)"
-timeout "$(left 110)" "$BIN/test_transfer_multiproc" --gtest_filter='Loopback*' \
+timeout "$(left 95)" "$BIN/test_transfer_multiproc" --gtest_filter='Loopback*' \
   > "$OUT/multiproc.log" 2>&1; echo "rc=$?"
 grep -E '^\[ *(OK|PASSED|FAILED) ' "$OUT/multiproc.log"
 for p in shm "tcp;ofi_rxm"; do
-  t=$(left 138); (( t > 5 )) || break
+  t=$(left 115); (( t > 5 )) || break
   echo "== a2a $p"
   timeout "$t" "$BIN/transfer_bench" a2a --provider="$p" --spin=1 --worlds=2,4,8 --iters=20 \
     2>&1 | grep -E 'rank=0|provider' | tee -a "$OUT/a2a.log"
