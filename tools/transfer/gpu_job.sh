@@ -50,7 +50,8 @@ for p in shm "tcp;ofi_rxm"; do
     --pingpong=0 --max-bytes=2097152 2>&1 | grep -v '\[info\]' | tee -a "$OUT/write.log"
 done
 echo "== test_transfer_multiproc (loopback: 2/4/8 processes, kill a peer)"
-timeout "$(left 95)" "$BIN/test_transfer_multiproc" --gtest_filter='Loopback*' \
+t=$(left 95); (( t > 5 )) || t=5
+timeout "$t" "$BIN/test_transfer_multiproc" --gtest_filter='Loopback*' \
   > "$OUT/multiproc.log" 2>&1; echo "rc=$?"
 grep -E '^\[ *(OK|PASSED|FAILED) ' "$OUT/multiproc.log"
 for p in shm "tcp;ofi_rxm"; do
