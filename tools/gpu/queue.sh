@@ -10,7 +10,11 @@
 #
 #   here:   tools/gpu/queue.sh --pack-lib           (once per session)
 #   device: run(command="tools/gpu/queue.sh", carry=[".gpulib", ".gpuq"])
-# Output: $OUT/summary.txt and $OUT/results.tgz (one folder per job, each with log.txt).
+# Env: JOBS="a b c" picks jobs and their order (default: every READY job, by name);
+#      MAXJOB caps each job's seconds; QUEUE_BUDGET (default 560) caps the whole call: a job
+#      gets min(its timeout, MAXJOB, what is left).
+# Output: $OUT/summary.txt and $OUT/<job>.tgz (its folder, with log.txt), at most 7 jobs a call
+# (the device tool returns at most 8 files).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -34,17 +38,27 @@ export NCCL_NVLS_ENABLE=0
   echo "== environment ($(date -u +%FT%TZ))"
   nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem,memory.total --format=csv
 } 2>&1 | tee "$OUT/summary.txt"
-for d in .gpuq/*/; do
-  name=$(basename "$d")
+t0=$(date +%s)
+budget=${QUEUE_BUDGET:-560}
+jobs=${JOBS:-$(ls .gpuq 2>/dev/null)}
+n=0
+for name in $jobs; do
+  d=".gpuq/$name"
   [[ -f "$d/READY" && -f "$d/run.sh" ]] || continue
+  (( n < 7 )) || { echo "job $name skipped: 7 jobs a call" | tee -a "$OUT/summary.txt"; continue; }
   t=$(cat "$d/timeout" 2>/dev/null || echo 150)
+  [[ -n "${MAXJOB:-}" ]] && (( t > MAXJOB )) && t=$MAXJOB
+  left=$(( budget - ($(date +%s) - t0) ))
+  (( left < 20 )) && { echo "job $name skipped: no time left" | tee -a "$OUT/summary.txt"; continue; }
+  (( t > left )) && t=$left
   o="$OUT/jobs/$name"; mkdir -p "$o"
   cp "$d/READY" "$o/request"
   start=$(date +%s)
-  ( export OUT="$o" JOB="$d"; timeout --kill-after=10 "$t" bash "$d/run.sh" ) > "$o/log.txt" 2>&1
+  ( export OUT="$PWD/$o" JOB="$d"; [[ "$o" = /* ]] && export OUT="$o"; timeout --kill-after=10 "$t" bash "$d/run.sh" ) > "$o/log.txt" 2>&1
   rc=$?
-  echo "job $name request $(cat "$d/READY") rc=$rc seconds=$(( $(date +%s) - start ))" | tee -a "$OUT/summary.txt"
+  echo "job $name request $(cat "$d/READY") rc=$rc seconds=$(( $(date +%s) - start )) (limit $t)" | tee -a "$OUT/summary.txt"
   tail -5 "$o/log.txt" | sed 's/^/    /' | tee -a "$OUT/summary.txt"
+  tar -C "$OUT/jobs" -czf "$OUT/$name.tgz" "$name" && rm -rf "$o"
+  n=$((n + 1))
 done
-tar -C "$OUT/jobs" -czf "$OUT/results.tgz" .
-rm -rf "$OUT/jobs"
+rmdir "$OUT/jobs" 2>/dev/null
