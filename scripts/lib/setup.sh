@@ -14,7 +14,7 @@ DEB_PACKAGES=(
   libgtest-dev libgmock-dev libfmt-dev libspdlog-dev nlohmann-json3-dev libcli11-dev
   libpcre2-dev libicu-dev libopenblas-dev libboost1.81-dev prometheus-cpp-dev libfabric-dev
   libfabric-bin openmpi-bin libopenmpi-dev
-  python3 python3-pip python3-venv unzip curl iproute2
+  python3 python3-pip python3-venv unzip xz-utils curl iproute2
 )
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do
