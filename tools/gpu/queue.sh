@@ -25,7 +25,7 @@ if [[ "${1:-}" == "--pack-lib" ]]; then
     [[ -e /lib/x86_64-linux-gnu/$l ]] && cp -L /lib/x86_64-linux-gnu/$l .gpulib/
   done
   cp -L /usr/local/cuda/lib64/libcudart.so.13 .gpulib/
-  gzip -9c /usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0 > .gpulib/libopenblas.so.0.gz
+  xz -9c /usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0 > .gpulib/libopenblas.so.0.xz
   for p in /.gpulib/ /.gpuq/; do grep -qx "$p" .git/info/exclude || echo "$p" >> .git/info/exclude; done
   du -sh .gpulib
   exit 0

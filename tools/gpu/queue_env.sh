@@ -2,7 +2,10 @@
 # shared libraries (.gpulib) and cuBLASLt on LD_LIBRARY_PATH and unpacks the job's bin/*.gz
 # into $BIN.
 mkdir -p /tmp/pglib
-[[ -f /tmp/pglib/libopenblas.so.0 ]] || gunzip -c .gpulib/libopenblas.so.0.gz > /tmp/pglib/libopenblas.so.0
+if [[ ! -f /tmp/pglib/libopenblas.so.0 ]]; then
+  xz -dc .gpulib/libopenblas.so.0.xz > /tmp/pglib/libopenblas.so.0 2>/dev/null ||
+    python3 -c 'import lzma,sys; sys.stdout.buffer.write(lzma.open(".gpulib/libopenblas.so.0.xz").read())' > /tmp/pglib/libopenblas.so.0
+fi
 lt=$(ls /usr/local/cuda/lib64/libcublasLt.so.13 /usr/local/cuda/lib/libcublasLt.so.13 2>/dev/null | head -1)
 [[ -n "$lt" ]] || lt=$(find / -name 'libcublasLt.so.13' -not -path '*/proc/*' 2>/dev/null | head -1)
 export LD_LIBRARY_PATH="$PWD/.gpulib:/tmp/pglib:$(dirname "${lt:-/nonexistent/x}"):${LD_LIBRARY_PATH:-}"
