@@ -91,9 +91,10 @@ struct Batch {
 struct LatentCache {
   Tensor k, v;
   KvCacheView view;
-  LatentCache(const Batch& b, DType dtype, float k_scale, float v_scale)
-      : k(dtype, {b.num_pages, b.batch.page_size, 1, kHalf}),
-        v(dtype, {b.num_pages, b.batch.page_size, 1, kHalf}) {
+  LatentCache(const Batch& b, DType dtype, float k_scale, float v_scale, int rank = kRank,
+              int rope = kRope)
+      : k(dtype, {b.num_pages, b.batch.page_size, 1, MlaCacheHalfDim(rank, rope)}),
+        v(dtype, {b.num_pages, b.batch.page_size, 1, MlaCacheHalfDim(rank, rope)}) {
     if (dtype == DType::kF32) {
       FillNormal(k);  // stale slots must not matter
       FillNormal(v);
@@ -103,7 +104,7 @@ struct LatentCache {
           t->data<uint8_t>()[i] = F32ToF8E4M3(float(RandInt(-40, 40)) / 8.0f);
     }
     view = {k.view(), v.view(), k_scale, v_scale};
-    Tensor latent = F32({b.history, kLatent});
+    Tensor latent = F32({b.history, rank + rope});
     RoundToBf16(latent);
     SetMaxKernelPriority(kPriorityRef);
     MlaCacheWrite({.latent = latent.view(), .cache = view, .batch = &b.full});
@@ -159,6 +160,7 @@ struct Case {
   int heads, nope, v, page_size;
   std::vector<std::pair<int, int>> seqs;  // (q_len, kv_len)
   bool expanded;                          // also run the expanded mode (ref cost)
+  int rank = kRank, rope = kRope;
 };
 
 TEST(MlaAttentionOp, BackendsMatchRef) {
@@ -170,6 +172,10 @@ TEST(MlaAttentionOp, BackendsMatchRef) {
       {128, 128, 128, 64, {{1, 700}, {4, 90}}, false},                  // V3 heads
       {20, 64, 64, 16, {{70, 100}, {1, 33}}, true},                     // 64/64/64 prefill shape
       {8, 128, 128, 16, {{130, 130}, {65, 200}}, true},                 // prefill > 1 row tile
+      // Other latent shapes (the generic kernel): the tiny golden models, and odd sizes.
+      {4, 32, 24, 4, {{1, 29}, {5, 5}, {2, 40}}, true, 64, 16},
+      {2, 24, 32, 16, {{7, 7}, {1, 30}}, true, 48, 8},
+      {3, 10, 12, 5, {{1, 40}, {17, 30}, {1, 1}}, true, 21, 6},
   };
   if (Backends<MlaAttentionParams>().empty()) GTEST_SKIP() << "no MlaAttention backend besides ref";
   Coverage cov;
@@ -178,19 +184,20 @@ TEST(MlaAttentionOp, BackendsMatchRef) {
       for (MlaMode mode : {MlaMode::kAbsorbed, MlaMode::kExpanded}) {
         if (mode == MlaMode::kExpanded && !c.expanded) continue;
         const std::string what =
-            fmt::format("heads {} nope {} v {} page {} cache {} {}", c.heads, c.nope, c.v,
-                        c.page_size, dt == DType::kF32 ? "bf16" : "fp8",
+            fmt::format("heads {} nope {} v {} rank {} rope {} page {} cache {} {}", c.heads,
+                        c.nope, c.v, c.rank, c.rope, c.page_size, dt == DType::kF32 ? "bf16" : "fp8",
                         mode == MlaMode::kAbsorbed ? "absorbed" : "expanded");
         SCOPED_TRACE(what);
         Batch b(c.seqs, c.page_size);
-        LatentCache cache(b, dt, dt == DType::kF32 ? 1.0f : 0.125f, dt == DType::kF32 ? 1.0f : 0.0625f);
-        Tensor w = Bf16Weight(c.heads * (c.nope + c.v), kRank, 0.05f);
-        Tensor q = F32({b.tokens, c.heads, c.nope + kRope});
+        LatentCache cache(b, dt, dt == DType::kF32 ? 1.0f : 0.125f,
+                          dt == DType::kF32 ? 1.0f : 0.0625f, c.rank, c.rope);
+        Tensor w = Bf16Weight(c.heads * (c.nope + c.v), c.rank, 0.05f);
+        Tensor q = F32({b.tokens, c.heads, c.nope + c.rope});
         RoundToBf16(q);
         Tensor ref_out(DType::kF32, {b.tokens, c.heads, c.v}), got(DType::kF32, {b.tokens, c.heads, c.v});
         MlaAttentionParams p{.q = q.view(), .w_kv_b = w.view(), .out = ref_out.view(),
-                             .cache = cache.view, .batch = &b.batch, .kv_lora_rank = kRank,
-                             .rope_dim = kRope, .scale = 0.8f / std::sqrt(float(c.nope + kRope)),
+                             .cache = cache.view, .batch = &b.batch, .kv_lora_rank = c.rank,
+                             .rope_dim = c.rope, .scale = 0.8f / std::sqrt(float(c.nope + c.rope)),
                              .mode = mode};
         RunWith(RefImpl<MlaAttentionParams>(), p);
         for (const auto* k : Backends<MlaAttentionParams>()) {

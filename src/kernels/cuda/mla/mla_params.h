@@ -87,6 +87,32 @@ struct MlaPrefillArgs {
   float logit_scale_log2;
 };
 
+// Any latent shape (tiny test models; rank != 512 or rope != 64): absorbed attention with
+// one block per (query row, head), f32 scalar math. q_lat [num_tokens, heads, rank + rope],
+// o_lat [num_tokens, heads, rank], both packed; cache rows of `half` values per half.
+struct MlaGenericArgs {
+  const bf16* q_lat;
+  const void* k_cache;
+  const void* v_cache;
+  bf16* o_lat;
+  DeviceBatchView batch;
+  int heads, rank, rope, half;
+  float logit_scale_log2;
+  MlaCacheType cache_type;
+  float k_scale, v_scale;
+};
+
+// Per-head products without cuBLASLt (shapes it refuses: odd sizes / alignments):
+//   out[t, h, j] = sum_i x[t, h * x_head + i] * w[h * w_head + (w_km ? i * ldw + j : j * ldw + i)]
+// for i < k, j < m; x rows of stride ldx, out rows of stride ldo, head h's out at h * o_head.
+struct MlaHeadGemmArgs {
+  const bf16* x;
+  const bf16* w;
+  bf16* out;
+  int64_t tokens, heads, k, m, ldx, x_head, ldw, w_head, ldo, o_head;
+  bool w_km;
+};
+
 // Merges num_splits partials into o_lat (bf16, packed [num_tokens, heads, kMlaRank]).
 struct MlaCombineArgs {
   const float* partial_acc;
@@ -107,6 +133,8 @@ struct MlaDecodePlan {
 MlaDecodePlan PlanMlaDecode(int num_seqs, int max_q_len, int max_kv_len, int heads, int num_sms);
 void LaunchMlaDecode(const MlaDecodeArgs& a, cudaStream_t stream);
 void LaunchMlaCombine(const MlaCombineArgs& a, cudaStream_t stream);
+void LaunchMlaGeneric(const MlaGenericArgs& a, cudaStream_t stream);
+void LaunchMlaHeadGemm(const MlaHeadGemmArgs& a, cudaStream_t stream);
 // Returns false when (nope, rope, v) has no compiled specialisation.
 bool MlaPrefillSupports(int nope, int rope, int v);
 void LaunchMlaPrefill(const MlaPrefillArgs& a, int nope, int rope, int v, cudaStream_t stream);

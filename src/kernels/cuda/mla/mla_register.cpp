@@ -4,9 +4,11 @@
 // warm-up (CUDA-graph capturable).
 //
 // Capabilities: q / out / latent bf16 on the device; w_kv_b bf16; latent cache bf16 (scales 1)
-// or fp8 e4m3 (per-tensor k_scale / v_scale). MlaAttention: kv_lora_rank 512, rope_dim 64
-// (DeepSeek-V3, Kimi K2, DeepSeek-V2-Lite, Moonlight); expanded mode also needs a compiled
-// (nope, rope, v) prefill shape (128/64/128).
+// or fp8 e4m3 (per-tensor k_scale / v_scale). MlaAttention's tensor-core kernels serve
+// kv_lora_rank 512 / rope_dim 64 (DeepSeek-V3, Kimi K2, DeepSeek-V2-Lite, Moonlight), expanded
+// mode with a compiled (nope, rope, v) prefill shape (128/64/128, 64/64/64); other latent
+// shapes (tiny test models) run a scalar absorbed kernel (mla_generic.cu), and expanded
+// requests without a prefill kernel run the absorbed form.
 //
 // Absorbed:  q_lat[t, h] = [W_UK_h^T q_nope[t, h], q_pe[t, h]]   (cuBLASLt, batched over heads)
 //            o_lat = softmax(q_lat · latents^T) · latents[:, :512]  (mla_decode.cu, split-K)
@@ -70,12 +72,16 @@ class ScratchCarver {
   size_t total_ = 0;
 };
 
-void Gemm(const cuda::LtGemmArgs& g, cudaStream_t stream, const char* what) {
+// cuBLASLt, or (shapes it refuses) the GEMV kernel / the per-head scalar kernel.
+void Gemm(const cuda::LtGemmArgs& g, cudaStream_t stream) {
   if (cuda::LtMatmul(g, stream)) return;
-  PG_ENSURE(g.batch == 1 && !g.w_km, kInternal, "MlaAttention: cuBLASLt has no algorithm for {}",
-            what);
-  cuda::LaunchGemv({g.x, g.w, g.out, nullptr, g.n, g.k, g.m, g.ldx, g.ldw, g.ldo, g.accumulate},
-                   stream);
+  if (g.batch == 1 && !g.w_km)
+    cuda::LaunchGemv({g.x, g.w, g.out, nullptr, g.n, g.k, g.m, g.ldx, g.ldw, g.ldo, g.accumulate},
+                     stream);
+  else
+    cuda::LaunchMlaHeadGemm({g.x, g.w, g.out, g.n, g.batch, g.k, g.m, g.ldx, g.stride_x, g.ldw,
+                             g.stride_w, g.ldo, g.stride_o, g.w_km},
+                            stream);
   PG_CUDA_CHECK_LAUNCH();
 }
 
@@ -109,25 +115,33 @@ float SoftmaxScale(const MlaAttentionParams& p, const MlaShape& s) {
   return p.scale > 0 ? p.scale : 1.0f / std::sqrt(float(s.qk));
 }
 
+// The tensor-core kernels' latent shape (mla_params.h).
+bool FastLatent(const MlaShape& s) { return s.rank == cuda::kMlaRank && s.rope == cuda::kMlaRope; }
+
 void RunAbsorbed(const MlaAttentionParams& p, const MlaShape& sh, cudaStream_t stream) {
   const AttentionBatch& b = *p.batch;
-  const int64_t T = sh.tokens, H = sh.heads, per_head = sh.nope + sh.v;
+  const int64_t T = sh.tokens, H = sh.heads, per_head = sh.nope + sh.v, L = sh.rank + sh.rope;
   if (T == 0) return;
+  const bool fast = FastLatent(sh);
   int max_q = 1, max_kv = 1;
   for (int s = 0; s < b.num_seqs; ++s) {
     max_q = std::max(max_q, int(b.q_len[size_t(s)]));
     max_kv = std::max(max_kv, int(b.kv_len[size_t(s)]));
   }
   cuda::MlaDecodeArgs a{};
-  const cuda::MlaDecodePlan plan =
-      cuda::PlanMlaDecode(b.num_seqs, max_q, max_kv, int(H), cuda::MultiprocessorCount());
-  a.row_groups = plan.row_groups;
-  a.num_splits = plan.num_splits;
-  a.chunk = plan.chunk;
+  if (fast) {
+    const cuda::MlaDecodePlan plan =
+        cuda::PlanMlaDecode(b.num_seqs, max_q, max_kv, int(H), cuda::MultiprocessorCount());
+    a.row_groups = plan.row_groups;
+    a.num_splits = plan.num_splits;
+    a.chunk = plan.chunk;
+  } else {
+    a.num_splits = 1;
+  }
 
   ScratchCarver sc;
-  const size_t off_q = sc.Add(size_t(T * H) * cuda::kMlaLatent * 2);
-  const size_t off_o = sc.Add(size_t(T * H) * cuda::kMlaRank * 2);
+  const size_t off_q = sc.Add(size_t(T * H * L) * 2);
+  const size_t off_o = sc.Add(size_t(T * H * sh.rank) * 2);
   const size_t parts = size_t(T * H) * size_t(a.num_splits);
   const size_t off_acc = a.num_splits > 1 ? sc.Add(parts * cuda::kMlaRank * 4) : 0;
   const size_t off_ml = a.num_splits > 1 ? sc.Add(parts * 2 * 4) : 0;
@@ -137,54 +151,63 @@ void RunAbsorbed(const MlaAttentionParams& p, const MlaShape& sh, cudaStream_t s
 
   const bf16* w = Bf(p.w_kv_b);
   const int64_t ldw = p.w_kv_b.strides[0];
-  // q_lat[:, h, :512] = q_nope[:, h] · W_UK_h (W_UK_h: rows h*per_head .. +nope, [nope, 512]).
-  cuda::LtGemmArgs fold{Bf(p.q), w, q_lat, T, sh.nope, sh.rank, p.q.strides[0], ldw,
-                        H * cuda::kMlaLatent, false};
-  fold.batch = H, fold.stride_x = sh.qk, fold.stride_w = per_head * ldw,
-  fold.stride_o = cuda::kMlaLatent, fold.w_km = true;
-  Gemm(fold, stream, "the W_UK fold");
-  // q_lat[:, h, 512:576] = q_pe.
-  const size_t pe_bytes = size_t(sh.rope) * 2;
-  if (p.q.strides[0] == H * sh.qk) {
-    PG_CUDA_CHECK(cudaMemcpy2DAsync(q_lat + sh.rank, cuda::kMlaLatent * 2, Bf(p.q) + sh.nope,
-                                    size_t(sh.qk) * 2, pe_bytes, size_t(T * H),
-                                    cudaMemcpyDeviceToDevice, stream));
-  } else {
-    for (int64_t t = 0; t < T; ++t)
-      PG_CUDA_CHECK(cudaMemcpy2DAsync(q_lat + t * H * cuda::kMlaLatent + sh.rank,
-                                      cuda::kMlaLatent * 2, Bf(p.q) + t * p.q.strides[0] + sh.nope,
-                                      size_t(sh.qk) * 2, pe_bytes, size_t(H),
+  // q_lat[:, h, :rank] = q_nope[:, h] · W_UK_h (W_UK_h: rows h*per_head .. +nope, [nope, rank]).
+  cuda::LtGemmArgs fold{Bf(p.q), w, q_lat, T, sh.nope, sh.rank, p.q.strides[0], ldw, H * L, false};
+  fold.batch = H, fold.stride_x = sh.qk, fold.stride_w = per_head * ldw, fold.stride_o = L,
+  fold.w_km = true;
+  Gemm(fold, stream);
+  // q_lat[:, h, rank:] = q_pe.
+  if (sh.rope > 0) {
+    const size_t pe_bytes = size_t(sh.rope) * 2;
+    if (p.q.strides[0] == H * sh.qk) {
+      PG_CUDA_CHECK(cudaMemcpy2DAsync(q_lat + sh.rank, size_t(L) * 2, Bf(p.q) + sh.nope,
+                                      size_t(sh.qk) * 2, pe_bytes, size_t(T * H),
                                       cudaMemcpyDeviceToDevice, stream));
+    } else {
+      for (int64_t t = 0; t < T; ++t)
+        PG_CUDA_CHECK(cudaMemcpy2DAsync(q_lat + t * H * L + sh.rank, size_t(L) * 2,
+                                        Bf(p.q) + t * p.q.strides[0] + sh.nope, size_t(sh.qk) * 2,
+                                        pe_bytes, size_t(H), cudaMemcpyDeviceToDevice, stream));
+    }
   }
-
-  a.q_lat = q_lat;
-  a.k_cache = p.cache.k_cache.data;
-  a.v_cache = p.cache.v_cache.data;
-  a.o_lat = o_lat;
-  if (a.num_splits > 1) {
-    a.partial_acc = reinterpret_cast<float*>(base + off_acc);
-    a.partial_ml = reinterpret_cast<float*>(base + off_ml);
-  }
-  a.batch = DeviceBatch(b, stream);
-  a.heads = int(H);
-  a.logit_scale_log2 = SoftmaxScale(p, sh) * 1.4426950408889634f;
-  a.cache_type = CacheType(p.cache);
-  a.k_scale = p.cache.k_scale;
-  a.v_scale = p.cache.v_scale;
-  cuda::LaunchMlaDecode(a, stream);
-  PG_CUDA_CHECK_LAUNCH();
-  if (a.num_splits > 1) {
-    cuda::LaunchMlaCombine({a.partial_acc, a.partial_ml, o_lat, a.batch, a.heads, a.num_splits,
-                            a.chunk},
+  const cuda::DeviceBatchView& dev = DeviceBatch(b, stream);
+  const float scale_log2 = SoftmaxScale(p, sh) * 1.4426950408889634f;
+  if (!fast) {
+    cuda::LaunchMlaGeneric({q_lat, p.cache.k_cache.data, p.cache.v_cache.data, o_lat, dev,
+                            int(H), int(sh.rank), int(sh.rope), int(p.cache.k_cache.dim(3)),
+                            scale_log2, CacheType(p.cache), p.cache.k_scale, p.cache.v_scale},
                            stream);
     PG_CUDA_CHECK_LAUNCH();
+  } else {
+    a.q_lat = q_lat;
+    a.k_cache = p.cache.k_cache.data;
+    a.v_cache = p.cache.v_cache.data;
+    a.o_lat = o_lat;
+    if (a.num_splits > 1) {
+      a.partial_acc = reinterpret_cast<float*>(base + off_acc);
+      a.partial_ml = reinterpret_cast<float*>(base + off_ml);
+    }
+    a.batch = dev;
+    a.heads = int(H);
+    a.logit_scale_log2 = scale_log2;
+    a.cache_type = CacheType(p.cache);
+    a.k_scale = p.cache.k_scale;
+    a.v_scale = p.cache.v_scale;
+    cuda::LaunchMlaDecode(a, stream);
+    PG_CUDA_CHECK_LAUNCH();
+    if (a.num_splits > 1) {
+      cuda::LaunchMlaCombine({a.partial_acc, a.partial_ml, o_lat, a.batch, a.heads, a.num_splits,
+                              a.chunk},
+                             stream);
+      PG_CUDA_CHECK_LAUNCH();
+    }
   }
-  // out[:, h] = o_lat[:, h] · W_UV_h^T (W_UV_h: rows h*per_head + nope .. +v, [v, 512]).
+  // out[:, h] = o_lat[:, h] · W_UV_h^T (W_UV_h: rows h*per_head + nope .. +v, [v, rank]).
   cuda::LtGemmArgs apply{o_lat, w + sh.nope * ldw, Bf(p.out), T, sh.rank, sh.v,
-                         H * cuda::kMlaRank, ldw, p.out.strides[0], false};
-  apply.batch = H, apply.stride_x = cuda::kMlaRank, apply.stride_w = per_head * ldw,
+                         H * sh.rank, ldw, p.out.strides[0], false};
+  apply.batch = H, apply.stride_x = sh.rank, apply.stride_w = per_head * ldw,
   apply.stride_o = sh.v;
-  Gemm(apply, stream, "the W_UV apply");
+  Gemm(apply, stream);
 }
 
 void RunExpanded(const MlaAttentionParams& p, const MlaShape& sh, cudaStream_t stream) {
@@ -217,7 +240,7 @@ void RunExpanded(const MlaAttentionParams& p, const MlaShape& sh, cudaStream_t s
   // kv[t, h, :] = w_kv_b[h] · c_kv(t): one GEMM over the whole history.
   Gemm({lat, Bf(p.w_kv_b), kv, hist, sh.rank, H * per_head, cuda::kMlaLatent,
         p.w_kv_b.strides[0], H * per_head, false},
-       stream, "the latent expansion");
+       stream);
   cuda::MlaPrefillArgs a{};
   a.q = Bf(p.q);
   a.kv = kv;
@@ -238,21 +261,24 @@ void RunExpanded(const MlaAttentionParams& p, const MlaShape& sh, cudaStream_t s
 void RunMlaAttention(const MlaAttentionParams& p) {
   cudaStream_t stream = cuda::CurrentStream();
   const MlaShape sh = ShapeOf(p);
-  if (p.mode == MlaMode::kAbsorbed) RunAbsorbed(p, sh, stream);
-  else RunExpanded(p, sh, stream);
+  // Shapes without a compiled prefill kernel (or rows it cannot read: cp.async needs 16-byte
+  // q rows, the output pairs 4-byte alignment) run the absorbed form (the same function).
+  const bool aligned = reinterpret_cast<uintptr_t>(p.q.data) % 16 == 0 &&
+                       p.q.strides[0] % 8 == 0 && p.out.strides[0] % 2 == 0;
+  if (p.mode == MlaMode::kExpanded && FastLatent(sh) && aligned &&
+      cuda::MlaPrefillSupports(int(sh.nope), int(sh.rope), int(sh.v)))
+    RunExpanded(p, sh, stream);
+  else
+    RunAbsorbed(p, sh, stream);
 }
 
 bool SupportsMlaAttention(const MlaAttentionParams& p) {
   if (!DevBf16(p.q) || !DevBf16(p.out) || !DevBf16(p.w_kv_b) || !CacheOk(p.cache)) return false;
-  if (p.kv_lora_rank != cuda::kMlaRank || p.rope_dim != cuda::kMlaRope) return false;
   if (p.cache.k_cache.dtype == DType::kBF16 && (p.cache.k_scale != 1.0f || p.cache.v_scale != 1.0f))
     return false;
-  // 16-byte aligned rows for cp.async / 4-byte aligned output pairs.
-  const bool q_aligned = reinterpret_cast<uintptr_t>(p.q.data) % 16 == 0 && p.q.strides[0] % 8 == 0;
-  if (p.mode == MlaMode::kExpanded)
-    return q_aligned && p.out.strides[0] % 2 == 0 &&
-           cuda::MlaPrefillSupports(int(p.q.dim(2)) - p.rope_dim, p.rope_dim, int(p.out.dim(2)));
-  return true;
+  if (p.kv_lora_rank == cuda::kMlaRank && p.rope_dim == cuda::kMlaRope) return true;
+  // Generic kernel: q row + per-warp output rows in shared memory.
+  return size_t(p.kv_lora_rank + p.rope_dim + 4 * p.kv_lora_rank) * 4 <= 200 * 1024;
 }
 
 }  // namespace
