@@ -12,14 +12,14 @@ namespace pg::comm {
 // ---- OpCounter ------------------------------------------------------------------------
 
 void OpCounter::Record(const OpResult& r) {
-  {
-    std::lock_guard lock(mu_);
-    if (r.ok) {
-      done.fetch_add(1);
-    } else {
-      if (first_error_.empty()) first_error_ = r.error;
-      failed.fetch_add(1);
-    }
+  // Notified under the lock: a waiter that sees the new count (Wait always takes the lock
+  // before returning) may destroy the counter right after, so nothing here may touch it later.
+  std::lock_guard lock(mu_);
+  if (r.ok) {
+    done.fetch_add(1);
+  } else {
+    if (first_error_.empty()) first_error_ = r.error;
+    failed.fetch_add(1);
   }
   cv_.notify_all();
 }

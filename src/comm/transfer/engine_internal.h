@@ -49,7 +49,6 @@ struct TransferEngine::Domain {
   uint32_t index = 0;
   std::unique_ptr<Provider> provider;
   std::thread thread;
-  std::thread::id thread_id;
 
   // --- fabric lock: provider calls, `pending`, `inflight` ------------------------------
   std::mutex fabric;

@@ -235,7 +235,6 @@ bool TransferEngine::PollOnce() {
 }
 
 void TransferEngine::ProgressLoop(Domain& d) {
-  d.thread_id = std::this_thread::get_id();
   std::vector<ProviderEvent> events;
   std::vector<Finished> finished;
   std::vector<std::function<void()>> deferred;

@@ -226,18 +226,19 @@ class TcpEngineTest : public EngineTest {};
 TEST_P(TcpEngineTest, DeadPeerGivesAnErrorWithinTheTimeout) {
   auto config = Config(GetParam());
   config.op_timeout = 1500ms;
-  Cluster c(2, config);
+  // Counters and registered buffers outlive the engines: the failed writes still report into
+  // `counter` after its Wait threw (until the engine is destroyed).
+  OpCounter warm, counter;
   std::vector<uint8_t> src(4096, 1), dst(4096);
+  Cluster c(2, config);
   auto smr = c.engines[0]->Register(src.data(), src.size(), false);
   auto dmr = c.engines[1]->Register(dst.data(), dst.size(), true);
   auto remote = c.engines[0]->Import(c.engines[1]->Describe(dmr));
   auto req = c.engines[0]->BuildWrite({&smr, 0, 4096, &c.groups[0][1], &remote, 0, 1u});
-  OpCounter warm;
   c.engines[0]->Submit(req, {nullptr, &warm});
   warm.Wait(1, 5s);
   c.engines[1].reset();  // the peer goes away
   const auto start = std::chrono::steady_clock::now();
-  OpCounter counter;
   for (int i = 0; i < 8; ++i) c.engines[0]->Submit(req, {nullptr, &counter});
   EXPECT_THROW(counter.Wait(8, 10s), Error);
   const auto elapsed = std::chrono::steady_clock::now() - start;

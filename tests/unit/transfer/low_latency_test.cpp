@@ -24,8 +24,8 @@ class LowLatencyTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(LowLatencyTest, CallbacksAndExpectationsNeverRunOnThePollingWaiter) {
   auto config = Config(GetParam());
   config.waiter_spin_us = 2'000'000;  // waiters poll for the whole wait
+  std::vector<uint8_t> src(64, 7), dst(64, 0);  // registered: must outlive the engines
   Cluster c(2, config);
-  std::vector<uint8_t> src(64, 7), dst(64, 0);
   auto smr = c.engines[0]->Register(src.data(), src.size(), false);
   auto dmr = c.engines[1]->Register(dst.data(), dst.size(), true);
   auto remote = c.engines[0]->Import(c.engines[1]->Describe(dmr));
@@ -71,8 +71,8 @@ TEST_P(LowLatencyTest, CallbacksAndExpectationsNeverRunOnThePollingWaiter) {
 // must arrive exactly once and in order per pair (each write waits for the previous echo).
 TEST_P(LowLatencyTest, ConcurrentSubmittersAndWaitersLoseNothing) {
   constexpr int kThreads = 4, kRounds = 200;
+  std::vector<uint64_t> buf0(2 * kThreads, 0), buf1(2 * kThreads, 0);  // outlive the engines
   Cluster c(2, Config(GetParam()));
-  std::vector<uint64_t> buf0(2 * kThreads, 0), buf1(2 * kThreads, 0);
   auto mr0 = c.engines[0]->Register(buf0.data(), buf0.size() * 8, true);
   auto mr1 = c.engines[1]->Register(buf1.data(), buf1.size() * 8, true);
   auto at1 = c.engines[0]->Import(c.engines[1]->Describe(mr1));
