@@ -24,6 +24,7 @@ void AddBenchGpuDecodeCommand(CLI::App& bench) {
     runtime::cuda::GpuDecodeBenchOptions o;
     std::string load_format = "dummy";
     std::string kv_dtype = "bf16";
+    std::string weight_dtype = "bf16";
     std::string json_out;
   };
   auto flags = std::make_shared<Flags>();
@@ -46,10 +47,14 @@ void AddBenchGpuDecodeCommand(CLI::App& bench) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--kv-dtype", flags->kv_dtype, "KV cache element type: bf16 | fp8 (e4m3)")
       ->check(CLI::IsMember({"bf16", "fp8"}));
+  cmd->add_option("--weight-dtype", flags->weight_dtype,
+                  "projection weights: bf16 | fp8 (e4m3, per-tensor scale; dense models)")
+      ->check(CLI::IsMember({"bf16", "fp8"}));
   cmd->add_option("--json", flags->json_out, "also write the results as JSON here");
   cmd->callback([flags] {
     flags->o.dummy = flags->load_format == "dummy";
     flags->o.kv_dtype = flags->kv_dtype == "fp8" ? DType::kF8E4M3 : DType::kBF16;
+    flags->o.weight_dtype = flags->weight_dtype == "fp8" ? DType::kF8E4M3 : DType::kBF16;
     auto print = [](const runtime::cuda::GpuDecodeBenchRow& r) {
       std::printf("%s\n", runtime::cuda::FormatGpuDecodeRow(r).c_str());
       std::fflush(stdout);

@@ -1,6 +1,7 @@
 #include "models/device_weights.h"
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "core/quant.h"
@@ -62,6 +63,38 @@ DeviceMatrix DeviceWeightMaker::Fp8Matrix(const TensorView& w, const TensorView&
     std::vector<float> s(static_cast<size_t>(sr * sc));
     quant::DequantizeRow(scale_inv.dtype, scale_inv.data, s.data(), sr * sc);
     mem_.CopyToDevice(m.scale.data, s.data(), s.size() * 4);
+  }
+  bytes_ += m.bytes();
+  return m;
+}
+
+DeviceMatrix DeviceWeightMaker::Fp8TensorMatrix(std::span<const TensorView> parts, int64_t rows,
+                                                int64_t cols) {
+  DeviceMatrix m;
+  m.w = TensorView::Contiguous(Alloc(rows * cols), DType::kF8E4M3, {rows, cols}, mem_.device());
+  m.scale = TensorView::Contiguous(Alloc(4), DType::kF32, {1}, mem_.device());
+  if (random_) {
+    mem_.FillRandom(m.w.data, DType::kF8E4M3, rows * cols, 0.0f, 16.0f, seed_++);
+    mem_.FillRandom(m.scale.data, DType::kF32, 1, 0.02f / 16.0f, 0.0f, seed_++);
+  } else {
+    std::vector<float> all(static_cast<size_t>(rows * cols));
+    int64_t r = 0;
+    for (const TensorView& part : parts) {
+      PG_CHECK(part.ndim == 2 && part.dim(1) == cols, "part {} for [{}, {}]", part.ShapeString(),
+               rows, cols);
+      for (int64_t i = 0; i < part.dim(0); ++i, ++r) {
+        PG_CHECK(r < rows, "parts have more than {} rows", rows);
+        quant::DequantizeRow(part.dtype, part.row_ptr(i), all.data() + r * cols, cols);
+      }
+    }
+    PG_CHECK(r == rows, "parts have {} rows, expected {}", r, rows);
+    float amax = 0.0f;
+    for (float v : all) amax = std::max(amax, std::fabs(v));
+    const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
+    std::vector<uint8_t> q(all.size());
+    for (size_t i = 0; i < all.size(); ++i) q[i] = F32ToF8E4M3(all[i] / scale);
+    mem_.CopyToDevice(m.w.data, q.data(), q.size());
+    mem_.CopyToDevice(m.scale.data, &scale, 4);
   }
   bytes_ += m.bytes();
   return m;

@@ -18,7 +18,8 @@
 namespace pg::models {
 
 // A device weight matrix [rows, cols]: bf16, or fp8 e4m3 with DeepSeek's 128x128 block scales
-// (scale [ceil(rows / 128), ceil(cols / 128)] f32; real = float(w) * scale of its block).
+// (scale [ceil(rows / 128), ceil(cols / 128)] f32; real = float(w) * scale of its block) or a
+// per-tensor scale ([1] f32; MatmulParams::w_scale takes either).
 struct DeviceMatrix {
   TensorView w;
   TensorView scale;  // fp8 only (data == nullptr for bf16)
@@ -54,6 +55,14 @@ class DeviceWeightMaker {
   // scale_inv [ceil(rows/128), ceil(cols/128)] f32) or random.
   DeviceMatrix Fp8Matrix(const TensorView& w, const TensorView& scale_inv, int64_t rows,
                          int64_t cols);
+  // The row-wise concatenation of host matrices `parts` (as Matrix) as one fp8 e4m3 device
+  // matrix with one per-tensor scale ([1] f32: scale = amax / 448, w = e4m3(value / scale));
+  // random: e4m3 values of N(0, 16) with scale 0.02 / 16, so values are about N(0, 0.02) as
+  // Matrix's. Counted at 1 byte per weight (+ 4 for the scale).
+  DeviceMatrix Fp8TensorMatrix(std::span<const TensorView> parts, int64_t rows, int64_t cols);
+  DeviceMatrix Fp8TensorMatrix(std::initializer_list<TensorView> parts, int64_t rows, int64_t cols) {
+    return Fp8TensorMatrix(std::span<const TensorView>(parts.begin(), parts.size()), rows, cols);
+  }
   // The concatenation of host f32 vectors as one f32 device vector [n]; random: mean + noise.
   TensorView Vector(std::initializer_list<TensorView> parts, int64_t n, float mean);
 

@@ -36,6 +36,8 @@ struct DeviceLayer {
   TensorView wq, wk, wv;      // separate (when qk_norm); biases bq, bk, bv optional
   TensorView bq, bk, bv;
   TensorView wo, w_gate_up, w_down;
+  // fp8 placement: each matrix's per-tensor scale (MatmulParams::w_scale; unset for bf16)
+  TensorView wqkv_s, wq_s, wk_s, wv_s, wo_s, w_gate_up_s, w_down_s;
 };
 
 // Device activations for up to `capacity` tokens, bf16, carved once at placement.
@@ -116,6 +118,17 @@ class LlamaModel final : public Model {
                   kvd = int64_t(c.num_kv_heads) * c.head_dim, f = c.intermediate_size,
                   vocab = c.vocab_size;
     DeviceWeightMaker mk(memory, random, seed);
+    PG_ENSURE(placement.weight_dtype == DType::kBF16 || placement.weight_dtype == DType::kF8E4M3,
+              kUnsupported, "device weights: {} (bf16 or fp8)", Name(placement.weight_dtype));
+    const bool fp8 = placement.weight_dtype == DType::kF8E4M3;
+    // A projection matrix: bf16, or fp8 with its per-tensor scale in `scale`.
+    auto proj = [&](std::initializer_list<TensorView> parts, int64_t rows, int64_t cols,
+                    TensorView& scale) {
+      if (!fp8) return mk.Matrix(parts, rows, cols);
+      const DeviceMatrix m = mk.Fp8TensorMatrix(parts, rows, cols);
+      scale = m.scale;
+      return m.w;
+    };
     const bool untied = random ? !c.tie_word_embeddings : output_.data != embed_.data;
     d_embed_ = mk.Matrix({embed_}, vocab, h);
     d_output_ = untied ? mk.Matrix({output_}, vocab, h) : d_embed_;
@@ -130,21 +143,21 @@ class LlamaModel final : public Model {
       if (c.qk_norm) {
         D.q_norm = mk.Vector({L.q_norm}, c.head_dim, 1.0f);
         D.k_norm = mk.Vector({L.k_norm}, c.head_dim, 1.0f);
-        D.wq = mk.Matrix({L.wq}, qd, h);
-        D.wk = mk.Matrix({L.wk}, kvd, h);
-        D.wv = mk.Matrix({L.wv}, kvd, h);
+        D.wq = proj({L.wq}, qd, h, D.wq_s);
+        D.wk = proj({L.wk}, kvd, h, D.wk_s);
+        D.wv = proj({L.wv}, kvd, h, D.wv_s);
         if (bias) {
           D.bq = mk.Vector({L.bq}, qd, 0.0f);
           D.bk = mk.Vector({L.bk}, kvd, 0.0f);
           D.bv = mk.Vector({L.bv}, kvd, 0.0f);
         }
       } else {
-        D.wqkv = mk.Matrix({L.wq, L.wk, L.wv}, qd + 2 * kvd, h);
+        D.wqkv = proj({L.wq, L.wk, L.wv}, qd + 2 * kvd, h, D.wqkv_s);
         if (bias) D.bqkv = mk.Vector({L.bq, L.bk, L.bv}, qd + 2 * kvd, 0.0f);
       }
-      D.wo = mk.Matrix({L.wo}, h, qd);
-      D.w_gate_up = mk.Matrix({L.w_gate, L.w_up}, 2 * f, h);
-      D.w_down = mk.Matrix({L.w_down}, h, f);
+      D.wo = proj({L.wo}, h, qd, D.wo_s);
+      D.w_gate_up = proj({L.w_gate, L.w_up}, 2 * f, h, D.w_gate_up_s);
+      D.w_down = proj({L.w_down}, h, f, D.w_down_s);
     }
     device_weight_bytes_ = mk.bytes();
     const int64_t cap = placement.max_batch_tokens;
@@ -284,11 +297,11 @@ class LlamaModel final : public Model {
       ops::RmsNorm({.x = pending.data ? pending : x, .weight = L.attn_norm, .out = hn,
                     .residual = pending.data ? x : TensorView{}, .eps = c.rms_norm_eps});
       if (fused) {
-        ops::Matmul({.x = hn, .w = L.wqkv, .out = qkv, .bias = L.bqkv});
+        ops::Matmul({.x = hn, .w = L.wqkv, .out = qkv, .bias = L.bqkv, .w_scale = L.wqkv_s});
       } else {
-        ops::Matmul({.x = hn, .w = L.wq, .out = q, .bias = L.bq});
-        ops::Matmul({.x = hn, .w = L.wk, .out = k, .bias = L.bk});
-        ops::Matmul({.x = hn, .w = L.wv, .out = v, .bias = L.bv});
+        ops::Matmul({.x = hn, .w = L.wq, .out = q, .bias = L.bq, .w_scale = L.wq_s});
+        ops::Matmul({.x = hn, .w = L.wk, .out = k, .bias = L.bk, .w_scale = L.wk_s});
+        ops::Matmul({.x = hn, .w = L.wv, .out = v, .bias = L.bv, .w_scale = L.wv_s});
         TensorView qr = q.Reshape({n * nh, hd}), kr = k.Reshape({n * nkv, hd});
         ops::RmsNorm({.x = qr, .weight = L.q_norm, .out = qr, .eps = c.rms_norm_eps});
         ops::RmsNorm({.x = kr, .weight = L.k_norm, .out = kr, .eps = c.rms_norm_eps});
@@ -299,11 +312,11 @@ class LlamaModel final : public Model {
                         .config = c.rope, .cache = cache, .batch = b.attention});
       ops::Attention({.q = q3, .out = attn3, .cache = cache, .batch = b.attention,
                       .scale = attn_scale_});
-      ops::Matmul({.x = attn, .w = L.wo, .out = o});
+      ops::Matmul({.x = attn, .w = L.wo, .out = o, .w_scale = L.wo_s});
       ops::RmsNorm({.x = o, .weight = L.ffn_norm, .out = hn, .residual = x, .eps = c.rms_norm_eps});
-      ops::Matmul({.x = hn, .w = L.w_gate_up, .out = gate_up});
+      ops::Matmul({.x = hn, .w = L.w_gate_up, .out = gate_up, .w_scale = L.w_gate_up_s});
       ops::SwiGlu({.gate = gate_up, .out = act});
-      ops::Matmul({.x = act, .w = L.w_down, .out = down});
+      ops::Matmul({.x = act, .w = L.w_down, .out = down, .w_scale = L.w_down_s});
       pending = down;
     }
     RunLogitHead({.residual = x, .last = pending, .logit_rows = b.logit_rows,

@@ -62,6 +62,9 @@ class DeviceMemory {
 struct DevicePlacement {
   // Activation scratch for batches of up to this many tokens (carved once, at placement).
   int64_t max_batch_tokens = 0;
+  // Dense models' projection matrices (not embeddings / lm_head): kBF16, or kF8E4M3 with a
+  // per-tensor scale (quantized at placement; dummy: random fp8).
+  DType weight_dtype = DType::kBF16;
 };
 
 class Model {

@@ -237,6 +237,32 @@ TEST(MatmulOp, IntegerInputsAreExactOnEveryBackend) {
                        kimpl->backend);
       }
     }
+  // fp8 e4m3: integer weights in [-8, 8] and power-of-two scales are exact; activations are
+  // integers in [-8, 8] with one 448 per row (amax 448: cuda_fp8_lt's dynamic activation scale
+  // is then exactly 1 and its e4m3 activations are exact too).
+  for (Scale sc : {Scale::kTensor, Scale::kChannel, Scale::kBlock})
+    for (int64_t n : {1, 5, 19, 40}) {
+      const int64_t k = 576, m = 160;
+      SCOPED_TRACE(fmt::format("f8_e4m3 n={} scale {}", n, int(sc)));
+      Tensor x(DType::kF32, {n, k}), w(DType::kF8E4M3, {m, k}), ref_out(DType::kF32, {n, m});
+      for (int64_t i = 0; i < x.numel(); ++i)
+        x.data<float>()[i] = i % k == 7 ? 448.0f : float(RandInt(-8, 8));
+      for (int64_t i = 0; i < w.numel(); ++i)
+        w.data<uint8_t>()[i] = F32ToF8E4M3(float(RandInt(-8, 8)));
+      Tensor scale = RandomScale(sc, m, k);
+      for (int64_t i = 0; i < scale.numel(); ++i)
+        scale.data<float>()[i] = sc == Scale::kTensor ? 0.5f : float(1 << RandInt(0, 2)) * 0.5f;
+      MatmulParams p{.x = x.view(), .w = w.view(), .out = ref_out.view(), .w_scale = scale.view()};
+      RunWith(RefImpl<MatmulParams>(), p);
+      for (const KernelImpl<MatmulParams>* kimpl : Backends<MatmulParams>()) {
+        Tensor out(DType::kF32, {n, m});
+        p.out = out.view();
+        if (!RunBackend(*kimpl, p)) continue;
+        cov.Ran(kimpl->backend);
+        ExpectExactFor(*kimpl, ref_out.data<float>(), out.data<float>(), out.numel(),
+                       kimpl->backend);
+      }
+    }
   cov.Check<MatmulParams>();
 }
 

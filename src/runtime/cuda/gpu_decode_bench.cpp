@@ -71,10 +71,11 @@ std::unique_ptr<models::Model> CreateDummy(const std::string& path, models::Devi
 }  // namespace
 
 BenchModel PlaceBenchModel(const std::string& path, bool dummy, const GpuRunnerOptions& options,
-                           uint64_t seed) {
+                           uint64_t seed, DType weight_dtype) {
   BenchModel bm;
   bm.runner = std::make_unique<GpuRunner>(options);
-  const models::DevicePlacement placement{.max_batch_tokens = options.max_batch_tokens};
+  const models::DevicePlacement placement{.max_batch_tokens = options.max_batch_tokens,
+                                          .weight_dtype = weight_dtype};
   if (dummy) {
     bm.model = CreateDummy(path, bm.runner->memory(), placement, seed);
   } else {
@@ -100,7 +101,7 @@ GpuDecodeBenchReport RunGpuDecodeBench(const GpuDecodeBenchOptions& o,
                                   {.gpu_memory_utilization = o.gpu_memory_utilization,
                                    .max_batch_tokens = max_batch, .page_size = o.page_size,
                                    .kv_dtype = o.kv_dtype},
-                                  o.seed);
+                                  o.seed, o.weight_dtype);
   GpuRunner& runner = *bm.runner;
   const std::unique_ptr<models::Model>& model = bm.model;
   report.model = model->config().Summary();
@@ -157,10 +158,22 @@ GpuDecodeBenchReport RunGpuDecodeBench(const GpuDecodeBenchOptions& o,
       row.graph_step_us = double(e1.ElapsedMsSince(e0)) * 1e3 / o.iters;
       // Every replay is the same step (same tokens, positions, routes).
       set_floor(double(model->last_forward_weight_bytes()));
-      std::vector<float> logits(static_cast<size_t>(batch) * size_t(vocab));
+      // The serving loop: stage, replay, sample on the device, read back the tokens only.
+      std::vector<ops::SampleRow> sample_rows(static_cast<size_t>(batch));
+      for (int s = 0; s < batch; ++s) {
+        ops::SampleRow& r = sample_rows[size_t(s)];
+        r.temperature = 0.8f, r.top_p = 0.9f, r.seed_lo = uint32_t(s);
+      }
+      std::vector<int32_t> sampled(static_cast<size_t>(batch));
       t0 = Clock::now();
-      for (int i = 0; i < o.iters; ++i) runner.Decode(seqs, logits);
+      for (int i = 0; i < o.iters; ++i) {
+        for (ops::SampleRow& r : sample_rows) r.step = uint32_t(i);
+        runner.Decode(seqs, {});
+        runner.Sample(sample_rows, sampled);
+      }
       row.loop_step_us = UsSince(t0) / o.iters;
+      for (int32_t t : sampled)
+        PG_CHECK(t >= 0 && t < vocab, "sampled token {} outside the vocab", t);
       if (on_row) on_row(row);
       report.rows.push_back(row);
     }

@@ -27,7 +27,7 @@ struct BenchModel {
   std::unique_ptr<models::Model> model;
 };
 BenchModel PlaceBenchModel(const std::string& path, bool dummy, const GpuRunnerOptions& options,
-                           uint64_t seed);
+                           uint64_t seed, DType weight_dtype = DType::kBF16);
 
 struct GpuDecodeBenchOptions {
   std::string model;                 // config.json / folder (dummy), or a GGUF / HF folder
@@ -38,6 +38,7 @@ struct GpuDecodeBenchOptions {
   int iters = 30;                    // timed graph replays per point
   int page_size = 16;
   DType kv_dtype = DType::kBF16;     // KV cache: bf16 or fp8 e4m3 (--kv-dtype)
+  DType weight_dtype = DType::kBF16; // dense projections: bf16 or fp8 e4m3 (--weight-dtype)
   uint64_t seed = 1;
 };
 
@@ -46,7 +47,8 @@ struct GpuDecodeBenchRow {
   bool fits = false;
   std::string note;                  // why a point was skipped
   double graph_step_us = 0;          // back-to-back graph replays, per step
-  double loop_step_us = 0;           // Decode() per step incl. staging and read-back of logits
+  double loop_step_us = 0;           // Decode() + device Sample() per step: staging, graph,
+                                     // sampling (temperature 0.8, top_p 0.9), token read-back
   double eager_step_us = 0;          // the same forward without graphs
   double weight_bytes = 0;           // weights read by the step (MoE: experts touched)
   double bytes_per_step = 0;         // weights streamed + KV read

@@ -54,6 +54,11 @@ struct GpuRunner::Impl {
   uint16_t* d_logits = nullptr; // [max_batch_tokens, vocab] bf16
   PinnedBuffer h_io;            // ids then positions, 2 * max_batch_tokens i32
   PinnedBuffer h_logits;        // [max_batch_tokens, vocab] bf16
+  // device sampling: rows in, tokens (+ logprobs) out; pinned staging of the same layout
+  ops::SampleRow* d_sample_rows = nullptr;  // [max_batch_tokens]
+  int32_t* d_sampled = nullptr;             // [max_batch_tokens] tokens, then as many f32 logprobs
+  PinnedBuffer h_sample;                    // rows, then tokens, then logprobs
+  int32_t* d_counts = nullptr;              // [num_slots, vocab] (ops_sample.h encoding)
   // KV
   KvLayout layout;
   int64_t pages_per_slot = 0;
@@ -101,6 +106,9 @@ void GpuRunner::Attach(models::Model& model) {
   I.d_logits = static_cast<uint16_t*>(I.arena.Allocate(size_t(n * vocab) * 2));
   I.h_io = PinnedBuffer(size_t(n) * 8);
   I.h_logits = PinnedBuffer(size_t(n * vocab) * 2);
+  I.d_sample_rows = static_cast<ops::SampleRow*>(I.arena.Allocate(size_t(n) * sizeof(ops::SampleRow)));
+  I.d_sampled = static_cast<int32_t*>(I.arena.Allocate(size_t(n) * 8));
+  I.h_sample = PinnedBuffer(size_t(n) * (sizeof(ops::SampleRow) + 8));
   I.io_mark = I.arena.used();
 }
 
@@ -119,6 +127,9 @@ const KvLayout& GpuRunner::ConfigureKv(int num_slots, int max_context) {
   I.kv.layers.clear();
   I.layout = {};
   I.arena.ResetTo(I.io_mark);
+  const int64_t vocab = I.model->config().vocab_size;
+  I.d_counts = static_cast<int32_t*>(I.arena.Allocate(size_t(num_slots * vocab) * 4));
+  PG_CUDA_CHECK(cudaMemsetAsync(I.d_counts, 0, size_t(num_slots * vocab) * 4, stream_.get()));
   const models::KvSpec spec = I.model->kv_spec();
   const int ps = options_.page_size;
   I.pages_per_slot = (int64_t(max_context) + ps - 1) / ps;
@@ -240,7 +251,66 @@ void GpuRunner::ReadLogits(std::span<float> logits, int num_seqs) {
   for (size_t i = 0; i < logits.size(); ++i) logits[i] = Bf16ToF32(src[i]);
 }
 
+void GpuRunner::Sample(std::span<const ops::SampleRow> rows, std::span<int32_t> tokens,
+                       std::span<float> logprobs) {
+  Impl& I = *impl_;
+  const int n = last_num_seqs_;
+  PG_ENSURE(n > 0 && int(rows.size()) == n && int(tokens.size()) == n &&
+                (logprobs.empty() || int(logprobs.size()) == n),
+            kInvalidArgument, "gpu sample: {} rows, {} tokens, {} logprobs for a step of {} sequences",
+            rows.size(), tokens.size(), logprobs.size(), n);
+  bool counts = false;
+  for (const ops::SampleRow& r : rows) {
+    PG_ENSURE(r.counts_row >= -1 && r.counts_row < I.layout.num_slots, kInvalidArgument,
+              "gpu sample: counts_row {} outside [-1, {})", r.counts_row, I.layout.num_slots);
+    counts = counts || r.counts_row >= 0;
+  }
+  const int64_t vocab = I.model->config().vocab_size;
+  char* h = I.h_sample.as<char>();
+  int32_t* h_tokens = reinterpret_cast<int32_t*>(h + size_t(options_.max_batch_tokens) * sizeof(ops::SampleRow));
+  float* h_lp = reinterpret_cast<float*>(h_tokens + options_.max_batch_tokens);
+  std::memcpy(h, rows.data(), rows.size_bytes());  // free: the previous Sample synchronised
+  cudaStream_t s = stream_.get();
+  PG_CUDA_CHECK(cudaMemcpyAsync(I.d_sample_rows, h, rows.size_bytes(), cudaMemcpyHostToDevice, s));
+  ops::SampleParams p;
+  p.logits = TensorView::Contiguous(I.d_logits, DType::kBF16, {n, vocab}, Device::kCuda);
+  p.rows = TensorView::Contiguous(I.d_sample_rows, DType::kI32, {n, ops::kSampleRowWords}, Device::kCuda);
+  if (counts) {
+    p.token_counts = TensorView::Contiguous(I.d_counts, DType::kI32, {I.layout.num_slots, vocab},
+                                            Device::kCuda);
+    p.update_counts = true;
+  }
+  int32_t* d_tokens = I.d_sampled;
+  float* d_lp = reinterpret_cast<float*>(I.d_sampled + options_.max_batch_tokens);
+  p.tokens = TensorView::Contiguous(d_tokens, DType::kI32, {n}, Device::kCuda);
+  if (!logprobs.empty()) p.logprobs = TensorView::Contiguous(d_lp, DType::kF32, {n}, Device::kCuda);
+  {
+    pg::cuda::StreamScope scope(s);
+    ops::Sample(p);
+  }
+  PG_CUDA_CHECK(cudaMemcpyAsync(h_tokens, d_tokens, size_t(n) * 4, cudaMemcpyDeviceToHost, s));
+  if (!logprobs.empty())
+    PG_CUDA_CHECK(cudaMemcpyAsync(h_lp, d_lp, size_t(n) * 4, cudaMemcpyDeviceToHost, s));
+  PG_CUDA_CHECK(cudaStreamSynchronize(s));
+  std::memcpy(tokens.data(), h_tokens, size_t(n) * 4);
+  if (!logprobs.empty()) std::memcpy(logprobs.data(), h_lp, size_t(n) * 4);
+}
+
+void GpuRunner::ResetTokenCounts(int slot, std::span<const int32_t> prompt) {
+  Impl& I = *impl_;
+  PG_ENSURE(slot >= 0 && slot < I.layout.num_slots, kInvalidArgument, "slot {} outside [0, {})",
+            slot, I.layout.num_slots);
+  const int64_t vocab = I.model->config().vocab_size;
+  std::vector<int32_t> row(static_cast<size_t>(vocab), 0);
+  for (int32_t t : prompt)
+    if (t >= 0 && t < vocab) row[size_t(t)] = ops::kCountPromptBit;
+  PG_CUDA_CHECK(cudaMemcpyAsync(I.d_counts + int64_t(slot) * vocab, row.data(), row.size() * 4,
+                                cudaMemcpyHostToDevice, stream_.get()));
+  PG_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
+}
+
 void GpuRunner::Step(std::span<const StepSeq> seqs, std::span<float> logits) {
+  last_num_seqs_ = int(seqs.size());
   Prepare(seqs, 0, 0);
   pg::cuda::StreamScope scope(stream_.get());
   RunForward();
@@ -293,6 +363,7 @@ void GpuRunner::Decode(std::span<const StepSeq> seqs, std::span<float> logits) {
     PG_ENSURE(q.tokens[0] >= 0 && q.tokens[0] < vocab, kOutOfRange,
               "token id {} outside vocab [0, {})", q.tokens[0], vocab);
   }
+  last_num_seqs_ = int(seqs.size());
   Prepare(seqs, padded, 0);
   I.graphs.Replay(padded, stream_.get());
   ReadLogits(logits, int(seqs.size()));

@@ -4,8 +4,9 @@
 //
 // Memory layout of the arena, carved once (no cudaMalloc on the hot path):
 //   [model weights + activation scratch] (placed through memory())
-//   [io buffers: ids, positions, logits]  (Attach)
-//   [KV pages of every layer]             (ConfigureKv; replaced by a later ConfigureKv)
+//   [io buffers: ids, positions, logits, sampling rows / tokens / logprobs]  (Attach)
+//   [token counts per slot (penalties); KV pages of every layer]  (ConfigureKv; replaced by a
+//    later ConfigureKv)
 // KV pages are static per slot: slot s owns pages [s * pages_per_slot, (s+1) * pages_per_slot);
 // one extra page is the write target of padding rows in padded decode graphs.
 #pragma once
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "kernels/cuda/batch_plan.h"
+#include "kernels/ops_sample.h"
 #include "models/model.h"
 #include "runtime/cuda/device_memory.h"
 #include "runtime/cuda/stream.h"
@@ -80,6 +82,15 @@ class GpuRunner {
   // seq has exactly one token. logits as in Step (may be empty: no read-back, for timing).
   void Decode(std::span<const StepSeq> seqs, std::span<float> logits);
   bool has_graphs() const { return captured_max_kv_len_ > 0; }
+
+  // Samples one token per sequence of the last Step / Decode from its logits on the device
+  // (ops::Sample; rows[i] for sequence i, in order) and copies back only the tokens, and the
+  // chosen tokens' logprobs when `logprobs` is not empty. A row with counts_row = its slot
+  // applies penalties from that slot's token counts and records the token there.
+  void Sample(std::span<const ops::SampleRow> rows, std::span<int32_t> tokens,
+              std::span<float> logprobs = {});
+  // Sets a slot's token counts (penalties) to a new request's prompt: nothing generated.
+  void ResetTokenCounts(int slot, std::span<const int32_t> prompt);
   // Replays the graph of `padded_size` on the batch the last Decode/CaptureDecode staged, with
   // no host work in between (benchmarks: back-to-back replays measure the GPU's step time).
   void ReplayStaged(int padded_size);
@@ -93,6 +104,7 @@ class GpuRunner {
   void ReadLogits(std::span<float> logits, int num_seqs);
 
   GpuRunnerOptions options_;
+  int last_num_seqs_ = 0;  // sequences of the last Step / Decode (rows of its logits)
   Stream stream_;
   std::unique_ptr<Impl> impl_;
   int captured_max_kv_len_ = 0;

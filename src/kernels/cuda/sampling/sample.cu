@@ -15,6 +15,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include <cfloat>
+#include <cmath>
 #include <climits>
 
 #include "kernels/cuda/sampling/sample_params.h"
@@ -35,6 +36,8 @@ struct MaxOp {
 struct ArgMaxOp {
   __device__ cub::KeyValuePair<int, float> operator()(const cub::KeyValuePair<int, float>& a,
                                                       const cub::KeyValuePair<int, float>& b) const {
+    if (b.key == INT_MAX) return a;  // an empty thread's placeholder
+    if (a.key == INT_MAX) return b;
     if (b.value > a.value || (b.value == a.value && b.key < a.key)) return b;
     return a;
   }
@@ -228,7 +231,7 @@ __device__ int Draw(Shared& sh, const Row& r, double u, W w) {
   }
   __syncthreads();
   const double target = u * sh.d;
-  if (local > 0.0 && before <= target) {
+  if (local > 0.0 && before <= target && target < before + local) {
     double rest = target - before;
     for (int i = lo; i < hi; ++i) {
       rest -= w(i);
@@ -265,7 +268,7 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(SampleArgs a) {
 
   int token = 0;
   if (ops::IsGreedy(r.p)) {
-    cub::KeyValuePair<int, float> best(INT_MAX, -FLT_MAX);
+    cub::KeyValuePair<int, float> best(INT_MAX, -INFINITY);
     for (int i = threadIdx.x; i < r.vocab; i += kThreads) {
       const float x = r.X(i);
       if (x > best.value || best.key == INT_MAX) best = {i, x};  // first max of the stride
@@ -276,7 +279,7 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(SampleArgs a) {
     __syncthreads();
     token = sh.i;
   } else {
-    float mx = -FLT_MAX;
+    float mx = -INFINITY;
     for (int i = threadIdx.x; i < r.vocab; i += kThreads) mx = fmaxf(mx, r.X(i));
     mx = cub::BlockReduce<float, kThreads>(sh.cub.rf).Reduce(mx, MaxOp());
     if (threadIdx.x == 0) sh.f = mx;
@@ -316,7 +319,7 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(SampleArgs a) {
   }
 
   if (a.logprobs) {  // log_softmax of the raw logits at the token (host: LogSoftmax)
-    float mx = -FLT_MAX;
+    float mx = -INFINITY;
     for (int i = threadIdx.x; i < r.vocab; i += kThreads) mx = fmaxf(mx, r.Raw(i));
     mx = cub::BlockReduce<float, kThreads>(sh.cub.rf).Reduce(mx, MaxOp());
     if (threadIdx.x == 0) sh.f = mx;
