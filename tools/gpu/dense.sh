@@ -19,7 +19,8 @@
 #       stripped xz binaries -> <job-dir>/bin (PACK="peregrine ..." picks them), SmolLM2 GGUF halves -> .xfer/m1, .xfer/m2
 # GPU machine: a queue job (tools/gpu/queue.sh) whose run.sh sources tools/gpu/queue_env.sh
 # (sets $BIN) and runs this script. Env: SECTIONS, CHUNKS (prefill chunk sizes, default 8192),
-# DECODE_BATCH, DECODE_CONTEXT, TORCH_BUDGET (s, default 240), TORCH_COMPILE=1, T_* timeouts.
+# DECODE_BATCH, DECODE_CONTEXT, DECODE_FP8=0, PROMPTS, TTFT_REAL=0, TORCH_BUDGET (s, default
+# 240), TORCH_COMPILE=1, TORCH_ARGS, T_* timeouts, DENSE_BUDGET (s for the whole script).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 GGUF=models/SmolLM2-135M-Instruct.Q4_1.gguf
@@ -71,14 +72,23 @@ SECTIONS=",${SECTIONS:-ops,golden,decode,prefill,torch},"
 want() { [[ $SECTIONS == *",$1,"* ]]; }
 status=0
 fail() { echo "FAILED: $1" | tee -a "$OUT/failures.txt"; status=1; }
+# DENSE_BUDGET (s): the whole script's time; each step's timeout is cut to what is left (less
+# 8 s for the summary) and a step with < 10 s left is skipped, so the summary always prints.
+left() { echo $(( ${DENSE_BUDGET:-100000} - 8 - SECONDS )); }
 # Runs "$@" under a timeout with its output in $OUT/<log>.log (filtered info lines on screen).
 run_logged() {
   local log=$1 t=$2; shift 2
-  echo "== $log: $*"
+  (( t > $(left) )) && t=$(left)
+  if (( t < 10 )); then
+    echo "== $log: skipped (DENSE_BUDGET: $(left) s left)"; echo "$log budget" >> "$OUT/rc.txt"
+    return 0
+  fi
+  echo "== $log (timeout ${t} s): $*"
+  local t0=$SECONDS
   timeout --kill-after=5 "$t" "$@" > "$OUT/$log.log" 2>&1
   local rc=$?
   grep -vE "^\[[0-9:. -]+\] \[info\]" "$OUT/$log.log" | tail -${TAIL:-40}
-  echo "-- $log rc=$rc"
+  echo "-- $log rc=$rc ($((SECONDS - t0)) s)"
   echo "$log $rc" >> "$OUT/rc.txt"
   return $rc
 }
@@ -96,11 +106,18 @@ if want ops && have test_ops ops; then
     || fail bench_cuda; }
 fi
 
+# The SmolLM2 GGUF travels in two halves, possibly in two back-to-back calls: the repo folder
+# is laid anew per call, so each half is kept in /tmp (same warm machine) until both are here.
+SMOL_TMP=/tmp/pg_dense_smol
+mkdir -p $SMOL_TMP
+[[ -f .xfer/m1/smol.0 ]] && cp .xfer/m1/smol.0 $SMOL_TMP/smol.0
+[[ -f .xfer/m2/smol.1 ]] && cp .xfer/m2/smol.1 $SMOL_TMP/smol.1
+
 if want golden && have test_models_gpu golden; then
   filter='GpuModelGolden.TinyLlama:GpuModelGolden.TinyQwen3:GpuRunner.*'
-  if [[ -f .xfer/m1/smol.0 && -f .xfer/m2/smol.1 ]]; then
+  if [[ -f $SMOL_TMP/smol.0 && -f $SMOL_TMP/smol.1 ]]; then
     mkdir -p models
-    [[ -f $GGUF ]] || cat .xfer/m1/smol.0 .xfer/m2/smol.1 > $GGUF
+    [[ -f $GGUF ]] || cat $SMOL_TMP/smol.0 $SMOL_TMP/smol.1 > $GGUF
     if echo "$GGUF_SHA  $GGUF" | sha256sum -c - ; then
       filter="$filter:GpuModelGolden.SmolLM2*"
     else
@@ -109,7 +126,8 @@ if want golden && have test_models_gpu golden; then
   elif [[ -f $GGUF ]] && echo "$GGUF_SHA  $GGUF" | sha256sum -c - >/dev/null 2>&1; then
     filter="$filter:GpuModelGolden.SmolLM2*"
   else
-    echo "SmolLM2 golden: skipped (GGUF halves .xfer/m1/smol.0 + .xfer/m2/smol.1 not both here)"
+    echo "SmolLM2 golden: skipped (GGUF halves .xfer/m1/smol.0 + .xfer/m2/smol.1 not both here" \
+      "nor in $SMOL_TMP)"
     echo "smollm2 skipped" >> "$OUT/rc.txt"
   fi
   run_logged test_models_gpu "${T_GOLDEN:-120}" "$BIN/test_models_gpu" --gtest_filter="$filter" \
@@ -124,13 +142,15 @@ if want decode && have peregrine decode; then
     --json "$OUT/gpu_decode_bf16.json" || fail gpu_decode_bf16
   # fp8 variants once the binary has the flags (helpers "attn": KV, "sample"/kernels: weights).
   help=$("$BIN/peregrine" bench gpu-decode --help 2>&1)
-  if grep -q -- "--kv-dtype" <<< "$help"; then
+  if [[ "${DECODE_FP8:-1}" != 1 ]]; then
+    echo "gpu-decode fp8: skipped (DECODE_FP8=0)"
+  elif grep -q -- "--kv-dtype" <<< "$help"; then
     run_logged gpu_decode_fp8kv "${T_DECODE:-150}" "$BIN/peregrine" "${args[@]}" --kv-dtype fp8 \
       --json "$OUT/gpu_decode_fp8kv.json" || fail gpu_decode_fp8kv
   else
     echo "gpu-decode fp8 KV: skipped (no --kv-dtype flag in this binary)"
   fi
-  if grep -q -- "--weight-dtype" <<< "$help"; then
+  if [[ "${DECODE_FP8:-1}" == 1 ]] && grep -q -- "--weight-dtype" <<< "$help"; then
     run_logged gpu_decode_fp8w "${T_DECODE:-150}" "$BIN/peregrine" "${args[@]}" --weight-dtype fp8 \
       --json "$OUT/gpu_decode_fp8w.json" || fail gpu_decode_fp8w
   else
@@ -142,12 +162,20 @@ if want prefill && have peregrine prefill; then
   run_logged gpu_prefill "${T_PREFILL:-200}" "$BIN/peregrine" bench gpu-prefill --model $CONFIG \
     --load-format dummy --prompt "${PROMPTS:-8192,32768}" --chunk "${CHUNKS:-8192}" \
     --ttft-prefix 50000 --ttft-new 800 --json "$OUT/gpu_prefill.json" || fail gpu_prefill
+  # TTFT once more with the 50K prefix really prefilled (untimed) instead of random K/V.
+  if [[ "${TTFT_REAL:-1}" == 1 ]]; then
+    run_logged gpu_prefill_realprefix "${T_PREFILL:-200}" "$BIN/peregrine" bench gpu-prefill \
+      --model $CONFIG --load-format dummy --prompt 8192 --chunk 8192 --ttft-prefix 50000 \
+      --ttft-new 800 --prefill-prefix --json "$OUT/gpu_prefill_realprefix.json" \
+      || fail gpu_prefill_realprefix
+  fi
 fi
 
 if want torch; then
   tb=${TORCH_BUDGET:-240}
+  (( tb > $(left) - 25 )) && tb=$(( $(left) - 25 ))  # python + torch import take ~15 s
   run_logged torch_peer "$((tb + 60))" python3 bench/torch_llama.py --config $CONFIG \
-    --budget-s "$tb" ${TORCH_COMPILE:+--compile} --json "$OUT/torch.json" || fail torch_peer
+    --budget-s "$tb" ${TORCH_COMPILE:+--compile} --json "$OUT/torch.json" ${TORCH_ARGS:-} || fail torch_peer
 fi
 
 echo

@@ -60,9 +60,11 @@ def main(out):
         return None
     for r in trows:
         if r.get("kind") == "check":
-            print(f"torch peer check (ref vs transformers, same weights): prefill "
-                  f"{r.get('prefill', float('nan')):.4f}, decode {r.get('decode', float('nan')):.4f} "
-                  f"max|diff|/std -> {'OK' if r.get('ok') else 'MISMATCH'}")
+            nan = float("nan")
+            print(f"torch peer check vs fp32 transformers (same weights), max|diff|/std: prefill "
+                  f"ref {r.get('prefill', nan):.4f} / transformers bf16 {r.get('prefill_hf', nan):.4f}, "
+                  f"decode ref {r.get('decode', nan):.4f} / {r.get('decode_hf', nan):.4f} "
+                  f"-> {'OK' if r.get('ok') else 'MISMATCH'}")
     if torch.get("gemm_tflops"):
         print(f"torch ceilings: HBM {torch['hbm_gbs']:.0f} GB/s, bf16 GEMM {torch['gemm_tflops']:.1f} TFLOP/s "
               f"(torch {torch.get('torch')})")
@@ -99,16 +101,20 @@ def main(out):
     for r in trows:
         if r.get("impl") == "hf_eager" and r.get("kind") == "decode":
             print(f"{'  transformers eager b=1 ctx=1K':<34} {'':>11} {'':>10} {'':>8} {'':>12} {r['ms'] * 1e3:>12.0f}")
-    d = load(os.path.join(out, "gpu_prefill.json"))
-    if d:
-        print(f"# prefill / TTFT: bf16 GEMM {d['gemm_flops_per_s'] / 1e12:.0f} TFLOP/s (this run); "
+    for path in sorted(glob.glob(os.path.join(out, "gpu_prefill*.json"))):
+        d = load(path)
+        if not d:
+            continue
+        real = "realprefix" in path
+        print(f"# prefill / TTFT{' (prefix really prefilled)' if real else ''}: bf16 GEMM "
+              f"{d['gemm_flops_per_s'] / 1e12:.0f} TFLOP/s (this run); "
               f"floor = FLOPs (linear + lm_head rows + causal attention) / GEMM rate; ms")
         for r in d.get("rows", []):
             if r["kind"] == "prefill":
                 name = f"prefill {r['tokens']} (chunk {r['chunk']})"
                 t = t_find(kind="prefill", impl="ref_eager", tokens=r["tokens"])
             else:
-                name = f"ttft {r['tokens']} on {r['prefix']} (chunk {r['chunk']})"
+                name = f"ttft {r['tokens']} on {r['prefix']}{' real' if real else ''} (chunk {r['chunk']})"
                 t = t_find(kind="ttft", impl="ref_eager", tokens=r["tokens"], prefix=r["prefix"])
             if not r.get("seconds"):
                 print(f"{name:<34} skipped: {r.get('note', '')[:80]}")

@@ -100,7 +100,8 @@ GpuPrefillBenchReport RunGpuPrefillBench(
     try {
       runner.ConfigureKv(1, max_context);
     } catch (const Error& e) {
-      GpuPrefillBenchRow row{.kind = "prefill", .chunk = chunk, .note = e.what()};
+      GpuPrefillBenchRow row;
+      row.kind = "prefill", row.chunk = chunk, row.note = e.what();
       emit(row);
       continue;
     }
@@ -111,7 +112,8 @@ GpuPrefillBenchReport RunGpuPrefillBench(
       ChunkedSteps(runner, 0, w, chunk, logits);
     }
     for (int prompt : o.prompts) {
-      GpuPrefillBenchRow row{.kind = "prefill", .chunk = chunk, .prefix = 0, .tokens = prompt};
+      GpuPrefillBenchRow row;
+      row.kind = "prefill", row.chunk = chunk, row.prefix = 0, row.tokens = prompt;
       const std::vector<int32_t> t = PromptTokens(prompt, vocab, o.seed + 1);
       const int64_t steps = (prompt + chunk - 1) / chunk;
       row.flops = PrefillFlops(shape, 0, prompt, steps);
@@ -124,8 +126,8 @@ GpuPrefillBenchReport RunGpuPrefillBench(
       emit(row);
     }
     if (!ttft) continue;
-    GpuPrefillBenchRow row{.kind = "ttft", .chunk = chunk, .prefix = o.ttft_prefix,
-                           .tokens = o.ttft_new};
+    GpuPrefillBenchRow row;
+    row.kind = "ttft", row.chunk = chunk, row.prefix = o.ttft_prefix, row.tokens = o.ttft_new;
     // The prefix, untimed: random K/V values in every page (the same bytes and FLOPs as a
     // real prefix), or a real chunked prefill of prompt tokens.
     if (o.prefill_prefix) {
