@@ -45,6 +45,15 @@ for p in shm "tcp;ofi_rxm"; do
     --fi-pingpong="$BIN/fi_pingpong" 2>&1 | grep -v '\[info\]' | tee -a "$OUT/write.log"
 done
 for p in shm "tcp;ofi_rxm"; do
+  echo "== raw provider write+imm ping-pong (one thread per process, no engine), $p"
+  timeout 15 "$BIN/transfer_bench" raw --provider="$p" 2>&1 | grep -v '\[info\]' | tee -a "$OUT/write.log"
+done
+for rep in 2 3; do
+  echo "== repeat $rep: small sizes, low-latency path and fi_pingpong, shm"
+  timeout 15 "$BIN/transfer_bench" write --provider=shm --spin=1 --max-bytes=8192 \
+    --fi-pingpong="$BIN/fi_pingpong" 2>&1 | grep -v '\[info\]' | tee -a "$OUT/write.log"
+done
+for p in shm "tcp;ofi_rxm"; do
   echo "== write, proxy-only path, $p"
   timeout 10 "$BIN/transfer_bench" write --provider="$p" --spin=1 --low-latency=0 \
     --pingpong=0 --max-bytes=2097152 2>&1 | grep -v '\[info\]' | tee -a "$OUT/write.log"

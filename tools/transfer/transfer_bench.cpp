@@ -2,6 +2,7 @@
 // fi_pingpong on the same provider in the same run.
 //
 //   transfer_bench write   [--provider=P] [--max-bytes=16777216] [--pingpong=1]
+//   transfer_bench raw     [--provider=P] [--max-bytes=16777216]   (provider alone, no engine)
 //   transfer_bench scatter [--provider=P] [--peers=8,16,32] [--bytes=64] [--rounds=2000]
 //   transfer_bench a2a     [--provider=P] [--worlds=2,4,8] [--tokens=128] [--hidden=7168]
 //                          [--top-k=8] [--experts=256] [--iters=30]
@@ -229,6 +230,89 @@ void WriteRank(int rank, int world, uint16_t port) {
   r.store->Finalize();
 }
 
+// The provider alone, one thread per process, no engine: each side posts write+imm and polls
+// its CQ until the peer's immediate arrives. The floor the engine's write latency can reach
+// on this provider (fi_pingpong measures send/recv, a different protocol).
+void RawRank(int rank, int world, uint16_t port) {
+  (void)world;
+  BootstrapConfig boot;
+  boot.rank = rank;
+  boot.world_size = 2;
+  boot.store_port = port;
+  TcpStore store(boot);
+  ProviderConfig pc;
+  pc.provider = Flag("provider", "tcp;ofi_rxm");
+  auto p = OpenLibfabricProvider(pc);
+  const uint64_t max_bytes = std::stoull(Flag("max-bytes", "16777216"));
+  std::vector<uint8_t> buf(max_bytes * 2, uint8_t(rank + 1));
+  LocalRegion lr = p->Register(buf.data(), buf.size(), true, uint64_t(rank + 1));
+  // Name, then (base, key) of the peer's region.
+  const PeerAddr peer = p->InsertPeer(store.AllGather("raw_name", p->LocalNames())[1 - rank]);
+  std::vector<uint8_t> mine(16);
+  const uint64_t base = p->info().mr_virt_addr ? reinterpret_cast<uint64_t>(buf.data()) : 0;
+  std::memcpy(mine.data(), &base, 8);
+  std::memcpy(mine.data() + 8, &lr.key, 8);
+  const auto theirs = store.AllGather("raw_mr", mine)[1 - rank];
+  uint64_t peer_base = 0, peer_key = 0;
+  std::memcpy(&peer_base, theirs.data(), 8);
+  std::memcpy(&peer_key, theirs.data() + 8, 8);
+  struct alignas(16) Ctx { uint8_t bytes[kProviderContextBytes]; };
+  std::vector<Ctx> contexts(1024);  // a ring: far more than can be in flight in a ping-pong
+  size_t next_ctx = 0;
+  std::vector<ProviderEvent> events;
+  int64_t imms = 0;
+  auto poll = [&] {
+    events.clear();
+    p->Poll(events);
+    for (const auto& ev : events) {
+      PG_ENSURE(ev.kind != ProviderEvent::kLocalError, kIo, "raw write failed: {}", ev.error);
+      imms += ev.kind == ProviderEvent::kRemoteImm;
+    }
+  };
+  auto post = [&](uint64_t bytes) {
+    WriteOp op{buf.data(), bytes, lr.desc, peer, peer_base + max_bytes, peer_key, true, 1};
+    while (p->PostWrite(0, op, &contexts[next_ctx % contexts.size()]) == PostResult::kAgain) {
+      poll();
+    }
+    ++next_ctx;
+  };
+  auto await = [&](int64_t n) {
+    const auto deadline = Clock::now() + 30s;
+    while (imms < n) {
+      poll();
+      PG_ENSURE(Clock::now() < deadline, kCancelled, "raw: immediates missing");
+    }
+  };
+  if (rank == 0) std::printf("%10s %12s\n", "bytes", "raw_lat_us");
+  for (uint64_t b : Sizes(max_bytes)) {
+    const int iters = Iterations(b);
+    double lat_us = 0;
+    for (int phase = 0; phase < 2; ++phase) {
+      const int n = phase == 0 ? 5 : iters;
+      store.Barrier("raw" + std::to_string(b) + "_" + std::to_string(phase));
+      imms = 0;
+      auto t0 = Clock::now();
+      for (int i = 1; i <= n; ++i) {
+        if (rank == 0) {
+          post(b);
+          await(i);
+        } else {
+          await(i);
+          post(b);
+        }
+      }
+      lat_us = Seconds(t0, Clock::now()) * 1e6 / n / 2;
+      // Drain the last local completions before the barrier.
+      for (int k = 0; k < 100; ++k) poll();
+    }
+    if (rank == 0) std::printf("%10lu %12.2f\n", b, lat_us);
+    std::fflush(stdout);
+  }
+  store.Barrier("raw_end");
+  store.Finalize();
+  p->Deregister(lr);
+}
+
 void ScatterRank(int rank, int world, uint16_t port) {
   Rank r = Connect(rank, world, port);
   const uint64_t bytes = std::stoull(Flag("bytes", "64"));
@@ -378,6 +462,7 @@ int main(int argc, char** argv) {
     }
     return ok ? 0 : 1;
   }
+  if (mode == "raw") return Spawn(2, RawRank) ? 0 : 1;
   if (mode == "scatter") {
     bool ok = true;
     for (uint64_t peers : FlagList("peers", "8,16,32")) ok = Spawn(int(peers) + 1, ScatterRank) && ok;

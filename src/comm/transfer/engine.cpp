@@ -99,10 +99,13 @@ TransferEngine::~TransferEngine() {
       if (entry.region.base) d->provider->Deregister(entry.per_domain[d->index]);
     }
     d->provider.reset();  // closes endpoints: no completion can reference items now
-    for (WorkItem* item : d->inflight) {
+    for (WorkItem* item = d->inflight; item != nullptr;) {
+      WorkItem* next = item->next;
       if (!item->abandoned) failed.push_back({item->op, item->kind == WorkItem::kRecv, gone});
       delete item;
+      item = next;
     }
+    d->inflight = nullptr;
     for (auto& fn : d->deferred) fn();  // completions callers found but did not report yet
     for (const Finished& f : failed) FinishFragment(f.op, f.is_recv, f.result, nullptr);
   }
@@ -250,6 +253,7 @@ WriteRequest TransferEngine::BuildWrite(const WriteSpec& spec) const {
 }
 
 std::shared_ptr<TransferEngine::OpState> TransferEngine::NewOp(Completion done, int fragments) {
+  if (!done.callback && done.counter == nullptr) return nullptr;
   auto op = std::make_shared<OpState>();
   op->done = std::move(done);
   op->remaining = fragments;
@@ -278,24 +282,26 @@ TransferEngine::WorkItem* TransferEngine::NewWriteItem(const WriteRequest& req,
 
 void TransferEngine::Submit(const WriteRequest& request, Completion done) {
   auto op = NewOp(std::move(done), 1);
-  PostOrQueue(request.domain_,
-              {NewWriteItem(request, op, Clock::now() + config_.op_timeout)});
+  const auto now = Clock::now();
+  WorkItem* item = NewWriteItem(request, op, now + config_.op_timeout);
+  PostOrQueue(request.domain_, &item, 1, now);
 }
 
 void TransferEngine::SubmitBatch(const std::vector<WriteRequest>& requests, Completion done) {
   auto op = NewOp(std::move(done), int(requests.size()));
   if (requests.empty()) {
-    if (op->done.callback) op->done.callback(OpResult{});
-    if (op->done.counter) op->done.counter->Record(OpResult{});
+    if (op && op->done.callback) op->done.callback(OpResult{});
+    if (op && op->done.counter) op->done.counter->Record(OpResult{});
     return;
   }
-  const auto deadline = Clock::now() + config_.op_timeout;
+  const auto now = Clock::now();
+  const auto deadline = now + config_.op_timeout;
   std::vector<std::vector<WorkItem*>> per_domain(domains_.size());
   for (const auto& req : requests) {
     per_domain[req.domain_].push_back(NewWriteItem(req, op, deadline));
   }
   for (uint32_t d = 0; d < per_domain.size(); ++d) {
-    if (!per_domain[d].empty()) PostOrQueue(d, std::move(per_domain[d]));
+    if (!per_domain[d].empty()) PostOrQueue(d, per_domain[d].data(), per_domain[d].size(), now);
   }
 }
 
@@ -344,7 +350,7 @@ void TransferEngine::Barrier(const PeerGroup& group, uint32_t self_index, uint16
     item->write.dst_key = peer.landing_keys[domain];
     item->write.has_imm = true;
     item->write.imm = imm;
-    PostOrQueue(domain, {item});
+    PostOrQueue(domain, &item, 1, Clock::now());
   }
   sent->Wait(1, timeout);  // one op covering every peer
   imms_.Wait(imm, int64_t(group.size()) - 1, timeout);
@@ -367,7 +373,7 @@ void TransferEngine::Send(const ResolvedPeer& peer, const MemoryRegion& region, 
     item->msg.desc = regions_.at(region.id - 1).per_domain[0].desc;
   }
   item->msg.peer = peer.addrs[0];
-  PostOrQueue(0, {item});
+  PostOrQueue(0, &item, 1, Clock::now());
 }
 
 void TransferEngine::Recv(const MemoryRegion& region, uint64_t offset, uint64_t length_bytes,
@@ -385,7 +391,7 @@ void TransferEngine::Recv(const MemoryRegion& region, uint64_t offset, uint64_t 
     std::lock_guard lock(regions_mu_);
     item->msg.desc = regions_.at(region.id - 1).per_domain[0].desc;
   }
-  PostOrQueue(0, {item});
+  PostOrQueue(0, &item, 1, Clock::now());
 }
 
 }  // namespace pg::comm

@@ -208,14 +208,16 @@ class TransferEngine final : public CallerPoller {
   struct WorkItem;
   struct OpState;
   struct Finished;
-  // A new op of `fragments` provider operations reporting to `done`.
+  // A new op of `fragments` provider operations reporting to `done` (null when `done` is
+  // empty: then nothing is tracked beyond the provider context).
   std::shared_ptr<OpState> NewOp(Completion done, int fragments);
   WorkItem* NewWriteItem(const WriteRequest& req, const std::shared_ptr<OpState>& op,
                          std::chrono::steady_clock::time_point deadline);
   // Posts `items` (FIFO) on the caller's thread when the domain has nothing queued and its
   // fabric is free, else queues them for the progress thread.
-  void PostOrQueue(uint32_t domain, std::vector<WorkItem*> items);
-  void Enqueue(uint32_t domain, std::vector<WorkItem*> items);
+  void PostOrQueue(uint32_t domain, WorkItem* const* items, size_t n,
+                   std::chrono::steady_clock::time_point now);
+  void Enqueue(uint32_t domain, WorkItem* const* items, size_t n);
   // Runs `fn` under the domain's fabric lock (registration, AV inserts).
   void RunOnDomain(uint32_t domain, const std::function<void()>& fn);
   void ProgressLoop(Domain& d);

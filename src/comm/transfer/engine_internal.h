@@ -4,7 +4,6 @@
 
 #include <deque>
 #include <thread>
-#include <unordered_set>
 
 #include "comm/transfer/engine.h"
 
@@ -32,9 +31,13 @@ struct TransferEngine::WorkItem {
   WriteOp write;
   MsgOp msg;
   uint32_t ep = 0;
-  std::shared_ptr<OpState> op;
+  std::shared_ptr<OpState> op;  // null: nobody wants to hear about completion
   Clock::time_point deadline = Clock::time_point::max();
   bool abandoned = false;  // already reported failed by timeout; awaiting provider release
+  // Membership of the domain's in-flight list (intrusive: no allocation per post).
+  bool in_flight = false;
+  WorkItem* prev = nullptr;
+  WorkItem* next = nullptr;
 };
 
 // A fragment result found under the fabric lock, delivered after it is released (its WorkItem
@@ -53,7 +56,20 @@ struct TransferEngine::Domain {
   // --- fabric lock: provider calls, `pending`, `inflight` ------------------------------
   std::mutex fabric;
   std::deque<WorkItem*> pending;           // accepted from callers, not yet posted (FIFO)
-  std::unordered_set<WorkItem*> inflight;  // posted, completion not yet polled
+  // Posted, completion not yet polled: a doubly linked list through WorkItem::prev/next.
+  WorkItem* inflight = nullptr;
+  void AddInflight(WorkItem* item) {
+    item->in_flight = true;
+    item->prev = nullptr;
+    item->next = inflight;
+    if (inflight) inflight->prev = item;
+    inflight = item;
+  }
+  void RemoveInflight(WorkItem* item) {
+    item->in_flight = false;
+    if (item->prev) item->prev->next = item->next; else inflight = item->next;
+    if (item->next) item->next->prev = item->prev;
+  }
   // Threads other than the progress thread that want the fabric now (it stands off).
   std::atomic<int> wanted{0};
   // steady_clock nanoseconds of the last caller poll: the progress thread stands off for a

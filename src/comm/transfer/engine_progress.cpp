@@ -42,6 +42,7 @@ struct WantedGuard {
 void TransferEngine::FinishFragment(const std::shared_ptr<OpState>& op_ptr, bool is_recv,
                                     const OpResult& r,
                                     std::vector<std::function<void()>>* deferred) {
+  if (!op_ptr) return;  // submitted without a completion
   OpState& op = *op_ptr;
   if (!r.ok && !op.failed.exchange(true)) {
     std::lock_guard lock(op.mu);
@@ -94,7 +95,7 @@ bool TransferEngine::PostLocked(Domain& d, WorkItem* item, Clock::time_point now
     num_backpressure_.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
-  d.inflight.insert(item);  // its completion can only be polled under this same lock
+  d.AddInflight(item);  // its completion can only be polled under this same lock
   return true;
 }
 
@@ -116,10 +117,11 @@ void TransferEngine::DrainLocked(Domain& d, std::vector<ProviderEvent>& events,
       continue;
     }
     auto* item = static_cast<WorkItem*>(ev.context);
-    if (item == nullptr || !d.inflight.erase(item)) {
+    if (item == nullptr || !item->in_flight) {
       PG_LOG_WARN("transfer engine: completion for unknown context ({})", ev.error);
       continue;
     }
+    d.RemoveInflight(item);
     if (!item->abandoned) {
       finished.push_back({item->op, item->kind == WorkItem::kRecv,
                           {ev.kind != ProviderEvent::kLocalError, std::move(ev.error),
@@ -155,39 +157,41 @@ void TransferEngine::Wake(Domain& d) {
   d.cv.notify_all();
 }
 
-void TransferEngine::Enqueue(uint32_t domain, std::vector<WorkItem*> items) {
+void TransferEngine::Enqueue(uint32_t domain, WorkItem* const* items, size_t n) {
   Domain& d = *domains_[domain];
   {
     std::lock_guard lock(d.mu);
-    d.num_submitted.fetch_add(items.size(), std::memory_order_acq_rel);
-    d.submitted.insert(d.submitted.end(), items.begin(), items.end());
+    d.num_submitted.fetch_add(n, std::memory_order_acq_rel);
+    d.submitted.insert(d.submitted.end(), items, items + n);
     d.has_work.store(true, std::memory_order_release);
   }
   d.cv.notify_all();
 }
 
-void TransferEngine::PostOrQueue(uint32_t domain, std::vector<WorkItem*> items) {
+void TransferEngine::PostOrQueue(uint32_t domain, WorkItem* const* items, size_t n,
+                                 Clock::time_point now) {
   Domain& d = *domains_[domain];
   if (config_.direct_post && d.num_submitted.load(std::memory_order_acquire) == 0 &&
       !d.has_pending.load(std::memory_order_acquire)) {
     std::vector<Finished> failed;
     bool posted = false, left = false;
     {
-      // `wanted` stays raised until the lock is released: the progress thread does not even
-      // try the lock meanwhile.
-      WantedGuard want(d.wanted);
-      std::unique_lock lk(d.fabric, std::defer_lock);
-      for (int i = 0; i < kDirectPostTries && !lk.try_lock(); ++i) CpuRelax();
+      std::unique_lock lk(d.fabric, std::try_to_lock);
+      if (!lk.owns_lock()) {
+        // Contended: raise `wanted` (the progress thread then stops trying the lock) while
+        // retrying for a bounded time. Uncontended posts leave that shared line alone.
+        WantedGuard want(d.wanted);
+        for (int i = 0; i < kDirectPostTries && !lk.try_lock(); ++i) CpuRelax();
+      }
       // Re-checked under the lock: an item queued earlier (by this thread too) must go first.
       if (lk.owns_lock() && d.num_submitted.load(std::memory_order_acquire) == 0 &&
           d.pending.empty()) {
-        const auto now = Clock::now();
         size_t i = 0;
-        for (; i < items.size(); ++i) {
+        for (; i < n; ++i) {
           if (!PostLocked(d, items[i], now, failed)) break;  // EAGAIN: the rest waits, in order
         }
         num_direct_posts_.fetch_add(i, std::memory_order_relaxed);
-        for (; i < items.size(); ++i) d.pending.push_back(items[i]);
+        for (; i < n; ++i) d.pending.push_back(items[i]);
         left = !d.pending.empty();
         if (left) d.has_pending.store(true, std::memory_order_release);
         posted = true;
@@ -204,7 +208,7 @@ void TransferEngine::PostOrQueue(uint32_t domain, std::vector<WorkItem*> items) 
       return;
     }
   }
-  Enqueue(domain, std::move(items));
+  Enqueue(domain, items, n);
 }
 
 void TransferEngine::RunOnDomain(uint32_t domain, const std::function<void()>& fn) {
@@ -221,7 +225,10 @@ bool TransferEngine::PollOnce() {
   const int64_t now_ns = NowNs();
   for (auto& dp : domains_) {
     Domain& d = *dp;
-    d.caller_poll_ns.store(now_ns, std::memory_order_relaxed);
+    // The progress thread reads this line while it spins: write it only every few µs.
+    if (now_ns - d.caller_poll_ns.load(std::memory_order_relaxed) > kCallerGraceNs / 4) {
+      d.caller_poll_ns.store(now_ns, std::memory_order_relaxed);
+    }
     std::unique_lock lk(d.fabric, std::try_to_lock);
     if (!lk.owns_lock()) continue;  // someone else is reading this domain's CQs right now
     DrainLocked(d, events, finished);
@@ -279,7 +286,8 @@ void TransferEngine::ProgressLoop(Domain& d) {
     std::unique_lock lk(d.fabric, std::defer_lock);
     if ((callers_polling && !must) || !lk.try_lock()) {
       if (active) last_activity = now_ns;
-      CpuRelax();
+      // Back off a little: the lines read above are written by callers on the hot path.
+      for (int i = 0; i < 16; ++i) CpuRelax();
       continue;
     }
     for (WorkItem* item : submitted) d.pending.push_back(item);
@@ -297,7 +305,7 @@ void TransferEngine::ProgressLoop(Domain& d) {
     DrainLocked(d, events, finished);
     if (scan_due) {
       last_scan = now_ns;
-      for (WorkItem* item : d.inflight) {
+      for (WorkItem* item = d.inflight; item != nullptr; item = item->next) {
         if (!item->abandoned && now > item->deadline) {
           item->abandoned = true;  // stays in `inflight` until the provider releases it
           finished.push_back({item->op, item->kind == WorkItem::kRecv,
