@@ -30,6 +30,7 @@
 #include "kernels/cuda/moe/moe_tuning.h"
 #include "kernels/ops.h"
 #include "kernels/ops_moe.h"
+#include "kernels/registry.h"
 
 namespace pg::bench {
 void FillBf16(void* p, int64_t n, uint32_t seed, float scale);  // bench_fill.cu
@@ -217,6 +218,7 @@ struct Variant {
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   std::FILE* json = nullptr;
   for (int i = 1; i + 1 < argc; ++i)
     if (std::string(argv[i]) == "--json") json = std::fopen(argv[i + 1], "w");
@@ -239,7 +241,14 @@ int main(int argc, char** argv) {
   PG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
 
   for (const Shape& s : shapes) {
+   try {
     Layer L(s);
+    if (s.shared_inter) {
+      Acts probe(s, 1);
+      const auto* k = ops::Registry::Global().Selected(ops::MatmulParams{
+          .x = probe.x, .w = L.sh_gate, .out = probe.g, .w_scale = L.sh_gate_s});
+      fmt::print("shared expert Matmul backend: {}\n", k ? k->backend : std::string("none"));
+    }
     fmt::print("\n== {}: hidden {} experts {} top-{} inter {} shared {} {}; expert {:.1f} MB\n", s.name,
                s.hidden, s.experts, s.top_k, s.inter, s.shared_inter, s.fp8 ? "fp8 block" : "bf16",
                L.expert_bytes / 1e6);
@@ -265,7 +274,7 @@ int main(int argc, char** argv) {
       for (const Variant& v : variants) {
         if (v.path == cuda::MoePath::kWalk && n > 64) continue;
         if (v.path == cuda::MoePath::kSorted && v.tile_rows < 128 && n > 128 && v.tile_rows < 64) continue;
-        cuda::SetMoeTuning({v.path, v.tile_rows, 8});
+        cuda::SetMoeTuning({v.path, v.tile_rows, cuda::MoeTuning{}.walk_max_tokens});
         const double t_layer = GraphUs(stream, [&] { FullLayer(L, A); });
         const double t_exp = GraphUs(stream, [&] { Experts(L, A, false); });
         fmt::print("{:>6} {:>10} {:>8} {:>10.1f} {:>10.1f} {:>8.0f}% {:>10.1f} {:>8.0f}%\n", n, v.name,
@@ -284,7 +293,7 @@ int main(int argc, char** argv) {
       if (n == 8 || n == 64) {
         std::vector<std::vector<float>> outs;
         for (const Variant& v : {variants[1], variants[2], variants[5]}) {
-          cuda::SetMoeTuning({v.path, v.tile_rows, 8});
+          cuda::SetMoeTuning({v.path, v.tile_rows, cuda::MoeTuning{}.walk_max_tokens});
           cuda::StreamScope scope(stream);
           Experts(L, A, false);
           PG_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -304,6 +313,10 @@ int main(int argc, char** argv) {
         }
       }
     }
+   } catch (const std::exception& e) {
+    fmt::print("{}: FAILED: {}\n", s.name, e.what());
+    PG_CUDA_CHECK(cudaStreamSynchronize(stream));
+   }
   }
   if (json) std::fclose(json);
   cudaStreamDestroy(stream);

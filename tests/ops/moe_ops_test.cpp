@@ -359,8 +359,12 @@ void ExpectDeviceExpertsMatch(const KernelImpl<MoeExpertsParams>& k, MoeExpertsP
 #endif
     if (!ran) return;
     cov.Ran(k.backend);
-    ExpectClose(ref_out.data<float>(), got.data<float>(), got.numel(), kBf16,
-                k.backend + " " + v.name);
+    // The sorted path rounds the SwiGLU activations to bf16 (its down GEMM's operand, as bf16
+    // PyTorch / vLLM layers do): a second bf16 rounding inside, so a looser worst case; the
+    // nmse bound stays kBf16's.
+    const bool walk = v.path == 1;
+    ExpectClose(ref_out.data<float>(), got.data<float>(), got.numel(),
+                walk ? kBf16 : Tolerance{6e-2, kBf16.nmse}, k.backend + " " + v.name);
   }
 }
 
@@ -494,8 +498,12 @@ TEST(MatmulFp8BlockOp, MatchesDequantizedReference) {
     }
   }
   bool any_device = false;
-  for (const auto* k : Backends<MatmulParams>()) any_device = any_device || OnDevice(*k);
-  if (any_device) EXPECT_GT(ran, 0) << "no device Matmul backend took fp8 block-scaled weights";
+  std::string names;
+  for (const auto* k : Backends<MatmulParams>()) {
+    any_device = any_device || OnDevice(*k);
+    names += " " + k->backend;
+  }
+  if (any_device) EXPECT_GT(ran, 0) << "no device Matmul backend took fp8 block-scaled weights; backends:" << names;
 }
 
 // ---- MLA -----------------------------------------------------------------------------------

@@ -3,8 +3,8 @@
 //
 // Block: 128 threads (4 warps), tile BM x 64 outputs, K in steps of 64, two shared-memory
 // stages. A (activations, rows gathered through a_rows) and bf16 B arrive by cp.async; fp8 B
-// is loaded into registers one step ahead, dequantized with its scale (one 128-column block
-// per K step) to bf16 and stored after the step's MMAs. Shared tiles are [rows][64] bf16,
+// is loaded into registers one step ahead, widened exactly to bf16 and stored after the
+// step's MMAs; its scales multiply the f32 accumulators (block scales: one per K step). Shared tiles are [rows][64] bf16,
 // 16-byte chunks XOR-swizzled by (row & 7) so ldmatrix reads are conflict free.
 // BM in {16, 32, 64, 128}: small tiles for sparsely hit experts (each expert's weight panel
 // is read once per tile of its rows; fewer wasted rows), large ones for prefill.
@@ -121,22 +121,14 @@ __global__ void __launch_bounds__(kThreads) GroupedGemmKernel(GroupedGemmArgs a)
     }
   };
   uint4 fp8_raw[C::kNB][C::kBChunks];
-  float fp8_scale[C::kNB][C::kBChunks];
   auto fetch_b_fp8 = [&](int k0) {
 #pragma unroll
     for (int m = 0; m < C::kNB; ++m)
 #pragma unroll
       for (int i = 0; i < C::kBChunks; ++i) {
         const int id = tid + i * kThreads, r = id / kBPerRow, ch = id % kBPerRow;
-        const int64_t n = n0 + r;
-        const uint8_t* src = static_cast<const uint8_t*>(b[m]) + n * ld_b[m] + k0 + ch * 16;
+        const uint8_t* src = static_cast<const uint8_t*>(b[m]) + int64_t(n0 + r) * ld_b[m] + k0 + ch * 16;
         fp8_raw[m][i] = __ldg(reinterpret_cast<const uint4*>(src));
-        float s = 1.0f;
-        if (a.layout.scale_mode == ScaleMode::kTensor) s = __ldg(bs[m]);
-        else if (a.layout.scale_mode == ScaleMode::kChannel) s = __ldg(bs[m] + n);
-        else if (a.layout.scale_mode == ScaleMode::kBlock)
-          s = __ldg(bs[m] + (n >> 7) * a.scale_ld + (k0 >> 7));
-        fp8_scale[m][i] = s;
       }
   };
   auto store_b_fp8 = [&](int stage) {
@@ -151,7 +143,7 @@ __global__ void __launch_bounds__(kThreads) GroupedGemmKernel(GroupedGemmArgs a)
         __align__(16) __nv_bfloat162 h[8];
 #pragma unroll
         for (int q = 0; q < 8; ++q)
-          h[q] = __floats2bfloat162_rn(f[2 * q] * fp8_scale[m][i], f[2 * q + 1] * fp8_scale[m][i]);
+          h[q] = __floats2bfloat162_rn(f[2 * q], f[2 * q + 1]);  // exact: e4m3 fits bf16
         // 16 elements = two 8-element chunks (2 * ch, 2 * ch + 1) of the [64] row.
         *reinterpret_cast<uint4*>(s + Swz(r, 2 * ch)) = *reinterpret_cast<const uint4*>(&h[0]);
         *reinterpret_cast<uint4*>(s + Swz(r, 2 * ch + 1)) = *reinterpret_cast<const uint4*>(&h[4]);
@@ -180,9 +172,27 @@ __global__ void __launch_bounds__(kThreads) GroupedGemmKernel(GroupedGemmArgs a)
   }
   CpAsyncCommit();
 
+  // fp8 block scales (one per matrix per 64-wide K step: the 64 tile rows lie in one
+  // 128-row block, the step in one 128-column block). The accumulators are kept in units of
+  // the current step's scale: when it changes, they are multiplied by old / new; the
+  // epilogue multiplies by the last. A zero scale's step contributes nothing and is skipped.
+  // Tensor / channel scales are applied in the epilogue. B operands are exact fp8 values.
+  const bool block_scaled = kFp8 && a.layout.scale_mode == ScaleMode::kBlock;
+  float cur_scale[C::kNB];
+#pragma unroll
+  for (int m = 0; m < C::kNB; ++m) cur_scale[m] = 1.0f;
+  const int64_t scale_row = int64_t(n0 >> 7) * a.scale_ld;
+
   for (int kt = 0; kt < KT; ++kt) {
     const int stage = kt & 1;
     const bool more = kt + 1 < KT;
+    float step_scale[C::kNB];
+    bool skip_step[C::kNB];
+#pragma unroll
+    for (int m = 0; m < C::kNB; ++m) {
+      step_scale[m] = block_scaled ? __ldg(bs[m] + scale_row + ((kt * kBK) >> 7)) : 1.0f;
+      skip_step[m] = step_scale[m] == 0.0f;
+    }
     if (more) {
       load_a(stage ^ 1, (kt + 1) * kBK);
       if constexpr (kFp8) fetch_b_fp8((kt + 1) * kBK);
@@ -204,6 +214,17 @@ __global__ void __launch_bounds__(kThreads) GroupedGemmKernel(GroupedGemmArgs a)
       }
 #pragma unroll
       for (int m = 0; m < C::kNB; ++m) {
+        if (skip_step[m]) continue;
+        if (block_scaled && kk == 0 && step_scale[m] != cur_scale[m]) {
+          const float ratio = kt == 0 ? 1.0f : cur_scale[m] / step_scale[m];
+#pragma unroll
+          for (int i = 0; i < C::MF; ++i)
+#pragma unroll
+            for (int j = 0; j < C::NF; ++j)
+#pragma unroll
+              for (int q = 0; q < 4; ++q) acc[m][i][j][q] *= ratio;
+          cur_scale[m] = step_scale[m];
+        }
         const bf16* Bs = As + C::kAElems + m * C::kBElems;
         unsigned bfr[C::NF][2];
 #pragma unroll
@@ -225,6 +246,24 @@ __global__ void __launch_bounds__(kThreads) GroupedGemmKernel(GroupedGemmArgs a)
   }
 
   // ---- epilogue ----
+  // Output scale of each (matrix, column fragment, column pair): the last block scale, the
+  // tensor scale or the channel scales of the columns; 1 for bf16.
+  float out_scale[C::kNB][C::NF][2];
+#pragma unroll
+  for (int m = 0; m < C::kNB; ++m)
+#pragma unroll
+    for (int j = 0; j < C::NF; ++j)
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {
+        const int n = n0 + wn * C::TN + j * 8 + (lane % 4) * 2 + q;
+        float sc = 1.0f;
+        if constexpr (kFp8) {
+          if (a.layout.scale_mode == ScaleMode::kBlock) sc = cur_scale[m];
+          else if (a.layout.scale_mode == ScaleMode::kTensor) sc = __ldg(bs[m]);
+          else if (a.layout.scale_mode == ScaleMode::kChannel) sc = __ldg(bs[m] + n);
+        }
+        out_scale[m][j][q] = sc;
+      }
 #pragma unroll
   for (int i = 0; i < C::MF; ++i)
 #pragma unroll
@@ -235,10 +274,11 @@ __global__ void __launch_bounds__(kThreads) GroupedGemmKernel(GroupedGemmArgs a)
 #pragma unroll
       for (int j = 0; j < C::NF; ++j) {
         const int n = n0 + wn * C::TN + j * 8 + (lane % 4) * 2;
-        float v0 = acc[0][i][j][2 * h], v1 = acc[0][i][j][2 * h + 1];
+        float v0 = acc[0][i][j][2 * h] * out_scale[0][j][0];
+        float v1 = acc[0][i][j][2 * h + 1] * out_scale[0][j][1];
         if constexpr (kGateUp) {
-          v0 = moe::Silu(v0) * acc[C::kNB - 1][i][j][2 * h];
-          v1 = moe::Silu(v1) * acc[C::kNB - 1][i][j][2 * h + 1];
+          v0 = moe::Silu(v0) * (acc[C::kNB - 1][i][j][2 * h] * out_scale[C::kNB - 1][j][0]);
+          v1 = moe::Silu(v1) * (acc[C::kNB - 1][i][j][2 * h + 1] * out_scale[C::kNB - 1][j][1]);
         } else {
           if (a.bias) v0 += a.bias[n], v1 += a.bias[n + 1];
         }

@@ -145,7 +145,7 @@ const cuda::MoeExpertPtrs* ExpertTable(std::span<const MoeExpertWeights> ex, cud
 bool ExpertsSupport(const MoeExpertsParams& p) {
   return On(p.x, DType::kBF16) && On(p.out, DType::kBF16) && On(p.topk_ids, DType::kI32) &&
          On(p.topk_weights, DType::kF32) && p.topk_weights.strides[1] == 1 &&
-         p.experts.size() <= 1024 && LayoutOf(p.experts).has_value();
+         p.topk_ids.dim(1) <= 32 && p.experts.size() <= 1024 && LayoutOf(p.experts).has_value();
 }
 
 // Bump allocator over one scratch slot (first pass with base == nullptr measures).

@@ -9,7 +9,7 @@ enum class MoePath : int { kAuto, kWalk, kSorted };
 struct MoeTuning {
   MoePath path = MoePath::kAuto;
   int tile_rows = 0;         // 0 = auto (by routes per touched expert), else 16/32/64/128
-  int walk_max_tokens = 8;   // kAuto: batches of at most this many tokens walk their routes
+  int walk_max_tokens = 4;   // kAuto: batches of at most this many tokens walk their routes
 };
 void SetMoeTuning(const MoeTuning& t);
 const MoeTuning& GetMoeTuning();

@@ -62,6 +62,43 @@ __device__ float RowDot(const void* w_row, const XT* x, int cols, moe::RowScale 
   return acc * rs.row;
 }
 
+// Vector path of one (route, inter row): gate and up chunks loaded side by side, kUnroll deep
+// (2 * kUnroll 16-byte loads in flight per lane). Returns the lane's (gate, up) partial sums.
+template <bool kFp8>
+__device__ float2 GateUpVec(const uint4* g4, const uint4* u4, const bf16* x, int nc,
+                            moe::RowScale gs, moe::RowScale us, int lane) {
+  constexpr int C = kChunk<kFp8>;
+  float g = 0.0f, u = 0.0f;
+  for (int c0 = lane; c0 < nc; c0 += 32 * kUnroll) {
+    uint4 graw[kUnroll], uraw[kUnroll];
+#pragma unroll
+    for (int q = 0; q < kUnroll; ++q) {
+      const int c = c0 + 32 * q;
+      if (c < nc) graw[q] = __ldcs(g4 + c), uraw[q] = __ldcs(u4 + c);
+    }
+#pragma unroll
+    for (int q = 0; q < kUnroll; ++q) {
+      const int c = c0 + 32 * q;
+      if (c >= nc) break;
+      float xf[C], wf[C];
+      moe::LoadX<C>(x, c, xf);
+      float pg = 0.0f, pu = 0.0f;
+      moe::Widen<kFp8>(graw[q], wf);
+#pragma unroll
+      for (int i = 0; i < C; ++i) pg = fmaf(wf[i], xf[i], pg);
+      moe::Widen<kFp8>(uraw[q], wf);
+#pragma unroll
+      for (int i = 0; i < C; ++i) pu = fmaf(wf[i], xf[i], pu);
+      if (gs.blocks) {
+        const int blk = (c * C) >> 7;
+        pg *= __ldg(gs.blocks + blk), pu *= __ldg(us.blocks + blk);
+      }
+      g += pg, u += pu;
+    }
+  }
+  return make_float2(g * gs.row, u * us.row);
+}
+
 template <bool kFp8>
 __global__ void __launch_bounds__(kWarps * 32) GateUpKernel(MoeWalkArgs a, bool vec) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -76,32 +113,103 @@ __global__ void __launch_bounds__(kWarps * 32) GateUpKernel(MoeWalkArgs a, bool 
   const bf16* x = a.x + (r / a.top_k) * a.ldx;
   const char* g_row = static_cast<const char*>(w.gate) + int64_t(i) * L.ld_gate * esz;
   const char* u_row = static_cast<const char*>(w.up) + int64_t(i) * L.ld_up * esz;
-  const float g = moe::WarpSum(RowDot<kFp8>(
-      g_row, x, a.hidden, moe::ScaleOfRow(w.gate_scale, L.scale_mode, L.scale_ld_gu, i), vec, lane));
-  const float u = moe::WarpSum(RowDot<kFp8>(
-      u_row, x, a.hidden, moe::ScaleOfRow(w.up_scale, L.scale_mode, L.scale_ld_gu, i), vec, lane));
+  const moe::RowScale gs = moe::ScaleOfRow(w.gate_scale, L.scale_mode, L.scale_ld_gu, i);
+  const moe::RowScale us = moe::ScaleOfRow(w.up_scale, L.scale_mode, L.scale_ld_gu, i);
+  float g, u;
+  if (vec) {
+    const float2 gu = GateUpVec<kFp8>(reinterpret_cast<const uint4*>(g_row),
+                                      reinterpret_cast<const uint4*>(u_row), x,
+                                      a.hidden / kChunk<kFp8>, gs, us, lane);
+    g = moe::WarpSum(gu.x);
+    u = moe::WarpSum(gu.y);
+  } else {
+    g = moe::WarpSum(RowDot<kFp8>(g_row, x, a.hidden, gs, false, lane));
+    u = moe::WarpSum(RowDot<kFp8>(u_row, x, a.hidden, us, false, lane));
+  }
   if (lane == 0) a.act[r * a.inter + i] = moe::Silu(g) * u;
 }
 
+// One warp per (token t, hidden row o). Lane j < top_k describes route j (row pointer, weight
+// times row scale, block scales, act row); the vector path walks the chunks of all valid
+// routes as one flat sequence (route-major), kUnroll loads in flight per lane, so short rows
+// (small inter) still keep the memory system busy. Order of the sums is fixed: deterministic.
 template <bool kFp8>
 __global__ void __launch_bounds__(kWarps * 32) DownKernel(MoeWalkArgs a, bool vec) {
+  constexpr int C = kChunk<kFp8>;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t t = blockIdx.y;
   const int o = blockIdx.x * kWarps + warp;
   if (o >= a.hidden) return;
   const MoeWeightLayout& L = a.layout;
   const int64_t esz = kFp8 ? 1 : 2;
-  float acc = 0.0f;
-  for (int j = 0; j < a.top_k; ++j) {
-    const int64_t r = t * a.top_k + j;
+  // Route `lane` of this token.
+  const char* row = nullptr;
+  const float* act = nullptr;
+  float wj = 0.0f;
+  moe::RowScale rs;
+  if (lane < a.top_k) {
+    const int64_t r = t * a.top_k + lane;
     const int e = a.ids[r];
-    if (e < 0 || e >= a.num_experts) continue;
-    const MoeExpertPtrs& w = a.experts[e];
-    const char* d_row = static_cast<const char*>(w.down) + int64_t(o) * L.ld_down * esz;
-    const float y = moe::WarpSum(RowDot<kFp8>(
-        d_row, a.act + r * a.inter, a.inter,
-        moe::ScaleOfRow(w.down_scale, L.scale_mode, L.scale_ld_down, o), vec, lane));
-    acc = fmaf(a.weights[t * a.ldw_route + j], y, acc);
+    if (e >= 0 && e < a.num_experts) {
+      const MoeExpertPtrs& w = a.experts[e];
+      row = static_cast<const char*>(w.down) + int64_t(o) * L.ld_down * esz;
+      act = a.act + r * a.inter;
+      rs = moe::ScaleOfRow(w.down_scale, L.scale_mode, L.scale_ld_down, o);
+      wj = a.weights[t * a.ldw_route + lane] * rs.row;
+    }
+  }
+  float acc = 0.0f;
+  if (vec) {
+    const unsigned valid = __ballot_sync(0xffffffffu, row != nullptr);
+    const int nc = a.inter / C, total = __popc(valid) * nc;
+    for (int base = 0; base < total; base += 32 * kUnroll) {
+      uint4 raw[kUnroll];
+      const float* xs[kUnroll];
+      const float* blk[kUnroll];
+      float wq[kUnroll];
+      int cq[kUnroll];
+#pragma unroll
+      for (int q = 0; q < kUnroll; ++q) {
+        const int idx = base + 32 * q + lane;
+        const int m = idx < total ? idx / nc : 0;
+        const int src = int(__fns(valid, 0, m + 1));  // lane of the m-th valid route
+        const auto* rp = reinterpret_cast<const char*>(
+            __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(row), src));
+        xs[q] = reinterpret_cast<const float*>(
+            __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(act), src));
+        blk[q] = reinterpret_cast<const float*>(
+            __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(rs.blocks), src));
+        wq[q] = __shfl_sync(0xffffffffu, wj, src);
+        cq[q] = idx < total ? idx - m * nc : -1;
+        if (cq[q] >= 0) raw[q] = __ldcs(reinterpret_cast<const uint4*>(rp) + cq[q]);
+      }
+#pragma unroll
+      for (int q = 0; q < kUnroll; ++q) {
+        if (cq[q] < 0) continue;
+        float wf[C], xf[C];
+        moe::Widen<kFp8>(raw[q], wf);
+        moe::LoadX<C>(xs[q], cq[q], xf);
+        float part = 0.0f;
+#pragma unroll
+        for (int i = 0; i < C; ++i) part = fmaf(wf[i], xf[i], part);
+        if (blk[q]) part *= __ldg(blk[q] + ((cq[q] * C) >> 7));
+        acc = fmaf(wq[q], part, acc);
+      }
+    }
+    acc = moe::WarpSum(acc);
+  } else {
+    for (int j = 0; j < a.top_k; ++j) {
+      const char* rp = reinterpret_cast<const char*>(
+          __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(row), j));
+      const float* xp = reinterpret_cast<const float*>(
+          __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(act), j));
+      moe::RowScale s;
+      s.blocks = reinterpret_cast<const float*>(
+          __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(rs.blocks), j));
+      const float wjj = __shfl_sync(0xffffffffu, wj, j);
+      if (!rp) continue;
+      acc = fmaf(wjj, moe::WarpSum(RowDot<kFp8>(rp, xp, a.inter, s, false, lane)), acc);
+    }
   }
   if (lane == 0) {
     bf16* out = a.out + t * a.ldo + o;
