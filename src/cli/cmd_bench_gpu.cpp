@@ -51,19 +51,24 @@ void AddBenchGpuDecodeCommand(CLI::App& bench) {
                   "projection weights: bf16 | fp8 (e4m3, per-tensor scale; dense models)")
       ->check(CLI::IsMember({"bf16", "fp8"}));
   cmd->add_option("--json", flags->json_out, "also write the results as JSON here");
+  cmd->add_flag("--profile", flags->o.profile,
+                "per-op GPU times of one eager step per point (events behind a spin kernel)");
   cmd->callback([flags] {
     flags->o.dummy = flags->load_format == "dummy";
     flags->o.kv_dtype = flags->kv_dtype == "fp8" ? DType::kF8E4M3 : DType::kBF16;
     flags->o.weight_dtype = flags->weight_dtype == "fp8" ? DType::kF8E4M3 : DType::kBF16;
     auto print = [](const runtime::cuda::GpuDecodeBenchRow& r) {
       std::printf("%s\n", runtime::cuda::FormatGpuDecodeRow(r).c_str());
+      if (!r.profile.empty())
+        std::printf("%s\n", runtime::cuda::FormatGpuDecodeProfile(r).c_str());
       std::fflush(stdout);
     };
     // Rows print as they are measured (progress), then the whole table with its header.
     const runtime::cuda::GpuDecodeBenchReport report =
         runtime::cuda::RunGpuDecodeBench(flags->o, print);
     std::printf("%s\n", runtime::cuda::FormatGpuDecodeHeader(report).c_str());
-    for (const auto& r : report.rows) print(r);
+    for (const auto& r : report.rows)
+      std::printf("%s\n", runtime::cuda::FormatGpuDecodeRow(r).c_str());
     if (!flags->json_out.empty()) {
       nlohmann::json j;
       j["model"] = report.model;

@@ -266,6 +266,11 @@ std::string_view OpName(const KvWriteParams&) { return "KvWrite"; }
 std::string_view OpName(const AttentionParams&) { return "Attention"; }
 std::string_view OpName(const RopeKvWriteParams&) { return "RopeKvWrite"; }
 
+OpObserver*& CurrentOpObserver() {
+  thread_local OpObserver* observer = nullptr;
+  return observer;
+}
+
 const Registry& Registry::Global() {
   static const Registry registry = [] {
     Registry r;

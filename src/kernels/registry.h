@@ -111,6 +111,18 @@ std::string_view OpName(const RopeKvWriteParams&);
 // Throws kInvalidArgument: a forced implementation cannot run these params.
 [[noreturn]] void ThrowNotCapable(std::string_view op, std::string_view backend);
 
+// Sees every op Registry::Run dispatches on this thread (profiling: timing events around
+// each op's launches). Begin comes after validation and selection, right before the
+// implementation runs; End right after it returns (its work may still be in flight).
+class OpObserver {
+ public:
+  virtual ~OpObserver() = default;
+  virtual void Begin(std::string_view op) = 0;
+  virtual void End(std::string_view op) = 0;
+};
+// The calling thread's observer slot (null: none, the default). The setter owns nothing.
+OpObserver*& CurrentOpObserver();
+
 class Registry {
  public:
   Registry() = default;
@@ -129,13 +141,19 @@ class Registry {
   template <typename P>
   void Register(KernelImpl<P> impl) { table<P>().Register(std::move(impl)); }
 
-  // Validate, select, run.
+  // Validate, select, run (between the calling thread's OpObserver's Begin and End, if set).
   template <typename P>
   void Run(const P& p) const {
     Validate(p);
     Device device = DeviceOf(p);
     const KernelImpl<P>* k = table<P>().Select(p, device);
     if (!k) ThrowNoKernel(OpName(p), device);
+    if (OpObserver* o = CurrentOpObserver()) {
+      o->Begin(OpName(p));
+      k->run(p);
+      o->End(OpName(p));
+      return;
+    }
     k->run(p);
   }
 

@@ -174,6 +174,19 @@ GpuDecodeBenchReport RunGpuDecodeBench(const GpuDecodeBenchOptions& o,
       row.loop_step_us = UsSince(t0) / o.iters;
       for (int32_t t : sampled)
         PG_CHECK(t >= 0 && t < vocab, "sampled token {} outside the vocab", t);
+      if (o.profile) {
+        // One eager step with events around every op, queued behind a spin kernel (so the
+        // events time the GPU's back-to-back execution, as in the graph).
+        OpProfiler prof;
+        {
+          OpProfiler::Scope scope(prof);
+          runner.Step(seqs, {});
+        }
+        PG_CUDA_CHECK(cudaStreamSynchronize(runner.stream()));
+        row.profile = prof.ByOp();
+        row.profile_calls = prof.Calls();
+        if (row.profile_calls.size() > 48) row.profile_calls.resize(48);
+      }
       if (on_row) on_row(row);
       report.rows.push_back(row);
     }
@@ -188,6 +201,22 @@ std::string FormatGpuDecodeHeader(const GpuDecodeBenchReport& r) {
       r.model, r.hbm_bytes_per_s / 1e9, double(r.streamed_weight_bytes) / 1e9,
       r.kv_bytes_per_token, "batch", "context", "graph_us", "loop_us", "eager_us", "floor_us",
       "floor/t", "tok/s", "w_GB");
+}
+
+std::string FormatGpuDecodeProfile(const GpuDecodeBenchRow& w) {
+  if (w.profile.empty()) return {};
+  double total = 0;
+  for (const OpTime& t : w.profile) total += t.us;
+  std::string s = fmt::format("  profile (batch {}, context {}): ops sum {:.1f} us, graph {:.1f} us\n",
+                              w.batch, w.context, total, w.graph_step_us);
+  for (const OpTime& t : w.profile)
+    s += fmt::format("    {:<14} {:>5} calls {:>10.1f} us {:>6.1f}%  {:>7.2f} us/call\n", t.op,
+                     t.calls, t.us, 100.0 * t.us / total, t.us / t.calls);
+  s += "  first ops in order (us):";
+  for (size_t i = 0; i < w.profile_calls.size(); ++i)
+    s += fmt::format("{}{} {:.1f}", i % 8 ? ", " : "\n    ", w.profile_calls[i].op,
+                     w.profile_calls[i].us);
+  return s;
 }
 
 std::string FormatGpuDecodeRow(const GpuDecodeBenchRow& w) {

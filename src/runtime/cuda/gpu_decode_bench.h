@@ -15,6 +15,7 @@
 #include "core/dtype.h"
 #include "models/model.h"
 #include "runtime/cuda/gpu_runner.h"
+#include "runtime/cuda/op_profiler.h"
 
 namespace pg::runtime::cuda {
 
@@ -40,6 +41,7 @@ struct GpuDecodeBenchOptions {
   DType kv_dtype = DType::kBF16;     // KV cache: bf16 or fp8 e4m3 (--kv-dtype)
   DType weight_dtype = DType::kBF16; // dense projections: bf16 or fp8 e4m3 (--weight-dtype)
   uint64_t seed = 1;
+  bool profile = false;              // per-op GPU times of one eager step per point (--profile)
 };
 
 struct GpuDecodeBenchRow {
@@ -53,6 +55,8 @@ struct GpuDecodeBenchRow {
   double weight_bytes = 0;           // weights read by the step (MoE: experts touched)
   double bytes_per_step = 0;         // weights streamed + KV read
   double floor_us = 0;               // bytes_per_step / HBM bandwidth
+  std::vector<OpTime> profile;       // --profile: per op name, descending GPU time
+  std::vector<OpTime> profile_calls; // --profile: the step's first ops in order
   double ratio() const { return graph_step_us > 0 ? floor_us / graph_step_us : 0; }
 };
 
@@ -68,5 +72,7 @@ GpuDecodeBenchReport RunGpuDecodeBench(const GpuDecodeBenchOptions& options,
                                        const std::function<void(const GpuDecodeBenchRow&)>& on_row = {});
 std::string FormatGpuDecodeRow(const GpuDecodeBenchRow& row);
 std::string FormatGpuDecodeHeader(const GpuDecodeBenchReport& report);
+// The row's --profile tables (empty when not profiled).
+std::string FormatGpuDecodeProfile(const GpuDecodeBenchRow& row);
 
 }  // namespace pg::runtime::cuda
