@@ -4,10 +4,12 @@
 //                  f32 accumulation), bf16 activations as they are (cuda/moe/fp8_gemv.cu).
 //   cuda_fp8_lt:   n >  kFp8GemvMaxRows — activations quantized to e4m3 with one dynamic
 //                  scale (fp8_quant.cu), then cuBLASLt's fp8 GEMM with the scales as device
-//                  pointers; the GEMV when cuBLASLt has no algorithm for the shape.
+//                  pointers; when cuBLASLt has no algorithm for the shape, cuda/moe's tiled
+//                  GEMM (bf16 activations x fp8 weights, k and m multiples of 64), else the GEMV.
 // Both are graph-capturable once warmed up (the scratch has grown, the plan is cached).
 #include "kernels/cuda/common/context.h"
 #include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/gemm/fp8_matmul.h"
 #include "kernels/cuda/gemm/fp8_quant.h"
 #include "kernels/cuda/gemm/matmul_lt.h"
 #include "kernels/cuda/moe/moe_params.h"
@@ -19,6 +21,11 @@ namespace {
 constexpr int64_t kFp8GemvMaxRows = 4;
 
 bool On(const TensorView& t, DType d) { return t.device == Device::kCuda && t.dtype == d; }
+bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+cuda::ScaleMode ModeOf(const MatmulParams& p) {
+  return p.w_scale.dim(0) == 1 && p.w.dim(0) != 1 ? cuda::ScaleMode::kTensor
+                                                  : cuda::ScaleMode::kChannel;
+}
 
 bool Fp8Supports(const MatmulParams& p) {
   return On(p.x, DType::kBF16) && On(p.out, DType::kBF16) && On(p.w, DType::kF8E4M3) &&
@@ -26,13 +33,16 @@ bool Fp8Supports(const MatmulParams& p) {
          (!p.bias.data || p.bias.device == Device::kCuda);
 }
 
+}  // namespace
+
+namespace fp8 {
+
 void RunGemv(const MatmulParams& p) {
   cuda::Fp8GemvArgs a{};
   a.x = static_cast<const cuda::bf16*>(p.x.data);
   a.w = static_cast<const uint8_t*>(p.w.data);
   a.scale = p.w_scale.as<float>();
-  a.scale_mode = p.w_scale.dim(0) == 1 && p.w.dim(0) != 1 ? cuda::ScaleMode::kTensor
-                                                          : cuda::ScaleMode::kChannel;
+  a.scale_mode = ModeOf(p);
   a.scale_ld = 0;
   a.out = static_cast<cuda::bf16*>(p.out.data);
   a.bias = p.bias.data ? p.bias.as<float>() : nullptr;
@@ -43,7 +53,37 @@ void RunGemv(const MatmulParams& p) {
   PG_CUDA_CHECK_LAUNCH();
 }
 
-void RunLt(const MatmulParams& p) {
+bool RunTiled(const MatmulParams& p) {
+  const int64_t n = p.x.dim(0), k = p.x.dim(1), m = p.w.dim(0);
+  if (!(k % 64 == 0 && m % 64 == 0 && p.w.strides[0] % 16 == 0 && p.x.strides[0] % 8 == 0 &&
+        p.out.strides[0] % 2 == 0 && Aligned16(p.x.data) && Aligned16(p.w.data)))
+    return false;
+  cuda::GroupedGemmArgs g{};
+  g.a = static_cast<const cuda::bf16*>(p.x.data);
+  g.lda = p.x.strides[0];
+  g.a_row_div = 1;
+  g.dense_b0 = p.w.data;
+  g.dense_s0 = p.w_scale.as<float>();
+  g.layout.fp8 = true;
+  g.layout.scale_mode = ModeOf(p);
+  g.layout.aligned16 = true;
+  g.ld_b = p.w.strides[0];
+  g.dense_rows = n;
+  g.out = p.out.data;
+  g.out_f32 = false;
+  g.ldo = p.out.strides[0];
+  g.bias = p.bias.data ? p.bias.as<float>() : nullptr;
+  g.accumulate = p.accumulate;
+  g.K = int(k);
+  g.N = int(m);
+  g.mode = cuda::GemmMode::kPlain;
+  g.tile_rows = n >= 512 ? 128 : n >= 64 ? 64 : 32;
+  cuda::LaunchGroupedGemm(g, cuda::CurrentStream());
+  PG_CUDA_CHECK_LAUNCH();
+  return true;
+}
+
+bool RunLtOnly(const MatmulParams& p) {
   cudaStream_t stream = cuda::CurrentStream();
   const int64_t n = p.x.dim(0), k = p.x.dim(1), m = p.w.dim(0);
   const int64_t ldq = (k + 15) / 16 * 16;  // 16-byte rows for cuBLASLt
@@ -61,29 +101,36 @@ void RunLt(const MatmulParams& p) {
   g.accumulate = p.accumulate;
   g.x_scale = q.scale;
   g.w_scale = p.w_scale.as<float>();
-  g.w_per_channel = p.w_scale.dim(0) != 1 || m == 1;
+  g.w_per_channel = ModeOf(p) == cuda::ScaleMode::kChannel;
+  if (!cuda::LtFp8Available(g)) return false;
   cuda::LaunchFp8Quant(q, stream);
   PG_CUDA_CHECK_LAUNCH();
-  if (!cuda::LtMatmulFp8(g, stream)) return RunGemv(p);  // the quantization was wasted
+  if (!cuda::LtMatmulFp8(g, stream)) return false;  // refused at launch: quantized for nothing
   if (p.bias.data) {
     cuda::LaunchBiasAdd({static_cast<cuda::bf16*>(p.out.data), p.bias.as<float>(),
                          p.out.strides[0], n, m},
                         stream);
     PG_CUDA_CHECK_LAUNCH();
   }
+  return true;
 }
 
-}  // namespace
+void RunGemm(const MatmulParams& p) {
+  if (RunLtOnly(p) || RunTiled(p)) return;
+  RunGemv(p);
+}
+
+}  // namespace fp8
 
 void RegisterCudaFp8MatmulKernels(Registry& r) {
   r.Register(KernelImpl<MatmulParams>{
       "cuda_fp8_gemv", Device::kCuda, kPriorityCuda,
       [](const MatmulParams& p) { return Fp8Supports(p) && p.x.dim(0) <= kFp8GemvMaxRows; },
-      &RunGemv});
+      &fp8::RunGemv});
   r.Register(KernelImpl<MatmulParams>{
       "cuda_fp8_lt", Device::kCuda, kPriorityCuda,
       [](const MatmulParams& p) { return Fp8Supports(p) && p.x.dim(0) > kFp8GemvMaxRows; },
-      &RunLt});
+      &fp8::RunGemm});
 }
 
 }  // namespace pg::ops

@@ -1,7 +1,10 @@
 #include "kernels/cuda/gemm/matmul_lt.h"
 
 #include <algorithm>
+#include <fmt/format.h>
+
 #include <map>
+#include <string>
 #include <memory>
 #include <mutex>
 #include <tuple>
@@ -54,7 +57,8 @@ Cache& TheCache() {
   return *cache;
 }
 
-void ChooseAlgo(cublasLtHandle_t h, Plan& plan, int align_x, int align_w, int align_o);
+int ChooseAlgo(cublasLtHandle_t h, Plan& plan, int align_x, int align_w, int align_o,
+               bool alignment_prefs = true);
 
 std::unique_ptr<Plan> MakePlan(cublasLtHandle_t h, const LtGemmArgs& g, int align_x, int align_w,
                                int align_o) {
@@ -84,18 +88,22 @@ std::unique_ptr<Plan> MakePlan(cublasLtHandle_t h, const LtGemmArgs& g, int alig
   return p;
 }
 
-// Asks the heuristic for the plan's algorithm (p.usable = false when there is none).
-void ChooseAlgo(cublasLtHandle_t h, Plan& plan, int align_x, int align_w, int align_o) {
+// Asks the heuristic for the plan's algorithm (p.usable = false when there is none). Returns
+// the heuristic's status, or -1 when it succeeded without an algorithm (diagnostics).
+int ChooseAlgo(cublasLtHandle_t h, Plan& plan, int align_x, int align_w, int align_o,
+               bool alignment_prefs) {
   Plan* p = &plan;
   cublasLtMatmulPreference_t pref = nullptr;
   PG_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t ws = kWorkspaceBytes;
   const uint32_t ax = uint32_t(align_x), aw = uint32_t(align_w), ao = uint32_t(align_o);
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aw, sizeof aw);
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ax, sizeof ax);
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ao, sizeof ao);
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ao, sizeof ao);
+  if (alignment_prefs) {
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aw, sizeof aw);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ax, sizeof ax);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ao, sizeof ao);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ao, sizeof ao);
+  }
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(h, p->op, p->a, p->b, p->d, p->d, pref,
@@ -105,26 +113,54 @@ void ChooseAlgo(cublasLtHandle_t h, Plan& plan, int align_x, int align_w, int al
     p->algo = result.algo;
     p->usable = true;
   }
+  return st != CUBLAS_STATUS_SUCCESS ? int(st) : (found > 0 ? 0 : -1);
 }
 
+std::string& Fp8Diagnostics() {  // guarded by the cache's mutex
+  static std::string* d = new std::string;
+  return *d;
+}
+
+// Tries, in order, until the heuristic offers an algorithm: as documented (scale pointers set,
+// alignment preferences), without alignment preferences, with fast accumulation. Each
+// attempt's heuristic status goes to Fp8Diagnostics().
 std::unique_ptr<Plan> MakeFp8Plan(cublasLtHandle_t h, const LtFp8Args& g, int align_x,
                                   int align_w, int align_o) {
-  auto p = std::make_unique<Plan>();
-  PG_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  PG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-  PG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-  if (g.w_per_channel) {
-    const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
-    if (cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode,
-                                       sizeof mode) != CUBLAS_STATUS_SUCCESS)
-      return p;  // not usable
+  std::unique_ptr<Plan> p;
+  std::string tried;
+  for (int variant = 0; variant < 3; ++variant) {
+    p = std::make_unique<Plan>();
+    PG_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    PG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    PG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    if (g.w_per_channel) {
+      const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+      const cublasStatus_t st = cublasLtMatmulDescSetAttribute(
+          p->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode);
+      if (st != CUBLAS_STATUS_SUCCESS) {
+        tried += fmt::format(" outer-vec scale mode: status {}", int(st));
+        break;
+      }
+    }
+    PG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                   &g.w_scale, sizeof g.w_scale));
+    PG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                   &g.x_scale, sizeof g.x_scale));
+    if (variant == 2) {
+      const int8_t fast = 1;
+      PG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast,
+                                                     sizeof fast));
+    }
+    PG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_8F_E4M3, uint64_t(g.k), uint64_t(g.m), g.ldw));
+    PG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_8F_E4M3, uint64_t(g.k), uint64_t(g.n), g.ldx));
+    PG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->d, CUDA_R_16BF, uint64_t(g.m), uint64_t(g.n), g.ldo));
+    const int st = ChooseAlgo(h, *p, align_x, align_w, align_o, /*alignment_prefs=*/variant == 0);
+    tried += fmt::format(" v{}:{}", variant, st);
+    if (p->usable) break;
   }
-  PG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_8F_E4M3, uint64_t(g.k), uint64_t(g.m), g.ldw));
-  PG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_8F_E4M3, uint64_t(g.k), uint64_t(g.n), g.ldx));
-  PG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->d, CUDA_R_16BF, uint64_t(g.m), uint64_t(g.n), g.ldo));
-  // Scale pointers are fixed per call site in practice but set before every launch.
-  ChooseAlgo(h, *p, align_x, align_w, align_o);
+  Fp8Diagnostics() += fmt::format("fp8 n={} k={} m={} per_channel={}:{} -> {}\n", g.n, g.k, g.m,
+                                  g.w_per_channel, tried, p->usable ? "algorithm" : "none");
   return p;
 }
 
@@ -168,18 +204,31 @@ bool LtMatmul(const LtGemmArgs& g, cudaStream_t stream) {
   return true;
 }
 
-bool LtMatmulFp8(const LtFp8Args& g, cudaStream_t stream) {
-  if (g.n == 0 || g.m == 0) return true;
+namespace {
+// The cached fp8 plan of g's shape (made on first use). Caller holds c.mu.
+Plan* Fp8PlanLocked(Cache& c, const LtFp8Args& g) {
   const int ax = Alignment(g.x), aw = Alignment(g.w), ao = Alignment(g.out);
-  Cache& c = TheCache();
-  std::lock_guard<std::mutex> lock(c.mu);  // the plan's scale pointers are set per launch
   if (!c.handle) PG_CUBLAS_CHECK(cublasLtCreate(&c.handle));
   const auto key = std::make_tuple(g.n, g.k, g.m, g.ldx, g.ldw, g.ldo, g.accumulate,
                                    g.w_per_channel, ax, aw, ao);
   auto it = c.fp8_plans.find(key);
   if (it == c.fp8_plans.end())
     it = c.fp8_plans.emplace(key, MakeFp8Plan(c.handle, g, ax, aw, ao)).first;
-  Plan* plan = it->second.get();
+  return it->second.get();
+}
+}  // namespace
+
+bool LtFp8Available(const LtFp8Args& g) {
+  Cache& c = TheCache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  return Fp8PlanLocked(c, g)->usable;
+}
+
+bool LtMatmulFp8(const LtFp8Args& g, cudaStream_t stream) {
+  if (g.n == 0 || g.m == 0) return true;
+  Cache& c = TheCache();
+  std::lock_guard<std::mutex> lock(c.mu);  // the plan's scale pointers are set per launch
+  Plan* plan = Fp8PlanLocked(c, g);
   if (!plan->usable) return false;
   PG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
                                                  &g.w_scale, sizeof g.w_scale));
@@ -196,6 +245,12 @@ bool LtMatmulFp8(const LtFp8Args& g, cudaStream_t stream) {
   }
   PG_CUBLAS_CHECK(st);
   return true;
+}
+
+std::string LtFp8Diagnostics() {
+  Cache& c = TheCache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  return Fp8Diagnostics();
 }
 
 size_t LtCachedShapes() {

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 
 #include "kernels/cuda/common/device_params.h"
 
@@ -43,6 +44,11 @@ struct LtFp8Args {
   bool w_per_channel;
 };
 bool LtMatmulFp8(const LtFp8Args& a, cudaStream_t stream);
+// Whether LtMatmulFp8 has an algorithm for a's shape, strides and alignments (host only).
+bool LtFp8Available(const LtFp8Args& a);
+// One line per fp8 shape planned: the heuristic status of each attempt (0: an algorithm,
+// -1: none offered, else the cublasStatus_t) and the outcome.
+std::string LtFp8Diagnostics();
 
 // Number of distinct shapes in the algorithm cache (tests).
 size_t LtCachedShapes();

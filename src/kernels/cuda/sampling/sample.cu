@@ -83,10 +83,11 @@ struct Row {
   __device__ bool InTopK(uint32_t key, int i) const {
     return key > key_k || (key == key_k && i <= idx_k);
   }
-  __device__ bool InKept(float x, uint32_t key, int i) const {
-    if (!InTopK(key, i)) return false;
-    if (!(key > key_p || (key == key_p && i <= idx_p))) return false;
-    return p.min_p <= 0.0f || Weight(x) / sum_k >= floor;
+  // prob_i of a token in K (top-k, top-p and min-p kept), else 0.
+  __device__ double KeptProb(float x, uint32_t key, int i) const {
+    if (!InTopK(key, i) || !(key > key_p || (key == key_p && i <= idx_p))) return 0.0;
+    const double prob = Weight(x) / sum_k;
+    return p.min_p <= 0.0f || prob >= floor ? prob : 0.0;
   }
 };
 
@@ -313,7 +314,7 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(SampleArgs a) {
       r.floor = double(r.p.min_p) * (1.0 / r.sum_k);  // prob of the top token: exp(0) / sum
       token = Draw(sh, r, u, [&](int i) {
         const float x = r.X(i);
-        return r.InKept(x, ops::SortKey(x), i) ? r.Weight(x) / r.sum_k : 0.0;
+        return r.KeptProb(x, ops::SortKey(x), i);
       });
     }
   }
