@@ -1,6 +1,9 @@
 // Decode attention (sequences with one new token; others are skipped: the prefill / general
 // kernels' rows) over a paged bf16 or fp8 KV cache
-// (ops.h layout: [pages, page_size, kv_heads, head_dim]), flash-decoding style.
+// (ops.h layout: [pages, page_size, kv_heads, head_dim]), flash-decoding style. bf16 caches
+// of head_dim 64 / 128 with GQA groups <= 16 go to the tensor-core kernel
+// (decode_attention_mma.cu); this file's CUDA-core kernel takes every other shape and fp8,
+// and owns the split planning and the combine kernel for both.
 //
 // Work split: a block owns (sequence, kv head, chunk of up to GP of that kv head's query
 // heads, split). GQA heads are packed: the block streams each K/V row once for all GP heads.
@@ -21,21 +24,21 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
+#include "kernels/cuda/attention/decode_common.cuh"
 #include "kernels/cuda/attention/kv_types.cuh"
 #include "kernels/cuda/common/device_params.h"
 
 namespace pg::cuda {
 namespace {
 
-constexpr int kWarps = 4;
-constexpr int kThreads = kWarps * 32;
+using namespace decode;  // kWarps, kThreads, CpAsync*, Exp2Or0, SplitOf, MergeWarpsAndStore
+
 constexpr int kStages = 4;        // tiles in flight per warp (cp.async ring depth)
 constexpr int kU = 2;             // keys per lane group per tile
 constexpr int kEplTarget = 16;    // head-dim elements per lane per key
-constexpr int kSplitGranule = 32; // a split's key count is a multiple of this
 constexpr int kMinSplitKeys = 64; // the launcher never plans shorter splits
-constexpr float kLog2e = 1.4426950408889634f;
 
 constexpr int Pow2Ceil(int x) {
   int p = 1;
@@ -60,36 +63,6 @@ struct Geo {
   // The warps' merge reuses the ring: [kWarps][4][D] accumulators + [kWarps][4] max and sum.
   static_assert(kWarps * 4 * (D + 2) * 4 <= kSmemBytes, "merge does not fit the ring");
 };
-
-__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, int src_bytes) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem),
-               "r"(src_bytes));
-}
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-__device__ __forceinline__ float Exp2Or0(float x, float m) {  // 2^(x - m); 0 for an empty m
-  return m == -INFINITY ? 0.0f : exp2f(x - m);
-}
-
-// The split [begin, end) of sequence s's causal range, and that range's end pos + 1.
-struct SplitRange {
-  int begin, end;
-};
-__device__ __forceinline__ SplitRange SplitOf(const AttentionArgs& a, int s, int split,
-                                              int num_splits) {
-  const int pos = a.batch.kv_len[s] - 1;
-  const int lo = a.sliding_window > 0 ? max(0, pos - a.sliding_window + 1) : 0;
-  const int n = pos + 1 - lo;
-  int chunk = (n + num_splits - 1) / num_splits;
-  chunk = (chunk + kSplitGranule - 1) / kSplitGranule * kSplitGranule;
-  const int begin = lo + split * chunk;
-  return {begin, min(pos + 1, begin + chunk)};
-}
 
 template <int D, int GP, typename KvT>
 __global__ void __launch_bounds__(kThreads) DecodeKernel(const __grid_constant__ AttentionArgs a) {
@@ -274,28 +247,7 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(const __grid_constant__
     }
   }
   __syncthreads();
-  for (int idx = threadIdx.x; idx < ng * D; idx += kThreads) {
-    const int g = idx / D, e = idx % D;
-    float mx = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, sm_m[w * GP + g]);
-    float sum = 0.0f, val = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      const float c = Exp2Or0(sm_m[w * GP + g], mx);
-      sum += sm_l[w * GP + g] * c;
-      val += sm_acc[(w * GP + g) * D + e] * c;
-    }
-    const int h = h0 + g;
-    if (num_splits == 1) {
-      a.out[int64_t(t) * a.out_stride + int64_t(h) * D + e] =
-          __float2bfloat16_rn(sum > 0.0f ? val / sum * a.v_scale : 0.0f);
-    } else {
-      const int64_t base = (int64_t(t) * a.heads + h) * num_splits + split;
-      a.partial_acc[base * D + e] = val;
-      if (e == 0) a.partial_ml[2 * base] = mx, a.partial_ml[2 * base + 1] = sum;
-    }
-  }
+  MergeWarpsAndStore(a, sm_acc, sm_m, sm_l, GP, ng, D, t, h0, split, num_splits);
 }
 
 // Merges the splits of one (row, head) (maxima in log2 units); threads over head_dim.
@@ -394,15 +346,27 @@ struct DoLaunch {
 
 }  // namespace
 
+// The tensor-core kernel where it applies (PG_DECODE_SIMT=1 in the environment forces the
+// CUDA-core kernel: A/B benchmarks).
+bool UseMma(const AttentionArgs& a) {
+  static const bool simt = [] {
+    const char* e = std::getenv("PG_DECODE_SIMT");
+    return e != nullptr && e[0] == '1';
+  }();
+  return !simt && MmaSupports(a.head_dim, a.heads / a.kv_heads, a.kv_type);
+}
+
 bool DecodeAttentionSupports(int head_dim, int group, KvType kv_type) {
   NoOp f;
-  return group >= 1 && Dispatch(head_dim, group, kv_type, f);
+  return group >= 1 && (MmaSupports(head_dim, group, kv_type) || Dispatch(head_dim, group, kv_type, f));
 }
 
 int DecodeAttentionSplits(const AttentionArgs& a, int num_seqs, int64_t max_len) {
-  const int group = a.heads / a.kv_heads, gp = HeadsPerBlock(group);
+  const bool mma = UseMma(a);
+  const int group = a.heads / a.kv_heads, gp = mma ? group : HeadsPerBlock(group);
   GetOccupancy occ;
-  Dispatch(a.head_dim, group, a.kv_type, occ);
+  if (mma) occ.per_sm = MmaOccupancy(a.head_dim);
+  else Dispatch(a.head_dim, group, a.kv_type, occ);
   const int per_sm = occ.per_sm;
   static const int sms = [] {
     int dev = 0, n = 0;
@@ -426,11 +390,16 @@ int DecodeAttentionSplits(const AttentionArgs& a, int num_seqs, int64_t max_len)
 
 void LaunchDecodeAttention(const AttentionArgs& a, cudaStream_t stream) {
   if (a.batch.num_seqs == 0) return;
-  const int group = a.heads / a.kv_heads, gp = HeadsPerBlock(group);
+  const bool mma = UseMma(a);
+  const int group = a.heads / a.kv_heads, gp = mma ? group : HeadsPerBlock(group);
   const dim3 grid(unsigned(a.batch.num_seqs), unsigned(a.kv_heads * ((group + gp - 1) / gp)),
                   unsigned(a.num_splits));
-  DoLaunch f{a, grid, stream};
-  Dispatch(a.head_dim, group, a.kv_type, f);
+  if (mma) {
+    LaunchMma(a, grid, stream);
+  } else {
+    DoLaunch f{a, grid, stream};
+    Dispatch(a.head_dim, group, a.kv_type, f);
+  }
   if (a.num_splits > 1)
     DecodeCombineKernel<<<dim3(unsigned(a.batch.num_tokens), unsigned(a.heads)), 128, 0, stream>>>(a);
 }

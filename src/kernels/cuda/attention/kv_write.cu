@@ -48,6 +48,19 @@ __global__ void RopeKvWriteKernel(const __grid_constant__ RopeKvWriteArgs a) {
   const KvWriteArgs& w = a.kv;
   const float pos = float(a.positions[t]);
   const int d = w.head_dim, half = a.rotary_dim / 2;
+  // Each pair's rotation, once for all heads: (cos, sin) = rotation of (1, 0) by RopeRotate.
+  __shared__ float cs[2 * kMaxRopePairs];
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    float c = 1.0f, s = 0.0f;
+    RopeRotate(c, s, a.inv_freq[i], pos);
+    cs[2 * i] = c, cs[2 * i + 1] = s;
+  }
+  __syncthreads();
+  auto rotate = [&](float& x0, float& x1, int i) {
+    const float c = cs[2 * i], s = cs[2 * i + 1];
+    const float r0 = x0 * c - x1 * s, r1 = x1 * c + x0 * s;
+    x0 = r0, x1 = r1;
+  };
   bf16* qrow = a.q + int64_t(t) * a.q_stride;
   for (int idx = threadIdx.x; idx < a.heads * half; idx += blockDim.x) {
     const int h = idx / half, i = idx % half;
@@ -55,7 +68,7 @@ __global__ void RopeKvWriteKernel(const __grid_constant__ RopeKvWriteArgs a) {
     RopePairIndex(a.neox, i, half, i0, i1);
     bf16* x = qrow + int64_t(h) * d;
     float x0 = __bfloat162float(x[i0]), x1 = __bfloat162float(x[i1]);
-    RopeRotate(x0, x1, a.inv_freq[i], pos);
+    rotate(x0, x1, i);
     x[i0] = __float2bfloat16_rn(x0);
     x[i1] = __float2bfloat16_rn(x1);
   }
@@ -67,7 +80,7 @@ __global__ void RopeKvWriteKernel(const __grid_constant__ RopeKvWriteArgs a) {
     RopePairIndex(a.neox, i, half, i0, i1);
     bf16* x = krow + int64_t(h) * d;
     float x0 = __bfloat162float(x[i0]), x1 = __bfloat162float(x[i1]);
-    RopeRotate(x0, x1, a.inv_freq[i], pos);
+    rotate(x0, x1, i);
     const bf16 b0 = __float2bfloat16_rn(x0), b1 = __float2bfloat16_rn(x1);
     x[i0] = b0, x[i1] = b1;
     Store<KvT>(w.k_cache, dst + int64_t(h) * d + i0, __bfloat162float(b0) * w.inv_k_scale);

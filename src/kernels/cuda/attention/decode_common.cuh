@@ -1,0 +1,86 @@
+// Pieces shared by the two decode attention kernels (decode_attention.cu: CUDA cores, any
+// shape; decode_attention_mma.cu: tensor cores, bf16, head_dim 64/128): split ranges, the
+// log2-domain softmax helpers, and the end-of-block merge of the warps' partial results.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cmath>
+
+#include "kernels/cuda/common/device_params.h"
+
+namespace pg::cuda::decode {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kSplitGranule = 32;  // a split's key count is a multiple of this
+constexpr float kLog2e = 1.4426950408889634f;
+
+__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, int src_bytes) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem),
+               "r"(src_bytes));
+}
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ float Exp2Or0(float x, float m) {  // 2^(x - m); 0 for an empty m
+  return m == -INFINITY ? 0.0f : exp2f(x - m);
+}
+
+// The split [begin, end) of sequence s's causal key range [lo, pos]: ceil(len / splits)
+// keys per split, rounded up to kSplitGranule (trailing splits may be empty).
+struct SplitRange {
+  int begin, end;
+};
+__device__ __forceinline__ SplitRange SplitOf(const AttentionArgs& a, int s, int split,
+                                              int num_splits) {
+  const int pos = a.batch.kv_len[s] - 1;
+  const int lo = a.sliding_window > 0 ? max(0, pos - a.sliding_window + 1) : 0;
+  const int n = pos + 1 - lo;
+  int chunk = (n + num_splits - 1) / num_splits;
+  chunk = (chunk + kSplitGranule - 1) / kSplitGranule * kSplitGranule;
+  const int begin = lo + split * chunk;
+  return {begin, min(pos + 1, begin + chunk)};
+}
+
+// After __syncthreads: merges the warps' (max, sum, acc) of `ng` heads from shared memory
+// (sm_acc [kWarps][rows][D], sm_m / sm_l [kWarps][rows]; maxima in log2 units) and writes
+// query row t's heads h0.. : the bf16 output (one split) or the split's partial.
+__device__ __forceinline__ void MergeWarpsAndStore(const AttentionArgs& a, const float* sm_acc,
+                                                   const float* sm_m, const float* sm_l,
+                                                   int rows, int ng, int D, int t, int h0,
+                                                   int split, int num_splits) {
+  for (int idx = threadIdx.x; idx < ng * D; idx += kThreads) {
+    const int g = idx / D, e = idx % D;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, sm_m[w * rows + g]);
+    float sum = 0.0f, val = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float c = Exp2Or0(sm_m[w * rows + g], mx);
+      sum += sm_l[w * rows + g] * c;
+      val += sm_acc[(w * rows + g) * D + e] * c;
+    }
+    const int h = h0 + g;
+    if (num_splits == 1) {
+      a.out[int64_t(t) * a.out_stride + int64_t(h) * D + e] =
+          __float2bfloat16_rn(sum > 0.0f ? val / sum * a.v_scale : 0.0f);
+    } else {
+      const int64_t base = (int64_t(t) * a.heads + h) * num_splits + split;
+      a.partial_acc[base * D + e] = val;
+      if (e == 0) a.partial_ml[2 * base] = mx, a.partial_ml[2 * base + 1] = sum;
+    }
+  }
+}
+
+// Tensor-core decode kernel (decode_attention_mma.cu).
+bool MmaSupports(int head_dim, int group, KvType kv_type);
+int MmaOccupancy(int head_dim);  // resident blocks per SM
+void LaunchMma(const AttentionArgs& a, dim3 grid, cudaStream_t stream);
+
+}  // namespace pg::cuda::decode
