@@ -98,6 +98,21 @@ __device__ float KeyToFloat(uint32_t key) {
 
 __device__ int ChunkSize(int vocab) { return (vocab + kThreads - 1) / kThreads; }
 
+// Histogram updates aggregated per warp: logits' keys share few top digits, so per-thread
+// shared-memory atomics would serialise on a handful of bins. Lanes with the same bin are
+// grouped (__match_any_sync) and their leader adds the group's count or summed mass.
+// bin < 0: this lane adds nothing. Called by every active lane of the warp.
+__device__ void BinCount(int* count, int bin) {
+  const unsigned group = __match_any_sync(__activemask(), bin);
+  if (bin >= 0 && int(threadIdx.x % 32) == __ffs(group) - 1) atomicAdd(&count[bin], __popc(group));
+}
+__device__ void BinMass(double* mass, int bin, double w) {
+  const unsigned group = __match_any_sync(__activemask(), bin);
+  double sum = 0.0;
+  for (unsigned m = group; m; m &= m - 1) sum += __shfl_sync(group, w, __ffs(m) - 1);
+  if (bin >= 0 && int(threadIdx.x % 32) == __ffs(group) - 1) atomicAdd(&mass[bin], sum);
+}
+
 // Index of the n-th (1-based) token in index order with pred(i) true (n >= 1); -1 if fewer.
 template <typename Pred>
 __device__ int FindNth(Shared& sh, int vocab, int n, Pred pred) {
@@ -131,7 +146,7 @@ __device__ uint32_t SelectKth(Shared& sh, const Row& r, int kth, In in, int* tie
     __syncthreads();
     for (int i = threadIdx.x; i < r.vocab; i += kThreads) {
       const uint32_t key = ops::SortKey(r.X(i));
-      if ((key & mask) == prefix && in(key, i)) atomicAdd(&sh.count[(key >> shift) & 0xFF], 1);
+      BinCount(sh.count, (key & mask) == prefix && in(key, i) ? int((key >> shift) & 0xFF) : -1);
     }
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -161,8 +176,8 @@ __device__ void SelectTopP(Shared& sh, Row& r) {
     for (int i = threadIdx.x; i < r.vocab; i += kThreads) {
       const float x = r.X(i);
       const uint32_t key = ops::SortKey(x);
-      if ((key & mask) == prefix && r.InTopK(key, i))
-        atomicAdd(&sh.mass[(key >> shift) & 0xFF], r.Weight(x) / r.sum_k);
+      const bool in = (key & mask) == prefix && r.InTopK(key, i);
+      BinMass(sh.mass, in ? int((key >> shift) & 0xFF) : -1, in ? r.Weight(x) / r.sum_k : 0.0);
     }
     __syncthreads();
     if (threadIdx.x == 0) {
