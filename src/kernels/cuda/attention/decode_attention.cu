@@ -365,7 +365,7 @@ int DecodeAttentionSplits(const AttentionArgs& a, int num_seqs, int64_t max_len)
   const bool mma = UseMma(a);
   const int group = a.heads / a.kv_heads, gp = mma ? group : HeadsPerBlock(group);
   GetOccupancy occ;
-  if (mma) occ.per_sm = MmaOccupancy(a.head_dim);
+  if (mma) occ.per_sm = MmaOccupancy(a.head_dim, a.kv_type);
   else Dispatch(a.head_dim, group, a.kv_type, occ);
   const int per_sm = occ.per_sm;
   static const int sms = [] {

@@ -1,4 +1,4 @@
-// Tensor-core decode attention (bf16 KV, head_dim 64 / 128, GQA group <= 16): the default
+// Tensor-core decode attention (bf16 or fp8 KV, head_dim 64 / 128, GQA group <= 16): the default
 // decode kernel for those shapes (decode_attention.cu dispatches; its CUDA-core kernel does
 // the rest). Same work split and outputs as that kernel: a block owns (sequence, kv head,
 // split), its 4 warps take 16-key tiles round robin through a 3-stage cp.async ring each.
@@ -14,7 +14,12 @@
 //     layout), V through ldmatrix.trans from a [16 keys][D] tile swizzled by 16-byte chunk
 //     (chunk ^ key % 8: conflict-free).
 // Online softmax in fp32, log2 units, per row; the scale multiplies S in fp32 (q stays bf16).
+// fp8 caches: K vectors hold 16 dims (dims v * 64 + t * 16 + ...), widened to f16 in registers;
+// raw V chunks are widened by the lane that copied them into a per-warp f16 tile; the products
+// run in f16 (q and p rounded to f16, finer than bf16).
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include "kernels/cuda/attention/decode_common.cuh"
 #include "kernels/cuda/mla/mma_util.cuh"
@@ -25,15 +30,23 @@ namespace {
 constexpr int kStages = 3;
 constexpr int kTK = 16;  // keys per warp tile
 
-template <int D>
+// kF8: fp8 e4m3 cache; K and V are widened to f16 (exact) and the products run in f16 (q, p
+// rounded to f16: more mantissa than bf16); bf16 caches run bf16 products.
+template <int D, bool kF8>
 struct MmaGeo {
-  static constexpr int kNvt = D / 32;           // K vectors per lane per key
-  static constexpr int kKc = D / 16;            // QK k-chunks
-  static constexpr int kNb = D / 8;             // PV n-blocks (also V chunks per key row)
-  static constexpr int kKU4 = 2 * kNvt * 32;    // K uint4 per stage (thread-private)
-  static constexpr int kVU4 = kTK * D / 8;      // V uint4 per stage ([key][chunk], swizzled)
+  static constexpr int kElem = kF8 ? 1 : 2;          // cache bytes per element
+  static constexpr int kVe = 16 / kElem;             // dims per 16-byte vector
+  static constexpr int kCpv = kVe / 4;               // QK k-chunks per K vector
+  static constexpr int kNvt = D / (4 * kVe);         // K vectors per lane per key
+  static constexpr int kKc = D / 16;                 // QK k-chunks
+  static constexpr int kNb = D / 8;                  // PV n-blocks (= 16-bit V chunks per key)
+  static constexpr int kVc = D * kElem / 16;         // raw V chunks per key row
+  static constexpr int kKU4 = 2 * kNvt * 32;         // K uint4 per stage (thread-private)
+  static constexpr int kVU4 = kTK * kVc;             // raw V uint4 per stage
   static constexpr int kStageU4 = kKU4 + kVU4;
-  static constexpr int kSmemBytes = kWarps * kStages * kStageU4 * 16;
+  static constexpr int kTileU4 = kF8 ? kTK * kNb : 0;  // fp8: the warp's widened f16 V tile
+  static constexpr int kWarpU4 = kStages * kStageU4 + kTileU4;
+  static constexpr int kSmemBytes = kWarps * kWarpU4 * 16;
   static_assert(D % 64 == 0, "head_dim 64 or 128");
   static_assert(kWarps * 16 * (D + 2) * 4 <= kSmemBytes, "merge does not fit the ring");
 };
@@ -41,10 +54,38 @@ struct MmaGeo {
 __device__ __forceinline__ uint32_t Word(const uint4& u, int i) {
   return i == 0 ? u.x : (i == 1 ? u.y : (i == 2 ? u.z : u.w));
 }
+// Two e4m3 (low and high byte of the 16-bit x) -> f16x2.
+__device__ __forceinline__ uint32_t F8x2ToH2(uint32_t x) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(x & 0xffffu), __NV_E4M3);
+  return uint32_t(h.x) | (uint32_t(h.y) << 16);
+}
+__device__ __forceinline__ uint32_t Bf2ToH2(uint32_t x) {
+  const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&x));
+  const __half2 h = __floats2half2_rn(f.x, f.y);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+__device__ __forceinline__ uint32_t PackH2(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+// c += a · b in f16 (the bf16 form is mla::Mma).
+__device__ __forceinline__ void MmaF16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                       uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <bool kF8>
+__device__ __forceinline__ void MmaT(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (kF8) MmaF16(c, a, b0, b1);
+  else mla::Mma(c, a, b0, b1);
+}
 
-template <int D>
+template <int D, bool kF8>
 __global__ void __launch_bounds__(kThreads) DecodeMmaKernel(const __grid_constant__ AttentionArgs a) {
-  using M = MmaGeo<D>;
+  using M = MmaGeo<D, kF8>;
   extern __shared__ uint4 smem[];
   const DeviceBatchView& b = a.batch;
   const int s = blockIdx.x;
@@ -59,20 +100,22 @@ __global__ void __launch_bounds__(kThreads) DecodeMmaKernel(const __grid_constan
   const int ps = b.page_size;
 
   // Q as A fragments: rows g and g + 8 = heads h0 + g, h0 + g + 8 (zero past the group).
+  // Chunk c of lane (g, t) holds dims base(c) + 0..3, base(c) = v * 4 kVe + t kVe + sub * 4
+  // (v = c / kCpv, sub = c % kCpv): the K vector layout below.
   uint32_t qa[M::kKc][4];
   {
-    const bf16* q = a.q + int64_t(row) * a.q_stride + int64_t(h0) * D + t * 8;
+    const bf16* q = a.q + int64_t(row) * a.q_stride + int64_t(h0) * D;
 #pragma unroll
-    for (int v = 0; v < M::kNvt; ++v) {
-      const uint4 z = make_uint4(0, 0, 0, 0);
-      const uint4 lo = g < group ? *reinterpret_cast<const uint4*>(q + g * D + v * 32) : z;
-      const uint4 hi = g + 8 < group ? *reinterpret_cast<const uint4*>(q + (g + 8) * D + v * 32) : z;
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int c = 2 * v + half, w = 2 * half;
-        qa[c][0] = Word(lo, w), qa[c][1] = Word(hi, w);
-        qa[c][2] = Word(lo, w + 1), qa[c][3] = Word(hi, w + 1);
+    for (int c = 0; c < M::kKc; ++c) {
+      const int base = (c / M::kCpv) * 4 * M::kVe + t * M::kVe + (c % M::kCpv) * 4;
+      const uint2 z = make_uint2(0, 0);
+      uint2 lo = g < group ? *reinterpret_cast<const uint2*>(q + g * D + base) : z;
+      uint2 hi = g + 8 < group ? *reinterpret_cast<const uint2*>(q + (g + 8) * D + base) : z;
+      if constexpr (kF8) {
+        lo = make_uint2(Bf2ToH2(lo.x), Bf2ToH2(lo.y));
+        hi = make_uint2(Bf2ToH2(hi.x), Bf2ToH2(hi.y));
       }
+      qa[c][0] = lo.x, qa[c][1] = hi.x, qa[c][2] = lo.y, qa[c][3] = hi.y;
     }
   }
   const float qscale = a.logit_scale * (a.softcap > 0.0f ? 1.0f : kLog2e);
@@ -85,14 +128,16 @@ __global__ void __launch_bounds__(kThreads) DecodeMmaKernel(const __grid_constan
   const int keys = max(0, r.end - r.begin);
   const int tiles = (keys + kTK - 1) / kTK;
   const int my_tiles = warp < tiles ? (tiles - warp + kWarps - 1) / kWarps : 0;
-  uint4* ring = smem + warp * (kStages * M::kStageU4);
+  uint4* ring = smem + warp * M::kWarpU4;
+  uint4* vtile = ring + kStages * M::kStageU4;  // fp8 only: widened V [key][chunk], swizzled
   const char* kc = static_cast<const char*>(a.k_cache);
   const char* vc = static_cast<const char*>(a.v_cache);
-  const int64_t row_bytes = int64_t(D) * 2;
+  const int64_t row_bytes = int64_t(D) * M::kElem;
   const int64_t slot_bytes = int64_t(a.kv_heads) * row_bytes;
   auto slot = [&](int key) {
     return (int64_t(pages[key / ps]) * ps + key % ps) * slot_bytes + int64_t(kvh) * row_bytes;
   };
+  const int vk = lane / 2;  // the key whose V chunks 2 i2 + lane % 2 this lane copies
 
   auto issue = [&](int i) {
     uint4* st = ring + (i % kStages) * M::kStageU4;
@@ -103,13 +148,14 @@ __global__ void __launch_bounds__(kThreads) DecodeMmaKernel(const __grid_constan
 #pragma unroll
       for (int v = 0; v < M::kNvt; ++v) CpAsync16(st + (bb * M::kNvt + v) * 32 + lane, kc + off + v * 64, 16);
     }
-    uint4* sv = st + M::kKU4;  // V: key lane / 2, chunks 2 i2 + lane % 2
-    const int vk = lane / 2;
+    uint4* sv = st + M::kKU4;
     const int64_t off = slot(min(key0 + vk, r.end - 1));
 #pragma unroll
-    for (int i2 = 0; i2 < M::kNb / 2; ++i2) {
+    for (int i2 = 0; i2 < M::kVc / 2; ++i2) {
       const int chunk = 2 * i2 + lane % 2;
-      CpAsync16(sv + vk * M::kNb + (chunk ^ (vk % 8)), vc + off + chunk * 16, 16);
+      // bf16: straight into the ldmatrix tile; fp8: thread-private, widened at use.
+      uint4* dst = kF8 ? sv + i2 * 32 + lane : sv + vk * M::kNb + (chunk ^ (vk % 8));
+      CpAsync16(dst, vc + off + chunk * 16, 16);
     }
   };
 
@@ -119,12 +165,25 @@ __global__ void __launch_bounds__(kThreads) DecodeMmaKernel(const __grid_constan
     CpAsyncCommit();
   }
   for (int i = 0; i < my_tiles; ++i) {
-    __syncwarp();  // every lane is done reading the stage the next issue overwrites
+    __syncwarp();  // every lane is done reading the stage (and tile) about to be overwritten
     if (i + kStages - 1 < my_tiles) issue(i + kStages - 1);
     CpAsyncCommit();
     CpAsyncWait<kStages - 1>();
-    __syncwarp();  // the V tile (copied by other lanes) is visible
     const uint4* st = ring + (i % kStages) * M::kStageU4;
+    const uint4* sv = st + M::kKU4;
+    if constexpr (kF8) {  // widen this lane's raw V chunks into the f16 tile
+      sv = vtile;
+#pragma unroll
+      for (int i2 = 0; i2 < M::kVc / 2; ++i2) {
+        const uint4 raw = st[M::kKU4 + i2 * 32 + lane];
+        const int c16 = 2 * (2 * i2 + lane % 2);  // first of the two f16 chunks (8 dims each)
+        const uint4 w0 = make_uint4(F8x2ToH2(raw.x), F8x2ToH2(raw.x >> 16), F8x2ToH2(raw.y), F8x2ToH2(raw.y >> 16));
+        const uint4 w1 = make_uint4(F8x2ToH2(raw.z), F8x2ToH2(raw.z >> 16), F8x2ToH2(raw.w), F8x2ToH2(raw.w >> 16));
+        vtile[vk * M::kNb + (c16 ^ (vk % 8))] = w0;
+        vtile[vk * M::kNb + ((c16 + 1) ^ (vk % 8))] = w1;
+      }
+    }
+    __syncwarp();  // the V tile (written by other lanes) is visible
     const int key0 = r.begin + (warp + i * kWarps) * kTK;
 
     float sc[2][4];
@@ -134,8 +193,17 @@ __global__ void __launch_bounds__(kThreads) DecodeMmaKernel(const __grid_constan
 #pragma unroll
       for (int v = 0; v < M::kNvt; ++v) {
         const uint4 kv = st[(bb * M::kNvt + v) * 32 + lane];
-        mla::Mma(sc[bb], qa[2 * v], kv.x, kv.y);
-        mla::Mma(sc[bb], qa[2 * v + 1], kv.z, kv.w);
+#pragma unroll
+        for (int sub = 0; sub < M::kCpv; ++sub) {
+          uint32_t b0, b1;
+          if constexpr (kF8) {
+            const uint32_t w = Word(kv, sub);  // dims +0..3 as e4m3
+            b0 = F8x2ToH2(w), b1 = F8x2ToH2(w >> 16);
+          } else {
+            b0 = Word(kv, 2 * sub), b1 = Word(kv, 2 * sub + 1);
+          }
+          MmaT<kF8>(sc[bb], qa[v * M::kCpv + sub], b0, b1);
+        }
       }
     }
     // Scores in log2 units; keys past the split's end masked.
@@ -175,17 +243,17 @@ __global__ void __launch_bounds__(kThreads) DecodeMmaKernel(const __grid_constan
       l0 += sc[bb][0] + sc[bb][1];
       l1 += sc[bb][2] + sc[bb][3];
     }
-    const uint32_t pa[4] = {mla::PackBf16(sc[0][0], sc[0][1]), mla::PackBf16(sc[0][2], sc[0][3]),
-                            mla::PackBf16(sc[1][0], sc[1][1]), mla::PackBf16(sc[1][2], sc[1][3])};
-    const uint4* sv = st + M::kKU4;
+    auto pack = [](float lo, float hi) { return kF8 ? PackH2(lo, hi) : mla::PackBf16(lo, hi); };
+    const uint32_t pa[4] = {pack(sc[0][0], sc[0][1]), pack(sc[0][2], sc[0][3]),
+                            pack(sc[1][0], sc[1][1]), pack(sc[1][2], sc[1][3])};
     const int lk = lane % 8 + ((lane / 8) % 2) * 8;  // ldmatrix row (key) this lane addresses
 #pragma unroll
     for (int np = 0; np < M::kNb / 2; ++np) {
       const int chunk = 2 * np + lane / 16;
       uint32_t vb[4];
       mla::Ldmatrix4Trans(vb, sv + lk * M::kNb + (chunk ^ (lk % 8)));
-      mla::Mma(o[2 * np], pa, vb[0], vb[1]);
-      mla::Mma(o[2 * np + 1], pa, vb[2], vb[3]);
+      MmaT<kF8>(o[2 * np], pa, vb[0], vb[1]);
+      MmaT<kF8>(o[2 * np + 1], pa, vb[2], vb[3]);
     }
   }
   CpAsyncWait<0>();
@@ -213,36 +281,40 @@ __global__ void __launch_bounds__(kThreads) DecodeMmaKernel(const __grid_constan
   MergeWarpsAndStore(a, sm_acc, sm_m, sm_l, 16, min(group, 16), D, row, h0, split, num_splits);
 }
 
-template <int D>
+template <int D, bool kF8>
 int Occupancy() {
   static const int blocks = [] {
-    const void* k = reinterpret_cast<const void*>(&DecodeMmaKernel<D>);
-    cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, MmaGeo<D>::kSmemBytes);
+    const void* k = reinterpret_cast<const void*>(&DecodeMmaKernel<D, kF8>);
+    cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, MmaGeo<D, kF8>::kSmemBytes);
     int n = 0;
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, kThreads, MmaGeo<D>::kSmemBytes);
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, kThreads, MmaGeo<D, kF8>::kSmemBytes);
     return n > 0 ? n : 1;
   }();
   return blocks;
 }
 
-template <int D>
+template <int D, bool kF8>
 void Launch(const AttentionArgs& a, dim3 grid, cudaStream_t stream) {
-  (void)Occupancy<D>();  // sets the shared-memory attribute
-  DecodeMmaKernel<D><<<grid, kThreads, MmaGeo<D>::kSmemBytes, stream>>>(a);
+  (void)Occupancy<D, kF8>();  // sets the shared-memory attribute
+  DecodeMmaKernel<D, kF8><<<grid, kThreads, MmaGeo<D, kF8>::kSmemBytes, stream>>>(a);
 }
 
 }  // namespace
 
-bool MmaSupports(int head_dim, int group, KvType kv_type) {
-  return kv_type == KvType::kBF16 && (head_dim == 64 || head_dim == 128) && group >= 1 &&
-         group <= 16;
+bool MmaSupports(int head_dim, int group, KvType) {
+  return (head_dim == 64 || head_dim == 128) && group >= 1 && group <= 16;
 }
 
-int MmaOccupancy(int head_dim) { return head_dim == 64 ? Occupancy<64>() : Occupancy<128>(); }
+int MmaOccupancy(int head_dim, KvType kv_type) {
+  const bool f8 = kv_type == KvType::kF8E4M3;
+  if (head_dim == 64) return f8 ? Occupancy<64, true>() : Occupancy<64, false>();
+  return f8 ? Occupancy<128, true>() : Occupancy<128, false>();
+}
 
 void LaunchMma(const AttentionArgs& a, dim3 grid, cudaStream_t stream) {
-  if (a.head_dim == 64) Launch<64>(a, grid, stream);
-  else Launch<128>(a, grid, stream);
+  const bool f8 = a.kv_type == KvType::kF8E4M3;
+  if (a.head_dim == 64) f8 ? Launch<64, true>(a, grid, stream) : Launch<64, false>(a, grid, stream);
+  else f8 ? Launch<128, true>(a, grid, stream) : Launch<128, false>(a, grid, stream);
 }
 
 }  // namespace pg::cuda::decode

@@ -78,9 +78,9 @@ __device__ __forceinline__ void MergeWarpsAndStore(const AttentionArgs& a, const
   }
 }
 
-// Tensor-core decode kernel (decode_attention_mma.cu).
+// Tensor-core decode kernel (decode_attention_mma.cu): bf16 or fp8 caches, head_dim 64/128.
 bool MmaSupports(int head_dim, int group, KvType kv_type);
-int MmaOccupancy(int head_dim);  // resident blocks per SM
+int MmaOccupancy(int head_dim, KvType kv_type);  // resident blocks per SM
 void LaunchMma(const AttentionArgs& a, dim3 grid, cudaStream_t stream);
 
 }  // namespace pg::cuda::decode
