@@ -222,6 +222,8 @@ bool RunDecodeAttention(const AttentionParams& p, const cuda::AttentionArgs& bas
                                                   per * size_t(a.head_dim + 2) * sizeof(float)));
     a.partial_acc = ws;
     a.partial_ml = ws + per * size_t(a.head_dim);
+    // Grid rows per query row: kv heads (x head chunks in the CUDA-core kernel; <= heads).
+    a.split_counters = cuda::DecodeSplitCounters(p.q.dim(0) * a.heads, stream);
   }
   cuda::LaunchDecodeAttention(a, stream);
   CheckLaunch();

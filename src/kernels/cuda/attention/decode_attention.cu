@@ -250,25 +250,11 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(const __grid_constant__
   MergeWarpsAndStore(a, sm_acc, sm_m, sm_l, GP, ng, D, t, h0, split, num_splits);
 }
 
-// Merges the splits of one (row, head) (maxima in log2 units); threads over head_dim.
+// Merges the splits of one (row, head) when the kernels did not (no split counters).
 __global__ void DecodeCombineKernel(const __grid_constant__ AttentionArgs a) {
-  const int t = blockIdx.x, h = blockIdx.y, D = a.head_dim, S = a.num_splits;
+  const int t = blockIdx.x;
   if (a.batch.q_len[a.batch.token_seq[t]] != 1) return;  // not a decode row
-  const int64_t base = (int64_t(t) * a.heads + h) * S;
-  const float* ml = a.partial_ml + 2 * base;
-  float mx = -INFINITY;
-  for (int i = 0; i < S; ++i) mx = fmaxf(mx, ml[2 * i]);
-  for (int e = threadIdx.x; e < D; e += blockDim.x) {
-    float sum = 0.0f, val = 0.0f;
-    for (int i = 0; i < S; ++i) {
-      const float c = Exp2Or0(ml[2 * i], mx);
-      if (c == 0.0f) continue;  // an empty split (its acc was never written)
-      sum += ml[2 * i + 1] * c;
-      val += a.partial_acc[(base + i) * D + e] * c;
-    }
-    a.out[int64_t(t) * a.out_stride + int64_t(h) * D + e] =
-        __float2bfloat16_rn(sum > 0.0f ? val / sum * a.v_scale : 0.0f);
-  }
+  CombineSplits(a, t, blockIdx.y, threadIdx.x, blockDim.x);
 }
 
 // GP: query heads per block (1 for MHA, else 4; larger groups take several blocks).
@@ -400,8 +386,24 @@ void LaunchDecodeAttention(const AttentionArgs& a, cudaStream_t stream) {
     DoLaunch f{a, grid, stream};
     Dispatch(a.head_dim, group, a.kv_type, f);
   }
-  if (a.num_splits > 1)
+  if (a.num_splits > 1 && a.split_counters == nullptr)
     DecodeCombineKernel<<<dim3(unsigned(a.batch.num_tokens), unsigned(a.heads)), 128, 0, stream>>>(a);
+}
+
+int* DecodeSplitCounters(int64_t count, cudaStream_t stream) {
+  // Outgrown buffers are kept (never freed): graphs captured earlier still point at them.
+  thread_local int* counters = nullptr;
+  thread_local int64_t capacity = 0;
+  if (count <= capacity) return counters;
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  cudaStreamIsCapturing(stream, &st);
+  if (st != cudaStreamCaptureStatusNone) return nullptr;  // no allocation under capture
+  const int64_t n = std::max<int64_t>(count, 1 << 16);
+  int* p = nullptr;
+  if (cudaMalloc(&p, size_t(n) * sizeof(int)) != cudaSuccess) return cudaGetLastError(), nullptr;
+  if (cudaMemsetAsync(p, 0, size_t(n) * sizeof(int), stream) != cudaSuccess) return nullptr;
+  counters = p, capacity = n;
+  return counters;
 }
 
 }  // namespace pg::cuda

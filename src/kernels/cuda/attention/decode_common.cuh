@@ -47,6 +47,29 @@ __device__ __forceinline__ SplitRange SplitOf(const AttentionArgs& a, int s, int
   return {begin, min(pos + 1, begin + chunk)};
 }
 
+// Merges the num_splits partials of (row t, head h) into the bf16 output; threads of the
+// block (or of the combine kernel) over head_dim. Partials written by other blocks are read
+// through L2 (__ldcg).
+__device__ __forceinline__ void CombineSplits(const AttentionArgs& a, int t, int h, int e0,
+                                              int step) {
+  const int D = a.head_dim, S = a.num_splits;
+  const int64_t base = (int64_t(t) * a.heads + h) * S;
+  const float* ml = a.partial_ml + 2 * base;
+  float mx = -INFINITY;
+  for (int i = 0; i < S; ++i) mx = fmaxf(mx, __ldcg(ml + 2 * i));
+  for (int e = e0; e < D; e += step) {
+    float sum = 0.0f, val = 0.0f;
+    for (int i = 0; i < S; ++i) {
+      const float c = Exp2Or0(__ldcg(ml + 2 * i), mx);
+      if (c == 0.0f) continue;  // an empty split
+      sum += __ldcg(ml + 2 * i + 1) * c;
+      val += __ldcg(a.partial_acc + (base + i) * D + e) * c;
+    }
+    a.out[int64_t(t) * a.out_stride + int64_t(h) * D + e] =
+        __float2bfloat16_rn(sum > 0.0f ? val / sum * a.v_scale : 0.0f);
+  }
+}
+
 // After __syncthreads: merges the warps' (max, sum, acc) of `ng` heads from shared memory
 // (sm_acc [kWarps][rows][D], sm_m / sm_l [kWarps][rows]; maxima in log2 units) and writes
 // query row t's heads h0.. : the bf16 output (one split) or the split's partial.
@@ -76,6 +99,20 @@ __device__ __forceinline__ void MergeWarpsAndStore(const AttentionArgs& a, const
       if (e == 0) a.partial_ml[2 * base] = mx, a.partial_ml[2 * base + 1] = sum;
     }
   }
+  if (num_splits == 1 || a.split_counters == nullptr) return;
+  // The last of the row's split blocks to arrive merges the splits (threadFenceReduction).
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int* counter = a.split_counters + int64_t(t) * gridDim.y + blockIdx.y;
+    last = atomicAdd(counter, 1) == num_splits - 1;
+    if (last) *counter = 0;  // ready for the next launch
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int g = threadIdx.x / 32; g < ng; g += kWarps) CombineSplits(a, t, h0 + g, threadIdx.x % 32, 32);
 }
 
 // Tensor-core decode kernel (decode_attention_mma.cu): bf16 or fp8 caches, head_dim 64/128.

@@ -145,6 +145,10 @@ struct AttentionArgs {
   int prefill_min_q_len = 0;
   // The decode kernel (decode_attention.cu) already did the rows of q_len-1 sequences.
   bool decode_rows_done = false;
+  // Decode kernels with num_splits > 1: per (query row, grid row y) arrival counters, all
+  // zero between launches (the last split block of a row merges the splits and resets its
+  // counter). Null: a separate combine kernel merges them.
+  int* split_counters = nullptr;
 };
 
 // ---- launchers (defined in the .cu files; all asynchronous on `stream`) --------------------
@@ -167,6 +171,10 @@ bool DecodeAttentionSupports(int head_dim, int group, KvType kv_type);
 // (keys) the launch will see (it bounds useful splits at >= 64 keys each).
 int DecodeAttentionSplits(const AttentionArgs& a, int num_seqs, int64_t max_len);
 void LaunchDecodeAttention(const AttentionArgs& a, cudaStream_t stream);
+// The calling thread's zeroed split counters (AttentionArgs::split_counters) for `count`
+// entries; allocated (and zeroed) on first use or growth, which is refused (nullptr) while
+// `stream` is capturing a graph.
+int* DecodeSplitCounters(int64_t count, cudaStream_t stream);
 void LaunchRopeKvWrite(const RopeKvWriteArgs& a, cudaStream_t stream);
 
 }  // namespace pg::cuda
