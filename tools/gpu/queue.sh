@@ -5,7 +5,7 @@
 #   run.sh     the job (bash; runs from the repo root with OUT=<its own output folder>),
 #   READY      present when the job should run; its text is a request number,
 #   timeout    optional: seconds this job may take (default 150),
-#   bin/*.gz   optional: stripped, gzipped binaries (queue_env.sh unpacks them).
+#   bin/*.gz    optional: stripped binaries, gzip- or xz-compressed (queue_env.sh unpacks them).
 # Shared libraries every binary needs travel once in .gpulib (tools/gpu/queue.sh --pack-lib).
 #
 #   here:   tools/gpu/queue.sh --pack-lib           (once per session)

@@ -12,8 +12,14 @@ export LD_LIBRARY_PATH="$PWD/.gpulib:/tmp/pglib:$(dirname "${lt:-/nonexistent/x}
 export OPENBLAS_NUM_THREADS=8 NCCL_NVLS_ENABLE=0
 BIN="/tmp/pgbin/$(basename "$JOB")"
 mkdir -p "$BIN"
-for f in "$JOB"/bin/*.gz; do
+for f in "$JOB"/bin/*.gz "$JOB"/bin/*.xz; do
   [[ -e "$f" ]] || continue
-  gunzip -c "$f" > "$BIN/$(basename "$f" .gz)" && chmod +x "$BIN/$(basename "$f" .gz)"
+  b="$BIN/$(basename "${f%.*}")"
+  case "$f" in
+    *.gz) gunzip -c "$f" > "$b" ;;
+    *.xz) xz -dc "$f" > "$b" 2>/dev/null ||
+            python3 -c 'import lzma,sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())' "$f" > "$b" ;;
+  esac
+  chmod +x "$b"
 done
 export BIN
