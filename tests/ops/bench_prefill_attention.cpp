@@ -157,9 +157,26 @@ int main() {
           const double ms = MedianMs(reps, [&] { cuda::LaunchPrefillAttention(a, 0); });
           row(fmt::format("bm {} splits {}{}", bm, a.num_splits, force == 0 ? " (auto)" : ""), ms);
         }
+      {  // fp8 e4m3 caches (constant 0.5: timing only; correctness is the harness's)
+        Buf k8{size_t(cache_elems)}, v8{size_t(cache_elems)};
+        PG_CUDA_CHECK(cudaMemset(k8.p, 0x30, size_t(cache_elems)));
+        PG_CUDA_CHECK(cudaMemset(v8.p, 0x30, size_t(cache_elems)));
+        cuda::PrefillAttentionArgs f = a;
+        f.k_cache = k8.p, f.v_cache = v8.p, f.kv_fp8 = true;
+        cuda::PlanPrefillAttention(f, q_len.data(), kv_len.data(), 1);
+        const size_t per = size_t(sh.q_len) * heads * size_t(f.num_splits);
+        std::unique_ptr<Buf> ws;
+        if (f.num_splits > 1) {
+          ws = std::make_unique<Buf>(per * size_t(d + 2) * 4);
+          f.partial_acc = static_cast<float*>(ws->p);
+          f.partial_ml = f.partial_acc + per * size_t(d);
+        }
+        const double ms = MedianMs(reps, [&] { cuda::LaunchPrefillAttention(f, 0); });
+        row(fmt::format("fp8 KV splits {} (auto)", f.num_splits), ms);
+      }
       if (sh.old_kernel) {  // the row-per-block kernel, all rows, no splits
         cuda::AttentionArgs old{};
-        old.q = a.q, old.out = a.out, old.k_cache = a.k_cache, old.v_cache = a.v_cache;
+        old.q = a.q, old.out = a.out, old.k_cache = static_cast<const cuda::bf16*>(kc.p), old.v_cache = static_cast<const cuda::bf16*>(vc.p);
         old.batch = plan.view();
         old.q_stride = old.out_stride = a.q_stride;
         old.heads = heads, old.kv_heads = kv_heads, old.head_dim = d;
@@ -167,6 +184,57 @@ int main() {
         old.logit_scale = a.logit_scale, old.v_scale = 1.0f;
         row("old row kernel", MedianMs(3, [&] { cuda::LaunchAttention(old, 0); }));
       }
+    }
+
+    // Routing threshold: 8 sequences of q_len new tokens on 4K contexts, the tensor-core
+    // kernel (auto splits) against the row kernel (split-K as the launcher plans it).
+    fmt::print("\n{:<34} {:>12} {:>12}\n", "small q_len, 8 seqs x 4K ctx", "tensor us", "row us");
+    for (const int ql : {1, 2, 4, 8, 16, 32}) {
+      const int nseq = 8, ctx = 4096;
+      const int64_t pages_per = ctx / page, pages = pages_per * nseq;
+      const int64_t cache_elems = pages * page * kv_heads * d;
+      Buf kc(size_t(cache_elems * 2)), vc(size_t(cache_elems * 2));
+      bench::FillBf16(kc.p, cache_elems, 31, 1.0f);
+      bench::FillBf16(vc.p, cache_elems, 32, 1.0f);
+      const int rows = ql * nseq;
+      Buf q(size_t(rows) * heads * d * 2), o(size_t(rows) * heads * d * 2);
+      bench::FillBf16(q.p, int64_t(rows) * heads * d, 33, 1.0f);
+      std::vector<int32_t> q_start(nseq), q_len(nseq, ql), kv_len(nseq, ctx), page_start(nseq);
+      for (int s = 0; s < nseq; ++s) q_start[size_t(s)] = s * ql, page_start[size_t(s)] = int32_t(s * pages_per);
+      std::vector<int32_t> table(static_cast<size_t>(pages));
+      std::iota(table.begin(), table.end(), 0);
+      ops::AttentionBatch batch{nseq, page, q_start, q_len, kv_len, page_start, table};
+      cuda::DeviceBatchPlan plan;
+      plan.Upload(batch, 0);
+      PG_CUDA_CHECK(cudaDeviceSynchronize());
+      cuda::PrefillAttentionArgs a{};
+      a.q = static_cast<cuda::bf16*>(q.p), a.out = static_cast<cuda::bf16*>(o.p);
+      a.k_cache = kc.p, a.v_cache = vc.p;
+      a.batch = plan.view();
+      a.q_stride = a.out_stride = int64_t(heads) * d;
+      a.heads = heads, a.kv_heads = kv_heads, a.head_dim = d;
+      a.min_q_len = 1, a.block_m = 64;
+      a.logit_scale = 1.0f / std::sqrt(float(d)), a.v_scale = 1.0f;
+      cuda::PlanPrefillAttention(a, q_len.data(), kv_len.data(), nseq);
+      const size_t per = size_t(rows) * heads * 64;
+      Buf ws(per * size_t(d + 2) * 4);
+      a.partial_acc = static_cast<float*>(ws.p), a.partial_ml = a.partial_acc + per * size_t(d);
+      const double t_ms = MedianMs(20, [&] { cuda::LaunchPrefillAttention(a, 0); });
+      cuda::AttentionArgs old{};
+      old.q = a.q, old.out = a.out;
+      old.k_cache = static_cast<const cuda::bf16*>(kc.p), old.v_cache = static_cast<const cuda::bf16*>(vc.p);
+      old.batch = plan.view();
+      old.q_stride = old.out_stride = a.q_stride;
+      old.heads = heads, old.kv_heads = kv_heads, old.head_dim = d;
+      old.logit_scale = a.logit_scale, old.v_scale = 1.0f;
+      const int64_t base_blocks = int64_t(rows) * kv_heads, target = 8 * int64_t(prop.multiProcessorCount);
+      int64_t splits = base_blocks < target ? std::min((target + base_blocks - 1) / base_blocks, int64_t(ctx / 64)) : 1;
+      int64_t chunk = ((ctx + splits - 1) / splits + 31) / 32 * 32;
+      old.chunk = int(chunk), old.num_splits = int((ctx + chunk - 1) / chunk);
+      old.partial_acc = a.partial_acc, old.partial_ml = a.partial_ml;
+      const double r_ms = MedianMs(20, [&] { cuda::LaunchAttention(old, 0); });
+      fmt::print("{:<34} {:>12.1f} {:>12.1f}   (tensor splits {}, row splits {})\n",
+                 fmt::format("q_len {}", ql), t_ms * 1e3, r_ms * 1e3, a.num_splits, old.num_splits);
     }
     return 0;
   } catch (const std::exception& e) {

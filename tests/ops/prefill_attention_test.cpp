@@ -4,6 +4,7 @@
 // mid-page (page sizes 16 and 7), GQA groups 1, 4 and 8, several sequences of different
 // lengths in one batch, sliding window and softcap, and (device backends) a long cached
 // prefix with few new tokens, where the prefill kernel splits the key range (split-K).
+// Each case runs with f32 caches and with fp8 e4m3 caches (ref reads fp8 too).
 // Outputs start as NaN, so a row a kernel forgets to write fails the finite check.
 #include <fmt/format.h>
 
@@ -76,12 +77,24 @@ TEST(PrefillAttention, EveryBackendMatchesReference) {
     Tensor kc(DType::kF32, {num_pages, c.page_size, c.kv_heads, c.head_dim});
     Tensor vc(DType::kF32, {num_pages, c.page_size, c.kv_heads, c.head_dim});
     FillNormal(qt);
-    FillNormal(kc);
-    FillNormal(vc);
+    FillNormal(kc, 0.0f, 0.5f);
+    FillNormal(vc, 0.0f, 2.0f);
     for (const Tensor* t : {&qt, &kc, &vc}) RoundToBf16(*t);
+    // The same values as fp8 e4m3 caches holding value / scale (ops.h KvCacheView).
+    const float k_scale = 0.5f / 64, v_scale = 2.0f / 64;
+    Tensor kc8(DType::kF8E4M3, {num_pages, c.page_size, c.kv_heads, c.head_dim});
+    Tensor vc8(DType::kF8E4M3, {num_pages, c.page_size, c.kv_heads, c.head_dim});
+    for (int64_t i = 0; i < kc.numel(); ++i) {
+      kc8.data<uint8_t>()[i] = F32ToF8E4M3(kc.data<float>()[i] / k_scale);
+      vc8.data<uint8_t>()[i] = F32ToF8E4M3(vc.data<float>()[i] / v_scale);
+    }
+    for (const bool fp8 : {false, true}) {
+    if (fp8 && !any_device) continue;  // only device backends read fp8 caches
+    SCOPED_TRACE(fp8 ? "fp8 e4m3 cache" : "f32 cache");
     Tensor ref_out(DType::kF32, {q, c.heads, c.head_dim});
-    AttentionParams p{qt.view(), ref_out.view(), {kc.view(), vc.view()}, &batch, 0.0f, c.window,
-                      c.softcap};
+    const KvCacheView cache = fp8 ? KvCacheView{kc8.view(), vc8.view(), k_scale, v_scale}
+                                  : KvCacheView{kc.view(), vc.view()};
+    AttentionParams p{qt.view(), ref_out.view(), cache, &batch, 0.0f, c.window, c.softcap};
     RunWith(RefImpl<AttentionParams>(), p);
     for (const auto* k : Backends<AttentionParams>()) {
       if (c.device_only && !OnDevice(*k)) continue;
@@ -93,6 +106,7 @@ TEST(PrefillAttention, EveryBackendMatchesReference) {
       cov.Ran(k->backend);
       ExpectClose(ref_out.data<float>(), out.data<float>(), out.numel(),
                   OnDevice(*k) ? kBf16Attention : kAttention, k->backend);
+    }
     }
   }
   cov.Check<AttentionParams>();

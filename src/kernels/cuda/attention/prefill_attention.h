@@ -18,8 +18,9 @@ namespace pg::cuda {
 struct PrefillAttentionArgs {
   const bf16* q;        // [num_tokens, heads, head_dim], row stride q_stride
   bf16* out;            // [num_tokens, heads, head_dim], row stride out_stride
-  const bf16* k_cache;  // [num_pages, page_size, kv_heads, head_dim]
-  const bf16* v_cache;
+  const void* k_cache;  // [num_pages, page_size, kv_heads, head_dim]: bf16, or fp8 e4m3
+  const void* v_cache;  //   holding value / scale (ops.h KvCacheView) when kv_fp8
+  bool kv_fp8;
   DeviceBatchView batch;
   // Split-K partials (num_splits > 1 only), indexed by ((row * heads + head) * num_splits + split):
   float* partial_acc;   // [.., head_dim] unnormalised sum of p * v
@@ -27,7 +28,7 @@ struct PrefillAttentionArgs {
   int64_t q_stride, out_stride;
   int heads, kv_heads, head_dim;
   int min_q_len;        // sequences with q_len < min_q_len are not touched (decode kernel's)
-  int block_m;          // packed rows per block: 64 or 128 (PrefillBlockM)
+  int block_m;          // packed rows per block: 64 or 128 (fp8 caches: 64)
   int num_tiles;        // grid.x: sum over handled sequences of ceil(q_len * group / block_m)
   int num_splits, chunk;  // chunk: key positions per split, a multiple of 64
   float logit_scale;      // softmax scale * k_scale
@@ -39,7 +40,8 @@ struct PrefillAttentionArgs {
 // Head dims with a compiled tensor-core specialisation (others use the decode kernel).
 bool PrefillAttentionSupportsHeadDim(int head_dim);
 // Fills a.num_tiles, a.num_splits and a.chunk for the host copy of the batch's q_len / kv_len
-// ([num_seqs] each), given a.heads, a.kv_heads, a.head_dim, a.min_q_len and a.block_m.
+// ([num_seqs] each), given a.heads, a.kv_heads, a.head_dim, a.min_q_len, a.kv_fp8 and
+// a.block_m (set to 64 for fp8).
 // Split-K when the tiles alone do not fill the GPU (long cached prefixes with few new
 // tokens): the split count minimises (waves of blocks) / splits, splits of >= 256 keys.
 // force_splits > 0 overrides the heuristic (benchmarks). a.num_tiles == 0: nothing to do.
