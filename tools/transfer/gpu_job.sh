@@ -45,8 +45,11 @@ for p in shm "tcp;ofi_rxm"; do
     --fi-pingpong="$BIN/fi_pingpong" 2>&1 | grep -v '\[info\]' | tee -a "$OUT/write.log"
 done
 for p in shm "tcp;ofi_rxm"; do
-  echo "== raw provider write+imm ping-pong (one thread per process, no engine), $p"
-  timeout 15 "$BIN/transfer_bench" raw --provider="$p" 2>&1 | grep -v '\[info\]' | tee -a "$OUT/write.log"
+  for inj in 1 0; do
+    echo "== raw provider write+imm ping-pong (one thread per process, no engine), $p, inject=$inj"
+    timeout 15 "$BIN/transfer_bench" raw --provider="$p" --inject=$inj 2>&1 | grep -v '\[info\]' |
+      tee -a "$OUT/write.log"
+  done
 done
 for rep in 2 3; do
   echo "== repeat $rep: small sizes, low-latency path and fi_pingpong, shm"

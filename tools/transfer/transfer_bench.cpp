@@ -7,7 +7,8 @@
 //   transfer_bench a2a     [--provider=P] [--worlds=2,4,8] [--tokens=128] [--hidden=7168]
 //                          [--top-k=8] [--experts=256] [--iters=30]
 // Common: --spin=1 busy-polls (progress threads and waiters; only with a core per thread),
-// --low-latency=0 turns the engine's direct posts and polling waiters off (proxy thread only),
+// --low-latency=0 turns the engine's direct posts, polling waiters and injected writes off
+// (proxy thread only), --inject=0 posts every write with a completion (write and raw modes),
 // --fi-pingpong=CMD runs fi_pingpong through CMD (e.g. a bundled loader).
 //
 // The tool forks its own ranks (bootstrap through the TCP store on 127.0.0.1) and prints one
@@ -96,6 +97,7 @@ Rank Connect(int rank, int world, uint16_t port) {
   const bool spin = Flag("spin", "0") == "1";
   ec.spin_before_sleep_us = spin ? 1'000'000 : 200;
   ec.direct_post = LowLatency();
+  ec.inject_writes = LowLatency() && Flag("inject", "1") == "1";
   ec.waiter_spin_us = !LowLatency() ? 0 : spin ? 1'000'000 : 50;
   ec.op_timeout = 30s;
   r.engine = std::make_unique<TransferEngine>(ec);
@@ -223,9 +225,9 @@ void WriteRank(int rank, int world, uint16_t port) {
     if (rank == 0) std::printf("%10lu %12.2f %12.2f %12.2f\n", b, lat_us, b / lat_us, stream);
     std::fflush(stdout);
   }
-  std::printf("# rank %d: %lu direct posts, %lu events delivered by waiters, %lu EAGAIN\n", rank,
-              r.engine->num_direct_posts(), r.engine->num_caller_deliveries(),
-              r.engine->num_backpressure());
+  std::printf("# rank %d: %lu direct posts (%lu injected), %lu events delivered by waiters, "
+              "%lu EAGAIN\n", rank, r.engine->num_direct_posts(), r.engine->num_injected(),
+              r.engine->num_caller_deliveries(), r.engine->num_backpressure());
   r.store->Barrier("end");
   r.store->Finalize();
 }
@@ -269,8 +271,13 @@ void RawRank(int rank, int world, uint16_t port) {
       imms += ev.kind == ProviderEvent::kRemoteImm;
     }
   };
+  const bool inject = Flag("inject", "1") == "1";
   auto post = [&](uint64_t bytes) {
     WriteOp op{buf.data(), bytes, lr.desc, peer, peer_base + max_bytes, peer_key, true, 1};
+    if (inject && bytes <= p->info().inject_bytes) {
+      while (p->InjectWrite(0, op) == PostResult::kAgain) poll();
+      return;
+    }
     while (p->PostWrite(0, op, &contexts[next_ctx % contexts.size()]) == PostResult::kAgain) {
       poll();
     }
@@ -283,7 +290,11 @@ void RawRank(int rank, int world, uint16_t port) {
       PG_ENSURE(Clock::now() < deadline, kCancelled, "raw: immediates missing");
     }
   };
-  if (rank == 0) std::printf("%10s %12s\n", "bytes", "raw_lat_us");
+  if (rank == 0) {
+    std::printf("# inject %s (provider inject size %zu B)\n", inject ? "on" : "off",
+                p->info().inject_bytes);
+    std::printf("%10s %12s\n", "bytes", "raw_lat_us");
+  }
   for (uint64_t b : Sizes(max_bytes)) {
     const int iters = Iterations(b);
     double lat_us = 0;
@@ -445,8 +456,13 @@ int main(int argc, char** argv) {
   }
   SetLogLevel("warn");
   const std::string provider = Flag("provider", "tcp;ofi_rxm");
-  std::printf("# provider %s, %s path\n", provider.c_str(),
-              LowLatency() ? "low-latency (direct post, polling waiters)" : "proxy-only");
+  if (mode == "raw") {
+    std::printf("# provider %s alone (no engine)\n", provider.c_str());
+  } else {
+    std::printf("# provider %s, %s path\n", provider.c_str(),
+                LowLatency() ? "low-latency (direct post, polling waiters, inject)"
+                             : "proxy-only");
+  }
   std::fflush(stdout);
   if (mode == "write") {
     bool ok = Spawn(2, WriteRank);

@@ -49,6 +49,9 @@ struct TransferEngineConfig {
   bool direct_post = true;
   // Waiters poll the fabric themselves this long before sleeping (0 = never poll).
   uint32_t waiter_spin_us = 50;
+  // Writes submitted without a completion and no larger than the provider's inject size are
+  // injected (no local completion; a failure of such a write is not reported, as before).
+  bool inject_writes = true;
 };
 
 struct OpResult {
@@ -201,6 +204,7 @@ class TransferEngine final : public CallerPoller {
   // delivered by a polling waiter (rather than by the progress thread).
   uint64_t num_direct_posts() const { return num_direct_posts_.load(); }
   uint64_t num_caller_deliveries() const { return num_caller_deliveries_.load(); }
+  uint64_t num_injected() const { return num_injected_.load(); }
   static constexpr uint32_t kBarrierBit = 0x80000000u;
 
  private:
@@ -255,6 +259,7 @@ class TransferEngine final : public CallerPoller {
   std::atomic<uint64_t> num_backpressure_{0};
   std::atomic<uint64_t> num_direct_posts_{0};
   std::atomic<uint64_t> num_caller_deliveries_{0};
+  std::atomic<uint64_t> num_injected_{0};
 };
 
 }  // namespace pg::comm

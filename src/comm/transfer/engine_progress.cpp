@@ -80,7 +80,20 @@ bool TransferEngine::PostLocked(Domain& d, WorkItem* item, Clock::time_point now
   }
   Provider& p = *d.provider;
   PostResult r = PostResult::kAgain;
+  // A small write nobody waits on is injected: no local completion to generate and poll.
+  const bool inject = config_.inject_writes && item->kind == WorkItem::kWrite && !item->op &&
+                      item->write.length_bytes <= p.info().inject_bytes;
   try {
+    if (inject) {
+      r = p.InjectWrite(item->ep, item->write);
+      if (r == PostResult::kPosted) {
+        num_injected_.fetch_add(1, std::memory_order_relaxed);
+        delete item;
+        return true;
+      }
+      num_backpressure_.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
     switch (item->kind) {
       case WorkItem::kWrite: r = p.PostWrite(item->ep, item->write, item); break;
       case WorkItem::kSend: r = p.PostSend(item->ep, item->msg, item); break;

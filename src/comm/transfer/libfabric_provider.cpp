@@ -159,6 +159,17 @@ class LibfabricProvider final : public Provider {
     return Check(fi_writemsg(Ep(ep), &msg, flags), "fi_writemsg");
   }
 
+  PostResult InjectWrite(uint32_t ep, const WriteOp& op) override {
+    if (op.has_imm) {
+      return Check(fi_inject_writedata(Ep(ep), op.src, op.length_bytes, op.imm, op.dst,
+                                       op.dst_addr, op.dst_key),
+                   "fi_inject_writedata");
+    }
+    return Check(fi_inject_write(Ep(ep), op.src, op.length_bytes, op.dst, op.dst_addr,
+                                 op.dst_key),
+                 "fi_inject_write");
+  }
+
   PostResult PostSend(uint32_t ep, const MsgOp& op, void* context) override {
     return Check(fi_send(Ep(ep), op.buf, op.length_bytes, op.desc, op.peer, context), "fi_send");
   }

@@ -91,6 +91,9 @@ class Provider {
   virtual void Deregister(const LocalRegion& region) = 0;
   // Posting on endpoint `ep`; context must stay alive until its completion is polled.
   virtual PostResult PostWrite(uint32_t ep, const WriteOp& op, void* context) = 0;
+  // A write of at most info().inject_bytes whose source may be reused on return and that
+  // produces no local completion (fi_inject_write[data]): for writes nobody waits on.
+  virtual PostResult InjectWrite(uint32_t ep, const WriteOp& op) = 0;
   virtual PostResult PostSend(uint32_t ep, const MsgOp& op, void* context) = 0;
   virtual PostResult PostRecv(uint32_t ep, const MsgOp& op, void* context) = 0;
   // Reads completions of every endpoint (and drives provider progress); appends to `out`.

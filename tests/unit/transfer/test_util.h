@@ -20,7 +20,7 @@ inline std::vector<uint8_t> RandomBytes(size_t n, uint64_t seed) {
 }
 
 // `provider` may end in "+proxy": the low-latency path off (no direct posts, waiters never
-// poll), so every libfabric call runs on the progress thread.
+// poll, no injected writes), so every libfabric call runs on the progress thread.
 inline TransferEngineConfig Config(const std::string& provider, uint32_t domains = 1,
                                    uint32_t eps = 1) {
   using namespace std::chrono_literals;
@@ -30,6 +30,7 @@ inline TransferEngineConfig Config(const std::string& provider, uint32_t domains
   if (plus != std::string::npos) {
     c.direct_post = false;
     c.waiter_spin_us = 0;
+    c.inject_writes = false;
   }
   c.provider.endpoints_per_domain = eps;
   c.num_domains = domains;
