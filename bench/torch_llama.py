@@ -329,7 +329,7 @@ def check_against_hf(hf, ref, s, rows, prompt_len=64):
 
 def hf_points(hf, s, args, rows, budget):
     with torch.no_grad():
-        if 1024 in args.contexts and budget.left() > 30:
+        if 1024 in args.contexts and budget.left() > 10:
             ctx = 1024
             ids = torch.randint(0, s.vocab, (1, ctx - 1), device="cuda")
             out = hf(input_ids=ids, use_cache=True)
@@ -347,7 +347,7 @@ def hf_points(hf, s, args, rows, budget):
             del pkv
             release()
         for p in args.hf_prompts:
-            if budget.left() < 30:
+            if budget.left() < 8:
                 log(f"hf prefill {p}: skipped (budget)")
                 continue
             ids = torch.randint(0, s.vocab, (1, p), device="cuda")
@@ -368,7 +368,7 @@ def ref_prefill(ref, s, args, rows, budget):
         if need > free_bytes() - (4 << 30):
             log(f"ref prefill {p}: skipped (needs ~{need / 2**30:.1f} GiB)")
             continue
-        if budget.left() < 20:
+        if budget.left() < 6:
             log(f"ref prefill {p}: skipped (budget)")
             continue
         caches = ref.new_caches(1, p, fill=False)
@@ -390,7 +390,7 @@ def ref_ttft(ref, s, args, rows, budget):
     prefix, new = args.ttft_prefix, args.ttft_new
     if prefix <= 0 or new <= 0:
         return
-    if budget.left() < 20:
+    if budget.left() < 4:
         log("ref ttft: skipped (budget)")
         return
     caches = ref.new_caches(1, prefix + new, fill=True)  # the prefix: random K/V, untimed
@@ -420,7 +420,7 @@ def ref_decode(ref, s, args, rows, budget):
                 rows.append({"kind": "decode", "impl": "ref_graph", "batch": b, "context": ctx,
                              "skipped": f"KV {need / 2**30:.0f} GiB does not fit"})
                 continue
-            if budget.left() < 15:
+            if budget.left() < 3:
                 log(f"{tag}: skipped (budget)")
                 continue
             caches = ref.new_caches(b, ctx, fill=True)
@@ -497,7 +497,7 @@ def main():
     ap.add_argument("--ttft-reps", type=int, default=3)
     ap.add_argument("--iters", type=int, default=20, help="timed graph replays per point")
     ap.add_argument("--compile", action="store_true", help="also torch.compile(reduce-overhead) per decode point")
-    ap.add_argument("--compile-min-s", type=float, default=25, help="budget needed to start a compile")
+    ap.add_argument("--compile-min-s", type=float, default=15, help="budget needed to start a compile")
     ap.add_argument("--compile-batches", default="1", help="batch sizes of the compiled decode")
     ap.add_argument("--no-hf", action="store_true", help="skip transformers (random ref weights)")
     ap.add_argument("--budget-s", type=float, default=300, help="skip points once this is spent")

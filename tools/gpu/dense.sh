@@ -3,8 +3,9 @@
 # on the GPU machine). Sections (SECTIONS=comma list, default all):
 #   ops      test_ops (op harness: every backend incl. cuda against ref/), test_ops_cuda,
 #            bench_cuda (per-op table vs HBM / GEMM floors)
-#   golden   test_models_gpu: tiny-llama / tiny-qwen3 vs HF goldens, runner batching and
-#            failure isolation; SmolLM2 (GGUF) when its two halves are here (see --pack)
+#   golden   test_models_gpu: tiny-llama / tiny-qwen3 vs HF goldens, runner batching,
+#            device sampling, fp8 weights, failure isolation; SmolLM2 (GGUF) when its two
+#            halves are here (see --pack)
 #   decode   peregrine bench gpu-decode, Llama-3.1-8B shape, bf16 (and fp8 KV / fp8 weights
 #            when the binary has those flags), batch 1,8,32,128 x context 1K,32K
 #   prefill  peregrine bench gpu-prefill: 8K / 32K prompts, TTFT 800 new on a 50K prefix
@@ -56,16 +57,19 @@ fi
 
 OUT="${OUT:-/tmp/dense_out}"
 mkdir -p "$OUT"
-BIN="${BIN:-/tmp/pgbin/peer}"
-# queue_env.sh unpacks bin/*.gz; the .xz ones (--pack) are unpacked here.
-mkdir -p "$BIN"
-for f in "${JOB:-.gpuq/peer}"/bin/*.xz; do
-  [[ -e $f ]] || continue
-  dst="$BIN/$(basename "$f" .xz)"
-  { command -v xz >/dev/null && xz -dc "$f" > "$dst"; } || python3 -c \
-    'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' "$f" "$dst"
-  chmod +x "$dst"
-done
+# From a queue job, tools/gpu/queue_env.sh has unpacked bin/*.gz|xz into $BIN; run alone, the
+# job folder's bin/*.xz are unpacked here.
+if [[ -z "${BIN:-}" ]]; then
+  BIN=/tmp/pgbin/peer
+  mkdir -p "$BIN"
+  for f in "${JOB:-.gpuq/peer}"/bin/*.xz; do
+    [[ -e $f ]] || continue
+    dst="$BIN/$(basename "$f" .xz)"
+    { command -v xz >/dev/null && xz -dc "$f" > "$dst"; } || python3 -c \
+      'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' "$f" "$dst"
+    chmod +x "$dst"
+  done
+fi
 have() { [[ -x $BIN/$1 ]] || { echo "$2: skipped (no $1 binary in this job; PACK=... tools/gpu/dense.sh --pack)"; return 1; }; }
 export NCCL_NVLS_ENABLE=0
 SECTIONS=",${SECTIONS:-ops,golden,decode,prefill,torch},"
@@ -114,7 +118,7 @@ mkdir -p $SMOL_TMP
 [[ -f .xfer/m2/smol.1 ]] && cp .xfer/m2/smol.1 $SMOL_TMP/smol.1
 
 if want golden && have test_models_gpu golden; then
-  filter='GpuModelGolden.TinyLlama:GpuModelGolden.TinyQwen3:GpuRunner.*'
+  filter='GpuModelGolden.TinyLlama:GpuModelGolden.TinyQwen3:GpuRunner.*:GpuSampling.*:GpuFp8Weights.*'
   if [[ -f $SMOL_TMP/smol.0 && -f $SMOL_TMP/smol.1 ]]; then
     mkdir -p models
     [[ -f $GGUF ]] || cat $SMOL_TMP/smol.0 $SMOL_TMP/smol.1 > $GGUF
