@@ -65,6 +65,10 @@ def main(out):
                   f"ref {r.get('prefill', nan):.4f} / transformers bf16 {r.get('prefill_hf', nan):.4f}, "
                   f"decode ref {r.get('decode', nan):.4f} / {r.get('decode_hf', nan):.4f} "
                   f"-> {'OK' if r.get('ok') else 'MISMATCH'}")
+    for r in trows:
+        if r.get("kind") == "check_decode_forms":
+            print(f"torch peer decode attention forms (sdpa vs matmul) agree: max|diff|/std "
+                  f"{r['err']:.4f} -> {'OK' if r.get('ok') else 'MISMATCH'}")
     if torch.get("gemm_tflops"):
         print(f"torch ceilings: HBM {torch['hbm_gbs']:.0f} GB/s, bf16 GEMM {torch['gemm_tflops']:.1f} TFLOP/s "
               f"(torch {torch.get('torch')})")
@@ -86,7 +90,7 @@ def main(out):
             if not r.get("fits"):
                 print(f"{name:<34} {'skipped: ' + r.get('note', '')[:80]}")
                 continue
-            tg = f"{t['ms'] * 1e3:.0f}" if t else "-"
+            tg = (f"{t['ms'] * 1e3:.0f}" + ("m" if t.get("attn") == "matmul" else "")) if t else "-"
             te = f"{t['eager_ms'] * 1e3:.0f}" if t else "-"
             peer = f"{t['ms'] * 1e3 / r['graph_step_us']:.2f}x" if t else "-"
             print(f"{name:<34} {r['graph_step_us']:>11.0f} {r['floor_us']:>10.0f} "
@@ -133,7 +137,8 @@ def main(out):
     if os.path.exists(fails):
         print("failures: " + "; ".join(l.strip() for l in open(fails)))
     print("(torch graph/eager: bench/torch_llama.py 'ref' (hand-written, same weights as transformers) "
-          "under one CUDA graph / eagerly; torch/pg = torch time / Peregrine time)")
+          "under one CUDA graph / eagerly, the faster decode attention form (m: two GEMMs + softmax, "
+          "else SDPA); torch/pg = torch time / Peregrine time)")
 
 
 if __name__ == "__main__":
