@@ -203,5 +203,43 @@ TEST(CudaMatmul, LargeShapeAndAlgorithmCache) {
   }
 }
 
+// bf16 x and w with an f32 output (MoE router logits): the GEMV at any n, without the bf16
+// rounding of the output (held to a tolerance far below bf16's 2^-9 relative step).
+TEST(CudaMatmul, F32OutputKeepsPrecision) {
+  PG_SEED_TRACE();
+  const KernelImpl<MatmulParams>* k = Registry::Global().table<MatmulParams>().Find("cuda");
+  ASSERT_NE(k, nullptr);
+  for (int64_t n : {1, 5, 37}) {
+    const int64_t kk = 2048, m = 129;
+    Tensor x(DType::kF32, {n, kk}), wf(DType::kF32, {m, kk}), w(DType::kBF16, {m, kk});
+    FillNormal(x);
+    FillNormal(wf, 0.0f, 0.02f);
+    for (int64_t i = 0; i < w.numel(); ++i) w.data<uint16_t>()[i] = F32ToBf16(wf.data<float>()[i]);
+    RoundToBf16(x);
+    Tensor ref(DType::kF32, {n, m});
+    RunWith(RefImpl<MatmulParams>(), MatmulParams{x.view(), w.view(), ref.view(), {}, {}, false});
+    rt::DeviceBuffer dx(size_t(n * kk * 2)), dw(size_t(m * kk * 2)), dout(size_t(n * m * 4));
+    std::vector<uint16_t> xb(static_cast<size_t>(n * kk));
+    for (size_t i = 0; i < xb.size(); ++i) xb[i] = F32ToBf16(x.data<float>()[i]);
+    ASSERT_EQ(cudaMemcpy(dx.data(), xb.data(), xb.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(dw.data(), w.data<uint16_t>(), size_t(m * kk * 2), cudaMemcpyHostToDevice),
+              cudaSuccess);
+    MatmulParams p{TensorView::Contiguous(dx.data(), DType::kBF16, {n, kk}, Device::kCuda),
+                   TensorView::Contiguous(dw.data(), DType::kBF16, {m, kk}, Device::kCuda),
+                   TensorView::Contiguous(dout.data(), DType::kF32, {n, m}, Device::kCuda),
+                   {}, {}, false};
+    EXPECT_EQ(Registry::Global().Selected(p), k);
+    Matmul(p);
+    std::vector<float> out(static_cast<size_t>(n * m));
+    ASSERT_EQ(cudaMemcpy(out.data(), dout.data(), out.size() * 4, cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    double max_rel = 0;
+    for (size_t i = 0; i < out.size(); ++i)
+      max_rel = std::max(max_rel, std::fabs(double(out[i]) - double(ref.data<float>()[i])) /
+                                      (std::fabs(double(ref.data<float>()[i])) + 1e-2));
+    EXPECT_LT(max_rel, 2e-4) << "n=" << n;  // bf16 output rounding alone would be ~2e-3
+  }
+}
+
 }  // namespace
 }  // namespace pg::ops::testing

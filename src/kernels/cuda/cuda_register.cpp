@@ -4,7 +4,8 @@
 // (it reads the kernel's error flag back, a synchronisation).
 //
 // Capabilities (the `supports` predicates): activations, outputs and caches bf16 on the
-// device; Matmul weights bf16; RmsNorm weights f32/bf16/f16; Embedding tables bf16.
+// device (Matmul may also write f32: router logits); Matmul weights bf16; RmsNorm weights
+// f32/bf16/f16; Embedding tables bf16.
 #include <algorithm>
 #include <cmath>
 
@@ -128,6 +129,15 @@ void RunMatmul(const MatmulParams& p) {
   cudaStream_t stream = cuda::CurrentStream();
   const int64_t n = p.x.dim(0), k = p.x.dim(1), m = p.w.dim(0);
   const float* bias = p.bias.data ? p.bias.as<float>() : nullptr;
+  if (p.out.dtype == DType::kF32) {
+    // f32 output (MoE router logits, as HF computes them): the GEMV at any n.
+    cuda::GemvArgs gv{Bf(p.x), Bf(p.w), nullptr, bias, n, k, m,
+                      p.x.strides[0], p.w.strides[0], p.out.strides[0], p.accumulate};
+    gv.out_f32 = p.out.as<float>();
+    cuda::LaunchGemv(gv, stream);
+    CheckLaunch();
+    return;
+  }
   cuda::GemvArgs gv{Bf(p.x), Bf(p.w), Bf(p.out), bias, n, k, m,
                     p.x.strides[0], p.w.strides[0], p.out.strides[0], p.accumulate};
   if (n > kGemvMaxRows) {
@@ -370,7 +380,10 @@ void RegisterCudaKernels(Registry& r) {
       },
       &RunRope));
   r.Register(Cuda<MatmulParams>(
-      [](const MatmulParams& p) { return DevBf16(p.x) && DevBf16(p.w) && DevBf16(p.out); },
+      [](const MatmulParams& p) {
+        const bool out_f32 = p.out.device == Device::kCuda && p.out.dtype == DType::kF32;
+        return DevBf16(p.x) && DevBf16(p.w) && (DevBf16(p.out) || out_f32);
+      },
       &RunMatmul));
   r.Register(Cuda<KvWriteParams>(
       [](const KvWriteParams& p) {

@@ -74,10 +74,11 @@ struct BiasAddArgs {  // out[r, j] += bias[j]
 struct GemvArgs {
   const bf16* x;     // [n, k], row stride ldx
   const bf16* w;     // [m, k], row stride ldw
-  bf16* out;         // [n, m], row stride ldo
+  bf16* out;         // [n, m], row stride ldo (unused when out_f32 is set)
   const float* bias; // optional [m]
   int64_t n, k, m, ldx, ldw, ldo;
   bool accumulate;
+  float* out_f32 = nullptr;  // optional f32 output [n, m], row stride ldo (router logits)
 };
 
 // ---- paged attention ----------------------------------------------------------------------

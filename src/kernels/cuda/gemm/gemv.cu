@@ -1,7 +1,8 @@
 // Small-batch bf16 GEMV: out[r, j] = sum_i x[r, i] * w[j, i] for up to 8 rows r per pass.
 // One warp per output feature j; weights are streamed once per pass (16-byte loads, four in
 // flight per lane), activations come from L1/L2. Used for decode batches (memory bound) and
-// as the always-correct fallback of Matmul (any strides, any n: passes of 8 rows).
+// as the always-correct fallback of Matmul (any strides, any n: passes of 8 rows). Writes bf16,
+// or f32 (out_f32: outputs whose rounding matters, e.g. MoE router logits).
 #include <cuda_bf16.h>
 
 #include "kernels/cuda/common/device_params.h"
@@ -70,10 +71,16 @@ __global__ void __launch_bounds__(kWarps * 32) GemvKernel(GemvArgs a, int64_t ro
 #pragma unroll
     for (int r = 0; r < NB; ++r)
       if (r == lane) v = acc[r];
-    bf16* o = a.out + (row0 + lane) * a.ldo + j;
     if (a.bias) v += a.bias[j];
-    if (a.accumulate) v += __bfloat162float(*o);
-    *o = __float2bfloat16_rn(v);
+    if (a.out_f32) {
+      float* o = a.out_f32 + (row0 + lane) * a.ldo + j;
+      if (a.accumulate) v += *o;
+      *o = v;
+    } else {
+      bf16* o = a.out + (row0 + lane) * a.ldo + j;
+      if (a.accumulate) v += __bfloat162float(*o);
+      *o = __float2bfloat16_rn(v);
+    }
   }
 }
 
