@@ -38,6 +38,9 @@ TensorView Cols(const TensorView& t, int64_t col, int64_t cols) {
 struct DeviceLayer {
   TensorView attn_norm, ffn_norm, q_a_norm, kv_a_norm;  // f32
   DeviceMatrix wq, wq_a, wq_b, wkv_a, wo;
+  // q_a (with q_lora) or q, and kv_a, all read the normed input: one matrix
+  // [q_rows + latent, hidden], one GEMM (when fused_qkva_; then wq_a / wq / wkv_a are unset).
+  DeviceMatrix wq_kva;
   TensorView wkv_b;  // [heads * (nope + v), kv_lora] bf16
   bool moe = false;
   DeviceMlp mlp;
@@ -48,6 +51,7 @@ struct DeviceLayer {
 struct DeviceActs {
   int64_t capacity = 0;
   TensorView x, hn, qa, q, kva, attn, o, ffn, gathered;
+  TensorView q_kva;  // [capacity, q_rows + latent] (fused_qkva_)
   DeviceFfnScratch ffn_scratch;
 };
 
@@ -138,16 +142,28 @@ class DeepseekV3Model final : public Model {
     d_norm_ = src.Vector("model.norm.weight", h, 1.0f);
     // YaRN's rope_q_scale multiplies q's rope dims (ropes are linear: before or after the
     // rotation is the same); folded into the rows of the q projection (then bf16).
-    std::vector<float> q_rows;
+    std::vector<float> q_rows_scale;
     if (c_.rope_q_scale != 1.0f) {
-      q_rows.assign(size_t(nh * qk), 1.0f);
+      q_rows_scale.assign(size_t(nh * qk), 1.0f);
       for (int64_t hd = 0; hd < nh; ++hd)
-        for (int64_t i = nope; i < qk; ++i) q_rows[size_t(hd * qk + i)] = c_.rope_q_scale;
+        for (int64_t i = nope; i < qk; ++i) q_rows_scale[size_t(hd * qk + i)] = c_.rope_q_scale;
     }
     auto q_proj = [&](const std::string& name, int64_t cols) {
-      if (q_rows.empty()) return src.Linear(name, nh * qk, cols);
-      return DeviceMatrix{src.Bf16(name, nh * qk, cols, q_rows), {}};
+      if (q_rows_scale.empty()) return src.Linear(name, nh * qk, cols);
+      return DeviceMatrix{src.Bf16(name, nh * qk, cols, q_rows_scale), {}};
     };
+    // The first projections of every layer fuse when none of them is stored fp8 (a stored fp8
+    // pair's 128-row scale blocks need not line up) or the weights are random.
+    const int64_t q_rows = c_.q_lora_rank > 0 ? c_.q_lora_rank : nh * qk;
+    auto first_names = [&](const std::string& a) {
+      return std::vector<std::string>{
+          a + (c_.q_lora_rank > 0 ? "q_a_proj.weight" : "q_proj.weight"),
+          a + "kv_a_proj_with_mqa.weight"};
+    };
+    fused_qkva_ = true;
+    for (int i = 0; i < b.num_layers; ++i)
+      fused_qkva_ = fused_qkva_ &&
+                    src.CanConcat(first_names("model.layers." + std::to_string(i) + ".self_attn."));
     d_layers_.resize(size_t(b.num_layers));
     for (int i = 0; i < b.num_layers; ++i) {
       const std::string p = "model.layers." + std::to_string(i) + ".";
@@ -155,14 +171,23 @@ class DeepseekV3Model final : public Model {
       DeviceLayer& D = d_layers_[size_t(i)];
       D.attn_norm = src.Vector(p + "input_layernorm.weight", h, 1.0f);
       D.ffn_norm = src.Vector(p + "post_attention_layernorm.weight", h, 1.0f);
+      if (fused_qkva_) {
+        // q's rows carry the folded rope scale without q_lora (q_rows then is nh * qk).
+        std::vector<float> rows_scale;
+        if (!q_rows_scale.empty() && c_.q_lora_rank == 0) {
+          rows_scale = q_rows_scale;
+          rows_scale.resize(size_t(q_rows + lat), 1.0f);
+        }
+        D.wq_kva = src.LinearConcat(first_names(a), {q_rows, lat}, h, rows_scale);
+      }
       if (c_.q_lora_rank > 0) {
-        D.wq_a = src.Linear(a + "q_a_proj.weight", c_.q_lora_rank, h);
+        if (!fused_qkva_) D.wq_a = src.Linear(a + "q_a_proj.weight", c_.q_lora_rank, h);
         D.q_a_norm = src.Vector(a + "q_a_layernorm.weight", c_.q_lora_rank, 1.0f);
         D.wq_b = q_proj(a + "q_b_proj.weight", c_.q_lora_rank);
-      } else {
+      } else if (!fused_qkva_) {
         D.wq = q_proj(a + "q_proj.weight", h);
       }
-      D.wkv_a = src.Linear(a + "kv_a_proj_with_mqa.weight", lat, h);
+      if (!fused_qkva_) D.wkv_a = src.Linear(a + "kv_a_proj_with_mqa.weight", lat, h);
       D.kv_a_norm = src.Vector(a + "kv_a_layernorm.weight", rank, 1.0f);
       D.wkv_b = src.Bf16(a + "kv_b_proj.weight", nh * (nope + vd), rank);
       D.wo = src.Linear(a + "o_proj.weight", h, nh * vd);
@@ -175,11 +200,16 @@ class DeepseekV3Model final : public Model {
     A.capacity = cap;
     A.x = mk.Activations(cap, h);
     A.hn = mk.Activations(cap, h);
-    if (c_.q_lora_rank > 0) A.qa = mk.Activations(cap, c_.q_lora_rank);
     // One row more than the capacity: the rope view of q (ForwardDevice) spans `nope`
     // elements past the last row (never touched).
-    A.q = mk.Activations(cap + 1, nh * qk);
-    A.kva = mk.Activations(cap, lat);
+    if (fused_qkva_) {
+      A.q_kva = mk.Activations(cap + 1, q_rows + lat);
+      if (c_.q_lora_rank > 0) A.q = mk.Activations(cap + 1, nh * qk);
+    } else {
+      if (c_.q_lora_rank > 0) A.qa = mk.Activations(cap, c_.q_lora_rank);
+      A.q = mk.Activations(cap + 1, nh * qk);
+      A.kva = mk.Activations(cap, lat);
+    }
     A.attn = mk.Activations(cap, nh * vd);
     A.o = mk.Activations(cap, h);
     A.ffn = mk.Activations(cap, h);
@@ -271,20 +301,32 @@ class DeepseekV3Model final : public Model {
                   qk = nope + rope, vd = c_.v_head_dim, rank = c_.kv_lora_rank,
                   lat = c_.latent_dim();
     const DeviceActs& A = d_;
-    const TensorView x = A.x.Slice0(0, n), hn = A.hn.Slice0(0, n), q = A.q.Slice0(0, n),
-                     kva = A.kva.Slice0(0, n), attn = A.attn.Slice0(0, n),
+    const TensorView x = A.x.Slice0(0, n), hn = A.hn.Slice0(0, n), attn = A.attn.Slice0(0, n),
                      o = A.o.Slice0(0, n), ffn = A.ffn.Slice0(0, n);
-    const TensorView qa = c_.q_lora_rank > 0 ? A.qa.Slice0(0, n) : TensorView{};
+    // q [n, nh * qk], qa [n, q_lora] and kva [n, lat]: column ranges of the fused projection's
+    // output (row stride q_rows + lat), or their own buffers.
+    const int64_t q_rows = c_.q_lora_rank > 0 ? c_.q_lora_rank : nh * qk;
+    const TensorView q_kva = fused_qkva_ ? A.q_kva.Slice0(0, n) : TensorView{};
+    const TensorView qa = c_.q_lora_rank == 0 ? TensorView{}
+                          : fused_qkva_       ? Columns(q_kva, 0, q_rows)
+                                              : A.qa.Slice0(0, n);
+    const TensorView q = fused_qkva_ && c_.q_lora_rank == 0 ? Columns(q_kva, 0, q_rows)
+                                                            : A.q.Slice0(0, n);
+    const TensorView kva = fused_qkva_ ? Columns(q_kva, q_rows, lat) : A.kva.Slice0(0, n);
+    TensorView q3 = q;  // [n, nh, qk] (row stride of q)
+    q3.ndim = 3;
+    q3.shape = {n, nh, qk};
+    q3.strides = {q.strides[0], qk, 1};
     // kva = [c_kv (rank) | k_pe (rope)] per token; c_kv is normed in place, k_pe rotated as
     // one head [n, 1, rope] (row stride lat).
     const TensorView c_kv = Columns(kva, 0, rank);
     TensorView k_pe = Columns(kva, rank, rope);
     k_pe.ndim = 3;
     k_pe.shape = {n, 1, rope};
-    k_pe.strides = {lat, rope, 1};
+    k_pe.strides = {kva.strides[0], rope, 1};
     // q's rope dims are the last `rope` of each head: the view [n, nh, qk] starting `nope`
     // elements in, with rotary_dim = rope, rotates exactly them (in place).
-    TensorView q_pe = q.Reshape({n, nh, qk});
+    TensorView q_pe = q3;
     q_pe.data = static_cast<uint16_t*>(q.data) + nope;
     ops::RopeConfig rope_cfg = b.rope;
     rope_cfg.rotary_dim = int(rope);
@@ -296,14 +338,16 @@ class DeepseekV3Model final : public Model {
       const DeviceLayer& L = d_layers_[size_t(li)];
       ops::RmsNorm({.x = li ? ffn : x, .weight = L.attn_norm, .out = hn,
                     .residual = li ? x : TensorView{}, .eps = b.rms_norm_eps});
+      if (fused_qkva_) {
+        DeviceMatmul(hn, L.wq_kva, q_kva);
+      } else {
+        DeviceMatmul(hn, c_.q_lora_rank > 0 ? L.wq_a : L.wq, c_.q_lora_rank > 0 ? qa : q);
+        DeviceMatmul(hn, L.wkv_a, kva);
+      }
       if (c_.q_lora_rank > 0) {
-        DeviceMatmul(hn, L.wq_a, qa);
         ops::RmsNorm({.x = qa, .weight = L.q_a_norm, .out = qa, .eps = b.rms_norm_eps});
         DeviceMatmul(qa, L.wq_b, q);
-      } else {
-        DeviceMatmul(hn, L.wq, q);
       }
-      DeviceMatmul(hn, L.wkv_a, kva);
       ops::RmsNorm({.x = c_kv, .weight = L.kv_a_norm, .out = c_kv, .eps = b.rms_norm_eps});
       if (rope > 0 && !c_.mla_use_nope) {  // NoPE (Kimi Linear): q_pe, k_pe unrotated
         ops::Rope({.x = k_pe, .positions = pos, .config = rope_cfg});
@@ -311,7 +355,7 @@ class DeepseekV3Model final : public Model {
       }
       const ops::KvCacheView& cache = kv.layers[size_t(li)];
       ops::MlaCacheWrite({.latent = kva, .cache = cache, .batch = fb.attention});
-      ops::MlaAttention({.q = q.Reshape({n, nh, qk}), .w_kv_b = L.wkv_b,
+      ops::MlaAttention({.q = q3, .w_kv_b = L.wkv_b,
                          .out = attn.Reshape({n, nh, vd}), .cache = cache, .batch = fb.attention,
                          .kv_lora_rank = int(rank), .rope_dim = int(rope),
                          .scale = c_.softmax_scale,
@@ -340,6 +384,7 @@ class DeepseekV3Model final : public Model {
   DeviceActs d_;
   int64_t device_weight_bytes_ = 0;
   int64_t last_tokens_ = 0;  // tokens of the last device forward (its routes are kept)
+  bool fused_qkva_ = false;  // every layer's first projections are one matrix (wq_kva)
 };
 
 }  // namespace

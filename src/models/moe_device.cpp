@@ -68,6 +68,29 @@ TensorView MoeDeviceSource::Bf16Concat(const std::vector<std::string>& names,
   return mk_.Matrix(parts, total, cols);
 }
 
+bool MoeDeviceSource::CanConcat(const std::vector<std::string>& names) {
+  if (!host_) return true;
+  for (const std::string& n : names)
+    if (host_->IsStoredFp8(n)) return false;
+  return true;
+}
+
+DeviceMatrix MoeDeviceSource::LinearConcat(const std::vector<std::string>& names,
+                                           const std::vector<int64_t>& rows, int64_t cols,
+                                           std::span<const float> row_scale) {
+  PG_CHECK(names.size() == rows.size() && CanConcat(names), "LinearConcat of {} names",
+           names.size());
+  int64_t total = 0;
+  for (int64_t r : rows) total += r;
+  if (!host_) {
+    if (random_fp8_) return mk_.Fp8Matrix({}, {}, total, cols);
+    return {mk_.Matrix({}, total, cols), {}};
+  }
+  std::vector<TensorView> parts;
+  for (size_t i = 0; i < names.size(); ++i) parts.push_back(host_->Get(names[i], {rows[i], cols}));
+  return {mk_.Matrix(parts, total, cols, row_scale), {}};
+}
+
 TensorView MoeDeviceSource::Vector(const std::string& name, int64_t n, float mean) {
   if (!host_) return mk_.Vector({}, n, mean);
   return mk_.Vector({host_->GetF32(name, {n}, mean)}, n, mean);
@@ -137,7 +160,9 @@ DeviceFfnScratch PlaceFfnScratch(DeviceWeightMaker& mk, const MoeModelConfig& c,
       std::max<int64_t>({c.base.intermediate_size, c.moe_intermediate_size,
                          int64_t(c.moe_intermediate_size) * c.num_shared_experts});
   DeviceFfnScratch s;
-  s.router_logits = mk.Activations(capacity, std::max(c.num_experts, 1));
+  // f32 router logits (as HF computes them): bf16 rounding of the logits alone flips expert
+  // choices between experts whose scores are within ~0.4%.
+  s.router_logits = mk.Buffer(DType::kF32, capacity, std::max(c.num_experts, 1));
   s.topk_weights = mk.Buffer(DType::kF32, capacity, std::max(c.top_k, 1));
   s.gate_up = mk.Activations(capacity, 2 * inter);
   s.act = mk.Activations(capacity, inter);

@@ -34,6 +34,13 @@ class MoeDeviceSource {
   // bf16 [sum rows, cols]: the row concatenation of `names` (each [rows_i, cols]).
   TensorView Bf16Concat(const std::vector<std::string>& names, const std::vector<int64_t>& rows,
                         int64_t cols);
+  // Whether `names` can be placed as one matrix by LinearConcat (random; or none stored fp8).
+  bool CanConcat(const std::vector<std::string>& names);
+  // The row concatenation of `names` as one projection [sum rows, cols]: random (fp8
+  // block-scaled in random_fp8 mode), or bf16 from the host with `row_scale` folded.
+  DeviceMatrix LinearConcat(const std::vector<std::string>& names,
+                            const std::vector<int64_t>& rows, int64_t cols,
+                            std::span<const float> row_scale = {});
   // f32 [n] (norm weights: random mean `mean`; biases: pass mean 0).
   TensorView Vector(const std::string& name, int64_t n, float mean);
   // Whether `name` would come back fp8 from Linear.
@@ -69,7 +76,7 @@ struct DeviceMoeFfn {
 
 // Activations the feed-forward blocks share, carved once for `capacity` tokens.
 struct DeviceFfnScratch {
-  TensorView router_logits;  // [capacity, num_experts] bf16
+  TensorView router_logits;  // [capacity, num_experts] f32
   TensorView topk_weights;   // [capacity, top_k] f32
   TensorView gate_up;        // [capacity, 2 * max inter] bf16
   TensorView act;            // [capacity, max inter] bf16

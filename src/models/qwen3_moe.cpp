@@ -24,6 +24,10 @@ struct Layer {
 struct DeviceLayer {
   TensorView attn_norm, ffn_norm, q_norm, k_norm;
   DeviceMatrix wq, wk, wv, wo;
+  // bf16: q, k, v as one matrix [q + 2 kv, hidden] (wq, wk, wv are its row ranges). A batch of
+  // one token runs one GEMV into it; larger batches run the three (q/k-norm needs each
+  // projection's head rows packed, which a fused row of several tokens is not).
+  TensorView wqkv;
   bool moe = false;
   DeviceMlp mlp;
   DeviceMoeFfn moe_ffn;
@@ -33,6 +37,7 @@ struct DeviceLayer {
 struct DeviceActs {
   int64_t capacity = 0;
   TensorView x, hn, q, k, v, attn, o, ffn, gathered;
+  TensorView qkv;  // [1, q + 2 kv]: the fused projection of a one-token batch
   DeviceFfnScratch ffn_scratch;
 };
 
@@ -123,9 +128,18 @@ class Qwen3MoeModel final : public Model {
       D.ffn_norm = src.Vector(p + "post_attention_layernorm.weight", h, 1.0f);
       D.q_norm = src.Vector(p + "self_attn.q_norm.weight", b.head_dim, 1.0f);
       D.k_norm = src.Vector(p + "self_attn.k_norm.weight", b.head_dim, 1.0f);
-      D.wq = src.Linear(p + "self_attn.q_proj.weight", qd, h);
-      D.wk = src.Linear(p + "self_attn.k_proj.weight", kvd, h);
-      D.wv = src.Linear(p + "self_attn.v_proj.weight", kvd, h);
+      const std::string a = p + "self_attn.";
+      if (src.IsFp8(a + "q_proj.weight")) {
+        D.wq = src.Linear(a + "q_proj.weight", qd, h);
+        D.wk = src.Linear(a + "k_proj.weight", kvd, h);
+        D.wv = src.Linear(a + "v_proj.weight", kvd, h);
+      } else {
+        D.wqkv = src.Bf16Concat({a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"},
+                                {qd, kvd, kvd}, h);
+        D.wq.w = D.wqkv.Slice0(0, qd);
+        D.wk.w = D.wqkv.Slice0(qd, kvd);
+        D.wv.w = D.wqkv.Slice0(qd + kvd, kvd);
+      }
       D.wo = src.Linear(p + "self_attn.o_proj.weight", h, qd);
       D.moe = c_.IsMoeLayer(i);
       if (D.moe) D.moe_ffn = PlaceMoeFfn(src, p + "mlp.", c_, cap);
@@ -137,6 +151,7 @@ class Qwen3MoeModel final : public Model {
     A.x = mk.Activations(cap, h);
     A.hn = mk.Activations(cap, h);
     A.q = mk.Activations(cap, qd);
+    A.qkv = mk.Activations(1, qd + 2 * kvd);
     A.k = mk.Activations(cap, kvd);
     A.v = mk.Activations(cap, kvd);
     A.attn = mk.Activations(cap, qd);
@@ -210,23 +225,45 @@ class Qwen3MoeModel final : public Model {
                      o = A.o.Slice0(0, n), ffn = A.ffn.Slice0(0, n);
     const TensorView q3 = q.Reshape({n, nh, hd}), k3 = k.Reshape({n, nkv, hd}),
                      v3 = v.Reshape({n, nkv, hd}), attn3 = attn.Reshape({n, nh, hd});
+    // One-token batches: [1, heads, head_dim] views into the fused projection (row stride
+    // q + 2 kv).
+    auto heads3 = [&](int64_t col, int64_t heads) {
+      TensorView t = A.qkv;
+      t.data = static_cast<uint16_t*>(A.qkv.data) + col;
+      t.ndim = 3;
+      t.shape = {1, heads, hd};
+      t.strides = {A.qkv.strides[0], hd, 1};
+      return t;
+    };
+    const TensorView fq3 = heads3(0, nh), fk3 = heads3(nh * hd, nkv),
+                     fv3 = heads3((nh + nkv) * hd, nkv);
     const TensorView& pos = fb.device_positions;
     ops::Embedding({.table = d_embed_, .ids = fb.device_tokens, .out = x});
     for (int li = 0; li < b.num_layers; ++li) {
       const DeviceLayer& L = d_layers_[size_t(li)];
       ops::RmsNorm({.x = li ? ffn : x, .weight = L.attn_norm, .out = hn,
                     .residual = li ? x : TensorView{}, .eps = b.rms_norm_eps});
-      DeviceMatmul(hn, L.wq, q);
-      DeviceMatmul(hn, L.wk, k);
-      DeviceMatmul(hn, L.wv, v);
-      const TensorView qr = q.Reshape({n * nh, hd}), kr = k.Reshape({n * nkv, hd});
+      const bool fused = n == 1 && L.wqkv.data;
+      if (fused) {
+        ops::Matmul({.x = hn, .w = L.wqkv, .out = A.qkv});
+      } else {
+        DeviceMatmul(hn, L.wq, q);
+        DeviceMatmul(hn, L.wk, k);
+        DeviceMatmul(hn, L.wv, v);
+      }
+      const TensorView& qs = fused ? fq3 : q3;
+      const TensorView& ks = fused ? fk3 : k3;
+      const TensorView& vs = fused ? fv3 : v3;
+      // Head rows of one token's q and k are packed in either layout.
+      const TensorView qr = TensorView::Contiguous(qs.data, DType::kBF16, {n * nh, hd}, qs.device);
+      const TensorView kr = TensorView::Contiguous(ks.data, DType::kBF16, {n * nkv, hd}, ks.device);
       ops::RmsNorm({.x = qr, .weight = L.q_norm, .out = qr, .eps = b.rms_norm_eps});
       ops::RmsNorm({.x = kr, .weight = L.k_norm, .out = kr, .eps = b.rms_norm_eps});
-      ops::Rope({.x = q3, .positions = pos, .config = b.rope});
-      ops::Rope({.x = k3, .positions = pos, .config = b.rope});
       const ops::KvCacheView& cache = kv.layers[size_t(li)];
-      ops::KvWrite({.k = k3, .v = v3, .cache = cache, .batch = fb.attention});
-      ops::Attention({.q = q3, .out = attn3, .cache = cache, .batch = fb.attention,
+      // One kernel: RoPE on q and k, then k and v into the cache.
+      ops::RopeKvWrite({.q = qs, .k = ks, .v = vs, .positions = pos, .config = b.rope,
+                        .cache = cache, .batch = fb.attention});
+      ops::Attention({.q = qs, .out = attn3, .cache = cache, .batch = fb.attention,
                       .scale = scale_});
       DeviceMatmul(attn, L.wo, o);
       ops::RmsNorm({.x = o, .weight = L.ffn_norm, .out = hn, .residual = x, .eps = b.rms_norm_eps});
