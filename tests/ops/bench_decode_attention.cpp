@@ -6,7 +6,8 @@
 // graph = per-call time from replaying a CUDA graph of 20 calls (median of 10 replays): what
 // decode under CUDA graphs pays; eager = one call timed with events (host dispatch included).
 // Caches rotate over >= 1 GiB of pages so that L2 does not hold them; pages are shuffled.
-// Usage: bench_decode [--quick] (quick: 1K and 32K at batch 1 and 8 only).
+// Usage: bench_decode [--quick] (quick: 1K and 32K at batch 1 and 8 only); also in
+// decode_gpu_check (decode_gpu_main.cpp) as `decode_gpu_check --bench [--quick]`.
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -120,7 +121,9 @@ double EagerMedianMs(const std::function<void(int)>& fn) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace pg::bench {
+
+int RunDecodeBench(int argc, char** argv) {
   try {
     const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
     cudaDeviceProp prop{};
@@ -193,3 +196,9 @@ int main(int argc, char** argv) {
     return 1;
   }
 }
+
+}  // namespace pg::bench
+
+#ifndef PG_DECODE_BENCH_NO_MAIN
+int main(int argc, char** argv) { return pg::bench::RunDecodeBench(argc, argv); }
+#endif

@@ -250,11 +250,50 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(const __grid_constant__
   MergeWarpsAndStore(a, sm_acc, sm_m, sm_l, GP, ng, D, t, h0, split, num_splits);
 }
 
-// Merges the splits of one (row, head) when the kernels did not (no split counters).
-__global__ void DecodeCombineKernel(const __grid_constant__ AttentionArgs a) {
-  const int t = blockIdx.x;
+// Merges the splits of one (row, head) when the kernels did not (no split counters): the
+// block's threads are (4-float vector v of head_dim) x (split group), each group sums every
+// G-th split with independent 16-byte loads; the groups meet in shared memory.
+constexpr int kCombineThreads = 256;
+constexpr int kCombineMaxSplits = 128;  // DecodeAttentionSplits never plans more
+int CombineThreads(int head_dim) {
+  const int vecs = head_dim / 4;
+  return vecs * std::max(1, kCombineThreads / vecs);
+}
+
+__global__ void __launch_bounds__(kCombineThreads) DecodeCombineKernel(const __grid_constant__ AttentionArgs a) {
+  const int t = blockIdx.x, h = blockIdx.y, D = a.head_dim, S = a.num_splits;
   if (a.batch.q_len[a.batch.token_seq[t]] != 1) return;  // not a decode row
-  CombineSplits(a, t, blockIdx.y, threadIdx.x, blockDim.x);
+  __shared__ float m_s[kCombineMaxSplits], l_s[kCombineMaxSplits], w[kCombineMaxSplits];
+  __shared__ float4 red[kCombineThreads];
+  const int64_t base = (int64_t(t) * a.heads + h) * S;
+  const float* ml = a.partial_ml + 2 * base;
+  for (int i = threadIdx.x; i < S; i += blockDim.x) m_s[i] = __ldcg(ml + 2 * i), l_s[i] = __ldcg(ml + 2 * i + 1);
+  __syncthreads();
+  float mx = -INFINITY;
+  for (int i = 0; i < S; ++i) mx = fmaxf(mx, m_s[i]);
+  for (int i = threadIdx.x; i < S; i += blockDim.x) w[i] = Exp2Or0(m_s[i], mx);
+  __syncthreads();
+  float sum = 0.0f;
+  for (int i = 0; i < S; ++i) sum += w[i] * l_s[i];
+  const int vecs = D / 4, groups = int(blockDim.x) / vecs;
+  const int v = threadIdx.x % vecs, grp = threadIdx.x / vecs;
+  float4 acc = make_float4(0, 0, 0, 0);
+#pragma unroll 4
+  for (int i = grp; i < S; i += groups) {
+    const float4 p = __ldcg(reinterpret_cast<const float4*>(a.partial_acc + (base + i) * D) + v);
+    acc.x += w[i] * p.x, acc.y += w[i] * p.y, acc.z += w[i] * p.z, acc.w += w[i] * p.w;
+  }
+  red[threadIdx.x] = acc;
+  __syncthreads();
+  if (grp != 0) return;
+  for (int k = 1; k < groups; ++k) {
+    const float4 p = red[k * vecs + v];
+    acc.x += p.x, acc.y += p.y, acc.z += p.z, acc.w += p.w;
+  }
+  const float inv = sum > 0.0f ? a.v_scale / sum : 0.0f;
+  bf16* out = a.out + int64_t(t) * a.out_stride + int64_t(h) * D + 4 * v;
+  out[0] = __float2bfloat16_rn(acc.x * inv), out[1] = __float2bfloat16_rn(acc.y * inv);
+  out[2] = __float2bfloat16_rn(acc.z * inv), out[3] = __float2bfloat16_rn(acc.w * inv);
 }
 
 // GP: query heads per block (1 for MHA, else 4; larger groups take several blocks).
@@ -348,12 +387,17 @@ bool DecodeAttentionSupports(int head_dim, int group, KvType kv_type) {
 }
 
 int DecodeAttentionSplits(const AttentionArgs& a, int num_seqs, int64_t max_len) {
-  const bool mma = UseMma(a);
-  const int group = a.heads / a.kv_heads, gp = mma ? group : HeadsPerBlock(group);
-  GetOccupancy occ;
-  if (mma) occ.per_sm = MmaOccupancy(a.head_dim, a.kv_type);
-  else Dispatch(a.head_dim, group, a.kv_type, occ);
-  const int per_sm = occ.per_sm;
+  const int group = a.heads / a.kv_heads;
+  int per_sm = 1, grid_rows = 0;
+  if (UseMma(a)) {
+    const MmaShape sh = MmaLaunchShape(a);
+    per_sm = sh.per_sm, grid_rows = sh.grid_rows;
+  } else {
+    GetOccupancy occ;
+    Dispatch(a.head_dim, group, a.kv_type, occ);
+    const int gp = HeadsPerBlock(group);
+    per_sm = occ.per_sm, grid_rows = a.kv_heads * ((group + gp - 1) / gp);
+  }
   static const int sms = [] {
     int dev = 0, n = 0;
     cudaGetDevice(&dev);
@@ -361,8 +405,9 @@ int DecodeAttentionSplits(const AttentionArgs& a, int num_seqs, int64_t max_len)
     return n > 0 ? n : 1;
   }();
   const int64_t capacity = int64_t(sms) * per_sm;  // blocks resident at once
-  const int64_t base = int64_t(num_seqs) * a.kv_heads * ((group + gp - 1) / gp);
-  const int64_t max_splits = std::max<int64_t>(1, std::min<int64_t>(128, max_len / kMinSplitKeys));
+  const int64_t base = int64_t(num_seqs) * grid_rows;
+  const int64_t max_splits =
+      std::max<int64_t>(1, std::min<int64_t>(kCombineMaxSplits, max_len / kMinSplitKeys));
   // Fewest splits with the least work per block-slot: minimise waves(S) / S.
   int best = 1;
   double best_cost = 1e30;
@@ -374,20 +419,30 @@ int DecodeAttentionSplits(const AttentionArgs& a, int num_seqs, int64_t max_len)
   return best;
 }
 
-void LaunchDecodeAttention(const AttentionArgs& a, cudaStream_t stream) {
-  if (a.batch.num_seqs == 0) return;
-  const bool mma = UseMma(a);
-  const int group = a.heads / a.kv_heads, gp = mma ? group : HeadsPerBlock(group);
-  const dim3 grid(unsigned(a.batch.num_seqs), unsigned(a.kv_heads * ((group + gp - 1) / gp)),
-                  unsigned(a.num_splits));
-  if (mma) {
-    LaunchMma(a, grid, stream);
+// The last split block merges a row's splits itself when that is little work (<= 64 KB of
+// partials per block); else a combine kernel spreads the merge over (row, head) blocks.
+constexpr int64_t kFusedCombineBytes = 64 << 10;
+
+void LaunchDecodeAttention(const AttentionArgs& args, cudaStream_t stream) {
+  if (args.batch.num_seqs == 0) return;
+  AttentionArgs a = args;
+  const int group = a.heads / a.kv_heads;
+  if (UseMma(a)) {
+    const MmaShape sh = MmaLaunchShape(a);
+    if (int64_t(a.num_splits) * sh.heads_per_block * a.head_dim * 4 > kFusedCombineBytes)
+      a.split_counters = nullptr;
+    LaunchMma(a, a.batch.num_seqs, stream);
   } else {
+    const int gp = HeadsPerBlock(group);
+    if (int64_t(a.num_splits) * gp * a.head_dim * 4 > kFusedCombineBytes) a.split_counters = nullptr;
+    const dim3 grid(unsigned(a.batch.num_seqs), unsigned(a.kv_heads * ((group + gp - 1) / gp)),
+                    unsigned(a.num_splits));
     DoLaunch f{a, grid, stream};
     Dispatch(a.head_dim, group, a.kv_type, f);
   }
   if (a.num_splits > 1 && a.split_counters == nullptr)
-    DecodeCombineKernel<<<dim3(unsigned(a.batch.num_tokens), unsigned(a.heads)), 128, 0, stream>>>(a);
+    DecodeCombineKernel<<<dim3(unsigned(a.batch.num_tokens), unsigned(a.heads)),
+                          unsigned(CombineThreads(a.head_dim)), 0, stream>>>(a);
 }
 
 int* DecodeSplitCounters(int64_t count, cudaStream_t stream) {

@@ -21,6 +21,8 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include <cstdlib>
+
 #include "kernels/cuda/attention/decode_common.cuh"
 #include "kernels/cuda/mla/mma_util.cuh"
 
@@ -83,18 +85,27 @@ __device__ __forceinline__ void MmaT(float (&c)[4], const uint32_t (&a)[4], uint
   else mla::Mma(c, a, b0, b1);
 }
 
-template <int D, bool kF8>
-__global__ void __launch_bounds__(kThreads) DecodeMmaKernel(const __grid_constant__ AttentionArgs a) {
+// kHeadWarps: the block's warps are consecutive kv heads (blockDim.x / 32 of them from
+// blockIdx.y * warps) and each walks every tile of the split: the block reads each token's
+// K/V rows of all its heads together (contiguous 2 KB per token at 8 x 128 bf16; the cache
+// is token-major within a page), and each warp writes its own heads. Otherwise 4 warps share
+// one kv head, take its tiles round robin and merge through shared memory.
+template <int D, bool kF8, bool kHeadWarps>
+__global__ void __launch_bounds__(256) DecodeMmaKernel(const __grid_constant__ AttentionArgs a) {
   using M = MmaGeo<D, kF8>;
   extern __shared__ uint4 smem[];
   const DeviceBatchView& b = a.batch;
   const int s = blockIdx.x;
   if (b.q_len[s] != 1) return;  // a multi-token sequence: another kernel's (block-uniform)
   const int group = a.heads / a.kv_heads;
-  const int kvh = blockIdx.y, split = blockIdx.z, num_splits = gridDim.z;
+  const int split = blockIdx.z, num_splits = gridDim.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int warps = kHeadWarps ? int(blockDim.x) / 32 : kWarps;
+  const int kvh = kHeadWarps ? int(blockIdx.y) * warps + warp : int(blockIdx.y);
+  const bool active = kvh < a.kv_heads;  // a trailing head warp may have no head
+  const int first_tile = kHeadWarps ? 0 : warp, tile_step = kHeadWarps ? 1 : kWarps;
   const int row = b.q_start[s];
-  const int h0 = kvh * group;
+  const int h0 = (active ? kvh : 0) * group;
   const SplitRange r = SplitOf(a, s, split, num_splits);
   const int32_t* pages = b.page_table + b.page_start[s];
   const int ps = b.page_size;
@@ -109,8 +120,8 @@ __global__ void __launch_bounds__(kThreads) DecodeMmaKernel(const __grid_constan
     for (int c = 0; c < M::kKc; ++c) {
       const int base = (c / M::kCpv) * 4 * M::kVe + t * M::kVe + (c % M::kCpv) * 4;
       const uint2 z = make_uint2(0, 0);
-      uint2 lo = g < group ? *reinterpret_cast<const uint2*>(q + g * D + base) : z;
-      uint2 hi = g + 8 < group ? *reinterpret_cast<const uint2*>(q + (g + 8) * D + base) : z;
+      uint2 lo = active && g < group ? *reinterpret_cast<const uint2*>(q + g * D + base) : z;
+      uint2 hi = active && g + 8 < group ? *reinterpret_cast<const uint2*>(q + (g + 8) * D + base) : z;
       if constexpr (kF8) {
         lo = make_uint2(Bf2ToH2(lo.x), Bf2ToH2(lo.y));
         hi = make_uint2(Bf2ToH2(hi.x), Bf2ToH2(hi.y));
@@ -127,7 +138,8 @@ __global__ void __launch_bounds__(kThreads) DecodeMmaKernel(const __grid_constan
 
   const int keys = max(0, r.end - r.begin);
   const int tiles = (keys + kTK - 1) / kTK;
-  const int my_tiles = warp < tiles ? (tiles - warp + kWarps - 1) / kWarps : 0;
+  const int my_tiles =
+      active && first_tile < tiles ? (tiles - first_tile + tile_step - 1) / tile_step : 0;
   uint4* ring = smem + warp * M::kWarpU4;
   uint4* vtile = ring + kStages * M::kStageU4;  // fp8 only: widened V [key][chunk], swizzled
   const char* kc = static_cast<const char*>(a.k_cache);
@@ -141,7 +153,7 @@ __global__ void __launch_bounds__(kThreads) DecodeMmaKernel(const __grid_constan
 
   auto issue = [&](int i) {
     uint4* st = ring + (i % kStages) * M::kStageU4;
-    const int key0 = r.begin + (warp + i * kWarps) * kTK;
+    const int key0 = r.begin + (first_tile + i * tile_step) * kTK;
 #pragma unroll
     for (int bb = 0; bb < 2; ++bb) {  // K: key g of each 8-key half, this lane's vectors
       const int64_t off = slot(min(key0 + bb * 8 + g, r.end - 1)) + t * 16;  // clamped: masked
@@ -184,7 +196,7 @@ __global__ void __launch_bounds__(kThreads) DecodeMmaKernel(const __grid_constan
       }
     }
     __syncwarp();  // the V tile (written by other lanes) is visible
-    const int key0 = r.begin + (warp + i * kWarps) * kTK;
+    const int key0 = r.begin + (first_tile + i * tile_step) * kTK;
 
     float sc[2][4];
 #pragma unroll
@@ -264,6 +276,36 @@ __global__ void __launch_bounds__(kThreads) DecodeMmaKernel(const __grid_constan
     l0 += __shfl_xor_sync(0xffffffffu, l0, off);
     l1 += __shfl_xor_sync(0xffffffffu, l1, off);
   }
+  if constexpr (kHeadWarps) {  // each warp stores its own heads
+    if (active) {
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int rr = g + 8 * hr;
+        if (rr >= group) continue;
+        const int h = h0 + rr;
+        const float m = hr ? m1 : m0, l = hr ? l1 : l0;
+        if (num_splits == 1) {
+          const float inv = l > 0.0f ? a.v_scale / l : 0.0f;
+          bf16* out = a.out + int64_t(row) * a.out_stride + int64_t(h) * D + 2 * t;
+#pragma unroll
+          for (int nb = 0; nb < M::kNb; ++nb)
+            *reinterpret_cast<__nv_bfloat162*>(out + nb * 8) =
+                __floats2bfloat162_rn(o[nb][2 * hr] * inv, o[nb][2 * hr + 1] * inv);
+        } else {
+          const int64_t base = (int64_t(row) * a.heads + h) * num_splits + split;
+          float* acc = a.partial_acc + base * D + 2 * t;
+#pragma unroll
+          for (int nb = 0; nb < M::kNb; ++nb)
+            *reinterpret_cast<float2*>(acc + nb * 8) = make_float2(o[nb][2 * hr], o[nb][2 * hr + 1]);
+          if (t == 0) a.partial_ml[2 * base] = m, a.partial_ml[2 * base + 1] = l;
+        }
+      }
+    }
+    const int first_kvh = int(blockIdx.y) * warps;
+    FinishSplits(a, row, first_kvh * group, (min(a.kv_heads, first_kvh + warps) - first_kvh) * group,
+                 num_splits);
+    return;
+  }
   __syncthreads();
   float* sm_acc = reinterpret_cast<float*>(smem);  // [kWarps][16][D]
   float* sm_m = sm_acc + kWarps * 16 * D;          // [kWarps][16]
@@ -281,22 +323,47 @@ __global__ void __launch_bounds__(kThreads) DecodeMmaKernel(const __grid_constan
   MergeWarpsAndStore(a, sm_acc, sm_m, sm_l, 16, min(group, 16), D, row, h0, split, num_splits);
 }
 
-template <int D, bool kF8>
-int Occupancy() {
-  static const int blocks = [] {
-    const void* k = reinterpret_cast<const void*>(&DecodeMmaKernel<D, kF8>);
-    cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, MmaGeo<D, kF8>::kSmemBytes);
+// Resident blocks per SM of one instantiation at `warps` warps per block (opts into the
+// shared memory once; cached per warp count).
+template <int D, bool kF8, bool kHeadWarps>
+int Occupancy(int warps) {
+  static int cached[9] = {};
+  if (cached[warps] == 0) {
+    const void* k = reinterpret_cast<const void*>(&DecodeMmaKernel<D, kF8, kHeadWarps>);
+    const int smem = warps * MmaGeo<D, kF8>::kWarpU4 * 16;
+    cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 8 * MmaGeo<D, kF8>::kWarpU4 * 16);
     int n = 0;
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, kThreads, MmaGeo<D, kF8>::kSmemBytes);
-    return n > 0 ? n : 1;
-  }();
-  return blocks;
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, warps * 32, smem);
+    cached[warps] = n > 0 ? n : 1;
+  }
+  return cached[warps];
 }
 
-template <int D, bool kF8>
-void Launch(const AttentionArgs& a, dim3 grid, cudaStream_t stream) {
-  (void)Occupancy<D, kF8>();  // sets the shared-memory attribute
-  DecodeMmaKernel<D, kF8><<<grid, kThreads, MmaGeo<D, kF8>::kSmemBytes, stream>>>(a);
+template <int D, bool kF8, bool kHeadWarps>
+void Launch(const AttentionArgs& a, dim3 grid, int warps, cudaStream_t stream) {
+  (void)Occupancy<D, kF8, kHeadWarps>(warps);  // sets the shared-memory attribute
+  DecodeMmaKernel<D, kF8, kHeadWarps>
+      <<<grid, warps * 32, warps * MmaGeo<D, kF8>::kWarpU4 * 16, stream>>>(a);
+}
+
+// Head warps (default) or the round-robin variant (PG_DECODE_MMA_ROUND_ROBIN=1: A/B runs).
+bool HeadWarps() {
+  static const bool rr = [] {
+    const char* e = std::getenv("PG_DECODE_MMA_ROUND_ROBIN");
+    return e != nullptr && e[0] == '1';
+  }();
+  return !rr;
+}
+
+// Warps per block of the head-warp variant: up to 8 kv heads (all of Llama-3-8B's).
+int HeadWarpCount(int kv_heads) { return kv_heads >= 8 ? 8 : kv_heads; }
+
+template <bool kHeadWarps>
+int OccupancyFor(const AttentionArgs& a, int warps) {
+  const bool f8 = a.kv_type == KvType::kF8E4M3;
+  if (a.head_dim == 64)
+    return f8 ? Occupancy<64, true, kHeadWarps>(warps) : Occupancy<64, false, kHeadWarps>(warps);
+  return f8 ? Occupancy<128, true, kHeadWarps>(warps) : Occupancy<128, false, kHeadWarps>(warps);
 }
 
 }  // namespace
@@ -305,16 +372,27 @@ bool MmaSupports(int head_dim, int group, KvType) {
   return (head_dim == 64 || head_dim == 128) && group >= 1 && group <= 16;
 }
 
-int MmaOccupancy(int head_dim, KvType kv_type) {
-  const bool f8 = kv_type == KvType::kF8E4M3;
-  if (head_dim == 64) return f8 ? Occupancy<64, true>() : Occupancy<64, false>();
-  return f8 ? Occupancy<128, true>() : Occupancy<128, false>();
+MmaShape MmaLaunchShape(const AttentionArgs& a) {
+  const int group = a.heads / a.kv_heads;
+  if (HeadWarps()) {
+    const int w = HeadWarpCount(a.kv_heads);
+    return {(a.kv_heads + w - 1) / w, w, OccupancyFor<true>(a, w), w * group};
+  }
+  return {a.kv_heads, kWarps, OccupancyFor<false>(a, kWarps), group};
 }
 
-void LaunchMma(const AttentionArgs& a, dim3 grid, cudaStream_t stream) {
-  const bool f8 = a.kv_type == KvType::kF8E4M3;
-  if (a.head_dim == 64) f8 ? Launch<64, true>(a, grid, stream) : Launch<64, false>(a, grid, stream);
-  else f8 ? Launch<128, true>(a, grid, stream) : Launch<128, false>(a, grid, stream);
+void LaunchMma(const AttentionArgs& a, int num_seqs, cudaStream_t stream) {
+  const MmaShape sh = MmaLaunchShape(a);
+  const dim3 grid(unsigned(num_seqs), unsigned(sh.grid_rows), unsigned(a.num_splits));
+  const bool f8 = a.kv_type == KvType::kF8E4M3, hw = HeadWarps();
+  const int w = sh.warps;
+  if (a.head_dim == 64) {
+    if (f8) hw ? Launch<64, true, true>(a, grid, w, stream) : Launch<64, true, false>(a, grid, w, stream);
+    else hw ? Launch<64, false, true>(a, grid, w, stream) : Launch<64, false, false>(a, grid, w, stream);
+  } else {
+    if (f8) hw ? Launch<128, true, true>(a, grid, w, stream) : Launch<128, true, false>(a, grid, w, stream);
+    else hw ? Launch<128, false, true>(a, grid, w, stream) : Launch<128, false, false>(a, grid, w, stream);
+  }
 }
 
 }  // namespace pg::cuda::decode

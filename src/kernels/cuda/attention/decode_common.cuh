@@ -56,18 +56,41 @@ __device__ __forceinline__ void CombineSplits(const AttentionArgs& a, int t, int
   const int64_t base = (int64_t(t) * a.heads + h) * S;
   const float* ml = a.partial_ml + 2 * base;
   float mx = -INFINITY;
+#pragma unroll 8
   for (int i = 0; i < S; ++i) mx = fmaxf(mx, __ldcg(ml + 2 * i));
   for (int e = e0; e < D; e += step) {
     float sum = 0.0f, val = 0.0f;
+    // Independent loads, 8 in flight (an empty split has max -inf: weight 0, acc 0).
+#pragma unroll 8
     for (int i = 0; i < S; ++i) {
       const float c = Exp2Or0(__ldcg(ml + 2 * i), mx);
-      if (c == 0.0f) continue;  // an empty split
       sum += __ldcg(ml + 2 * i + 1) * c;
       val += __ldcg(a.partial_acc + (base + i) * D + e) * c;
     }
     a.out[int64_t(t) * a.out_stride + int64_t(h) * D + e] =
         __float2bfloat16_rn(sum > 0.0f ? val / sum * a.v_scale : 0.0f);
   }
+}
+
+// After a block wrote its split's partials of row t's heads [h0, h0 + ng): the last of the
+// row's split blocks (same blockIdx.y) to arrive merges the splits (threadFenceReduction)
+// and resets the arrival counter. No-op without counters (a combine kernel runs instead).
+__device__ __forceinline__ void FinishSplits(const AttentionArgs& a, int t, int h0, int ng,
+                                             int num_splits) {
+  if (num_splits == 1 || a.split_counters == nullptr) return;
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int* counter = a.split_counters + int64_t(t) * gridDim.y + blockIdx.y;
+    last = atomicAdd(counter, 1) == num_splits - 1;
+    if (last) *counter = 0;  // ready for the next launch
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const int warps = blockDim.x / 32;
+  for (int g = threadIdx.x / 32; g < ng; g += warps) CombineSplits(a, t, h0 + g, threadIdx.x % 32, 32);
 }
 
 // After __syncthreads: merges the warps' (max, sum, acc) of `ng` heads from shared memory
@@ -99,25 +122,17 @@ __device__ __forceinline__ void MergeWarpsAndStore(const AttentionArgs& a, const
       if (e == 0) a.partial_ml[2 * base] = mx, a.partial_ml[2 * base + 1] = sum;
     }
   }
-  if (num_splits == 1 || a.split_counters == nullptr) return;
-  // The last of the row's split blocks to arrive merges the splits (threadFenceReduction).
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int* counter = a.split_counters + int64_t(t) * gridDim.y + blockIdx.y;
-    last = atomicAdd(counter, 1) == num_splits - 1;
-    if (last) *counter = 0;  // ready for the next launch
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  for (int g = threadIdx.x / 32; g < ng; g += kWarps) CombineSplits(a, t, h0 + g, threadIdx.x % 32, 32);
+  FinishSplits(a, t, h0, ng, num_splits);
 }
 
 // Tensor-core decode kernel (decode_attention_mma.cu): bf16 or fp8 caches, head_dim 64/128.
 bool MmaSupports(int head_dim, int group, KvType kv_type);
-int MmaOccupancy(int head_dim, KvType kv_type);  // resident blocks per SM
-void LaunchMma(const AttentionArgs& a, dim3 grid, cudaStream_t stream);
+// Its launch shape for a batch of num_seqs decode rows: grid rows (gridDim.y), warps per
+// block, resident blocks per SM, and query heads per block (for the combine choice).
+struct MmaShape {
+  int grid_rows, warps, per_sm, heads_per_block;
+};
+MmaShape MmaLaunchShape(const AttentionArgs& a);
+void LaunchMma(const AttentionArgs& a, int num_seqs, cudaStream_t stream);
 
 }  // namespace pg::cuda::decode
