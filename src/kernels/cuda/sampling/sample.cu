@@ -27,6 +27,7 @@ namespace {
 using ops::SampleRow;
 
 constexpr int kThreads = 1024;
+constexpr int kWarps = kThreads / 32;
 constexpr int kBins = 256;
 
 struct MaxOp {
@@ -106,6 +107,8 @@ __device__ void BinCount(int* count, int bin) {
   const unsigned group = __match_any_sync(__activemask(), bin);
   if (bin >= 0 && int(threadIdx.x % 32) == __ffs(group) - 1) atomicAdd(&count[bin], __popc(group));
 }
+// `mass` is the calling warp's own histogram (no other warp adds to it: fp64 shared-memory
+// atomics are compare-and-swap loops, slow under contention between warps).
 __device__ void BinMass(double* mass, int bin, double w) {
   const unsigned group = __match_any_sync(__activemask(), bin);
   double sum = 0.0;
@@ -166,18 +169,25 @@ __device__ uint32_t SelectKth(Shared& sh, const Row& r, int kth, In in, int* tie
 }
 
 // top-p: the radix walk by probability mass over the top-k set. Sets r.key_p / r.idx_p.
-__device__ void SelectTopP(Shared& sh, Row& r) {
+__device__ void SelectTopP(Shared& sh, double* warp_mass, Row& r) {
   uint32_t prefix = 0, mask = 0;
   double cum = 0.0;  // mass of top-k tokens with a key above the current prefix's range
   const double top_p = double(r.p.top_p);
+  double* mine = warp_mass + (threadIdx.x / 32) * kBins;
   for (int shift = 24; shift >= 0; shift -= 8) {
-    for (int b = threadIdx.x; b < kBins; b += kThreads) sh.mass[b] = 0.0;
+    for (int b = threadIdx.x; b < kWarps * kBins; b += kThreads) warp_mass[b] = 0.0;
     __syncthreads();
     for (int i = threadIdx.x; i < r.vocab; i += kThreads) {
       const float x = r.X(i);
       const uint32_t key = ops::SortKey(x);
       const bool in = (key & mask) == prefix && r.InTopK(key, i);
-      BinMass(sh.mass, in ? int((key >> shift) & 0xFF) : -1, in ? r.Weight(x) / r.sum_k : 0.0);
+      BinMass(mine, in ? int((key >> shift) & 0xFF) : -1, in ? r.Weight(x) / r.sum_k : 0.0);
+    }
+    __syncthreads();
+    for (int b = threadIdx.x; b < kBins; b += kThreads) {  // warps in a fixed order
+      double t = 0.0;
+      for (int w = 0; w < kWarps; ++w) t += warp_mass[w * kBins + b];
+      sh.mass[b] = t;
     }
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -272,6 +282,7 @@ __device__ int Draw(Shared& sh, const Row& r, double u, W w) {
 
 __global__ void __launch_bounds__(kThreads) SampleKernel(SampleArgs a) {
   __shared__ Shared sh;
+  extern __shared__ double warp_mass[];  // [kWarps, kBins] top-p mass histograms
   const int row = blockIdx.x;
   Row r;
   r.p = a.rows[row];
@@ -325,7 +336,7 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(SampleArgs a) {
       __syncthreads();
       r.sum_k = sh.d;
       __syncthreads();
-      if (r.p.top_p < 1.0f) SelectTopP(sh, r);
+      if (r.p.top_p < 1.0f) SelectTopP(sh, warp_mass, r);
       r.floor = double(r.p.min_p) * (1.0 / r.sum_k);  // prob of the top token: exp(0) / sum
       token = Draw(sh, r, u, [&](int i) {
         const float x = r.X(i);
@@ -356,7 +367,14 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(SampleArgs a) {
 
 void LaunchSample(const SampleArgs& a, cudaStream_t stream) {
   if (a.n == 0) return;
-  SampleKernel<<<unsigned(a.n), kThreads, 0, stream>>>(a);
+  constexpr size_t kDynamicSmem = size_t(kWarps) * kBins * sizeof(double);  // 64 KiB
+  static const bool configured = [] {
+    cudaFuncSetAttribute(SampleKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         int(kDynamicSmem));
+    return true;
+  }();
+  (void)configured;
+  SampleKernel<<<unsigned(a.n), kThreads, kDynamicSmem, stream>>>(a);
 }
 
 }  // namespace pg::cuda
