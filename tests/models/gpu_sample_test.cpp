@@ -5,8 +5,10 @@
 //    back: bf16 values, exact in f32), and its logprobs agree;
 //  * fp8 e4m3 weights (per-tensor scales) keep the logits near HF's goldens: e4m3 keeps 3
 //    mantissa bits (weights and, above 4 rows, activations off by ~3.6% rms each), so the
-//    logits move by a few percent of their std; the bound 0.35 * std catches a wrong scale or
-//    layout (errors of order the std itself) and the measured value is printed.
+//    logits move by a fraction of their std (H200, 2026-12-01: max|diff|/std 0.24-0.33 over
+//    the four golden prompts of this 3-layer, hidden-128 model, against 0.03-0.04 for bf16);
+//    the bound 0.45 * std catches a wrong scale or layout (errors of order the std itself or
+//    more) and the measured value is printed.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -131,7 +133,7 @@ TEST(GpuFp8Weights, LogitsStayNearTheGoldens) {
       int finite = 0;
       for (float v : one) finite += std::isfinite(v) ? 1 : 0;
       EXPECT_EQ(finite, vocab) << "decode-step logits";
-      EXPECT_LE(max_abs / sd, dt == DType::kBF16 ? 0.05 : 0.35) << Name(dt) << " case " << ci;
+      EXPECT_LE(max_abs / sd, dt == DType::kBF16 ? 0.05 : 0.45) << Name(dt) << " case " << ci;
       std::printf("%s weights, case %zu: prompt logits max|diff|/std %.4f vs HF\n",
                   std::string(Name(dt)).c_str(), ci, max_abs / sd);
     }
