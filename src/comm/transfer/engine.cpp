@@ -267,20 +267,25 @@ std::shared_ptr<TransferEngine::OpState> TransferEngine::NewOp(Completion done, 
 TransferEngine::WorkItem* TransferEngine::NewWriteItem(const WriteRequest& req,
                                                        const std::shared_ptr<OpState>& op,
                                                        Clock::time_point deadline) {
-  const uint32_t eps = address_.endpoints_per_domain;
   auto* item = new WorkItem;
   item->kind = WorkItem::kWrite;
   item->write = req.op_;
   item->op = op;
   item->deadline = deadline;
-  // Spread over the domain's endpoints; the peer address moves to the same endpoint index.
-  const uint32_t ep = eps == 1 ? 0 : ep_round_robin_.fetch_add(1) % eps;
+  const uint32_t ep = PickEndpoint();
   item->ep = ep;
   item->write.dst = req.peer_addrs_[ep];
   return item;
 }
 
+uint32_t TransferEngine::PickEndpoint() {
+  // Spread over the domain's endpoints; the peer address moves to the same endpoint index.
+  const uint32_t eps = address_.endpoints_per_domain;
+  return eps == 1 ? 0 : ep_round_robin_.fetch_add(1) % eps;
+}
+
 void TransferEngine::Submit(const WriteRequest& request, Completion done) {
+  if (!done.callback && done.counter == nullptr && TryInjectNow(request)) return;
   auto op = NewOp(std::move(done), 1);
   const auto now = Clock::now();
   WorkItem* item = NewWriteItem(request, op, now + config_.op_timeout);

@@ -217,6 +217,10 @@ class TransferEngine final : public CallerPoller {
   std::shared_ptr<OpState> NewOp(Completion done, int fragments);
   WorkItem* NewWriteItem(const WriteRequest& req, const std::shared_ptr<OpState>& op,
                          std::chrono::steady_clock::time_point deadline);
+  // A write nobody waits on, injected on the caller's thread without any bookkeeping when
+  // its domain is idle and free. false: take the ordinary path.
+  bool TryInjectNow(const WriteRequest& req);
+  uint32_t PickEndpoint();
   // Posts `items` (FIFO) on the caller's thread when the domain has nothing queued and its
   // fabric is free, else queues them for the progress thread.
   void PostOrQueue(uint32_t domain, WorkItem* const* items, size_t n,

@@ -224,6 +224,42 @@ void TransferEngine::PostOrQueue(uint32_t domain, WorkItem* const* items, size_t
   Enqueue(domain, items, n);
 }
 
+bool TransferEngine::TryInjectNow(const WriteRequest& req) {
+  if (!config_.direct_post || !config_.inject_writes) return false;
+  Domain& d = *domains_[req.domain_];
+  Provider& p = *d.provider;
+  if (req.op_.length_bytes > p.info().inject_bytes ||
+      d.num_submitted.load(std::memory_order_acquire) != 0 ||
+      d.has_pending.load(std::memory_order_acquire)) {
+    return false;
+  }
+  std::unique_lock lk(d.fabric, std::try_to_lock);
+  // Same order rule as PostOrQueue: nothing queued may be overtaken.
+  if (!lk.owns_lock() || d.num_submitted.load(std::memory_order_acquire) != 0 ||
+      !d.pending.empty()) {
+    return false;
+  }
+  const uint32_t ep = PickEndpoint();
+  WriteOp op = req.op_;
+  op.dst = req.peer_addrs_[ep];
+  PostResult r = PostResult::kAgain;
+  try {
+    r = p.InjectWrite(ep, op);
+  } catch (const Error&) {
+    return false;  // the ordinary path posts it again and owns the outcome
+  }
+  if (r == PostResult::kAgain) {
+    num_backpressure_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  lk.unlock();
+  num_injected_.fetch_add(1, std::memory_order_relaxed);
+  num_direct_posts_.fetch_add(1, std::memory_order_relaxed);
+  // The provider may need progress to push it out (rxm/tcp): wake a sleeping progress thread.
+  if (d.sleeping.load(std::memory_order_acquire)) Wake(d);
+  return true;
+}
+
 void TransferEngine::RunOnDomain(uint32_t domain, const std::function<void()>& fn) {
   Domain& d = *domains_[domain];
   WantedGuard want(d.wanted);
