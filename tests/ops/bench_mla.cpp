@@ -10,7 +10,7 @@
 //     GEMM + kernel) against FLOPs / GEMM rate.
 // Caches (and w_kv_b) rotate over several copies so L2 (60 MB) does not hold them between
 // calls. Times: CUDA-graph replays of 20 calls, median of 10, per call.
-// Usage: bench_mla [--quick]   (--quick: a few shapes, for a smoke test)
+// Usage: bench_mla [--quick | --profile]   (--quick: a few shapes; --profile: two)
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -179,9 +179,12 @@ void BenchDecode(const Ceilings& ceil, int heads, int q_len, int batch, int ctx,
   const int64_t T = int64_t(batch) * q_len;
   const cuda::MlaDecodePlan plan =
       cuda::PlanMlaDecode(batch, q_len, ctx, heads, cuda::MultiprocessorCount());
+  // The same with twice the split target (is one wave of blocks the right target?).
+  const cuda::MlaDecodePlan plan2 =
+      cuda::PlanMlaDecode(batch, q_len, ctx, heads, 2 * cuda::MultiprocessorCount());
   Buf q_lat(size_t(T * heads * cuda::kMlaLatent * 2)), o_lat(size_t(T * heads * cuda::kMlaRank * 2));
   bench::FillBf16(q_lat.p, T * heads * cuda::kMlaLatent, 9, 0.05f);
-  const size_t parts = size_t(T * heads) * size_t(plan.num_splits);
+  const size_t parts = size_t(T * heads) * size_t(std::max(plan.num_splits, plan2.num_splits));
   Buf acc(parts * cuda::kMlaRank * 4), ml(parts * 2 * 4);
   cuda::MlaDecodeArgs a{};
   a.q_lat = q_lat.as<bf16>();
@@ -197,13 +200,20 @@ void BenchDecode(const Ceilings& ceil, int heads, int q_len, int batch, int ctx,
   a.logit_scale_log2 = 0.1f;
   a.cache_type = fp8 ? cuda::MlaCacheType::kFP8 : cuda::MlaCacheType::kBF16;
   a.k_scale = a.v_scale = 1.0f;
-  const double kernel_ms = GraphMs([&](int i) {
-    a.batch = batches[size_t(i % copies)]->plan.view();
-    cudaStream_t st = cuda::CurrentStream();
-    cuda::LaunchMlaDecode(a, st);
-    if (a.num_splits > 1)
-      cuda::LaunchMlaCombine({a.partial_acc, a.partial_ml, a.o_lat, a.batch, heads, a.num_splits, a.chunk}, st);
-  });
+  auto time_plan = [&](const cuda::MlaDecodePlan& pl) {
+    a.row_groups = pl.row_groups;
+    a.num_splits = pl.num_splits;
+    a.chunk = pl.chunk;
+    return GraphMs([&](int i) {
+      a.batch = batches[size_t(i % copies)]->plan.view();
+      cudaStream_t st = cuda::CurrentStream();
+      cuda::LaunchMlaDecode(a, st);
+      if (a.num_splits > 1)
+        cuda::LaunchMlaCombine({a.partial_acc, a.partial_ml, a.o_lat, a.batch, heads, a.num_splits, a.chunk}, st);
+    });
+  };
+  const double kernel_ms = time_plan(plan);
+  const double kernel2_ms = plan2.num_splits != plan.num_splits ? time_plan(plan2) : kernel_ms;
   PG_CUDA_CHECK(cudaGetLastError());
 
   // The whole op: w_kv_b rotates over 4 copies too.
@@ -239,11 +249,12 @@ void BenchDecode(const Ceilings& ceil, int heads, int q_len, int batch, int ctx,
   const double op_floor_ms = double(latent_bytes + w_elems * 2) / (ceil.bw_gbs * 1e9) * 1e3;
   fmt::print(
       "decode heads {:3} q_len {} batch {:2} ctx {:5} {}: kernel {:8.1f} us (floor {:7.1f} us = max(bytes {:.1f}, "
-      "flops {:.1f}); {:5.1f}% ; {:.0f} GB/s {:.0f} TFLOP/s; splits {}) | op {:8.1f} us (bytes floor {:.1f} us, {:5.1f}%)\n",
+      "flops {:.1f}); {:5.1f}% ; {:.0f} GB/s {:.0f} TFLOP/s; splits {}; 2x target: {} splits {:.1f} us) | op {:8.1f} us (bytes floor {:.1f} us, {:5.1f}%)\n",
       heads, q_len, batch, ctx, fp8 ? "fp8 " : "bf16", kernel_ms * 1e3, floor_ms * 1e3,
       bytes_floor_ms * 1e3, flop_floor_ms * 1e3, 100.0 * floor_ms / kernel_ms,
       double(latent_bytes) / (kernel_ms * 1e-3) / 1e9, flops / (kernel_ms * 1e-3) / 1e12,
-      plan.num_splits, op_ms * 1e3, op_floor_ms * 1e3, 100.0 * op_floor_ms / op_ms);
+      plan.num_splits, plan2.num_splits, kernel2_ms * 1e3, op_ms * 1e3, op_floor_ms * 1e3,
+      100.0 * op_floor_ms / op_ms);
 }
 
 void BenchPrefill(const Ceilings& ceil, int heads, int seqs, int q_len, int kv_len) {
@@ -312,11 +323,18 @@ void BenchPrefill(const Ceilings& ceil, int heads, int seqs, int q_len, int kv_l
 
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  // --profile: one decode shape and one prefill shape (for a profiler's first launches).
+  const bool profile = argc > 1 && std::strcmp(argv[1], "--profile") == 0;
   try {
     cudaDeviceProp prop{};
     PG_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     fmt::print("device: {} ({} SMs)\n", prop.name, prop.multiProcessorCount);
     const Ceilings c = Measure();
+    if (profile) {
+      BenchDecode(c, 128, 1, 8, 8192, false);
+      BenchPrefill(c, 128, 1, 4096, 4096);
+      return 0;
+    }
     const std::vector<int> batches = quick ? std::vector<int>{1, 32} : std::vector<int>{1, 8, 32};
     const std::vector<int> ctxs = quick ? std::vector<int>{1024, 32768} : std::vector<int>{1024, 8192, 32768};
     for (int heads : {128, 16})

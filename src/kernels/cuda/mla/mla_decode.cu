@@ -6,7 +6,8 @@
 // tokens (double-buffered cp.async; fp8 tiles are staged as bytes and widened to bf16 with
 // their scales), and per tile:
 //   S = Q_lat · K^T   [32 rows x 32 keys], K = latent rows (576 = 512 latent + 64 rope);
-//                     warp w computes rows (w & 1) * 16 .. +16, keys (w >> 1) * 8 .. +8
+//                     warp w computes rows (w & 1) * 16 .. +16 x all keys over latent dims
+//                     (w >> 1) * 144 .. +144 (short mma chains); the softmax sums the quarters
 //   online softmax    (log2 domain) per row through shared memory
 //   O = O * alpha + P · V   V = the first 512 columns of the same latent tile;
 //                     warp w owns rows (w & 1) * 16 .. +16, columns (w >> 1) * 128 .. +128
@@ -14,6 +15,7 @@
 // row groups of one split run side by side (blockIdx.x fastest), so their tiles come from L2.
 // With num_splits > 1 a block writes an unnormalised partial and MlaCombineKernel merges.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
 #include <algorithm>
@@ -35,55 +37,66 @@ constexpr int kLd = kMlaLatent + 8;  // smem row stride (bf16): 1168 bytes, conf
 constexpr int kSLd = kKeys + 1;      // score row stride (f32)
 constexpr int kPLd = kKeys + 8;      // probability row stride (bf16): 80 bytes
 constexpr int kChunks = kMlaLatent / 8;  // 16-byte chunks per bf16 latent row (72)
+constexpr int kKq = kMlaLatent / 4;      // latent dims per score warp (144 = 9 k-steps)
+constexpr int kQSteps = kKq / 16;
 constexpr float kNoMax = -1e30f;     // running max before any key (finite: no inf - inf)
 
 struct Smem {
   bf16 q[kRows][kLd];
   bf16 k[2][kKeys][kLd];
-  float s[kRows][kSLd];
+  float s[4][kRows][kSLd];  // partial scores of the 4 k-quarters
   bf16 p[kRows][kPLd];
   float m[kRows], l[kRows], alpha[kRows];
   int pos[kRows];  // causal limit of the row (-1: not a row of this block)
+  int64_t slot[2][kKeys];  // cache slots of the next tiles' keys (tile i in slot[i & 1])
 };
 struct SmemFp8 {
   Smem base;
   uint8_t stage[kKeys][kMlaLatent];
 };
 
-__device__ __forceinline__ float Fp8ToFloat(uint8_t v) {
-  __nv_fp8_e4m3 f;
-  f.__x = v;
-  return float(f);
+// Two fp8 e4m3 (low byte first) -> two floats.
+__device__ __forceinline__ float2 Fp8x2ToFloat2(uint16_t v) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(v), __NV_E4M3);
+  return __half22float2(__half2(h));
 }
 
-// Issues the cp.async copies of latent tile [t0, t0 + kKeys) (positions >= k_end zero-filled).
+// Cache slot (page * page_size + offset) of key position t; -1 past k_end. Slots are looked up
+// one tile ahead by 32 threads (one page-table read per key row, not one per 16-byte chunk).
+__device__ __forceinline__ int64_t SlotOf(const int32_t* pages, int page_size, int t, int k_end) {
+  return t < k_end ? int64_t(pages[t / page_size]) * page_size + t % page_size : -1;
+}
+
+// Issues the cp.async copies of one latent tile (rows with slot -1 zero-filled).
 template <bool kFp8>
-__device__ __forceinline__ void LoadTile(const MlaDecodeArgs& a, const int32_t* pages, int t0,
-                                         int k_end, bf16 (*dst)[kLd], uint8_t (*stage)[kMlaLatent]) {
-  const int page_size = a.batch.page_size;
+__device__ __forceinline__ void LoadTile(const MlaDecodeArgs& a, const int64_t* slots,
+                                         bf16 (*dst)[kLd], uint8_t (*stage)[kMlaLatent]) {
   if constexpr (kFp8) {
     constexpr int kHalfChunks = kMlaHalf / 16;  // 18 chunks of 16 fp8 per half row
-    for (int c = threadIdx.x; c < kKeys * 2 * kHalfChunks; c += kThreads) {
+    constexpr int kTotal = kKeys * 2 * kHalfChunks;
+#pragma unroll
+    for (int i = 0; i < (kTotal + kThreads - 1) / kThreads; ++i) {
+      const int c = threadIdx.x + i * kThreads;
+      if (c >= kTotal) break;
       const int j = c / (2 * kHalfChunks), cc = c % (2 * kHalfChunks);
-      const int t = t0 + j;
-      const bool ok = t < k_end;
-      const int64_t slot = ok ? int64_t(pages[t / page_size]) * page_size + t % page_size : 0;
+      const int64_t slot = slots[j];
       const bool k_half = cc < kHalfChunks;
       const uint8_t* src = static_cast<const uint8_t*>(k_half ? a.k_cache : a.v_cache) +
-                           slot * kMlaHalf + (k_half ? cc : cc - kHalfChunks) * 16;
-      CpAsync16(&stage[j][cc * 16], src, ok);
+                           (slot < 0 ? 0 : slot) * kMlaHalf + (k_half ? cc : cc - kHalfChunks) * 16;
+      CpAsync16(&stage[j][cc * 16], src, slot >= 0);
     }
   } else {
     constexpr int kHalfChunks = kMlaHalf / 8;  // 36 chunks of 8 bf16 per half row
-    for (int c = threadIdx.x; c < kKeys * kChunks; c += kThreads) {
+    static_assert(kKeys * kChunks % kThreads == 0, "whole load rounds");
+#pragma unroll
+    for (int i = 0; i < kKeys * kChunks / kThreads; ++i) {
+      const int c = threadIdx.x + i * kThreads;
       const int j = c / kChunks, cc = c % kChunks;
-      const int t = t0 + j;
-      const bool ok = t < k_end;
-      const int64_t slot = ok ? int64_t(pages[t / page_size]) * page_size + t % page_size : 0;
+      const int64_t slot = slots[j];
       const bool k_half = cc < kHalfChunks;
       const bf16* src = static_cast<const bf16*>(k_half ? a.k_cache : a.v_cache) +
-                        slot * kMlaHalf + (k_half ? cc : cc - kHalfChunks) * 8;
-      CpAsync16(&dst[j][cc * 8], src, ok);
+                        (slot < 0 ? 0 : slot) * kMlaHalf + (k_half ? cc : cc - kHalfChunks) * 8;
+      CpAsync16(&dst[j][cc * 8], src, slot >= 0);
     }
   }
 }
@@ -95,8 +108,10 @@ __device__ __forceinline__ void WidenTile(const MlaDecodeArgs& a, const uint8_t 
     const int j = c / (kMlaLatent / 4), e = (c % (kMlaLatent / 4)) * 4;
     const float sc = e < kMlaHalf ? a.k_scale : a.v_scale;  // kMlaHalf % 4 == 0
     const uint32_t w = *reinterpret_cast<const uint32_t*>(&stage[j][e]);
-    const uint32_t lo = PackBf16(Fp8ToFloat(w & 0xff) * sc, Fp8ToFloat((w >> 8) & 0xff) * sc);
-    const uint32_t hi = PackBf16(Fp8ToFloat((w >> 16) & 0xff) * sc, Fp8ToFloat(w >> 24) * sc);
+    const float2 f01 = Fp8x2ToFloat2(uint16_t(w & 0xffff));  // paired hardware conversions
+    const float2 f23 = Fp8x2ToFloat2(uint16_t(w >> 16));
+    const uint32_t lo = PackBf16(f01.x * sc, f01.y * sc);
+    const uint32_t hi = PackBf16(f23.x * sc, f23.y * sc);
     *reinterpret_cast<uint2*>(&dst[j][e]) = make_uint2(lo, hi);
   }
 }
@@ -124,13 +139,18 @@ __global__ void __launch_bounds__(kThreads, 1) MlaDecodeKernel(const MlaDecodeAr
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, t4 = lane % 4;
 
-  // Q rows and the first tile.
+  // Slots of tiles 0 and 1, then Q rows and the first tile.
+  if (tid < kKeys) {
+    sm.slot[0][tid] = SlotOf(pages, b.page_size, k_begin + tid, k_end);
+    sm.slot[1][tid] = SlotOf(pages, b.page_size, k_begin + kKeys + tid, k_end);
+  }
+  __syncthreads();
   for (int c = tid; c < kRows * kChunks; c += kThreads) {
     const int r = c / kChunks, cc = c % kChunks;
     const bool ok = r0 + r < rows_total;
     CpAsync16(&sm.q[r][cc * 8], a.q_lat + (ok ? (row_base + r) * kMlaLatent + cc * 8 : 0), ok);
   }
-  if (num_tiles > 0) LoadTile<kFp8>(a, pages, k_begin, k_end, sm.k[0], stage);
+  if (num_tiles > 0) LoadTile<kFp8>(a, sm.slot[0], sm.k[0], stage);
   CpAsyncCommit();
   if (tid < kRows) {
     sm.m[tid] = kNoMax;
@@ -145,39 +165,61 @@ __global__ void __launch_bounds__(kThreads, 1) MlaDecodeKernel(const MlaDecodeAr
   }
 
   const int rg = warp & 1;        // row group (16 rows) of this warp
-  const int kg = warp >> 1;       // score phase: keys kg*8 .. +8
+  const int kq = warp >> 1;       // score phase: latent dims kq*kKq .. +kKq
   const int cq = warp >> 1;       // output phase: columns cq*128 .. +128
   float acc[16][4];
 #pragma unroll
   for (int n = 0; n < 16; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+  // Warps whose 16 rows are all past the sequence's rows (16-head models at q_len 1) skip
+  // their mma (warp-uniform); the softmax masks those rows whatever their scores hold.
+  const bool rows_active = r0 + rg * 16 < rows_total;
+  // This warp's Q fragments (rows rg*16..+16, dims kq*kKq..+kKq), loaded once.
+  uint32_t qf[kQSteps][4];
+  {
+    const bf16* qa = &sm.q[rg * 16 + (lane % 8) + ((lane / 8) % 2) * 8][kq * kKq + (lane / 16) * 8];
+#pragma unroll
+    for (int step = 0; step < kQSteps; ++step) Ldmatrix4(qf[step], qa + step * 16);
+  }
 
   for (int it = 0; it < num_tiles; ++it) {
     const int buf = it & 1;
     const int t0 = k_begin + it * kKeys;
-    if (it + 1 < num_tiles) LoadTile<kFp8>(a, pages, t0 + kKeys, k_end, sm.k[buf ^ 1], stage);
+    if (it + 1 < num_tiles) LoadTile<kFp8>(a, sm.slot[buf ^ 1], sm.k[buf ^ 1], stage);
     CpAsyncCommit();
+    // Tile it's slots are spent: look up tile it + 2's (read after the barriers below).
+    if (tid < kKeys) sm.slot[buf][tid] = SlotOf(pages, b.page_size, t0 + 2 * kKeys + tid, k_end);
 
-    // ---- scores: rows rg*16..+16 x keys kg*8..+8 over the 576 latent dims
-    {
-      float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      const bf16* qa = &sm.q[rg * 16 + (lane % 8) + ((lane / 8) % 2) * 8][(lane / 16) * 8];
-      const bf16* kb = &sm.k[buf][kg * 8 + (lane % 8)][(lane / 8) * 8];
-#pragma unroll 6
-      for (int k0 = 0; k0 < kMlaLatent; k0 += 32) {
-        uint32_t bb[4], a0[4], a1[4];
-        Ldmatrix4(bb, kb + k0);         // b0, b1 of k-step k0; b0, b1 of k-step k0 + 16
-        Ldmatrix4(a0, qa + k0);
-        Ldmatrix4(a1, qa + k0 + 16);
-        Mma(c, a0, bb[0], bb[1]);
-        Mma(c, a1, bb[2], bb[3]);
+    // ---- scores: warp (rg, kq) computes rows rg*16..+16 x all 32 keys over latent dims
+    // kq*144..+144 (4 independent accumulators, short dependency chains); the 4 k-quarters
+    // are summed by the softmax.
+    if (rows_active) {
+      float c[kKeys / 8][4];
+#pragma unroll
+      for (int n = 0; n < kKeys / 8; ++n) c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.0f;
+      const int kbase = kq * kKq;
+      const bf16* kb = &sm.k[buf][(lane % 8) + (lane / 16) * 8][kbase + ((lane / 8) % 2) * 8];
+      // K fragments of k-step i + 1 load while the mma of k-step i run (double-buffered);
+      // the Q fragments stay in registers for the whole block.
+      uint32_t b01[2][4], b23[2][4];
+      auto load = [&](int buf2, int step) {
+        Ldmatrix4(b01[buf2], kb + step * 16);             // b0, b1 of key tiles 0 and 1
+        Ldmatrix4(b23[buf2], kb + 16 * kLd + step * 16);  // key tiles 2 and 3
+      };
+      load(0, 0);
+#pragma unroll
+      for (int step = 0; step < kQSteps; ++step) {
+        const int cur = step & 1;
+        if (step + 1 < kQSteps) load(cur ^ 1, step + 1);
+        Mma(c[0], qf[step], b01[cur][0], b01[cur][1]);
+        Mma(c[1], qf[step], b01[cur][2], b01[cur][3]);
+        Mma(c[2], qf[step], b23[cur][0], b23[cur][1]);
+        Mma(c[3], qf[step], b23[cur][2], b23[cur][3]);
       }
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = rg * 16 + g + (e >= 2 ? 8 : 0);
-        const int j = kg * 8 + 2 * t4 + (e & 1);
-        const int t = t0 + j;
-        sm.s[r][j] = (t < k_end && t <= sm.pos[r]) ? c[e] * a.logit_scale_log2 : -INFINITY;
-      }
+      for (int n = 0; n < kKeys / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          sm.s[kq][rg * 16 + g + (e >= 2 ? 8 : 0)][n * 8 + 2 * t4 + (e & 1)] = c[n][e];
     }
     __syncthreads();
 
@@ -187,7 +229,12 @@ __global__ void __launch_bounds__(kThreads, 1) MlaDecodeKernel(const MlaDecodeAr
       float x[4];
       float mx = -INFINITY;
 #pragma unroll
-      for (int j = 0; j < 4; ++j) mx = fmaxf(mx, x[j] = sm.s[r][sub * 4 + j]);
+      for (int j = 0; j < 4; ++j) {
+        const int key = sub * 4 + j, t = t0 + key;
+        const float dot = sm.s[0][r][key] + sm.s[1][r][key] + sm.s[2][r][key] + sm.s[3][r][key];
+        x[j] = (t < k_end && t <= sm.pos[r]) ? dot * a.logit_scale_log2 : -INFINITY;
+        mx = fmaxf(mx, x[j]);
+      }
 #pragma unroll
       for (int o = 1; o < 8; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
       const float m_old = sm.m[r];
@@ -212,7 +259,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaDecodeKernel(const MlaDecodeAr
     __syncthreads();
 
     // ---- output: rows rg*16..+16 x columns cq*128..+128 += P (32 keys) · V
-    {
+    if (rows_active) {
       const float al0 = sm.alpha[rg * 16 + g], al1 = sm.alpha[rg * 16 + g + 8];
 #pragma unroll
       for (int n = 0; n < 16; ++n) {
@@ -224,12 +271,14 @@ __global__ void __launch_bounds__(kThreads, 1) MlaDecodeKernel(const MlaDecodeAr
         uint32_t pa[4];
         Ldmatrix4(pa, &sm.p[rg * 16 + (lane % 8) + ((lane / 8) % 2) * 8][kk + (lane / 16) * 8]);
         const bf16* vb = &sm.k[buf][kk + (lane % 8) + ((lane / 8) % 2) * 8][cq * 128 + (lane / 16) * 8];
+        uint32_t bb[8][4];  // all fragments first: the loads overlap, then 16 mma
+#pragma unroll
+        for (int n = 0; n < 16; n += 2)
+          Ldmatrix4Trans(bb[n / 2], vb + n * 8);  // b0, b1 of column tile n; b0, b1 of n + 1
 #pragma unroll
         for (int n = 0; n < 16; n += 2) {
-          uint32_t bb[4];
-          Ldmatrix4Trans(bb, vb + n * 8);  // b0, b1 of column tile n; b0, b1 of tile n + 1
-          Mma(acc[n], pa, bb[0], bb[1]);
-          Mma(acc[n + 1], pa, bb[2], bb[3]);
+          Mma(acc[n], pa, bb[n / 2][0], bb[n / 2][1]);
+          Mma(acc[n + 1], pa, bb[n / 2][2], bb[n / 2][3]);
         }
       }
     }
@@ -315,9 +364,11 @@ MlaDecodePlan PlanMlaDecode(int num_seqs, int max_q_len, int max_kv_len, int hea
   p.row_groups = int((int64_t(std::max(max_q_len, 1)) * heads + kRows - 1) / kRows);
   const int64_t base_blocks = int64_t(std::max(num_seqs, 1)) * p.row_groups;
   const int64_t kv = std::max(max_kv_len, 1);
+  // One block per SM (shared memory), so at most one wave: floor, not ceil (a second wave of
+  // a few blocks doubles the time; measured on the H200, docs/PERF.md "CUDA MLA").
   int64_t splits = 1;
   if (base_blocks < num_sms)
-    splits = std::min<int64_t>((num_sms + base_blocks - 1) / base_blocks, (kv + 2 * kKeys - 1) / (2 * kKeys));
+    splits = std::min<int64_t>(num_sms / base_blocks, (kv + 2 * kKeys - 1) / (2 * kKeys));
   splits = std::clamp<int64_t>(splits, 1, 256);
   int64_t chunk = (kv + splits - 1) / splits;
   chunk = (chunk + kKeys - 1) / kKeys * kKeys;

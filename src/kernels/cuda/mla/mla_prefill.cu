@@ -42,7 +42,7 @@ struct PrefillShape {
 template <int NOPE, int ROPE, int V>
 __global__ void __launch_bounds__(kThreads) MlaPrefillKernel(const MlaPrefillArgs a) {
   using Sh = PrefillShape<NOPE, ROPE, V>;
-  constexpr int D = Sh::D;
+  constexpr int D = Sh::D, KLd = Sh::KLd;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   typename Sh::Smem& sm = *reinterpret_cast<typename Sh::Smem*>(smem_raw);
 
@@ -112,13 +112,14 @@ __global__ void __launch_bounds__(kThreads) MlaPrefillKernel(const MlaPrefillArg
     float sc[kKeys / 8][4];
 #pragma unroll
     for (int n = 0; n < kKeys / 8; ++n) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
+    // k-steps outer, key tiles inner: consecutive mma feed independent accumulators.
+    const bf16* kb = &sm.k[buf][lane % 8][(lane / 8) * 8];
 #pragma unroll
-    for (int n = 0; n < kKeys / 8; ++n) {
-      const bf16* kb = &sm.k[buf][n * 8 + (lane % 8)][(lane / 8) * 8];
+    for (int kk = 0; kk < D / 16; kk += 2) {
 #pragma unroll
-      for (int kk = 0; kk < D / 16; kk += 2) {
+      for (int n = 0; n < kKeys / 8; ++n) {
         uint32_t bb[4];
-        Ldmatrix4(bb, kb + kk * 16);  // k-steps kk and kk + 1
+        Ldmatrix4(bb, kb + n * 8 * KLd + kk * 16);  // k-steps kk and kk + 1 of key tile n
         Mma(sc[n], qf[kk], bb[0], bb[1]);
         Mma(sc[n], qf[kk + 1], bb[2], bb[3]);
       }
