@@ -36,6 +36,24 @@ T0=$(date +%s)
 left() { echo $(( ${1} - ($(date +%s) - T0) )); }
 echo "== $(date -u +%FT%TZ) $(nproc) cores, kernel $(uname -r), commit $(git rev-parse --short HEAD 2>/dev/null)"
 "$BIN/fi_info" -l 2>/dev/null | grep -E '^(tcp|shm|ofi_rxm|net):' | tr '\n' ' '; echo
+if [[ "${1:-}" == "--part2" ]]; then
+  # The rest when a window is short: multi-process suite, all-to-all, one more latency pass.
+  echo "== test_transfer_multiproc (loopback: 2/4/8 processes, kill a peer)"
+  timeout 25 "$BIN/test_transfer_multiproc" --gtest_filter='Loopback*' > "$OUT/multiproc.log" 2>&1
+  echo "rc=$?"; grep -E '^\[ *(OK|PASSED|FAILED) ' "$OUT/multiproc.log"
+  for p in shm "tcp;ofi_rxm"; do
+    echo "== a2a $p"
+    timeout 12 "$BIN/transfer_bench" a2a --provider="$p" --spin=1 --worlds=2,4,8 --iters=20 \
+      2>&1 | grep -E 'rank=0|provider' | tee -a "$OUT/a2a.log"
+  done
+  for p in shm "tcp;ofi_rxm"; do
+    echo "== repeat: small sizes, low-latency path and fi_pingpong, $p"
+    timeout 10 "$BIN/transfer_bench" write --provider="$p" --spin=1 --max-bytes=8192 \
+      --fi-pingpong="$BIN/fi_pingpong" 2>&1 | grep -v '\[info\]' | tee -a "$OUT/write.log"
+  done
+  echo "== done after $(( $(date +%s) - T0 )) s"
+  exit 0
+fi
 echo "== test_transfer"
 timeout 40 "$BIN/test_transfer" > "$OUT/test_transfer.log" 2>&1; echo "rc=$?"
 grep -E '^\[ *(PASSED|FAILED) ' "$OUT/test_transfer.log"
