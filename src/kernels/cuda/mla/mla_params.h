@@ -113,19 +113,6 @@ struct MlaHeadGemmArgs {
   bool w_km;
 };
 
-// The same products for a few rows (mla_small_gemm.cu; memory bound, 16-byte weight loads):
-//   fold:  out[t, h * o_head + c] = sum_{d<k} x[t, h * x_head + d] * w[h * w_head + d * ldw + c]
-//   apply: out[t, h * o_head + j] = sum_{c<k} x[t, h * x_head + c] * w[h * w_head + j * ldw + c]
-// for c / j < m; rows t of x / out at stride ldx / ldo. w and every w row 16-byte aligned.
-inline constexpr int kMaxSmallTokens = 8, kMaxSmallNope = 256, kMaxSmallRank = 1024;
-struct MlaSmallGemmArgs {
-  const bf16* x;
-  const bf16* w;
-  bf16* out;
-  int tokens, heads, k, m;
-  int64_t ldx, x_head, ldw, w_head, ldo, o_head;
-};
-
 // Merges num_splits partials into o_lat (bf16, packed [num_tokens, heads, kMlaRank]).
 struct MlaCombineArgs {
   const float* partial_acc;
@@ -148,10 +135,6 @@ void LaunchMlaDecode(const MlaDecodeArgs& a, cudaStream_t stream);
 void LaunchMlaCombine(const MlaCombineArgs& a, cudaStream_t stream);
 void LaunchMlaGeneric(const MlaGenericArgs& a, cudaStream_t stream);
 void LaunchMlaHeadGemm(const MlaHeadGemmArgs& a, cudaStream_t stream);
-// Whether the small kernels take (tokens, k, m); the caller checks the 16-byte alignment.
-bool MlaSmallGemmSupports(int64_t tokens, int64_t k, int64_t m, bool fold);
-void LaunchMlaFoldSmall(const MlaSmallGemmArgs& a, cudaStream_t stream);
-void LaunchMlaApplySmall(const MlaSmallGemmArgs& a, cudaStream_t stream);
 // Returns false when (nope, rope, v) has no compiled specialisation.
 bool MlaPrefillSupports(int nope, int rope, int v);
 void LaunchMlaPrefill(const MlaPrefillArgs& a, int nope, int rope, int v, cudaStream_t stream);

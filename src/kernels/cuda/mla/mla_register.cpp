@@ -10,10 +10,9 @@
 // shapes (tiny test models) run a scalar absorbed kernel (mla_generic.cu), and expanded
 // requests without a prefill kernel run the absorbed form.
 //
-// Absorbed:  q_lat[t, h] = [W_UK_h^T q_nope[t, h], q_pe[t, h]]   (<= 8 rows: mla_small_gemm.cu;
-//                                                                  else cuBLASLt, batched)
+// Absorbed:  q_lat[t, h] = [W_UK_h^T q_nope[t, h], q_pe[t, h]]   (cuBLASLt, batched over heads)
 //            o_lat = softmax(q_lat · latents^T) · latents[:, :512]  (mla_decode.cu, split-K)
-//            out[t, h] = W_UV_h · o_lat[t, h]                       (the same)
+//            out[t, h] = W_UV_h · o_lat[t, h]                       (cuBLASLt, batched over heads)
 // Expanded:  latents of the history gathered (mla_cache.cu), kv = latents[:, :512] · w_kv_b^T
 //            (one GEMM), then FlashAttention over [k_nope, k_pe] / v (mla_prefill.cu).
 #include <algorithm>
@@ -153,19 +152,10 @@ void RunAbsorbed(const MlaAttentionParams& p, const MlaShape& sh, cudaStream_t s
   const bf16* w = Bf(p.w_kv_b);
   const int64_t ldw = p.w_kv_b.strides[0];
   // q_lat[:, h, :rank] = q_nope[:, h] · W_UK_h (W_UK_h: rows h*per_head .. +nope, [nope, rank]).
-  // A few rows (decode): the small weight-streaming kernels; else cuBLASLt (batched).
-  const bool w_aligned = reinterpret_cast<uintptr_t>(w) % 16 == 0 && ldw % 8 == 0;
-  if (w_aligned && cuda::MlaSmallGemmSupports(T, sh.nope, sh.rank, true)) {
-    cuda::LaunchMlaFoldSmall({Bf(p.q), w, q_lat, int(T), int(H), int(sh.nope), int(sh.rank),
-                              p.q.strides[0], sh.qk, ldw, per_head * ldw, H * L, L},
-                             stream);
-    PG_CUDA_CHECK_LAUNCH();
-  } else {
-    cuda::LtGemmArgs fold{Bf(p.q), w, q_lat, T, sh.nope, sh.rank, p.q.strides[0], ldw, H * L, false};
-    fold.batch = H, fold.stride_x = sh.qk, fold.stride_w = per_head * ldw, fold.stride_o = L,
-    fold.w_km = true;
-    Gemm(fold, stream);
-  }
+  cuda::LtGemmArgs fold{Bf(p.q), w, q_lat, T, sh.nope, sh.rank, p.q.strides[0], ldw, H * L, false};
+  fold.batch = H, fold.stride_x = sh.qk, fold.stride_w = per_head * ldw, fold.stride_o = L,
+  fold.w_km = true;
+  Gemm(fold, stream);
   // q_lat[:, h, rank:] = q_pe.
   if (sh.rope > 0) {
     const size_t pe_bytes = size_t(sh.rope) * 2;
@@ -213,19 +203,11 @@ void RunAbsorbed(const MlaAttentionParams& p, const MlaShape& sh, cudaStream_t s
     }
   }
   // out[:, h] = o_lat[:, h] · W_UV_h^T (W_UV_h: rows h*per_head + nope .. +v, [v, rank]).
-  if (w_aligned && cuda::MlaSmallGemmSupports(T, sh.rank, sh.v, false)) {
-    cuda::LaunchMlaApplySmall({o_lat, w + sh.nope * ldw, Bf(p.out), int(T), int(H), int(sh.rank),
-                               int(sh.v), H * sh.rank, sh.rank, ldw, per_head * ldw,
-                               p.out.strides[0], sh.v},
-                              stream);
-    PG_CUDA_CHECK_LAUNCH();
-  } else {
-    cuda::LtGemmArgs apply{o_lat, w + sh.nope * ldw, Bf(p.out), T, sh.rank, sh.v,
-                           H * sh.rank, ldw, p.out.strides[0], false};
-    apply.batch = H, apply.stride_x = sh.rank, apply.stride_w = per_head * ldw,
-    apply.stride_o = sh.v;
-    Gemm(apply, stream);
-  }
+  cuda::LtGemmArgs apply{o_lat, w + sh.nope * ldw, Bf(p.out), T, sh.rank, sh.v,
+                         H * sh.rank, ldw, p.out.strides[0], false};
+  apply.batch = H, apply.stride_x = sh.rank, apply.stride_w = per_head * ldw,
+  apply.stride_o = sh.v;
+  Gemm(apply, stream);
 }
 
 void RunExpanded(const MlaAttentionParams& p, const MlaShape& sh, cudaStream_t stream) {
