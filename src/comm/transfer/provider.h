@@ -1,6 +1,7 @@
 // The transport under the TransferEngine: one Provider is one fabric domain with one or more
-// reliable-datagram endpoints. Every method is called from the domain's progress thread only
-// (the engine serialises control calls onto it), so implementations need no locking.
+// reliable-datagram endpoints. Every method is called by whichever thread holds the engine's
+// fabric lock for the domain (the progress thread, a direct-posting caller, a polling waiter),
+// one at a time, so implementations need no locking (libfabric FI_THREAD_DOMAIN).
 //
 // Posting never blocks: a full send queue returns PostResult::kAgain and the engine keeps the
 // work item queued (backpressure) while it keeps polling every endpoint.
