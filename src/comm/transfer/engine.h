@@ -11,7 +11,9 @@
 //    nothing queued posts on its own thread under the fabric lock (EAGAIN: the rest is queued
 //    for the progress thread); a waiter (ImmCounters::Wait, OpCounter::Wait) polls the CQs
 //    itself for a bounded time before sleeping, and while callers poll, the progress thread
-//    stands off (see caller_poll.h). Per-thread FIFO order of posts is kept either way.
+//    stands off (see caller_poll.h). Per-thread FIFO order of posts is kept either way. A
+//    write submitted without a completion and within the provider's inject size is injected
+//    (config.inject_writes): no local completion, so its failure goes unreported, as before.
 //  * Callers on any thread build requests and submit them; completion is reported by callback
 //    (run on the progress thread: keep it short, never block in it) and/or by an OpCounter
 //    (recorded on whichever thread polled the completion).
