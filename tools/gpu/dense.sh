@@ -4,8 +4,8 @@
 #   ops      test_ops (op harness: every backend incl. cuda against ref/), test_ops_cuda,
 #            bench_cuda (per-op table vs HBM / GEMM floors)
 #   golden   test_models_gpu: tiny-llama / tiny-qwen3 vs HF goldens, runner batching,
-#            device sampling, fp8 weights, failure isolation; SmolLM2 (GGUF) when its two
-#            halves are here (see --pack)
+#            device sampling, fp8 weights, failure isolation; SmolLM2 (GGUF) once all its
+#            pieces have arrived (see below)
 #   decode   peregrine bench gpu-decode, Llama-3.1-8B shape, bf16 (and fp8 KV / fp8 weights
 #            when the binary has those flags), batch 1,8,32,128 x context 1K,32K
 #   prefill  peregrine bench gpu-prefill: 8K / 32K prompts, TTFT 800 new on a 50K prefix
@@ -17,7 +17,8 @@
 #   cmake --build build/h-peer --target test_ops test_ops_cuda bench_cuda test_models_gpu \
 #       peregrine_gpu_bench -j2
 #   tools/gpu/dense.sh --pack [build-dir] [job-dir]    (default build/h-peer, .gpuq/peer):
-#       stripped xz binaries -> <job-dir>/bin (PACK="peregrine ..." picks them), SmolLM2 GGUF halves -> .xfer/m1, .xfer/m2
+#       stripped xz binaries -> <job-dir>/bin (PACK="peregrine ..." picks them); with SMOL_PARTS=n
+#       also the SmolLM2 GGUF in n pieces -> .xfer/m1/smol.0, .xfer/m2/smol.1, ...
 # GPU machine: a queue job (tools/gpu/queue.sh) whose run.sh sources tools/gpu/queue_env.sh
 # (sets $BIN) and runs this script. Env: SECTIONS, CHUNKS (prefill chunk sizes, default 8192),
 # DECODE_BATCH, DECODE_CONTEXT, DECODE_FP8=0, PROMPTS, TTFT_REAL=0, TORCH_BUDGET (s, default
@@ -45,10 +46,16 @@ if [[ "${1:-}" == "--pack" ]]; then
     xz -9 -T1 -c /tmp/pg_dense_strip > "$job/bin/$name.xz"
   done
   rm -f /tmp/pg_dense_strip
-  if [[ -f $GGUF ]]; then
-    mkdir -p .xfer/m1 .xfer/m2
-    head -c $HALF $GGUF > .xfer/m1/smol.0
-    tail -c +$((HALF + 1)) $GGUF > .xfer/m2/smol.1
+  if [[ -n ${SMOL_PARTS:-} && -f $GGUF ]]; then
+    # SMOL_PARTS pieces of the GGUF, piece i in .xfer/m<i+1>/smol.<i> (one per device call).
+    n=$SMOL_PARTS size=$(stat -c %s $GGUF)
+    part=$(( (size + n - 1) / n ))
+    rm -rf .xfer/m[0-9]*
+    for ((i = 0; i < n; i++)); do
+      mkdir -p .xfer/m$((i + 1))
+      dd if=$GGUF of=.xfer/m$((i + 1))/smol.$i bs=1M iflag=skip_bytes,count_bytes \
+        skip=$((i * part)) count=$part status=none
+    done
   fi
   grep -qx '/.xfer/' .git/info/exclude || echo '/.xfer/' >> .git/info/exclude
   du -sh "$job" "$job"/bin/* .xfer/m1 .xfer/m2 2>/dev/null
@@ -110,28 +117,38 @@ if want ops && have test_ops ops; then
     || fail bench_cuda; }
 fi
 
-# The SmolLM2 GGUF travels in two halves, possibly in two back-to-back calls: the repo folder
-# is laid anew per call, so each half is kept in /tmp (same warm machine) until both are here.
+# The SmolLM2 GGUF travels in pieces, possibly one per back-to-back call: .xfer/<dir>/smol.<i>
+# (--pack with SMOL_PARTS) or .xfer/<dir>/smolpart.<i>. The repo folder is laid anew per call,
+# so each piece is kept in /tmp (same warm machine) until a set's concatenation, in piece
+# order, has the GGUF's sha256.
 SMOL_TMP=/tmp/pg_dense_smol
 mkdir -p $SMOL_TMP
-[[ -f .xfer/m1/smol.0 ]] && cp .xfer/m1/smol.0 $SMOL_TMP/smol.0
-[[ -f .xfer/m2/smol.1 ]] && cp .xfer/m2/smol.1 $SMOL_TMP/smol.1
+for f in .xfer/*/smol.* .xfer/*/smolpart.*; do [[ -f $f ]] && cp "$f" $SMOL_TMP/; done
+smol_ready() {
+  local set parts
+  mkdir -p models
+  for set in smol smolpart; do
+    parts=$(ls $SMOL_TMP/$set.* 2>/dev/null | sort -t. -k2 -n)
+    [[ -n $parts ]] || continue
+    cat $parts > $GGUF.part
+    if echo "$GGUF_SHA  $GGUF.part" | sha256sum -c --status -; then
+      mv $GGUF.part $GGUF
+      echo "SmolLM2 GGUF reassembled from $(wc -w <<< "$parts") pieces $set.* (sha256 ok)"
+      return 0
+    fi
+  done
+  rm -f $GGUF.part
+  return 1
+}
 
 if want golden && have test_models_gpu golden; then
   filter='GpuModelGolden.TinyLlama:GpuModelGolden.TinyQwen3:GpuRunner.*:GpuSampling.*:GpuFp8Weights.*'
-  if [[ -f $SMOL_TMP/smol.0 && -f $SMOL_TMP/smol.1 ]]; then
-    mkdir -p models
-    [[ -f $GGUF ]] || cat $SMOL_TMP/smol.0 $SMOL_TMP/smol.1 > $GGUF
-    if echo "$GGUF_SHA  $GGUF" | sha256sum -c - ; then
-      filter="$filter:GpuModelGolden.SmolLM2*"
-    else
-      fail "SmolLM2 GGUF reassembled with a wrong sha256"; rm -f $GGUF
-    fi
-  elif [[ -f $GGUF ]] && echo "$GGUF_SHA  $GGUF" | sha256sum -c - >/dev/null 2>&1; then
+  if [[ -f $GGUF ]] && echo "$GGUF_SHA  $GGUF" | sha256sum -c --status -; then
+    filter="$filter:GpuModelGolden.SmolLM2*"
+  elif smol_ready; then
     filter="$filter:GpuModelGolden.SmolLM2*"
   else
-    echo "SmolLM2 golden: skipped (GGUF halves .xfer/m1/smol.0 + .xfer/m2/smol.1 not both here" \
-      "nor in $SMOL_TMP)"
+    echo "SmolLM2 golden: skipped (pieces here: $(ls $SMOL_TMP 2>/dev/null | tr '\n' ' ')— not yet the whole GGUF)"
     echo "smollm2 skipped" >> "$OUT/rc.txt"
   fi
   run_logged test_models_gpu "${T_GOLDEN:-120}" "$BIN/test_models_gpu" --gtest_filter="$filter" \
@@ -177,7 +194,7 @@ fi
 
 if want torch; then
   tb=${TORCH_BUDGET:-240}
-  (( tb > $(left) - 25 )) && tb=$(( $(left) - 25 ))  # python + torch import take ~15 s
+  (( tb > $(left) - 12 )) && tb=$(( $(left) - 12 ))  # python + torch import: ~8 s outside the budget
   run_logged torch_peer "$((tb + 60))" python3 bench/torch_llama.py --config $CONFIG \
     --budget-s "$tb" ${TORCH_COMPILE:+--compile} --json "$OUT/torch.json" ${TORCH_ARGS:-} || fail torch_peer
 fi

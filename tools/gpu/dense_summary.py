@@ -46,7 +46,7 @@ def main(out):
         for l in tail_match(p, r"case \d+ \(prompt"):
             print("   " + l)
     if "smollm2" in rc:
-        print("SmolLM2 golden: skipped (GGUF halves not both carried)")
+        print("SmolLM2 golden: skipped (not all pieces of its GGUF carried yet)")
     for l in tail_match(os.path.join(out, "bench_cuda.log"), r"^HBM|^bf16 GEMM"):
         print("bench_cuda: " + l)
 
