@@ -146,6 +146,34 @@ TEST(GpuModelGolden, SmolLM2Gguf) {
   CheckModel(path, "tests/data/models/smollm2", 0.1f);
 }
 
+// The MoE architectures (issue 7): routed experts (softmax top-k / DeepSeek's grouped sigmoid
+// top-k with bias), shared experts, MLA over the latent paged KV (expanded prefill, absorbed
+// decode in the graphs), fp8 128x128 block-scaled weights kept fp8 on the device.
+TEST(GpuModelGolden, TinyQwen3Moe) {
+  CheckModel("tests/data/models/tiny-qwen3-moe", "tests/data/models/tiny-qwen3-moe", 0.05f);
+}
+
+TEST(GpuModelGolden, TinyDeepseekV3) {
+  CheckModel("tests/data/models/tiny-deepseek-v3", "tests/data/models/tiny-deepseek-v3", 0.05f);
+}
+
+TEST(GpuModelGolden, TinyDeepseekV3Fp8) {
+  CheckModel("tests/data/models/tiny-deepseek-v3-fp8", "tests/data/models/tiny-deepseek-v3-fp8",
+             0.05f);
+}
+
+// The same architecture with the latent dims the fast CUDA MLA kernels are compiled for
+// (kv_lora_rank 512, rope 64; the tiny models above run the scalar fallback).
+TEST(GpuModelGolden, TinyDeepseekV3Mla512) {
+  CheckModel("tests/data/models/tiny-deepseek-v3-mla512",
+             "tests/data/models/tiny-deepseek-v3-mla512", 0.05f);
+}
+
+TEST(GpuModelGolden, TinyDeepseekV3Mla512Fp8) {
+  CheckModel("tests/data/models/tiny-deepseek-v3-mla512-fp8",
+             "tests/data/models/tiny-deepseek-v3-mla512-fp8", 0.05f);
+}
+
 // Two sequences in one padded decode graph (size 3: one padding row) give each the logits
 // it gets alone: slots do not leak into each other.
 TEST(GpuRunner, BatchedDecodeMatchesSingle) {

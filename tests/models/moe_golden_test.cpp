@@ -58,6 +58,13 @@ TEST(MoeGolden, TinyDeepseekV3) { CheckGolden("tests/data/models/tiny-deepseek-v
 TEST(MoeGolden, TinyDeepseekV3Fp8BlockScaled) {
   CheckGolden("tests/data/models/tiny-deepseek-v3-fp8", 1e-4);
 }
+// The latent dims the fast CUDA MLA kernels are compiled for (rank 512, rope 64).
+TEST(MoeGolden, TinyDeepseekV3Mla512) {
+  CheckGolden("tests/data/models/tiny-deepseek-v3-mla512", 1e-4);
+}
+TEST(MoeGolden, TinyDeepseekV3Mla512Fp8) {
+  CheckGolden("tests/data/models/tiny-deepseek-v3-mla512-fp8", 1e-4);
+}
 
 }  // namespace
 }  // namespace pg

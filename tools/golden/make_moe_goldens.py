@@ -286,19 +286,19 @@ def main():
         # latent dims check the device path against HF (made with --only mla512, so their
         # weights do not depend on the models above).
         ("tiny-deepseek-v3-mla512", DeepseekV3ForCausalLM, "deepseek_v3", False, DeepseekV3Config(
-            vocab_size=320, hidden_size=256, intermediate_size=256, moe_intermediate_size=128,
+            vocab_size=256, hidden_size=128, intermediate_size=128, moe_intermediate_size=64,
             num_hidden_layers=2, first_k_dense_replace=1, num_attention_heads=4,
-            num_key_value_heads=4, q_lora_rank=96, kv_lora_rank=512, qk_nope_head_dim=64,
+            num_key_value_heads=4, q_lora_rank=64, kv_lora_rank=512, qk_nope_head_dim=64,
             qk_rope_head_dim=64, v_head_dim=64, n_routed_experts=8, n_group=2, topk_group=1,
             num_experts_per_tok=2, n_shared_experts=1, routed_scaling_factor=2.5,
             norm_topk_prob=True, rope_interleave=True, max_position_embeddings=512,
             rope_theta=10000.0, rope_scaling=dict(yarn), rms_norm_eps=1e-6,
             tie_word_embeddings=False, attention_bias=False, bos_token_id=1, eos_token_id=2)),
         ("tiny-deepseek-v3-mla512-fp8", DeepseekV3ForCausalLM, "deepseek_v3", True, DeepseekV3Config(
-            vocab_size=288, hidden_size=200, intermediate_size=176, moe_intermediate_size=136,
+            vocab_size=256, hidden_size=200, intermediate_size=144, moe_intermediate_size=72,
             num_hidden_layers=2, first_k_dense_replace=1, num_attention_heads=2,
             num_key_value_heads=2, q_lora_rank=None, kv_lora_rank=512, qk_nope_head_dim=64,
-            qk_rope_head_dim=64, v_head_dim=64, n_routed_experts=8, n_group=2, topk_group=1,
+            qk_rope_head_dim=64, v_head_dim=64, n_routed_experts=4, n_group=2, topk_group=1,
             num_experts_per_tok=2, n_shared_experts=2, routed_scaling_factor=1.5,
             norm_topk_prob=True, rope_interleave=True, max_position_embeddings=512,
             rope_theta=10000.0, rope_scaling=dict(yarn), rms_norm_eps=1e-6,
