@@ -36,18 +36,18 @@ struct PrefillCase {
 std::vector<PrefillCase> Cases() {
   // Decode rows, short and long prefill chunks, prefixes not a multiple of the page, q_len 2.
   const std::vector<std::pair<int, int>> mixed = {
-      {1, 300}, {200, 200}, {37, 102}, {2, 130}, {113, 1113}, {1, 1}, {64, 64}, {65, 70}};
+      {1, 300}, {200, 200}, {37, 102}, {2, 130}, {113, 613}, {1, 1}, {64, 64}, {65, 70}};
   return {
-      {32, 8, 128, 16, mixed},                          // Llama-3 geometry, group 4
+      {16, 4, 128, 16, mixed},                          // group 4 (Llama-3: 32:8)
       {8, 8, 128, 7, {{129, 129}, {1, 50}, {3, 9}}},    // group 1, page 7
       {16, 2, 64, 16, mixed},                           // group 8, d 64
-      {12, 3, 64, 7, {{150, 777}, {17, 17}}},           // group 4, d 64, page 7
-      {32, 8, 128, 16, {{90, 400}, {1, 33}, {45, 45}}, 100},        // sliding window
+      {12, 3, 64, 7, {{150, 477}, {17, 17}}},           // group 4, d 64, page 7
+      {16, 4, 128, 16, {{90, 400}, {1, 33}, {45, 45}}, 100},        // sliding window
       {16, 4, 128, 16, {{77, 300}, {2, 2}}, 0, 30.0f},              // softcap
       {8, 2, 80, 16, {{40, 90}, {1, 20}}},              // d 80: the decode kernel's fallback
       // Long cached prefixes, few new tokens: split-K (and its combine) engages.
-      {32, 8, 128, 16, {{64, 3000}, {1, 2000}, {7, 2500}}, 0, 0.0f, true},
-      {32, 8, 128, 16, {{200, 4100}}, 0, 0.0f, true},
+      {8, 2, 128, 16, {{64, 2500}, {1, 2000}, {7, 1500}}, 0, 0.0f, true},
+      {8, 2, 128, 16, {{100, 2100}}, 0, 0.0f, true},
   };
 }
 

@@ -2,7 +2,7 @@
 //
 // Per block (kWarps = 4 warps, BM = 16 * kMT * kWarps packed query rows: warp w owns kMT
 // m-tiles of 16 rows; kMT = 1 -> 64-row tiles, kMT = 2 -> 128-row tiles):
-//   shared: sQ [BM][D], sK [2][kBlockN][D], sV [2][kBlockN][D] (bf16, double-buffered K/V;
+//   shared: sQ [BM][D], sK/sV [kStages][kBlockN][D] (bf16, 2-3 K/V tiles in flight;
 //   fp8 caches add the raw e4m3 tiles, widened per thread into sK/sV).
 //   Rows of D bf16 are 16-byte chunks stored at chunk ^ (row & 7) (XOR swizzle) so that the
 //   8 row addresses of every ldmatrix hit distinct banks.
@@ -79,11 +79,18 @@ __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-// Shared-memory bytes of a specialisation: sQ, sK/sV double-buffered (bf16), and for fp8
-// caches the raw fp8 K/V tiles, double-buffered, that each thread widens into sK/sV.
+// K/V tiles in flight: 3 stages where two blocks per SM still fit (64-row tiles, bf16
+// caches: 112 KiB at D = 128), else 2.
+template <int D, int kMT, bool kFp8>
+__host__ __device__ constexpr int Stages() {
+  return kFp8 || kMT > 1 ? 2 : 3;
+}
+// Shared-memory bytes of a specialisation: sQ, sK/sV per stage (bf16), and for fp8 caches the
+// raw fp8 K/V tiles per stage that each thread widens into sK/sV.
 template <int D, int kMT, bool kFp8>
 constexpr int SmemBytes() {
-  return (16 * kMT * kWarps + 4 * kBlockN) * D * 2 + (kFp8 ? 4 * kBlockN * D : 0);
+  constexpr int S = Stages<D, kMT, kFp8>();
+  return (16 * kMT * kWarps + 2 * S * kBlockN) * D * 2 + (kFp8 ? 2 * S * kBlockN * D : 0);
 }
 
 // Byte offset of 16-byte chunk `chunk` of row `row` in a swizzled [rows][D] bf16 tile.
@@ -106,11 +113,12 @@ __global__ void __launch_bounds__(kWarps * 32) PrefillKernel(const PrefillAttent
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t sQ = SmemAddr(smem);
   const uint32_t sK = sQ + BM * D * 2;          // [2][kBlockN][D]
-  const uint32_t sV = sK + 2 * kTileBytes;      // [2][kBlockN][D]
-  const uint32_t sK8 = sV + 2 * kTileBytes;     // fp8 only: [2][kBlockN][D] bytes, unswizzled
-  const uint32_t sV8 = sK8 + 2 * kTileBytes8;
-  unsigned char* const smem_k8 = smem + (BM * D * 2 + 4 * kTileBytes);
-  unsigned char* const smem_v8 = smem_k8 + 2 * kTileBytes8;
+  constexpr int kStages = Stages<D, kMT, kFp8>();
+  const uint32_t sV = sK + kStages * kTileBytes;      // [kStages][kBlockN][D]
+  const uint32_t sK8 = sV + kStages * kTileBytes;     // fp8: [kStages][kBlockN][D] bytes, unswizzled
+  const uint32_t sV8 = sK8 + kStages * kTileBytes8;
+  unsigned char* const smem_k8 = smem + (BM * D * 2 + 2 * kStages * kTileBytes);
+  unsigned char* const smem_v8 = smem_k8 + kStages * kTileBytes8;
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int kvh = blockIdx.y, split = blockIdx.z;
@@ -210,14 +218,19 @@ __global__ void __launch_bounds__(kWarps * 32) PrefillKernel(const PrefillAttent
         lo.z = PackBf16(f[4], f[5]), lo.w = PackBf16(f[6], f[7]);
         hi.x = PackBf16(f[8], f[9]), hi.y = PackBf16(f[10], f[11]);
         hi.z = PackBf16(f[12], f[13]), hi.w = PackBf16(f[14], f[15]);
-        unsigned char* tile = smem + BM * D * 2 + (m == 0 ? 0 : 2 * kTileBytes) + buf * kTileBytes;
+        unsigned char* tile = smem + BM * D * 2 + (m == 0 ? 0 : kStages * kTileBytes) + buf * kTileBytes;
         *reinterpret_cast<uint4*>(tile + TileOffset<D>(r, 2 * cc)) = lo;
         *reinterpret_cast<uint4*>(tile + TileOffset<D>(r, 2 * cc + 1)) = hi;
       }
     }
   };
-  if (num_kv_tiles > 0) load_kv(t_begin, 0);
-  CpAsyncCommit();
+  // Prologue: Q with tile 0, then tiles 1 .. kStages - 2, one cp.async group each (empty
+  // groups past the last tile keep the group count uniform).
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) {
+    if (st < num_kv_tiles) load_kv(t_begin + st, st);
+    CpAsyncCommit();
+  }
 
   // This thread's rows: per m-tile mt, warp rows g and g + 8 (packed rows past `rows` take
   // the last valid row's position for the mask and are never stored).
@@ -249,10 +262,13 @@ __global__ void __launch_bounds__(kWarps * 32) PrefillKernel(const PrefillAttent
   const int lm = lane / 8, lr = lane % 8;
 
   for (int it = 0; it < num_kv_tiles; ++it) {
-    const int kt = t_begin + it, buf = it & 1;
-    if (it + 1 < num_kv_tiles) load_kv(kt + 1, buf ^ 1);
+    // Tile it is group it; after this commit kStages + it groups exist, so waiting until at
+    // most kStages - 1 are pending completes groups 0..it. The tile loaded here goes to the
+    // stage computed in iteration it - 1 (free: the barrier that ended that iteration).
+    const int kt = t_begin + it, buf = it % kStages;
+    if (it + kStages - 1 < num_kv_tiles) load_kv(kt + kStages - 1, (it + kStages - 1) % kStages);
     CpAsyncCommit();
-    CpAsyncWait<1>();
+    CpAsyncWait<kStages - 1>();
     if constexpr (kFp8) widen_kv(buf);
     __syncthreads();
     const uint32_t k_tile = sK + uint32_t(buf * kTileBytes), v_tile = sV + uint32_t(buf * kTileBytes);
@@ -307,6 +323,9 @@ __global__ void __launch_bounds__(kWarps * 32) PrefillKernel(const PrefillAttent
         }
 
     // Online softmax over the tile, rows (mt, i); a row is spread over the 4 lanes of a quad.
+    // O is rescaled only when some row of the warp raised its max (corr != 1): after the first
+    // tiles the running max rarely moves, and the rescale is D/4 multiplies per row.
+    float corr_of[kMT][2];
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -328,9 +347,20 @@ __global__ void __launch_bounds__(kWarps * 32) PrefillKernel(const PrefillAttent
           sum += sc[mt][nt][2 * i] + sc[mt][nt][2 * i + 1];
         }
         l_run[mt][i] = l_run[mt][i] * corr + sum;  // per-lane partial; quad-reduced at the end
-#pragma unroll
-        for (int n = 0; n < D / 8; ++n) o_acc[mt][n][2 * i] *= corr, o_acc[mt][n][2 * i + 1] *= corr;
+        corr_of[mt][i] = corr;
       }
+    bool rescale = false;
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) rescale |= corr_of[mt][0] != 1.0f || corr_of[mt][1] != 1.0f;
+    if (__any_sync(0xffffffffu, rescale)) {
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n) {
+          o_acc[mt][n][0] *= corr_of[mt][0], o_acc[mt][n][1] *= corr_of[mt][0];
+          o_acc[mt][n][2] *= corr_of[mt][1], o_acc[mt][n][3] *= corr_of[mt][1];
+        }
+    }
 
     // O += P V: k-step j covers keys 16j..16j+15; a V fragment feeds 2 n-tiles x kMT tiles.
 #pragma unroll
