@@ -27,6 +27,11 @@ for p in "tcp;ofi_rxm" shm; do
   $RUN ${BIN}transfer_bench write --provider="$p" --spin="$SPIN" \
     --fi-pingpong="$RUN ${FI_BIN}fi_pingpong" || echo "write bench on $p failed"
 done
+for p in "tcp;ofi_rxm" shm; do  # the provider alone: the floor of the engine's write path
+  for inj in 1 0; do $RUN ${BIN}transfer_bench raw --provider="$p" --inject=$inj || true; done
+  $RUN ${BIN}transfer_bench write --provider="$p" --spin="$SPIN" --low-latency=0 --pingpong=0 ||
+    echo "proxy-only write bench on $p failed"
+done
 $RUN ${BIN}transfer_bench scatter --provider="tcp;ofi_rxm" --spin=0 --peers=8,16,32 || true
 $RUN ${BIN}transfer_bench scatter --provider=shm --spin=0 --peers=8,16,32 || true
 for p in "tcp;ofi_rxm" shm; do
