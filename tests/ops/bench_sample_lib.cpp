@@ -52,15 +52,18 @@ TensorView Dev(void* p, DType t, std::initializer_list<int64_t> shape) {
 
 // The fp8 GEMM rate through cuBLASLt; 0 when it offers no algorithm (the caller then says so).
 double Fp8GemmFlopsPerS(int64_t size) {
-  Buf x(size_t(size * size)), w(size_t(size * size)), out(size_t(size * size * 2)), s(8);
+  Buf x(size_t(size * size)), w(size_t(size * size)), out(size_t(size * size * 2)), xs(4), ws(4);
   cuda::LaunchFillRandom({x.p, size * size, false, 0.0f, 16.0f, 1, true}, 0);
   cuda::LaunchFillRandom({w.p, size * size, false, 0.0f, 16.0f, 2, true}, 0);
-  cuda::LaunchFillRandom({s.p, 2, false, 0.01f, 0.0f, 3}, 0);
+  cuda::LaunchFillRandom({xs.p, 1, false, 0.01f, 0.0f, 3}, 0);
+  cuda::LaunchFillRandom({ws.p, 1, false, 0.01f, 0.0f, 4}, 0);
   cuda::LtFp8Args g{static_cast<uint8_t*>(x.p), static_cast<uint8_t*>(w.p),
                     static_cast<cuda::bf16*>(out.p), size, size, size, size, size, size, false,
-                    static_cast<float*>(s.p), static_cast<float*>(s.p) + 1, false};
+                    static_cast<float*>(xs.p), static_cast<float*>(ws.p), false};
   if (!cuda::LtFp8Available(g)) return 0.0;
-  const double ms = bench::MedianMs(10, [&](int) { cuda::LtMatmulFp8(g, 0); });
+  bool launched = true;
+  const double ms = bench::MedianMs(10, [&](int) { launched = cuda::LtMatmulFp8(g, 0) && launched; });
+  if (!launched) return 0.0;  // refused at launch (the algorithm was found, the call failed)
   return 2.0 * double(size) * double(size) * double(size) / (ms * 1e-3);
 }
 

@@ -89,11 +89,12 @@ bool RunLtOnly(const MatmulParams& p) {
   cudaStream_t stream = cuda::CurrentStream();
   const int64_t n = p.x.dim(0), k = p.x.dim(1), m = p.w.dim(0);
   const int64_t ldq = (k + 15) / 16 * 16;  // 16-byte rows for cuBLASLt
-  // Scratch: [amax, scale] f32 then the quantized rows (256-byte aligned).
+  // Scratch: amax at 0, the scale at 16 (cuBLASLt refused, at launch, a scale pointer that
+  // was only 4-byte aligned), the quantized rows at 256.
   char* s = static_cast<char*>(
       cuda::Scratch(cuda::ScratchSlot::kFp8Act, 256 + size_t(n * ldq)));
   cuda::Fp8QuantArgs q{static_cast<const cuda::bf16*>(p.x.data), reinterpret_cast<uint8_t*>(s + 256),
-                       reinterpret_cast<float*>(s), reinterpret_cast<float*>(s) + 1, n, k,
+                       reinterpret_cast<float*>(s), reinterpret_cast<float*>(s + 16), n, k,
                        p.x.strides[0], ldq};
   cuda::LtFp8Args g{};
   g.x = q.xq;

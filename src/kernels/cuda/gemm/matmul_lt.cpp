@@ -241,6 +241,9 @@ bool LtMatmulFp8(const LtFp8Args& g, cudaStream_t stream) {
                      plan->d, g.out, plan->d, &plan->algo, ws, kWorkspaceBytes, stream);
   if (st == CUBLAS_STATUS_NOT_SUPPORTED) {
     plan->usable = false;
+    Fp8Diagnostics() += fmt::format(
+        "fp8 n={} k={} m={}: launch refused (status {}); scale pointer alignments x {} w {}\n",
+        g.n, g.k, g.m, int(st), Alignment(g.x_scale), Alignment(g.w_scale));
     return false;
   }
   PG_CUBLAS_CHECK(st);
