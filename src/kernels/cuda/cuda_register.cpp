@@ -37,12 +37,6 @@ bool DevKv(const TensorView& t) {
 cuda::KvType KvTypeOf(const KvCacheView& c) {
   return c.k_cache.dtype == DType::kF8E4M3 ? cuda::KvType::kF8E4M3 : cuda::KvType::kBF16;
 }
-// Whether every sequence of the batch has at most one new token (a decode batch).
-bool DecodeOnly(const AttentionBatch& b) {
-  for (int32_t l : b.q_len)
-    if (l > 1) return false;
-  return true;
-}
 
 void CheckLaunch() { PG_CUDA_CHECK_LAUNCH(); }
 
@@ -405,9 +399,14 @@ void RegisterCudaKernels(Registry& r) {
           return false;
         const int d = int(p.q.dim(2));
         if (p.cache.k_cache.dtype == DType::kBF16) return cuda::AttentionSupportsHeadDim(d);
-        return DecodeOnly(*p.batch) &&
-               cuda::DecodeAttentionSupports(d, int(p.q.dim(1) / p.cache.k_cache.dim(2)),
-                                             cuda::KvType::kF8E4M3);
+        // fp8 caches: single-token sequences need the decode kernel, multi-token ones the
+        // prefill kernel (the row kernel reads bf16 only).
+        const bool decode_ok = cuda::DecodeAttentionSupports(
+            d, int(p.q.dim(1) / p.cache.k_cache.dim(2)), cuda::KvType::kF8E4M3);
+        const bool prefill_ok = cuda::PrefillAttentionSupportsHeadDim(d);
+        for (int32_t l : p.batch->q_len)
+          if ((l == 1 && !decode_ok) || (l >= kPrefillMinQLen && !prefill_ok)) return false;
+        return true;
       },
       &RunAttention));
 }
