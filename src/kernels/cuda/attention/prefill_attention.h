@@ -1,12 +1,13 @@
 // Tensor-core paged prefill attention (FlashAttention-2 style, mma.sync m16n8k16 bf16, f32
 // online softmax) for the query rows of multi-token sequences (prefill chunks attending to a
-// cached prefix and to themselves). Decode rows stay with paged_attention.cu's kernel.
+// cached prefix and to themselves). Single-token rows stay with the decode kernel
+// (decode_attention.cu); ops::Attention's CUDA launcher routes q_len >= 2 here.
 //
 // Work decomposition: GQA query heads are packed into the tile's rows. Sequence s has
 // q_len * group "packed rows" for kv head kvh, packed row r = token * group + g (token in
-// [0, q_len), g in [0, group)), query head kvh * group + g. A block owns kBlockM packed rows
+// [0, q_len), g in [0, group)), query head kvh * group + g. A block owns block_m packed rows
 // of one sequence, one kv head and one split of the key range; it streams that split's keys
-// in tiles of 64 from the paged cache (cp.async, double-buffered) and masks only the tiles
+// in tiles of 64 from the paged cache (cp.async, 2-3 tiles in flight) and masks only the tiles
 // that cross a row's causal (or sliding-window) bound. num_splits > 1 (long prefixes with few
 // new tokens) writes unnormalised partials that PrefillCombineKernel merges.
 #pragma once
@@ -37,7 +38,7 @@ struct PrefillAttentionArgs {
   int sliding_window;     // 0 = none
 };
 
-// Head dims with a compiled tensor-core specialisation (others use the decode kernel).
+// Head dims with a compiled tensor-core specialisation (others: paged_attention.cu's row kernel).
 bool PrefillAttentionSupportsHeadDim(int head_dim);
 // Fills a.num_tiles, a.num_splits and a.chunk for the host copy of the batch's q_len / kv_len
 // ([num_seqs] each), given a.heads, a.kv_heads, a.head_dim, a.min_q_len, a.kv_fp8 and
