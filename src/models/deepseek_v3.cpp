@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "core/status.h"
@@ -106,6 +107,7 @@ class DeepseekV3Model final : public Model {
     const bool tied = d_output_.data == d_embed_.data;
     return device_weight_bytes_ - (tied ? 0 : d_embed_.nbytes());
   }
+  float last_routing_margin() const override { return last_routing_margin_; }
   int64_t last_forward_weight_bytes() const override {
     if (!on_device() || last_tokens_ == 0) return streamed_weight_bytes();
     int64_t bytes = streamed_weight_bytes();
@@ -248,6 +250,7 @@ class DeepseekV3Model final : public Model {
     const bool decode = std::all_of(fb.attention->q_len.begin(), fb.attention->q_len.end(),
                                     [](int32_t l) { return l == 1; });
     ops::Embedding({.table = embed_, .ids = ids, .out = x});
+    float routing_margin = std::numeric_limits<float>::infinity();
     for (int li = 0; li < b.num_layers; ++li) {
       const Layer& L = layers_[size_t(li)];
       ops::RmsNorm({.x = li ? ffn : x, .weight = L.attn_norm, .out = hn,
@@ -280,9 +283,12 @@ class DeepseekV3Model final : public Model {
                          .mode = decode ? ops::MlaMode::kAbsorbed : ops::MlaMode::kExpanded});
       ops::Matmul({.x = attn, .w = L.wo, .out = o});
       ops::RmsNorm({.x = o, .weight = L.ffn_norm, .out = hn, .residual = x, .eps = b.rms_norm_eps});
-      if (L.moe) RunMoeFfn(L.moe_ffn, c_, hn, ffn, scratch_);
+      float margin = std::numeric_limits<float>::infinity();
+      if (L.moe) RunMoeFfn(L.moe_ffn, c_, hn, ffn, scratch_, &margin);
       else RunMlp(L.mlp, hn, ffn, scratch_);
+      routing_margin = std::min(routing_margin, margin);
     }
+    last_routing_margin_ = routing_margin;
     RunLogitHead({.residual = x, .last = ffn, .logit_rows = fb.logit_rows,
                   .gathered = buf(g_, h), .normed = hn, .norm_weight = norm_,
                   .eps = b.rms_norm_eps, .output = output_, .logits = logits});
@@ -384,6 +390,7 @@ class DeepseekV3Model final : public Model {
   DeviceActs d_;
   int64_t device_weight_bytes_ = 0;
   int64_t last_tokens_ = 0;  // tokens of the last device forward (its routes are kept)
+  float last_routing_margin_ = std::numeric_limits<float>::infinity();  // last host forward
   bool fused_qkva_ = false;  // every layer's first projections are one matrix (wq_kva)
 };
 

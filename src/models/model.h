@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <span>
 #include <string>
@@ -97,6 +98,10 @@ class Model {
   // models; MoE models count their dense weights plus, per layer, the distinct routed experts
   // that forward chose (reading the routes back: a synchronisation, for benchmarks only).
   virtual int64_t last_forward_weight_bytes() const { return streamed_weight_bytes(); }
+  // The smallest RoutingMargin (moe_layer.h) over the MoE layers for the last token of the
+  // last host (f32) Forward; +inf for dense models. GPU tests use the f32 path as the oracle
+  // of routing near-ties: a bf16 device path may flip an expert choice there.
+  virtual float last_routing_margin() const { return std::numeric_limits<float>::infinity(); }
 };
 
 // A model of `config`'s real shapes created directly on the device with random weights

@@ -3,6 +3,7 @@
 // Built from ops only.
 #pragma once
 
+#include <span>
 #include <string>
 #include <vector>
 
@@ -46,7 +47,16 @@ class FfnScratch {
 // out = down · (silu(gate · x) * (up · x)). x, out: [n, hidden] f32; out must not alias x.
 void RunMlp(const MlpWeights& w, const TensorView& x, const TensorView& out, FfnScratch& s);
 // out = shared(x) + sum over routed experts (ops_moe.h). x, out: [n, hidden] f32.
+// last_row_margin (optional): RoutingMargin of the batch's last row.
 void RunMoeFfn(const MoeFfnWeights& w, const MoeModelConfig& c, const TensorView& x,
-               const TensorView& out, FfnScratch& s);
+               const TensorView& out, FfnScratch& s, float* last_row_margin = nullptr);
+
+// How close one token's expert choice is to a tie, from its router logits [num_experts]
+// (ops_moe.h's choice scores: softmax or sigmoid, plus the bias): the smaller of the gap
+// between the topk_groups-th and the next group score and the gap between the top_k-th and
+// the next eligible choice score; +inf when nothing competes. A perturbation of the scores
+// smaller than half of it cannot change the chosen experts (tests: tell a device path's
+// expert flips at such near-ties from errors).
+float RoutingMargin(std::span<const float> logits, const MoeFfnWeights& w, const MoeModelConfig& c);
 
 }  // namespace pg::models

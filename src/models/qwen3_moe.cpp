@@ -1,6 +1,8 @@
 #include "models/qwen3_moe.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "core/status.h"
@@ -88,6 +90,7 @@ class Qwen3MoeModel final : public Model {
     const bool tied = d_output_.data == d_embed_.data;
     return device_weight_bytes_ - (tied ? 0 : d_embed_.nbytes());
   }
+  float last_routing_margin() const override { return last_routing_margin_; }
   int64_t last_forward_weight_bytes() const override {
     if (!on_device() || last_tokens_ == 0) return streamed_weight_bytes();
     int64_t bytes = streamed_weight_bytes();
@@ -183,6 +186,7 @@ class Qwen3MoeModel final : public Model {
     TensorView q3 = q.Reshape({n, nh, hd}), k3 = k.Reshape({n, nkv, hd}), v3 = v.Reshape({n, nkv, hd}),
                attn3 = attn.Reshape({n, nh, hd});
     ops::Embedding({.table = embed_, .ids = ids, .out = x});
+    float routing_margin = std::numeric_limits<float>::infinity();
     for (int li = 0; li < b.num_layers; ++li) {
       const Layer& L = layers_[size_t(li)];
       // x holds the residual stream; `ffn` the previous layer's FFN output (not yet added).
@@ -201,9 +205,12 @@ class Qwen3MoeModel final : public Model {
       ops::Attention({.q = q3, .out = attn3, .cache = cache, .batch = fb.attention, .scale = scale_});
       ops::Matmul({.x = attn, .w = L.wo, .out = o});
       ops::RmsNorm({.x = o, .weight = L.ffn_norm, .out = hn, .residual = x, .eps = b.rms_norm_eps});
-      if (L.moe) RunMoeFfn(L.moe_ffn, c_, hn, ffn, scratch_);
+      float margin = std::numeric_limits<float>::infinity();
+      if (L.moe) RunMoeFfn(L.moe_ffn, c_, hn, ffn, scratch_, &margin);
       else RunMlp(L.mlp, hn, ffn, scratch_);
+      routing_margin = std::min(routing_margin, margin);
     }
+    last_routing_margin_ = routing_margin;
     RunLogitHead({.residual = x, .last = ffn, .logit_rows = fb.logit_rows,
                   .gathered = buf(g_, h), .normed = hn, .norm_weight = norm_,
                   .eps = b.rms_norm_eps, .output = output_, .logits = logits});
@@ -290,6 +297,7 @@ class Qwen3MoeModel final : public Model {
   DeviceActs d_;
   int64_t device_weight_bytes_ = 0;
   int64_t last_tokens_ = 0;  // tokens of the last device forward (its routes are kept)
+  float last_routing_margin_ = std::numeric_limits<float>::infinity();  // last host forward
 };
 
 }  // namespace

@@ -5,12 +5,14 @@
 // distinct routed experts only.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "models/loader.h"
 #include "models/moe_config.h"
 #include "models/moe_device.h"
+#include "models/moe_layer.h"
 #include "models/moe_loader.h"
 
 namespace pg::models {
@@ -155,6 +157,30 @@ TEST(MoeDevicePlacement, CountDistinctExperts) {
   EXPECT_EQ(CountDistinctExperts({}, 8), 0);
   const int32_t out_of_range[] = {8, 9, -1};
   EXPECT_EQ(CountDistinctExperts(out_of_range, 8), 0);
+}
+
+// RoutingMargin: the gap a perturbation of the choice scores must close to change a token's
+// experts, on hand-computed cases.
+TEST(MoeRouting, MarginOfHandMadeScores) {
+  MoeFfnWeights w;
+  MoeModelConfig c;
+  // Softmax, one group, top-2 of 4: probabilities 0.5, 0.3, 0.15, 0.05 -> 0.3 - 0.15.
+  c.num_experts = 4, c.top_k = 2, c.n_group = 1, c.topk_group = 1;
+  c.scoring = ops::MoeScoring::kSoftmax;
+  const float lg[] = {std::log(0.5f), std::log(0.3f), std::log(0.15f), std::log(0.05f)};
+  EXPECT_NEAR(RoutingMargin(lg, w, c), 0.15f, 1e-6f);
+  // Sigmoid with a bias, 2 groups of 2, one group kept, top-1: choice = sigmoid(0) + bias =
+  // {0.6, 0.5, 0.55, 0.5}; group scores 1.1 and 1.05 (margin 0.05); inside group 0 the top-1
+  // margin is 0.1; so 0.05.
+  c.scoring = ops::MoeScoring::kSigmoid;
+  c.n_group = 2, c.topk_group = 1, c.top_k = 1;
+  float bias[] = {0.1f, 0.0f, 0.05f, 0.0f};
+  w.score_bias = TensorView::Contiguous(bias, DType::kF32, {4});
+  const float zeros[] = {0, 0, 0, 0};
+  EXPECT_NEAR(RoutingMargin(zeros, w, c), 0.05f, 1e-6f);
+  // Every expert chosen: nothing competes.
+  c.n_group = 1, c.top_k = 4;
+  EXPECT_TRUE(std::isinf(RoutingMargin(zeros, w, c)));
 }
 
 }  // namespace
