@@ -61,10 +61,10 @@ float HostRoutingMargin(models::Model& host, std::span<const int32_t> prompt,
 }
 constexpr int kPrefillChunk = 37;  // awkward: prompts span several chunks and partial pages
 
-GpuModel Place(const std::string& path) {
+GpuModel Place(const std::string& path, DType kv_dtype = DType::kBF16) {
   GpuModel g;
-  g.runner = std::make_unique<rt::GpuRunner>(
-      rt::GpuRunnerOptions{.gpu_memory_utilization = 0.5, .max_batch_tokens = 64, .page_size = 16});
+  g.runner = std::make_unique<rt::GpuRunner>(rt::GpuRunnerOptions{
+      .gpu_memory_utilization = 0.5, .max_batch_tokens = 64, .page_size = 16, .kv_dtype = kv_dtype});
   g.model = models::LoadModel({.path = path});
   g.model->PlaceOnDevice(g.runner->memory(), {.max_batch_tokens = 64});
   g.runner->Attach(*g.model);
@@ -95,9 +95,10 @@ double DepthTolerance(float shallow_tol, int num_layers) {
   return shallow_tol * std::sqrt(std::max(num_layers, 3) / 3.0);
 }
 
-void CheckModel(const std::string& path, const std::string& golden_dir, float shallow_tol) {
+void CheckModel(const std::string& path, const std::string& golden_dir, float shallow_tol,
+                DType kv_dtype = DType::kBF16) {
   ASSERT_GT(cuda::DeviceCount(), 0) << "no CUDA device: this test runs on the GPU machine";
-  GpuModel g = Place(path);
+  GpuModel g = Place(path, kv_dtype);
   const int vocab = g.model->config().vocab_size;
   const double tol_over_std = DepthTolerance(shallow_tol, g.model->config().num_layers);
   auto host = models::LoadModel({.path = path});  // f32 oracle of routing near-ties
@@ -167,6 +168,14 @@ void CheckModel(const std::string& path, const std::string& golden_dir, float sh
 
 TEST(GpuModelGolden, TinyLlama) {
   CheckModel("tests/data/models/tiny-llama", "tests/data/models/tiny-llama", 0.05f);
+}
+
+// fp8 e4m3 KV cache (scales 1): every cached k and v is within u = 2^-4 (relative) of its
+// bf16 value, so each attention output moves by at most about 2u relative (u through the
+// logits of k, u through v); the logit tolerance grows by that, 0.05 -> 0.05 + 2u = 0.175.
+TEST(GpuModelGolden, TinyLlamaFp8Kv) {
+  CheckModel("tests/data/models/tiny-llama", "tests/data/models/tiny-llama", 0.05f + 2.0f / 16,
+             DType::kF8E4M3);
 }
 
 TEST(GpuModelGolden, TinyQwen3) {
