@@ -6,12 +6,13 @@
 // graph = per-call time from replaying a CUDA graph of 20 calls (median of 10 replays): what
 // decode under CUDA graphs pays; eager = one call timed with events (host dispatch included).
 // Caches rotate over >= 1 GiB of pages so that L2 does not hold them; pages are shuffled.
-// Usage: bench_decode [--quick] (quick: 1K and 32K at batch 1 and 8 only); also in
+// Usage: bench_decode [--quick | --batches=1,32] (quick: batch 1 and 8 only); also in
 // decode_gpu_check (decode_gpu_main.cpp) as `decode_gpu_check --bench [--quick]`.
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <numeric>
@@ -125,7 +126,15 @@ namespace pg::bench {
 
 int RunDecodeBench(int argc, char** argv) {
   try {
+    // --quick: batch 1 and 8; --batches=a,b,...: those batches.
     const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+    std::vector<int> only;
+    if (argc > 1 && std::strncmp(argv[1], "--batches=", 10) == 0)
+      for (const char* c = argv[1] + 10; *c;) {
+        only.push_back(std::atoi(c));
+        while (*c && *c != ',') ++c;
+        if (*c == ',') ++c;
+      }
     cudaDeviceProp prop{};
     PG_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     const double bw = cuda::MeasureHbmBytesPerS();
@@ -134,7 +143,9 @@ int RunDecodeBench(int argc, char** argv) {
     fmt::print("{:<6} {:>6} {:>6} {:>10} {:>10} {:>10} {:>8} {:>8}\n", "kv", "ctx", "batch",
                "graph_us", "eager_us", "floor_us", "GB/s", "floor/t");
     const int heads = 32, kv_heads = 8, d = 128, page = 16;
-    std::vector<int> batches = quick ? std::vector<int>{1, 8} : std::vector<int>{1, 8, 32, 128};
+    std::vector<int> batches = !only.empty() ? only
+                               : quick       ? std::vector<int>{1, 8}
+                                             : std::vector<int>{1, 8, 32, 128};
     for (DType dt : {DType::kBF16, DType::kF8E4M3}) {
       const size_t esize = dt == DType::kBF16 ? 2 : 1;
       for (int ctx : {1024, 32768}) {

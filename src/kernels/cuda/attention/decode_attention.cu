@@ -421,7 +421,14 @@ int DecodeAttentionSplits(const AttentionArgs& a, int num_seqs, int64_t max_len)
 
 // The last split block merges a row's splits itself when that is little work (<= 64 KB of
 // partials per block); else a combine kernel spreads the merge over (row, head) blocks.
-constexpr int64_t kFusedCombineBytes = 64 << 10;
+// PG_DECODE_FUSED_COMBINE_KB overrides the bound (0: always the combine kernel; A/B runs).
+int64_t FusedCombineBytes() {
+  static const int64_t bytes = [] {
+    const char* e = std::getenv("PG_DECODE_FUSED_COMBINE_KB");
+    return e != nullptr ? int64_t(std::atoi(e)) << 10 : int64_t(64) << 10;
+  }();
+  return bytes;
+}
 
 void LaunchDecodeAttention(const AttentionArgs& args, cudaStream_t stream) {
   if (args.batch.num_seqs == 0) return;
@@ -429,12 +436,12 @@ void LaunchDecodeAttention(const AttentionArgs& args, cudaStream_t stream) {
   const int group = a.heads / a.kv_heads;
   if (UseMma(a)) {
     const MmaShape sh = MmaLaunchShape(a);
-    if (int64_t(a.num_splits) * sh.heads_per_block * a.head_dim * 4 > kFusedCombineBytes)
+    if (int64_t(a.num_splits) * sh.heads_per_block * a.head_dim * 4 > FusedCombineBytes())
       a.split_counters = nullptr;
     LaunchMma(a, a.batch.num_seqs, stream);
   } else {
     const int gp = HeadsPerBlock(group);
-    if (int64_t(a.num_splits) * gp * a.head_dim * 4 > kFusedCombineBytes) a.split_counters = nullptr;
+    if (int64_t(a.num_splits) * gp * a.head_dim * 4 > FusedCombineBytes()) a.split_counters = nullptr;
     const dim3 grid(unsigned(a.batch.num_seqs), unsigned(a.kv_heads * ((group + gp - 1) / gp)),
                     unsigned(a.num_splits));
     DoLaunch f{a, grid, stream};
