@@ -74,11 +74,40 @@ struct Row {
   double sum_k = 1.0, floor = 0.0;  // sum of weights over top-k; min-p floor on prob
 
   __device__ float Raw(int i) const { return lf ? lf[i] : __bfloat162float(lb[i]); }
-  __device__ float X(int i) const {
-    const float l = Raw(i);
+  __device__ float Pen(float l, int i) const {  // the penalised logit of token i
     if (!counts) return l;
     const int32_t c = counts[i];
     return ops::PenalizeLogit(l, ops::CountGenerated(c), ops::CountSeen(c), p);
+  }
+  __device__ float X(int i) const { return Pen(Raw(i), i); }
+  // f(i, X(i)) for i in [lo, hi) in index order; 16-byte loads where the row allows (the
+  // kernel is latency bound: one 2-byte load in flight per thread starved it).
+  template <typename F>
+  __device__ void ForRange(int lo, int hi, F f) const {
+    int i = lo;
+    if (lb && (reinterpret_cast<uintptr_t>(lb + i) & 15) == 0) {
+      for (; i + 8 <= hi; i += 8) {
+        const uint4 v = *reinterpret_cast<const uint4*>(lb + i);
+        const bf16* e = reinterpret_cast<const bf16*>(&v);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) f(i + j, Pen(__bfloat162float(e[j]), i + j));
+      }
+    } else if (lf && (reinterpret_cast<uintptr_t>(lf + i) & 15) == 0) {
+      for (; i + 4 <= hi; i += 4) {
+        const float4 v = *reinterpret_cast<const float4*>(lf + i);
+        f(i, Pen(v.x, i));
+        f(i + 1, Pen(v.y, i + 1));
+        f(i + 2, Pen(v.z, i + 2));
+        f(i + 3, Pen(v.w, i + 3));
+      }
+    }
+    for (; i < hi; ++i) f(i, X(i));
+  }
+  // f(i, X(i)) over this thread's tokens: groups of 8 consecutive ones, block-strided.
+  template <typename F>
+  __device__ void ForEach(F f) const {
+    for (int base = int(threadIdx.x) * 8; base < vocab; base += kThreads * 8)
+      ForRange(base, min(base + 8, vocab), f);
   }
   __device__ double Weight(float x) const { return exp(double((x - mx) * inv_t)); }
   __device__ bool InTopK(uint32_t key, int i) const {
@@ -97,7 +126,8 @@ __device__ float KeyToFloat(uint32_t key) {
   return __uint_as_float((key & 0x80000000u) ? (key & 0x7FFFFFFFu) : ~key);
 }
 
-__device__ int ChunkSize(int vocab) { return (vocab + kThreads - 1) / kThreads; }
+// Tokens per thread in the chunked (contiguous) passes: a multiple of 8 (16-byte loads).
+__device__ int ChunkSize(int vocab) { return (vocab + kThreads * 8 - 1) / (kThreads * 8) * 8; }
 
 // Histogram updates aggregated per warp: logits' keys share few top digits, so per-thread
 // shared-memory atomics would serialise on a handful of bins. Lanes with the same bin are
@@ -116,23 +146,23 @@ __device__ void BinMass(double* mass, int bin, double w) {
   if (bin >= 0 && int(threadIdx.x % 32) == __ffs(group) - 1) atomicAdd(&mass[bin], sum);
 }
 
-// Index of the n-th (1-based) token in index order with pred(i) true (n >= 1); -1 if fewer.
+// Index of the n-th (1-based) token in index order with pred(i, x) true (n >= 1); -1 if fewer.
 template <typename Pred>
-__device__ int FindNth(Shared& sh, int vocab, int n, Pred pred) {
-  const int c = ChunkSize(vocab), lo = min(vocab, int(threadIdx.x) * c), hi = min(vocab, lo + c);
+__device__ int FindNth(Shared& sh, const Row& r, int n, Pred pred) {
+  const int c = ChunkSize(r.vocab), lo = min(r.vocab, int(threadIdx.x) * c),
+            hi = min(r.vocab, lo + c);
   int local = 0;
-  for (int i = lo; i < hi; ++i) local += pred(i) ? 1 : 0;
+  r.ForRange(lo, hi, [&](int i, float x) { local += pred(i, x) ? 1 : 0; });
   int before = 0;
   if (threadIdx.x == 0) sh.i = -1;
   cub::BlockScan<int, kThreads>(sh.cub.si).ExclusiveSum(local, before);
   __syncthreads();
   if (before < n && before + local >= n) {
-    int seen = before;
-    for (int i = lo; i < hi; ++i)
-      if (pred(i) && ++seen == n) {
-        sh.i = i;
-        break;
-      }
+    int seen = before, found = -1;
+    r.ForRange(lo, hi, [&](int i, float x) {
+      if (found < 0 && pred(i, x) && ++seen == n) found = i;
+    });
+    sh.i = found;
   }
   __syncthreads();
   return sh.i;
@@ -147,10 +177,10 @@ __device__ uint32_t SelectKth(Shared& sh, const Row& r, int kth, In in, int* tie
   for (int shift = 24; shift >= 0; shift -= 8) {
     for (int b = threadIdx.x; b < kBins; b += kThreads) sh.count[b] = 0;
     __syncthreads();
-    for (int i = threadIdx.x; i < r.vocab; i += kThreads) {
-      const uint32_t key = ops::SortKey(r.X(i));
+    r.ForEach([&](int i, float x) {
+      const uint32_t key = ops::SortKey(x);
       BinCount(sh.count, (key & mask) == prefix && in(key, i) ? int((key >> shift) & 0xFF) : -1);
-    }
+    });
     __syncthreads();
     if (threadIdx.x == 0) {
       int b = kBins - 1;
@@ -177,12 +207,11 @@ __device__ void SelectTopP(Shared& sh, double* warp_mass, Row& r) {
   for (int shift = 24; shift >= 0; shift -= 8) {
     for (int b = threadIdx.x; b < kWarps * kBins; b += kThreads) warp_mass[b] = 0.0;
     __syncthreads();
-    for (int i = threadIdx.x; i < r.vocab; i += kThreads) {
-      const float x = r.X(i);
+    r.ForEach([&](int i, float x) {
       const uint32_t key = ops::SortKey(x);
       const bool in = (key & mask) == prefix && r.InTopK(key, i);
       BinMass(mine, in ? int((key >> shift) & 0xFF) : -1, in ? r.Weight(x) / r.sum_k : 0.0);
-    }
+    });
     __syncthreads();
     for (int b = threadIdx.x; b < kBins; b += kThreads) {  // warps in a fixed order
       double t = 0.0;
@@ -209,14 +238,14 @@ __device__ void SelectTopP(Shared& sh, double* warp_mass, Row& r) {
   }
   // Ties at key `prefix`, in index order, each of mass p: take them until cum >= top_p.
   const uint32_t key_p = prefix;
-  auto tie = [&](int i) {
-    const uint32_t key = ops::SortKey(r.X(i));
+  auto tie = [&](int i, float x) {
+    const uint32_t key = ops::SortKey(x);
     return key == key_p && r.InTopK(key, i);
   };
   if (threadIdx.x == 0) sh.i = 0;
   __syncthreads();
   int ntie = 0;
-  for (int i = threadIdx.x; i < r.vocab; i += kThreads) ntie += tie(i) ? 1 : 0;
+  r.ForEach([&](int i, float x) { ntie += tie(i, x) ? 1 : 0; });
   atomicAdd(&sh.i, ntie);
   __syncthreads();
   ntie = sh.i;
@@ -231,10 +260,10 @@ __device__ void SelectTopP(Shared& sh, double* warp_mass, Row& r) {
   const int take = sh.i;
   __syncthreads();
   r.key_p = key_p;
-  r.idx_p = FindNth(sh, r.vocab, take, tie);
+  r.idx_p = FindNth(sh, r, take, tie);
 }
 
-// The draw over tokens with weight w(i) (0 outside the set) in index order; `last`: the
+// The draw over tokens with weight w(i, x) (0 outside the set) in index order; `last`: the
 // fallback when rounding leaves r beyond the total (the set's largest index).
 template <typename W>
 __device__ int Draw(Shared& sh, const Row& r, double u, W w) {
@@ -242,11 +271,11 @@ __device__ int Draw(Shared& sh, const Row& r, double u, W w) {
             hi = min(r.vocab, lo + c);
   double local = 0.0;
   int last = -1;
-  for (int i = lo; i < hi; ++i) {
-    const double wi = w(i);
+  r.ForRange(lo, hi, [&](int i, float x) {
+    const double wi = w(i, x);
     if (wi > 0.0) last = i;
     local += wi;
-  }
+  });
   double before = 0.0;
   cub::BlockScan<double, kThreads>(sh.cub.sd).ExclusiveSum(local, before);
   __syncthreads();
@@ -259,13 +288,13 @@ __device__ int Draw(Shared& sh, const Row& r, double u, W w) {
   const double target = u * sh.d;
   if (local > 0.0 && before <= target && target < before + local) {
     double rest = target - before;
-    for (int i = lo; i < hi; ++i) {
-      rest -= w(i);
-      if (rest < 0.0) {
-        atomicMin(&sh.i, i);
-        break;
-      }
-    }
+    int found = -1;
+    r.ForRange(lo, hi, [&](int i, float x) {
+      if (found >= 0) return;
+      rest -= w(i, x);
+      if (rest < 0.0) found = i;
+    });
+    if (found >= 0) atomicMin(&sh.i, found);
   }
   __syncthreads();
   int chosen = sh.i;
@@ -296,10 +325,9 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(SampleArgs a) {
   int token = 0;
   if (ops::IsGreedy(r.p)) {
     cub::KeyValuePair<int, float> best(INT_MAX, -INFINITY);
-    for (int i = threadIdx.x; i < r.vocab; i += kThreads) {
-      const float x = r.X(i);
-      if (x > best.value || best.key == INT_MAX) best = {i, x};  // first max of the stride
-    }
+    r.ForEach([&](int i, float x) {  // this thread's tokens in increasing order
+      if (x > best.value || best.key == INT_MAX) best = {i, x};  // its first max
+    });
     best = cub::BlockReduce<cub::KeyValuePair<int, float>, kThreads>(sh.cub.ra)
                .Reduce(best, ArgMaxOp());
     if (threadIdx.x == 0) sh.i = best.key;
@@ -307,7 +335,7 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(SampleArgs a) {
     token = sh.i;
   } else {
     float mx = -INFINITY;
-    for (int i = threadIdx.x; i < r.vocab; i += kThreads) mx = fmaxf(mx, r.X(i));
+    r.ForEach([&](int, float x) { mx = fmaxf(mx, x); });
     mx = cub::BlockReduce<float, kThreads>(sh.cub.rf).Reduce(mx, MaxOp());
     if (threadIdx.x == 0) sh.f = mx;
     __syncthreads();
@@ -318,19 +346,18 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(SampleArgs a) {
     const int k = r.p.top_k > 0 && r.p.top_k < r.vocab ? r.p.top_k : r.vocab;
     const bool truncate = k < r.vocab || r.p.top_p < 1.0f || r.p.min_p > 0.0f;
     if (!truncate) {
-      token = Draw(sh, r, u, [&](int i) { return r.Weight(r.X(i)); });
+      token = Draw(sh, r, u, [&](int, float x) { return r.Weight(x); });
     } else {
       if (k < r.vocab) {
         int ties = 0;
         r.key_k = SelectKth(sh, r, k, [](uint32_t, int) { return true; }, &ties);
         const uint32_t kk = r.key_k;
-        r.idx_k = FindNth(sh, r.vocab, ties, [&](int i) { return ops::SortKey(r.X(i)) == kk; });
+        r.idx_k = FindNth(sh, r, ties, [&](int, float x) { return ops::SortKey(x) == kk; });
       }
       double s = 0.0;
-      for (int i = threadIdx.x; i < r.vocab; i += kThreads) {
-        const float x = r.X(i);
+      r.ForEach([&](int i, float x) {
         if (r.InTopK(ops::SortKey(x), i)) s += r.Weight(x);
-      }
+      });
       s = cub::BlockReduce<double, kThreads>(sh.cub.rd).Sum(s);
       if (threadIdx.x == 0) sh.d = s;
       __syncthreads();
@@ -338,10 +365,7 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(SampleArgs a) {
       __syncthreads();
       if (r.p.top_p < 1.0f) SelectTopP(sh, warp_mass, r);
       r.floor = double(r.p.min_p) * (1.0 / r.sum_k);  // prob of the top token: exp(0) / sum
-      token = Draw(sh, r, u, [&](int i) {
-        const float x = r.X(i);
-        return r.KeptProb(x, ops::SortKey(x), i);
-      });
+      token = Draw(sh, r, u, [&](int i, float x) { return r.KeptProb(x, ops::SortKey(x), i); });
     }
   }
 
