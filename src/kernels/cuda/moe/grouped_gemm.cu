@@ -1,11 +1,11 @@
 // Grouped GEMM over experts (moe_params.h GroupedGemmArgs) with mma.sync m16n8k16 bf16
 // tensor cores, f32 accumulation. Also the dense fp8 block-scaled Matmul (tiles == null).
 //
-// Block: 128 threads (4 warps), tile BM x 64 outputs, K in steps of 64, two shared-memory
-// stages. A (activations, rows gathered through a_rows) and bf16 B arrive by cp.async; fp8 B
-// is loaded into registers one step ahead, widened exactly to bf16 and stored after the
-// step's MMAs; its scales multiply the f32 accumulators (block scales: one per K step). Shared tiles are [rows][64] bf16,
-// 16-byte chunks XOR-swizzled by (row & 7) so ldmatrix reads are conflict free.
+// Block: 128 threads (4 warps), tile BM x 64 outputs, K in steps of 64 through a cp.async
+// ring of 3-4 stages (A rows gathered through a_rows; B bf16, or fp8 bytes widened exactly to
+// bf16 in registers as the MMA fragments are read; fp8 scales multiply the f32 accumulators,
+// block scales once per K step). bf16 tiles are [rows][64], 16-byte chunks XOR-swizzled by (row & 7) so
+// ldmatrix reads are conflict free.
 // BM in {16, 32, 64, 128}: small tiles for sparsely hit experts (each expert's weight panel
 // is read once per tile of its rows; fewer wasted rows), large ones for prefill.
 #include "kernels/cuda/moe/moe_device.cuh"
@@ -43,15 +43,31 @@ __device__ __forceinline__ void Mma(float* c, const unsigned* a, unsigned b0, un
 // Element offset of 16-byte chunk `ch` (0..7) of row `row` in a swizzled [rows][64] tile.
 __device__ __forceinline__ int Swz(int row, int ch) { return row * kBK + ((ch ^ (row & 7)) << 3); }
 
+// Byte offset of 16-byte chunk `ch` (0..3) of row `row` in an fp8 [rows][64] tile: chunks
+// XOR-swizzled by (row >> 1) & 3, so the B-fragment reads of a warp (8 rows, one chunk) hit
+// distinct banks.
+__device__ __forceinline__ int Fp8Chunk(int row, int ch) { return row * kBK + ((ch ^ ((row >> 1) & 3)) << 4); }
+
+// Two e4m3 values -> bf16x2 (exact: every e4m3 value is a bf16 value).
+__device__ __forceinline__ unsigned Fp8x2ToBf16x2(uint16_t v) {
+  const float2 f = moe::Fp8x2ToFloat2(v);
+  const __nv_bfloat162 b = __floats2bfloat162_rn(f.x, f.y);
+  return *reinterpret_cast<const unsigned*>(&b);
+}
+
 template <int BM, bool kFp8, bool kGateUp>
 struct Cfg {
   static constexpr int kNB = kGateUp ? 2 : 1;          // B matrices (gate, up)
   static constexpr int WM = BM == 16 ? 1 : 2, WN = 4 / WM;
   static constexpr int TM = BM / WM, TN = kBN / WN;     // warp tile
   static constexpr int MF = TM / 16, NF = TN / 8;       // mma fragments per warp
-  static constexpr int kAElems = BM * kBK, kBElems = kBN * kBK;
-  static constexpr int kStageElems = kAElems + kNB * kBElems;
-  static constexpr int kSmemBytes = 2 * kStageElems * 2;
+  static constexpr int kStages = BM == 128 ? 3 : 4;     // cp.async ring depth
+  // A ring slot: [BM][64] bf16 (swizzled). B ring slot per matrix: bf16 [64][64] (swizzled),
+  // or fp8 [64][64] bytes (16-byte chunks swizzled by Fp8Chunk), widened in registers.
+  static constexpr int kABytes = BM * kBK * 2;
+  static constexpr int kBBytes = kBN * kBK * (kFp8 ? 1 : 2);
+  static constexpr int kSlotBytes = kABytes + kNB * kBBytes;
+  static constexpr int kSmemBytes = kStages * kSlotBytes;
   static constexpr int kAChunks = BM * 8 / kThreads;    // A 16-byte chunks per thread (>= 1)
   static constexpr int kBChunks = kFp8 ? kBN * 4 / kThreads : kBN * 8 / kThreads;
 };
@@ -60,7 +76,6 @@ template <int BM, bool kFp8, bool kGateUp>
 __global__ void __launch_bounds__(kThreads) GroupedGemmKernel(GroupedGemmArgs a) {
   using C = Cfg<BM, kFp8, kGateUp>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  bf16* smem = reinterpret_cast<bf16*>(smem_raw);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int wm = warp / C::WN, wn = warp % C::WN;
 
@@ -103,50 +118,27 @@ __global__ void __launch_bounds__(kThreads) GroupedGemmKernel(GroupedGemmArgs a)
   constexpr int kBPerRow = kFp8 ? 4 : 8;
   constexpr int kElemBytes = kFp8 ? 1 : 2;
 
-  auto load_a = [&](int stage, int k0) {
-    bf16* s = smem + stage * C::kStageElems;
+  auto slot = [&](int i) { return smem_raw + (i % C::kStages) * C::kSlotBytes; };
+  // Step `kt`'s copies (A, B) into ring slot kt % kStages.
+  auto load_step = [&](int kt) {
+    const int k0 = kt * kBK;
+    unsigned char* sl = slot(kt);
+    bf16* sa = reinterpret_cast<bf16*>(sl);
 #pragma unroll
-    for (int i = 0; i < C::kAChunks; ++i) CpAsync16(s + a_dst[i], a_src[i] + k0);
-  };
-  auto load_b_bf16 = [&](int stage, int k0) {
-#pragma unroll
-    for (int m = 0; m < C::kNB; ++m) {
-      bf16* s = smem + stage * C::kStageElems + C::kAElems + m * C::kBElems;
-#pragma unroll
-      for (int i = 0; i < C::kBChunks; ++i) {
-        const int id = tid + i * kThreads, r = id / kBPerRow, ch = id % kBPerRow;
-        const bf16* src = static_cast<const bf16*>(b[m]) + int64_t(n0 + r) * ld_b[m] + k0 + ch * 8;
-        CpAsync16(s + Swz(r, ch), src);
-      }
-    }
-  };
-  uint4 fp8_raw[C::kNB][C::kBChunks];
-  auto fetch_b_fp8 = [&](int k0) {
-#pragma unroll
-    for (int m = 0; m < C::kNB; ++m)
-#pragma unroll
-      for (int i = 0; i < C::kBChunks; ++i) {
-        const int id = tid + i * kThreads, r = id / kBPerRow, ch = id % kBPerRow;
-        const uint8_t* src = static_cast<const uint8_t*>(b[m]) + int64_t(n0 + r) * ld_b[m] + k0 + ch * 16;
-        fp8_raw[m][i] = __ldg(reinterpret_cast<const uint4*>(src));
-      }
-  };
-  auto store_b_fp8 = [&](int stage) {
+    for (int i = 0; i < C::kAChunks; ++i) CpAsync16(sa + a_dst[i], a_src[i] + k0);
 #pragma unroll
     for (int m = 0; m < C::kNB; ++m) {
-      bf16* s = smem + stage * C::kStageElems + C::kAElems + m * C::kBElems;
+      unsigned char* sb = sl + C::kABytes + m * C::kBBytes;
 #pragma unroll
       for (int i = 0; i < C::kBChunks; ++i) {
         const int id = tid + i * kThreads, r = id / kBPerRow, ch = id % kBPerRow;
-        float f[16];
-        moe::Widen<true>(fp8_raw[m][i], f);
-        __align__(16) __nv_bfloat162 h[8];
-#pragma unroll
-        for (int q = 0; q < 8; ++q)
-          h[q] = __floats2bfloat162_rn(f[2 * q], f[2 * q + 1]);  // exact: e4m3 fits bf16
-        // 16 elements = two 8-element chunks (2 * ch, 2 * ch + 1) of the [64] row.
-        *reinterpret_cast<uint4*>(s + Swz(r, 2 * ch)) = *reinterpret_cast<const uint4*>(&h[0]);
-        *reinterpret_cast<uint4*>(s + Swz(r, 2 * ch + 1)) = *reinterpret_cast<const uint4*>(&h[4]);
+        if constexpr (kFp8) {
+          const uint8_t* src = static_cast<const uint8_t*>(b[m]) + int64_t(n0 + r) * ld_b[m] + k0 + ch * 16;
+          CpAsync16(sb + Fp8Chunk(r, ch), src);
+        } else {
+          const bf16* src = static_cast<const bf16*>(b[m]) + int64_t(n0 + r) * ld_b[m] + k0 + ch * 8;
+          CpAsync16(reinterpret_cast<bf16*>(sb) + Swz(r, ch), src);
+        }
       }
     }
   };
@@ -163,14 +155,12 @@ __global__ void __launch_bounds__(kThreads) GroupedGemmKernel(GroupedGemmArgs a)
         for (int q = 0; q < 4; ++q) acc[m][i][j][q] = 0.0f;
 
   const int KT = a.K / kBK;
-  load_a(0, 0);
-  if constexpr (kFp8) {
-    fetch_b_fp8(0);
-    store_b_fp8(0);
-  } else {
-    load_b_bf16(0, 0);
+  // Prologue: steps 0 .. kStages-2 in flight (one commit group per step, empty past KT).
+#pragma unroll
+  for (int st = 0; st < C::kStages - 1; ++st) {
+    if (st < KT) load_step(st);
+    CpAsyncCommit();
   }
-  CpAsyncCommit();
 
   // fp8 block scales (one per matrix per 64-wide K step: the 64 tile rows lie in one
   // 128-row block, the step in one 128-column block). The accumulators are kept in units of
@@ -184,8 +174,6 @@ __global__ void __launch_bounds__(kThreads) GroupedGemmKernel(GroupedGemmArgs a)
   const int64_t scale_row = int64_t(n0 >> 7) * a.scale_ld;
 
   for (int kt = 0; kt < KT; ++kt) {
-    const int stage = kt & 1;
-    const bool more = kt + 1 < KT;
     float step_scale[C::kNB];
     bool skip_step[C::kNB];
 #pragma unroll
@@ -193,17 +181,15 @@ __global__ void __launch_bounds__(kThreads) GroupedGemmKernel(GroupedGemmArgs a)
       step_scale[m] = block_scaled ? __ldg(bs[m] + scale_row + ((kt * kBK) >> 7)) : 1.0f;
       skip_step[m] = step_scale[m] == 0.0f;
     }
-    if (more) {
-      load_a(stage ^ 1, (kt + 1) * kBK);
-      if constexpr (kFp8) fetch_b_fp8((kt + 1) * kBK);
-      else load_b_bf16(stage ^ 1, (kt + 1) * kBK);
-      CpAsyncCommit();
-      CpAsyncWait<1>();
-    } else {
-      CpAsyncWait<0>();
-    }
+    // Committed groups so far: kStages - 1 + kt; step kt's is complete when at most
+    // kStages - 2 remain pending. The barrier then also frees slot (kt - 1) % kStages (every
+    // warp finished step kt - 1) for step kt + kStages - 1.
+    CpAsyncWait<C::kStages - 2>();
     __syncthreads();
-    const bf16* As = smem + stage * C::kStageElems;
+    if (kt + C::kStages - 1 < KT) load_step(kt + C::kStages - 1);
+    CpAsyncCommit();
+    const bf16* As = reinterpret_cast<const bf16*>(slot(kt));
+    const unsigned char* Bbase = slot(kt) + C::kABytes;
 #pragma unroll
     for (int kk = 0; kk < kBK / 16; ++kk) {
       unsigned af[C::MF][4];
@@ -225,13 +211,26 @@ __global__ void __launch_bounds__(kThreads) GroupedGemmKernel(GroupedGemmArgs a)
               for (int q = 0; q < 4; ++q) acc[m][i][j][q] *= ratio;
           cur_scale[m] = step_scale[m];
         }
-        const bf16* Bs = As + C::kAElems + m * C::kBElems;
         unsigned bfr[C::NF][2];
+        if constexpr (kFp8) {
+          // Fragment of n8 block j: column n = lane / 4, k pairs 2t and 2t + 8 (t = lane % 4)
+          // of this 16-wide k slice, read as fp8 pairs and widened in registers.
+          const unsigned char* Bs = Bbase + m * C::kBBytes;
 #pragma unroll
-        for (int j2 = 0; j2 < C::NF / 2; ++j2) {
-          const int n = wn * C::TN + j2 * 16 + (lane % 8) + (lane / 16) * 8;
-          LdMatrixX4(Bs + Swz(n, kk * 2 + (lane / 8) % 2), bfr[2 * j2][0], bfr[2 * j2][1],
-                     bfr[2 * j2 + 1][0], bfr[2 * j2 + 1][1]);
+          for (int j = 0; j < C::NF; ++j) {
+            const int n = wn * C::TN + j * 8 + lane / 4;
+            const unsigned char* p = Bs + Fp8Chunk(n, kk) + 2 * (lane % 4);
+            bfr[j][0] = Fp8x2ToBf16x2(*reinterpret_cast<const uint16_t*>(p));
+            bfr[j][1] = Fp8x2ToBf16x2(*reinterpret_cast<const uint16_t*>(p + 8));
+          }
+        } else {
+          const bf16* Bs = reinterpret_cast<const bf16*>(Bbase + m * C::kBBytes);
+#pragma unroll
+          for (int j2 = 0; j2 < C::NF / 2; ++j2) {
+            const int n = wn * C::TN + j2 * 16 + (lane % 8) + (lane / 16) * 8;
+            LdMatrixX4(Bs + Swz(n, kk * 2 + (lane / 8) % 2), bfr[2 * j2][0], bfr[2 * j2][1],
+                       bfr[2 * j2 + 1][0], bfr[2 * j2 + 1][1]);
+          }
         }
 #pragma unroll
         for (int i = 0; i < C::MF; ++i)
@@ -239,11 +238,8 @@ __global__ void __launch_bounds__(kThreads) GroupedGemmKernel(GroupedGemmArgs a)
           for (int j = 0; j < C::NF; ++j) Mma(acc[m][i][j], af[i], bfr[j][0], bfr[j][1]);
       }
     }
-    if constexpr (kFp8) {
-      if (more) store_b_fp8(stage ^ 1);
-    }
-    __syncthreads();
   }
+  CpAsyncWait<0>();  // no copies outstanding at exit (empty groups only, but be explicit)
 
   // ---- epilogue ----
   // Output scale of each (matrix, column fragment, column pair): the last block scale, the

@@ -1,6 +1,7 @@
 // Route-walking MoE experts for small batches (moe_params.h MoeWalkArgs): each route's
 // expert rows are streamed once per route (memory bound; no sorting, no host sync).
-//   Kernel 1: one warp per (route, inter row): gate and up dots over hidden, SiLU * up -> act.
+//   Kernel 1: one warp per (route, pair of inter rows): gate and up dots over hidden,
+//             SiLU * up -> act.
 //   Kernel 2: one warp per (token, hidden row): down dots of the token's routes in order
 //             j = 0..top_k-1, weighted sum, one store (atomic-free, deterministic).
 // Vector path: 16-byte weight loads (16 fp8 / 8 bf16 elements), when rows are multiples of a
@@ -62,71 +63,84 @@ __device__ float RowDot(const void* w_row, const XT* x, int cols, moe::RowScale 
   return acc * rs.row;
 }
 
-// Vector path of one (route, inter row): gate and up chunks loaded side by side, kUnroll deep
-// (2 * kUnroll 16-byte loads in flight per lane). Returns the lane's (gate, up) partial sums.
+// Vector path of one (route, pair of inter rows): the gate and up chunks of both rows loaded
+// side by side (8 16-byte loads in flight per lane), each x chunk read once for all four.
+// Returns the lane's partial sums (gate0, up0, gate1, up1).
 template <bool kFp8>
-__device__ float2 GateUpVec(const uint4* g4, const uint4* u4, const bf16* x, int nc,
-                            moe::RowScale gs, moe::RowScale us, int lane) {
+__device__ float4 GateUpVec2(const uint4* const w4[4], const bf16* x, int nc,
+                             const moe::RowScale rs[4], int lane) {
   constexpr int C = kChunk<kFp8>;
-  float g = 0.0f, u = 0.0f;
-  for (int c0 = lane; c0 < nc; c0 += 32 * kUnroll) {
-    uint4 graw[kUnroll], uraw[kUnroll];
+  constexpr int U = 2;
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int c0 = lane; c0 < nc; c0 += 32 * U) {
+    uint4 raw[U][4];
 #pragma unroll
-    for (int q = 0; q < kUnroll; ++q) {
+    for (int q = 0; q < U; ++q) {
       const int c = c0 + 32 * q;
-      if (c < nc) graw[q] = __ldcs(g4 + c), uraw[q] = __ldcs(u4 + c);
+      if (c < nc)
+#pragma unroll
+        for (int m = 0; m < 4; ++m) raw[q][m] = __ldcs(w4[m] + c);
     }
 #pragma unroll
-    for (int q = 0; q < kUnroll; ++q) {
+    for (int q = 0; q < U; ++q) {
       const int c = c0 + 32 * q;
       if (c >= nc) break;
       float xf[C], wf[C];
       moe::LoadX<C>(x, c, xf);
-      float pg = 0.0f, pu = 0.0f;
-      moe::Widen<kFp8>(graw[q], wf);
 #pragma unroll
-      for (int i = 0; i < C; ++i) pg = fmaf(wf[i], xf[i], pg);
-      moe::Widen<kFp8>(uraw[q], wf);
+      for (int m = 0; m < 4; ++m) {
+        moe::Widen<kFp8>(raw[q][m], wf);
+        float part = 0.0f;
 #pragma unroll
-      for (int i = 0; i < C; ++i) pu = fmaf(wf[i], xf[i], pu);
-      if (gs.blocks) {
-        const int blk = (c * C) >> 7;
-        pg *= __ldg(gs.blocks + blk), pu *= __ldg(us.blocks + blk);
+        for (int i = 0; i < C; ++i) part = fmaf(wf[i], xf[i], part);
+        if (rs[m].blocks) part *= __ldg(rs[m].blocks + ((c * C) >> 7));
+        acc[m] += part;
       }
-      g += pg, u += pu;
     }
   }
-  return make_float2(g * gs.row, u * us.row);
+  return make_float4(acc[0] * rs[0].row, acc[1] * rs[1].row, acc[2] * rs[2].row,
+                     acc[3] * rs[3].row);
 }
 
+// One warp per (route r, pair of inter rows i0 = 2p, i1 = 2p + 1).
 template <bool kFp8>
 __global__ void __launch_bounds__(kWarps * 32) GateUpKernel(MoeWalkArgs a, bool vec) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t r = blockIdx.y;  // route
-  const int i = blockIdx.x * kWarps + warp;
-  if (i >= a.inter) return;
+  const int i0 = 2 * (blockIdx.x * kWarps + warp);
+  if (i0 >= a.inter) return;
+  const int i1 = i0 + 1 < a.inter ? i0 + 1 : i0;  // odd inter: the last pair repeats its row
   const int e = a.ids[r];
   if (e < 0 || e >= a.num_experts) return;
   const MoeExpertPtrs& w = a.experts[e];
   const MoeWeightLayout& L = a.layout;
   const int64_t esz = kFp8 ? 1 : 2;
   const bf16* x = a.x + (r / a.top_k) * a.ldx;
-  const char* g_row = static_cast<const char*>(w.gate) + int64_t(i) * L.ld_gate * esz;
-  const char* u_row = static_cast<const char*>(w.up) + int64_t(i) * L.ld_up * esz;
-  const moe::RowScale gs = moe::ScaleOfRow(w.gate_scale, L.scale_mode, L.scale_ld_gu, i);
-  const moe::RowScale us = moe::ScaleOfRow(w.up_scale, L.scale_mode, L.scale_ld_gu, i);
-  float g, u;
+  const char* rows[4] = {static_cast<const char*>(w.gate) + int64_t(i0) * L.ld_gate * esz,
+                         static_cast<const char*>(w.up) + int64_t(i0) * L.ld_up * esz,
+                         static_cast<const char*>(w.gate) + int64_t(i1) * L.ld_gate * esz,
+                         static_cast<const char*>(w.up) + int64_t(i1) * L.ld_up * esz};
+  const moe::RowScale rs[4] = {moe::ScaleOfRow(w.gate_scale, L.scale_mode, L.scale_ld_gu, i0),
+                               moe::ScaleOfRow(w.up_scale, L.scale_mode, L.scale_ld_gu, i0),
+                               moe::ScaleOfRow(w.gate_scale, L.scale_mode, L.scale_ld_gu, i1),
+                               moe::ScaleOfRow(w.up_scale, L.scale_mode, L.scale_ld_gu, i1)};
+  float v[4];
   if (vec) {
-    const float2 gu = GateUpVec<kFp8>(reinterpret_cast<const uint4*>(g_row),
-                                      reinterpret_cast<const uint4*>(u_row), x,
-                                      a.hidden / kChunk<kFp8>, gs, us, lane);
-    g = moe::WarpSum(gu.x);
-    u = moe::WarpSum(gu.y);
+    const uint4* w4[4];
+#pragma unroll
+    for (int m = 0; m < 4; ++m) w4[m] = reinterpret_cast<const uint4*>(rows[m]);
+    const float4 p = GateUpVec2<kFp8>(w4, x, a.hidden / kChunk<kFp8>, rs, lane);
+    v[0] = p.x, v[1] = p.y, v[2] = p.z, v[3] = p.w;
   } else {
-    g = moe::WarpSum(RowDot<kFp8>(g_row, x, a.hidden, gs, false, lane));
-    u = moe::WarpSum(RowDot<kFp8>(u_row, x, a.hidden, us, false, lane));
+#pragma unroll
+    for (int m = 0; m < 4; ++m) v[m] = RowDot<kFp8>(rows[m], x, a.hidden, rs[m], false, lane);
   }
-  if (lane == 0) a.act[r * a.inter + i] = moe::Silu(g) * u;
+#pragma unroll
+  for (int m = 0; m < 4; ++m) v[m] = moe::WarpSum(v[m]);
+  if (lane == 0) {
+    a.act[r * a.inter + i0] = moe::Silu(v[0]) * v[1];
+    if (i1 != i0) a.act[r * a.inter + i1] = moe::Silu(v[2]) * v[3];
+  }
 }
 
 // One warp per (token t, hidden row o). Lane j < top_k describes route j (row pointer, weight
@@ -228,7 +242,7 @@ void Launch(const MoeWalkArgs& a, cudaStream_t stream) {
                    aligned(a.layout.ld_gate * esz) && aligned(a.layout.ld_up * esz) &&
                    aligned(a.layout.ld_down * esz) && (reinterpret_cast<uintptr_t>(a.x) & 15) == 0 &&
                    (int64_t(a.inter) * 4) % 16 == 0;
-  const dim3 g1(unsigned((a.inter + kWarps - 1) / kWarps), unsigned(a.num_tokens * a.top_k));
+  const dim3 g1(unsigned((a.inter + 2 * kWarps - 1) / (2 * kWarps)), unsigned(a.num_tokens * a.top_k));
   GateUpKernel<kFp8><<<g1, kWarps * 32, 0, stream>>>(a, vec);
   const dim3 g2(unsigned((a.hidden + kWarps - 1) / kWarps), unsigned(a.num_tokens));
   DownKernel<kFp8><<<g2, kWarps * 32, 0, stream>>>(a, vec);
