@@ -141,6 +141,7 @@ __device__ void BinCount(int* count, int bin) {
 // atomics are compare-and-swap loops, slow under contention between warps).
 __device__ void BinMass(double* mass, int bin, double w) {
   const unsigned group = __match_any_sync(__activemask(), bin);
+  if (bin < 0) return;  // the whole group adds nothing (all its lanes have this bin)
   double sum = 0.0;
   for (unsigned m = group; m; m &= m - 1) sum += __shfl_sync(group, w, __ffs(m) - 1);
   if (bin >= 0 && int(threadIdx.x % 32) == __ffs(group) - 1) atomicAdd(&mass[bin], sum);
