@@ -209,6 +209,41 @@ std::vector<float> ToHost(const TensorView& t) {
   return f;
 }
 
+// The fp8 128x128 block-scaled dense Matmul (cuda_fp8_block) on DeepSeek-V3's dense
+// projections: q_a 1536x7168, q_b 24576x1536, kv_a 576x7168, o 7168x16384, shared-expert
+// gate 2048x7168 and down 7168x2048; graph replays vs max(weight bytes / HBM, FLOPs / GEMM).
+void DenseFp8(cudaStream_t stream, double bw, double gemm, std::FILE* json) {
+  struct M {
+    const char* name;
+    int64_t m, k;
+  };
+  const M mats[] = {{"q_a", 1536, 7168}, {"q_b", 24576, 1536}, {"kv_a", 576, 7168},
+                    {"o", 7168, 16384},  {"sh_gate", 2048, 7168}, {"sh_down", 7168, 2048}};
+  fmt::print("\n== fp8 block-scaled dense Matmul (cuda_fp8_block)\n{:>8} {:>6} {:>10} {:>10} {:>8}\n",
+             "matrix", "tokens", "us", "floor_us", "floor/t");
+  for (const M& mt : mats) {
+    Buf w(size_t(mt.m * mt.k)), sc(size_t(Blocks(mt.m) * Blocks(mt.k) * 4));
+    bench::FillFp8(w.p, mt.m * mt.k, 5);
+    bench::FillF32(sc.p, Blocks(mt.m) * Blocks(mt.k), 0.02f);
+    const TensorView wv = Dev(w.p, DType::kF8E4M3, {mt.m, mt.k});
+    const TensorView sv = Dev(sc.p, DType::kF32, {Blocks(mt.m), Blocks(mt.k)});
+    for (int64_t n : {1, 8, 32, 128, 512, 2048}) {
+      Buf x(size_t(n * mt.k * 2)), o(size_t(n * mt.m * 2));
+      bench::FillBf16(x.p, n * mt.k, 3, 1.0f);
+      PG_CUDA_CHECK(cudaDeviceSynchronize());
+      const TensorView xv = Dev(x.p, DType::kBF16, {n, mt.k}), ov = Dev(o.p, DType::kBF16, {n, mt.m});
+      const double us = GraphUs(stream, [&] { ops::Matmul({.x = xv, .w = wv, .out = ov, .w_scale = sv}); });
+      const double bytes = double(mt.m * mt.k) + 4.0 * double(Blocks(mt.m) * Blocks(mt.k)) +
+                           2.0 * double(n * (mt.k + mt.m));
+      const double floor = std::max(bytes / bw, 2.0 * double(n * mt.m * mt.k) / gemm) * 1e6;
+      fmt::print("{:>8} {:>6} {:>10.1f} {:>10.1f} {:>7.0f}%\n", mt.name, n, us, floor, 100 * floor / us);
+      if (json)
+        fmt::print(json, "{{\"dense\": \"{}\", \"m\": {}, \"k\": {}, \"tokens\": {}, \"us\": {:.2f}, \"floor_us\": {:.2f}}}\n",
+                   mt.name, mt.m, mt.k, n, us, floor);
+    }
+  }
+}
+
 struct Variant {
   const char* name;
   cuda::MoePath path;
@@ -233,7 +268,7 @@ int main(int argc, char** argv) {
       {"deepseek-v2-lite", 2048, 64, 6, 1408, 2816, false, ops::MoeScoring::kSoftmax, 1, 1, false, 1.0f},
       {"dsv3-fp8-block", 7168, 256, 8, 2048, 2048, true, ops::MoeScoring::kSigmoid, 8, 4, true, 2.5f},
   };
-  const int64_t token_counts[] = {1, 8, 32, 64, 128, 512};
+  const int64_t token_counts[] = {1, 8, 32, 64, 128, 512, 2048};
   const Variant variants[] = {{"auto", cuda::MoePath::kAuto, 0},     {"walk", cuda::MoePath::kWalk, 0},
                               {"sorted16", cuda::MoePath::kSorted, 16}, {"sorted32", cuda::MoePath::kSorted, 32},
                               {"sorted64", cuda::MoePath::kSorted, 64}, {"sorted128", cuda::MoePath::kSorted, 128}};
@@ -274,6 +309,7 @@ int main(int argc, char** argv) {
       for (const Variant& v : variants) {
         if (v.path == cuda::MoePath::kWalk && n > 64) continue;
         if (v.path == cuda::MoePath::kSorted && v.tile_rows < 128 && n > 128 && v.tile_rows < 64) continue;
+        if (n > 512 && v.path != cuda::MoePath::kAuto && v.tile_rows != 128) continue;
         cuda::SetMoeTuning({v.path, v.tile_rows, cuda::MoeTuning{}.walk_max_tokens});
         const double t_layer = GraphUs(stream, [&] { FullLayer(L, A); });
         const double t_exp = GraphUs(stream, [&] { Experts(L, A, false); });
@@ -318,6 +354,7 @@ int main(int argc, char** argv) {
     PG_CUDA_CHECK(cudaStreamSynchronize(stream));
    }
   }
+  DenseFp8(stream, bw, gemm, json);
   if (json) std::fclose(json);
   cudaStreamDestroy(stream);
   return 0;
