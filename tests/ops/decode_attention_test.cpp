@@ -148,6 +148,31 @@ TEST(DecodeAttention, MixedBatchRoutesRows) {
   cov.Check<AttentionParams>();
 }
 
+// fp8 caches under prefill rows: the prefill kernel's head dims and (d 32 / 80) the general
+// row kernel, beside decode rows; every backend that takes fp8 against ref on the same bytes.
+TEST(DecodeAttention, Fp8CacheWithPrefillRows) {
+  PG_SEED_TRACE();
+  Coverage cov;
+  for (const DecodeCase& c : {DecodeCase{8, 2, 128, 16, {}}, DecodeCase{4, 2, 32, 16, {}},
+                              DecodeCase{10, 2, 80, 8, {}}}) {
+    SCOPED_TRACE(fmt::format("{}:{} d={} page={} (prefill rows)", c.heads, c.kv_heads,
+                             c.head_dim, c.page_size));
+    const PagedBatch pb({{1, 300}, {37, 90}, {1, 1}, {7, 7}}, c.page_size);
+    Tensor q(DType::kF32, {pb.tokens, c.heads, c.head_dim});
+    Tensor kc(DType::kF32, {pb.num_pages, c.page_size, c.kv_heads, c.head_dim});
+    Tensor vc(DType::kF32, {pb.num_pages, c.page_size, c.kv_heads, c.head_dim});
+    FillNormal(q);
+    FillNormal(kc, 0.0f, 0.5f);
+    FillNormal(vc, 0.0f, 2.0f);
+    for (const Tensor* t : {&q, &kc, &vc}) RoundToBf16(*t);
+    const std::vector<float> f32 = CheckDecodeCase(c, DType::kF32, cov, q, kc, vc, pb, 1, 1);
+    const std::vector<float> f8 =
+        CheckDecodeCase(c, DType::kF8E4M3, cov, q, kc, vc, pb, 0.5f / 64, 2.0f / 64);
+    ExpectClose(f32.data(), f8.data(), int64_t(f8.size()), kFp8VsF32, "ref fp8 vs f32 cache");
+  }
+  cov.Check<AttentionParams>();
+}
+
 // KvWrite into fp8 caches: a power-of-two scale divides exactly, so every backend's bytes
 // equal ref's; values past 448 * scale saturate.
 TEST(KvWriteFp8, BytesMatchReferenceAndSaturate) {

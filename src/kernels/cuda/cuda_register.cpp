@@ -400,10 +400,11 @@ void RegisterCudaKernels(Registry& r) {
         const int d = int(p.q.dim(2));
         if (p.cache.k_cache.dtype == DType::kBF16) return cuda::AttentionSupportsHeadDim(d);
         // fp8 caches: single-token sequences need the decode kernel, multi-token ones the
-        // prefill kernel (the row kernel reads bf16 only).
+        // prefill kernel or (other head dims) the row kernel, which reads fp8 too.
         const bool decode_ok = cuda::DecodeAttentionSupports(
             d, int(p.q.dim(1) / p.cache.k_cache.dim(2)), cuda::KvType::kF8E4M3);
-        const bool prefill_ok = cuda::PrefillAttentionSupportsHeadDim(d);
+        const bool prefill_ok =
+            cuda::PrefillAttentionSupportsHeadDim(d) || cuda::AttentionSupportsHeadDim(d);
         for (int32_t l : p.batch->q_len)
           if ((l == 1 && !decode_ok) || (l >= kPrefillMinQLen && !prefill_ok)) return false;
         return true;

@@ -1,4 +1,5 @@
-// Paged attention over a bf16 KV cache (layout of ops.h: [pages, page_size, kv_heads, dim]):
+// Paged attention over a bf16 or fp8 e4m3 KV cache (layout of ops.h: [pages, page_size,
+// kv_heads, dim]; fp8 read element by element):
 // the general kernel for batches with multi-token rows (decode-only batches go to
 // decode_attention.cu; the KV write is in kv_write.cu).
 //
@@ -16,6 +17,7 @@
 
 #include <cmath>
 
+#include "kernels/cuda/attention/kv_types.cuh"
 #include "kernels/cuda/common/device_params.h"
 
 namespace pg::cuda {
@@ -51,6 +53,14 @@ __device__ __forceinline__ void LoadRow(const bf16* row, int lane, float (&v)[EP
   }
 }
 
+// The same from an fp8 e4m3 row (stored values; the caller applies the scales).
+template <int D, int EPL>
+__device__ __forceinline__ void LoadRow(const kv::fp8* row, int lane, float (&v)[EPL]) {
+  const int e0 = lane * EPL;
+#pragma unroll
+  for (int i = 0; i < EPL; ++i) v[i] = e0 + i < D ? float(row[e0 + i]) : 0.0f;
+}
+
 __device__ __forceinline__ float WarpSum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -58,7 +68,7 @@ __device__ __forceinline__ float WarpSum(float v) {
 }
 
 // G: compiled group size (>= the real group; heads past it are masked).
-template <int D, int G>
+template <int D, int G, typename KvT>
 __global__ void __launch_bounds__(kWarps * 32) AttentionKernel(const AttentionArgs a) {
   constexpr int EPL = (D + 31) / 32;
   const int t = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
@@ -75,8 +85,8 @@ __global__ void __launch_bounds__(kWarps * 32) AttentionKernel(const AttentionAr
   const int begin = lo + split * a.chunk;
   const int end = min(pos + 1, begin + a.chunk);
   const int32_t* pages = b.page_table + b.page_start[s];
-  const bf16* k_cache = static_cast<const bf16*>(a.k_cache);  // bf16 caches only (launcher)
-  const bf16* v_cache = static_cast<const bf16*>(a.v_cache);
+  const KvT* k_cache = static_cast<const KvT*>(a.k_cache);  // bf16 or fp8 e4m3
+  const KvT* v_cache = static_cast<const KvT*>(a.v_cache);
 
   float q[G][EPL];
 #pragma unroll
@@ -200,13 +210,19 @@ __global__ void CombineKernel(const AttentionArgs a) {
   }
 }
 
+template <int D, typename KvT>
+void LaunchForType(const AttentionArgs& a, dim3 grid, cudaStream_t stream) {
+  const int group = a.heads / a.kv_heads;
+  if (group <= 1) AttentionKernel<D, 1, KvT><<<grid, kWarps * 32, 0, stream>>>(a);
+  else if (group <= 2) AttentionKernel<D, 2, KvT><<<grid, kWarps * 32, 0, stream>>>(a);
+  else if (group <= 4) AttentionKernel<D, 4, KvT><<<grid, kWarps * 32, 0, stream>>>(a);
+  else AttentionKernel<D, 8, KvT><<<grid, kWarps * 32, 0, stream>>>(a);
+}
+
 template <int D>
 void LaunchForDim(const AttentionArgs& a, dim3 grid, cudaStream_t stream) {
-  const int group = a.heads / a.kv_heads;
-  if (group <= 1) AttentionKernel<D, 1><<<grid, kWarps * 32, 0, stream>>>(a);
-  else if (group <= 2) AttentionKernel<D, 2><<<grid, kWarps * 32, 0, stream>>>(a);
-  else if (group <= 4) AttentionKernel<D, 4><<<grid, kWarps * 32, 0, stream>>>(a);
-  else AttentionKernel<D, 8><<<grid, kWarps * 32, 0, stream>>>(a);
+  if (a.kv_type == KvType::kF8E4M3) LaunchForType<D, kv::fp8>(a, grid, stream);
+  else LaunchForType<D, bf16>(a, grid, stream);
 }
 
 }  // namespace
