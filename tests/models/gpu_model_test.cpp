@@ -21,6 +21,7 @@
 #include "models/loader.h"
 #include "golden_util.h"
 #include "models/model.h"
+#include "runtime/cuda/gpu_prefill_bench.h"
 #include "runtime/cuda/gpu_runner.h"
 #include "runtime/sequence_runner.h"
 
@@ -276,6 +277,25 @@ TEST(GpuRunner, RequestsThatDoNotFitFailAlone) {
   rt::StepSeq fine{0, 0, std::span<const int32_t>(&ok, 1)};
   g.runner->Step(std::span<const rt::StepSeq>(&fine, 1), logits);
   EXPECT_TRUE(std::isfinite(logits[0]));
+}
+
+// The prefill benchmark's FLOP model (pure arithmetic, no device): a prompt cut into chunks
+// costs what the whole prompt costs plus one lm_head row per extra step, and its attention
+// term is the causal sum 4 · layers · heads · head_dim · n (n + 1) / 2.
+TEST(GpuPrefillBench, FlopModelIsAdditiveOverChunks) {
+  const rt::PrefillFlopShape s{.linear_params_per_token = 6.979e9, .vocab = 128256,
+                               .hidden = 4096, .layers = 32, .heads = 32, .head_dim = 128};
+  const int64_t n = 32768, chunk = 8192;
+  const double whole = rt::PrefillFlops(s, 0, n, 1);
+  double chunked = 0;
+  for (int64_t at = 0; at < n; at += chunk) chunked += rt::PrefillFlops(s, at, chunk, 1);
+  const double lm_row = 2.0 * 128256 * 4096;
+  EXPECT_NEAR(chunked, whole + 3 * lm_row, whole * 1e-12);
+  const double attention = whole - 2.0 * 6.979e9 * n - lm_row;
+  EXPECT_NEAR(attention, 4.0 * 32 * 32 * 128 * double(n) * double(n + 1) / 2, attention * 1e-12);
+  // 800 tokens after a 50K prefix see the whole prefix: 800 · 50000 keys plus their own.
+  const double ttft = rt::PrefillFlops(s, 50000, 800, 1) - 2.0 * 6.979e9 * 800 - lm_row;
+  EXPECT_NEAR(ttft, 4.0 * 32 * 32 * 128 * (800.0 * 50000 + 800.0 * 801 / 2), ttft * 1e-12);
 }
 
 }  // namespace
