@@ -142,7 +142,7 @@ smol_ready() {
 }
 
 if want golden && have test_models_gpu golden; then
-  filter='GpuModelGolden.TinyLlama:GpuModelGolden.TinyQwen3:GpuRunner.*:GpuSampling.*:GpuFp8Weights.*'
+  filter='GpuModelGolden.TinyLlama:GpuModelGolden.TinyQwen3:GpuRunner.*:GpuSampling.*:GpuFp8Weights.*:GpuPrefillBench.*'
   if [[ -f $GGUF ]] && echo "$GGUF_SHA  $GGUF" | sha256sum -c --status -; then
     filter="$filter:GpuModelGolden.SmolLM2*"
   elif smol_ready; then
