@@ -45,6 +45,7 @@ std::vector<PrefillCase> Cases() {
       {16, 4, 128, 16, {{90, 400}, {1, 33}, {45, 45}}, 100},        // sliding window
       {16, 4, 128, 16, {{77, 300}, {2, 2}}, 0, 30.0f},              // softcap
       {8, 2, 80, 16, {{40, 90}, {1, 20}}},              // d 80: the decode kernel's fallback
+      {8, 2, 128, 16, {{130, 180}, {1, 40}, {150, 150}}},  // >= 512 packed rows: 128-row tiles
       // Long cached prefixes, few new tokens: split-K (and its combine) engages.
       {8, 2, 128, 16, {{64, 2500}, {1, 2000}, {7, 1500}}, 0, 0.0f, true},
       {8, 2, 128, 16, {{100, 2100}}, 0, 0.0f, true},
