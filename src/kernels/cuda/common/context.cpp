@@ -1,6 +1,7 @@
 #include "kernels/cuda/common/context.h"
 
 #include <array>
+#include <vector>
 
 #include "kernels/cuda/common/cuda_check.h"
 
@@ -23,13 +24,21 @@ void ThrowCublas(cublasStatus_t st, const char* expr, const char* file, int line
 
 namespace {
 
+// Invariant: a scratch buffer, once handed out, stays allocated until the thread exits.
+// CUDA graphs captured earlier hold its address (GpuRunner captures the smaller batch sizes
+// first, and an eager prefill may grow a slot after capture); freeing it on growth would
+// leave those graphs reading and writing freed memory. Grown-out buffers are retired instead
+// (growth is geometric, so they cost at most a few times the final size).
 struct ThreadState {
   cudaStream_t stream = nullptr;
   std::array<void*, size_t(ScratchSlot::kCount)> scratch{};
   std::array<size_t, size_t(ScratchSlot::kCount)> scratch_bytes{};
+  std::vector<void*> retired;
   ~ThreadState() {
+    // Errors ignored: the context may already be gone at exit.
     for (void* p : scratch)
-      if (p) cudaFree(p);  // errors ignored: the context may already be gone at exit
+      if (p) cudaFree(p);
+    for (void* p : retired) cudaFree(p);
   }
 };
 
@@ -58,9 +67,8 @@ void* Scratch(ScratchSlot slot, size_t bytes) {
   PG_ENSURE(!IsCapturing(t.stream), kInternal,
             "CUDA scratch must grow to {} bytes during graph capture: warm this shape up first",
             bytes);
-  // Earlier launches on this stream may still read the old buffer.
-  PG_CUDA_CHECK(cudaStreamSynchronize(t.stream));
-  if (t.scratch[i]) PG_CUDA_CHECK(cudaFree(t.scratch[i]));
+  // The old buffer is retired, not freed (see ThreadState): captured graphs may use it.
+  if (t.scratch[i]) t.retired.push_back(t.scratch[i]);
   t.scratch[i] = nullptr;
   t.scratch_bytes[i] = 0;
   const size_t grown = bytes < 4096 ? 4096 : bytes + bytes / 4;

@@ -5,9 +5,10 @@
 // StreamScope around a step, so a step — and its CUDA graph capture — is one stream.
 //
 // Scratch buffers (split-K partials, cuBLASLt workspace, the embedding error flag) belong to
-// the thread, grow to the largest request seen and never shrink; growing synchronises the
-// stream and is refused (pg::Error) while the stream is capturing, so the runtime warms every
-// shape up before capturing graphs. No other allocation happens on the hot path.
+// the thread, grow to the largest request seen and never shrink; growing is refused
+// (pg::Error) while the stream is capturing, so the runtime warms every shape up before
+// capturing graphs. A grown-out buffer is retired, never freed before the thread exits:
+// graphs captured earlier keep using it. No other allocation happens on the hot path.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -38,8 +39,8 @@ enum class ScratchSlot : int {
   kFp8Act,  // fp8 Matmul (cuda/gemm): activations quantized to e4m3 and their scale
   kCount
 };
-// Device scratch of at least `bytes`, valid until the next call with the same slot on this
-// thread. Its contents are undefined.
+// Device scratch of at least `bytes`; the address stays valid until the thread exits (a later,
+// larger request gets a new buffer). Its contents are undefined.
 void* Scratch(ScratchSlot slot, size_t bytes);
 
 // Number of multiprocessors of the current device (cached).
