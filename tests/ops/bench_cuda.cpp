@@ -17,6 +17,7 @@
 #include <random>
 #include <vector>
 
+#include "bench_timing.h"
 #include "kernels/cuda/batch_plan.h"
 #include "kernels/cuda/ceilings.h"
 #include "kernels/cuda/common/context.h"
@@ -33,75 +34,11 @@ namespace {
 
 using namespace pg;
 
-struct Buf {
-  void* p = nullptr;
-  explicit Buf(size_t bytes) { PG_CUDA_CHECK(cudaMalloc(&p, bytes)); }
-  ~Buf() { cudaFree(p); }
-  Buf(const Buf&) = delete;
-  Buf& operator=(const Buf&) = delete;
-};
+using Buf = bench::DeviceBuf;
+using bench::GraphMedianMs;
+using bench::MedianMs;
 
-// Median milliseconds of `reps` timed calls of fn(i) (after 3 warm-up calls).
-double MedianMs(int reps, const std::function<void(int)>& fn) {
-  for (int i = 0; i < 3; ++i) fn(i);
-  PG_CUDA_CHECK(cudaDeviceSynchronize());
-  cudaEvent_t a, b;
-  PG_CUDA_CHECK(cudaEventCreate(&a));
-  PG_CUDA_CHECK(cudaEventCreate(&b));
-  std::vector<float> ms;
-  for (int i = 0; i < reps; ++i) {
-    PG_CUDA_CHECK(cudaEventRecord(a, 0));
-    fn(i);
-    PG_CUDA_CHECK(cudaEventRecord(b, 0));
-    PG_CUDA_CHECK(cudaEventSynchronize(b));
-    float t = 0;
-    PG_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  PG_CUDA_CHECK(cudaGetLastError());
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
 
-// Kernel time without host dispatch: 20 calls fn(0..19) captured in one CUDA graph on a
-// non-default stream (the kernels' current stream), median of 10 replays, per call. This is
-// how decode runs (graphs), so it is the number held against the floor.
-double GraphMedianMs(const std::function<void(int)>& fn) {
-  constexpr int kCalls = 20;
-  cudaStream_t s;
-  PG_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  cuda::StreamScope scope(s);
-  for (int i = 0; i < 3; ++i) fn(i);  // warm-up outside capture (scratch, cuBLASLt plans)
-  PG_CUDA_CHECK(cudaStreamSynchronize(s));
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  PG_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < kCalls; ++i) fn(i);
-  PG_CUDA_CHECK(cudaStreamEndCapture(s, &g));
-  PG_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
-  PG_CUDA_CHECK(cudaGraphLaunch(ge, s));
-  PG_CUDA_CHECK(cudaStreamSynchronize(s));
-  cudaEvent_t a, b;
-  PG_CUDA_CHECK(cudaEventCreate(&a));
-  PG_CUDA_CHECK(cudaEventCreate(&b));
-  std::vector<float> ms;
-  for (int r = 0; r < 10; ++r) {
-    PG_CUDA_CHECK(cudaEventRecord(a, s));
-    PG_CUDA_CHECK(cudaGraphLaunch(ge, s));
-    PG_CUDA_CHECK(cudaEventRecord(b, s));
-    PG_CUDA_CHECK(cudaEventSynchronize(b));
-    float t = 0;
-    PG_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t / kCalls);
-  }
-  cudaEventDestroy(a), cudaEventDestroy(b);
-  cudaGraphExecDestroy(ge), cudaGraphDestroy(g);
-  cudaStreamDestroy(s);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
 
 TensorView Dev(void* p, std::initializer_list<int64_t> shape) {
   return TensorView::Contiguous(p, DType::kBF16, shape, Device::kCuda);

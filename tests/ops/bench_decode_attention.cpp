@@ -19,6 +19,7 @@
 #include <random>
 #include <vector>
 
+#include "bench_timing.h"
 #include "core/dtype.h"
 #include "kernels/cuda/batch_plan.h"
 #include "kernels/cuda/ceilings.h"
@@ -30,13 +31,8 @@ namespace {
 
 using namespace pg;
 
-struct Buf {
-  void* p = nullptr;
-  explicit Buf(size_t bytes) { PG_CUDA_CHECK(cudaMalloc(&p, bytes)); }
-  ~Buf() { cudaFree(p); }
-  Buf(const Buf&) = delete;
-  Buf& operator=(const Buf&) = delete;
-};
+using Buf = bench::DeviceBuf;
+using bench::GraphMedianMs;
 
 // Fills `bytes` of device memory with valid random values of `dtype` (bf16 or e4m3, |x| in
 // about [0.05, 2]): a 16 MiB host pattern (made once per dtype) copied over the buffer.
@@ -64,61 +60,7 @@ void FillRandom(void* dst, size_t bytes, DType dtype, uint32_t seed) {
                              cudaMemcpyDeviceToDevice));
 }
 
-double GraphMedianMs(const std::function<void(int)>& fn) {
-  constexpr int kCalls = 20;
-  cudaStream_t s;
-  PG_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  cuda::StreamScope scope(s);
-  for (int i = 0; i < 3; ++i) fn(i);  // warm-up outside capture (scratch)
-  PG_CUDA_CHECK(cudaStreamSynchronize(s));
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  PG_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < kCalls; ++i) fn(i);
-  PG_CUDA_CHECK(cudaStreamEndCapture(s, &g));
-  PG_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
-  PG_CUDA_CHECK(cudaGraphLaunch(ge, s));
-  PG_CUDA_CHECK(cudaStreamSynchronize(s));
-  cudaEvent_t a, b;
-  PG_CUDA_CHECK(cudaEventCreate(&a));
-  PG_CUDA_CHECK(cudaEventCreate(&b));
-  std::vector<float> ms;
-  for (int r = 0; r < 10; ++r) {
-    PG_CUDA_CHECK(cudaEventRecord(a, s));
-    PG_CUDA_CHECK(cudaGraphLaunch(ge, s));
-    PG_CUDA_CHECK(cudaEventRecord(b, s));
-    PG_CUDA_CHECK(cudaEventSynchronize(b));
-    float t = 0;
-    PG_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t / kCalls);
-  }
-  cudaEventDestroy(a), cudaEventDestroy(b);
-  cudaGraphExecDestroy(ge), cudaGraphDestroy(g);
-  cudaStreamDestroy(s);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
 
-double EagerMedianMs(const std::function<void(int)>& fn) {
-  for (int i = 0; i < 3; ++i) fn(i);
-  PG_CUDA_CHECK(cudaDeviceSynchronize());
-  cudaEvent_t a, b;
-  PG_CUDA_CHECK(cudaEventCreate(&a));
-  PG_CUDA_CHECK(cudaEventCreate(&b));
-  std::vector<float> ms;
-  for (int i = 0; i < 20; ++i) {
-    PG_CUDA_CHECK(cudaEventRecord(a, 0));
-    fn(i);
-    PG_CUDA_CHECK(cudaEventRecord(b, 0));
-    PG_CUDA_CHECK(cudaEventSynchronize(b));
-    float t = 0;
-    PG_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  cudaEventDestroy(a), cudaEventDestroy(b);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
 
 }  // namespace
 
@@ -191,7 +133,7 @@ int RunDecodeBench(int argc, char** argv) {
             ops::Attention({qv, ov, cache, &batches_v[size_t(i % rot)]});
           };
           const double g_ms = GraphMedianMs(attn);
-          const double e_ms = EagerMedianMs(attn);
+          const double e_ms = bench::MedianMs(20, attn);
           const double floor_ms = double(kv_bytes_step) / bw * 1e3;
           fmt::print("{:<6} {:>6} {:>6} {:>10.2f} {:>10.2f} {:>10.2f} {:>8.0f} {:>7.0f}%\n",
                      dt == DType::kBF16 ? "bf16" : "fp8", ctx, batch, g_ms * 1e3, e_ms * 1e3,

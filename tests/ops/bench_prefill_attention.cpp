@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_timing.h"
 #include "kernels/cuda/attention/prefill_attention.h"
 #include "kernels/cuda/batch_plan.h"
 #include "kernels/cuda/common/context.h"
@@ -35,34 +36,14 @@ namespace {
 
 using namespace pg;
 
-struct Buf {
-  void* p = nullptr;
-  explicit Buf(size_t bytes) { PG_CUDA_CHECK(cudaMalloc(&p, bytes)); }
-  ~Buf() { cudaFree(p); }
-  Buf(const Buf&) = delete;
-  Buf& operator=(const Buf&) = delete;
-};
+using Buf = bench::DeviceBuf;
 
+
+// Median ms of `reps` launches of fn (bench_timing.h; launch errors surface at the end).
 double MedianMs(int reps, const std::function<void()>& fn) {
-  for (int i = 0; i < 2; ++i) fn();
-  PG_CUDA_CHECK(cudaDeviceSynchronize());
-  cudaEvent_t a, b;
-  PG_CUDA_CHECK(cudaEventCreate(&a));
-  PG_CUDA_CHECK(cudaEventCreate(&b));
-  std::vector<float> ms;
-  for (int i = 0; i < reps; ++i) {
-    PG_CUDA_CHECK(cudaEventRecord(a, 0));
-    fn();
-    PG_CUDA_CHECK(cudaEventRecord(b, 0));
-    PG_CUDA_CHECK(cudaEventSynchronize(b));
-    float t = 0;
-    PG_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
+  const double ms = bench::MedianMs(reps, [&](int) { fn(); });
   PG_CUDA_CHECK(cudaGetLastError());
-  cudaEventDestroy(a), cudaEventDestroy(b);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  return ms;
 }
 
 TensorView Dev(void* p, std::initializer_list<int64_t> shape) {

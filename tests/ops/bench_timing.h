@@ -13,6 +13,15 @@
 
 namespace pg::bench {
 
+// An owned device allocation of the benchmarks (contents undefined).
+struct DeviceBuf {
+  void* p = nullptr;
+  explicit DeviceBuf(size_t bytes) { PG_CUDA_CHECK(cudaMalloc(&p, bytes)); }
+  ~DeviceBuf() { cudaFree(p); }
+  DeviceBuf(const DeviceBuf&) = delete;
+  DeviceBuf& operator=(const DeviceBuf&) = delete;
+};
+
 // Median milliseconds of `reps` timed calls of fn(i) on the legacy stream (after 3 warm-ups).
 inline double MedianMs(int reps, const std::function<void(int)>& fn) {
   for (int i = 0; i < 3; ++i) fn(i);
