@@ -112,4 +112,27 @@ int64_t TouchedExpertBytes(const DeviceMoeFfn& w, int64_t num_tokens, int top_k,
 // Distinct ids >= 0 among `ids` (host helper of the above; tested on the CPU).
 int64_t CountDistinctExperts(std::span<const int32_t> ids, int num_experts);
 
+// Weight bytes a device step streams: every placed byte but the input embedding (a gather),
+// unless the output projection is tied to it.
+inline int64_t StreamedDeviceBytes(int64_t placed_bytes, const TensorView& embed,
+                                   const TensorView& output) {
+  return placed_bytes - (output.data == embed.data ? 0 : embed.nbytes());
+}
+
+// Streamed bytes of the last device forward of `last_tokens` tokens: the routed experts of
+// each MoE layer counted as those its routes touched, not all of them. `layers` are a
+// model's device layers with `moe` (bool) and `moe_ffn` (DeviceMoeFfn).
+template <class Layers>
+int64_t LastForwardDeviceBytes(int64_t streamed, const Layers& layers, const MoeModelConfig& c,
+                               int64_t last_tokens, DeviceMemory& mem) {
+  if (last_tokens == 0) return streamed;
+  int64_t bytes = streamed;
+  for (const auto& L : layers) {
+    if (!L.moe) continue;
+    bytes -= L.moe_ffn.expert_bytes * c.num_experts;
+    bytes += TouchedExpertBytes(L.moe_ffn, last_tokens, c.top_k, mem);
+  }
+  return bytes;
+}
+
 }  // namespace pg::models

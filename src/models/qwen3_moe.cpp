@@ -86,20 +86,13 @@ class Qwen3MoeModel final : public Model {
   }
   bool on_device() const override { return device_ != nullptr; }
   int64_t streamed_weight_bytes() const override {
-    if (!on_device()) return weight_bytes();
-    const bool tied = d_output_.data == d_embed_.data;
-    return device_weight_bytes_ - (tied ? 0 : d_embed_.nbytes());
+    return on_device() ? StreamedDeviceBytes(device_weight_bytes_, d_embed_, d_output_)
+                       : weight_bytes();
   }
   float last_routing_margin() const override { return last_routing_margin_; }
   int64_t last_forward_weight_bytes() const override {
-    if (!on_device() || last_tokens_ == 0) return streamed_weight_bytes();
-    int64_t bytes = streamed_weight_bytes();
-    for (const DeviceLayer& L : d_layers_) {
-      if (!L.moe) continue;
-      bytes -= L.moe_ffn.expert_bytes * c_.num_experts;
-      bytes += TouchedExpertBytes(L.moe_ffn, last_tokens_, c_.top_k, *device_);
-    }
-    return bytes;
+    if (!on_device()) return streamed_weight_bytes();
+    return LastForwardDeviceBytes(streamed_weight_bytes(), d_layers_, c_, last_tokens_, *device_);
   }
 
   void PlaceOnDevice(DeviceMemory& memory, const DevicePlacement& placement) override {
