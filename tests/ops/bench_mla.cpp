@@ -21,6 +21,7 @@
 #include <memory>
 #include <vector>
 
+#include "bench_timing.h"
 #include "kernels/cuda/batch_plan.h"
 #include "kernels/cuda/common/context.h"
 #include "kernels/cuda/common/cuda_check.h"
@@ -48,63 +49,9 @@ struct Buf {
   T* as() const { return static_cast<T*>(p); }
 };
 
-double MedianMs(int reps, const std::function<void(int)>& fn) {
-  for (int i = 0; i < 3; ++i) fn(i);
-  PG_CUDA_CHECK(cudaDeviceSynchronize());
-  cudaEvent_t a, b;
-  PG_CUDA_CHECK(cudaEventCreate(&a));
-  PG_CUDA_CHECK(cudaEventCreate(&b));
-  std::vector<float> ms;
-  for (int i = 0; i < reps; ++i) {
-    PG_CUDA_CHECK(cudaEventRecord(a, 0));
-    fn(i);
-    PG_CUDA_CHECK(cudaEventRecord(b, 0));
-    PG_CUDA_CHECK(cudaEventSynchronize(b));
-    float t = 0;
-    PG_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  cudaEventDestroy(a), cudaEventDestroy(b);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
-
-// Per-call milliseconds of fn(0..19) captured in one graph on a non-default stream (the
-// kernels' current stream), median of 10 replays.
-double GraphMs(const std::function<void(int)>& fn) {
-  constexpr int kCalls = 20;
-  cudaStream_t s;
-  PG_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  cuda::StreamScope scope(s);
-  for (int i = 0; i < 3; ++i) fn(i);
-  PG_CUDA_CHECK(cudaStreamSynchronize(s));
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  PG_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < kCalls; ++i) fn(i);
-  PG_CUDA_CHECK(cudaStreamEndCapture(s, &g));
-  PG_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
-  PG_CUDA_CHECK(cudaGraphLaunch(ge, s));
-  PG_CUDA_CHECK(cudaStreamSynchronize(s));
-  cudaEvent_t a, b;
-  PG_CUDA_CHECK(cudaEventCreate(&a));
-  PG_CUDA_CHECK(cudaEventCreate(&b));
-  std::vector<float> ms;
-  for (int r = 0; r < 10; ++r) {
-    PG_CUDA_CHECK(cudaEventRecord(a, s));
-    PG_CUDA_CHECK(cudaGraphLaunch(ge, s));
-    PG_CUDA_CHECK(cudaEventRecord(b, s));
-    PG_CUDA_CHECK(cudaEventSynchronize(b));
-    float t = 0;
-    PG_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t / kCalls);
-  }
-  cudaEventDestroy(a), cudaEventDestroy(b);
-  cudaGraphExecDestroy(ge), cudaGraphDestroy(g);
-  cudaStreamDestroy(s);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
+using bench::MedianMs;
+// Per-call milliseconds from CUDA-graph replay (bench_timing.h).
+inline double GraphMs(const std::function<void(int)>& fn) { return bench::GraphMedianMs(fn); }
 
 constexpr int kPage = 64;
 constexpr int kNope = 128, kV = 128, kQk = kNope + cuda::kMlaRope;
