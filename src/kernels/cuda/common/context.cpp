@@ -1,5 +1,7 @@
 #include "kernels/cuda/common/context.h"
 
+#include <cstdlib>
+
 #include <array>
 #include <vector>
 
@@ -85,6 +87,14 @@ int MultiprocessorCount() {
     return n;
   }();
   return count;
+}
+
+bool PdlEnabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("PEREGRINE_PDL");
+    return !(v && v[0] == '0');
+  }();
+  return enabled;
 }
 
 int DeviceCount() {

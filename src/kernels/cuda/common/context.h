@@ -48,4 +48,7 @@ int MultiprocessorCount();
 // Number of CUDA devices visible (0 when there is no driver or no GPU); never throws.
 int DeviceCount();
 
+// Programmatic dependent launch on (default) or off (PEREGRINE_PDL=0); see pdl.cuh.
+bool PdlEnabled();
+
 }  // namespace pg::cuda
