@@ -76,10 +76,20 @@ inline int64_t MlaCacheHalfDim(int64_t kv_lora_rank, int64_t rope_dim) {
 }
 
 // Writes the new tokens' latent rows into their slots (positions as KvWrite).
+// Optional fused prologue (the decode path's kv_a_layernorm and k_pe RoPE; kv_lora_rank > 0):
+// with norm_weight set, latent[:, :kv_lora_rank] is RMS-normed in place (as RmsNorm with
+// norm_weight [kv_lora_rank], eps); with positions set, latent[:, kv_lora_rank:] is rotated in
+// place as one RoPE head of rope_dim values (as Rope with `rope`, rotary_dim 0 or rope_dim).
+// Exactly RmsNorm; Rope; MlaCacheWrite on every backend, the rounding of each included.
 struct MlaCacheWriteParams {
   TensorView latent;  // [num_tokens, kv_lora_rank + rope_dim] f32
   KvCacheView cache;  // latent cache (layout above), f32/f16/bf16
   const AttentionBatch* batch = nullptr;
+  TensorView norm_weight;  // optional [kv_lora_rank] f32 (or f16/bf16)
+  float eps = 1e-6f;
+  int kv_lora_rank = 0;    // needed with norm_weight or positions
+  TensorView positions;    // optional [num_tokens] i32
+  RopeConfig rope;
 };
 void MlaCacheWrite(const MlaCacheWriteParams& p);
 
@@ -101,6 +111,11 @@ struct MlaAttentionParams {
   int rope_dim = 0;   // nope_dim = q.dim(2) - rope_dim; v_dim = out.dim(2)
   float scale = 0.0f; // softmax scale; 0 = 1/sqrt(nope_dim + rope_dim)
   MlaMode mode = MlaMode::kExpanded;
+  // Optional fused q RoPE: with positions set, q[:, :, nope_dim:] is first rotated in place
+  // (as Rope on that [num_tokens, num_heads, rope_dim] view with `rope`, rotary_dim 0 or
+  // rope_dim); q then holds the rotated values, as after a separate Rope.
+  TensorView positions;  // optional [num_tokens] i32
+  RopeConfig rope;
 };
 void MlaAttention(const MlaAttentionParams& p);
 

@@ -316,17 +316,8 @@ class DeepseekV3Model final : public Model {
     q3.ndim = 3;
     q3.shape = {n, nh, qk};
     q3.strides = {q.strides[0], qk, 1};
-    // kva = [c_kv (rank) | k_pe (rope)] per token; c_kv is normed in place, k_pe rotated as
-    // one head [n, 1, rope] (row stride lat).
-    const TensorView c_kv = Columns(kva, 0, rank);
-    TensorView k_pe = Columns(kva, rank, rope);
-    k_pe.ndim = 3;
-    k_pe.shape = {n, 1, rope};
-    k_pe.strides = {kva.strides[0], rope, 1};
-    // q's rope dims are the last `rope` of each head: the view [n, nh, qk] starting `nope`
-    // elements in, with rotary_dim = rope, rotates exactly them (in place).
-    TensorView q_pe = q3;
-    q_pe.data = static_cast<uint16_t*>(q.data) + nope;
+    // kva = [c_kv (rank) | k_pe (rope)] per token: MlaCacheWrite norms c_kv and rotates k_pe
+    // (one head of rope dims) in place; MlaAttention rotates q's last `rope` dims per head.
     ops::RopeConfig rope_cfg = b.rope;
     rope_cfg.rotary_dim = int(rope);
     const bool decode = std::all_of(fb.attention->q_len.begin(), fb.attention->q_len.end(),
@@ -347,18 +338,19 @@ class DeepseekV3Model final : public Model {
         ops::RmsNorm({.x = qa, .weight = L.q_a_norm, .out = qa, .eps = b.rms_norm_eps});
         DeviceMatmul(qa, L.wq_b, q);
       }
-      ops::RmsNorm({.x = c_kv, .weight = L.kv_a_norm, .out = c_kv, .eps = b.rms_norm_eps});
-      if (rope > 0 && !c_.mla_use_nope) {  // NoPE (Kimi Linear): q_pe, k_pe unrotated
-        ops::Rope({.x = k_pe, .positions = pos, .config = rope_cfg});
-        ops::Rope({.x = q_pe, .positions = pos, .config = rope_cfg});
-      }
+      // kv_a_layernorm + k_pe RoPE fused into the cache write, q_pe RoPE into the attention
+      // (the ops' optional prologues: the same computation as RmsNorm; Rope; Rope first).
+      const TensorView rope_pos = rope > 0 && !c_.mla_use_nope ? pos : TensorView{};  // NoPE
       const ops::KvCacheView& cache = kv.layers[size_t(li)];
-      ops::MlaCacheWrite({.latent = kva, .cache = cache, .batch = fb.attention});
+      ops::MlaCacheWrite({.latent = kva, .cache = cache, .batch = fb.attention,
+                          .norm_weight = L.kv_a_norm, .eps = b.rms_norm_eps,
+                          .kv_lora_rank = int(rank), .positions = rope_pos, .rope = rope_cfg});
       ops::MlaAttention({.q = q3, .w_kv_b = L.wkv_b,
                          .out = attn.Reshape({n, nh, vd}), .cache = cache, .batch = fb.attention,
                          .kv_lora_rank = int(rank), .rope_dim = int(rope),
                          .scale = c_.softmax_scale,
-                         .mode = decode ? ops::MlaMode::kAbsorbed : ops::MlaMode::kExpanded});
+                         .mode = decode ? ops::MlaMode::kAbsorbed : ops::MlaMode::kExpanded,
+                         .positions = rope_pos, .rope = rope_cfg});
       DeviceMatmul(attn, L.wo, o);
       ops::RmsNorm({.x = o, .weight = L.ffn_norm, .out = hn, .residual = x, .eps = b.rms_norm_eps});
       if (L.moe) RunDeviceMoeFfn(L.moe_ffn, c_, hn, ffn, A.ffn_scratch);

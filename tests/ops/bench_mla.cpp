@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -143,20 +144,18 @@ void BenchDecode(const Ceilings& ceil, int heads, int q_len, int batch, int ctx,
   a.heads = heads;
   a.row_groups = plan.row_groups;
   a.num_splits = plan.num_splits;
-  a.chunk = plan.chunk;
   a.logit_scale_log2 = 0.1f;
   a.cache_type = fp8 ? cuda::MlaCacheType::kFP8 : cuda::MlaCacheType::kBF16;
   a.k_scale = a.v_scale = 1.0f;
   auto time_plan = [&](const cuda::MlaDecodePlan& pl) {
     a.row_groups = pl.row_groups;
     a.num_splits = pl.num_splits;
-    a.chunk = pl.chunk;
     return GraphMs([&](int i) {
       a.batch = batches[size_t(i % copies)]->plan.view();
       cudaStream_t st = cuda::CurrentStream();
       cuda::LaunchMlaDecode(a, st);
       if (a.num_splits > 1)
-        cuda::LaunchMlaCombine({a.partial_acc, a.partial_ml, a.o_lat, a.batch, heads, a.num_splits, a.chunk}, st);
+        cuda::LaunchMlaCombine({a.partial_acc, a.partial_ml, a.o_lat, a.batch, heads, a.num_splits}, st);
     });
   };
   const double kernel_ms = time_plan(plan);
@@ -268,7 +267,10 @@ void BenchPrefill(const Ceilings& ceil, int heads, int seqs, int q_len, int kv_l
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace pg::bench {
+// The benchmark's entry point (also linked into tests/models' mla_gpu_check, which carries the
+// MLA tests, goldens and benchmarks of one GPU job in one binary).
+int RunMlaBench(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   // --profile: one decode shape and one prefill shape (for a profiler's first launches).
   const bool profile = argc > 1 && std::strcmp(argv[1], "--profile") == 0;
@@ -282,9 +284,16 @@ int main(int argc, char** argv) {
       BenchPrefill(c, 128, 1, 4096, 4096);
       return 0;
     }
+    // --decode-only: no prefill rows; --heads N: only that head count.
+    bool decode_only = false;
+    std::vector<int> head_counts = {128, 16};
+    for (int i = 1; i < argc; ++i) {
+      if (std::strcmp(argv[i], "--decode-only") == 0) decode_only = true;
+      if (std::strcmp(argv[i], "--heads") == 0 && i + 1 < argc) head_counts = {std::atoi(argv[i + 1])};
+    }
     const std::vector<int> batches = quick ? std::vector<int>{1, 32} : std::vector<int>{1, 8, 32};
     const std::vector<int> ctxs = quick ? std::vector<int>{1024, 32768} : std::vector<int>{1024, 8192, 32768};
-    for (int heads : {128, 16})
+    for (int heads : head_counts)
       for (int q_len : {1, 4})
         for (int batch : batches)
           for (int ctx : ctxs)
@@ -292,7 +301,8 @@ int main(int argc, char** argv) {
               if (quick && fp8 && ctx != 32768) continue;
               BenchDecode(c, heads, q_len, batch, ctx, fp8);
             }
-    for (int heads : {128, 16}) {
+    for (int heads : head_counts) {
+      if (decode_only) break;
       BenchPrefill(c, heads, 1, 4096, 4096);
       BenchPrefill(c, heads, 4, 1024, 2048);
       if (!quick) BenchPrefill(c, heads, 1, 512, 512);
@@ -303,3 +313,9 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+
+}  // namespace pg::bench
+
+#ifndef PG_MLA_BENCH_NO_MAIN
+int main(int argc, char** argv) { return pg::bench::RunMlaBench(argc, argv); }
+#endif

@@ -4,7 +4,10 @@
 //  * every backend (CUDA: absorbed decode kernel + split-K combine, expanded prefill kernel,
 //    cache write) against ref, bf16 and fp8 caches, on mixed batches: decode rows, several
 //    query positions per sequence (speculative verification), prefills with and without a
-//    cached prefix, odd page sizes, shuffled pages, contexts long enough for split-K.
+//    cached prefix, odd page sizes, shuffled pages, contexts long enough for split-K;
+//  * the fused forms: MlaCacheWrite with its kv norm + k_pe RoPE prologue, MlaAttention with
+//    its q RoPE (and, at <= 4 tokens, the CUDA fused q-absorb and combine + W_UV kernels),
+//    against ref = the separate reference ops run in order.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -15,6 +18,7 @@
 
 #include "core/quant.h"
 #include "kernels/ops_moe.h"
+#include "kernels/rope_freq.h"
 #include "op_test_util.h"
 
 namespace pg::ops::testing {
@@ -28,15 +32,22 @@ inline KvCacheView MirrorLatent(DeviceMirror& m, const KvCacheView& c, bool copy
 }
 inline MlaAttentionParams Mirror(DeviceMirror& m, const MlaAttentionParams& p) {
   MlaAttentionParams d = p;
-  d.q = m.Act(p.q, false);
+  d.q = m.Act(p.q, p.positions.data != nullptr);  // the fused RoPE rotates q in place
   d.out = m.Act(p.out, true);
+  d.positions = m.Raw(p.positions);
   d.w_kv_b = m.Raw(p.w_kv_b);
   d.cache = MirrorLatent(m, p.cache, false);
   return d;
 }
 inline MlaCacheWriteParams Mirror(DeviceMirror& m, const MlaCacheWriteParams& p) {
   // fp8 caches are not copied back by the mirror: MlaCacheWriteMatchesRef reads them itself.
-  return {m.Act(p.latent, false), MirrorLatent(m, p.cache, true), p.batch};
+  // The fused prologue rewrites the latent in place.
+  MlaCacheWriteParams d = p;
+  d.latent = m.Act(p.latent, p.norm_weight.data || p.positions.data);
+  d.cache = MirrorLatent(m, p.cache, true);
+  d.norm_weight = m.Raw(p.norm_weight);
+  d.positions = m.Raw(p.positions);
+  return d;
 }
 #endif
 
@@ -156,11 +167,81 @@ TEST(MlaRef, Fp8CacheStoresRoundedLatentsAndAttendsToTheirValues) {
   }
 }
 
+// Each new token's position (kv_len - q_len + i), as the model's positions tensor.
+Tensor Positions(const Batch& b) {
+  Tensor pos(DType::kI32, {b.tokens});
+  for (int s = 0; s < b.batch.num_seqs; ++s)
+    for (int i = 0; i < b.q_len[size_t(s)]; ++i)
+      pos.data<int32_t>()[b.q_start[size_t(s)] + i] = b.kv_len[size_t(s)] - b.q_len[size_t(s)] + i;
+  return pos;
+}
+
+// The fused prologues of the reference ops against plain loops written here: RMS norm over
+// the first kv_lora_rank values, RoPE (angle = float(inv_freq * pos), HF) on the rest / on q's
+// rope dims, in place; attention on the rotated q is then the unfused op's result exactly.
+TEST(MlaRef, FusedProloguesMatchPlainLoops) {
+  PG_SEED_TRACE();
+  const int rank = 48, rope = 8, heads = 3, nope = 16, vd = 8;
+  Batch b({{1, 37}, {3, 20}}, 8);
+  const Tensor pos = Positions(b);
+  for (bool neox : {true, false}) {
+    SCOPED_TRACE(neox ? "neox" : "interleaved");
+    const RopeConfig cfg{.theta = 5000.0f, .neox = neox};
+    const std::vector<float> inv = RopeInvFreq(cfg, rope);
+    auto rotate = [&](float* x, int32_t p) {  // one head of `rope` values
+      for (int i = 0; i < rope / 2; ++i) {
+        const int i0 = neox ? i : 2 * i, i1 = neox ? i + rope / 2 : 2 * i + 1;
+        const double ang = double(inv[size_t(i)] * float(p)), c = std::cos(ang), sn = std::sin(ang);
+        const double x0 = x[i0], x1 = x[i1];
+        x[i0] = float(x0 * c - x1 * sn);
+        x[i1] = float(x1 * c + x0 * sn);
+      }
+    };
+    // MlaCacheWrite: latent rows normed / rotated in place, then stored (f32 cache: as is).
+    Tensor latent = F32({b.tokens, rank + rope}, 2.0f), norm_w = F32({rank}, 0.5f);
+    Tensor want(DType::kF32, {b.tokens, rank + rope});
+    std::memcpy(want.data<float>(), latent.data<float>(), size_t(latent.nbytes()));
+    for (int64_t t = 0; t < b.tokens; ++t) {
+      float* r = want.data<float>() + t * (rank + rope);
+      double ss = 0;
+      for (int i = 0; i < rank; ++i) ss += double(r[i]) * r[i];
+      const double inv_rms = 1.0 / std::sqrt(ss / rank + 1e-5);
+      for (int i = 0; i < rank; ++i) r[i] = float(r[i] * inv_rms * norm_w.data<float>()[i]);
+      rotate(r + rank, pos.data<int32_t>()[t]);
+    }
+    LatentCache cache(b, DType::kF32, 1.0f, 1.0f, rank, rope);
+    MlaCacheWrite({.latent = latent.view(), .cache = cache.view, .batch = &b.batch,
+                   .norm_weight = norm_w.view(), .eps = 1e-5f, .kv_lora_rank = rank,
+                   .positions = pos.view(), .rope = cfg});
+    ExpectClose(want.data<float>(), latent.data<float>(), latent.numel(), {1e-5, 1e-10},
+                "latent after the fused prologue");
+    // MlaAttention: q's rope dims rotated in place, then the unfused attention on that q.
+    Tensor w = F32({heads * (nope + vd), rank}, 0.05f), q = F32({b.tokens, heads, nope + rope});
+    Tensor q_rot(DType::kF32, {b.tokens, heads, nope + rope});
+    std::memcpy(q_rot.data<float>(), q.data<float>(), size_t(q.nbytes()));
+    for (int64_t t = 0; t < b.tokens; ++t)
+      for (int h = 0; h < heads; ++h)
+        rotate(q_rot.data<float>() + (t * heads + h) * (nope + rope) + nope, pos.data<int32_t>()[t]);
+    Tensor o_fused(DType::kF32, {b.tokens, heads, vd}), o_plain(DType::kF32, {b.tokens, heads, vd});
+    MlaAttentionParams p{.q = q.view(), .w_kv_b = w.view(), .out = o_fused.view(),
+                         .cache = cache.view, .batch = &b.batch, .kv_lora_rank = rank,
+                         .rope_dim = rope, .mode = MlaMode::kAbsorbed, .positions = pos.view(),
+                         .rope = cfg};
+    MlaAttention(p);
+    ExpectClose(q_rot.data<float>(), q.data<float>(), q.numel(), {1e-5, 1e-10}, "q after the fused rope");
+    p.q = q_rot.view(), p.out = o_plain.view(), p.positions = {};
+    MlaAttention(p);
+    ExpectClose(o_plain.data<float>(), o_fused.data<float>(), o_fused.numel(), {1e-5, 1e-10},
+                "attention with the fused rope");
+  }
+}
+
 struct Case {
   int heads, nope, v, page_size;
   std::vector<std::pair<int, int>> seqs;  // (q_len, kv_len)
   bool expanded;                          // also run the expanded mode (ref cost)
   int rank = kRank, rope = kRope;
+  bool rope_q = false;                    // also run with the fused q RoPE (positions set)
 };
 
 TEST(MlaAttentionOp, BackendsMatchRef) {
@@ -176,6 +257,14 @@ TEST(MlaAttentionOp, BackendsMatchRef) {
       {4, 32, 24, 4, {{1, 29}, {5, 5}, {2, 40}}, true, 64, 16},
       {2, 24, 32, 16, {{7, 7}, {1, 30}}, true, 48, 8},
       {3, 10, 12, 5, {{1, 40}, {17, 30}, {1, 1}}, true, 21, 6},
+      // <= 4 tokens: the fused q-absorb and combine + W_UV kernels (one split / many splits,
+      // 16 and 128 heads, q_len 4 verification), with and without the fused q RoPE.
+      {16, 128, 128, 64, {{1, 1000}}, false, kRank, kRope, true},
+      {16, 128, 128, 16, {{1, 40}}, false, kRank, kRope, true},
+      {128, 128, 128, 64, {{1, 2000}, {1, 50}}, false, kRank, kRope, true},
+      {16, 128, 128, 32, {{4, 300}}, true, kRank, kRope, true},
+      {4, 32, 24, 4, {{1, 29}, {2, 40}}, false, 64, 16, true},  // generic kernel, fused q side
+      {16, 128, 128, 16, {{1, 300}, {4, 77}, {1, 1}, {3, 3}}, true, kRank, kRope, true},  // 9 tokens
   };
   if (Backends<MlaAttentionParams>().empty()) GTEST_SKIP() << "no MlaAttention backend besides ref";
   Coverage cov;
@@ -184,9 +273,10 @@ TEST(MlaAttentionOp, BackendsMatchRef) {
       for (MlaMode mode : {MlaMode::kAbsorbed, MlaMode::kExpanded}) {
         if (mode == MlaMode::kExpanded && !c.expanded) continue;
         const std::string what =
-            fmt::format("heads {} nope {} v {} rank {} rope {} page {} cache {} {}", c.heads,
+            fmt::format("heads {} nope {} v {} rank {} rope {} page {} cache {} {}{}", c.heads,
                         c.nope, c.v, c.rank, c.rope, c.page_size, dt == DType::kF32 ? "bf16" : "fp8",
-                        mode == MlaMode::kAbsorbed ? "absorbed" : "expanded");
+                        mode == MlaMode::kAbsorbed ? "absorbed" : "expanded",
+                        c.rope_q ? " +q rope" : "");
         SCOPED_TRACE(what);
         Batch b(c.seqs, c.page_size);
         LatentCache cache(b, dt, dt == DType::kF32 ? 1.0f : 0.125f,
@@ -195,18 +285,29 @@ TEST(MlaAttentionOp, BackendsMatchRef) {
         Tensor q = F32({b.tokens, c.heads, c.nope + c.rope});
         RoundToBf16(q);
         Tensor ref_out(DType::kF32, {b.tokens, c.heads, c.v}), got(DType::kF32, {b.tokens, c.heads, c.v});
+        const Tensor pos = Positions(b);
         MlaAttentionParams p{.q = q.view(), .w_kv_b = w.view(), .out = ref_out.view(),
                              .cache = cache.view, .batch = &b.batch, .kv_lora_rank = c.rank,
                              .rope_dim = c.rope, .scale = 0.8f / std::sqrt(float(c.nope + c.rope)),
                              .mode = mode};
+        if (c.rope_q) {
+          p.positions = pos.view();
+          p.rope = {.theta = 10000.0f, .neox = c.page_size % 32 == 0};  // both pairings
+        }
+        const std::vector<uint8_t> q0 = Bytes(q);  // ref rotates q in place
         RunWith(RefImpl<MlaAttentionParams>(), p);
+        const std::vector<uint8_t> q_ref = Bytes(q);
         for (const auto* k : Backends<MlaAttentionParams>()) {
           got.Zero();
           p.out = got.view();
+          std::memcpy(q.data<uint8_t>(), q0.data(), q0.size());
           if (!RunBackend(*k, p)) continue;
           cov.Ran(k->backend);
           ExpectClose(ref_out.data<float>(), got.data<float>(), got.numel(), kBf16Attention,
                       k->backend + " " + what);
+          if (c.rope_q)  // the rotated q, as a separate Rope leaves it
+            ExpectClose(reinterpret_cast<const float*>(q_ref.data()), q.data<float>(), q.numel(),
+                        kBf16, k->backend + " rotated q " + what);
         }
       }
     }
@@ -259,6 +360,97 @@ TEST(MlaCacheWriteOp, BackendsMatchRef) {
       } else {
         EXPECT_EQ(std::memcmp(want.k.data<uint8_t>(), gk.data<uint8_t>(), size_t(gk.nbytes())), 0) << k->backend;
         EXPECT_EQ(std::memcmp(want.v.data<uint8_t>(), gv.data<uint8_t>(), size_t(gv.nbytes())), 0) << k->backend;
+      }
+    }
+  }
+  cov.Check<MlaCacheWriteParams>();
+}
+
+// The fused prologue (kv_a norm + k_pe RoPE, in place) then the write, against ref's
+// RmsNorm; Rope; MlaCacheWrite. The device rounds the normed / rotated values to bf16 (and
+// the cache to fp8) as the separate kernels do; ref keeps f32, so values are compared at bf16
+// tolerance (fp8: dequantized, within one e4m3 step of ref's).
+TEST(MlaCacheWriteOp, FusedNormRopeMatchesRef) {
+  PG_SEED_TRACE();
+  Coverage cov;
+  struct Shape {
+    int rank, rope;
+    bool norm, rope_on, neox;
+  };
+  for (const Shape sh : {Shape{kRank, kRope, true, true, false}, Shape{kRank, kRope, true, false, true},
+                         Shape{kRank, kRope, false, true, true}, Shape{48, 8, true, true, true}}) {
+    for (DType dt : {DType::kF32, DType::kF8E4M3}) {
+      const std::string what = fmt::format("rank {} rope {} norm {} rope {} neox {} {} cache",
+                                           sh.rank, sh.rope, sh.norm, sh.rope_on, sh.neox,
+                                           dt == DType::kF32 ? "bf16" : "fp8");
+      SCOPED_TRACE(what);
+      Batch b({{1, 40}, {5, 9}, {3, 3}, {1, 2000}}, 16);
+      LatentCache want(b, dt, 1.0f, 1.0f, sh.rank, sh.rope);
+      if (dt == DType::kF8E4M3) want.view.k_scale = 0.5f, want.view.v_scale = 0.25f;
+      const int64_t L = sh.rank + sh.rope, half = MlaCacheHalfDim(sh.rank, sh.rope);
+      Tensor latent = F32({b.tokens, L}, 4.0f);
+      RoundToBf16(latent);
+      Tensor norm_w = F32({sh.rank}, 0.3f);
+      for (int64_t i = 0; i < sh.rank; ++i) norm_w.data<float>()[i] += 1.0f;
+      const Tensor pos = Positions(b);
+      const std::vector<uint8_t> k0 = Bytes(want.k), v0 = Bytes(want.v), lat0 = Bytes(latent);
+      MlaCacheWriteParams p{.latent = latent.view(), .cache = want.view, .batch = &b.batch};
+      p.kv_lora_rank = sh.rank;
+      p.eps = 1e-6f;
+      if (sh.norm) p.norm_weight = norm_w.view();
+      if (sh.rope_on) p.positions = pos.view(), p.rope = {.theta = 10000.0f, .neox = sh.neox};
+      RunWith(RefImpl<MlaCacheWriteParams>(), p);
+      const std::vector<uint8_t> lat_ref = Bytes(latent);
+      // Cache contents as real values (f32 caches as stored; fp8 dequantized).
+      auto values = [&](const Tensor& t, float scale) {
+        std::vector<float> out(size_t(t.numel()));
+        for (int64_t i = 0; i < t.numel(); ++i)
+          out[size_t(i)] = t.dtype() == DType::kF32 ? t.data<float>()[i]
+                                                    : F8E4M3ToF32(t.data<uint8_t>()[i]) * scale;
+        return out;
+      };
+      const std::vector<float> wk = values(want.k, want.view.k_scale), wv = values(want.v, want.view.v_scale);
+      for (const auto* k : Backends<MlaCacheWriteParams>()) {
+        Tensor gk(want.k.dtype(), {b.num_pages, b.batch.page_size, 1, half}),
+            gv(want.v.dtype(), {b.num_pages, b.batch.page_size, 1, half});
+        std::memcpy(gk.data<uint8_t>(), k0.data(), k0.size());
+        std::memcpy(gv.data<uint8_t>(), v0.data(), v0.size());
+        std::memcpy(latent.data<uint8_t>(), lat0.data(), lat0.size());
+        MlaCacheWriteParams g = p;
+        g.cache = {gk.view(), gv.view(), want.view.k_scale, want.view.v_scale};
+        bool ran = false;
+#if defined(PEREGRINE_HAVE_CUDA)
+        if (dt == DType::kF8E4M3) {
+          DeviceMirror m;
+          const MlaCacheWriteParams d = Mirror(m, g);
+          if (Accepts(*k, d)) {
+            RunWith(*k, d);
+            m.CopyBack();
+            PG_TEST_CUDA(cudaMemcpy(gk.data<uint8_t>(), d.cache.k_cache.data, size_t(gk.nbytes()), cudaMemcpyDeviceToHost));
+            PG_TEST_CUDA(cudaMemcpy(gv.data<uint8_t>(), d.cache.v_cache.data, size_t(gv.nbytes()), cudaMemcpyDeviceToHost));
+            ran = true;
+          }
+        }
+#endif
+        if (dt == DType::kF32) ran = RunBackend(*k, g);
+        if (!ran) continue;
+        cov.Ran(k->backend);
+        ExpectClose(reinterpret_cast<const float*>(lat_ref.data()), latent.data<float>(),
+                    latent.numel(), kBf16, k->backend + " latent in place");
+        const std::vector<float> gkv = values(gk, want.view.k_scale), gvv = values(gv, want.view.v_scale);
+        if (dt == DType::kF32) {
+          ExpectClose(wk.data(), gkv.data(), int64_t(wk.size()), kBf16, k->backend + " k cache");
+          ExpectClose(wv.data(), gvv.data(), int64_t(wv.size()), kBf16, k->backend + " v cache");
+        } else {  // within one e4m3 step (2^-3 relative) of ref's stored value
+          for (const auto* pr : {&wk, &wv}) {
+            const std::vector<float>& ref = *pr;
+            const std::vector<float>& got = pr == &wk ? gkv : gvv;
+            int64_t bad = 0;
+            for (size_t i = 0; i < ref.size(); ++i)
+              if (std::fabs(got[i] - ref[i]) > 0.126f * std::fabs(ref[i]) + 2e-3f) ++bad;
+            EXPECT_EQ(bad, 0) << k->backend << (pr == &wk ? " k" : " v") << " fp8 cache";
+          }
+        }
       }
     }
   }

@@ -51,6 +51,27 @@ std::vector<double> GatherLatents(const LatentCache& lc, const AttentionBatch& b
   return rows;
 }
 
+// The reference backend's implementation of a base op (the fused prologues below are exactly
+// these ops, run in order).
+template <typename P>
+void RunRef(const P& p) {
+  Validate(p);
+  Registry::Global().table<P>().Find("ref")->run(p);
+}
+
+// Rope on rope_dim values starting `offset` elements into each of `heads` heads of `head_dim`
+// (rotary_dim = rope_dim): the [rows, heads, head_dim] view shifted by `offset`.
+void RopeSlice(const TensorView& x, int64_t heads, int64_t head_dim, int64_t offset,
+               int64_t rope_dim, const TensorView& positions, RopeConfig config) {
+  TensorView v = x;
+  v.data = static_cast<float*>(x.data) + offset;
+  v.ndim = 3;
+  v.shape = {x.dim(0), heads, head_dim};
+  v.strides = {x.strides[0], head_dim, 1};
+  config.rotary_dim = int(rope_dim);
+  RunRef(RopeParams{.x = v, .positions = positions, .config = config});
+}
+
 // Softmax of `logits` in place (over all entries).
 void Softmax(std::vector<double>& logits) {
   double mx = -INFINITY, sum = 0;
@@ -63,7 +84,14 @@ void Softmax(std::vector<double>& logits) {
 
 void MlaCacheWrite(const MlaCacheWriteParams& p) {
   const AttentionBatch& b = *p.batch;
-  const int64_t latent_dim = p.latent.dim(1);
+  const int64_t latent_dim = p.latent.dim(1), rank = p.kv_lora_rank;
+  if (p.norm_weight.data) {  // RmsNorm of latent[:, :rank], in place
+    TensorView c_kv = p.latent;
+    c_kv.shape[1] = rank;
+    RunRef(RmsNormParams{.x = c_kv, .weight = p.norm_weight, .out = c_kv, .eps = p.eps});
+  }
+  if (p.positions.data)  // Rope of latent[:, rank:] as one head, in place
+    RopeSlice(p.latent, 1, latent_dim - rank, rank, latent_dim - rank, p.positions, p.rope);
   LatentCache lc{p.cache, (latent_dim + 1) / 2};
   for (int s = 0; s < b.num_seqs; ++s) {
     const int64_t first = b.kv_len[size_t(s)] - b.q_len[size_t(s)];
@@ -83,6 +111,7 @@ void MlaAttention(const MlaAttentionParams& p) {
   const int64_t per_head = nope + vd;
   const double scale = p.scale > 0 ? p.scale : 1.0 / std::sqrt(double(qk));
   LatentCache lc{p.cache, (latent_dim + 1) / 2};
+  if (p.positions.data) RopeSlice(p.q, heads, qk, nope, rope, p.positions, p.rope);
   // w_kv_b as f32: [heads * (nope + vd), rank].
   std::vector<float> w(size_t(heads * per_head * rank));
   for (int64_t r = 0; r < heads * per_head; ++r)

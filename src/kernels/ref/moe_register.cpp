@@ -138,10 +138,34 @@ void Validate(const MoeExpertsParams& p) {
             num_experts);
 }
 
+// The optional positions of a fused RoPE: [num_tokens] i32, rotary_dim 0 or rope_dim.
+void ValidateFusedRope(std::string_view op, const TensorView& positions, const RopeConfig& c,
+                       int64_t num_tokens, int64_t rope_dim) {
+  if (!positions.data) return;
+  PG_OP_NEED(positions.ndim == 1 && positions.dtype == DType::kI32 && positions.is_contiguous() &&
+                 positions.dim(0) == num_tokens,
+             op, "positions {} must be [{}] i32", positions.ShapeString(), num_tokens);
+  PG_OP_NEED(rope_dim > 0 && rope_dim % 2 == 0 && (c.rotary_dim == 0 || c.rotary_dim == rope_dim),
+             op, "fused rope: rotary_dim {} must be 0 or the (even) rope dim {}", c.rotary_dim,
+             rope_dim);
+}
+
 void Validate(const MlaCacheWriteParams& p) {
   constexpr std::string_view op = "MlaCacheWrite";
   NeedAct(op, "latent", p.latent, 2);
   ValidateLatentCache(op, p.cache, p.batch, p.latent.dim(0), p.latent.dim(1), p.latent.data);
+  if (p.norm_weight.data || p.positions.data)
+    PG_OP_NEED(p.kv_lora_rank > 0 && p.kv_lora_rank <= p.latent.dim(1), op,
+               "kv_lora_rank {} must be in (0, {}] with a fused norm / rope", p.kv_lora_rank,
+               p.latent.dim(1));
+  if (p.norm_weight.data)
+    PG_OP_NEED(p.norm_weight.ndim == 1 && p.norm_weight.dim(0) == p.kv_lora_rank &&
+                   p.norm_weight.is_contiguous() &&
+                   (p.norm_weight.dtype == DType::kF32 || p.norm_weight.dtype == DType::kF16 ||
+                    p.norm_weight.dtype == DType::kBF16) && p.eps >= 0.0f,
+               op, "norm_weight {} must be [{}] f32/f16/bf16 (eps {} >= 0)",
+               p.norm_weight.ShapeString(), p.kv_lora_rank, p.eps);
+  ValidateFusedRope(op, p.positions, p.rope, p.latent.dim(0), p.latent.dim(1) - p.kv_lora_rank);
 }
 
 void Validate(const MlaAttentionParams& p) {
@@ -156,6 +180,7 @@ void Validate(const MlaAttentionParams& p) {
   NeedWeight(op, "w_kv_b", p.w_kv_b, heads * (nope + v), p.kv_lora_rank);
   PG_OP_NEED(p.scale >= 0.0f, op, "scale {} must be >= 0", p.scale);
   ValidateLatentCache(op, p.cache, p.batch, n, int64_t(p.kv_lora_rank) + p.rope_dim, p.q.data);
+  ValidateFusedRope(op, p.positions, p.rope, n, p.rope_dim);
 }
 
 Device DeviceOf(const MoeRouterParams& p) { return p.logits.device; }

@@ -13,7 +13,10 @@
 //                     warp w owns rows (w & 1) * 16 .. +16, columns (w >> 1) * 128 .. +128
 // Every latent tile is read from HBM once per split and serves all the block's rows; the
 // row groups of one split run side by side (blockIdx.x fastest), so their tiles come from L2.
-// With num_splits > 1 a block writes an unnormalised partial and MlaCombineKernel merges.
+// With num_splits > 1 a block writes an unnormalised partial and MlaCombineKernel (or the fused
+// MlaCombineApplyKernel, mla_fused.cu) merges. A split's key range comes from the sequence's
+// kv_len on the device (MlaSplitChunk), so one captured graph serves every length.
+// Both kernels are launched with PDL (common/pdl.cuh): they wait before their first read.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -21,6 +24,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cuda/common/pdl.cuh"
 #include "kernels/cuda/mla/mla_params.h"
 #include "kernels/cuda/mla/mma_util.cuh"
 
@@ -122,15 +126,19 @@ __global__ void __launch_bounds__(kThreads, 1) MlaDecodeKernel(const MlaDecodeAr
   Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
   uint8_t(*stage)[kMlaLatent] = kFp8 ? reinterpret_cast<SmemFp8*>(smem_raw)->stage : nullptr;
 
+  // Everything below reads the batch plan / q_lat or writes: wait for the upstream kernel.
+  PdlWait();
+  PdlTrigger();  // the combine may launch now (and stream its weights meanwhile)
   const DeviceBatchView& b = a.batch;
   const int s = blockIdx.z, split = blockIdx.y;
   const int q_len = b.q_len[s], kv_len = b.kv_len[s];
+  const int chunk = MlaSplitChunk(kv_len, a.num_splits);
   const int rows_total = q_len * a.heads;
   const int r0 = blockIdx.x * kRows;
-  const int k_begin = split * a.chunk;
+  const int k_begin = split * chunk;
   if (r0 >= rows_total || k_begin >= kv_len) return;  // the combine reads no such split
   const int r_last = min(r0 + kRows, rows_total) - 1;
-  const int k_end = min(min(kv_len, k_begin + a.chunk), kv_len - q_len + r_last / a.heads + 1);
+  const int k_end = min(min(kv_len, k_begin + chunk), kv_len - q_len + r_last / a.heads + 1);
   const int num_tiles = k_end > k_begin ? (k_end - k_begin + kKeys - 1) / kKeys : 0;
   const int32_t* pages = b.page_table + b.page_start[s];
   // Row r of the block is query row (q_start * heads + r0 + r) of the [tokens, heads] grid.
@@ -321,10 +329,14 @@ __global__ void __launch_bounds__(kThreads, 1) MlaDecodeKernel(const MlaDecodeAr
 
 // One block per (token, head) row; 128 threads x 4 columns.
 __global__ void __launch_bounds__(128) MlaCombineKernel(const MlaCombineArgs a) {
+  PdlWait();
+  PdlTrigger();
   const int64_t row = blockIdx.x;
   const int token = int(row / a.heads);
   const int s = a.batch.token_seq[token];
-  const int n = min(a.num_splits, (a.batch.kv_len[s] + a.chunk - 1) / a.chunk);
+  const int kv_len = a.batch.kv_len[s];
+  const int n = min(a.num_splits, (kv_len + MlaSplitChunk(kv_len, a.num_splits) - 1) /
+                                      MlaSplitChunk(kv_len, a.num_splits));
   const float* ml = a.partial_ml + row * a.num_splits * 2;
   float mx = kNoMax;
   for (int i = 0; i < n; ++i) mx = fmaxf(mx, ml[2 * i]);
@@ -354,7 +366,7 @@ void Launch(const MlaDecodeArgs& a, cudaStream_t stream) {
     configured = true;
   }
   const dim3 grid(a.row_groups, a.num_splits, a.batch.num_seqs);
-  MlaDecodeKernel<kFp8><<<grid, kThreads, smem, stream>>>(a);
+  LaunchPdl(MlaDecodeKernel<kFp8>, grid, dim3(kThreads), smem, stream, a);
 }
 
 }  // namespace
@@ -370,9 +382,8 @@ MlaDecodePlan PlanMlaDecode(int num_seqs, int max_q_len, int max_kv_len, int hea
   if (base_blocks < num_sms)
     splits = std::min<int64_t>(num_sms / base_blocks, (kv + 2 * kKeys - 1) / (2 * kKeys));
   splits = std::clamp<int64_t>(splits, 1, 256);
-  int64_t chunk = (kv + splits - 1) / splits;
-  chunk = (chunk + kKeys - 1) / kKeys * kKeys;
-  p.chunk = int(chunk);
+  // Splits the longest sequence actually fills (MlaSplitChunk rounds chunks up to tiles).
+  const int chunk = MlaSplitChunk(int(kv), int(splits));
   p.num_splits = int((kv + chunk - 1) / chunk);
   return p;
 }
@@ -387,7 +398,7 @@ void LaunchMlaCombine(const MlaCombineArgs& a, cudaStream_t stream) {
   const int64_t rows = int64_t(a.batch.num_tokens) * a.heads;
   if (rows == 0) return;
   static_assert(kMlaRank == 128 * 4, "combine: 128 threads x 4 columns");
-  MlaCombineKernel<<<unsigned(rows), 128, 0, stream>>>(a);
+  LaunchPdl(MlaCombineKernel, dim3(unsigned(rows)), dim3(128), 0, stream, a);
 }
 
 }  // namespace pg::cuda

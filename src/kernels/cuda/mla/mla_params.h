@@ -50,9 +50,19 @@ struct MlaGatherArgs {
   float k_scale, v_scale;
 };
 
+// Key positions of one split of a sequence of kv_len keys over num_splits splits: read from the
+// device batch by the decode kernel and the combines alike, so one captured graph (fixed
+// num_splits) serves every length. A multiple of the key tile (32), at least two tiles.
+__host__ __device__ inline int MlaSplitChunk(int kv_len, int num_splits) {
+  const int per = (kv_len + num_splits - 1) / num_splits;
+  const int chunk = (per + 31) / 32 * 32;
+  return chunk < 64 ? 64 : chunk;
+}
+
 // Absorbed attention over the latents. Query rows of sequence s are its (position i, head h)
 // pairs, r = i * heads + h, r in [0, q_len * heads); a block owns kMlaDecodeRows of them and
-// one split (key positions [split * chunk, (split + 1) * chunk)) of the sequence's history:
+// one split (key positions [split * chunk, (split + 1) * chunk), chunk = MlaSplitChunk) of the
+// sequence's history:
 // each latent tile it loads serves every head and query position of its rows. Causal: the
 // row of position i sees keys [0, kv_len - q_len + i].
 struct MlaDecodeArgs {
@@ -65,7 +75,7 @@ struct MlaDecodeArgs {
   DeviceBatchView batch;
   int heads;
   int row_groups;      // blocks per sequence along the rows: ceil(max q_len * heads / rows)
-  int num_splits, chunk;  // chunk: key positions per split, a multiple of the key tile
+  int num_splits;      // splits per sequence (chunk from each sequence's kv_len on the device)
   float logit_scale_log2;  // softmax scale * log2(e)
   MlaCacheType cache_type;
   float k_scale, v_scale;
@@ -119,20 +129,75 @@ struct MlaCombineArgs {
   const float* partial_ml;
   bf16* o_lat;
   DeviceBatchView batch;
-  int heads, num_splits, chunk;
+  int heads, num_splits;
+};
+
+// ---- fused decode-path kernels (mla_fused.cu), all launched with PDL -----------------------
+
+// kv_a_layernorm + k_pe RoPE + cache write, one block per new token (any latent shape):
+//   latent[t, :rank] = bf16(c * rsqrt(mean(c^2) + eps) * norm_w)      (when norm_weight)
+//   latent[t, rank:] = bf16(RoPE(k_pe, positions[t]))                  (when positions)
+// both in place (exactly RmsNorm; Rope; as the separate kernels round), then the row is
+// written to its cache slot as MlaCacheWriteArgs.
+struct MlaKvPrepArgs {
+  MlaCacheWriteArgs write;   // latent (written through: in place), cache, batch
+  const void* norm_weight;   // [rank] of norm_type; null: no norm
+  WeightType norm_type;
+  float eps;
+  const int32_t* positions;  // [num_tokens]; null: no rotation
+  int rank;                  // latent[:, :rank] normed, latent[:, rank:] rotated
+  bool neox;
+  float inv_freq[kMaxRopePairs];  // [rope / 2]
+};
+
+// The q side of absorbed MLA for a few tokens (T <= kMlaFoldMaxTokens):
+//   q_lat[t, h, :rank] = q[t, h, :nope] · W_UK_h        (W_UK_h = w rows h * w_head .. + nope)
+//   q_lat[t, h, rank:] = RoPE(q[t, h, nope:], positions[t])  (also written back into q; no
+//                        positions: a copy)
+// grid (rank / 64, heads); each block streams its 64-column slice of W_UK_h before PdlWait.
+inline constexpr int kMlaFoldMaxTokens = 4;
+inline constexpr int kMlaFoldMaxNope = 128;  // rows of W_UK_h held in registers (4 per thread)
+struct MlaQAbsorbArgs {
+  bf16* q;               // [tokens, heads, nope + rope], row stride q_stride (q_pe rotated in place)
+  const bf16* w;         // w_kv_b: [heads * w_head, rank], row stride ldw
+  bf16* q_lat;           // [tokens, heads, rank + rope], packed
+  const int32_t* positions;  // [tokens] or null
+  int64_t q_stride, ldw, w_head;
+  int tokens, heads, nope, rope, rank;
+  bool neox;
+  float inv_freq[kMaxRopePairs];
+};
+
+// Split merge + W_UV for a few tokens (T <= kMlaFoldMaxTokens), rank kMlaRank:
+//   o[t, h, :] = merge of the splits of row (t, h) (f32; num_splits == 1: o_lat as written)
+//   out[t, h, j] = sum_c o[t, h, c] * W_UV_h[j, c]       (W_UV_h = w rows h * w_head + nope + j)
+// grid (ceil(v / 32), heads); each block holds its 32 rows of W_UV_h in registers, loaded
+// before PdlWait.
+struct MlaCombineApplyArgs {
+  MlaCombineArgs combine;  // partials (num_splits > 1) or o_lat (num_splits == 1)
+  const bf16* w;           // w_kv_b + nope * ldw: row (h * w_head + j) is W_UV_h[j]
+  bf16* out;               // [tokens, heads, v], row stride out_stride
+  int64_t ldw, w_head, out_stride;
+  int tokens, v;
 };
 
 void LaunchMlaCacheWrite(const MlaCacheWriteArgs& a, cudaStream_t stream);
 void LaunchMlaHistStart(const DeviceBatchView& b, int32_t* hist_start, cudaStream_t stream);
 void LaunchMlaGather(const MlaGatherArgs& a, cudaStream_t stream);
 // Grid of the decode kernel for a batch: row groups per sequence, and split-K (about one
-// block per SM: a block holds ~120 KB of shared memory; splits of >= 2 key tiles).
+// block per SM: a block holds ~120 KB of shared memory; splits of >= 2 key tiles of the
+// longest sequence, max_kv_len; each sequence's chunk is MlaSplitChunk of its own length).
 struct MlaDecodePlan {
-  int row_groups, num_splits, chunk;
+  int row_groups, num_splits;
 };
 MlaDecodePlan PlanMlaDecode(int num_seqs, int max_q_len, int max_kv_len, int heads, int num_sms);
 void LaunchMlaDecode(const MlaDecodeArgs& a, cudaStream_t stream);
 void LaunchMlaCombine(const MlaCombineArgs& a, cudaStream_t stream);
+void LaunchMlaKvPrep(const MlaKvPrepArgs& a, cudaStream_t stream);
+// Return false (nothing launched) for shapes the kernels do not cover (the caller falls back
+// to the separate kernels).
+bool LaunchMlaQAbsorb(const MlaQAbsorbArgs& a, cudaStream_t stream);
+bool LaunchMlaCombineApply(const MlaCombineApplyArgs& a, cudaStream_t stream);
 void LaunchMlaGeneric(const MlaGenericArgs& a, cudaStream_t stream);
 void LaunchMlaHeadGemm(const MlaHeadGemmArgs& a, cudaStream_t stream);
 // Returns false when (nope, rope, v) has no compiled specialisation.

@@ -13,6 +13,10 @@
 // Absorbed:  q_lat[t, h] = [W_UK_h^T q_nope[t, h], q_pe[t, h]]   (cuBLASLt, batched over heads)
 //            o_lat = softmax(q_lat · latents^T) · latents[:, :512]  (mla_decode.cu, split-K)
 //            out[t, h] = W_UV_h · o_lat[t, h]                       (cuBLASLt, batched over heads)
+//            At <= kMlaFoldMaxTokens tokens the first step (with the optional q_pe RoPE) is
+//            MlaQAbsorbKernel and the split merge + last step MlaCombineApplyKernel
+//            (mla_fused.cu): three PDL kernels for the whole op.
+// MlaCacheWrite with its fused prologue (norm + k_pe RoPE) is MlaKvPrepKernel.
 // Expanded:  latents of the history gathered (mla_cache.cu), kv = latents[:, :512] · w_kv_b^T
 //            (one GEMM), then FlashAttention over [k_nope, k_pe] / v (mla_prefill.cu).
 #include <algorithm>
@@ -26,6 +30,7 @@
 #include "kernels/cuda/mla/mla_params.h"
 #include "kernels/ops_moe.h"
 #include "kernels/registry.h"
+#include "kernels/rope_freq.h"
 
 namespace pg::ops {
 namespace {
@@ -85,6 +90,20 @@ void Gemm(const cuda::LtGemmArgs& g, cudaStream_t stream) {
   PG_CUDA_CHECK_LAUNCH();
 }
 
+cuda::WeightType NormType(DType t) {
+  return t == DType::kF32 ? cuda::WeightType::kF32
+         : t == DType::kBF16 ? cuda::WeightType::kBF16 : cuda::WeightType::kF16;
+}
+
+// Fills neox / inv_freq of a fused RoPE over rope_dim values (validated: rotary_dim 0 or
+// rope_dim).
+template <typename A>
+void FillRope(A& a, const RopeConfig& c, int rope_dim) {
+  a.neox = c.neox;
+  const std::vector<float> inv = RopeInvFreq(c, rope_dim);
+  std::copy(inv.begin(), inv.end(), a.inv_freq);
+}
+
 // ---- MlaCacheWrite -------------------------------------------------------------------------
 void RunMlaCacheWrite(const MlaCacheWriteParams& p) {
   cudaStream_t stream = cuda::CurrentStream();
@@ -99,7 +118,19 @@ void RunMlaCacheWrite(const MlaCacheWriteParams& p) {
   a.cache_type = CacheType(p.cache);
   a.inv_k_scale = 1.0f / p.cache.k_scale;
   a.inv_v_scale = 1.0f / p.cache.v_scale;
-  cuda::LaunchMlaCacheWrite(a, stream);
+  if (p.norm_weight.data || p.positions.data) {
+    cuda::MlaKvPrepArgs f{};
+    f.write = a;
+    f.norm_weight = p.norm_weight.data;
+    f.norm_type = NormType(p.norm_weight.dtype);
+    f.eps = p.eps;
+    f.positions = p.positions.data ? p.positions.as<int32_t>() : nullptr;
+    f.rank = p.kv_lora_rank;
+    if (f.positions) FillRope(f, p.rope, a.latent_dim - p.kv_lora_rank);
+    cuda::LaunchMlaKvPrep(f, stream);
+  } else {
+    cuda::LaunchMlaCacheWrite(a, stream);
+  }
   PG_CUDA_CHECK_LAUNCH();
 }
 
@@ -118,6 +149,23 @@ float SoftmaxScale(const MlaAttentionParams& p, const MlaShape& s) {
 // The tensor-core kernels' latent shape (mla_params.h).
 bool FastLatent(const MlaShape& s) { return s.rank == cuda::kMlaRank && s.rope == cuda::kMlaRope; }
 
+// The optional q RoPE on its own: q[:, h, nope:] rotated in place (the Rope kernel on the
+// [T, H, qk] view starting at nope, rotary_dim = rope).
+void RotateQ(const MlaAttentionParams& p, const MlaShape& sh, cudaStream_t stream) {
+  if (!p.positions.data || sh.tokens == 0) return;
+  cuda::RopeArgs r{};
+  r.x = Bf(p.q) + sh.nope;
+  r.positions = p.positions.as<int32_t>();
+  r.x_stride = p.q.strides[0];
+  r.tokens = sh.tokens;
+  r.heads = int(sh.heads);
+  r.head_dim = int(sh.qk);
+  r.rotary_dim = int(sh.rope);
+  FillRope(r, p.rope, int(sh.rope));
+  cuda::LaunchRope(r, stream);
+  PG_CUDA_CHECK_LAUNCH();
+}
+
 void RunAbsorbed(const MlaAttentionParams& p, const MlaShape& sh, cudaStream_t stream) {
   const AttentionBatch& b = *p.batch;
   const int64_t T = sh.tokens, H = sh.heads, per_head = sh.nope + sh.v, L = sh.rank + sh.rope;
@@ -134,7 +182,6 @@ void RunAbsorbed(const MlaAttentionParams& p, const MlaShape& sh, cudaStream_t s
         cuda::PlanMlaDecode(b.num_seqs, max_q, max_kv, int(H), cuda::MultiprocessorCount());
     a.row_groups = plan.row_groups;
     a.num_splits = plan.num_splits;
-    a.chunk = plan.chunk;
   } else {
     a.num_splits = 1;
   }
@@ -151,13 +198,24 @@ void RunAbsorbed(const MlaAttentionParams& p, const MlaShape& sh, cudaStream_t s
 
   const bf16* w = Bf(p.w_kv_b);
   const int64_t ldw = p.w_kv_b.strides[0];
+  const int32_t* positions = p.positions.data ? p.positions.as<int32_t>() : nullptr;
+  // A few tokens: RoPE + fold + q_pe copy in one kernel (false: a shape it does not cover).
+  cuda::MlaQAbsorbArgs qa{};
+  qa.q = Bf(p.q), qa.w = w, qa.q_lat = q_lat, qa.positions = positions;
+  qa.q_stride = p.q.strides[0], qa.ldw = ldw, qa.w_head = per_head;
+  qa.tokens = int(T), qa.heads = int(H), qa.nope = int(sh.nope), qa.rope = int(sh.rope),
+  qa.rank = int(sh.rank);
+  if (positions) FillRope(qa, p.rope, int(sh.rope));
+  const bool q_fused = T <= cuda::kMlaFoldMaxTokens && cuda::LaunchMlaQAbsorb(qa, stream);
+  if (q_fused) PG_CUDA_CHECK_LAUNCH();
+  if (!q_fused) RotateQ(p, sh, stream);
   // q_lat[:, h, :rank] = q_nope[:, h] · W_UK_h (W_UK_h: rows h*per_head .. +nope, [nope, rank]).
   cuda::LtGemmArgs fold{Bf(p.q), w, q_lat, T, sh.nope, sh.rank, p.q.strides[0], ldw, H * L, false};
   fold.batch = H, fold.stride_x = sh.qk, fold.stride_w = per_head * ldw, fold.stride_o = L,
   fold.w_km = true;
-  Gemm(fold, stream);
+  if (!q_fused) Gemm(fold, stream);
   // q_lat[:, h, rank:] = q_pe.
-  if (sh.rope > 0) {
+  if (sh.rope > 0 && !q_fused) {
     const size_t pe_bytes = size_t(sh.rope) * 2;
     if (p.q.strides[0] == H * sh.qk) {
       PG_CUDA_CHECK(cudaMemcpy2DAsync(q_lat + sh.rank, size_t(L) * 2, Bf(p.q) + sh.nope,
@@ -195,10 +253,17 @@ void RunAbsorbed(const MlaAttentionParams& p, const MlaShape& sh, cudaStream_t s
     a.v_scale = p.cache.v_scale;
     cuda::LaunchMlaDecode(a, stream);
     PG_CUDA_CHECK_LAUNCH();
+    const cuda::MlaCombineArgs combine{a.partial_acc, a.partial_ml, o_lat, a.batch, a.heads,
+                                       a.num_splits};
+    // A few tokens: split merge + W_UV in one kernel (it reads o_lat when there is one split).
+    cuda::MlaCombineApplyArgs ca{combine, w + sh.nope * ldw, Bf(p.out), ldw, per_head,
+                                 p.out.strides[0], int(T), int(sh.v)};
+    if (T <= cuda::kMlaFoldMaxTokens && cuda::LaunchMlaCombineApply(ca, stream)) {
+      PG_CUDA_CHECK_LAUNCH();
+      return;
+    }
     if (a.num_splits > 1) {
-      cuda::LaunchMlaCombine({a.partial_acc, a.partial_ml, o_lat, a.batch, a.heads, a.num_splits,
-                              a.chunk},
-                             stream);
+      cuda::LaunchMlaCombine(combine, stream);
       PG_CUDA_CHECK_LAUNCH();
     }
   }
@@ -266,14 +331,17 @@ void RunMlaAttention(const MlaAttentionParams& p) {
   const bool aligned = reinterpret_cast<uintptr_t>(p.q.data) % 16 == 0 &&
                        p.q.strides[0] % 8 == 0 && p.out.strides[0] % 2 == 0;
   if (p.mode == MlaMode::kExpanded && FastLatent(sh) && aligned &&
-      cuda::MlaPrefillSupports(int(sh.nope), int(sh.rope), int(sh.v)))
+      cuda::MlaPrefillSupports(int(sh.nope), int(sh.rope), int(sh.v))) {
+    RotateQ(p, sh, stream);
     RunExpanded(p, sh, stream);
-  else
+  } else {
     RunAbsorbed(p, sh, stream);
+  }
 }
 
 bool SupportsMlaAttention(const MlaAttentionParams& p) {
   if (!DevBf16(p.q) || !DevBf16(p.out) || !DevBf16(p.w_kv_b) || !CacheOk(p.cache)) return false;
+  if (p.positions.data && p.positions.device != Device::kCuda) return false;
   if (p.cache.k_cache.dtype == DType::kBF16 && (p.cache.k_scale != 1.0f || p.cache.v_scale != 1.0f))
     return false;
   if (p.kv_lora_rank == cuda::kMlaRank && p.rope_dim == cuda::kMlaRope) return true;
@@ -287,7 +355,11 @@ void RegisterCudaMlaKernels(Registry& r) {
   if (cuda::DeviceCount() == 0) return;
   r.Register(KernelImpl<MlaCacheWriteParams>{
       "cuda", Device::kCuda, kPriorityCuda,
-      [](const MlaCacheWriteParams& p) { return DevBf16(p.latent) && CacheOk(p.cache); },
+      [](const MlaCacheWriteParams& p) {
+        return DevBf16(p.latent) && CacheOk(p.cache) &&
+               (!p.norm_weight.data || p.norm_weight.device == Device::kCuda) &&
+               (!p.positions.data || p.positions.device == Device::kCuda);
+      },
       &RunMlaCacheWrite});
   r.Register(KernelImpl<MlaAttentionParams>{"cuda", Device::kCuda, kPriorityCuda,
                                             &SupportsMlaAttention, &RunMlaAttention});

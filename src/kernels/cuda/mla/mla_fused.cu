@@ -1,0 +1,325 @@
+// Fused kernels of the absorbed MLA decode path (batch <= kMlaFoldMaxTokens tokens), all
+// launched with PDL (common/pdl.cuh): weights are streamed before PdlWait, everything the
+// previous kernel wrote is read after it.
+//   MlaKvPrepKernel        kv_a_layernorm + k_pe RoPE + latent cache write (one block / token)
+//   MlaQAbsorbKernel       q_pe RoPE + q_nope · W_UK_h -> q_lat (grid: 64-column slices x heads)
+//   MlaCombineApplyKernel  split merge + o_lat · W_UV_h^T -> out (grid: 32-row slices x heads)
+// They replace, per layer: RmsNorm, Rope (k), MlaCacheWrite; Rope (q), the W_UK GEMM and the
+// q_pe copy; the split combine and the W_UV GEMM (mla_register.cpp picks them).
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include "kernels/cuda/common/pdl.cuh"
+#include "kernels/cuda/common/rope_device.cuh"
+#include "kernels/cuda/mla/mla_params.h"
+
+namespace pg::cuda {
+namespace {
+
+constexpr float kNoMax = -1e30f;  // as the decode kernel's running max before any key
+
+__device__ __forceinline__ float Bf(bf16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float RoundBf(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+
+// 8 bf16 (one 16-byte load) -> floats.
+__device__ __forceinline__ void Unpack8(const uint4& u, float (&f)[8]) {
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(w[i] << 16);
+    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+  }
+}
+
+__device__ __forceinline__ float LoadNormWeight(const void* w, WeightType t, int i) {
+  switch (t) {
+    case WeightType::kF32: return static_cast<const float*>(w)[i];
+    case WeightType::kBF16: return __bfloat162float(static_cast<const bf16*>(w)[i]);
+    default: return __half2float(static_cast<const __half*>(w)[i]);
+  }
+}
+
+// ---- kv prep --------------------------------------------------------------------------------
+constexpr int kPrepThreads = 256;
+
+__device__ float BlockSum256(float v) {
+  __shared__ float warp_sums[kPrepThreads / 32];
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = v;
+  __syncthreads();
+  float s = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kPrepThreads / 32; ++w) s += warp_sums[w];
+  return s;
+}
+
+// Stores real value v (bf16-representable) as element e of the latent row at `slot`.
+__device__ __forceinline__ void StoreLatent(const MlaCacheWriteArgs& w, int64_t slot, int e, float v) {
+  const bool k_half = e < w.half;
+  const int64_t off = slot * w.half + (k_half ? e : e - w.half);
+  void* base = k_half ? w.k_cache : w.v_cache;
+  const float sv = v * (k_half ? w.inv_k_scale : w.inv_v_scale);
+  if (w.cache_type == MlaCacheType::kFP8) {
+    const __nv_fp8_e4m3 f(sv);  // saturating
+    static_cast<uint8_t*>(base)[off] = f.__x;
+  } else {
+    static_cast<bf16*>(base)[off] = __float2bfloat16_rn(sv);
+  }
+}
+
+__global__ void __launch_bounds__(kPrepThreads) MlaKvPrepKernel(const __grid_constant__ MlaKvPrepArgs a) {
+  const MlaCacheWriteArgs& w = a.write;
+  const int t = blockIdx.x, tid = threadIdx.x;
+  PdlWait();
+  PdlTrigger();
+  const DeviceBatchView& b = w.batch;
+  const int s = b.token_seq[t];
+  const int pos = b.kv_len[s] - b.q_len[s] + (t - b.q_start[s]);
+  const int page = b.page_table[b.page_start[s] + pos / b.page_size];
+  const int64_t slot = int64_t(page) * b.page_size + pos % b.page_size;
+  // The latent row is rewritten in place (normed / rotated), as RmsNorm and Rope would.
+  bf16* row = const_cast<bf16*>(w.latent) + int64_t(t) * w.latent_stride;
+  const int rank = a.rank, L = w.latent_dim;
+
+  if (a.norm_weight) {
+    float ss = 0.0f;
+    for (int e = tid; e < rank; e += kPrepThreads) {
+      const float v = Bf(row[e]);
+      ss += v * v;
+    }
+    const float inv = rsqrtf(BlockSum256(ss) / float(rank) + a.eps);
+    // Each thread rewrites only the elements it read (no barrier needed).
+    for (int e = tid; e < rank; e += kPrepThreads) {
+      const bf16 nv = __float2bfloat16_rn(Bf(row[e]) * inv * LoadNormWeight(a.norm_weight, a.norm_type, e));
+      row[e] = nv;
+      StoreLatent(w, slot, e, Bf(nv));
+    }
+  } else {
+    for (int e = tid; e < rank; e += kPrepThreads) StoreLatent(w, slot, e, Bf(row[e]));
+  }
+  if (a.positions) {
+    const int half_pairs = (L - rank) / 2;
+    const float p = float(a.positions[t]);
+    for (int i = tid; i < half_pairs; i += kPrepThreads) {
+      int i0, i1;
+      RopePairIndex(a.neox, i, half_pairs, i0, i1);
+      float x0 = Bf(row[rank + i0]), x1 = Bf(row[rank + i1]);
+      RopeRotate(x0, x1, a.inv_freq[i], p);
+      const bf16 b0 = __float2bfloat16_rn(x0), b1 = __float2bfloat16_rn(x1);
+      row[rank + i0] = b0;
+      row[rank + i1] = b1;
+      StoreLatent(w, slot, rank + i0, Bf(b0));
+      StoreLatent(w, slot, rank + i1, Bf(b1));
+    }
+  } else {
+    for (int e = rank + tid; e < L; e += kPrepThreads) StoreLatent(w, slot, e, Bf(row[e]));
+  }
+}
+
+// ---- q absorb -------------------------------------------------------------------------------
+// Block: 256 threads = 8 column threads (8 columns each: 64) x 32 row groups; row group rg
+// owns rows rg, rg + 32, rg + 64, rg + 96 of W_UK_h (nope <= 128), held in registers.
+constexpr int kFoldThreads = 256, kFoldCols = 64, kFoldRowGroups = 32;
+constexpr int kFoldRowIters = kMlaFoldMaxNope / kFoldRowGroups;  // 4
+
+__global__ void __launch_bounds__(kFoldThreads) MlaQAbsorbKernel(const __grid_constant__ MlaQAbsorbArgs a) {
+  __shared__ float q_s[kMlaFoldMaxTokens][kMlaFoldMaxNope];
+  __shared__ float red[kFoldRowGroups][kMlaFoldMaxTokens][kFoldCols + 4];
+  const int h = blockIdx.y, c0 = blockIdx.x * kFoldCols;
+  const int tid = threadIdx.x, cg = tid % 8, rg = tid / 8;
+  // Weights first (no upstream kernel writes them): this block's W_UK_h slice.
+  const bf16* wh = a.w + int64_t(h) * a.w_head * a.ldw + c0 + cg * 8;
+  uint4 wv[kFoldRowIters];
+#pragma unroll
+  for (int k = 0; k < kFoldRowIters; ++k) {
+    const int i = rg + kFoldRowGroups * k;
+    wv[k] = i < a.nope ? __ldg(reinterpret_cast<const uint4*>(wh + int64_t(i) * a.ldw))
+                       : make_uint4(0, 0, 0, 0);
+  }
+  PdlWait();
+  PdlTrigger();
+  const int T = a.tokens, qk = a.nope + a.rope, L = a.rank + a.rope;
+  for (int idx = tid; idx < T * a.nope; idx += kFoldThreads) {
+    const int t = idx / a.nope, i = idx % a.nope;
+    q_s[t][i] = Bf(a.q[int64_t(t) * a.q_stride + int64_t(h) * qk + i]);
+  }
+  __syncthreads();
+  float acc[kMlaFoldMaxTokens][8];
+#pragma unroll
+  for (int t = 0; t < kMlaFoldMaxTokens; ++t)
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc[t][j] = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kFoldRowIters; ++k) {
+    const int i = rg + kFoldRowGroups * k;
+    if (i >= a.nope) break;
+    float wf[8];
+    Unpack8(wv[k], wf);
+#pragma unroll
+    for (int t = 0; t < kMlaFoldMaxTokens; ++t) {
+      if (t >= T) break;
+      const float qv = q_s[t][i];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc[t][j] = fmaf(qv, wf[j], acc[t][j]);
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < kMlaFoldMaxTokens; ++t) {
+    if (t >= T) break;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) red[rg][t][cg * 8 + j] = acc[t][j];
+  }
+  __syncthreads();
+  for (int o = tid; o < T * kFoldCols; o += kFoldThreads) {
+    const int t = o / kFoldCols, c = o % kFoldCols;
+    float sum = 0.0f;
+#pragma unroll 8
+    for (int r = 0; r < kFoldRowGroups; ++r) sum += red[r][t][c];
+    a.q_lat[(int64_t(t) * a.heads + h) * L + c0 + c] = __float2bfloat16_rn(sum);
+  }
+  if (blockIdx.x != 0) return;
+  // q_pe of head h: rotated (in place in q, rounded as the Rope kernel) or copied.
+  const int half_pairs = a.rope / 2;
+  for (int idx = tid; idx < T * (a.positions ? half_pairs : a.rope); idx += kFoldThreads) {
+    if (a.positions) {
+      const int t = idx / half_pairs, i = idx % half_pairs;
+      bf16* qp = a.q + int64_t(t) * a.q_stride + int64_t(h) * qk + a.nope;
+      int i0, i1;
+      RopePairIndex(a.neox, i, half_pairs, i0, i1);
+      float x0 = Bf(qp[i0]), x1 = Bf(qp[i1]);
+      RopeRotate(x0, x1, a.inv_freq[i], float(a.positions[t]));
+      const bf16 b0 = __float2bfloat16_rn(x0), b1 = __float2bfloat16_rn(x1);
+      qp[i0] = b0;
+      qp[i1] = b1;
+      bf16* ql = a.q_lat + (int64_t(t) * a.heads + h) * L + a.rank;
+      ql[i0] = b0;
+      ql[i1] = b1;
+    } else {
+      const int t = idx / a.rope, i = idx % a.rope;
+      a.q_lat[(int64_t(t) * a.heads + h) * L + a.rank + i] =
+          a.q[int64_t(t) * a.q_stride + int64_t(h) * qk + a.nope + i];
+    }
+  }
+}
+
+// ---- combine + W_UV ---------------------------------------------------------------------------
+// Block: 8 warps x 4 rows of W_UV_h (32 rows); lane holds columns lane*8..+8 and 256+lane*8..+8
+// of each row (rank 512) in registers.
+constexpr int kApplyThreads = 256, kApplyRowsPerWarp = 4, kApplyRows = 32;
+static_assert(kMlaRank == 2 * 32 * 8, "combine-apply: two 16-byte loads per lane per row");
+
+__global__ void __launch_bounds__(kApplyThreads) MlaCombineApplyKernel(const __grid_constant__ MlaCombineApplyArgs a) {
+  __shared__ float o_s[kMlaFoldMaxTokens][kMlaRank];
+  __shared__ __align__(16) float red[kApplyThreads / 32][kMlaRank];  // per-warp split sums
+  const MlaCombineArgs& cb = a.combine;
+  const int h = blockIdx.y, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int j0 = blockIdx.x * kApplyRows + warp * kApplyRowsPerWarp;
+  uint4 wv[kApplyRowsPerWarp][2];
+#pragma unroll
+  for (int k = 0; k < kApplyRowsPerWarp; ++k) {
+    const int j = j0 + k;
+    const bf16* wr = a.w + (int64_t(h) * a.w_head + j) * a.ldw + lane * 8;
+    wv[k][0] = j < a.v ? __ldg(reinterpret_cast<const uint4*>(wr)) : make_uint4(0, 0, 0, 0);
+    wv[k][1] = j < a.v ? __ldg(reinterpret_cast<const uint4*>(wr + 256)) : make_uint4(0, 0, 0, 0);
+  }
+  PdlWait();
+  PdlTrigger();
+  const int T = a.tokens;
+  // o_s[t] = the merged latent output of row (t, h), normalised (f32). Splits are spread over
+  // the 8 warps (warp w: splits w, w + 8, ...; lane: 4 float4 columns each), so one row's
+  // merge has 8 x 4 loads in flight per lane step instead of a serial walk over the splits
+  // (batch 1 at 8K keys has ~128 splits).
+  for (int t = 0; t < T; ++t) {
+    const int64_t row = int64_t(t) * cb.heads + h;
+    if (cb.num_splits == 1) {
+      const int c = tid * 2;
+      const __nv_bfloat162 v = *reinterpret_cast<const __nv_bfloat162*>(cb.o_lat + row * kMlaRank + c);
+      o_s[t][c] = __low2float(v);
+      o_s[t][c + 1] = __high2float(v);
+      continue;
+    }
+    const int kv_len = cb.batch.kv_len[cb.batch.token_seq[t]];
+    const int chunk = MlaSplitChunk(kv_len, cb.num_splits);
+    const int n = min(cb.num_splits, (kv_len + chunk - 1) / chunk);
+    const float* ml = cb.partial_ml + row * cb.num_splits * 2;
+    float mx = kNoMax;
+    for (int i = lane; i < n; i += 32) mx = fmaxf(mx, ml[2 * i]);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    float l = 0.0f;
+    for (int i = lane; i < n; i += 32) l += exp2f(ml[2 * i] - mx) * ml[2 * i + 1];
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
+    float4 acc[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) acc[q] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int i = warp; i < n; i += kApplyThreads / 32) {
+      const float wgt = exp2f(ml[2 * i] - mx);
+      const float4* src = reinterpret_cast<const float4*>(cb.partial_acc + (row * cb.num_splits + i) * kMlaRank);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const float4 v = src[q * 32 + lane];
+        acc[q].x += wgt * v.x, acc[q].y += wgt * v.y, acc[q].z += wgt * v.z, acc[q].w += wgt * v.w;
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < 4; ++q) reinterpret_cast<float4*>(red[warp])[q * 32 + lane] = acc[q];
+    __syncthreads();
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    for (int c = tid; c < kMlaRank; c += kApplyThreads) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kApplyThreads / 32; ++w) sum += red[w][c];
+      o_s[t][c] = sum * inv;
+    }
+    __syncthreads();  // red is reused by the next token
+  }
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < kApplyRowsPerWarp; ++k) {
+    const int j = j0 + k;
+    if (j >= a.v) break;  // warp-uniform
+    float w0[8], w1[8];
+    Unpack8(wv[k][0], w0);
+    Unpack8(wv[k][1], w1);
+    for (int t = 0; t < T; ++t) {
+      const float* o = o_s[t];
+      float d = 0.0f;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) d = fmaf(w0[e], o[lane * 8 + e], fmaf(w1[e], o[256 + lane * 8 + e], d));
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) d += __shfl_xor_sync(0xffffffffu, d, off);
+      if (lane == 0) a.out[int64_t(t) * a.out_stride + int64_t(h) * a.v + j] = __float2bfloat16_rn(d);
+    }
+  }
+}
+
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+void LaunchMlaKvPrep(const MlaKvPrepArgs& a, cudaStream_t stream) {
+  if (a.write.batch.num_tokens == 0) return;
+  LaunchPdl(MlaKvPrepKernel, dim3(unsigned(a.write.batch.num_tokens)), dim3(kPrepThreads), 0,
+            stream, a);
+}
+
+bool LaunchMlaQAbsorb(const MlaQAbsorbArgs& a, cudaStream_t stream) {
+  if (a.tokens < 1 || a.tokens > kMlaFoldMaxTokens || a.nope > kMlaFoldMaxNope ||
+      a.rank % kFoldCols != 0 || a.ldw % 8 != 0 || !Aligned16(a.w) || a.rope % 2 != 0)
+    return false;
+  LaunchPdl(MlaQAbsorbKernel, dim3(unsigned(a.rank / kFoldCols), unsigned(a.heads)),
+            dim3(kFoldThreads), 0, stream, a);
+  return true;
+}
+
+bool LaunchMlaCombineApply(const MlaCombineApplyArgs& a, cudaStream_t stream) {
+  if (a.tokens < 1 || a.tokens > kMlaFoldMaxTokens || a.ldw % 8 != 0 || !Aligned16(a.w))
+    return false;
+  LaunchPdl(MlaCombineApplyKernel,
+            dim3(unsigned((a.v + kApplyRows - 1) / kApplyRows), unsigned(a.combine.heads)),
+            dim3(kApplyThreads), 0, stream, a);
+  return true;
+}
+
+}  // namespace pg::cuda
