@@ -1,8 +1,9 @@
 // Benchmark of issue 6's device sampling and fp8 weights (one H200 run; no arguments):
 //  1. ceilings measured in this run: HBM bandwidth (device-to-device copy), bf16 GEMM rate,
 //     fp8 GEMM rate (cuBLASLt e4m3 8192^3, per-tensor scales);
-//  2. ops::Sample per step at batch 1 / 32 / 128 for a 128256 vocab (bf16 logits), by filter,
-//     beside the read-back it replaces (bf16 logits device -> pinned host);
+//  2. ops::Sample per step at batch 1 / 8 / 128 for a 128256 vocab (bf16 logits), by filter,
+//     beside the read-back it replaces (bf16 logits device -> pinned host); with
+//     sampling_only, this alone for vocab 128256 and 151936 (Qwen);
 //  3. fp8 e4m3 Matmul (registry dispatch: GEMV for <= 4 rows, cuBLASLt above) on
 //     Llama-3.1-8B shapes at batch 1 / 8 / 32 / 128 against
 //     floor = max(weight bytes at 1 B/weight / bandwidth, FLOPs / fp8 GEMM rate).
@@ -20,6 +21,7 @@
 #include "bench_sample.h"
 #include "bench_timing.h"
 #include "kernels/cuda/ceilings.h"
+#include "kernels/cuda/common/context.h"
 #include "kernels/cuda/common/fill.h"
 #include "kernels/cuda/gemm/fp8_matmul.h"
 #include "kernels/cuda/gemm/matmul_lt.h"
@@ -67,8 +69,9 @@ double Fp8GemmFlopsPerS(int64_t size) {
   return 2.0 * double(size) * double(size) * double(size) / (ms * 1e-3);
 }
 
-void BenchSampling() {
-  const int64_t vocab = 128256;
+// ops::Sample per step by filter at batch 1 / 8 / 128 for one vocabulary; returns nothing,
+// prints one table (us per step, graph replay) and the bf16 read-back it replaces.
+void BenchSampling(int64_t vocab) {
   struct Mode { const char* name; ops::SampleRow row; bool penalties; };
   auto row = [](float t, int k, float p, float mp) {
     ops::SampleRow r;
@@ -80,14 +83,18 @@ void BenchSampling() {
   const Mode modes[] = {{"greedy", row(0.0f, 0, 1.0f, 0.0f), false},
                         {"temperature 0.8", row(0.8f, 0, 1.0f, 0.0f), false},
                         {"top_k 50", row(0.8f, 50, 1.0f, 0.0f), false},
+                        {"top_k 2000", row(0.8f, 2000, 1.0f, 0.0f), false},
                         {"top_p 0.9", row(0.8f, 0, 0.9f, 0.0f), false},
+                        {"top_p 0.5 T=1.5", row(1.5f, 0, 0.5f, 0.0f), false},
                         {"k50 p0.9 min_p0.05", row(0.8f, 50, 0.9f, 0.05f), false},
+                        {"k2000 p0.9", row(0.8f, 2000, 0.9f, 0.0f), false},
+                        {"min_p 0.05", row(0.8f, 0, 1.0f, 0.05f), false},
                         {"penalties + top_p 0.9", pen, true}};
-  fmt::print("\nops::Sample, vocab {} bf16 logits (us per step, graph replay; readback = bf16 "
-             "logits D2H into pinned memory, what the host sampler needs first)\n", vocab);
-  fmt::print("{:<24} {:>8} {:>8} {:>8}\n", "mode", "b=1", "b=32", "b=128");
-  std::vector<std::vector<double>> table;
-  const int batches[] = {1, 32, 128};
+  const int batches[] = {1, 8, 128};
+  fmt::print("\nops::Sample, vocab {} bf16 logits uniform in [-8, 8) (us per step, graph replay; "
+             "readback = bf16 logits D2H into pinned memory, what the host sampler needs first)\n",
+             vocab);
+  fmt::print("{:<24} {:>8} {:>8} {:>8}\n", "mode", "b=1", "b=8", "b=128");
   for (const Mode& m : modes) {
     std::vector<double> us;
     for (int n : batches) {
@@ -206,11 +213,16 @@ void BenchFp8Matmul(double bw_gbs, double fp8_tflops) {
 
 }  // namespace
 
-int pg::bench::RunSampleBench() {
+int pg::bench::RunSampleBench(bool sampling_only) {
   try {
     cudaDeviceProp prop{};
     PG_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-    fmt::print("device: {} ({} SMs)\n", prop.name, prop.multiProcessorCount);
+    fmt::print("device: {} ({} SMs); PDL {}\n", prop.name, prop.multiProcessorCount,
+               cuda::PdlEnabled() ? "on" : "off (PEREGRINE_PDL=0)");
+    if (sampling_only) {
+      for (int64_t vocab : {128256, 151936}) BenchSampling(vocab);
+      return 0;
+    }
     const double bw_gbs = cuda::MeasureHbmBytesPerS() / 1e9;
     fmt::print("HBM d2d copy: {:.1f} GB/s (read + written)\n", bw_gbs);
     const double bf16_tflops = cuda::MeasureBf16GemmFlopsPerS(8192) / 1e12;
@@ -222,7 +234,7 @@ int pg::bench::RunSampleBench() {
       fmt::print("no cuBLASLt fp8 algorithm: the fp8 floor uses 2x the bf16 rate ({:.0f})\n",
                  fp8_tflops);
     }
-    BenchSampling();
+    BenchSampling(128256);
     BenchFp8Matmul(bw_gbs, fp8_tflops);
     fmt::print("\ncuBLASLt fp8 planning:\n{}", cuda::LtFp8Diagnostics());
     return 0;

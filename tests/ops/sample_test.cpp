@@ -1,7 +1,8 @@
 // ops::Sample: every backend against ref/ token for token (the counter-based RNG makes a
 // row's draw depend only on its seed and step), on awkward vocab sizes and every filter:
-// greedy, temperature, top_k = 1 / small / vocab, top_p tiny / mid, min_p, penalties over
-// token counts, bf16-representable logits with many ties; logprobs and count updates too.
+// greedy, temperature, top_k = 1 / small / large / vocab, top_p tiny / mid / near 1, min_p,
+// penalties over token counts, bf16-representable logits with many ties; logprobs and count
+// updates too.
 // The reference itself is checked against closed-form frequencies in
 // tests/unit/runtime/sampler_test.cpp (the host sampler runs the same ChooseToken).
 #include <fmt/format.h>
@@ -53,6 +54,15 @@ std::vector<Case> Cases() {
     gp.name = "greedy penalties", gp.row.temperature = 0.0f;
     c.push_back(gp);
   }
+  // The device kernel's cut paths (cuda/sampling/sample_cut.cuh): top-k beyond the shared
+  // candidate capacity (1024) with and without top-p, top-p near 1, a low temperature
+  // (most tokens in the histogram's last bin), Qwen's vocabulary.
+  c.push_back({"top_k=2000 top_p=0.9", 5, 128256, Row(1.0f, 2000, 0.9f, 0.0f), false, true});
+  c.push_back({"top_k=5000", 5, 128256, Row(1.0f, 5000, 1.0f, 0.0f), false, true});
+  c.push_back({"top_p=0.99999", 5, 128256, Row(0.7f, 0, 0.99999f, 0.0f), false, true});
+  c.push_back({"T=0.05 top_p=0.9", 5, 128256, Row(0.05f, 0, 0.9f, 0.0f)});
+  c.push_back({"qwen top_p=0.9", 5, 151936, Row(0.8f, 0, 0.9f, 0.0f), false, true, true});
+  c.push_back({"qwen all filters", 5, 151936, Row(0.9f, 50, 0.8f, 0.02f), false, true});
   // Flat logits (ties everywhere after bf16 rounding) and a peaked row.
   Case flat{"flat top_p", 7, 50000, Row(1.0f, 0, 0.5f, 0.0f), false, true, false, 0.05f};
   c.push_back(flat);
