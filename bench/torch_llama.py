@@ -12,8 +12,9 @@ weights on the GPU. Two implementations of the same math:
            logits are checked against "hf" first (max|diff| / std(hf)).
 Measured (each point skipped with a printed reason when it does not fit memory or the budget):
   decode ms/token at batch 1, 8, 32, 128 x context 1K, 32K: ref eager, ref under one CUDA graph
-    (torch.cuda.graph, static cache; the "CUDA-graph decode loop"), optionally ref under
-    torch.compile(mode="reduce-overhead") (--compile; compile time printed),
+    (torch.cuda.graph, static cache; the "CUDA-graph decode loop"), optionally ref's decode
+    step compiled by torch.compile (inductor, default mode, fullgraph) and that compiled step
+    captured by torch.cuda.graph (--compile; compile time and max|diff| vs ref printed),
     and hf eager at batch 1 / 1K;
   prefill tokens/s for one prompt of 8K and 32K tokens (ref, one forward; hf at 8K);
   TTFT: 800 new tokens after a 50K-token cached prefix (random K/V values, untimed), timed to
@@ -418,56 +419,75 @@ def ref_ttft(ref, s, args, rows, budget):
     release()
 
 
+FAILED_SCOPES = set()  # compile scopes that raised once
+ON_POINT = None  # main() sets it: writes the JSON after every decode point (a job cap loses none)
+
+
 def ref_decode(ref, s, args, rows, budget):
-    for ctx in args.contexts:
-        for b in args.batches:
-            need = b * ctx * s.kv_bytes_per_token()
-            tag = f"ref decode b={b} ctx={ctx}"
-            if need > free_bytes() - (6 << 30):
-                log(f"{tag}: skipped (KV needs {need / 2**30:.1f} GiB, {free_bytes() / 2**30:.1f} GiB free)")
-                rows.append({"kind": "decode", "impl": "ref_graph", "batch": b, "context": ctx,
-                             "skipped": f"KV {need / 2**30:.0f} GiB does not fit"})
-                continue
-            if budget.left() < 3:
-                log(f"{tag}: skipped (budget)")
-                continue
-            caches = ref.new_caches(b, ctx, fill=True)
-            ids = torch.randint(0, s.vocab, (b, 1), device="cuda")
-            pos = ctx - 1  # every sequence appends its token at position ctx - 1
-            cos, sin = rope_tables(s, ref.inv, pos, 1, "cuda")
-            with torch.no_grad():
-                # Each decode attention form under its own CUDA graph of one step (captured on
-                # a side stream after warm-up there); the faster one is the peer's number.
-                by_form = {}
-                if not any(r.get("kind") == "check_decode_forms" for r in rows):
-                    rows.append(check_decode_forms(ref, s, b, ctx))
-                for form in ("sdpa", "matmul"):
-                    ref.decode_attn = form
-                    st = torch.cuda.Stream()
-                    st.wait_stream(torch.cuda.current_stream())
-                    with torch.cuda.stream(st):
-                        for _ in range(2):
-                            ref.forward(ids, pos, caches, cos, sin)
-                    torch.cuda.current_stream().wait_stream(st)
-                    graph = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(graph):
-                        out = ref.forward(ids, pos, caches, cos, sin)
-                    by_form[form] = event_ms(graph.replay, args.iters, warmup=3)
-                    del graph, out
-                    release()
-                ref.decode_attn = min(by_form, key=by_form.get)
-                graphed = by_form[ref.decode_attn]
-                eager = event_ms(lambda: ref.forward(ids, pos, caches, cos, sin), 5, warmup=2)
-                row = {"kind": "decode", "impl": "ref_graph", "batch": b, "context": ctx,
-                       "ms": graphed, "eager_ms": eager, "attn": ref.decode_attn,
-                       "ms_sdpa": by_form["sdpa"], "ms_matmul": by_form["matmul"]}
-                log(f"{tag}: graph {graphed:.3f} ms ({ref.decode_attn}; sdpa {by_form['sdpa']:.3f}, "
-                    f"matmul {by_form['matmul']:.3f}), eager {eager:.3f} ms")
-                rows.append(row)
-                if args.compile and b in args.compile_batches and budget.left() > args.compile_min_s:
-                    rows.append(compiled_decode(ref, s, args, ids, pos, caches, cos, sin, b, ctx))
-            del caches
-            release()
+    points = args.points or [(b, ctx) for ctx in args.contexts for b in args.batches]
+    for b, ctx in points:
+        need = b * ctx * s.kv_bytes_per_token()
+        tag = f"ref decode b={b} ctx={ctx}"
+        if need > free_bytes() - (6 << 30):
+            log(f"{tag}: skipped (KV needs {need / 2**30:.1f} GiB, {free_bytes() / 2**30:.1f} GiB free)")
+            rows.append({"kind": "decode", "impl": "ref_graph", "batch": b, "context": ctx,
+                         "skipped": f"KV {need / 2**30:.0f} GiB does not fit"})
+            continue
+        if budget.left() < 3:
+            log(f"{tag}: skipped (budget)")
+            continue
+        caches = ref.new_caches(b, ctx, fill=True)
+        ids = torch.randint(0, s.vocab, (b, 1), device="cuda")
+        pos = ctx - 1  # every sequence appends its token at position ctx - 1
+        cos, sin = rope_tables(s, ref.inv, pos, 1, "cuda")
+        with torch.no_grad():
+            # Each decode attention form under its own CUDA graph of one step (captured on
+            # a side stream after warm-up there); the faster one is the peer's number.
+            by_form = {}
+            if not any(r.get("kind") == "check_decode_forms" for r in rows):
+                rows.append(check_decode_forms(ref, s, b, ctx))
+            for form in ("sdpa", "matmul"):
+                ref.decode_attn = form
+                st = torch.cuda.Stream()
+                st.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(st):
+                    for _ in range(2):
+                        ref.forward(ids, pos, caches, cos, sin)
+                torch.cuda.current_stream().wait_stream(st)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    out = ref.forward(ids, pos, caches, cos, sin)
+                by_form[form] = event_ms(graph.replay, args.iters, warmup=3)
+                del graph, out
+                release()
+            ref.decode_attn = min(by_form, key=by_form.get)
+            graphed = by_form[ref.decode_attn]
+            eager = event_ms(lambda: ref.forward(ids, pos, caches, cos, sin), 5, warmup=2)
+            row = {"kind": "decode", "impl": "ref_graph", "batch": b, "context": ctx,
+                   "ms": graphed, "eager_ms": eager, "attn": ref.decode_attn,
+                   "ms_sdpa": by_form["sdpa"], "ms_matmul": by_form["matmul"]}
+            log(f"{tag}: graph {graphed:.3f} ms ({ref.decode_attn}; sdpa {by_form['sdpa']:.3f}, "
+                f"matmul {by_form['matmul']:.3f}), eager {eager:.3f} ms")
+            rows.append(row)
+            if args.compile and b in args.compile_batches:
+                for scope in args.compile_scope:
+                    if scope in FAILED_SCOPES:
+                        continue
+                    if budget.left() < args.compile_min_s:
+                        log(f"{tag} torch.compile({scope}): skipped (budget)")
+                        continue
+                    c = compiled_decode(ref, s, args, ids, pos, caches, cos, sin, b, ctx, scope)
+                    rows.append(c)
+                    if "error" in c:
+                        FAILED_SCOPES.add(scope)  # not retried at later points
+                    if ON_POINT:
+                        ON_POINT()
+                    if "ms" in c and not args.compile_all_scopes:
+                        break  # one working compiled form per point
+        if ON_POINT:
+            ON_POINT()
+        del caches
+        release()
 
 
 def check_decode_forms(ref, s, b, ctx):
@@ -488,30 +508,104 @@ def check_decode_forms(ref, s, b, ctx):
     return {"kind": "check_decode_forms", "err": err, "ok": err < 0.05}
 
 
-def compiled_decode(ref, s, args, ids, pos, caches, cos, sin, b, ctx):
-    """torch.compile(mode="reduce-overhead") of the same decode step: inductor's fused kernels
-    under cudagraph trees. The caches are marked static (as transformers' StaticCache does), so
-    their in-place writes do not disable the graphs. Compile time included in the row."""
-    import torch._dynamo
-    for K, V in caches:
-        torch._dynamo.mark_static_address(K)
-        torch._dynamo.mark_static_address(V)
+def decode_layer(s, form, x, L, K, V, pos_t, cos, sin):
+    """One decoder layer of a decode step, written for torch.compile: x [B, 1, h]; K, V
+    [B, KVH, S, d] static caches (every row valid after this step's write: pos_t == S - 1);
+    the new K/V row goes in by index_copy_ (an in-place write inductor keeps in place, as
+    transformers' StaticCache does); no context managers, no Python-int positions."""
+    B = x.shape[0]
+    H, KVH, d, g = s.heads, s.kv_heads, s.head_dim, s.group
+    qd, kvd = H * d, KVH * d
+    r = rms_norm(x, L["ln1"], s.eps)
+    qkv = r @ L["wqkv"].t()
+    q = qkv[..., :qd].view(B, 1, H, d).transpose(1, 2)
+    k = qkv[..., qd:qd + kvd].view(B, 1, KVH, d).transpose(1, 2)
+    v = qkv[..., qd + kvd:].view(B, 1, KVH, d).transpose(1, 2)
+    q = q * cos + rotate_half(q) * sin
+    k = k * cos + rotate_half(k) * sin
+    K.index_copy_(2, pos_t, k)
+    V.index_copy_(2, pos_t, v)
+    qg = q.reshape(B, KVH, g, d)
+    if form == "matmul":
+        sc = torch.matmul(qg, K.transpose(-1, -2)) * (d ** -0.5)
+        o = torch.matmul(torch.softmax(sc.float(), dim=-1).to(qg.dtype), V)
+    else:
+        o = F.scaled_dot_product_attention(qg, K, V)
+    x = x + o.reshape(B, 1, qd) @ L["wo"].t()
+    r = rms_norm(x, L["ln2"], s.eps)
+    gate, up = (r @ L["wgu"].t()).chunk(2, dim=-1)
+    return x + (F.silu(gate) * up) @ L["wd"].t()
 
-    def fn():
-        return ref.forward(ids, pos, caches, cos, sin)
-    row = {"kind": "decode", "impl": "ref_compile", "batch": b, "context": ctx}
-    tag = f"ref decode b={b} ctx={ctx} torch.compile(reduce-overhead)"
+
+def compiled_decode(ref, s, args, ids, pos, caches, cos, sin, b, ctx, scope):
+    """torch.compile + CUDA-graph decode loop: the decode step compiled by inductor
+    (mode="default": no inductor CUDA graphs, dynamic=False, fullgraph=True), warmed up, then
+    the *compiled* step captured by us with torch.cuda.graph and replayed (inductor's own
+    cudagraph trees refuse steps that mutate their inputs: the KV writes). scope "model":
+    one compiled function for the whole step (32 layers, embedding to logits); "layer": one
+    compiled layer called per layer (one compile, reused by every layer; quicker to build,
+    no fusion across layer boundaries). Attention: the faster form of ref's graph timing.
+    Checked against ref eager on the same inputs (max|diff| / std of the logits, argmax)."""
+    import torch._dynamo
+    form = ref.decode_attn
+    w = ref.w
+    pos_t = torch.tensor([pos], dtype=torch.long, device="cuda")
+    cos1, sin1 = cos.view(1, 1, 1, -1), sin.view(1, 1, 1, -1)
+    row = {"kind": "decode", "impl": "ref_compile", "batch": b, "context": ctx, "scope": scope,
+           "attn": form, "mode": "default+cuda.graph"}
+    tag = f"ref decode b={b} ctx={ctx} torch.compile({scope}) + CUDA graph"
+    if scope == "model":
+        def step_fn(ids, pos_t, cos1, sin1):
+            x = F.embedding(ids, w["embed"])
+            for l in range(s.layers):
+                K, V = caches[l]
+                x = decode_layer(s, form, x, w["layers"][l], K, V, pos_t, cos1, sin1)
+            return rms_norm(x[:, -1], w["norm"], s.eps) @ w["lm_head"].t()
+        cstep = torch.compile(step_fn, dynamic=False, fullgraph=True)
+
+        def step():
+            return cstep(ids, pos_t, cos1, sin1)
+    else:
+        def layer_fn(x, L, K, V, pos_t, cos1, sin1):
+            return decode_layer(s, form, x, L, K, V, pos_t, cos1, sin1)
+        clayer = torch.compile(layer_fn, dynamic=False, fullgraph=True)
+
+        def head_fn(x):
+            return rms_norm(x[:, -1], w["norm"], s.eps) @ w["lm_head"].t()
+        chead = torch.compile(head_fn, dynamic=False, fullgraph=True)
+
+        def step():
+            x = F.embedding(ids, w["embed"])
+            for l in range(s.layers):
+                K, V = caches[l]
+                x = clayer(x, w["layers"][l], K, V, pos_t, cos1, sin1)
+            return chead(x)
     try:
         with torch.no_grad():
             t0 = time.time()
-            cf = torch.compile(fn, mode="reduce-overhead", dynamic=False)
-            for _ in range(3):
-                cf()
+            step()  # compiles
             torch.cuda.synchronize()
             row["compile_s"] = time.time() - t0
-            row["ms"] = event_ms(cf, args.iters, warmup=2)
-        del cf
-        log(f"{tag}: {row['ms']:.3f} ms (compiled in {row['compile_s']:.0f} s)")
+            st = torch.cuda.Stream()
+            st.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(st):
+                for _ in range(3):
+                    step()
+            torch.cuda.current_stream().wait_stream(st)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                out = step()
+            row["capture_s"] = time.time() - t0 - row["compile_s"]
+            row["ms"] = event_ms(graph.replay, args.iters, warmup=3)
+            graph.replay()
+            got = out.float().clone()
+            want = ref.forward(ids, pos, caches, cos, sin).float()  # same inputs, same form
+            row["err"] = ((got - want).abs().max() / want.std()).item()
+            row["argmax_same"] = bool((got.argmax(-1) == want.argmax(-1)).all().item())
+            del graph, out
+        log(f"{tag}: {row['ms']:.3f} ms ({form}; compiled in {row['compile_s']:.1f} s, captured in "
+            f"{row['capture_s']:.1f} s); logits vs ref eager: max|diff|/std {row['err']:.4f}, "
+            f"argmax {'same' if row['argmax_same'] else 'DIFFERENT'}")
     except Exception as e:
         row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
         log(f"{tag}: failed: {row['error']}")
@@ -532,15 +626,23 @@ def main():
     ap.add_argument("--ttft-new", type=int, default=800)
     ap.add_argument("--ttft-reps", type=int, default=3)
     ap.add_argument("--iters", type=int, default=20, help="timed graph replays per point")
-    ap.add_argument("--compile", action="store_true", help="also torch.compile(reduce-overhead) per decode point")
+    ap.add_argument("--points", default="",
+                    help="decode points BxCTX,... (e.g. 1x1024,128x1024); default: batches x contexts")
+    ap.add_argument("--compile", action="store_true",
+                    help="also torch.compile + CUDA graph of the decode step per decode point")
+    ap.add_argument("--compile-scope", default="model,layer",
+                    help="compiled unit(s), tried in order until one works: model (whole step), layer")
+    ap.add_argument("--compile-all-scopes", action="store_true", help="time every scope, not the first working")
     ap.add_argument("--compile-min-s", type=float, default=15, help="budget needed to start a compile")
-    ap.add_argument("--compile-batches", default="1", help="batch sizes of the compiled decode")
+    ap.add_argument("--compile-batches", default="1,8,32,128", help="batch sizes of the compiled decode")
     ap.add_argument("--no-hf", action="store_true", help="skip transformers (random ref weights)")
     ap.add_argument("--budget-s", type=float, default=300, help="skip points once this is spent")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
     for k in ("batches", "contexts", "prompts", "hf_prompts", "compile_batches"):
         setattr(args, k, [int(v) for v in getattr(args, k).split(",") if v])
+    args.points = [tuple(int(x) for x in p.split("x")) for p in args.points.split(",") if p]
+    args.compile_scope = [v for v in args.compile_scope.split(",") if v]
     budget = Budget(args.budget_s)
     t_start = time.time()
 
@@ -604,6 +706,8 @@ def main():
                            "weight_bytes": 2 * (s.linear_params_per_token() + s.vocab * s.hidden),
                            "kv_bytes_per_token": s.kv_bytes_per_token(), "rows": rows}, f, indent=1)
     write_json()
+    global ON_POINT
+    ON_POINT = write_json
     for stage in (ref_prefill, ref_ttft, ref_decode):
         try:
             stage(ref, s, args, rows, budget)
