@@ -25,6 +25,9 @@ namespace pg::ops {
 // score.
 // CUDA: logits bf16 or f32 on the device (bias, topk_weights f32, topk_ids i32, all on the
 // device); up to 1024 experts, top_k <= 32, num_groups <= 32.
+// Fused router matmul (optional): with x and router given, logits = x · router^T is computed
+// first (f32, written to `logits`, which must then be f32) and routed; CUDA runs both in one
+// kernel (x, router bf16), meant for decode-sized batches.
 enum class MoeScoring : uint8_t { kSoftmax, kSigmoid };
 struct MoeRouterParams {
   TensorView logits;        // [num_tokens, num_experts] f32 (router matmul output; bf16 ok on CUDA)
@@ -36,6 +39,8 @@ struct MoeRouterParams {
   int topk_groups = 1;      // in [1, num_groups]; top_k <= topk_groups * experts per group
   bool renormalize = true;
   float scaling = 1.0f;
+  TensorView x;             // optional [num_tokens, hidden] (fused router matmul, see above)
+  TensorView router;        // with x: [num_experts, hidden]
 };
 void MoeRouter(const MoeRouterParams& p);
 
@@ -61,6 +66,11 @@ struct MoeExpertsParams {
   std::span<const MoeExpertWeights> experts;  // [num_experts], one inter size for all
   TensorView out;                             // [num_tokens, hidden] f32 (bf16 on CUDA); must not alias x
   bool accumulate = false;                    // out += result (e.g. onto the shared expert)
+  // Optional shared expert (shared.gate.data != null), weight 1 for every token:
+  // out (+)= shared(x) + routed sum. Its inter is a multiple of the routed experts' (DeepSeek:
+  // n_shared_experts * moe_intermediate_size); same dtype and scale kind as theirs. CUDA runs
+  // it inside the route-walking kernels (extra slots per token).
+  MoeExpertWeights shared;
 };
 void MoeExperts(const MoeExpertsParams& p);
 

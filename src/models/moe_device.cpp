@@ -5,6 +5,7 @@
 
 #include "core/status.h"
 #include "kernels/ops.h"
+#include "kernels/registry.h"
 
 namespace pg::models {
 namespace {
@@ -195,15 +196,32 @@ void RunDeviceMoeFfn(const DeviceMoeFfn& w, const MoeModelConfig& c, const Tenso
   const TensorView logits = Flat(s.router_logits, n, c.num_experts);
   const TensorView weights = Flat(s.topk_weights, n, c.top_k);
   const TensorView ids = w.topk_ids.Slice0(0, n);
-  ops::Matmul({.x = x, .w = w.router, .out = logits});
-  ops::MoeRouter({.logits = logits, .bias = w.score_bias, .topk_ids = ids,
-                  .topk_weights = weights, .scoring = c.scoring, .num_groups = c.n_group,
-                  .topk_groups = c.topk_group, .renormalize = c.norm_topk_prob,
-                  .scaling = c.routed_scaling_factor});
+  // Decode-sized batches: router matmul + routing in one op (one kernel on CUDA).
+  const bool decode = n <= kMoeDecodeFuseMaxTokens;
+  ops::MoeRouterParams rp{.logits = logits, .bias = w.score_bias, .topk_ids = ids,
+                          .topk_weights = weights, .scoring = c.scoring, .num_groups = c.n_group,
+                          .topk_groups = c.topk_group, .renormalize = c.norm_topk_prob,
+                          .scaling = c.routed_scaling_factor};
+  if (decode) {
+    rp.x = x;
+    rp.router = w.router;
+  } else {
+    ops::Matmul({.x = x, .w = w.router, .out = logits});
+  }
+  ops::MoeRouter(rp);
+  ops::MoeExpertsParams ep{.x = x, .topk_ids = ids, .topk_weights = weights,
+                           .experts = w.experts, .out = out};
   const bool shared = w.shared.inter > 0;
+  if (shared && decode) {
+    // The shared expert inside the experts op (CUDA: extra slots of the walking kernels),
+    // where the backend takes it.
+    ep.shared = ExpertView(w.shared.gate, w.shared.up, w.shared.down);
+    if (ops::Registry::Global().Selected(ep) != nullptr) return ops::MoeExperts(ep);
+    ep.shared = {};
+  }
   if (shared) RunDeviceMlp(w.shared, x, out, s);
-  ops::MoeExperts({.x = x, .topk_ids = ids, .topk_weights = weights, .experts = w.experts,
-                   .out = out, .accumulate = shared});
+  ep.accumulate = shared;
+  ops::MoeExperts(ep);
 }
 
 void CheckDeviceBatch(const ForwardBatch& fb, const KvCacheLayers& kv, const TensorView& logits,

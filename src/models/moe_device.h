@@ -95,6 +95,9 @@ void DeviceMatmul(const TensorView& x, const DeviceMatrix& w, const TensorView& 
 // x, out: [n, hidden] bf16 device; out must not alias x.
 void RunDeviceMlp(const DeviceMlp& w, const TensorView& x, const TensorView& out,
                   const DeviceFfnScratch& s);
+// Batches of at most this many tokens take the MoE decode path: the router matmul fused into
+// MoeRouter, the shared expert fused into MoeExperts (when its backend takes it).
+inline constexpr int64_t kMoeDecodeFuseMaxTokens = 4;
 void RunDeviceMoeFfn(const DeviceMoeFfn& w, const MoeModelConfig& c, const TensorView& x,
                      const TensorView& out, const DeviceFfnScratch& s);
 

@@ -122,7 +122,7 @@ struct Layer {
 // Per-token-count activations.
 struct Acts {
   std::vector<std::unique_ptr<Buf>> bufs;
-  TensorView x, logits, ids, w, out, g, u, a;
+  TensorView x, logits, logits32, ids, w, out, g, u, a;
   void* Alloc(size_t bytes) {
     bufs.push_back(std::make_unique<Buf>(bytes));
     return bufs.back()->p;
@@ -131,6 +131,7 @@ struct Acts {
     x = Dev(Alloc(size_t(n * s.hidden * 2)), DType::kBF16, {n, s.hidden});
     bench::FillBf16(x.data, n * s.hidden, 1234, 1.0f);
     logits = Dev(Alloc(size_t(n * s.experts * 2)), DType::kBF16, {n, s.experts});
+    logits32 = Dev(Alloc(size_t(n * s.experts * 4)), DType::kF32, {n, s.experts});
     ids = Dev(Alloc(size_t(n * s.top_k * 4)), DType::kI32, {n, s.top_k});
     w = Dev(Alloc(size_t(n * s.top_k * 4)), DType::kF32, {n, s.top_k});
     out = Dev(Alloc(size_t(n * s.hidden * 2)), DType::kBF16, {n, s.hidden});
@@ -164,6 +165,20 @@ void FullLayer(const Layer& L, const Acts& A) {
     ops::Matmul({.x = A.a, .w = L.sh_down, .out = A.out, .w_scale = L.sh_down_s});
   }
   Experts(L, A, L.s.shared_inter > 0);
+}
+
+// The decode form of the layer (models/moe_device.cpp, batches <= 4): the router matmul fused
+// into MoeRouter (one kernel, f32 logits), the shared expert inside MoeExperts.
+void FusedLayer(const Layer& L, const Acts& A) {
+  ops::MoeRouter({.logits = A.logits32, .topk_ids = A.ids, .topk_weights = A.w,
+                  .scoring = L.s.scoring, .num_groups = L.s.groups,
+                  .topk_groups = L.s.topk_groups, .renormalize = L.s.renormalize,
+                  .scaling = L.s.scaling, .x = A.x, .router = L.router_w});
+  ops::MoeExpertsParams p{.x = A.x, .topk_ids = A.ids, .topk_weights = A.w, .experts = L.experts,
+                          .out = A.out};
+  if (L.s.shared_inter)
+    p.shared = {L.sh_gate, L.sh_up, L.sh_down, L.sh_gate_s, L.sh_up_s, L.sh_down_s};
+  ops::MoeExperts(p);
 }
 
 // Median microseconds per replay of fn captured as one CUDA graph (after a warm-up run
@@ -250,9 +265,105 @@ struct Variant {
   int tile_rows;
 };
 
+double Nmse(const std::vector<float>& ref, const std::vector<float>& got) {
+  double se = 0, ss = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double d = double(got[i]) - ref[i];
+    se += d * d, ss += double(ref[i]) * ref[i];
+  }
+  return ss > 0 ? se / ss : (se > 0 ? 1.0 : 0.0);
+}
+
+// Decode batches (1-4 tokens): the unfused layer (router Matmul + MoeRouter + shared MLP +
+// MoeExperts) against the fused decode layer, and the walking kernels' tuning (loads in flight
+// in the gate/up and down kernels, L2 prefetch of the down rows), graph replays vs the floor.
+void DecodeSection(const Shape& s, cudaStream_t stream, double bw, double gemm, std::FILE* json) {
+  Layer L(s);
+  fmt::print("\n== decode {}: hidden {} experts {} top-{} inter {} shared {} {} (PDL {})\n", s.name,
+             s.hidden, s.experts, s.top_k, s.inter, s.shared_inter, s.fp8 ? "fp8 block" : "bf16",
+             cuda::PdlEnabled() ? "on" : "off");
+  fmt::print("{:>6} {:>22} {:>10} {:>10} {:>9}\n", "tokens", "variant", "us", "floor_us", "floor/t");
+  struct Tune {
+    const char* name;
+    int gu, down;
+    long long prefetch;
+  };
+  const Tune tunes[] = {{"gu2 dn4", 2, 4, 0},          {"gu2 dn8", 2, 8, 0},
+                        {"gu4 dn8", 4, 8, 0},          {"gu2 dn8 pf", 2, 8, 1ll << 40},
+                        {"gu4 dn8 pf", 4, 8, 1ll << 40}, {"gu4 dn4 pf", 4, 4, 1ll << 40}};
+  for (int64_t n : {1, 2, 4}) {
+    Acts A(s, n);
+    cuda::SetMoeTuning({});
+    {
+      cuda::StreamScope scope(stream);
+      FusedLayer(L, A);
+      PG_CUDA_CHECK(cudaStreamSynchronize(stream));
+    }
+    std::vector<int32_t> ids(size_t(n * s.top_k));
+    PG_CUDA_CHECK(cudaMemcpy(ids.data(), A.ids.data, ids.size() * 4, cudaMemcpyDeviceToHost));
+    const std::set<int32_t> touched(ids.begin(), ids.end());
+    const double bytes = double(touched.size()) * double(L.expert_bytes) +
+                         double(L.shared_bytes + L.router_bytes);
+    const double flops = 2.0 * 3.0 * double(n * s.top_k) * double(s.hidden * s.inter) +
+                         2.0 * 3.0 * double(n) * double(s.hidden * s.shared_inter) +
+                         2.0 * double(n) * double(s.hidden * s.experts);
+    const double floor = std::max(bytes / bw, flops / gemm) * 1e6;
+    auto row = [&](const std::string& name, double us) {
+      fmt::print("{:>6} {:>22} {:>10.1f} {:>10.1f} {:>8.0f}%\n", n, name, us, floor, 100 * floor / us);
+      if (json)
+        fmt::print(json,
+                   "{{\"decode\": \"{}\", \"tokens\": {}, \"variant\": \"{}\", \"pdl\": {}, "
+                   "\"us\": {:.2f}, \"floor_us\": {:.2f}, \"bytes\": {:.0f}}}\n",
+                   s.name, n, name, cuda::PdlEnabled() ? 1 : 0, us, floor, bytes);
+    };
+    // Outputs: unfused (the reference here) vs fused, same routes (f32 vs bf16 logits can
+    // differ at near-ties: the check reports the route agreement too).
+    cuda::SetMoeTuning({cuda::MoePath::kWalk});
+    std::vector<float> ref, got;
+    std::vector<int32_t> ids_unfused(ids.size());
+    {
+      cuda::StreamScope scope(stream);
+      FullLayer(L, A);
+      PG_CUDA_CHECK(cudaStreamSynchronize(stream));
+      ref = ToHost(A.out);
+      PG_CUDA_CHECK(cudaMemcpy(ids_unfused.data(), A.ids.data, ids.size() * 4, cudaMemcpyDeviceToHost));
+      FusedLayer(L, A);
+      PG_CUDA_CHECK(cudaStreamSynchronize(stream));
+      got = ToHost(A.out);
+    }
+    const bool same_routes = std::multiset<int32_t>(ids.begin(), ids.end()) ==
+                             std::multiset<int32_t>(ids_unfused.begin(), ids_unfused.end());
+    fmt::print("   check n={} fused vs unfused layer: nmse {:.2e} routes {} {}\n", n, Nmse(ref, got),
+               same_routes ? "same" : "differ",
+               !same_routes || Nmse(ref, got) < 1e-4 ? "OK" : "MISMATCH");
+    row("unfused layer", GraphUs(stream, [&] { FullLayer(L, A); }));
+    for (const Tune& t : tunes) {
+      cuda::MoeTuning tu;
+      tu.path = cuda::MoePath::kWalk;
+      tu.walk_gu_unroll = t.gu;
+      tu.walk_down_unroll = t.down;
+      tu.walk_prefetch_bytes = t.prefetch;
+      cuda::SetMoeTuning(tu);
+      row(fmt::format("fused {}", t.name), GraphUs(stream, [&] { FusedLayer(L, A); }));
+      row(fmt::format("experts {}", t.name), GraphUs(stream, [&] { Experts(L, A, false); }));
+    }
+    cuda::SetMoeTuning({});
+    row("fused default", GraphUs(stream, [&] { FusedLayer(L, A); }));
+    row("router fused", GraphUs(stream, [&] {
+          ops::MoeRouter({.logits = A.logits32, .topk_ids = A.ids, .topk_weights = A.w,
+                          .scoring = L.s.scoring, .num_groups = L.s.groups,
+                          .topk_groups = L.s.topk_groups, .renormalize = L.s.renormalize,
+                          .scaling = L.s.scaling, .x = A.x, .router = L.router_w});
+        }));
+    row("router unfused", GraphUs(stream, [&] { Router(L, A); }));
+  }
+}
+
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace pg::bench {
+// The benchmark (its own binary, or moe_gpu_check --bench-moe).
+int RunMoeBench(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   std::FILE* json = nullptr;
   for (int i = 1; i + 1 < argc; ++i)
@@ -274,6 +385,22 @@ int main(int argc, char** argv) {
                               {"sorted64", cuda::MoePath::kSorted, 64}, {"sorted128", cuda::MoePath::kSorted, 128}};
   cudaStream_t stream;
   PG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  bool decode_only = false;
+  for (int i = 1; i < argc; ++i) decode_only = decode_only || std::string(argv[i]) == "--decode-only";
+  for (const Shape& s : shapes) {
+    try {
+      DecodeSection(s, stream, bw, gemm, json);
+    } catch (const std::exception& e) {
+      fmt::print("decode {}: FAILED: {}\n", s.name, e.what());
+      PG_CUDA_CHECK(cudaStreamSynchronize(stream));
+    }
+  }
+  cuda::SetMoeTuning({});
+  if (decode_only) {
+    if (json) std::fclose(json);
+    cudaStreamDestroy(stream);
+    return 0;
+  }
 
   for (const Shape& s : shapes) {
    try {
@@ -359,3 +486,8 @@ int main(int argc, char** argv) {
   cudaStreamDestroy(stream);
   return 0;
 }
+}  // namespace pg::bench
+
+#ifndef PG_MOE_BENCH_NO_MAIN
+int main(int argc, char** argv) { return pg::bench::RunMoeBench(argc, argv); }
+#endif

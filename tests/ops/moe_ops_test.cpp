@@ -21,6 +21,7 @@
 #if defined(PEREGRINE_HAVE_CUDA)
 #include <deque>
 
+#include "kernels/cuda/common/context.h"
 #include "kernels/cuda/moe/moe_tuning.h"
 #endif
 
@@ -31,7 +32,10 @@ namespace pg::ops::testing {
 // Router logits go over as f32 (the kernel takes f32 or bf16; bf16: MoeRouterOp.CudaBf16Logits).
 inline MoeRouterParams Mirror(DeviceMirror& m, const MoeRouterParams& p) {
   MoeRouterParams d = p;
-  d.logits = m.Raw(p.logits);
+  // Fused router matmul: x as a bf16 activation, the router's bytes, the logits an output.
+  d.logits = p.x.data ? m.RawOut(p.logits) : m.Raw(p.logits);
+  d.x = m.Act(p.x, false);
+  d.router = m.Raw(p.router);
   d.bias = m.Raw(p.bias);
   d.topk_ids = m.RawOut(p.topk_ids);
   d.topk_weights = m.RawOut(p.topk_weights);
@@ -44,6 +48,9 @@ inline MoeExpertsParams Mirror(DeviceMirror& m, const MoeExpertsParams& p) {
     ex.push_back({m.Raw(w.gate), m.Raw(w.up), m.Raw(w.down), m.Raw(w.gate_scale),
                   m.Raw(w.up_scale), m.Raw(w.down_scale)});
   MoeExpertsParams d = p;
+  const MoeExpertWeights& sh = p.shared;
+  d.shared = {m.Raw(sh.gate), m.Raw(sh.up), m.Raw(sh.down), m.Raw(sh.gate_scale),
+              m.Raw(sh.up_scale), m.Raw(sh.down_scale)};
   d.x = m.Act(p.x, false);
   d.topk_ids = m.Raw(p.topk_ids);
   d.topk_weights = m.Raw(p.topk_weights);
@@ -225,6 +232,85 @@ TEST(MoeRouterOp, EveryBackendMatchesReference) {
   cov.Check<MoeRouterParams>();
 }
 
+// Fused router matmul (MoeRouterParams::x / router). The reference is exactly the reference
+// Matmul into the logits followed by the reference router (checked bit for bit); every other
+// backend's logits are held against the reference's, and its routing against the reference
+// router run on the backend's own logits (no near-tie can flip the comparison).
+struct FusedRouterCase {
+  int64_t tokens, experts, hidden, top_k;
+  int groups, topk_groups;
+  MoeScoring scoring;
+  bool bias;
+  float scaling;
+};
+
+TEST(MoeRouterOp, FusedMatmulMatchesMatmulThenRouter) {
+  PG_SEED_TRACE();
+  const FusedRouterCase cases[] = {
+      {1, 128, 2048, 8, 1, 1, MoeScoring::kSoftmax, false, 1.0f},    // Qwen3-30B-A3B decode
+      {3, 64, 2048, 6, 1, 1, MoeScoring::kSoftmax, false, 1.0f},     // DeepSeek-V2-Lite / Moonlight
+      {4, 256, 7168, 8, 8, 4, MoeScoring::kSigmoid, true, 2.5f},     // DeepSeek-V3 (rows > 2048)
+      {2, 24, 111, 5, 6, 2, MoeScoring::kSoftmax, true, 1.0f},       // odd hidden: scalar path
+      {7, 13, 96, 3, 1, 1, MoeScoring::kSoftmax, false, 1.0f},       // 7 tokens, 13 experts
+  };
+  Coverage cov;
+  for (const FusedRouterCase& c : cases) {
+    SCOPED_TRACE(fmt::format("tokens {} experts {} hidden {} k {}", c.tokens, c.experts, c.hidden,
+                             c.top_k));
+    Tensor x = F32({c.tokens, c.hidden}), wf = F32({c.experts, c.hidden}, 0.05f);
+    RoundToBf16(x);  // device backends see bf16 activations: the same x for all
+    Tensor router(DType::kBF16, {c.experts, c.hidden});
+    for (int64_t r = 0; r < c.experts; ++r)
+      quant::QuantizeRow(DType::kBF16, wf.data<float>() + r * c.hidden, router.view().row_ptr(r),
+                         c.hidden);
+    Tensor bias = F32({c.experts}, 0.05f);
+    auto params = [&](Tensor& logits, Tensor& ids, Tensor& w) {
+      return MoeRouterParams{.logits = logits.view(), .bias = c.bias ? bias.view() : TensorView{},
+                             .topk_ids = ids.view(), .topk_weights = w.view(),
+                             .scoring = c.scoring, .num_groups = c.groups,
+                             .topk_groups = c.topk_groups, .renormalize = true,
+                             .scaling = c.scaling, .x = x.view(), .router = router.view()};
+    };
+    Tensor ref_logits(DType::kF32, {c.tokens, c.experts}), ref_ids(DType::kI32, {c.tokens, c.top_k}),
+        ref_w(DType::kF32, {c.tokens, c.top_k});
+    RunWith(RefImpl<MoeRouterParams>(), params(ref_logits, ref_ids, ref_w));
+    // The composition: reference Matmul, then the reference router on its logits.
+    {
+      Tensor lg(DType::kF32, {c.tokens, c.experts}), ids(DType::kI32, {c.tokens, c.top_k}),
+          w(DType::kF32, {c.tokens, c.top_k});
+      RunWith(RefImpl<MatmulParams>(), MatmulParams{.x = x.view(), .w = router.view(), .out = lg.view()});
+      MoeRouterParams p = params(lg, ids, w);
+      p.x = p.router = TensorView{};
+      RunWith(RefImpl<MoeRouterParams>(), p);
+      ExpectExact(lg.data<float>(), ref_logits.data<float>(), lg.numel(), "ref logits");
+      for (int64_t i = 0; i < ids.numel(); ++i)
+        ASSERT_EQ(ids.data<int32_t>()[i], ref_ids.data<int32_t>()[i]) << "route " << i;
+      ExpectExact(w.data<float>(), ref_w.data<float>(), w.numel(), "ref weights");
+    }
+    for (const auto* k : Backends<MoeRouterParams>()) {
+      Tensor lg(DType::kF32, {c.tokens, c.experts}), ids(DType::kI32, {c.tokens, c.top_k}),
+          w(DType::kF32, {c.tokens, c.top_k});
+      lg.Zero();
+      ids.Zero();
+      w.Zero();
+      if (!RunBackend(*k, params(lg, ids, w))) continue;
+      cov.Ran(k->backend);
+      // f32 accumulation over `hidden` products vs the reference's double.
+      ExpectClose(ref_logits.data<float>(), lg.data<float>(), lg.numel(), {1e-4, 1e-9},
+                  k->backend + " logits");
+      Tensor want_ids(DType::kI32, {c.tokens, c.top_k}), want_w(DType::kF32, {c.tokens, c.top_k});
+      MoeRouterParams p = params(lg, want_ids, want_w);
+      p.x = p.router = TensorView{};
+      RunWith(RefImpl<MoeRouterParams>(), p);
+      for (int64_t i = 0; i < ids.numel(); ++i) {
+        ASSERT_EQ(ids.data<int32_t>()[i], want_ids.data<int32_t>()[i]) << k->backend << " route " << i;
+        EXPECT_NEAR(w.data<float>()[i], want_w.data<float>()[i], 2e-6 * c.scaling) << k->backend;
+      }
+    }
+  }
+  cov.Check<MoeRouterParams>();
+}
+
 #if defined(PEREGRINE_HAVE_CUDA)
 // bf16 logits on the device: the reference on the same (bf16-rounded) logits. Ramp spacing
 // 6/64 survives bf16 rounding, so the choice is exact.
@@ -333,9 +419,11 @@ struct ExpertCase {
 // A device backend on every path it has: on CUDA the route-walking path and the
 // expert-sorted path with 16-, 32-, 64- and 128-row tiles (the latter where the shapes allow
 // it; the backend falls back to walking otherwise, which is then checked again).
-void ExpectDeviceExpertsMatch(const KernelImpl<MoeExpertsParams>& k, MoeExpertsParams p,
-                              const Tensor& got, const std::vector<float>& init,
-                              const Tensor& ref_out, Coverage& cov) {
+// Returns the number of variants run.
+int ExpectDeviceExpertsMatch(const KernelImpl<MoeExpertsParams>& k, MoeExpertsParams p,
+                             const Tensor& got, const std::vector<float>& init,
+                             const Tensor& ref_out, Coverage& cov) {
+  int runs = 0;
   struct Variant {
     const char* name;
     int path, tile_rows;  // path: 0 auto, 1 walk, 2 sorted
@@ -357,7 +445,8 @@ void ExpectDeviceExpertsMatch(const KernelImpl<MoeExpertsParams>& k, MoeExpertsP
 #if defined(PEREGRINE_HAVE_CUDA)
     cuda::SetMoeTuning({});
 #endif
-    if (!ran) return;
+    if (!ran) return runs;
+    ++runs;
     cov.Ran(k.backend);
     // The sorted path rounds the SwiGLU activations to bf16 (its down GEMM's operand, as bf16
     // PyTorch / vLLM layers do): a second bf16 rounding inside, so a looser worst case; the
@@ -366,6 +455,7 @@ void ExpectDeviceExpertsMatch(const KernelImpl<MoeExpertsParams>& k, MoeExpertsP
     ExpectClose(ref_out.data<float>(), got.data<float>(), got.numel(),
                 walk ? kBf16 : Tolerance{6e-2, kBf16.nmse}, k.backend + " " + v.name);
   }
+  return runs;
 }
 
 TEST(MoeExpertsOp, ReferenceMatchesDenseEvaluation) {
@@ -451,6 +541,85 @@ TEST(MoeExpertsOp, EveryBackendMatchesReference) {
     }
   }
   cov.Check<MoeExpertsParams>();
+}
+
+// Shared expert (MoeExpertsParams::shared). The reference equals the routed sum plus the
+// shared MLP evaluated densely through the reference Matmul / SwiGlu; every backend that takes
+// it matches the reference (CUDA: the walking kernels' extra slots, on every path); the CPU
+// sorted backend refuses it.
+TEST(MoeExpertsOp, SharedExpertMatchesDenseEvaluation) {
+  PG_SEED_TRACE();
+  const int64_t n = 4, h = 96, inter = 24, k = 3, S = 2;
+  ExpertSet ex = MakeExperts(5, h, inter, DType::kBF16);
+  ExpertSet sh = MakeExperts(1, h, S * inter, DType::kBF16);
+  Tensor x = F32({n, h}), ids(DType::kI32, {n, k}), w = F32({n, k});
+  for (int64_t i = 0; i < n * k; ++i) ids.data<int32_t>()[i] = int32_t(RandInt(-1, 4));
+  Tensor routed = F32({n, h}), out = F32({n, h});
+  MoeExpertsParams p{.x = x.view(), .topk_ids = ids.view(), .topk_weights = w.view(),
+                     .experts = ex.views, .out = routed.view()};
+  RunWith(RefImpl<MoeExpertsParams>(), p);
+  p.out = out.view();
+  p.shared = sh.views[0];
+  RunWith(RefImpl<MoeExpertsParams>(), p);
+  Tensor g(DType::kF32, {n, S * inter}), u(DType::kF32, {n, S * inter}), a(DType::kF32, {n, S * inter}),
+      y(DType::kF32, {n, h});
+  const auto& mm = RefImpl<MatmulParams>();
+  RunWith(mm, MatmulParams{.x = x.view(), .w = sh.views[0].gate, .out = g.view()});
+  RunWith(mm, MatmulParams{.x = x.view(), .w = sh.views[0].up, .out = u.view()});
+  RunWith(RefImpl<SwiGluParams>(), SwiGluParams{.gate = g.view(), .up = u.view(), .out = a.view()});
+  RunWith(mm, MatmulParams{.x = a.view(), .w = sh.views[0].down, .out = y.view()});
+  std::vector<float> want(size_t(n * h));
+  for (int64_t i = 0; i < n * h; ++i) want[size_t(i)] = routed.data<float>()[i] + y.data<float>()[i];
+  ExpectClose(want.data(), out.data<float>(), n * h, {1e-5, 1e-11}, "ref shared vs dense");
+}
+
+TEST(MoeExpertsOp, SharedExpertEveryBackendMatchesReference) {
+  PG_SEED_TRACE();
+  struct SharedCase {
+    ExpertCase c;
+    int64_t num_shared;
+  };
+  const SharedCase cases[] = {
+      {{1, 256, 64, 4, 8, DType::kBF16}, 2},                       // decode, two shared slots
+      {{3, 136, 40, 4, 6, DType::kF8E4M3, Fp8Scale::kBlock}, 1},  // partial blocks, scalar path
+      {{2, 256, 128, 6, 12, DType::kF8E4M3, Fp8Scale::kBlock}, 2},  // slot columns on 128-blocks
+      {{5, 96, 48, 2, 4, DType::kF8E4M3, Fp8Scale::kChannel}, 3},
+      {{37, 192, 128, 4, 8, DType::kBF16}, 2},                      // sorted path + shared walk
+  };
+  int device_runs = 0;
+  for (const SharedCase& sc : cases) {
+    const ExpertCase& c = sc.c;
+    for (bool accumulate : {false, true}) {
+      SCOPED_TRACE(fmt::format("tokens {} hidden {} inter {} k {} experts {} {} shared {} acc {}",
+                               c.tokens, c.hidden, c.inter, c.top_k, c.experts, Name(c.dtype),
+                               sc.num_shared, accumulate));
+      ExpertSet ex = MakeExperts(c.experts, c.hidden, c.inter, c.dtype, c.scale);
+      ExpertSet sh = MakeExperts(1, c.hidden, sc.num_shared * c.inter, c.dtype, c.scale);
+      Tensor x = F32({c.tokens, c.hidden}), ids(DType::kI32, {c.tokens, c.top_k}),
+          w = F32({c.tokens, c.top_k});
+      RoundToBf16(x);
+      for (int64_t i = 0; i < ids.numel(); ++i)
+        ids.data<int32_t>()[i] = int32_t(RandInt(i % 11 == 5 ? -1 : 0, c.experts - 1));
+      Tensor ref_out = F32({c.tokens, c.hidden}), got = F32({c.tokens, c.hidden});
+      RoundToBf16(ref_out);
+      const std::vector<float> init = Copy(ref_out);
+      MoeExpertsParams p{.x = x.view(), .topk_ids = ids.view(), .topk_weights = w.view(),
+                         .experts = ex.views, .out = ref_out.view(), .accumulate = accumulate,
+                         .shared = sh.views[0]};
+      RunWith(RefImpl<MoeExpertsParams>(), p);
+      for (const auto* k : Backends<MoeExpertsParams>()) {
+        if (!OnDevice(*k)) {
+          EXPECT_FALSE(Accepts(*k, p)) << k->backend << " must refuse a shared expert";
+          continue;
+        }
+        Coverage cov;
+        device_runs += ExpectDeviceExpertsMatch(*k, p, got, init, ref_out, cov);
+      }
+    }
+  }
+#if defined(PEREGRINE_HAVE_CUDA)
+  if (cuda::DeviceCount() > 0) EXPECT_GT(device_runs, 0) << "no device backend ran";
+#endif
 }
 
 // ---- fp8 block-scaled dense Matmul (DeepSeek-V3 dense projections) -------------------------

@@ -77,11 +77,14 @@ void CpuMoeExperts(const MoeExpertsParams& p) {
   }
 }
 
+// The shared expert (MoeExpertsParams::shared) is the reference's (and CUDA's) only.
+bool CpuMoeExpertsSupports(const MoeExpertsParams& p) { return !p.shared.gate.data; }
+
 }  // namespace
 
 void RegisterMoe(Registry& r) {
-  r.Register(KernelImpl<MoeExpertsParams>{"cpu_sorted", Device::kCpu, kPriorityCpuGeneric, {},
-                                          &CpuMoeExperts});
+  r.Register(KernelImpl<MoeExpertsParams>{"cpu_sorted", Device::kCpu, kPriorityCpuGeneric,
+                                          &CpuMoeExpertsSupports, &CpuMoeExperts});
 }
 
 }  // namespace pg::ops::cpu

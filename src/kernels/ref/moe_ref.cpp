@@ -47,6 +47,19 @@ void WeightRow(const TensorView& w, const TensorView& scale, int64_t r, float* r
 void MoeRouter(const MoeRouterParams& p) {
   const int64_t n = p.logits.dim(0);
   const int num_experts = int(p.logits.dim(1)), k = int(p.topk_ids.dim(1));
+  if (p.x.data) {  // fused router matmul: logits = x · router^T, as the reference Matmul
+    const int64_t h = p.x.dim(1);
+    std::vector<float> wrow(static_cast<size_t>(h));
+    for (int e = 0; e < num_experts; ++e) {
+      WeightRow(p.router, TensorView{}, e, wrow.data());
+      for (int64_t t = 0; t < n; ++t) {
+        const float* x = RowF32(p.x, t);
+        double acc = 0;
+        for (int64_t c = 0; c < h; ++c) acc += double(x[c]) * double(wrow[size_t(c)]);
+        RowF32(p.logits, t)[e] = float(acc);
+      }
+    }
+  }
   const int per_group = num_experts / p.num_groups;
   std::vector<double> score(static_cast<size_t>(num_experts)), choice(static_cast<size_t>(num_experts));
   std::vector<double> group_score(static_cast<size_t>(p.num_groups));
@@ -91,33 +104,44 @@ void MoeRouter(const MoeRouterParams& p) {
   }
 }
 
+namespace {
+
+// acc[0, h) += route_w * expert(x) for one expert (gate/up SwiGLU, then down), in double.
+void AddExpert(const MoeExpertWeights& w, const float* x, int64_t h, double route_w,
+               std::vector<float>& wrow, std::vector<double>& act, std::vector<double>& acc) {
+  const int64_t inter = w.gate.dim(0);
+  if (int64_t(act.size()) < inter) act.resize(size_t(inter));
+  if (int64_t(wrow.size()) < std::max(h, inter)) wrow.resize(size_t(std::max(h, inter)));
+  for (int64_t i = 0; i < inter; ++i) {
+    double g = 0, u = 0;
+    WeightRow(w.gate, w.gate_scale, i, wrow.data());
+    for (int64_t c = 0; c < h; ++c) g += double(x[c]) * wrow[size_t(c)];
+    WeightRow(w.up, w.up_scale, i, wrow.data());
+    for (int64_t c = 0; c < h; ++c) u += double(x[c]) * wrow[size_t(c)];
+    act[size_t(i)] = Silu(g) * u;
+  }
+  for (int64_t o = 0; o < h; ++o) {
+    WeightRow(w.down, w.down_scale, o, wrow.data());
+    double y = 0;
+    for (int64_t i = 0; i < inter; ++i) y += act[size_t(i)] * wrow[size_t(i)];
+    acc[size_t(o)] += route_w * y;
+  }
+}
+
+}  // namespace
+
 void MoeExperts(const MoeExpertsParams& p) {
   const int64_t n = p.x.dim(0), h = p.x.dim(1), k = p.topk_ids.dim(1);
-  const int64_t inter = p.experts[0].gate.dim(0);
-  std::vector<float> wrow(static_cast<size_t>(std::max(h, inter)));
-  std::vector<double> act(static_cast<size_t>(inter)), acc(static_cast<size_t>(h));
+  std::vector<float> wrow;
+  std::vector<double> act, acc(static_cast<size_t>(h));
   for (int64_t t = 0; t < n; ++t) {
     const float* x = RowF32(p.x, t);
     std::fill(acc.begin(), acc.end(), 0.0);
+    if (p.shared.gate.data) AddExpert(p.shared, x, h, 1.0, wrow, act, acc);
     for (int64_t j = 0; j < k; ++j) {
       const int32_t e = p.topk_ids.as<int32_t>()[t * k + j];
       if (e < 0) continue;
-      const MoeExpertWeights& w = p.experts[size_t(e)];
-      for (int64_t i = 0; i < inter; ++i) {
-        double g = 0, u = 0;
-        WeightRow(w.gate, w.gate_scale, i, wrow.data());
-        for (int64_t c = 0; c < h; ++c) g += double(x[c]) * wrow[size_t(c)];
-        WeightRow(w.up, w.up_scale, i, wrow.data());
-        for (int64_t c = 0; c < h; ++c) u += double(x[c]) * wrow[size_t(c)];
-        act[size_t(i)] = Silu(g) * u;
-      }
-      const double route_w = RowF32(p.topk_weights, t)[j];
-      for (int64_t o = 0; o < h; ++o) {
-        WeightRow(w.down, w.down_scale, o, wrow.data());
-        double y = 0;
-        for (int64_t i = 0; i < inter; ++i) y += act[size_t(i)] * wrow[size_t(i)];
-        acc[size_t(o)] += route_w * y;
-      }
+      AddExpert(p.experts[size_t(e)], x, h, RowF32(p.topk_weights, t)[j], wrow, act, acc);
     }
     float* out = RowF32(p.out, t);
     for (int64_t o = 0; o < h; ++o)

@@ -101,6 +101,14 @@ void Validate(const MoeRouterParams& p) {
   if (p.bias.data)
     PG_OP_NEED(p.bias.ndim == 1 && p.bias.dim(0) == e && p.bias.dtype == DType::kF32 &&
              p.bias.is_contiguous(), op, "bias {} must be [{}] f32", p.bias.ShapeString(), e);
+  PG_OP_NEED(!p.x.data == !p.router.data, op, "x and router must be given together");
+  if (p.x.data) {
+    NeedAct(op, "x", p.x, 2);
+    PG_OP_NEED(p.x.dim(0) == n && p.logits.dtype == DType::kF32, op,
+               "fused router: x {} must have {} rows and logits {} must be f32",
+               p.x.ShapeString(), n, p.logits.ShapeString());
+    NeedWeight(op, "router", p.router, e, p.x.dim(1));
+  }
 }
 
 void Validate(const MoeExpertsParams& p) {
@@ -126,6 +134,19 @@ void Validate(const MoeExpertsParams& p) {
     NeedScale(op, fmt::format("expert {} gate", e), w.gate, w.gate_scale);
     NeedScale(op, fmt::format("expert {} up", e), w.up, w.up_scale);
     NeedScale(op, fmt::format("expert {} down", e), w.down, w.down_scale);
+  }
+  if (p.shared.gate.data) {
+    const MoeExpertWeights& w = p.shared;
+    const int64_t si = w.gate.ndim == 2 ? w.gate.dim(0) : -1;
+    PG_OP_NEED(si > 0 && si % inter == 0 && w.gate.dtype == p.experts[0].gate.dtype, op,
+               "shared expert gate {} must be [k * {}, {}] of the routed experts' dtype",
+               w.gate.ShapeString(), inter, h);
+    NeedWeight(op, "shared gate", w.gate, si, h);
+    NeedWeight(op, "shared up", w.up, si, h);
+    NeedWeight(op, "shared down", w.down, h, si);
+    NeedScale(op, "shared gate", w.gate, w.gate_scale);
+    NeedScale(op, "shared up", w.up, w.up_scale);
+    NeedScale(op, "shared down", w.down, w.down_scale);
   }
   // Ids on the device are not read back here (a sync); the CUDA kernels skip ids outside
   // [0, num_experts) as empty routes.

@@ -17,12 +17,20 @@ using bf16 = __nv_bfloat16;
 
 // ---- router ---------------------------------------------------------------------------------
 // One warp per token (moe_router.cu). Semantics: ops_moe.h MoeRouterParams.
+// Fused form (x != null): ONE kernel computes logits[t, e] = x[t] . router_w[e] (f32, one warp
+// per expert, router rows loaded before PdlWait) and the block that finishes last (arrival
+// counter) routes every token. Launches sharing one counter must be stream-ordered.
 inline constexpr int kRouterMaxExperts = 1024;
 inline constexpr int kRouterMaxTopK = 32;
 inline constexpr int kRouterMaxGroups = 32;
 struct MoeRouterArgs {
-  const void* logits;     // [num_tokens, num_experts], row stride logits_stride
+  const void* logits;     // [num_tokens, num_experts], row stride logits_stride (fused: written, f32)
   bool logits_bf16;       // else f32
+  const bf16* x;          // fused: [num_tokens, hidden], row stride ldx (else null)
+  const bf16* router_w;   // fused: [num_experts, hidden], row stride ld_router
+  int64_t ldx, ld_router;
+  int hidden;
+  unsigned* counter;      // fused: arrival counter, 0 between launches (the last block resets it)
   const float* bias;      // optional [num_experts]
   int32_t* topk_ids;      // [num_tokens, top_k]
   float* topk_weights;    // [num_tokens, top_k]
@@ -59,22 +67,37 @@ struct MoeWeightLayout {
 };
 
 // ---- route-walking path (small batches; moe_walk.cu) ------------------------------------------
-// Kernel 1, per (route r = t * top_k + j, block of inter rows):
-//   act[r, i] = silu(gate_e[i] . x[t]) * (up_e[i] . x[t])        (f32; skipped for empty routes)
-// Kernel 2, per (token t, block of hidden rows), routes in order j = 0..top_k-1 (deterministic):
-//   out[t, o] = (accumulate ? out[t, o] : 0) + sum_j w[t, j] * (down_e[o] . act[t * top_k + j])
+// A token has K = top_k + num_shared slots: its top_k routes (expert ids[t, j], weight
+// w[t, j]; ids outside [0, num_experts) are empty) then num_shared shared-expert slots of
+// weight 1, slot s covering rows [s * inter, (s + 1) * inter) of the shared gate / up and the
+// same columns of the shared down (a shared MLP of inter num_shared * inter). Slot row
+// r = t * K + q of `act`.
+// Kernel 1, per (slot r, block of inter rows):
+//   act[r, i] = silu(gate_r[i] . x[t]) * (up_r[i] . x[t])        (f32; skipped for empty routes)
+// Kernel 2, per (token t, block of hidden rows), slots in order q = 0..K-1 (deterministic):
+//   out[t, o] = (accumulate ? out[t, o] : 0) + sum_q w[t, q] * (down_q[o] . act[t * K + q])
+// top_k = 0 runs the shared slots only (ids / weights unread).
 struct MoeWalkArgs {
   const bf16* x;            // [num_tokens, hidden], row stride ldx
-  const int32_t* ids;       // [num_tokens, top_k]; ids outside [0, num_experts) are empty
+  const int32_t* ids;       // [num_tokens, top_k]
   const float* weights;     // [num_tokens, top_k], row stride ldw_route
   const MoeExpertPtrs* experts;  // device table [num_experts]
   MoeWeightLayout layout;
-  float* act;               // scratch [num_tokens * top_k, inter]
+  // Shared expert (num_shared > 0): same dtype / scale mode as `layout`; own strides.
+  MoeExpertPtrs shared;
+  int num_shared;
+  int64_t shared_ld_gate, shared_ld_up, shared_ld_down;
+  int shared_scale_ld_gu, shared_scale_ld_down;  // kBlock: ceil(hidden/128), ceil(S*inter/128)
+  float* act;               // scratch [num_tokens * K, inter]
   bf16* out;                // [num_tokens, hidden], row stride ldo
   int64_t ldx, ldo, ldw_route;
   int64_t num_tokens;
   int top_k, num_experts, hidden, inter;
   bool accumulate;
+  // Tuning (moe_tuning.h): 16-byte loads in flight per lane and row (gate/up: 2 or 4; down:
+  // 4 or 8), and whether kernel 1 prefetches the routed experts' down rows into L2.
+  int gu_unroll, down_unroll;
+  bool prefetch_down;
 };
 void LaunchMoeWalk(const MoeWalkArgs& a, cudaStream_t stream);
 

@@ -45,10 +45,29 @@ cuda::ScaleMode ScaleModeOf(const TensorView& s) {
 // ---- router ----------------------------------------------------------------------------------
 bool RouterSupports(const MoeRouterParams& p) {
   const bool logits_ok = On(p.logits, DType::kBF16) || On(p.logits, DType::kF32);
-  return logits_ok && On(p.topk_ids, DType::kI32) && On(p.topk_weights, DType::kF32) &&
+  const bool fused_ok = !p.x.data || (On(p.x, DType::kBF16) && On(p.router, DType::kBF16) &&
+                                      On(p.logits, DType::kF32));
+  return logits_ok && fused_ok && On(p.topk_ids, DType::kI32) && On(p.topk_weights, DType::kF32) &&
          (!p.bias.data || p.bias.device == Device::kCuda) &&
          p.logits.dim(1) <= cuda::kRouterMaxExperts && p.topk_ids.dim(1) <= cuda::kRouterMaxTopK &&
          p.num_groups <= cuda::kRouterMaxGroups;
+}
+
+// The fused router's arrival counter of the current device (zeroed once; every launch leaves
+// it at 0). One per thread and device: launches using it are ordered on the thread's stream.
+unsigned* RouterCounter(cudaStream_t stream) {
+  int dev = 0;
+  PG_CUDA_CHECK(cudaGetDevice(&dev));
+  thread_local std::unordered_map<int, unsigned*> counters;
+  auto it = counters.find(dev);
+  if (it != counters.end()) return it->second;
+  PG_ENSURE(!cuda::IsCapturing(stream), kInternal,
+            "MoeRouter (fused): first use under graph capture: run it once before capturing");
+  unsigned* c = nullptr;
+  PG_CUDA_CHECK(cudaMalloc(&c, sizeof(unsigned)));
+  PG_CUDA_CHECK(cudaMemset(c, 0, sizeof(unsigned)));
+  counters.emplace(dev, c);
+  return c;
 }
 
 void RunRouter(const MoeRouterParams& p) {
@@ -68,7 +87,16 @@ void RunRouter(const MoeRouterParams& p) {
   a.sigmoid = p.scoring == MoeScoring::kSigmoid;
   a.renormalize = p.renormalize;
   a.scaling = p.scaling;
-  cuda::LaunchMoeRouter(a, cuda::CurrentStream());
+  cudaStream_t stream = cuda::CurrentStream();
+  if (p.x.data) {
+    a.x = static_cast<const bf16*>(p.x.data);
+    a.router_w = static_cast<const bf16*>(p.router.data);
+    a.ldx = p.x.strides[0];
+    a.ld_router = p.router.strides[0];
+    a.hidden = int(p.x.dim(1));
+    a.counter = RouterCounter(stream);
+  }
+  cuda::LaunchMoeRouter(a, stream);
   PG_CUDA_CHECK_LAUNCH();
 }
 
@@ -142,10 +170,49 @@ const cuda::MoeExpertPtrs* ExpertTable(std::span<const MoeExpertWeights> ex, cud
   return cache.emplace(h, std::move(t)).first->second.device;
 }
 
+// The shared expert as walk slots (moe_params.h MoeWalkArgs), or nullopt when it cannot run
+// there: another dtype / scale kind than the routed experts, unaligned, more than 32 slots per
+// token, or block scales that a slot's column range would split.
+struct SharedSlots {
+  cuda::MoeExpertPtrs ptrs{};
+  int num = 0;
+  int64_t ld_gate = 0, ld_up = 0, ld_down = 0;
+  int scale_ld_gu = 0, scale_ld_down = 0;
+};
+std::optional<SharedSlots> SharedOf(const MoeExpertsParams& p, const cuda::MoeWeightLayout& L) {
+  const MoeExpertWeights& w = p.shared;
+  SharedSlots s;
+  if (!w.gate.data) return s;
+  const DType dt = L.fp8 ? DType::kF8E4M3 : DType::kBF16;
+  const int64_t inter = p.experts[0].gate.dim(0), si = w.gate.dim(0);
+  for (const TensorView* m : {&w.gate, &w.up, &w.down})
+    if (!On(*m, dt) || !Aligned16(m->data)) return std::nullopt;
+  for (const TensorView* sc : {&w.gate_scale, &w.up_scale, &w.down_scale})
+    if (ScaleModeOf(*sc) != L.scale_mode || (sc->data && sc->device != Device::kCuda))
+      return std::nullopt;
+  if (si % inter != 0) return std::nullopt;
+  s.num = int(si / inter);
+  if (p.topk_ids.dim(1) + s.num > 32) return std::nullopt;
+  if (L.scale_mode == cuda::ScaleMode::kBlock && s.num > 1 && inter % 128 != 0) return std::nullopt;
+  auto sp = [](const TensorView& t) { return t.data ? t.as<float>() : nullptr; };
+  s.ptrs = {w.gate.data, w.up.data, w.down.data, sp(w.gate_scale), sp(w.up_scale), sp(w.down_scale)};
+  s.ld_gate = w.gate.strides[0];
+  s.ld_up = w.up.strides[0];
+  s.ld_down = w.down.strides[0];
+  if (L.scale_mode == cuda::ScaleMode::kBlock) {
+    s.scale_ld_gu = int(w.gate_scale.dim(1));
+    s.scale_ld_down = int(w.down_scale.dim(1));
+  }
+  return s;
+}
+
 bool ExpertsSupport(const MoeExpertsParams& p) {
-  return On(p.x, DType::kBF16) && On(p.out, DType::kBF16) && On(p.topk_ids, DType::kI32) &&
-         On(p.topk_weights, DType::kF32) && p.topk_weights.strides[1] == 1 &&
-         p.topk_ids.dim(1) <= 32 && p.experts.size() <= 1024 && LayoutOf(p.experts).has_value();
+  if (!(On(p.x, DType::kBF16) && On(p.out, DType::kBF16) && On(p.topk_ids, DType::kI32) &&
+        On(p.topk_weights, DType::kF32) && p.topk_weights.strides[1] == 1 &&
+        p.topk_ids.dim(1) <= 32 && p.experts.size() <= 1024))
+    return false;
+  const std::optional<cuda::MoeWeightLayout> L = LayoutOf(p.experts);
+  return L.has_value() && SharedOf(p, *L).has_value();
 }
 
 // Bump allocator over one scratch slot (first pass with base == nullptr measures).
@@ -167,9 +234,52 @@ int AutoTileRows(int64_t routes, int64_t experts) {
   return rows <= 16 ? 16 : rows <= 32 ? 32 : rows <= 64 ? 64 : 128;
 }
 
+// Route-walking launch of `slots_k` routed slots per token (0: only the shared ones) plus the
+// shared slots of `sh`; act: scratch [n * (slots_k + sh.num), inter] f32.
+void LaunchWalk(const MoeExpertsParams& p, const cuda::MoeWeightLayout& L,
+                const cuda::MoeExpertPtrs* table, const SharedSlots& sh, int slots_k, float* act,
+                bool accumulate, cudaStream_t stream) {
+  const cuda::MoeTuning& tune = cuda::GetMoeTuning();
+  const int64_t n = p.x.dim(0), h = p.x.dim(1), inter = p.experts[0].gate.dim(0);
+  cuda::MoeWalkArgs a{};
+  a.x = static_cast<const bf16*>(p.x.data);
+  a.ids = p.topk_ids.as<int32_t>();
+  a.weights = p.topk_weights.as<float>();
+  a.experts = table;
+  a.layout = L;
+  a.shared = sh.ptrs;
+  a.num_shared = sh.num;
+  a.shared_ld_gate = sh.ld_gate;
+  a.shared_ld_up = sh.ld_up;
+  a.shared_ld_down = sh.ld_down;
+  a.shared_scale_ld_gu = sh.scale_ld_gu;
+  a.shared_scale_ld_down = sh.scale_ld_down;
+  a.act = act;
+  a.out = static_cast<bf16*>(p.out.data);
+  a.ldx = p.x.strides[0];
+  a.ldo = p.out.strides[0];
+  a.ldw_route = p.topk_weights.strides[0];
+  a.num_tokens = n;
+  a.top_k = slots_k;
+  a.num_experts = int(p.experts.size());
+  a.hidden = int(h);
+  a.inter = int(inter);
+  a.accumulate = accumulate;
+  a.gu_unroll = tune.walk_gu_unroll;
+  a.down_unroll = tune.walk_down_unroll;
+  // Down rows the routed slots may touch (an upper bound: distinct experts are not known here).
+  const int64_t esz = L.fp8 ? 1 : 2;
+  const double down_bytes = double(n) * double(slots_k) * double(h) * double(L.ld_down) * double(esz) +
+                            double(h) * double(sh.ld_down) * double(esz);
+  a.prefetch_down = tune.walk_prefetch_bytes > 0 && down_bytes <= double(tune.walk_prefetch_bytes);
+  cuda::LaunchMoeWalk(a, stream);
+  PG_CUDA_CHECK_LAUNCH();
+}
+
 void RunExperts(const MoeExpertsParams& p) {
   cudaStream_t stream = cuda::CurrentStream();
   const cuda::MoeWeightLayout L = *LayoutOf(p.experts);
+  const SharedSlots sh = *SharedOf(p, L);
   const int64_t n = p.x.dim(0), h = p.x.dim(1), k = p.topk_ids.dim(1);
   const int64_t inter = p.experts[0].gate.dim(0), E = int64_t(p.experts.size());
   const int64_t routes = n * k;
@@ -183,29 +293,9 @@ void RunExperts(const MoeExpertsParams& p) {
   const bool sorted = sorted_ok && (tune.path == cuda::MoePath::kSorted ||
                                     (tune.path == cuda::MoePath::kAuto && n > tune.walk_max_tokens));
   if (!sorted) {
-    Carve c;
-    c.Take<float>(size_t(routes * inter));
-    c.base = static_cast<char*>(cuda::Scratch(cuda::ScratchSlot::kMoe, c.off));
-    c.off = 0;
-    cuda::MoeWalkArgs a{};
-    a.x = static_cast<const bf16*>(p.x.data);
-    a.ids = p.topk_ids.as<int32_t>();
-    a.weights = p.topk_weights.as<float>();
-    a.experts = table;
-    a.layout = L;
-    a.act = c.Take<float>(size_t(routes * inter));
-    a.out = static_cast<bf16*>(p.out.data);
-    a.ldx = p.x.strides[0];
-    a.ldo = p.out.strides[0];
-    a.ldw_route = p.topk_weights.strides[0];
-    a.num_tokens = n;
-    a.top_k = int(k);
-    a.num_experts = int(E);
-    a.hidden = int(h);
-    a.inter = int(inter);
-    a.accumulate = p.accumulate;
-    cuda::LaunchMoeWalk(a, stream);
-    PG_CUDA_CHECK_LAUNCH();
+    float* act = static_cast<float*>(
+        cuda::Scratch(cuda::ScratchSlot::kMoe, size_t(n * (k + sh.num) * inter) * sizeof(float)));
+    LaunchWalk(p, L, table, sh, int(k), act, p.accumulate, stream);
     return;
   }
   const int bm = tune.tile_rows ? tune.tile_rows : AutoTileRows(routes, E);
@@ -223,7 +313,12 @@ void RunExperts(const MoeExpertsParams& p) {
     int32_t* num_tiles = c.Take<int32_t>(1);
     bf16* act = c.Take<bf16>(size_t(routes * inter));
     float* y = c.Take<float>(size_t(routes * h));
+    float* shared_act = c.Take<float>(size_t(n * sh.num * inter));
     if (pass == 0) continue;
+
+    // The shared expert (if any) by the walking kernels, then the routed sum onto it.
+    if (sh.num > 0) LaunchWalk(p, L, table, sh, 0, shared_act, p.accumulate, stream);
+    const bool accumulate = p.accumulate || sh.num > 0;
 
     cuda::MoePermuteArgs pa{p.topk_ids.as<int32_t>(), offsets, sorted_route, route_pos, tiles,
                             num_tiles, routes, int(E), bm, int(max_tiles)};
@@ -274,7 +369,7 @@ void RunExperts(const MoeExpertsParams& p) {
 
     cuda::MoeCombineArgs ca{y, route_pos, p.topk_weights.as<float>(), static_cast<bf16*>(p.out.data),
                             p.out.strides[0], p.topk_weights.strides[0], n, int(k), int(h),
-                            p.accumulate};
+                            accumulate};
     cuda::LaunchMoeCombine(ca, stream);
     PG_CUDA_CHECK_LAUNCH();
   }

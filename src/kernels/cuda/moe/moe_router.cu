@@ -1,4 +1,8 @@
-// MoE router: one warp per token (ops_moe.h MoeRouterParams for the semantics).
+// MoE router (ops_moe.h MoeRouterParams for the semantics), two forms:
+//  * RouterKernel: one warp per token over precomputed logits;
+//  * FusedRouterKernel (small batches): one warp per expert computes that expert's logits for
+//    every token (router row loaded into registers before PdlWait: weights only), then the
+//    block that arrives last routes every token. One kernel instead of GEMV + router.
 // The token's scores and choice scores live in shared memory ([2][num_experts] f32 per warp);
 // selection is repeated warp arg-max (value descending, index ascending on ties), so the
 // result is the reference's up to f32 rounding of the scores.
@@ -6,12 +10,19 @@
 
 #include <cfloat>
 
+#include "kernels/cuda/common/pdl.cuh"
+#include "kernels/cuda/moe/moe_device.cuh"
 #include "kernels/cuda/moe/moe_params.h"
 
 namespace pg::cuda {
 namespace {
 
+using moe::WarpSum;
+
 constexpr int kWarps = 4;
+// Fused form: 16-byte router chunks per lane held in registers from before PdlWait (covers a
+// 2048-wide bf16 row; longer rows stream the rest after the wait).
+constexpr int kPreChunks = 8;
 
 struct Best {
   float v;
@@ -33,33 +44,23 @@ __device__ __forceinline__ Best WarpArgMax(Best b) {
   return b;
 }
 
-__device__ __forceinline__ float WarpSum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
 __device__ __forceinline__ float WarpMax(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
 
-__global__ void __launch_bounds__(kWarps * 32) RouterKernel(MoeRouterArgs a) {
-  extern __shared__ float smem[];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t t = int64_t(blockIdx.x) * kWarps + warp;
-  if (t >= a.num_tokens) return;
+// Routes token t (whole warp). score / choice: [num_experts] f32 of shared memory. f32 logits
+// are read through L2 (__ldcg): in the fused form other blocks of this grid wrote them.
+__device__ void RouteToken(const MoeRouterArgs& a, int64_t t, float* score, float* choice,
+                           int lane) {
   const int E = a.num_experts;
-  float* score = smem + size_t(warp) * 2 * E;
-  float* choice = score + E;
-
   // Scores.
   float mx = -FLT_MAX;
   for (int e = lane; e < E; e += 32) {
     const float l = a.logits_bf16
                         ? __bfloat162float(static_cast<const bf16*>(a.logits)[t * a.logits_stride + e])
-                        : static_cast<const float*>(a.logits)[t * a.logits_stride + e];
+                        : __ldcg(static_cast<const float*>(a.logits) + t * a.logits_stride + e);
     score[e] = l;
     mx = fmaxf(mx, l);
   }
@@ -122,15 +123,96 @@ __global__ void __launch_bounds__(kWarps * 32) RouterKernel(MoeRouterArgs a) {
     a.topk_ids[t * a.top_k + lane] = my_id;
     a.topk_weights[t * a.weights_stride + lane] = w * a.scaling;
   }
+  __syncwarp();  // score / choice are reused by the warp's next token
+}
+
+__global__ void __launch_bounds__(kWarps * 32) RouterKernel(MoeRouterArgs a) {
+  extern __shared__ float smem[];
+  PdlWait();  // logits come from the router matmul
+  PdlTrigger();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t t = int64_t(blockIdx.x) * kWarps + warp;
+  if (t >= a.num_tokens) return;
+  float* score = smem + size_t(warp) * 2 * a.num_experts;
+  RouteToken(a, t, score, score + a.num_experts, lane);
+}
+
+// Dot of 8 bf16 weights with x[c * 8 .. c * 8 + 8).
+__device__ __forceinline__ float Dot8(const uint4& w, const bf16* x, int64_t c) {
+  float wf[8], xf[8];
+  moe::Widen<false>(w, wf);
+  moe::LoadX<8>(x, c, xf);
+  float part = 0.0f;
+#pragma unroll
+  for (int q = 0; q < 8; ++q) part = fmaf(wf[q], xf[q], part);
+  return part;
+}
+
+// Fused form: warp w of block b owns expert e = b * kWarps + w. `vec`: 16-byte loads (hidden
+// a multiple of 8, 16-byte aligned rows of x and of the router).
+__global__ void __launch_bounds__(kWarps * 32) FusedRouterKernel(MoeRouterArgs a, bool vec) {
+  extern __shared__ float smem[];
+  __shared__ bool last;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int e = blockIdx.x * kWarps + warp;
+  const bool has_row = e < a.num_experts;
+  const bf16* wrow = a.router_w + int64_t(has_row ? e : 0) * a.ld_router;
+  const uint4* w4 = reinterpret_cast<const uint4*>(wrow);
+  const int nc = vec ? a.hidden / 8 : 0;
+  uint4 pre[kPreChunks];
+#pragma unroll
+  for (int q = 0; q < kPreChunks; ++q)
+    if (has_row && lane + 32 * q < nc) pre[q] = __ldg(w4 + lane + 32 * q);
+  PdlWait();  // x comes from the previous kernel; logits / ids / counter are written below
+  PdlTrigger();
+  float* logits = static_cast<float*>(const_cast<void*>(a.logits));
+  if (has_row) {
+    for (int64_t t = 0; t < a.num_tokens; ++t) {
+      const bf16* xt = a.x + t * a.ldx;
+      float acc = 0.0f;
+      if (vec) {
+#pragma unroll
+        for (int q = 0; q < kPreChunks; ++q)
+          if (lane + 32 * q < nc) acc += Dot8(pre[q], xt, lane + 32 * q);
+        for (int c = lane + 32 * kPreChunks; c < nc; c += 32) acc += Dot8(__ldg(w4 + c), xt, c);
+      } else {
+        for (int i = lane; i < a.hidden; i += 32)
+          acc = fmaf(__bfloat162float(wrow[i]), __bfloat162float(xt[i]), acc);
+      }
+      acc = WarpSum(acc);
+      if (lane == 0) logits[t * a.logits_stride + e] = acc;
+    }
+  }
+  // Arrival: the last block to finish its logits routes every token.
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(a.counter, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  if (threadIdx.x == 0) *a.counter = 0;  // ready for the next (stream-ordered) launch
+  float* score = smem + size_t(warp) * 2 * a.num_experts;
+  for (int64_t t = warp; t < a.num_tokens; t += kWarps)
+    RouteToken(a, t, score, score + a.num_experts, lane);
 }
 
 }  // namespace
 
 void LaunchMoeRouter(const MoeRouterArgs& a, cudaStream_t stream) {
   if (a.num_tokens == 0) return;
-  const unsigned blocks = unsigned((a.num_tokens + kWarps - 1) / kWarps);
   const size_t smem = size_t(kWarps) * 2 * size_t(a.num_experts) * sizeof(float);
-  RouterKernel<<<blocks, kWarps * 32, smem, stream>>>(a);
+  cudaError_t err;
+  if (a.x) {
+    const bool vec = a.hidden % 8 == 0 && a.ldx % 8 == 0 && a.ld_router % 8 == 0 &&
+                     (reinterpret_cast<uintptr_t>(a.x) & 15) == 0 &&
+                     (reinterpret_cast<uintptr_t>(a.router_w) & 15) == 0;
+    const unsigned blocks = unsigned((a.num_experts + kWarps - 1) / kWarps);
+    err = LaunchPdl(FusedRouterKernel, dim3(blocks), dim3(kWarps * 32), smem, stream, a, vec);
+  } else {
+    const unsigned blocks = unsigned((a.num_tokens + kWarps - 1) / kWarps);
+    err = LaunchPdl(RouterKernel, dim3(blocks), dim3(kWarps * 32), smem, stream, a);
+  }
+  (void)err;  // the caller checks cudaGetLastError (PG_CUDA_CHECK_LAUNCH)
 }
 
 }  // namespace pg::cuda

@@ -1,11 +1,15 @@
-// Route-walking MoE experts for small batches (moe_params.h MoeWalkArgs): each route's
-// expert rows are streamed once per route (memory bound; no sorting, no host sync).
-//   Kernel 1: one warp per (route, pair of inter rows): gate and up dots over hidden,
-//             SiLU * up -> act.
-//   Kernel 2: one warp per (token, hidden row): down dots of the token's routes in order
-//             j = 0..top_k-1, weighted sum, one store (atomic-free, deterministic).
+// Route-walking MoE experts for small batches (moe_params.h MoeWalkArgs): each slot's expert
+// rows (routed or shared) are streamed once per slot (memory bound; no sorting, no host sync).
+//   Kernel 1: one warp per (slot, pair of inter rows): gate and up dots over hidden,
+//             SiLU * up -> act. Optionally prefetches its routed expert's down rows into L2,
+//             so kernel 2 reads them from L2 while kernel 1 still streams gate / up.
+//   Kernel 2: one warp per (token, hidden row): down dots of the token's slots in order
+//             q = 0..K-1, weighted sum, one store (atomic-free, deterministic).
+// Both are PDL launches (pdl.cuh): kernel 1 may L2-prefetch the shared expert's rows (weights)
+// before PdlWait; everything that reads ids / x / act waits.
 // Vector path: 16-byte weight loads (16 fp8 / 8 bf16 elements), when rows are multiples of a
 // chunk and 16-byte aligned; otherwise an element loop.
+#include "kernels/cuda/common/pdl.cuh"
 #include "kernels/cuda/moe/moe_device.cuh"
 
 namespace pg::cuda {
@@ -14,63 +18,41 @@ namespace {
 using moe::kChunk;
 
 constexpr int kWarps = 8;
-constexpr int kUnroll = 4;
+constexpr int kLine = 128;  // bytes per L2 prefetch
 
-// Lane's share of dot(w_row[0, cols), x[0, cols)), scales applied (warp-reduce afterwards).
+__device__ __forceinline__ void PrefetchL2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+// Prefetches lines [first, first + count * stride) of [base, base + bytes), step `stride`.
+__device__ __forceinline__ void PrefetchSpan(const char* base, int64_t bytes, int64_t first,
+                                             int64_t stride) {
+  for (int64_t off = first * kLine; off < bytes; off += stride * kLine) PrefetchL2(base + off);
+}
+
+// Lane's share of dot(w_row[0, cols), x[0, cols)), scalar path, scales applied.
 template <bool kFp8, typename XT>
-__device__ float RowDot(const void* w_row, const XT* x, int cols, moe::RowScale rs, bool vec,
-                        int lane) {
-  constexpr int C = kChunk<kFp8>;
+__device__ float RowDotScalar(const void* w_row, const XT* x, int cols, moe::RowScale rs,
+                              int lane) {
   float acc = 0.0f;
-  if (vec) {
-    const uint4* w4 = static_cast<const uint4*>(w_row);
-    const int nc = cols / C;
-    int c = lane;
-    for (; c + 32 * (kUnroll - 1) < nc; c += 32 * kUnroll) {
-      uint4 raw[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) raw[u] = __ldcs(w4 + c + 32 * u);
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        float wf[C], xf[C];
-        moe::Widen<kFp8>(raw[u], wf);
-        moe::LoadX<C>(x, c + 32 * u, xf);
-        float part = 0.0f;
-#pragma unroll
-        for (int q = 0; q < C; ++q) part = fmaf(wf[q], xf[q], part);
-        acc += rs.blocks ? part * __ldg(rs.blocks + (((c + 32 * u) * C) >> 7)) : part;
-      }
-    }
-    for (; c < nc; c += 32) {
-      float wf[C], xf[C];
-      moe::Widen<kFp8>(__ldcs(w4 + c), wf);
-      moe::LoadX<C>(x, c, xf);
-      float part = 0.0f;
-#pragma unroll
-      for (int q = 0; q < C; ++q) part = fmaf(wf[q], xf[q], part);
-      acc += rs.blocks ? part * __ldg(rs.blocks + ((c * C) >> 7)) : part;
-    }
-  } else {
-    for (int i = lane; i < cols; i += 32) {
-      float wv = moe::WeightAt<kFp8>(w_row, i);
-      if (rs.blocks) wv *= __ldg(rs.blocks + (i >> 7));
-      float xv;
-      if constexpr (sizeof(XT) == 2) xv = __bfloat162float(x[i]);
-      else xv = x[i];
-      acc = fmaf(wv, xv, acc);
-    }
+  for (int i = lane; i < cols; i += 32) {
+    float wv = moe::WeightAt<kFp8>(w_row, i);
+    if (rs.blocks) wv *= __ldg(rs.blocks + (i >> 7));
+    float xv;
+    if constexpr (sizeof(XT) == 2) xv = __bfloat162float(x[i]);
+    else xv = x[i];
+    acc = fmaf(wv, xv, acc);
   }
   return acc * rs.row;
 }
 
-// Vector path of one (route, pair of inter rows): the gate and up chunks of both rows loaded
-// side by side (8 16-byte loads in flight per lane), each x chunk read once for all four.
+// Vector path of one (slot, pair of inter rows): the gate and up chunks of both rows loaded
+// side by side (4 * U 16-byte loads in flight per lane), each x chunk read once for all four.
 // Returns the lane's partial sums (gate0, up0, gate1, up1).
-template <bool kFp8>
-__device__ float4 GateUpVec2(const uint4* const w4[4], const bf16* x, int nc,
-                             const moe::RowScale rs[4], int lane) {
+template <bool kFp8, int U>
+__device__ float4 GateUpVec(const uint4* const w4[4], const bf16* x, int nc,
+                            const moe::RowScale rs[4], int lane) {
   constexpr int C = kChunk<kFp8>;
-  constexpr int U = 2;
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   for (int c0 = lane; c0 < nc; c0 += 32 * U) {
     uint4 raw[U][4];
@@ -102,38 +84,95 @@ __device__ float4 GateUpVec2(const uint4* const w4[4], const bf16* x, int nc,
                      acc[3] * rs[3].row);
 }
 
-// One warp per (route r, pair of inter rows i0 = 2p, i1 = 2p + 1).
-template <bool kFp8>
-__global__ void __launch_bounds__(kWarps * 32) GateUpKernel(MoeWalkArgs a, bool vec) {
+// Matrices of one slot, by value (taking the address of the kernel parameter would copy it to
+// the stack): expert pointers, strides, and the slot's first gate / up row.
+struct GuSlot {
+  MoeExpertPtrs w{};  // w.gate null: empty route
+  int64_t ld_gate = 0, ld_up = 0;
+  int scale_ld = 0;
+  int row0 = 0;
+};
+__device__ __forceinline__ GuSlot GateUpSlot(const MoeWalkArgs& a, int64_t t, int q) {
+  GuSlot s;
+  if (q < a.top_k) {
+    const int e = a.ids[t * a.top_k + q];
+    if (e < 0 || e >= a.num_experts) return s;
+    s.w = a.experts[e];
+    s.ld_gate = a.layout.ld_gate, s.ld_up = a.layout.ld_up, s.scale_ld = a.layout.scale_ld_gu;
+  } else {
+    s.w = a.shared;
+    s.ld_gate = a.shared_ld_gate, s.ld_up = a.shared_ld_up, s.scale_ld = a.shared_scale_ld_gu;
+    s.row0 = (q - a.top_k) * a.inter;
+  }
+  return s;
+}
+
+// One warp per (slot r = t * K + q, pair of inter rows i0 = 2p, i1 = 2p + 1).
+// Occupancy: 3 blocks per SM at U = 2 (a Qwen3-30B-A3B token's 8 routes x 48 blocks fit in one
+// wave on 132 SMs), 2 at U = 4.
+template <bool kFp8, int U>
+__global__ void __launch_bounds__(kWarps * 32, U == 2 ? 3 : 2) GateUpKernel(MoeWalkArgs a, bool vec) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t r = blockIdx.y;  // route
-  const int i0 = 2 * (blockIdx.x * kWarps + warp);
+  const int K = a.top_k + a.num_shared;
+  const int64_t r = blockIdx.y;  // slot row
+  const int64_t t = r / K;
+  const int q = int(r % K);
+  const int wi = blockIdx.x * kWarps + warp;  // warp index within the slot
+  const int i0 = 2 * wi;
+  const int64_t esz = kFp8 ? 1 : 2;
+  if (q >= a.top_k && i0 < a.inter) {
+    // Shared slot: its rows are weights, known before the upstream kernel finishes.
+    const GuSlot s = GateUpSlot(a, t, q);
+    const int rows = i0 + 1 < a.inter ? 2 : 1;
+    const int64_t row_bytes = int64_t(a.hidden) * esz;
+    for (int m = 0; m < rows; ++m) {
+      const int64_t row = s.row0 + i0 + m;
+      PrefetchSpan(static_cast<const char*>(s.w.gate) + row * s.ld_gate * esz, row_bytes, lane, 32);
+      PrefetchSpan(static_cast<const char*>(s.w.up) + row * s.ld_up * esz, row_bytes, lane, 32);
+    }
+  }
+  PdlWait();  // ids and x come from upstream kernels; act is read by the previous walk
+  PdlTrigger();
+  const GuSlot s = GateUpSlot(a, t, q);
+  if (!s.w.gate) return;
+  const MoeWeightLayout& L = a.layout;
+  if (a.prefetch_down) {
+    // This slot's share of its down rows into L2 (routed: the expert's whole down matrix;
+    // shared slot s: its part of the lines of the shared down matrix).
+    const int warps = gridDim.x * kWarps;
+    if (q < a.top_k) {
+      PrefetchSpan(static_cast<const char*>(s.w.down), int64_t(a.hidden) * L.ld_down * esz,
+                   int64_t(wi) * 32 + lane, int64_t(warps) * 32);
+    } else {
+      const int64_t bytes = int64_t(a.hidden) * a.shared_ld_down * esz;
+      const int64_t lines = (bytes + kLine - 1) / kLine, S = a.num_shared, sq = q - a.top_k;
+      const int64_t lo = lines * sq / S, hi = lines * (sq + 1) / S;
+      PrefetchSpan(static_cast<const char*>(s.w.down), hi * kLine < bytes ? hi * kLine : bytes,
+                   lo + int64_t(wi) * 32 + lane, int64_t(warps) * 32);
+    }
+  }
   if (i0 >= a.inter) return;
   const int i1 = i0 + 1 < a.inter ? i0 + 1 : i0;  // odd inter: the last pair repeats its row
-  const int e = a.ids[r];
-  if (e < 0 || e >= a.num_experts) return;
-  const MoeExpertPtrs& w = a.experts[e];
-  const MoeWeightLayout& L = a.layout;
-  const int64_t esz = kFp8 ? 1 : 2;
-  const bf16* x = a.x + (r / a.top_k) * a.ldx;
-  const char* rows[4] = {static_cast<const char*>(w.gate) + int64_t(i0) * L.ld_gate * esz,
-                         static_cast<const char*>(w.up) + int64_t(i0) * L.ld_up * esz,
-                         static_cast<const char*>(w.gate) + int64_t(i1) * L.ld_gate * esz,
-                         static_cast<const char*>(w.up) + int64_t(i1) * L.ld_up * esz};
-  const moe::RowScale rs[4] = {moe::ScaleOfRow(w.gate_scale, L.scale_mode, L.scale_ld_gu, i0),
-                               moe::ScaleOfRow(w.up_scale, L.scale_mode, L.scale_ld_gu, i0),
-                               moe::ScaleOfRow(w.gate_scale, L.scale_mode, L.scale_ld_gu, i1),
-                               moe::ScaleOfRow(w.up_scale, L.scale_mode, L.scale_ld_gu, i1)};
+  const int64_t g0 = s.row0 + i0, g1 = s.row0 + i1;  // rows of the slot's matrices
+  const bf16* x = a.x + t * a.ldx;
+  const char* rows[4] = {static_cast<const char*>(s.w.gate) + g0 * s.ld_gate * esz,
+                         static_cast<const char*>(s.w.up) + g0 * s.ld_up * esz,
+                         static_cast<const char*>(s.w.gate) + g1 * s.ld_gate * esz,
+                         static_cast<const char*>(s.w.up) + g1 * s.ld_up * esz};
+  const moe::RowScale rs[4] = {moe::ScaleOfRow(s.w.gate_scale, L.scale_mode, s.scale_ld, g0),
+                               moe::ScaleOfRow(s.w.up_scale, L.scale_mode, s.scale_ld, g0),
+                               moe::ScaleOfRow(s.w.gate_scale, L.scale_mode, s.scale_ld, g1),
+                               moe::ScaleOfRow(s.w.up_scale, L.scale_mode, s.scale_ld, g1)};
   float v[4];
   if (vec) {
     const uint4* w4[4];
 #pragma unroll
     for (int m = 0; m < 4; ++m) w4[m] = reinterpret_cast<const uint4*>(rows[m]);
-    const float4 p = GateUpVec2<kFp8>(w4, x, a.hidden / kChunk<kFp8>, rs, lane);
+    const float4 p = GateUpVec<kFp8, U>(w4, x, a.hidden / kChunk<kFp8>, rs, lane);
     v[0] = p.x, v[1] = p.y, v[2] = p.z, v[3] = p.w;
   } else {
 #pragma unroll
-    for (int m = 0; m < 4; ++m) v[m] = RowDot<kFp8>(rows[m], x, a.hidden, rs[m], false, lane);
+    for (int m = 0; m < 4; ++m) v[m] = RowDotScalar<kFp8>(rows[m], x, a.hidden, rs[m], lane);
   }
 #pragma unroll
   for (int m = 0; m < 4; ++m) v[m] = moe::WarpSum(v[m]);
@@ -143,50 +182,63 @@ __global__ void __launch_bounds__(kWarps * 32) GateUpKernel(MoeWalkArgs a, bool 
   }
 }
 
-// One warp per (token t, hidden row o). Lane j < top_k describes route j (row pointer, weight
+// One warp per (token t, hidden row o). Lane q < K describes slot q (row pointer, weight
 // times row scale, block scales, act row); the vector path walks the chunks of all valid
-// routes as one flat sequence (route-major), kUnroll loads in flight per lane, so short rows
+// slots as one flat sequence (slot-major), kU loads in flight per lane, so short rows
 // (small inter) still keep the memory system busy. Order of the sums is fixed: deterministic.
-template <bool kFp8>
+template <bool kFp8, int kU>
 __global__ void __launch_bounds__(kWarps * 32) DownKernel(MoeWalkArgs a, bool vec) {
   constexpr int C = kChunk<kFp8>;
+  PdlWait();  // ids, weights and act come from upstream kernels
+  PdlTrigger();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t t = blockIdx.y;
   const int o = blockIdx.x * kWarps + warp;
   if (o >= a.hidden) return;
   const MoeWeightLayout& L = a.layout;
+  const int K = a.top_k + a.num_shared;
   const int64_t esz = kFp8 ? 1 : 2;
-  // Route `lane` of this token.
+  // Slot `lane` of this token.
   const char* row = nullptr;
   const float* act = nullptr;
   float wj = 0.0f;
   moe::RowScale rs;
-  if (lane < a.top_k) {
-    const int64_t r = t * a.top_k + lane;
-    const int e = a.ids[r];
-    if (e >= 0 && e < a.num_experts) {
-      const MoeExpertPtrs& w = a.experts[e];
-      row = static_cast<const char*>(w.down) + int64_t(o) * L.ld_down * esz;
-      act = a.act + r * a.inter;
-      rs = moe::ScaleOfRow(w.down_scale, L.scale_mode, L.scale_ld_down, o);
-      wj = a.weights[t * a.ldw_route + lane] * rs.row;
+  if (lane < K) {
+    const int64_t r = t * K + lane;
+    if (lane < a.top_k) {
+      const int e = a.ids[t * a.top_k + lane];
+      if (e >= 0 && e < a.num_experts) {
+        const MoeExpertPtrs& w = a.experts[e];
+        row = static_cast<const char*>(w.down) + int64_t(o) * L.ld_down * esz;
+        rs = moe::ScaleOfRow(w.down_scale, L.scale_mode, L.scale_ld_down, o);
+        wj = a.weights[t * a.ldw_route + lane] * rs.row;
+      }
+    } else {
+      // Shared slot s: columns [s * inter, (s + 1) * inter) of the shared down row (the host
+      // checks s * inter % 128 == 0 for block scales).
+      const int64_t col0 = int64_t(lane - a.top_k) * a.inter;
+      row = static_cast<const char*>(a.shared.down) + (int64_t(o) * a.shared_ld_down + col0) * esz;
+      rs = moe::ScaleOfRow(a.shared.down_scale, L.scale_mode, a.shared_scale_ld_down, o);
+      if (rs.blocks) rs.blocks += col0 >> 7;
+      wj = rs.row;
     }
+    if (row) act = a.act + r * a.inter;
   }
   float acc = 0.0f;
   if (vec) {
     const unsigned valid = __ballot_sync(0xffffffffu, row != nullptr);
     const int nc = a.inter / C, total = __popc(valid) * nc;
-    for (int base = 0; base < total; base += 32 * kUnroll) {
-      uint4 raw[kUnroll];
-      const float* xs[kUnroll];
-      const float* blk[kUnroll];
-      float wq[kUnroll];
-      int cq[kUnroll];
+    for (int base = 0; base < total; base += 32 * kU) {
+      uint4 raw[kU];
+      const float* xs[kU];
+      const float* blk[kU];
+      float wq[kU];
+      int cq[kU];
 #pragma unroll
-      for (int q = 0; q < kUnroll; ++q) {
+      for (int q = 0; q < kU; ++q) {
         const int idx = base + 32 * q + lane;
         const int m = idx < total ? idx / nc : 0;
-        const int src = int(__fns(valid, 0, m + 1));  // lane of the m-th valid route
+        const int src = int(__fns(valid, 0, m + 1));  // lane of the m-th valid slot
         const auto* rp = reinterpret_cast<const char*>(
             __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(row), src));
         xs[q] = reinterpret_cast<const float*>(
@@ -198,7 +250,7 @@ __global__ void __launch_bounds__(kWarps * 32) DownKernel(MoeWalkArgs a, bool ve
         if (cq[q] >= 0) raw[q] = __ldcs(reinterpret_cast<const uint4*>(rp) + cq[q]);
       }
 #pragma unroll
-      for (int q = 0; q < kUnroll; ++q) {
+      for (int q = 0; q < kU; ++q) {
         if (cq[q] < 0) continue;
         float wf[C], xf[C];
         moe::Widen<kFp8>(raw[q], wf);
@@ -212,17 +264,17 @@ __global__ void __launch_bounds__(kWarps * 32) DownKernel(MoeWalkArgs a, bool ve
     }
     acc = moe::WarpSum(acc);
   } else {
-    for (int j = 0; j < a.top_k; ++j) {
+    for (int j = 0; j < K; ++j) {
       const char* rp = reinterpret_cast<const char*>(
           __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(row), j));
       const float* xp = reinterpret_cast<const float*>(
           __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(act), j));
-      moe::RowScale s;
-      s.blocks = reinterpret_cast<const float*>(
+      moe::RowScale sj;
+      sj.blocks = reinterpret_cast<const float*>(
           __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(rs.blocks), j));
       const float wjj = __shfl_sync(0xffffffffu, wj, j);
       if (!rp) continue;
-      acc = fmaf(wjj, moe::WarpSum(RowDot<kFp8>(rp, xp, a.inter, s, false, lane)), acc);
+      acc = fmaf(wjj, moe::WarpSum(RowDotScalar<kFp8>(rp, xp, a.inter, sj, lane)), acc);
     }
   }
   if (lane == 0) {
@@ -236,29 +288,43 @@ template <bool kFp8>
 void Launch(const MoeWalkArgs& a, cudaStream_t stream) {
   constexpr int C = kChunk<kFp8>;
   const int64_t esz = kFp8 ? 1 : 2;
+  const int K = a.top_k + a.num_shared;
   // Vector path: whole 16-byte chunks on every row, aligned bases and strides.
   auto aligned = [](int64_t ld_bytes) { return ld_bytes % 16 == 0; };
-  const bool vec = a.layout.aligned16 && a.hidden % C == 0 && a.inter % C == 0 && aligned(a.ldx * 2) &&
-                   aligned(a.layout.ld_gate * esz) && aligned(a.layout.ld_up * esz) &&
-                   aligned(a.layout.ld_down * esz) && (reinterpret_cast<uintptr_t>(a.x) & 15) == 0 &&
-                   (int64_t(a.inter) * 4) % 16 == 0;
-  const dim3 g1(unsigned((a.inter + 2 * kWarps - 1) / (2 * kWarps)), unsigned(a.num_tokens * a.top_k));
-  GateUpKernel<kFp8><<<g1, kWarps * 32, 0, stream>>>(a, vec);
+  bool vec = a.layout.aligned16 && a.hidden % C == 0 && a.inter % C == 0 && aligned(a.ldx * 2) &&
+             aligned(a.layout.ld_gate * esz) && aligned(a.layout.ld_up * esz) &&
+             aligned(a.layout.ld_down * esz) && (reinterpret_cast<uintptr_t>(a.x) & 15) == 0 &&
+             (int64_t(a.inter) * 4) % 16 == 0;
+  if (a.num_shared > 0)
+    vec = vec && aligned(a.shared_ld_gate * esz) && aligned(a.shared_ld_up * esz) &&
+          aligned(a.shared_ld_down * esz);
+  const dim3 g1(unsigned((a.inter + 2 * kWarps - 1) / (2 * kWarps)), unsigned(a.num_tokens * K));
   const dim3 g2(unsigned((a.hidden + kWarps - 1) / kWarps), unsigned(a.num_tokens));
-  DownKernel<kFp8><<<g2, kWarps * 32, 0, stream>>>(a, vec);
+  const dim3 block(kWarps * 32);
+  cudaError_t e1 = a.gu_unroll >= 4
+                       ? LaunchPdl(GateUpKernel<kFp8, 4>, g1, block, 0, stream, a, vec)
+                       : LaunchPdl(GateUpKernel<kFp8, 2>, g1, block, 0, stream, a, vec);
+  cudaError_t e2 = a.down_unroll >= 8
+                       ? LaunchPdl(DownKernel<kFp8, 8>, g2, block, 0, stream, a, vec)
+                       : LaunchPdl(DownKernel<kFp8, 4>, g2, block, 0, stream, a, vec);
+  (void)e1, (void)e2;  // the caller checks cudaGetLastError (PG_CUDA_CHECK_LAUNCH)
 }
 
 }  // namespace
 
 void LaunchMoeWalk(const MoeWalkArgs& a, cudaStream_t stream) {
-  // Chunks of tokens keep grid.y (routes) within 65535; act is reused by each chunk in turn.
-  const int64_t chunk = 65535 / a.top_k;
+  // Chunks of tokens keep grid.y (slots) within 65535; act is reused by each chunk in turn.
+  const int K = a.top_k + a.num_shared;
+  if (K == 0) return;
+  const int64_t chunk = 65535 / K;
   for (int64_t t0 = 0; t0 < a.num_tokens; t0 += chunk) {
     MoeWalkArgs c = a;
     c.num_tokens = a.num_tokens - t0 < chunk ? a.num_tokens - t0 : chunk;
     c.x += t0 * a.ldx;
-    c.ids += t0 * a.top_k;
-    c.weights += t0 * a.ldw_route;
+    if (a.top_k > 0) {
+      c.ids += t0 * a.top_k;
+      c.weights += t0 * a.ldw_route;
+    }
     c.out += t0 * a.ldo;
     if (a.layout.fp8) Launch<true>(c, stream);
     else Launch<false>(c, stream);
