@@ -469,6 +469,12 @@ def ref_decode(ref, s, args, rows, budget):
             log(f"{tag}: graph {graphed:.3f} ms ({ref.decode_attn}; sdpa {by_form['sdpa']:.3f}, "
                 f"matmul {by_form['matmul']:.3f}), eager {eager:.3f} ms")
             rows.append(row)
+            if (b, ctx) in args.profile_points:
+                try:
+                    row["kernels"] = profile_kernels(lambda: ref.forward(ids, pos, caches, cos, sin),
+                                                     f"ref b={b} ctx={ctx} ({ref.decode_attn})")
+                except Exception as e:
+                    log(f"  torch.profiler failed: {type(e).__name__}: {str(e)[:200]}")
             if args.compile and b in args.compile_batches:
                 for scope in args.compile_scope:
                     if scope in FAILED_SCOPES:
@@ -488,6 +494,31 @@ def ref_decode(ref, s, args, rows, budget):
             ON_POINT()
         del caches
         release()
+
+
+def profile_kernels(fn, tag, steps=3, top=14):
+    """GPU kernel time per step of fn (eager; the same kernels its CUDA graph replays), by
+    kernel name, through torch.profiler (CUPTI). Returns [{name, us, calls}] per step."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            fn()
+        torch.cuda.synchronize()
+    res = []
+    for e in prof.key_averages():
+        us = getattr(e, "device_time_total", None)
+        if us is None:
+            us = getattr(e, "cuda_time_total", 0)
+        if us > 0:
+            res.append({"name": e.key, "us": us / steps, "calls": e.count / steps})
+    res.sort(key=lambda r: -r["us"])
+    total = sum(r["us"] for r in res)
+    log(f"  torch kernels per step, {tag} (torch.profiler, eager; sum {total:.0f} us):")
+    for r in res[:top]:
+        log(f"    {r['us']:9.1f} us {100 * r['us'] / max(total, 1e-9):5.1f}%  {r['calls']:6.1f} calls  {r['name'][:90]}")
+    return res[:top]
 
 
 def check_decode_forms(ref, s, b, ctx):
@@ -628,6 +659,8 @@ def main():
     ap.add_argument("--iters", type=int, default=20, help="timed graph replays per point")
     ap.add_argument("--points", default="",
                     help="decode points BxCTX,... (e.g. 1x1024,128x1024); default: batches x contexts")
+    ap.add_argument("--profile-points", default="",
+                    help="decode points BxCTX,... whose ref step is profiled by kernel (torch.profiler)")
     ap.add_argument("--compile", action="store_true",
                     help="also torch.compile + CUDA graph of the decode step per decode point")
     ap.add_argument("--compile-scope", default="model,layer",
@@ -642,6 +675,7 @@ def main():
     for k in ("batches", "contexts", "prompts", "hf_prompts", "compile_batches"):
         setattr(args, k, [int(v) for v in getattr(args, k).split(",") if v])
     args.points = [tuple(int(x) for x in p.split("x")) for p in args.points.split(",") if p]
+    args.profile_points = [tuple(int(x) for x in p.split("x")) for p in args.profile_points.split(",") if p]
     args.compile_scope = [v for v in args.compile_scope.split(",") if v]
     budget = Budget(args.budget_s)
     t_start = time.time()
