@@ -4,9 +4,10 @@
 // against FLOPs / the bf16 GEMM rate measured in the same run (cuBLASLt 8192^3).
 // FLOPs = 4 * heads * head_dim * (keys attended, summed over query rows): causal, so about
 // half of 4 * q * kv * heads * head_dim for a prompt without a prefix.
-// Rows: the op (ops::Attention: routing, planning, split-K as the engine runs it); the kernel
-// forced to 64- and 128-row tiles and to split counts; the old row-per-block kernel
-// (paged_attention.cu) on the smaller shapes, for the before/after ratio.
+// Rows: the op (ops::Attention: routing, planning, split-K as the engine runs it); the mma.sync
+// kernel forced to 64- and 128-row tiles and the sm_90a wgmma kernel, at forced split counts;
+// the old row-per-block kernel (paged_attention.cu) on the smaller shapes, for the before/after
+// ratio.
 // Times are medians of event-timed calls after warm-up. No arguments.
 #include <cuda_runtime.h>
 #include <fmt/format.h>
@@ -53,7 +54,8 @@ TensorView Dev(void* p, std::initializer_list<int64_t> shape) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // `quick`: the op, 128-row tiles and fp8 rows only (no forced splits, no row kernel).
+  // `quick`: the op, 128-row tiles (mma.sync and wgmma) and fp8 rows only (no forced splits,
+  // no row kernel).
   const bool quick = argc > 1 && std::string(argv[1]) == "quick";
   try {
     cudaDeviceProp prop{};
@@ -126,12 +128,15 @@ int main(int argc, char** argv) {
       a.min_q_len = 2;
       a.logit_scale = 1.0f / std::sqrt(float(d));
       a.v_scale = 1.0f;
-      for (int bm : {64, 128})
+      // variant 0 / 1: mma.sync kernel, 64 / 128-row tiles; 2: the sm_90a wgmma kernel.
+      for (int variant : {0, 1, 2})
         for (int force : {0, 1, 2, 3, 4, 6, 8}) {
           if (force > 1 && prefix == 0) continue;  // splits only help with a long prefix
-          if (quick && (force != 0 || bm == 64)) continue;
-          a.block_m = bm;
+          if (quick && (force != 0 || variant == 0)) continue;
+          const int bm = variant == 0 ? 64 : 128;
+          a.block_m = bm, a.allow_wgmma = variant == 2;
           cuda::PlanPrefillAttention(a, q_len.data(), kv_len.data(), 1, force);
+          if (variant == 2 && !a.wgmma) continue;  // not sm_90 / PEREGRINE_PREFILL_WGMMA=0
           const size_t per = size_t(sh.q_len) * heads * size_t(a.num_splits);
           std::unique_ptr<Buf> ws;
           if (a.num_splits > 1) {
@@ -140,7 +145,9 @@ int main(int argc, char** argv) {
             a.partial_ml = a.partial_acc + per * size_t(d);
           }
           const double ms = MedianMs(reps, [&] { cuda::LaunchPrefillAttention(a, 0); });
-          row(fmt::format("bm {} splits {}{}", bm, a.num_splits, force == 0 ? " (auto)" : ""), ms);
+          row(fmt::format("{} splits {}{}", a.wgmma ? "wgmma" : fmt::format("bm {}", bm), a.num_splits,
+                          force == 0 ? " (auto)" : ""),
+              ms);
         }
       {  // fp8 e4m3 caches (constant 0.5: timing only; correctness is the harness's)
         Buf k8{size_t(cache_elems)}, v8{size_t(cache_elems)};

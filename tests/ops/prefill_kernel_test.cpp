@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <numeric>
 
@@ -38,12 +39,48 @@ std::vector<uint16_t> ToBf16(const Tensor& t) {
   return v;
 }
 
+int ComputeMajor() {
+  int dev = 0, major = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  return major;
+}
+
 struct KernelCase {
   int heads, kv_heads, head_dim, page_size;
   std::vector<std::pair<int, int>> seqs;  // (q_len, kv_len); q_len 1 rows are not the kernel's
   int window = 0;
   float softcap = 0;
 };
+
+// Diagnostics for a failing kernel (prints nothing when every element is close): where the
+// elements off by more than 5% of the output rms sit, by token % 16, head and 8-wide column
+// chunk (a wrong fragment / descriptor layout shows up as a pattern), and the first one.
+void DumpMismatchPattern(const float* ref, const float* got, int q_len, int heads, int d,
+                         const std::string& what) {
+  double ss = 0;
+  const int64_t n = int64_t(q_len) * heads * d;
+  for (int64_t i = 0; i < n; ++i) ss += double(ref[i]) * ref[i];
+  const double tol = 0.05 * std::sqrt(ss / double(n));
+  std::vector<int64_t> by_tok(16), by_head(static_cast<size_t>(heads)), by_chunk(static_cast<size_t>(d / 8));
+  int64_t bad = 0, first = -1;
+  for (int64_t i = 0; i < n; ++i) {
+    if (std::fabs(double(got[i]) - double(ref[i])) <= tol) continue;
+    if (bad++ == 0) first = i;
+    const int64_t tok = i / (int64_t(heads) * d), h = (i / d) % heads, col = i % d;
+    ++by_tok[size_t(tok % 16)], ++by_head[size_t(h)], ++by_chunk[size_t(col / 8)];
+  }
+  if (bad == 0) return;
+  auto join = [](const std::vector<int64_t>& v) {
+    std::string r;
+    for (int64_t x : v) r += fmt::format("{} ", x);
+    return r;
+  };
+  fmt::print("MISMATCH {}: {} of {} elements; first at token {} head {} col {} (ref {} got {})\n"
+             "  by token%16: {}\n  by head: {}\n  by 8-col chunk: {}\n",
+             what, bad, n, first / (int64_t(heads) * d), (first / d) % heads, first % d, ref[first],
+             got[first], join(by_tok), join(by_head), join(by_chunk));
+}
 
 TEST(PrefillAttentionKernel, AloneMatchesReferenceAndIsDeterministic) {
   if (cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
@@ -54,6 +91,7 @@ TEST(PrefillAttentionKernel, AloneMatchesReferenceAndIsDeterministic) {
       {16, 2, 64, 16, {{1, 300}, {200, 200}, {37, 102}, {2, 130}, {113, 613}, {1, 1}, {64, 64}, {65, 70}}},
       {32, 8, 128, 16, {{200, 200}, {45, 45}}},
       {8, 8, 128, 7, {{129, 129}, {3, 9}}, 0, 30.0f},
+      {8, 2, 128, 16, {{700, 700}, {300, 2300}, {2, 17}}},  // many 128 x 128 tiles (wgmma)
   };
   for (const KernelCase& c : cases) {
     std::string name = fmt::format("{}:{} d={} window={}", c.heads, c.kv_heads, c.head_dim, c.window);
@@ -90,19 +128,27 @@ TEST(PrefillAttentionKernel, AloneMatchesReferenceAndIsDeterministic) {
     const size_t max_splits = 64;
     DevBuf ws(q_elems * max_splits * 4 + size_t(rows) * c.heads * max_splits * 8);
 
-    for (const int block_m : {64, 128})
+    // Kernels: 64-row and 128-row mma.sync tiles, and 128-row tiles with the wgmma kernel
+    // allowed (taken for head_dim 128 on sm_90).
+    for (const int variant : {0, 1, 2})
       for (const int force : {0, 1, 3}) {
-        SCOPED_TRACE(fmt::format("block_m {} force_splits {}", block_m, force));
+        const int block_m = variant == 0 ? 64 : 128;
         cuda::PrefillAttentionArgs a{};
         a.q = static_cast<cuda::bf16*>(dq.p), a.out = static_cast<cuda::bf16*>(dout.p);
         a.k_cache = dk.p, a.v_cache = dv.p, a.kv_fp8 = false;
         a.batch = plan.view();
         a.q_stride = a.out_stride = int64_t(c.heads) * d;
         a.heads = c.heads, a.kv_heads = c.kv_heads, a.head_dim = c.head_dim;
-        a.min_q_len = 2, a.block_m = block_m;
+        a.min_q_len = 2, a.block_m = block_m, a.allow_wgmma = variant == 2;
         a.logit_scale = 1.0f / std::sqrt(float(d)), a.v_scale = 1.0f;
         a.softcap = c.softcap, a.sliding_window = c.window;
         cuda::PlanPrefillAttention(a, q_len.data(), kv_len.data(), int(c.seqs.size()), force);
+        SCOPED_TRACE(fmt::format("block_m {} force_splits {} kernel {}", block_m, force,
+                                 a.wgmma ? "wgmma" : "mma.sync"));
+        const char* wgmma_env = std::getenv("PEREGRINE_PREFILL_WGMMA");
+        if (variant == 2 && c.head_dim == 128 && ComputeMajor() == 9 && wgmma_env != nullptr &&
+            wgmma_env[0] == '1')
+          EXPECT_TRUE(a.wgmma) << "the wgmma kernel was not selected";
         ASSERT_LE(size_t(a.num_splits), max_splits);
         a.partial_acc = static_cast<float*>(ws.p);
         a.partial_ml = a.partial_acc + size_t(rows) * c.heads * size_t(a.num_splits) * size_t(d);
@@ -121,8 +167,9 @@ TEST(PrefillAttentionKernel, AloneMatchesReferenceAndIsDeterministic) {
           const int64_t n = int64_t(q_len[s]) * c.heads * d, off = int64_t(q_start[s]) * c.heads * d;
           std::vector<float> got(static_cast<size_t>(n), 0.0f);
           for (int64_t i = 0; i < n; ++i) got[size_t(i)] = Bf16ToF32(runs[0][size_t(off + i)]);
-          ExpectClose(ref.data<float>() + off, got.data(), n, kBf16Attention,
-                      fmt::format("seq {} (splits {}, tiles {})", s, a.num_splits, a.num_tiles));
+          const std::string what = fmt::format("seq {} (splits {}, tiles {})", s, a.num_splits, a.num_tiles);
+          ExpectClose(ref.data<float>() + off, got.data(), n, kBf16Attention, what);
+          DumpMismatchPattern(ref.data<float>() + off, got.data(), q_len[s], c.heads, c.head_dim, what);
         }
       }
   }

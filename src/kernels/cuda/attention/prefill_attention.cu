@@ -24,30 +24,25 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 
 #include "kernels/cuda/attention/kv_types.cuh"
+#include "kernels/cuda/attention/prefill_common.cuh"
+#include "kernels/cuda/attention/prefill_wgmma.h"
 
 namespace pg::cuda {
 namespace {
 
+using prefill::CpAsync16;
+using prefill::CpAsyncCommit;
+using prefill::CpAsyncWait;
+using prefill::Exp2;
+using prefill::PackBf16;
+using prefill::SmemAddr;
+
 constexpr int kBlockN = 64;  // keys per tile; split chunks are multiples of it
 constexpr int kWarps = 4;    // per block; warp w owns packed rows [16 kMT w, 16 kMT (w + 1))
 constexpr float kLog2e = 1.4426950408889634f;
-
-__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16-byte global -> shared copy; !valid writes zeros and reads nothing.
-__device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, bool valid) {
-  const int bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
-}
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
 
 __device__ __forceinline__ void Ldsm4(uint32_t addr, uint32_t (&r)[4]) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -66,17 +61,6 @@ __device__ __forceinline__ void Mma(float (&c)[4], const uint32_t (&a)[4], uint3
       "{%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ float Exp2(float x) {  // ex2(-inf) = 0
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
-__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (low half) = lo
-  return *reinterpret_cast<const uint32_t*>(&v);
 }
 
 // K/V tiles in flight: 3 stages where two blocks per SM still fit (64-row tiles, bf16
@@ -125,32 +109,13 @@ __global__ void __launch_bounds__(kWarps * 32) PrefillKernel(const PrefillAttent
   const DeviceBatchView& b = a.batch;
   const int group = a.heads / a.kv_heads;
 
-  // This block's (sequence, tile): sequences in order, a sequence's tiles in reverse (the
-  // tiles with the longest key ranges start first). Uniform over the block.
-  int s = 0, tile = -1;
-  for (int rest = int(blockIdx.x); s < b.num_seqs; ++s) {
-    const int ql = b.q_len[s];
-    const int n = ql >= a.min_q_len ? (ql * group + BM - 1) / BM : 0;
-    if (rest < n) {
-      tile = n - 1 - rest;
-      break;
-    }
-    rest -= n;
-  }
-  if (tile < 0) return;
-
-  const int q_len = b.q_len[s], q0 = b.q_start[s];
-  const int prefix = b.kv_len[s] - q_len;  // cached positions before the new tokens
-  const int row0 = tile * BM;              // first packed row
-  const int rows = min(BM, q_len * group - row0);
-  const int pos_first = prefix + row0 / group, pos_last = prefix + (row0 + rows - 1) / group;
-  // Keys any row of the block attends to in this split: [key_lo, key_hi).
-  int key_lo = a.sliding_window > 0 ? max(0, pos_first - a.sliding_window + 1) : 0;
-  int key_hi = pos_last + 1;
-  key_lo = max(key_lo, split * a.chunk);
-  key_hi = min(key_hi, (split + 1) * a.chunk);
-  const int t_begin = key_lo / kBlockN;
-  const int num_kv_tiles = key_hi > key_lo ? (key_hi + kBlockN - 1) / kBlockN - t_begin : 0;
+  const prefill::BlockWork w = prefill::FindBlockWork(a, BM);
+  if (w.tile < 0) return;
+  const int s = w.seq, q0 = w.q0, prefix = w.prefix;
+  const int row0 = w.row0, rows = w.rows, pos_first = w.pos_first, pos_last = w.pos_last;
+  const int key_hi = w.key_hi;
+  const int t_begin = w.key_lo / kBlockN;
+  const int num_kv_tiles = w.key_hi > w.key_lo ? (w.key_hi + kBlockN - 1) / kBlockN - t_begin : 0;
   const int32_t* pages = b.page_table + b.page_start[s];
   const int64_t slot_stride = int64_t(a.kv_heads) * D;  // elements between token slots
 
@@ -475,9 +440,29 @@ int BlocksPerSm(int head_dim, int block_m, bool fp8) {
 
 bool PrefillAttentionSupportsHeadDim(int d) { return d == 64 || d == 128; }
 
+// The wgmma kernel needs sm_90a (compute capability 9.x); PEREGRINE_PREFILL_WGMMA=0 / 1 turns
+// it off / on (A/B against the mma.sync kernel), unset: kWgmmaDefault. Cached per process (the
+// current device at first use).
+constexpr bool kWgmmaDefault = false;  // until the GPU harness has passed it
+static bool WgmmaEnabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("PEREGRINE_PREFILL_WGMMA");
+    if (e == nullptr ? !kWgmmaDefault : e[0] == '0') return false;
+    int dev = 0, major = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    return major == 9;
+  }();
+  return on;
+}
+
 void PlanPrefillAttention(PrefillAttentionArgs& a, const int32_t* q_len, const int32_t* kv_len,
                           int num_seqs, int force_splits) {
   if (a.kv_fp8) a.block_m = 64;  // the only fp8 specialisation
+  // The one place choosing the kernel (LaunchPrefillAttention follows a.wgmma).
+  a.wgmma = a.allow_wgmma && !a.kv_fp8 && a.block_m == prefill::kWgmmaBlockM &&
+            a.head_dim == prefill::kWgmmaHeadDim && WgmmaEnabled();
+  const int block_n = a.wgmma ? prefill::kWgmmaBlockN : kBlockN;
   const int group = a.heads / a.kv_heads;
   int64_t tiles = 0, max_kv = 1;
   for (int s = 0; s < num_seqs; ++s) {
@@ -494,7 +479,8 @@ void PlanPrefillAttention(PrefillAttentionArgs& a, const int32_t* q_len, const i
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
     const int64_t blocks = tiles * a.kv_heads;
-    const int64_t slots = int64_t(std::max(sms, 1)) * BlocksPerSm(a.head_dim, a.block_m, a.kv_fp8);
+    const int64_t slots =
+        int64_t(std::max(sms, 1)) * (a.wgmma ? 1 : BlocksPerSm(a.head_dim, a.block_m, a.kv_fp8));
     if (blocks < 8 * slots) {
       double best = 1e30;
       const int64_t max_splits = std::min<int64_t>(std::max<int64_t>(max_kv / 256, 1), 32);
@@ -507,7 +493,7 @@ void PlanPrefillAttention(PrefillAttentionArgs& a, const int32_t* q_len, const i
     }
   }
   int64_t chunk = (max_kv + splits - 1) / splits;
-  chunk = (chunk + kBlockN - 1) / kBlockN * kBlockN;  // whole key tiles
+  chunk = (chunk + block_n - 1) / block_n * block_n;  // whole key tiles
   a.chunk = int(chunk);
   a.num_splits = int((max_kv + chunk - 1) / chunk);
 }
@@ -515,12 +501,16 @@ void PlanPrefillAttention(PrefillAttentionArgs& a, const int32_t* q_len, const i
 void LaunchPrefillAttention(const PrefillAttentionArgs& a, cudaStream_t stream) {
   if (a.num_tiles == 0 || a.batch.num_tokens == 0) return;
   const bool wide = a.block_m == 128;
-  switch (a.head_dim * (a.kv_fp8 ? -1 : 1)) {
-    case 64: wide ? LaunchFor<64, 2, false>(a, stream) : LaunchFor<64, 1, false>(a, stream); break;
-    case 128: wide ? LaunchFor<128, 2, false>(a, stream) : LaunchFor<128, 1, false>(a, stream); break;
-    case -64: LaunchFor<64, 1, true>(a, stream); break;
-    case -128: LaunchFor<128, 1, true>(a, stream); break;
-    default: return;  // the launcher checked PrefillAttentionSupportsHeadDim
+  if (a.wgmma) {
+    prefill::LaunchPrefillWgmma(a, stream);
+  } else {
+    switch (a.head_dim * (a.kv_fp8 ? -1 : 1)) {
+      case 64: wide ? LaunchFor<64, 2, false>(a, stream) : LaunchFor<64, 1, false>(a, stream); break;
+      case 128: wide ? LaunchFor<128, 2, false>(a, stream) : LaunchFor<128, 1, false>(a, stream); break;
+      case -64: LaunchFor<64, 1, true>(a, stream); break;
+      case -128: LaunchFor<128, 1, true>(a, stream); break;
+      default: return;  // the launcher checked PrefillAttentionSupportsHeadDim
+    }
   }
   if (a.num_splits > 1)
     PrefillCombineKernel<<<dim3(unsigned(a.batch.num_tokens), unsigned(a.heads)), 128, 0, stream>>>(a);

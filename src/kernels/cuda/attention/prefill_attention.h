@@ -30,8 +30,14 @@ struct PrefillAttentionArgs {
   int heads, kv_heads, head_dim;
   int min_q_len;        // sequences with q_len < min_q_len are not touched (decode kernel's)
   int block_m;          // packed rows per block: 64 or 128 (fp8 caches: 64)
+  // Kernel choice (PlanPrefillAttention): the sm_90a wgmma kernel (prefill_attention_wgmma.cu,
+  // 128 x 128 tiles) takes block_m 128, head_dim 128, bf16 caches on compute capability 9.x
+  // when enabled (PEREGRINE_PREFILL_WGMMA=1; =0 off; unset: prefill_attention.cu's default)
+  // unless allow_wgmma is false; else the mma.sync kernel.
+  bool allow_wgmma = true;  // input
+  bool wgmma = false;       // output of the plan
   int num_tiles;        // grid.x: sum over handled sequences of ceil(q_len * group / block_m)
-  int num_splits, chunk;  // chunk: key positions per split, a multiple of 64
+  int num_splits, chunk;  // chunk: key positions per split, a multiple of the key tile (64 / 128)
   float logit_scale;      // softmax scale * k_scale
   float v_scale;
   float softcap;          // 0 = none
@@ -42,7 +48,7 @@ struct PrefillAttentionArgs {
 bool PrefillAttentionSupportsHeadDim(int head_dim);
 // Fills a.num_tiles, a.num_splits and a.chunk for the host copy of the batch's q_len / kv_len
 // ([num_seqs] each), given a.heads, a.kv_heads, a.head_dim, a.min_q_len, a.kv_fp8 and
-// a.block_m (set to 64 for fp8).
+// a.block_m (set to 64 for fp8), a.allow_wgmma; sets a.wgmma.
 // Split-K when the tiles alone do not fill the GPU (long cached prefixes with few new
 // tokens): the split count minimises (waves of blocks) / splits, splits of >= 256 keys.
 // force_splits > 0 overrides the heuristic (benchmarks). a.num_tiles == 0: nothing to do.
