@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "bench_timing.h"
+#include "core/dtype.h"
 #include "kernels/cuda/attention/prefill_attention.h"
 #include "kernels/cuda/batch_plan.h"
 #include "kernels/cuda/common/context.h"
@@ -129,6 +130,8 @@ int main(int argc, char** argv) {
       a.logit_scale = 1.0f / std::sqrt(float(d));
       a.v_scale = 1.0f;
       // variant 0 / 1: mma.sync kernel, 64 / 128-row tiles; 2: the sm_90a wgmma kernel.
+      // outputs[v]: variant v's output at auto splits (bf16 bits), cross-checked below.
+      std::vector<std::vector<uint16_t>> outputs(3);
       for (int variant : {0, 1, 2})
         for (int force : {0, 1, 2, 3, 4, 6, 8}) {
           if (force > 1 && prefix == 0) continue;  // splits only help with a long prefix
@@ -148,7 +151,26 @@ int main(int argc, char** argv) {
           row(fmt::format("{} splits {}{}", a.wgmma ? "wgmma" : fmt::format("bm {}", bm), a.num_splits,
                           force == 0 ? " (auto)" : ""),
               ms);
+          if (force == 0) {
+            outputs[size_t(variant)].resize(size_t(q_elems));
+            PG_CUDA_CHECK(cudaMemcpy(outputs[size_t(variant)].data(), o.p, size_t(q_elems) * 2,
+                                     cudaMemcpyDeviceToHost));
+          }
         }
+      // The wgmma kernel against the mma.sync kernel (128-row tiles; the harness checks both
+      // against the CPU reference on small shapes): same shape, same inputs.
+      if (!outputs[1].empty() && !outputs[2].empty()) {
+        double max_diff = 0, ss_ref = 0, ss_diff = 0;
+        for (size_t i = 0; i < outputs[1].size(); ++i) {
+          const float x = Bf16ToF32(outputs[1][i]), y = Bf16ToF32(outputs[2][i]);
+          const double dlt = std::fabs(double(x) - double(y));
+          max_diff = std::isnan(dlt) ? INFINITY : std::max(max_diff, dlt);
+          ss_ref += double(x) * x, ss_diff += dlt * dlt;
+        }
+        fmt::print("{:<24} wgmma vs mma.sync: max |diff| {:.3g} (output rms {:.3g}), nmse {:.3g}\n",
+                   sh.name, max_diff, std::sqrt(ss_ref / double(outputs[1].size())),
+                   ss_ref > 0 ? ss_diff / ss_ref : 0.0);
+      }
       {  // fp8 e4m3 caches (constant 0.5: timing only; correctness is the harness's)
         Buf k8{size_t(cache_elems)}, v8{size_t(cache_elems)};
         PG_CUDA_CHECK(cudaMemset(k8.p, 0x30, size_t(cache_elems)));
