@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <future>
 #include <iostream>
 #include <memory>
 #include <random>
@@ -21,6 +22,7 @@ using Clock = std::chrono::steady_clock;
 
 struct GenerateFlags {
   ModelFlags model;
+  DeviceFlags device;  // generate only
   SamplingFlags sampling;
   std::string prompt;
   bool chat_format = false;  // wrap the prompt as one user message in the chat template
@@ -47,10 +49,7 @@ struct Streamer {
 
 uint64_t FallbackSeed() { return std::random_device{}(); }
 
-void RunGenerate(const GenerateFlags& f) {
-  f.model.ApplyThreads();
-  engine::ModelBundle b = engine::LoadBundle(f.model.ToBundleOptions());
-  PG_ENSURE(b.tokenizer != nullptr, kUnsupported, "{} has no tokenizer; generate needs one", b.path);
+std::vector<int32_t> EncodePrompt(const engine::ModelBundle& b, const GenerateFlags& f) {
   std::vector<int32_t> prompt;
   if (f.chat_format) {
     PG_ENSURE(b.chat_template != nullptr, kUnsupported, "{} has no chat template", b.path);
@@ -61,6 +60,56 @@ void RunGenerate(const GenerateFlags& f) {
     prompt = b.tokenizer->Encode(f.prompt, {.add_bos = !f.no_bos, .parse_special = true});
   }
   PG_ENSURE(!prompt.empty(), kInvalidArgument, "the prompt is empty");
+  return prompt;
+}
+
+void PrintTimes(size_t num_prompt, size_t num_generated, double prefill_s, double decode_s) {
+  std::fprintf(stderr, "\n[%zu prompt tokens in %.3f s (%.1f tok/s); %zu generated in %.3f s (%.1f tok/s)]\n",
+               num_prompt, prefill_s, double(num_prompt) / prefill_s, num_generated, decode_s,
+               num_generated > 1 ? double(num_generated - 1) / decode_s : 0.0);
+}
+
+// --device cuda: one request through the engine and the CUDA step executor.
+void RunGenerateOnDevice(const GenerateFlags& f) {
+  engine::EngineConfig ec;
+  ec.max_context_tokens = f.context;
+  ec.max_running_requests = 1;
+  DeviceModel dm = LoadOnDevice(f.model, f.device, ec);
+  const engine::ModelBundle& b = dm.bundle;
+  PG_ENSURE(b.tokenizer != nullptr, kUnsupported, "{} has no tokenizer; generate needs one (or --tokenizer)", b.path);
+  const std::vector<int32_t> prompt = EncodePrompt(b, f);
+  engine::Request r;
+  r.prompt_tokens = prompt;
+  r.sampling = f.sampling.ToParams();
+  if (!r.sampling.seed) r.sampling.seed = FallbackSeed();
+  engine::LocalEngine eng(std::move(dm.executor), b.eos_ids, dm.name, ec);
+  Streamer out(*b.tokenizer);
+  std::promise<std::string> done;  // the error, if any
+  size_t generated = 0;
+  auto t0 = Clock::now();
+  Clock::time_point t_first = t0;
+  eng.Submit(std::move(r), [&](const engine::TokenEvent& ev) {  // engine thread
+    for (int32_t id : ev.tokens) {
+      if (generated++ == 0) t_first = Clock::now();
+      out.Push(id);
+    }
+    if (ev.finished) done.set_value(ev.error);
+  });
+  const std::string error = done.get_future().get();
+  out.Finish();
+  auto t1 = Clock::now();
+  eng.Shutdown(/*drain=*/false);
+  PG_ENSURE(error.empty(), kInternal, "generation failed: {}", error);
+  PrintTimes(prompt.size(), generated, std::chrono::duration<double>(t_first - t0).count(),
+             std::chrono::duration<double>(t1 - t_first).count());
+}
+
+void RunGenerate(const GenerateFlags& f) {
+  f.model.ApplyThreads();
+  if (f.device.cuda()) return RunGenerateOnDevice(f);
+  engine::ModelBundle b = engine::LoadBundle(f.model.ToBundleOptions());
+  PG_ENSURE(b.tokenizer != nullptr, kUnsupported, "{} has no tokenizer; generate needs one", b.path);
+  const std::vector<int32_t> prompt = EncodePrompt(b, f);
   runtime::SamplingParams sp = f.sampling.ToParams();
   runtime::SequenceRunner runner(*b.model, {.max_context = f.context});
   runtime::SamplerState st(sp, prompt, FallbackSeed());
@@ -77,11 +126,8 @@ void RunGenerate(const GenerateFlags& f) {
   });
   out.Finish();
   auto t1 = Clock::now();
-  double prefill_s = std::chrono::duration<double>(t_first - t0).count();
-  double decode_s = std::chrono::duration<double>(t1 - t_first).count();
-  std::fprintf(stderr, "\n[%zu prompt tokens in %.3f s (%.1f tok/s); %zu generated in %.3f s (%.1f tok/s)]\n",
-               prompt.size(), prefill_s, double(prompt.size()) / prefill_s, tokens.size(), decode_s,
-               tokens.size() > 1 ? double(tokens.size() - 1) / decode_s : 0.0);
+  PrintTimes(prompt.size(), tokens.size(), std::chrono::duration<double>(t_first - t0).count(),
+             std::chrono::duration<double>(t1 - t_first).count());
 }
 
 void RunChat(const GenerateFlags& f) {
@@ -152,6 +198,7 @@ void AddGenerateCommand(CLI::App& app) {
   auto f = std::make_shared<GenerateFlags>();
   CLI::App* cmd = app.add_subcommand("generate", "complete a prompt, streaming to stdout");
   AddCommon(cmd, *f);
+  f->device.Add(*cmd);
   cmd->add_option("-p,--prompt", f->prompt, "prompt text")->required();
   cmd->add_flag("--chat-format", f->chat_format, "wrap the prompt in the chat template as a user message");
   cmd->add_flag("--no-bos", f->no_bos, "do not add the model's BOS token");

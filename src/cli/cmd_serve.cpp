@@ -15,6 +15,7 @@ namespace {
 
 struct ServeFlags {
   ModelFlags model;
+  DeviceFlags device;
   server::ServerConfig server;
   engine::EngineConfig engine;
   int kv_cache_mib = 512;
@@ -38,16 +39,34 @@ std::string ReadFile(const std::string& path) {
 
 void RunServe(ServeFlags& f) {
   f.model.ApplyThreads();
-  engine::ModelBundle b = engine::LoadBundle(f.model.ToBundleOptions());
+  engine::ModelBundle b;
+  std::unique_ptr<engine::StepExecutor> executor;  // --device cuda
+  std::string bundle_name;
+  if (f.device.cuda()) {
+    f.engine.host_cache_bytes = int64_t(f.host_cache_mib) << 20;
+    DeviceModel dm = LoadOnDevice(f.model, f.device, f.engine);
+    b = std::move(dm.bundle);
+    bundle_name = dm.name;
+    executor = std::move(dm.executor);
+    f.engine.kv_cache_bytes = dm.kv_bytes;  // the GPU pool, for the start-up summary
+  } else {
+    b = engine::LoadBundle(f.model.ToBundleOptions());
+    f.engine.kv_cache_bytes = int64_t(f.kv_cache_mib) << 20;
+  }
   PG_ENSURE(b.tokenizer != nullptr, kUnsupported,
-            "{} has no tokenizer (tokenizer.json or GGUF tokenizer metadata); serve needs one", b.path);
-  f.engine.kv_cache_bytes = int64_t(f.kv_cache_mib) << 20;
+            "{} has no tokenizer (tokenizer.json or GGUF tokenizer metadata); serve needs one (or "
+            "--tokenizer)", b.path);
   f.engine.host_cache_bytes = int64_t(f.host_cache_mib) << 20;
   f.engine.session_ttl_ms = int64_t(f.session_ttl_s) * 1000;
   f.server.http.port = uint16_t(f.port);
   f.engine.max_waiting_requests = std::max(f.engine.max_waiting_requests, f.server.max_waiting_requests + 1);
-  std::string name = f.server.served_model_name.empty() ? b.name() : f.server.served_model_name;
-  engine::LocalEngine engine(*b.model, b.eos_ids, name, f.engine);
+  std::string name = f.server.served_model_name.empty()
+                         ? (executor ? bundle_name : b.name())
+                         : f.server.served_model_name;
+  std::unique_ptr<engine::LocalEngine> engine_ptr =
+      executor ? std::make_unique<engine::LocalEngine>(std::move(executor), b.eos_ids, name, f.engine)
+               : std::make_unique<engine::LocalEngine>(*b.model, b.eos_ids, name, f.engine);
+  engine::LocalEngine& engine = *engine_ptr;
   if (!f.chat_template_file.empty()) {
     b.chat_template_source = ReadFile(f.chat_template_file);
     b.chat_template = std::make_unique<jinja::ChatTemplate>(
@@ -70,6 +89,7 @@ void AddServeCommand(CLI::App& app) {
   auto f = std::make_shared<ServeFlags>();
   CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server");
   f->model.Add(*cmd);
+  f->device.Add(*cmd);
   auto& s = f->server;
   auto& e = f->engine;
   cmd->add_option("--host", s.http.host, "address to bind (default loopback)");

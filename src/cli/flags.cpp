@@ -13,6 +13,8 @@ void ModelFlags::Add(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "dummy"}));
   app.add_option("--dummy-dtype", dummy_dtype, "dtype of dummy weights (bf16, f16, f32, q8_0, q4_1)");
   app.add_option("-t,--threads", threads, "CPU threads (0 = all cores)")->check(CLI::NonNegativeNumber);
+  app.add_option("--tokenizer", tokenizer,
+                 "tokenizer.json to use instead of the model's (e.g. dummy weights)");
 }
 
 engine::BundleOptions ModelFlags::ToBundleOptions() const {
@@ -22,6 +24,7 @@ engine::BundleOptions ModelFlags::ToBundleOptions() const {
   auto dt = FromName(dummy_dtype);
   PG_ENSURE(dt.has_value(), kInvalidArgument, "unknown --dummy-dtype '{}'", dummy_dtype);
   o.dummy_dtype = *dt;
+  o.tokenizer_path = tokenizer;
   return o;
 }
 

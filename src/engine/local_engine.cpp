@@ -8,6 +8,7 @@
 
 #include "core/log.h"
 #include "core/status.h"
+#include "engine/cpu_executor.h"
 
 namespace pg::engine {
 
@@ -29,6 +30,10 @@ std::string EngineConfig::Summary() const {
       page_size, double(kv_cache_bytes) / (1 << 20), double(host_cache_bytes) / (1 << 20),
       max_step_tokens, max_prefill_chunk_tokens, max_running_requests, max_waiting_requests,
       session_ttl_ms / 1000);
+}
+
+int EngineConfig::ContextFor(const models::ModelConfig& mc) const {
+  return max_context_tokens > 0 ? std::min(max_context_tokens, mc.max_context) : mc.max_context;
 }
 
 struct LocalEngine::Live {
@@ -56,22 +61,24 @@ FinishReason FromScheduler(scheduler::FinishReason r) {
 
 LocalEngine::LocalEngine(models::Model& model, std::vector<int32_t> eos_ids, std::string name,
                          EngineConfig config)
-    : model_(model), eos_ids_(std::move(eos_ids)), config_(config) {
-  const models::ModelConfig& mc = model.config();
+    : LocalEngine(std::make_unique<CpuStepExecutor>(
+                      model, CpuExecutorOptions{.page_size = config.page_size,
+                                                .kv_cache_bytes = config.kv_cache_bytes,
+                                                .host_cache_bytes = config.host_cache_bytes,
+                                                .max_rows = config.max_running_requests}),
+                  std::move(eos_ids), std::move(name), config) {}
+
+LocalEngine::LocalEngine(std::unique_ptr<StepExecutor> executor, std::vector<int32_t> eos_ids,
+                         std::string name, EngineConfig config)
+    : executor_(std::move(executor)), eos_ids_(std::move(eos_ids)), config_(config) {
+  const models::ModelConfig& mc = executor_->model_config();
   info_.name = std::move(name);
-  info_.max_context_tokens = config_.max_context_tokens > 0
-                                 ? std::min(config_.max_context_tokens, mc.max_context)
-                                 : mc.max_context;
+  info_.max_context_tokens = config_.ContextFor(mc);
   info_.vocab_size = mc.vocab_size;
   info_.eos_token_ids = eos_ids_;
-  const int64_t page_bytes = model.kv_spec().BytesPerToken(DType::kF32) * config_.page_size;
-  num_pages_ = int(std::min<int64_t>(config_.kv_cache_bytes / page_bytes, INT32_MAX / 2));
-  num_host_pages_ = int(std::min<int64_t>(config_.host_cache_bytes / page_bytes, INT32_MAX / 2));
-  PG_ENSURE(num_pages_ >= 2, kInvalidArgument,
-            "KV cache of {} bytes holds fewer than 2 pages of {} bytes; raise --kv-cache-mib",
-            config_.kv_cache_bytes, page_bytes);
-  kv_ = std::make_unique<runtime::KvStorage>(model.kv_spec(), num_pages_, config_.page_size);
-  host_pages_.resize(size_t(num_host_pages_) * size_t(page_bytes));
+  num_pages_ = executor_->num_device_pages();
+  num_host_pages_ = executor_->num_host_pages();
+  PG_ENSURE(num_pages_ >= 2, kInvalidArgument, "the executor holds {} KV pages (< 2)", num_pages_);
   scheduler::SchedulerConfig sc;
   sc.kv.page_size_tokens = config_.page_size;
   sc.kv.num_device_pages = num_pages_;
@@ -85,11 +92,9 @@ LocalEngine::LocalEngine(models::Model& model, std::vector<int32_t> eos_ids, std
                                                                   : scheduler::PreemptionMode::kRecompute;
   sc.session_ttl_us = config_.session_ttl_ms * 1000;
   scheduler_ = std::make_unique<scheduler::Scheduler>(sc);
-  logits_ = Tensor(DType::kF32, {config_.max_running_requests, mc.vocab_size});
   stats_.kv_pages_total = num_pages_;
   stats_.kv_pages_free = num_pages_;
-  PG_LOG_INFO("engine: {}; KV capacity {} pages = {} tokens", config_.Summary(), num_pages_,
-              int64_t(num_pages_) * config_.page_size);
+  PG_LOG_INFO("engine: {}; {}", config_.Summary(), executor_->Describe());
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -183,9 +188,11 @@ void LocalEngine::DrainInbox() {
                                    .session_id = std::move(p.request.session_id),
                                    .priority = p.request.priority};
     try {
+      executor_->BeginRequest(p.id, sp, params.prompt_tokens);
       scheduler_->Submit(p.id, std::move(params));
       live_.emplace(p.id, std::move(live));
     } catch (const Error& e) {
+      executor_->EndRequest(p.id);
       TokenEvent ev{.id = p.id, .finished = true, .finish_reason = FinishReason::kError,
                     .error = e.what(), .num_prompt_tokens = live->num_prompt_tokens};
       live->callback(ev);
@@ -195,47 +202,26 @@ void LocalEngine::DrainInbox() {
 }
 
 void LocalEngine::ExecuteStep(const scheduler::Plan& plan, scheduler::StepResult* result) {
-  const int64_t page_bytes = kv_->PageBytes();
-  for (const cache::CopyOp& op : plan.copies) {
-    uint8_t* host = host_pages_.data() + size_t(op.host_slot) * size_t(page_bytes);
-    if (op.kind == cache::CopyKind::kDeviceToHost) kv_->SavePage(op.device_page, host);
-    else kv_->LoadPage(op.device_page, host);
-  }
-  if (plan.entries.empty()) return;
-  const int P = config_.page_size;
-  // Batch metadata, rebuilt in buffers that keep their capacity across steps.
-  StepBuffers& sb = step_;
-  auto& [tokens, positions, q_start, q_len, kv_len, page_start, page_table, rows] = sb;
-  for (auto* v : {&tokens, &positions, &q_start, &q_len, &kv_len, &page_start, &page_table, &rows})
-    v->clear();
-  for (const scheduler::PlanEntry& e : plan.entries) {
-    q_start.push_back(int32_t(tokens.size()));
-    q_len.push_back(e.num_tokens);
-    kv_len.push_back(e.first_position + e.num_tokens);
-    page_start.push_back(int32_t(page_table.size()));
-    const int32_t num_pages = (e.first_position + e.num_tokens + P - 1) / P;
-    PG_CHECK(int32_t(e.page_table.size()) >= num_pages, "plan page table too short");
-    page_table.insert(page_table.end(), e.page_table.begin(), e.page_table.begin() + num_pages);
-    tokens.insert(tokens.end(), e.input_tokens.begin(), e.input_tokens.end());
-    for (int32_t i = 0; i < e.num_tokens; ++i) positions.push_back(e.first_position + i);
-    if (e.num_sample > 0) rows.push_back(int32_t(tokens.size()) - 1);
-  }
-  ops::AttentionBatch batch{.num_seqs = int(plan.entries.size()), .page_size = P,
-                            .q_start = q_start, .q_len = q_len, .kv_len = kv_len,
-                            .page_start = page_start, .page_table = page_table};
-  TensorView logits = logits_.view().Slice0(0, int64_t(rows.size()));
-  model_.Forward({.tokens = tokens, .positions = positions, .attention = &batch, .logit_rows = rows},
-                 kv_->layers(), logits);
+  step_samplers_.clear();
+  step_tokens_.clear();
+  for (const scheduler::PlanEntry& e : plan.entries)
+    step_samplers_.push_back(e.num_sample > 0 ? &live_.at(e.id)->sampler : nullptr);
+  executor_->Execute(plan, step_samplers_, &step_tokens_);
   size_t r = 0;
   for (const scheduler::PlanEntry& e : plan.entries) {
     if (e.num_sample == 0) continue;
+    PG_CHECK(r < step_tokens_.size(), "executor returned {} tokens", step_tokens_.size());
     Live& l = *live_.at(e.id);
-    float* row = logits.as<float>() + int64_t(r++) * info_.vocab_size;
-    runtime::SampledToken t = runtime::Sample({row, size_t(info_.vocab_size)}, l.sampler);
+    runtime::SampledToken& t = step_tokens_[r++];
     bool stop = std::find(l.stop_ids.begin(), l.stop_ids.end(), t.token) != l.stop_ids.end();
     if (l.want_logprobs) l.logprobs.push_back({t.token, t.logprob, std::move(t.top)});
     result->sampled.push_back({.id = e.id, .token = t.token, .stop = stop});
   }
+}
+
+void LocalEngine::Erase(std::unordered_map<RequestId, std::unique_ptr<Live>>::iterator it) {
+  executor_->EndRequest(it->first);
+  live_.erase(it);
 }
 
 void LocalEngine::Deliver(std::vector<scheduler::RequestUpdate> updates) {
@@ -275,7 +261,7 @@ void LocalEngine::Deliver(std::vector<scheduler::RequestUpdate> updates) {
     TokenEvent& ev = events[id];
     auto it = live_.find(id);
     EventCallback cb = it->second->callback;
-    if (ev.finished) live_.erase(it);
+    if (ev.finished) Erase(it);
     cb(ev);
   }
 }

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "engine/api.h"
+#include "engine/step_executor.h"
 #include "models/model.h"
-#include "runtime/kv_storage.h"
 #include "runtime/sampler.h"
 #include "scheduler/scheduler.h"
 
@@ -37,13 +37,20 @@ struct EngineConfig {
   int64_t session_ttl_ms = 300000;     // retention of a finished session's pages
   bool preempt_by_swap = true;         // swap to the host tier when it has room
   std::string Summary() const;
+  // The context the engine serves for a model: max_context_tokens capped by the model's.
+  int ContextFor(const models::ModelConfig& model) const;
 };
 
 class LocalEngine final : public Engine {
  public:
   // `model` outlives the engine. eos_ids: tokens that end generation (unless ignore_eos).
+  // The CPU executor (CpuStepExecutor) over `model`: KV pages in RAM (config.kv_cache_bytes).
   LocalEngine(models::Model& model, std::vector<int32_t> eos_ids, std::string name,
               EngineConfig config);
+  // Any executor (e.g. engine/cuda/cuda_executor.h); its page counts size the scheduler
+  // (config.kv_cache_bytes / host_cache_bytes are the executor's business then).
+  LocalEngine(std::unique_ptr<StepExecutor> executor, std::vector<int32_t> eos_ids,
+              std::string name, EngineConfig config);
   ~LocalEngine() override;
 
   RequestId Submit(Request request, EventCallback on_event) override;
@@ -65,12 +72,13 @@ class LocalEngine final : public Engine {
   void Loop();
   void DrainInbox();
   void ExecuteStep(const scheduler::Plan& plan, scheduler::StepResult* result);
+  void Erase(std::unordered_map<RequestId, std::unique_ptr<Live>>::iterator it);
   void Deliver(std::vector<scheduler::RequestUpdate> updates);
   void RefreshStats(int64_t new_tokens);
   void Publish(int64_t new_tokens);  // take the scheduler's updates, refresh stats, deliver  // publishes the scheduler's counters to Stats()
   int64_t NowUs() const;
 
-  models::Model& model_;
+  std::unique_ptr<StepExecutor> executor_;
   std::vector<int32_t> eos_ids_;
   EngineConfig config_;
   ModelInfo info_;
@@ -79,13 +87,9 @@ class LocalEngine final : public Engine {
 
   // Loop-thread state.
   std::unique_ptr<scheduler::Scheduler> scheduler_;
-  std::unique_ptr<runtime::KvStorage> kv_;
-  std::vector<uint8_t> host_pages_;
   std::unordered_map<RequestId, std::unique_ptr<Live>> live_;
-  Tensor logits_;
-  struct StepBuffers {  // per-step batch metadata (see ExecuteStep); capacity reused
-    std::vector<int32_t> tokens, positions, q_start, q_len, kv_len, page_start, page_table, rows;
-  } step_;
+  std::vector<runtime::SamplerState*> step_samplers_;  // per plan entry (capacity reused)
+  std::vector<runtime::SampledToken> step_tokens_;
   uint64_t seed_counter_ = 0x5eed;
 
   // Shared with callers (under mu_).

@@ -45,7 +45,7 @@ std::string ModelBundle::name() const {
   const fs::path p(path);
   if (fs::is_regular_file(p) && p.extension() == ".gguf") return p.stem().string();
   if (fs::is_directory(p)) return fs::absolute(p).lexically_normal().filename().string();
-  return model->config().name;
+  return model ? model->config().name : p.stem().string();
 }
 
 ModelBundle LoadBundle(const BundleOptions& o) {
@@ -56,7 +56,7 @@ ModelBundle LoadBundle(const BundleOptions& o) {
   bar.enabled = bar.enabled && o.progress_bar;
   models::LoadOptions lo{.path = b.path, .format = o.format, .dummy_dtype = o.dummy_dtype};
   lo.progress = [&bar](int64_t d, int64_t t) { bar(d, t); };
-  b.model = models::LoadModel(lo);
+  b.model = o.load_model ? o.load_model(lo) : models::LoadModel(lo);
   for (int id : b.model->config().eos_token_ids) AddUnique(b.eos_ids, id);
 
   const fs::path p(b.path);
@@ -86,6 +86,13 @@ ModelBundle LoadBundle(const BundleOptions& o) {
       io::GenerationConfig gc = io::LoadGenerationConfig((dir / "generation_config.json").string());
       for (int64_t id : gc.eos_token_ids) AddUnique(b.eos_ids, int32_t(id));
     }
+  }
+  if (!o.tokenizer_path.empty()) {
+    b.tokenizer = tokenizer::Tokenizer::FromHfJson(o.tokenizer_path);
+    const fs::path tc = fs::path(o.tokenizer_path).parent_path() / "tokenizer_config.json";
+    if (b.chat_template_source.empty() && fs::exists(tc))
+      if (const std::string* t = io::LoadTokenizerConfig(tc.string()).DefaultChatTemplate())
+        b.chat_template_source = *t;
   }
   if (b.tokenizer) {
     for (int32_t id : b.tokenizer->eos_ids()) AddUnique(b.eos_ids, id);

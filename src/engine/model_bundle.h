@@ -3,6 +3,7 @@
 // "embedded"). For --load-format dummy there may be no tokenizer (token-id-only use).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -19,6 +20,11 @@ struct BundleOptions {
   models::LoadFormat format = models::LoadFormat::kAuto;
   DType dummy_dtype = DType::kBF16;
   bool progress_bar = true;  // on stderr while weights are paged in
+  // Loads the network (default: models::LoadModel, on the host). A device executor passes its
+  // own (engine/cuda/cuda_executor.h: placed on the GPU, or dummy weights made there).
+  std::function<std::unique_ptr<models::Model>(const models::LoadOptions&)> load_model;
+  // A tokenizer.json to use instead of the model's own (dummy weights without a tokenizer).
+  std::string tokenizer_path;
 };
 
 struct ModelBundle {

@@ -49,11 +49,12 @@ std::string DummyName(const std::string& path) {
   return p.parent_path().filename().string() + " (dummy weights)";
 }
 
-// A dummy model of the config's shapes on the runner's device: the llama family, or the MoE
-// architectures (DeepSeek fp8 when the config declares fp8 weights).
-std::unique_ptr<models::Model> CreateDummy(const std::string& path, models::DeviceMemory& mem,
-                                           const models::DevicePlacement& placement,
-                                           uint64_t seed) {
+}  // namespace
+
+std::unique_ptr<models::Model> CreateDummyOnDevice(const std::string& path,
+                                                   models::DeviceMemory& mem,
+                                                   const models::DevicePlacement& placement,
+                                                   uint64_t seed) {
   const nlohmann::json j = ReadHfJson(path);
   if (j.contains("model_type") && j["model_type"].is_string() &&
       models::IsMoeModelType(j["model_type"].get<std::string>())) {
@@ -68,8 +69,6 @@ std::unique_ptr<models::Model> CreateDummy(const std::string& path, models::Devi
   return models::CreateDummyModelOnDevice(c, mem, placement, seed);
 }
 
-}  // namespace
-
 BenchModel PlaceBenchModel(const std::string& path, bool dummy, const GpuRunnerOptions& options,
                            uint64_t seed, DType weight_dtype) {
   BenchModel bm;
@@ -77,7 +76,7 @@ BenchModel PlaceBenchModel(const std::string& path, bool dummy, const GpuRunnerO
   const models::DevicePlacement placement{.max_batch_tokens = options.max_batch_tokens,
                                           .weight_dtype = weight_dtype};
   if (dummy) {
-    bm.model = CreateDummy(path, bm.runner->memory(), placement, seed);
+    bm.model = CreateDummyOnDevice(path, bm.runner->memory(), placement, seed);
   } else {
     bm.model = models::LoadModel({.path = path});
     bm.model->PlaceOnDevice(bm.runner->memory(), placement);

@@ -19,6 +19,13 @@
 
 namespace pg::runtime::cuda {
 
+// A dummy model of the shapes of `path` (a config.json or its folder) made on `mem`'s device:
+// the llama family, or the MoE architectures (DeepSeek fp8 when the config declares fp8).
+std::unique_ptr<models::Model> CreateDummyOnDevice(const std::string& path,
+                                                   models::DeviceMemory& mem,
+                                                   const models::DevicePlacement& placement,
+                                                   uint64_t seed);
+
 // A model on one GPU for a benchmark: `path` is a config.json or its folder (dummy: random
 // weights of that shape made on the device) or a GGUF / HF folder (loaded, then placed).
 // Placed with activation scratch for options.max_batch_tokens and attached to the runner.

@@ -116,49 +116,130 @@ int64_t GpuRunner::kv_bytes_per_token() const {
   return impl_->model->kv_spec().BytesPerToken(options_.kv_dtype);
 }
 
-const KvLayout& GpuRunner::ConfigureKv(int num_slots, int max_context) {
+void GpuRunner::AllocateKv(int count_rows, int64_t num_pages, int max_context) {
   Impl& I = *impl_;
   PG_CHECK(I.model != nullptr, "gpu runner: Attach a model first");
-  PG_ENSURE(num_slots > 0 && max_context > 0, kInvalidArgument,
-            "kv layout: {} slots of {} tokens", num_slots, max_context);
   PG_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
   I.graphs = DecodeGraphs{};
   captured_max_kv_len_ = 0;
+  captured_max_batch_ = 0;
   I.kv.layers.clear();
   I.layout = {};
   I.arena.ResetTo(I.io_mark);
   const int64_t vocab = I.model->config().vocab_size;
-  I.d_counts = static_cast<int32_t*>(I.arena.Allocate(size_t(num_slots * vocab) * 4));
-  PG_CUDA_CHECK(cudaMemsetAsync(I.d_counts, 0, size_t(num_slots * vocab) * 4, stream_.get()));
+  I.d_counts = static_cast<int32_t*>(I.arena.Allocate(size_t(count_rows * vocab) * 4));
+  PG_CUDA_CHECK(cudaMemsetAsync(I.d_counts, 0, size_t(count_rows * vocab) * 4, stream_.get()));
   const models::KvSpec spec = I.model->kv_spec();
   const int ps = options_.page_size;
-  I.pages_per_slot = (int64_t(max_context) + ps - 1) / ps;
-  const int64_t num_pages = I.pages_per_slot * num_slots + 1;  // + the padding page
   const DType kv_dtype = options_.kv_dtype;
-  const int64_t per_layer =
-      num_pages * ps * spec.num_kv_heads * spec.head_dim * int64_t(Info(kv_dtype).block_bytes);
+  const int64_t page_layer_bytes =
+      int64_t(ps) * spec.num_kv_heads * spec.head_dim * int64_t(Info(kv_dtype).block_bytes);
+  const int64_t per_layer = (num_pages + 1) * page_layer_bytes;  // + the padding page
   const int64_t need = 2 * per_layer * spec.num_layers;
   const int64_t left = int64_t(I.arena.available());
   PG_ENSURE(need + 256 * 2 * spec.num_layers <= left, kResourceExhausted,
-            "KV cache for {} sequences x {} tokens needs {:.2f} GiB; {:.2f} GiB of the arena left",
-            num_slots, max_context, double(need) / (1 << 30), double(left) / (1 << 30));
+            "KV cache of {} pages x {} tokens needs {:.2f} GiB; {:.2f} GiB of the arena left",
+            num_pages, ps, double(need) / (1 << 30), double(left) / (1 << 30));
   for (int l = 0; l < spec.num_layers; ++l) {
     ops::KvCacheView v;
     for (TensorView* t : {&v.k_cache, &v.v_cache})
       *t = TensorView::Contiguous(I.arena.Allocate(size_t(per_layer)), kv_dtype,
-                                  {num_pages, ps, spec.num_kv_heads, spec.head_dim},
+                                  {num_pages + 1, ps, spec.num_kv_heads, spec.head_dim},
                                   Device::kCuda);
     I.kv.layers.push_back(v);
   }
-  I.layout = {num_slots, max_context, num_pages, need};
+  I.layout.num_slots = count_rows;
+  I.layout.max_context = max_context;
+  I.layout.num_pages = num_pages + 1;
+  I.layout.bytes = need;
+  I.layout.page_bytes = 2 * page_layer_bytes * spec.num_layers;
+}
+
+const KvLayout& GpuRunner::ConfigureKv(int num_slots, int max_context) {
+  Impl& I = *impl_;
+  PG_ENSURE(num_slots > 0 && max_context > 0, kInvalidArgument,
+            "kv layout: {} slots of {} tokens", num_slots, max_context);
+  const int ps = options_.page_size;
+  I.pages_per_slot = (int64_t(max_context) + ps - 1) / ps;
+  AllocateKv(num_slots, I.pages_per_slot * num_slots, max_context);
   PG_LOG_INFO("gpu: KV cache {} sequences x {} tokens = {:.2f} GiB ({} pages of {}); arena {:.1f} "
               "GiB left",
-              num_slots, max_context, double(need) / (1 << 30), num_pages, ps,
+              num_slots, max_context, double(I.layout.bytes) / (1 << 30), I.layout.num_pages, ps,
               double(I.arena.available()) / (1 << 30));
   // The batch plan's capacity: the largest batch (every slot full, plus padding rows).
   I.plan.Reserve(options_.max_batch_tokens, options_.max_batch_tokens,
                  int64_t(options_.max_batch_tokens) * I.pages_per_slot + 1);
   return I.layout;
+}
+
+const KvLayout& GpuRunner::ConfigurePagedKv(const PagedKvOptions& o) {
+  Impl& I = *impl_;
+  PG_CHECK(I.model != nullptr, "gpu runner: Attach a model first");
+  PG_ENSURE(o.count_rows > 0 && o.max_seqs > 0 && o.max_context > 0 && o.num_pages >= 0 &&
+                o.reserve_bytes >= 0,
+            kInvalidArgument, "paged kv: {} count rows, {} seqs, context {}, {} pages",
+            o.count_rows, o.max_seqs, o.max_context, o.num_pages);
+  const int ps = options_.page_size;
+  const int64_t pages_per_seq = (int64_t(o.max_context) + ps - 1) / ps;
+  int64_t num_pages = o.num_pages;
+  if (num_pages == 0) {
+    // What is left after the io buffers, the count rows, the reserve and the per-layer
+    // allocation alignment, in whole pages (+ the padding page).
+    const models::KvSpec spec = I.model->kv_spec();
+    const int64_t page = 2 * int64_t(ps) * spec.num_kv_heads * spec.head_dim *
+                         int64_t(Info(options_.kv_dtype).block_bytes) * spec.num_layers;
+    const int64_t counts = int64_t(o.count_rows) * I.model->config().vocab_size * 4 + 256;
+    const int64_t left = int64_t(I.arena.capacity()) - int64_t(I.io_mark) - counts -
+                         o.reserve_bytes - 512 * 2 * spec.num_layers;
+    num_pages = left / page - 1;
+    PG_ENSURE(num_pages >= 2, kResourceExhausted,
+              "paged kv: {:.2f} GiB of the arena left after the weights and a reserve of {:.2f} "
+              "GiB: fewer than 2 pages of {:.2f} MiB; raise --gpu-memory-utilization",
+              double(int64_t(I.arena.capacity()) - int64_t(I.io_mark)) / (1 << 30),
+              double(o.reserve_bytes) / (1 << 30), double(page) / (1 << 20));
+  }
+  I.pages_per_slot = 0;
+  AllocateKv(o.count_rows, num_pages, o.max_context);
+  I.layout.paged = true;
+  PG_LOG_INFO("gpu: paged KV cache {} pages of {} tokens = {} tokens, {:.2f} GiB; arena {:.2f} "
+              "GiB left",
+              num_pages, ps, num_pages * ps, double(I.layout.bytes) / (1 << 30),
+              double(I.arena.available()) / (1 << 30));
+  // Capacity for the largest batch: max_seqs sequences of a whole context (+ padding rows).
+  const int seqs = std::max(o.max_seqs, 1);
+  I.plan.Reserve(std::max(seqs, options_.max_batch_tokens), options_.max_batch_tokens,
+                 int64_t(seqs) * pages_per_seq + options_.max_batch_tokens);
+  return I.layout;
+}
+
+const KvLayout& GpuRunner::kv_layout() const { return impl_->layout; }
+
+void GpuRunner::SavePage(int64_t page, void* host) {
+  Impl& I = *impl_;
+  PG_ENSURE(page >= 0 && page < I.layout.num_pages - 1, kInvalidArgument,
+            "save page {} outside [0, {})", page, I.layout.num_pages - 1);
+  char* h = static_cast<char*>(host);
+  const size_t bytes = size_t(I.layout.page_bytes) / (2 * I.kv.layers.size());
+  for (const auto& v : I.kv.layers)
+    for (const TensorView* t : {&v.k_cache, &v.v_cache}) {
+      PG_CUDA_CHECK(cudaMemcpyAsync(h, static_cast<const char*>(t->data) + size_t(page) * bytes,
+                                    bytes, cudaMemcpyDeviceToHost, stream_.get()));
+      h += bytes;
+    }
+}
+
+void GpuRunner::LoadPage(int64_t page, const void* host) {
+  Impl& I = *impl_;
+  PG_ENSURE(page >= 0 && page < I.layout.num_pages - 1, kInvalidArgument,
+            "load page {} outside [0, {})", page, I.layout.num_pages - 1);
+  const char* h = static_cast<const char*>(host);
+  const size_t bytes = size_t(I.layout.page_bytes) / (2 * I.kv.layers.size());
+  for (const auto& v : I.kv.layers)
+    for (const TensorView* t : {&v.k_cache, &v.v_cache}) {
+      PG_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(t->data) + size_t(page) * bytes, h, bytes,
+                                    cudaMemcpyHostToDevice, stream_.get()));
+      h += bytes;
+    }
 }
 
 void GpuRunner::FillKvRandom(uint64_t seed) {
@@ -179,9 +260,11 @@ void GpuRunner::Prepare(std::span<const StepSeq> seqs, int pad_to, int forced_ma
     const bool pad = s >= int(seqs.size());
     const StepSeq q = pad ? StepSeq{} : seqs[size_t(s)];
     const int len = pad ? 1 : int(q.tokens.size());
-    if (!pad) {
+    if (!pad && !I.layout.paged) {
       PG_ENSURE(q.slot >= 0 && q.slot < I.layout.num_slots, kInvalidArgument,
                 "slot {} outside [0, {})", q.slot, I.layout.num_slots);
+    }
+    if (!pad) {
       PG_ENSURE(len > 0 && q.start >= 0 && q.start + len <= I.layout.max_context, kOutOfRange,
                 "sequence in slot {}: tokens [{}, {}) exceed the context of {}", q.slot, q.start,
                 q.start + len, I.layout.max_context);
@@ -191,9 +274,27 @@ void GpuRunner::Prepare(std::span<const StepSeq> seqs, int pad_to, int forced_ma
     const int kvl = pad ? 1 : (forced_max_kv_len > 0 ? forced_max_kv_len : q.start + len);
     I.kv_len.push_back(kvl);
     I.page_start.push_back(int32_t(I.page_table.size()));
-    // Always the slot's whole page list: the table's size is fixed per graph.
-    for (int64_t p = 0; p < I.pages_per_slot; ++p)
-      I.page_table.push_back(int32_t(pad ? pad_page : q.slot * I.pages_per_slot + p));
+    if (pad) {
+      I.page_table.push_back(int32_t(pad_page));
+    } else if (I.layout.paged) {
+      // The sequence's own pages for [0, kv length); the graphs read the table through
+      // page_start, so its length may change between replays.
+      const int64_t need = (int64_t(kvl) + options_.page_size - 1) / options_.page_size;
+      PG_ENSURE(int64_t(q.pages.size()) >= need, kInvalidArgument,
+                "sequence of {} tokens has {} pages of {} tokens", kvl, q.pages.size(),
+                options_.page_size);
+      for (int64_t p = 0; p < need; ++p) {
+        const int32_t page = q.pages[size_t(p)];
+        PG_ENSURE(page >= 0 && (page < pad_page || (paged_capture_ && page == pad_page)),
+                  kInvalidArgument, "page {} outside [0, {})", page,
+                  pad_page);
+        I.page_table.push_back(page);
+      }
+    } else {
+      // The slot's whole page list.
+      for (int64_t p = 0; p < I.pages_per_slot; ++p)
+        I.page_table.push_back(int32_t(q.slot * I.pages_per_slot + p));
+    }
     for (int i = 0; i < len; ++i) {
       I.tokens.push_back(pad ? 0 : q.tokens[size_t(i)]);
       // Under a forced kv length (capture), every row sits at the end of its forced range.
@@ -249,6 +350,19 @@ void GpuRunner::ReadLogits(std::span<float> logits, int num_seqs) {
   PG_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
   const uint16_t* src = I.h_logits.as<uint16_t>();
   for (size_t i = 0; i < logits.size(); ++i) logits[i] = Bf16ToF32(src[i]);
+}
+
+void GpuRunner::ReadLogitsRow(int seq, std::span<float> out) {
+  Impl& I = *impl_;
+  const int64_t vocab = I.model->config().vocab_size;
+  PG_ENSURE(seq >= 0 && seq < last_num_seqs_ && int64_t(out.size()) == vocab, kInvalidArgument,
+            "logits row {} of {} ({} values for a vocab of {})", seq, last_num_seqs_, out.size(),
+            vocab);
+  uint16_t* h = I.h_logits.as<uint16_t>();
+  PG_CUDA_CHECK(cudaMemcpyAsync(h, I.d_logits + int64_t(seq) * vocab, size_t(vocab) * 2,
+                                cudaMemcpyDeviceToHost, stream_.get()));
+  PG_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
+  for (int64_t i = 0; i < vocab; ++i) out[size_t(i)] = Bf16ToF32(h[i]);
 }
 
 void GpuRunner::Sample(std::span<const ops::SampleRow> rows, std::span<int32_t> tokens,
@@ -330,10 +444,18 @@ void GpuRunner::CaptureDecode(std::span<const int> batch_sizes, int max_kv_len) 
   // Capture batches: slots 0..size-1, one token each, kv_len = max_kv_len (this fixes the
   // split-K layout to one that covers every shorter length). Writes land at position
   // max_kv_len - 1 of those slots (the caller's KV state there is clobbered).
+  // Paged layout: every capture row reads and writes only the padding page.
   std::vector<int32_t> tok(static_cast<size_t>(sizes.back()), 0);
   std::vector<StepSeq> seqs;
   for (int s = 0; s < sizes.back(); ++s)
     seqs.push_back({s, max_kv_len - 1, std::span<const int32_t>(&tok[size_t(s)], 1)});
+  std::vector<int32_t> pad_pages;
+  if (I.layout.paged) {
+    pad_pages.assign(size_t((max_kv_len + options_.page_size - 1) / options_.page_size),
+                     int32_t(I.layout.num_pages - 1));
+    for (StepSeq& q : seqs) q.pages = pad_pages;
+    paged_capture_ = true;
+  }
   pg::cuda::StreamScope scope(stream_.get());
   for (int size : sizes) {
     // The batch is staged and uploaded outside the capture (it synchronises); the graph then
@@ -345,7 +467,9 @@ void GpuRunner::CaptureDecode(std::span<const int> batch_sizes, int max_kv_len) 
     const int one[] = {size};
     I.graphs.CaptureAll(stream_.get(), one, [&](int) { RunForward(); });
   }
+  paged_capture_ = false;
   captured_max_kv_len_ = max_kv_len;
+  captured_max_batch_ = sizes.back();
 }
 
 void GpuRunner::Decode(std::span<const StepSeq> seqs, std::span<float> logits) {

@@ -7,8 +7,14 @@
 //   [io buffers: ids, positions, logits, sampling rows / tokens / logprobs]  (Attach)
 //   [token counts per slot (penalties); KV pages of every layer]  (ConfigureKv; replaced by a
 //    later ConfigureKv)
-// KV pages are static per slot: slot s owns pages [s * pages_per_slot, (s+1) * pages_per_slot);
-// one extra page is the write target of padding rows in padded decode graphs.
+// Two KV layouts:
+//  * slots (ConfigureKv): pages are static per slot: slot s owns pages
+//    [s * pages_per_slot, (s+1) * pages_per_slot) (benchmarks, model tests);
+//  * paged (ConfigurePagedKv): a pool of pages the caller allocates (the engine's scheduler);
+//    each StepSeq brings its own page table, and "slots" are only token-count rows of the
+//    device sampler.
+// Either way one extra page (the last) is the write target of padding rows in padded decode
+// graphs and of the graph captures of the paged layout.
 #pragma once
 
 #include <cstdint>
@@ -37,13 +43,26 @@ struct KvLayout {
   int max_context = 0;         // tokens per sequence
   int64_t num_pages = 0;       // all layers share this page count (and the page indices)
   int64_t bytes = 0;           // KV bytes of all layers
+  bool paged = false;          // ConfigurePagedKv: pages come with each StepSeq
+  int64_t page_bytes = 0;      // one page of every layer, K and V (SavePage / LoadPage)
+};
+
+struct PagedKvOptions {
+  int64_t num_pages = 0;      // usable pages; 0 = as many as fit in the arena
+  int64_t reserve_bytes = 0;  // arena bytes to leave free when num_pages == 0
+  int count_rows = 1;         // token-count rows (device penalties), ops::SampleRow::counts_row
+  int max_seqs = 1;           // sequences of one step (the batch plan's capacity)
+  int max_context = 0;        // tokens per sequence
 };
 
 // One sequence's part of a step: tokens appended at positions [start, start + tokens.size()).
 struct StepSeq {
-  int slot = 0;
+  int slot = 0;                    // slot layout: the sequence's slot (ignored when paged)
   int start = 0;
   std::span<const int32_t> tokens;
+  // Paged layout: the pages of positions [0, start + tokens.size()) in order (position p in
+  // pages[p / page_size]); may be longer (the rest is ignored). Each in [0, num_pages - 1).
+  std::span<const int32_t> pages = {};
 };
 
 class GpuRunner {
@@ -65,6 +84,16 @@ class GpuRunner {
   // replacing any earlier layout (and dropping captured graphs). Throws kResourceExhausted,
   // naming the need and what is left, when it does not fit.
   const KvLayout& ConfigureKv(int num_slots, int max_context);
+  // Paged layout: a pool of pages (see the file comment); replaces any earlier layout. With
+  // num_pages == 0 it takes what the arena has left after reserve_bytes. Throws
+  // kResourceExhausted when not even 2 pages fit.
+  const KvLayout& ConfigurePagedKv(const PagedKvOptions& options);
+  const KvLayout& kv_layout() const;
+  // Copies page `page` of every layer (K then V, layer by layer: layout().page_bytes) to / from
+  // pinned host memory, in stream order (asynchronous: the host bytes of SavePage are ready
+  // after the next synchronising call, e.g. Sample).
+  void SavePage(int64_t page, void* host);
+  void LoadPage(int64_t page, const void* host);
   // Fills every KV page with random values (benchmarks: realistic bytes, no NaN garbage).
   void FillKvRandom(uint64_t seed);
   int64_t kv_bytes_per_token() const;
@@ -89,6 +118,10 @@ class GpuRunner {
   // applies penalties from that slot's token counts and records the token there.
   void Sample(std::span<const ops::SampleRow> rows, std::span<int32_t> tokens,
               std::span<float> logprobs = {});
+  // Row `seq` of the last Step / Decode's logits (f32 on the host; synchronises). For callers
+  // that need the whole distribution of a few rows (top logprobs).
+  void ReadLogitsRow(int seq, std::span<float> out);
+  int max_graph_batch() const { return captured_max_batch_; }
   // Sets a slot's token counts (penalties) to a new request's prompt: nothing generated.
   void ResetTokenCounts(int slot, std::span<const int32_t> prompt);
   // Replays the graph of `padded_size` on the batch the last Decode/CaptureDecode staged, with
@@ -100,6 +133,8 @@ class GpuRunner {
   // Packs the host batch and uploads it (tokens, positions, batch plan). `pad_to` adds padding
   // rows (slot = the pad page, kv_len 1) up to that many sequences.
   void Prepare(std::span<const StepSeq> seqs, int pad_to, int forced_max_kv_len);
+  // Carves count rows and `num_pages` KV pages (+ the padding page) after the io buffers.
+  void AllocateKv(int count_rows, int64_t num_pages, int max_context);
   void RunForward();
   void ReadLogits(std::span<float> logits, int num_seqs);
 
@@ -108,6 +143,8 @@ class GpuRunner {
   Stream stream_;
   std::unique_ptr<Impl> impl_;
   int captured_max_kv_len_ = 0;
+  int captured_max_batch_ = 0;
+  bool paged_capture_ = false;  // CaptureDecode of the paged layout: rows use the padding page
 };
 
 }  // namespace pg::runtime::cuda
