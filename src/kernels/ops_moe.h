@@ -27,7 +27,10 @@ namespace pg::ops {
 // device); up to 1024 experts, top_k <= 32, num_groups <= 32.
 // Fused router matmul (optional): with x and router given, logits = x · router^T is computed
 // first (f32, written to `logits`, which must then be f32) and routed; CUDA runs both in one
-// kernel (x, router bf16), meant for decode-sized batches.
+// kernel (x, router bf16), meant for decode-sized batches. With norm_weight too, an RMSNorm
+// runs first, exactly as RmsNorm({.x = x, .weight = norm_weight, .out = normed,
+// .residual = residual, .eps = norm_eps}), and the logits are computed from `normed` (the
+// experts' input). CUDA: norm_weight f32, normed / residual bf16.
 enum class MoeScoring : uint8_t { kSoftmax, kSigmoid };
 struct MoeRouterParams {
   TensorView logits;        // [num_tokens, num_experts] f32 (router matmul output; bf16 ok on CUDA)
@@ -41,6 +44,10 @@ struct MoeRouterParams {
   float scaling = 1.0f;
   TensorView x;             // optional [num_tokens, hidden] (fused router matmul, see above)
   TensorView router;        // with x: [num_experts, hidden]
+  TensorView norm_weight;   // optional, with x: [hidden] (fused RMSNorm, see above)
+  TensorView normed;        // with norm_weight: [num_tokens, hidden], out
+  TensorView residual;      // optional, with norm_weight: [num_tokens, hidden], updated in place
+  float norm_eps = 1e-6f;
 };
 void MoeRouter(const MoeRouterParams& p);
 
@@ -126,6 +133,9 @@ struct MlaAttentionParams {
   // rope_dim); q then holds the rotated values, as after a separate Rope.
   TensorView positions;  // optional [num_tokens] i32
   RopeConfig rope;
+  // Optional: the new tokens' cache write (MlaCacheWrite, with its prologue; same batch and
+  // cache) runs first, as part of this op (CUDA at <= 4 tokens: inside the q-side kernel).
+  const MlaCacheWriteParams* write = nullptr;
 };
 void MlaAttention(const MlaAttentionParams& p);
 

@@ -191,24 +191,41 @@ void RunDeviceMlp(const DeviceMlp& w, const TensorView& x, const TensorView& out
 }
 
 void RunDeviceMoeFfn(const DeviceMoeFfn& w, const MoeModelConfig& c, const TensorView& x,
-                     const TensorView& out, const DeviceFfnScratch& s) {
+                     const TensorView& out, const DeviceFfnScratch& s, const FfnNorm* norm) {
   const int64_t n = x.dim(0);
   const TensorView logits = Flat(s.router_logits, n, c.num_experts);
   const TensorView weights = Flat(s.topk_weights, n, c.top_k);
   const TensorView ids = w.topk_ids.Slice0(0, n);
-  // Decode-sized batches: router matmul + routing in one op (one kernel on CUDA).
-  const bool decode = n <= kMoeDecodeFuseMaxTokens;
+  const ops::RmsNormParams np =
+      norm ? ops::RmsNormParams{.x = norm->x, .weight = norm->weight, .out = x,
+                                .residual = norm->residual, .eps = norm->eps}
+           : ops::RmsNormParams{};
   ops::MoeRouterParams rp{.logits = logits, .bias = w.score_bias, .topk_ids = ids,
                           .topk_weights = weights, .scoring = c.scoring, .num_groups = c.n_group,
                           .topk_groups = c.topk_group, .renormalize = c.norm_topk_prob,
                           .scaling = c.routed_scaling_factor};
+  // Decode-sized batches: (RMSNorm +) router matmul + routing in one op (one kernel on CUDA).
+  const bool decode = n <= kMoeDecodeFuseMaxTokens;
+  bool fused = false;
   if (decode) {
-    rp.x = x;
+    rp.x = norm ? norm->x : x;
     rp.router = w.router;
-  } else {
-    ops::Matmul({.x = x, .w = w.router, .out = logits});
+    if (norm) {
+      rp.norm_weight = norm->weight;
+      rp.normed = x;
+      rp.residual = norm->residual;
+      rp.norm_eps = norm->eps;
+    }
+    fused = ops::Registry::Global().Selected(rp) != nullptr;
   }
-  ops::MoeRouter(rp);
+  if (fused) {
+    ops::MoeRouter(rp);
+  } else {
+    if (norm) ops::RmsNorm(np);
+    rp.x = rp.router = rp.norm_weight = rp.normed = rp.residual = TensorView{};
+    ops::Matmul({.x = x, .w = w.router, .out = logits});
+    ops::MoeRouter(rp);
+  }
   ops::MoeExpertsParams ep{.x = x, .topk_ids = ids, .topk_weights = weights,
                            .experts = w.experts, .out = out};
   const bool shared = w.shared.inter > 0;

@@ -95,11 +95,19 @@ void DeviceMatmul(const TensorView& x, const DeviceMatrix& w, const TensorView& 
 // x, out: [n, hidden] bf16 device; out must not alias x.
 void RunDeviceMlp(const DeviceMlp& w, const TensorView& x, const TensorView& out,
                   const DeviceFfnScratch& s);
-// Batches of at most this many tokens take the MoE decode path: the router matmul fused into
-// MoeRouter, the shared expert fused into MoeExperts (when its backend takes it).
+// Batches of at most this many tokens take the MoE decode path: the router matmul (and the
+// FFN's RMSNorm) fused into MoeRouter, the shared expert fused into MoeExperts (where the
+// backends take them).
 inline constexpr int64_t kMoeDecodeFuseMaxTokens = 4;
+// The RMSNorm in front of a MoE FFN (ops::RmsNormParams): x (+ residual, updated in place).
+struct FfnNorm {
+  TensorView x, residual, weight;
+  float eps = 1e-6f;
+};
+// With `norm`, x (the FFN input, [n, hidden]) is first computed as RmsNorm(*norm) into x.
 void RunDeviceMoeFfn(const DeviceMoeFfn& w, const MoeModelConfig& c, const TensorView& x,
-                     const TensorView& out, const DeviceFfnScratch& s);
+                     const TensorView& out, const DeviceFfnScratch& s,
+                     const FfnNorm* norm = nullptr);
 
 // Checks a device forward's inputs: positions and tokens agree, one KV view per layer, bf16
 // device logits [logit_rows, vocab], device tokens/positions of the batch's size, at most

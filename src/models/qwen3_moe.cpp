@@ -266,9 +266,14 @@ class Qwen3MoeModel final : public Model {
       ops::Attention({.q = qs, .out = attn3, .cache = cache, .batch = fb.attention,
                       .scale = scale_});
       DeviceMatmul(attn, L.wo, o);
-      ops::RmsNorm({.x = o, .weight = L.ffn_norm, .out = hn, .residual = x, .eps = b.rms_norm_eps});
-      if (L.moe) RunDeviceMoeFfn(L.moe_ffn, c_, hn, ffn, A.ffn_scratch);
-      else RunDeviceMlp(L.mlp, hn, ffn, A.ffn_scratch);
+      // hn = RmsNorm(x += o): inside the MoE router's kernel at decode batch sizes.
+      const FfnNorm ffn_norm{.x = o, .residual = x, .weight = L.ffn_norm, .eps = b.rms_norm_eps};
+      if (L.moe) {
+        RunDeviceMoeFfn(L.moe_ffn, c_, hn, ffn, A.ffn_scratch, &ffn_norm);
+      } else {
+        ops::RmsNorm({.x = o, .weight = L.ffn_norm, .out = hn, .residual = x, .eps = b.rms_norm_eps});
+        RunDeviceMlp(L.mlp, hn, ffn, A.ffn_scratch);
+      }
     }
     RunLogitHead({.residual = x, .last = ffn, .logit_rows = fb.logit_rows,
                   .gathered = A.gathered, .normed = A.hn, .norm_weight = d_norm_,

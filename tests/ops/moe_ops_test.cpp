@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <set>
 
@@ -36,6 +37,9 @@ inline MoeRouterParams Mirror(DeviceMirror& m, const MoeRouterParams& p) {
   d.logits = p.x.data ? m.RawOut(p.logits) : m.Raw(p.logits);
   d.x = m.Act(p.x, false);
   d.router = m.Raw(p.router);
+  d.norm_weight = m.Raw(p.norm_weight);
+  d.normed = m.Act(p.normed, true);
+  d.residual = m.Act(p.residual, true);
   d.bias = m.Raw(p.bias);
   d.topk_ids = m.RawOut(p.topk_ids);
   d.topk_weights = m.RawOut(p.topk_weights);
@@ -232,79 +236,114 @@ TEST(MoeRouterOp, EveryBackendMatchesReference) {
   cov.Check<MoeRouterParams>();
 }
 
-// Fused router matmul (MoeRouterParams::x / router). The reference is exactly the reference
-// Matmul into the logits followed by the reference router (checked bit for bit); every other
-// backend's logits are held against the reference's, and its routing against the reference
-// router run on the backend's own logits (no near-tie can flip the comparison).
+// Fused router matmul (MoeRouterParams::x / router), optionally behind a fused RMSNorm
+// (+ residual add). The reference is exactly the reference RmsNorm, then the reference Matmul
+// into the logits, then the reference router (checked bit for bit); every other backend's
+// normed rows, residual and logits are held against the reference's, and its routing against
+// the reference router run on the backend's own logits (no near-tie can flip the comparison).
 struct FusedRouterCase {
   int64_t tokens, experts, hidden, top_k;
   int groups, topk_groups;
   MoeScoring scoring;
   bool bias;
   float scaling;
+  bool norm, residual;
 };
 
 TEST(MoeRouterOp, FusedMatmulMatchesMatmulThenRouter) {
   PG_SEED_TRACE();
   const FusedRouterCase cases[] = {
-      {1, 128, 2048, 8, 1, 1, MoeScoring::kSoftmax, false, 1.0f},    // Qwen3-30B-A3B decode
-      {3, 64, 2048, 6, 1, 1, MoeScoring::kSoftmax, false, 1.0f},     // DeepSeek-V2-Lite / Moonlight
-      {4, 256, 7168, 8, 8, 4, MoeScoring::kSigmoid, true, 2.5f},     // DeepSeek-V3 (rows > 2048)
-      {2, 24, 111, 5, 6, 2, MoeScoring::kSoftmax, true, 1.0f},       // odd hidden: scalar path
-      {7, 13, 96, 3, 1, 1, MoeScoring::kSoftmax, false, 1.0f},       // 7 tokens, 13 experts
+      {1, 128, 2048, 8, 1, 1, MoeScoring::kSoftmax, false, 1.0f, true, true},   // Qwen3-30B-A3B decode
+      {1, 128, 2048, 8, 1, 1, MoeScoring::kSoftmax, false, 1.0f, false, false},
+      {3, 64, 2048, 6, 1, 1, MoeScoring::kSoftmax, false, 1.0f, true, false},   // V2-Lite / Moonlight
+      {4, 256, 7168, 8, 8, 4, MoeScoring::kSigmoid, true, 2.5f, true, true},    // DeepSeek-V3 (rows > 2048)
+      {4, 256, 7168, 8, 8, 4, MoeScoring::kSigmoid, true, 2.5f, false, false},
+      {2, 24, 111, 5, 6, 2, MoeScoring::kSoftmax, true, 1.0f, true, true},      // odd hidden: scalar path
+      {7, 13, 96, 3, 1, 1, MoeScoring::kSoftmax, false, 1.0f, false, false},    // 7 tokens, 13 experts
   };
   Coverage cov;
   for (const FusedRouterCase& c : cases) {
-    SCOPED_TRACE(fmt::format("tokens {} experts {} hidden {} k {}", c.tokens, c.experts, c.hidden,
-                             c.top_k));
+    SCOPED_TRACE(fmt::format("tokens {} experts {} hidden {} k {} norm {} residual {}", c.tokens,
+                             c.experts, c.hidden, c.top_k, c.norm, c.residual));
     Tensor x = F32({c.tokens, c.hidden}), wf = F32({c.experts, c.hidden}, 0.05f);
-    RoundToBf16(x);  // device backends see bf16 activations: the same x for all
+    Tensor res0 = F32({c.tokens, c.hidden}), gamma = F32({c.hidden}, 0.3f);
+    RoundToBf16(x);  // device backends see bf16 activations: the same inputs for all
+    RoundToBf16(res0);
+    for (int64_t i = 0; i < c.hidden; ++i) gamma.data<float>()[i] += 1.0f;
     Tensor router(DType::kBF16, {c.experts, c.hidden});
     for (int64_t r = 0; r < c.experts; ++r)
       quant::QuantizeRow(DType::kBF16, wf.data<float>() + r * c.hidden, router.view().row_ptr(r),
                          c.hidden);
     Tensor bias = F32({c.experts}, 0.05f);
-    auto params = [&](Tensor& logits, Tensor& ids, Tensor& w) {
-      return MoeRouterParams{.logits = logits.view(), .bias = c.bias ? bias.view() : TensorView{},
-                             .topk_ids = ids.view(), .topk_weights = w.view(),
-                             .scoring = c.scoring, .num_groups = c.groups,
-                             .topk_groups = c.topk_groups, .renormalize = true,
-                             .scaling = c.scaling, .x = x.view(), .router = router.view()};
+    struct Outs {
+      Tensor logits, ids, w, normed, residual;
     };
-    Tensor ref_logits(DType::kF32, {c.tokens, c.experts}), ref_ids(DType::kI32, {c.tokens, c.top_k}),
-        ref_w(DType::kF32, {c.tokens, c.top_k});
-    RunWith(RefImpl<MoeRouterParams>(), params(ref_logits, ref_ids, ref_w));
-    // The composition: reference Matmul, then the reference router on its logits.
+    auto outs = [&] {
+      Outs o{Tensor(DType::kF32, {c.tokens, c.experts}), Tensor(DType::kI32, {c.tokens, c.top_k}),
+             Tensor(DType::kF32, {c.tokens, c.top_k}), Tensor(DType::kF32, {c.tokens, c.hidden}),
+             Tensor(DType::kF32, {c.tokens, c.hidden})};
+      o.logits.Zero(), o.ids.Zero(), o.w.Zero(), o.normed.Zero();
+      std::memcpy(o.residual.data<float>(), res0.data<float>(), size_t(res0.numel()) * 4);
+      return o;
+    };
+    auto params = [&](Outs& o) {
+      MoeRouterParams p{.logits = o.logits.view(), .bias = c.bias ? bias.view() : TensorView{},
+                        .topk_ids = o.ids.view(), .topk_weights = o.w.view(),
+                        .scoring = c.scoring, .num_groups = c.groups, .topk_groups = c.topk_groups,
+                        .renormalize = true, .scaling = c.scaling, .x = x.view(),
+                        .router = router.view()};
+      if (c.norm) {
+        p.norm_weight = gamma.view();
+        p.normed = o.normed.view();
+        p.norm_eps = 1e-6f;
+        if (c.residual) p.residual = o.residual.view();
+      }
+      return p;
+    };
+    Outs ref = outs();
+    RunWith(RefImpl<MoeRouterParams>(), params(ref));
+    // The composition: reference RmsNorm, reference Matmul, then the reference router.
     {
-      Tensor lg(DType::kF32, {c.tokens, c.experts}), ids(DType::kI32, {c.tokens, c.top_k}),
-          w(DType::kF32, {c.tokens, c.top_k});
-      RunWith(RefImpl<MatmulParams>(), MatmulParams{.x = x.view(), .w = router.view(), .out = lg.view()});
-      MoeRouterParams p = params(lg, ids, w);
-      p.x = p.router = TensorView{};
+      Outs o = outs();
+      MoeRouterParams p = params(o);
+      if (c.norm)
+        RunWith(RefImpl<RmsNormParams>(),
+                RmsNormParams{.x = x.view(), .weight = gamma.view(), .out = o.normed.view(),
+                              .residual = p.residual, .eps = p.norm_eps});
+      RunWith(RefImpl<MatmulParams>(),
+              MatmulParams{.x = c.norm ? o.normed.view() : x.view(), .w = router.view(),
+                           .out = o.logits.view()});
+      p.x = p.router = p.norm_weight = p.normed = p.residual = TensorView{};
       RunWith(RefImpl<MoeRouterParams>(), p);
-      ExpectExact(lg.data<float>(), ref_logits.data<float>(), lg.numel(), "ref logits");
-      for (int64_t i = 0; i < ids.numel(); ++i)
-        ASSERT_EQ(ids.data<int32_t>()[i], ref_ids.data<int32_t>()[i]) << "route " << i;
-      ExpectExact(w.data<float>(), ref_w.data<float>(), w.numel(), "ref weights");
+      ExpectExact(o.logits.data<float>(), ref.logits.data<float>(), o.logits.numel(), "ref logits");
+      if (c.norm) ExpectExact(o.normed.data<float>(), ref.normed.data<float>(), o.normed.numel(), "ref normed");
+      ExpectExact(o.residual.data<float>(), ref.residual.data<float>(), o.residual.numel(), "ref residual");
+      for (int64_t i = 0; i < o.ids.numel(); ++i)
+        ASSERT_EQ(o.ids.data<int32_t>()[i], ref.ids.data<int32_t>()[i]) << "route " << i;
+      ExpectExact(o.w.data<float>(), ref.w.data<float>(), o.w.numel(), "ref weights");
     }
     for (const auto* k : Backends<MoeRouterParams>()) {
-      Tensor lg(DType::kF32, {c.tokens, c.experts}), ids(DType::kI32, {c.tokens, c.top_k}),
-          w(DType::kF32, {c.tokens, c.top_k});
-      lg.Zero();
-      ids.Zero();
-      w.Zero();
-      if (!RunBackend(*k, params(lg, ids, w))) continue;
+      Outs o = outs();
+      if (!RunBackend(*k, params(o))) continue;
       cov.Ran(k->backend);
-      // f32 accumulation over `hidden` products vs the reference's double.
-      ExpectClose(ref_logits.data<float>(), lg.data<float>(), lg.numel(), {1e-4, 1e-9},
-                  k->backend + " logits");
-      Tensor want_ids(DType::kI32, {c.tokens, c.top_k}), want_w(DType::kF32, {c.tokens, c.top_k});
-      MoeRouterParams p = params(lg, want_ids, want_w);
-      p.x = p.router = TensorView{};
+      // f32 accumulation over `hidden` products vs the reference's double; with the norm, the
+      // device rounds the normed rows to bf16 (as it stores them) before the products.
+      ExpectClose(ref.logits.data<float>(), o.logits.data<float>(), o.logits.numel(),
+                  c.norm ? Tolerance{2e-2, 1e-5} : Tolerance{1e-4, 1e-9}, k->backend + " logits");
+      if (c.norm)
+        ExpectClose(ref.normed.data<float>(), o.normed.data<float>(), o.normed.numel(), kBf16,
+                    k->backend + " normed");
+      if (c.residual)
+        ExpectClose(ref.residual.data<float>(), o.residual.data<float>(), o.residual.numel(), kBf16,
+                    k->backend + " residual");
+      Outs want = outs();
+      MoeRouterParams p = params(want);
+      p.logits = o.logits.view();
+      p.x = p.router = p.norm_weight = p.normed = p.residual = TensorView{};
       RunWith(RefImpl<MoeRouterParams>(), p);
-      for (int64_t i = 0; i < ids.numel(); ++i) {
-        ASSERT_EQ(ids.data<int32_t>()[i], want_ids.data<int32_t>()[i]) << k->backend << " route " << i;
-        EXPECT_NEAR(w.data<float>()[i], want_w.data<float>()[i], 2e-6 * c.scaling) << k->backend;
+      for (int64_t i = 0; i < o.ids.numel(); ++i) {
+        ASSERT_EQ(o.ids.data<int32_t>()[i], want.ids.data<int32_t>()[i]) << k->backend << " route " << i;
+        EXPECT_NEAR(o.w.data<float>()[i], want.w.data<float>()[i], 2e-6 * c.scaling) << k->backend;
       }
     }
   }

@@ -49,11 +49,17 @@ void MoeRouter(const MoeRouterParams& p) {
   const int num_experts = int(p.logits.dim(1)), k = int(p.topk_ids.dim(1));
   if (p.x.data) {  // fused router matmul: logits = x · router^T, as the reference Matmul
     const int64_t h = p.x.dim(1);
+    // Fused RMSNorm first: the reference RmsNorm kernel itself, into `normed`.
+    if (p.norm_weight.data)
+      Registry::Global().table<RmsNormParams>().Find("ref")->run(
+          {.x = p.x, .weight = p.norm_weight, .out = p.normed, .residual = p.residual,
+           .eps = p.norm_eps});
+    const TensorView& in = p.norm_weight.data ? p.normed : p.x;
     std::vector<float> wrow(static_cast<size_t>(h));
     for (int e = 0; e < num_experts; ++e) {
       WeightRow(p.router, TensorView{}, e, wrow.data());
       for (int64_t t = 0; t < n; ++t) {
-        const float* x = RowF32(p.x, t);
+        const float* x = RowF32(in, t);
         double acc = 0;
         for (int64_t c = 0; c < h; ++c) acc += double(x[c]) * double(wrow[size_t(c)]);
         RowF32(p.logits, t)[e] = float(acc);

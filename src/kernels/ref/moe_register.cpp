@@ -109,6 +109,17 @@ void Validate(const MoeRouterParams& p) {
                p.x.ShapeString(), n, p.logits.ShapeString());
     NeedWeight(op, "router", p.router, e, p.x.dim(1));
   }
+  PG_OP_NEED(p.x.data || (!p.norm_weight.data && !p.residual.data), op,
+             "norm_weight / residual need the fused router (x)");
+  PG_OP_NEED(!p.residual.data || p.norm_weight.data, op, "residual needs norm_weight");
+  if (p.norm_weight.data) {
+    PG_OP_NEED(p.normed.data, op, "norm_weight needs normed (the normalised rows, an output)");
+    // The fused norm is exactly RmsNorm on these tensors.
+    Validate(RmsNormParams{.x = p.x, .weight = p.norm_weight, .out = p.normed,
+                           .residual = p.residual, .eps = p.norm_eps});
+    PG_OP_NEED(p.normed.data != p.x.data && p.normed.data != p.residual.data, op,
+               "normed must not alias x or residual");
+  }
 }
 
 void Validate(const MoeExpertsParams& p) {
@@ -202,6 +213,12 @@ void Validate(const MlaAttentionParams& p) {
   PG_OP_NEED(p.scale >= 0.0f, op, "scale {} must be >= 0", p.scale);
   ValidateLatentCache(op, p.cache, p.batch, n, int64_t(p.kv_lora_rank) + p.rope_dim, p.q.data);
   ValidateFusedRope(op, p.positions, p.rope, n, p.rope_dim);
+  if (p.write) {
+    Validate(*p.write);
+    PG_OP_NEED(p.write->batch == p.batch && p.write->cache.k_cache.data == p.cache.k_cache.data &&
+                   p.write->latent.dim(0) == n,
+               op, "the fused cache write must use the op's batch, cache and {} tokens", n);
+  }
 }
 
 Device DeviceOf(const MoeRouterParams& p) { return p.logits.device; }

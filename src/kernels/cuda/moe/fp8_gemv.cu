@@ -2,6 +2,7 @@
 // fp8 Matmul for decode batches. One warp per output feature j, up to 8 rows per pass; the
 // weight row is streamed once per pass in 16-byte loads (16 elements), each chunk's partial
 // dot scaled by its 128-column block scale (block mode) or the row's scale at the end.
+#include "kernels/cuda/common/pdl.cuh"
 #include "kernels/cuda/moe/moe_device.cuh"
 
 namespace pg::cuda {
@@ -13,8 +14,14 @@ template <int NB>
 __global__ void __launch_bounds__(kWarps * 32) Fp8GemvKernel(Fp8GemvArgs a, int64_t row0, bool vec) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t j = int64_t(blockIdx.x) * kWarps + warp;
+  const uint8_t* w = a.w + (j < a.m ? j : 0) * a.ldw;
+  // PDL (pdl.cuh): the weight row into L2 while the previous kernel drains; x after the wait.
+  if (j < a.m)
+    for (int64_t off = int64_t(lane) * 128; off < a.k; off += 32 * 128)
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(w + off));
+  PdlWait();
+  PdlTrigger();
   if (j >= a.m) return;
-  const uint8_t* w = a.w + j * a.ldw;
   const bf16* x = a.x + row0 * a.ldx;
   const moe::RowScale rs = moe::ScaleOfRow(a.scale, a.scale_mode, a.scale_ld, j);
   float acc[NB];
@@ -70,7 +77,7 @@ void LaunchFp8Gemv(const Fp8GemvArgs& a, cudaStream_t stream) {
     const int nb = int(a.n - row0 < 8 ? a.n - row0 : 8);
     switch (nb) {
 #define PG_FP8_GEMV_CASE(N) \
-  case N: Fp8GemvKernel<N><<<blocks, kWarps * 32, 0, stream>>>(a, row0, vec); break;
+  case N: (void)LaunchPdl(Fp8GemvKernel<N>, dim3(blocks), dim3(kWarps * 32), 0, stream, a, row0, vec); break;
       PG_FP8_GEMV_CASE(1) PG_FP8_GEMV_CASE(2) PG_FP8_GEMV_CASE(3) PG_FP8_GEMV_CASE(4)
       PG_FP8_GEMV_CASE(5) PG_FP8_GEMV_CASE(6) PG_FP8_GEMV_CASE(7) PG_FP8_GEMV_CASE(8)
 #undef PG_FP8_GEMV_CASE

@@ -8,6 +8,7 @@
 // ldmatrix reads are conflict free.
 // BM in {16, 32, 64, 128}: small tiles for sparsely hit experts (each expert's weight panel
 // is read once per tile of its rows; fewer wasted rows), large ones for prefill.
+#include "kernels/cuda/common/pdl.cuh"
 #include "kernels/cuda/moe/moe_device.cuh"
 
 namespace pg::cuda {
@@ -76,6 +77,8 @@ template <int BM, bool kFp8, bool kGateUp>
 __global__ void __launch_bounds__(kThreads) GroupedGemmKernel(GroupedGemmArgs a) {
   using C = Cfg<BM, kFp8, kGateUp>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
+  PdlWait();  // PDL (pdl.cuh): the tile table and A come from upstream kernels
+  PdlTrigger();
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int wm = warp / C::WN, wn = warp % C::WN;
 
@@ -311,7 +314,7 @@ void LaunchTyped(const GroupedGemmArgs& a, cudaStream_t stream) {
   const int64_t tiles = a.tiles ? a.max_tiles : (a.dense_rows + BM - 1) / BM;
   if (tiles <= 0) return;
   const dim3 grid(unsigned(tiles), unsigned(a.N / kBN));
-  kernel<<<grid, kThreads, C::kSmemBytes, stream>>>(a);
+  (void)LaunchPdl(kernel, grid, dim3(kThreads), C::kSmemBytes, stream, a);
 }
 
 template <bool kFp8, bool kGateUp>

@@ -31,6 +31,14 @@ struct MoeRouterArgs {
   int64_t ldx, ld_router;
   int hidden;
   unsigned* counter;      // fused: arrival counter, 0 between launches (the last block resets it)
+  // Fused RMSNorm in front (optional, with x; ops_moe.h): v = residual ? bf16(residual + x) : x,
+  // normed = bf16(v * rsqrt(mean(v^2) + eps) * norm_w); logits from normed. The last block
+  // writes residual (v) and normed.
+  const float* norm_w;    // [hidden] f32, or null
+  bf16* normed;           // [num_tokens, hidden], row stride ld_normed
+  bf16* residual;         // optional [num_tokens, hidden], row stride ld_res
+  int64_t ld_normed, ld_res;
+  float eps;
   const float* bias;      // optional [num_experts]
   int32_t* topk_ids;      // [num_tokens, top_k]
   float* topk_weights;    // [num_tokens, top_k]

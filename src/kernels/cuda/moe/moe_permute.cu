@@ -4,6 +4,7 @@
 //   combine: weighted un-permute, routes of a token summed in order j = 0..top_k-1.
 // A route's position inside its expert's range depends on atomic order, but no value does:
 // each GEMM row is computed independently of the rows beside it.
+#include "kernels/cuda/common/pdl.cuh"
 #include "kernels/cuda/moe/moe_params.h"
 
 namespace pg::cuda {
@@ -43,6 +44,8 @@ __device__ int BlockExclusiveScan(int v, int* warp_sums, int* total) {
 
 __global__ void __launch_bounds__(kPermuteThreads) PermuteKernel(MoePermuteArgs a) {
   __shared__ int counts[kPermuteThreads], fill[kPermuteThreads], scan_tmp[33];
+  PdlWait();  // PDL (pdl.cuh): ids come from the router
+  PdlTrigger();
   const int tid = threadIdx.x;
   counts[tid] = 0;
   __syncthreads();
@@ -83,6 +86,8 @@ __global__ void __launch_bounds__(kPermuteThreads) PermuteKernel(MoePermuteArgs 
 constexpr int kCombineThreads = 256;
 
 __global__ void __launch_bounds__(kCombineThreads) CombineKernel(MoeCombineArgs a) {
+  PdlWait();  // PDL (pdl.cuh): y and the routes come from upstream kernels
+  PdlTrigger();
   const int c = blockIdx.x * kCombineThreads + threadIdx.x;
   if (c >= a.hidden) return;
   for (int64_t t = blockIdx.y; t < a.num_tokens; t += gridDim.y) {
@@ -101,14 +106,14 @@ __global__ void __launch_bounds__(kCombineThreads) CombineKernel(MoeCombineArgs 
 }  // namespace
 
 void LaunchMoePermute(const MoePermuteArgs& a, cudaStream_t stream) {
-  PermuteKernel<<<1, kPermuteThreads, 0, stream>>>(a);
+  (void)LaunchPdl(PermuteKernel, dim3(1), dim3(kPermuteThreads), 0, stream, a);
 }
 
 void LaunchMoeCombine(const MoeCombineArgs& a, cudaStream_t stream) {
   if (a.num_tokens == 0) return;
   const dim3 grid(unsigned((a.hidden + kCombineThreads - 1) / kCombineThreads),
                   unsigned(a.num_tokens < 65535 ? a.num_tokens : 65535));
-  CombineKernel<<<grid, kCombineThreads, 0, stream>>>(a);
+  (void)LaunchPdl(CombineKernel, grid, dim3(kCombineThreads), 0, stream, a);
 }
 
 }  // namespace pg::cuda

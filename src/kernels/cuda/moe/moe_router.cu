@@ -2,7 +2,9 @@
 //  * RouterKernel: one warp per token over precomputed logits;
 //  * FusedRouterKernel (small batches): one warp per expert computes that expert's logits for
 //    every token (router row loaded into registers before PdlWait: weights only), then the
-//    block that arrives last routes every token. One kernel instead of GEMV + router.
+//    block that arrives last routes every token. One kernel instead of GEMV + router; with the
+//    fused RMSNorm (+ residual add) every block normalises the rows on the fly and the last
+//    block stores them, one kernel instead of RmsNorm + GEMV + router.
 // The token's scores and choice scores live in shared memory ([2][num_experts] f32 per warp);
 // selection is repeated warp arg-max (value descending, index ascending on ties), so the
 // result is the reference's up to f32 rounding of the scores.
@@ -137,11 +139,59 @@ __global__ void __launch_bounds__(kWarps * 32) RouterKernel(MoeRouterArgs a) {
   RouteToken(a, t, score, score + a.num_experts, lane);
 }
 
-// Dot of 8 bf16 weights with x[c * 8 .. c * 8 + 8).
-__device__ __forceinline__ float Dot8(const uint4& w, const bf16* x, int64_t c) {
+__device__ __forceinline__ float RoundBf16(float v) {
+  return __bfloat162float(__float2bfloat16_rn(v));
+}
+
+// Element i of the norm's input row: bf16(residual + x) with a residual, else x.
+__device__ __forceinline__ float NormIn(const bf16* xt, const bf16* rt, int64_t i) {
+  const float v = __bfloat162float(xt[i]);
+  return rt ? RoundBf16(__bfloat162float(rt[i]) + v) : v;
+}
+
+// 1 / rms of token row t's norm input (whole block; `red`: kWarps floats of shared memory).
+__device__ float InvRms(const MoeRouterArgs& a, const bf16* xt, const bf16* rt, float* red) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < a.hidden; i += blockDim.x) {
+    const float v = NormIn(xt, rt, i);
+    ss = fmaf(v, v, ss);
+  }
+  ss = WarpSum(ss);
+  if (lane == 0) red[warp] = ss;
+  __syncthreads();
+  float total = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) total += red[w];
+  __syncthreads();  // red is reused by the next token
+  return rsqrtf(total / float(a.hidden) + a.eps);
+}
+
+// The router's input for chunk c (8 elements) of token row t: x, or the normed row computed
+// on the fly (bf16-rounded as `normed` stores it).
+__device__ __forceinline__ void LoadIn8(const MoeRouterArgs& a, const bf16* xt, const bf16* rt,
+                                        float inv, int64_t c, float* f) {
+  moe::LoadX<8>(xt, c, f);
+  if (!a.norm_w) return;
+  if (rt) {
+    float r[8];
+    moe::LoadX<8>(rt, c, r);
+#pragma unroll
+    for (int q = 0; q < 8; ++q) f[q] = RoundBf16(r[q] + f[q]);
+  }
+  const float4* g = reinterpret_cast<const float4*>(a.norm_w + c * 8);
+  const float4 g0 = __ldg(g), g1 = __ldg(g + 1);
+  const float gw[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+#pragma unroll
+  for (int q = 0; q < 8; ++q) f[q] = RoundBf16(f[q] * inv * gw[q]);
+}
+
+// Dot of 8 bf16 weights with the router input's chunk c.
+__device__ __forceinline__ float Dot8(const uint4& w, const MoeRouterArgs& a, const bf16* xt,
+                                      const bf16* rt, float inv, int64_t c) {
   float wf[8], xf[8];
   moe::Widen<false>(w, wf);
-  moe::LoadX<8>(x, c, xf);
+  LoadIn8(a, xt, rt, inv, c, xf);
   float part = 0.0f;
 #pragma unroll
   for (int q = 0; q < 8; ++q) part = fmaf(wf[q], xf[q], part);
@@ -149,10 +199,11 @@ __device__ __forceinline__ float Dot8(const uint4& w, const bf16* x, int64_t c) 
 }
 
 // Fused form: warp w of block b owns expert e = b * kWarps + w. `vec`: 16-byte loads (hidden
-// a multiple of 8, 16-byte aligned rows of x and of the router).
+// a multiple of 8, 16-byte aligned rows of x, residual, norm weight and router).
 __global__ void __launch_bounds__(kWarps * 32) FusedRouterKernel(MoeRouterArgs a, bool vec) {
   extern __shared__ float smem[];
   __shared__ bool last;
+  __shared__ float red[kWarps];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int e = blockIdx.x * kWarps + warp;
   const bool has_row = e < a.num_experts;
@@ -163,27 +214,32 @@ __global__ void __launch_bounds__(kWarps * 32) FusedRouterKernel(MoeRouterArgs a
 #pragma unroll
   for (int q = 0; q < kPreChunks; ++q)
     if (has_row && lane + 32 * q < nc) pre[q] = __ldg(w4 + lane + 32 * q);
-  PdlWait();  // x comes from the previous kernel; logits / ids / counter are written below
+  PdlWait();  // x / residual come from upstream kernels; logits, ids, counter are written below
   PdlTrigger();
   float* logits = static_cast<float*>(const_cast<void*>(a.logits));
-  if (has_row) {
-    for (int64_t t = 0; t < a.num_tokens; ++t) {
-      const bf16* xt = a.x + t * a.ldx;
-      float acc = 0.0f;
-      if (vec) {
+  for (int64_t t = 0; t < a.num_tokens; ++t) {
+    const bf16* xt = a.x + t * a.ldx;
+    const bf16* rt = a.norm_w && a.residual ? a.residual + t * a.ld_res : nullptr;
+    const float inv = a.norm_w ? InvRms(a, xt, rt, red) : 1.0f;  // whole block
+    if (!has_row) continue;
+    float acc = 0.0f;
+    if (vec) {
 #pragma unroll
-        for (int q = 0; q < kPreChunks; ++q)
-          if (lane + 32 * q < nc) acc += Dot8(pre[q], xt, lane + 32 * q);
-        for (int c = lane + 32 * kPreChunks; c < nc; c += 32) acc += Dot8(__ldg(w4 + c), xt, c);
-      } else {
-        for (int i = lane; i < a.hidden; i += 32)
-          acc = fmaf(__bfloat162float(wrow[i]), __bfloat162float(xt[i]), acc);
+      for (int q = 0; q < kPreChunks; ++q)
+        if (lane + 32 * q < nc) acc += Dot8(pre[q], a, xt, rt, inv, lane + 32 * q);
+      for (int c = lane + 32 * kPreChunks; c < nc; c += 32) acc += Dot8(__ldg(w4 + c), a, xt, rt, inv, c);
+    } else {
+      for (int i = lane; i < a.hidden; i += 32) {
+        float v = __bfloat162float(xt[i]);
+        if (a.norm_w) v = RoundBf16(NormIn(xt, rt, i) * inv * a.norm_w[i]);
+        acc = fmaf(__bfloat162float(wrow[i]), v, acc);
       }
-      acc = WarpSum(acc);
-      if (lane == 0) logits[t * a.logits_stride + e] = acc;
     }
+    acc = WarpSum(acc);
+    if (lane == 0) logits[t * a.logits_stride + e] = acc;
   }
-  // Arrival: the last block to finish its logits routes every token.
+  // Arrival: the last block to finish its logits (and its reads of x / residual) routes every
+  // token and writes the norm's outputs.
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) last = atomicAdd(a.counter, 1u) == gridDim.x - 1;
@@ -191,6 +247,20 @@ __global__ void __launch_bounds__(kWarps * 32) FusedRouterKernel(MoeRouterArgs a
   if (!last) return;
   __threadfence();
   if (threadIdx.x == 0) *a.counter = 0;  // ready for the next (stream-ordered) launch
+  if (a.norm_w) {
+    for (int64_t t = 0; t < a.num_tokens; ++t) {
+      const bf16* xt = a.x + t * a.ldx;
+      bf16* rt = a.residual ? a.residual + t * a.ld_res : nullptr;
+      const float inv = InvRms(a, xt, rt, red);
+      bf16* out = a.normed + t * a.ld_normed;
+      // Each element is read, then written, by the same thread.
+      for (int64_t i = threadIdx.x; i < a.hidden; i += blockDim.x) {
+        const float v = NormIn(xt, rt, i);
+        if (rt) rt[i] = __float2bfloat16_rn(v);
+        out[i] = __float2bfloat16_rn(v * inv * a.norm_w[i]);
+      }
+    }
+  }
   float* score = smem + size_t(warp) * 2 * a.num_experts;
   for (int64_t t = warp; t < a.num_tokens; t += kWarps)
     RouteToken(a, t, score, score + a.num_experts, lane);
@@ -203,9 +273,10 @@ void LaunchMoeRouter(const MoeRouterArgs& a, cudaStream_t stream) {
   const size_t smem = size_t(kWarps) * 2 * size_t(a.num_experts) * sizeof(float);
   cudaError_t err;
   if (a.x) {
-    const bool vec = a.hidden % 8 == 0 && a.ldx % 8 == 0 && a.ld_router % 8 == 0 &&
-                     (reinterpret_cast<uintptr_t>(a.x) & 15) == 0 &&
-                     (reinterpret_cast<uintptr_t>(a.router_w) & 15) == 0;
+    auto al16 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
+    const bool vec = a.hidden % 8 == 0 && a.ldx % 8 == 0 && a.ld_router % 8 == 0 && al16(a.x) &&
+                     al16(a.router_w) && al16(a.norm_w) &&
+                     (!a.residual || (a.ld_res % 8 == 0 && al16(a.residual)));
     const unsigned blocks = unsigned((a.num_experts + kWarps - 1) / kWarps);
     err = LaunchPdl(FusedRouterKernel, dim3(blocks), dim3(kWarps * 32), smem, stream, a, vec);
   } else {
