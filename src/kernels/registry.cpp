@@ -278,12 +278,14 @@ const Registry& Registry::Global() {
     RegisterCpuKernels(r);
     RegisterMoeKernels(r);
     RegisterSampleKernels(r);
+    RegisterFusedKernels(r);
 #if defined(PEREGRINE_HAVE_CUDA)
     RegisterCudaKernels(r);
     RegisterCudaMlaKernels(r);
     RegisterCudaMoeKernels(r);
     RegisterCudaSampleKernels(r);
     RegisterCudaFp8MatmulKernels(r);
+    RegisterCudaFusedKernels(r);
 #endif
     return r;
   }();

@@ -18,6 +18,7 @@
 
 #include "core/status.h"
 #include "kernels/ops.h"
+#include "kernels/ops_fused.h"
 #include "kernels/ops_moe.h"
 #include "kernels/ops_sample.h"
 
@@ -172,7 +173,9 @@ class Registry {
              OpTable<MoeRouterParams>, OpTable<MoeExpertsParams>, OpTable<MlaCacheWriteParams>,
              OpTable<MlaAttentionParams>,
              // ops_sample.h
-             OpTable<SampleParams>>
+             OpTable<SampleParams>,
+             // ops_fused.h
+             OpTable<FusedMatmulParams>>
       tables_;
 };
 
@@ -191,12 +194,14 @@ void RegisterRefKernels(Registry& r);
 void RegisterCpuKernels(Registry& r);
 void RegisterMoeKernels(Registry& r);  // ops_moe.h: ref and cpu backends (ref/moe_register.cpp)
 void RegisterSampleKernels(Registry& r);  // ops_sample.h: ref backend (ref/sample_ref.cpp)
+void RegisterFusedKernels(Registry& r);  // ops_fused.h: ref and composed (fused_matmul.cpp)
 #if defined(PEREGRINE_HAVE_CUDA)
 void RegisterCudaKernels(Registry& r);  // defined under cuda/
 void RegisterCudaMoeKernels(Registry& r);  // ops_moe.h MoE ops, fp8 block-scaled Matmul (cuda/moe/moe_register.cpp)
 void RegisterCudaMlaKernels(Registry& r);  // ops_moe.h MLA ops (cuda/mla/mla_register.cpp)
 void RegisterCudaSampleKernels(Registry& r);  // ops_sample.h (cuda/sampling/sample_register.cpp)
 void RegisterCudaFp8MatmulKernels(Registry& r);  // fp8 per-tensor/channel (cuda/gemm/fp8_matmul.cpp)
+void RegisterCudaFusedKernels(Registry& r);  // ops_fused.h (cuda/gemm/gemv_register.cpp)
 #endif
 
 }  // namespace pg::ops

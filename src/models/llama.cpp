@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/quant.h"
 #include "core/status.h"
+#include "kernels/ops_fused.h"
 #include "models/device_weights.h"
 #include "models/logit_head.h"
 
@@ -43,7 +45,7 @@ struct DeviceLayer {
 // Device activations for up to `capacity` tokens, bf16, carved once at placement.
 struct DeviceScratch {
   int64_t capacity = 0;
-  TensorView x, hn, qkv, q, k, v, attn, o, gate_up, act, down, gathered;
+  TensorView x, hn, qkv, q, k, v, attn, gate_up, act, gathered;
 };
 
 class LlamaModel final : public Model {
@@ -173,10 +175,8 @@ class LlamaModel final : public Model {
       S.qkv = mk.Activations(cap, qd + 2 * kvd);
     }
     S.attn = mk.Activations(cap, qd);
-    S.o = mk.Activations(cap, h);
     S.gate_up = mk.Activations(cap, 2 * f);
     S.act = mk.Activations(cap, f);
-    S.down = mk.Activations(cap, h);
     S.gathered = mk.Activations(cap, h);
     device_ = &memory;
   }
@@ -269,8 +269,7 @@ class LlamaModel final : public Model {
                   f = c.intermediate_size, qd = nh * hd, kvd = nkv * hd;
     const DeviceScratch& S = d_;
     TensorView x = S.x.Slice0(0, n), hn = S.hn.Slice0(0, n), attn = S.attn.Slice0(0, n),
-               o = S.o.Slice0(0, n), gate_up = S.gate_up.Slice0(0, n), act = S.act.Slice0(0, n),
-               down = S.down.Slice0(0, n);
+               gate_up = S.gate_up.Slice0(0, n), act = S.act.Slice0(0, n);
     // [n, heads, head_dim] views; with fused qkv they are column ranges of one [n, qd+2kvd]
     // buffer (row stride qd + 2 kvd).
     auto heads3 = [n, hd](const TensorView& base, int64_t col, int64_t heads) {
@@ -290,18 +289,23 @@ class LlamaModel final : public Model {
     TensorView v3 = fused ? heads3(qkv, qd + kvd, nkv) : heads3(v, 0, nkv);
     TensorView attn3 = heads3(attn, 0, nh);
 
+    // x is the residual stream throughout: each sub-layer's output projection accumulates
+    // into it (Matmul accumulate: one bf16 rounding of x + y), and each RMSNorm is fused into
+    // the projection that reads it (FusedMatmul: one kernel at decode batch sizes, the
+    // unfused ops otherwise), SwiGLU into the gate/up projection.
     ops::Embedding({.table = d_embed_, .ids = b.device_tokens, .out = x});
-    TensorView pending;  // the previous sub-layer's output, not yet added to x
     for (int li = 0; li < c.num_layers; ++li) {
       const DeviceLayer& L = d_layers_[size_t(li)];
-      ops::RmsNorm({.x = pending.data ? pending : x, .weight = L.attn_norm, .out = hn,
-                    .residual = pending.data ? x : TensorView{}, .eps = c.rms_norm_eps});
       if (fused) {
-        ops::Matmul({.x = hn, .w = L.wqkv, .out = qkv, .bias = L.bqkv, .w_scale = L.wqkv_s});
+        ops::FusedMatmul({.x = x, .norm_weight = L.attn_norm, .eps = c.rms_norm_eps, .w = L.wqkv,
+                          .bias = L.bqkv, .w_scale = L.wqkv_s, .out = qkv, .normed = hn});
       } else {
-        ops::Matmul({.x = hn, .w = L.wq, .out = q, .bias = L.bq, .w_scale = L.wq_s});
-        ops::Matmul({.x = hn, .w = L.wk, .out = k, .bias = L.bk, .w_scale = L.wk_s});
-        ops::Matmul({.x = hn, .w = L.wv, .out = v, .bias = L.bv, .w_scale = L.wv_s});
+        // Separate q, k, v (q/k norm): each projection recomputes the row norm (cheap).
+        for (auto [w, bias, scale, out] : {std::tuple{L.wq, L.bq, L.wq_s, q},
+                                           std::tuple{L.wk, L.bk, L.wk_s, k},
+                                           std::tuple{L.wv, L.bv, L.wv_s, v}})
+          ops::FusedMatmul({.x = x, .norm_weight = L.attn_norm, .eps = c.rms_norm_eps, .w = w,
+                            .bias = bias, .w_scale = scale, .out = out, .normed = hn});
         TensorView qr = q.Reshape({n * nh, hd}), kr = k.Reshape({n * nkv, hd});
         ops::RmsNorm({.x = qr, .weight = L.q_norm, .out = qr, .eps = c.rms_norm_eps});
         ops::RmsNorm({.x = kr, .weight = L.k_norm, .out = kr, .eps = c.rms_norm_eps});
@@ -312,16 +316,15 @@ class LlamaModel final : public Model {
                         .config = c.rope, .cache = cache, .batch = b.attention});
       ops::Attention({.q = q3, .out = attn3, .cache = cache, .batch = b.attention,
                       .scale = attn_scale_});
-      ops::Matmul({.x = attn, .w = L.wo, .out = o, .w_scale = L.wo_s});
-      ops::RmsNorm({.x = o, .weight = L.ffn_norm, .out = hn, .residual = x, .eps = c.rms_norm_eps});
-      ops::Matmul({.x = hn, .w = L.w_gate_up, .out = gate_up, .w_scale = L.w_gate_up_s});
-      ops::SwiGlu({.gate = gate_up, .out = act});
-      ops::Matmul({.x = act, .w = L.w_down, .out = down, .w_scale = L.w_down_s});
-      pending = down;
+      ops::Matmul({.x = attn, .w = L.wo, .out = x, .w_scale = L.wo_s, .accumulate = true});
+      ops::FusedMatmul({.x = x, .norm_weight = L.ffn_norm, .eps = c.rms_norm_eps,
+                        .w = L.w_gate_up, .w_scale = L.w_gate_up_s, .swiglu = true, .out = act,
+                        .normed = hn, .projected = gate_up});
+      ops::Matmul({.x = act, .w = L.w_down, .out = x, .w_scale = L.w_down_s, .accumulate = true});
     }
-    RunLogitHead({.residual = x, .last = pending, .logit_rows = b.logit_rows,
-                  .gathered = S.gathered, .normed = S.hn, .norm_weight = d_output_norm_,
-                  .eps = c.rms_norm_eps, .output = d_output_, .logits = logits});
+    RunLogitHead({.residual = x, .logit_rows = b.logit_rows, .gathered = S.gathered,
+                  .normed = S.hn, .norm_weight = d_output_norm_, .eps = c.rms_norm_eps,
+                  .output = d_output_, .logits = logits});
     (void)h, (void)f;
   }
 

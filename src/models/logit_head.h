@@ -12,9 +12,10 @@ namespace pg::models {
 
 struct LogitHeadParams {
   TensorView residual;                  // [n, hidden] residual stream before the last add
-  TensorView last;                      // [n, hidden] last sub-layer's output (not yet added)
+  TensorView last;                      // optional [n, hidden] last sub-layer's output, not yet
+                                        // added (data == nullptr: residual is the final stream)
   std::span<const int32_t> logit_rows;  // m ascending rows of [0, n)
-  TensorView gathered;                  // scratch, at least [m, hidden]
+  TensorView gathered;                  // scratch, at least [m, hidden] (used with last only)
   TensorView normed;                    // scratch, at least [m, hidden]
   TensorView norm_weight;               // [hidden]
   float eps = 1e-5f;

@@ -142,6 +142,18 @@ inline RopeParams Mirror(DeviceMirror& m, const RopeParams& p) {
 inline MatmulParams Mirror(DeviceMirror& m, const MatmulParams& p) {
   return {m.Act(p.x, false), m.Raw(p.w), m.Act(p.out, true), m.Raw(p.bias), m.Raw(p.w_scale), p.accumulate};
 }
+inline FusedMatmulParams Mirror(DeviceMirror& m, const FusedMatmulParams& p) {
+  FusedMatmulParams d = p;
+  d.x = m.Act(p.x, false);
+  d.norm_weight = m.Raw(p.norm_weight);
+  d.w = m.Raw(p.w);
+  d.bias = m.Raw(p.bias);
+  d.w_scale = m.Raw(p.w_scale);
+  d.out = m.Act(p.out, true);
+  d.normed = m.Act(p.normed, false);  // scratch
+  d.projected = m.Act(p.projected, false);
+  return d;
+}
 inline SwiGluParams Mirror(DeviceMirror& m, const SwiGluParams& p) {
   return {m.Act(p.gate, false), m.Act(p.up, false), m.Act(p.out, true)};
 }

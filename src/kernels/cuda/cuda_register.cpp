@@ -129,12 +129,14 @@ void RunMatmul(const MatmulParams& p) {
     cuda::GemvArgs gv{Bf(p.x), Bf(p.w), nullptr, bias, n, k, m,
                       p.x.strides[0], p.w.strides[0], p.out.strides[0], p.accumulate};
     gv.out_f32 = p.out.as<float>();
+    gv.w_constant = true;  // a Matmul's w is a weight: streamed before the PDL wait
     cuda::LaunchGemv(gv, stream);
     CheckLaunch();
     return;
   }
   cuda::GemvArgs gv{Bf(p.x), Bf(p.w), Bf(p.out), bias, n, k, m,
                     p.x.strides[0], p.w.strides[0], p.out.strides[0], p.accumulate};
+  gv.w_constant = true;
   if (n > kGemvMaxRows) {
     cuda::LtGemmArgs lt{Bf(p.x), Bf(p.w), Bf(p.out), n, k, m,
                         p.x.strides[0], p.w.strides[0], p.out.strides[0], p.accumulate};

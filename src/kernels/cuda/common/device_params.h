@@ -71,14 +71,26 @@ struct BiasAddArgs {  // out[r, j] += bias[j]
 
 // ---- matmul -------------------------------------------------------------------------------
 // out[r, j] = (accumulate ? out[r, j] : 0) + sum_i x[r, i] * w[j, i] (+ bias[j])
+// Fused decode options (ops_fused.h FusedMatmul; bf16 out, no accumulate, n <= 4, k % 8 == 0):
+//  * norm_weight: x's rows are RMS-normalised first (each block stages them in shared memory,
+//    rounded to bf16 as RmsNorm's output), so x is the norm's input;
+//  * swiglu: w has 2m rows (gate rows [0, m), up rows [m, 2m)), bias 2m entries, and
+//    out[r, j] = silu(bf16(y[r, j])) * bf16(y[r, m + j]) rounded to bf16, j < m.
 struct GemvArgs {
   const bf16* x;     // [n, k], row stride ldx
-  const bf16* w;     // [m, k], row stride ldw
+  const bf16* w;     // [m, k] ([2m, k] with swiglu), row stride ldw
   bf16* out;         // [n, m], row stride ldo (unused when out_f32 is set)
-  const float* bias; // optional [m]
+  const float* bias; // optional [m] ([2m] with swiglu)
   int64_t n, k, m, ldx, ldw, ldo;
   bool accumulate;
   float* out_f32 = nullptr;  // optional f32 output [n, m], row stride ldo (router logits)
+  // w holds weights no kernel of the step writes: the kernel streams its first part before
+  // the PDL wait (common/pdl.cuh). false: nothing is read before the wait.
+  bool w_constant = false;
+  const void* norm_weight = nullptr;  // optional [k] of norm_type (fused RMSNorm)
+  WeightType norm_type = WeightType::kF32;
+  float norm_eps = 1e-5f;
+  bool swiglu = false;
 };
 
 // ---- paged attention ----------------------------------------------------------------------
@@ -160,6 +172,9 @@ void LaunchRmsNorm(const RmsNormArgs& a, cudaStream_t stream);
 void LaunchRope(const RopeArgs& a, cudaStream_t stream);
 void LaunchBiasAdd(const BiasAddArgs& a, cudaStream_t stream);
 void LaunchGemv(const GemvArgs& a, cudaStream_t stream);
+// Whether LaunchGemv runs the fused options (norm_weight / swiglu) of `a` (shape, alignment,
+// shared memory for the staged rows); the caller falls back to the unfused ops otherwise.
+bool GemvFusedSupports(const GemvArgs& a);
 void LaunchKvWrite(const KvWriteArgs& a, cudaStream_t stream);
 // Returns false when head_dim has no compiled specialisation.
 bool AttentionSupportsHeadDim(int head_dim);

@@ -1,20 +1,22 @@
 // Row-wise and elementwise CUDA kernels: Add, SwiGLU, Embedding, fused residual-add + RMSNorm,
 // RoPE, bias add. bf16 in and out, f32 arithmetic. Launch errors are reported by the host
 // launchers' caller (cuda_register.cpp checks cudaGetLastError after each launch).
+// PDL (common/pdl.cuh): Add, SwiGLU, Embedding, RMSNorm and BiasAdd are launched with
+// LaunchPdl; each triggers its dependents, then waits for its upstream kernel before it
+// touches memory (these kernels have no weight stream worth starting early).
 #include <cuda_bf16.h>
 
 #include <cmath>
 
 #include "kernels/cuda/common/device_params.h"
+#include "kernels/cuda/common/pdl.cuh"
 #include "kernels/cuda/common/rope_device.cuh"
+#include "kernels/cuda/elementwise/row_device.cuh"
 
 namespace pg::cuda {
 namespace {
 
 constexpr int kBlock = 256;
-
-__device__ __forceinline__ float ToF(bf16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ bf16 ToB(float v) { return __float2bfloat16_rn(v); }
 
 int Blocks(int64_t n, int per_block, int cap = 65535 * 8) {
   int64_t b = (n + per_block - 1) / per_block;
@@ -23,6 +25,8 @@ int Blocks(int64_t n, int per_block, int cap = 65535 * 8) {
 
 // ---- Add: 8 elements (16 bytes) per thread where aligned, scalar tail --------------------
 __global__ void AddKernel(AddArgs a) {
+  PdlTrigger();
+  PdlWait();
   const int64_t tid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t nthreads = int64_t(gridDim.x) * blockDim.x;
   const bool vec = ((reinterpret_cast<uintptr_t>(a.a) | reinterpret_cast<uintptr_t>(a.b) |
@@ -51,20 +55,22 @@ __global__ void AddKernel(AddArgs a) {
 
 // ---- SwiGLU ------------------------------------------------------------------------------
 __global__ void SwiGluKernel(SwiGluArgs a) {
+  PdlTrigger();
+  PdlWait();
   const int64_t r = blockIdx.y;
   const bf16* g = a.gate + r * a.gate_stride;
   const bf16* u = a.up + r * a.up_stride;
   bf16* o = a.out + r * a.out_stride;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < a.inter;
        i += int64_t(gridDim.x) * blockDim.x) {
-    const float gv = ToF(g[i]);
-    const float silu = gv / (1.0f + expf(-gv));  // exp overflow -> inf -> silu = -0
-    o[i] = ToB(silu * ToF(u[i]));
+    o[i] = SiluMul(ToF(g[i]), ToF(u[i]));
   }
 }
 
 // ---- Embedding ---------------------------------------------------------------------------
 __global__ void EmbeddingKernel(EmbeddingArgs a) {
+  PdlTrigger();
+  PdlWait();  // ids come from upstream (device sampling)
   const int64_t t = blockIdx.x;
   const int32_t id = a.ids[t];
   bf16* o = a.out + t * a.out_stride;
@@ -78,14 +84,6 @@ __global__ void EmbeddingKernel(EmbeddingArgs a) {
 }
 
 // ---- RMSNorm (optionally fused with the residual add) --------------------------------------
-__device__ __forceinline__ float LoadWeight(const void* w, WeightType t, int64_t i) {
-  switch (t) {
-    case WeightType::kBF16: return __bfloat162float(static_cast<const bf16*>(w)[i]);
-    case WeightType::kF16: return __half2float(static_cast<const __half*>(w)[i]);
-    default: return static_cast<const float*>(w)[i];
-  }
-}
-
 __device__ float BlockSum(float v) {
   __shared__ float warp_sums[32];
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -101,6 +99,8 @@ __device__ float BlockSum(float v) {
 // One block per row. With a residual, the stored (bf16-rounded) residual is what is
 // normalised, as a bf16 model's next layer would see it.
 __global__ void RmsNormKernel(RmsNormArgs a) {
+  PdlTrigger();
+  PdlWait();
   const int64_t r = blockIdx.x;
   const bf16* x = a.x + r * a.x_stride;
   bf16* res = a.residual ? a.residual + r * a.residual_stride : nullptr;
@@ -115,12 +115,12 @@ __global__ void RmsNormKernel(RmsNormArgs a) {
     }
     ss += v * v;
   }
-  const float inv = rsqrtf(BlockSum(ss) / float(a.hidden) + a.eps);
+  const float inv = InvRms(BlockSum(ss), a.hidden, a.eps);
   // Each thread re-reads only the elements it wrote above (same i), so no barrier is needed
   // between the residual update and this pass; out may alias x (same-index read then write).
   for (int64_t i = threadIdx.x; i < a.hidden; i += blockDim.x) {
     const float v = res ? ToF(res[i]) : ToF(x[i]);
-    out[i] = ToB(v * inv * LoadWeight(a.weight, a.weight_type, i));
+    out[i] = NormElement(v, inv, LoadNormWeight(a.weight, a.weight_type, i));
   }
 }
 
@@ -144,6 +144,8 @@ __global__ void RopeKernel(const __grid_constant__ RopeArgs a) {
 }
 
 __global__ void BiasAddKernel(BiasAddArgs a) {
+  PdlTrigger();
+  PdlWait();
   const int64_t r = blockIdx.y;
   bf16* o = a.out + r * a.out_stride;
   for (int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; j < a.cols;
@@ -155,24 +157,24 @@ __global__ void BiasAddKernel(BiasAddArgs a) {
 
 void LaunchAdd(const AddArgs& a, cudaStream_t stream) {
   if (a.n == 0) return;
-  AddKernel<<<Blocks(a.n / 8 + 1, kBlock, 132 * 16), kBlock, 0, stream>>>(a);
+  LaunchPdl(AddKernel, dim3(Blocks(a.n / 8 + 1, kBlock, 132 * 16)), dim3(kBlock), 0, stream, a);
 }
 
 void LaunchSwiGlu(const SwiGluArgs& a, cudaStream_t stream) {
   if (a.rows == 0 || a.inter == 0) return;
   dim3 grid(Blocks(a.inter, kBlock, 1024), unsigned(a.rows));
-  SwiGluKernel<<<grid, kBlock, 0, stream>>>(a);
+  LaunchPdl(SwiGluKernel, grid, dim3(kBlock), 0, stream, a);
 }
 
 void LaunchEmbedding(const EmbeddingArgs& a, cudaStream_t stream) {
   if (a.num_tokens == 0) return;
-  EmbeddingKernel<<<unsigned(a.num_tokens), kBlock, 0, stream>>>(a);
+  LaunchPdl(EmbeddingKernel, dim3(unsigned(a.num_tokens)), dim3(kBlock), 0, stream, a);
 }
 
 void LaunchRmsNorm(const RmsNormArgs& a, cudaStream_t stream) {
   if (a.rows == 0) return;
   const int threads = a.hidden >= 1024 ? 1024 : (a.hidden >= 256 ? 256 : 64);
-  RmsNormKernel<<<unsigned(a.rows), threads, 0, stream>>>(a);
+  LaunchPdl(RmsNormKernel, dim3(unsigned(a.rows)), dim3(threads), 0, stream, a);
 }
 
 void LaunchRope(const RopeArgs& a, cudaStream_t stream) {
@@ -183,7 +185,7 @@ void LaunchRope(const RopeArgs& a, cudaStream_t stream) {
 void LaunchBiasAdd(const BiasAddArgs& a, cudaStream_t stream) {
   if (a.rows == 0 || a.cols == 0) return;
   dim3 grid(Blocks(a.cols, kBlock, 1024), unsigned(a.rows));
-  BiasAddKernel<<<grid, kBlock, 0, stream>>>(a);
+  LaunchPdl(BiasAddKernel, grid, dim3(kBlock), 0, stream, a);
 }
 
 }  // namespace pg::cuda

@@ -1,17 +1,32 @@
 // Small-batch bf16 GEMV: out[r, j] = sum_i x[r, i] * w[j, i] for up to 8 rows r per pass.
-// One warp per output feature j; weights are streamed once per pass (16-byte loads, four in
-// flight per lane), activations come from L1/L2. Used for decode batches (memory bound) and
-// as the always-correct fallback of Matmul (any strides, any n: passes of 8 rows). Writes bf16,
-// or f32 (out_f32: outputs whose rounding matters, e.g. MoE router logits).
+// One warp per output feature j; weights are streamed once per pass (16-byte loads, two groups
+// of four in flight per lane: the next group loads while the current one is used),
+// activations come from L1/L2. Used for decode batches (memory bound) and as the
+// always-correct fallback of Matmul (any strides, any n: passes of 8 rows). Writes bf16, or
+// f32 (out_f32: outputs whose rounding matters, e.g. MoE router logits).
+//
+// PDL (common/pdl.cuh): every pass is launched with LaunchPdl and triggers its dependents at
+// once. With w_constant the first group of each warp's weight row is loaded before the
+// PdlWait, so the weight stream starts while the previous kernel drains.
+//
+// Fused decode options (device_params.h GemvArgs, one pass of n <= kMaxFusedRows rows):
+// norm_weight stages x's rows in shared memory and RMS-normalises them there (each block
+// recomputes the rows' sums of squares: a 4096-wide row is 8 KB from L2); swiglu streams the
+// gate row j and the up row m + j in one warp and writes silu(gate) * up. Rounding points are
+// those of the unfused ops: the normalised row and each projection output round to bf16.
 #include <cuda_bf16.h>
 
 #include "kernels/cuda/common/device_params.h"
+#include "kernels/cuda/common/pdl.cuh"
+#include "kernels/cuda/elementwise/row_device.cuh"
 
 namespace pg::cuda {
 namespace {
 
 constexpr int kWarps = 8;
 constexpr int kUnroll = 4;
+constexpr int kMaxFusedRows = 4;            // the Matmul GEMV range (cuda_register.cpp)
+constexpr int kMaxStageBytes = 96 * 1024;   // staged x rows (n * k * 2 bytes, dynamic smem)
 
 __device__ __forceinline__ void Dot8(const uint4& wv, const uint4& xv, float& acc) {
   const __nv_bfloat162* w2 = reinterpret_cast<const __nv_bfloat162*>(&wv);
@@ -25,9 +40,173 @@ __device__ __forceinline__ void Dot8(const uint4& wv, const uint4& xv, float& ac
   }
 }
 
-// kVec: k % 8 == 0, ldx % 8 == 0, ldw % 8 == 0 and 16-byte aligned bases.
-template <int NB, bool kVec>
-__global__ void __launch_bounds__(kWarps * 32) GemvKernel(GemvArgs a, int64_t row0) {
+__device__ __forceinline__ float SumSq8(const uint4& v) {
+  const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&v);
+  float s = 0.0f;
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const float2 f = __bfloat1622float2(p[q]);
+    s = fmaf(f.x, f.x, s);
+    s = fmaf(f.y, f.y, s);
+  }
+  return s;
+}
+
+// One group of a warp's weight stream: chunks c0 + 32 u (16 bytes each) of a row of nv chunks;
+// chunks past the end read as zero (and are never used).
+__device__ __forceinline__ void LoadGroup(const uint4* w4, int64_t c0, int64_t nv,
+                                          uint4 (&buf)[kUnroll]) {
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int64_t c = c0 + 32 * u;
+    buf[u] = c < nv ? __ldcs(w4 + c) : make_uint4(0, 0, 0, 0);  // streamed once
+  }
+}
+
+// Stages rows row0 .. row0 + NB - 1 of x into `staged` ([NB][nv] 16-byte chunks) as
+// RmsNorm's bf16 output. Every thread of the block takes part (two barriers).
+template <int NB>
+__device__ __forceinline__ void StageNormalised(const GemvArgs& a, int64_t row0, uint4* staged) {
+  __shared__ float partial[NB][kWarps];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t nv = a.k / 8;
+  float ss[NB];
+#pragma unroll
+  for (int r = 0; r < NB; ++r) {
+    ss[r] = 0.0f;
+    const uint4* xr = reinterpret_cast<const uint4*>(a.x + (row0 + r) * a.ldx);
+    for (int64_t i = threadIdx.x; i < nv; i += blockDim.x) {
+      const uint4 v = xr[i];
+      staged[r * nv + i] = v;
+      ss[r] += SumSq8(v);
+    }
+    for (int o = 16; o > 0; o >>= 1) ss[r] += __shfl_xor_sync(0xffffffffu, ss[r], o);
+    if (lane == 0) partial[r][warp] = ss[r];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int r = 0; r < NB; ++r) {
+    float total = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) total += partial[r][w];
+    const float inv = InvRms(total, a.k, a.norm_eps);
+    // Each thread rescales the chunks it staged above (same i): no barrier in between.
+    for (int64_t i = threadIdx.x; i < nv; i += blockDim.x) {
+      uint4 v = staged[r * nv + i];
+      bf16* e = reinterpret_cast<bf16*>(&v);
+#pragma unroll
+      for (int q = 0; q < 8; ++q)
+        e[q] = NormElement(ToF(e[q]), inv, LoadNormWeight(a.norm_weight, a.norm_type, i * 8 + q));
+      staged[r * nv + i] = v;
+    }
+  }
+  __syncthreads();
+}
+
+// kVec layout: k % 8 == 0, ldx % 8 == 0, ldw % 8 == 0 and 16-byte aligned bases.
+// kNorm / kSwiGlu: the fused options (file comment). The grid may be smaller than m / kWarps
+// (at most the resident blocks): warp (block b, warp w) does rows j = b * kWarps + w + t *
+// gridDim.x * kWarps, and its weight stream runs on from one row into the next (the next
+// row's first group loads while the current row finishes), so a large m pays the staging
+// prologue once per resident block and no launch tail between waves.
+template <int NB, bool kNorm, bool kSwiGlu>
+__global__ void __launch_bounds__(kWarps * 32) GemvVecKernel(GemvArgs a, int64_t row0) {
+  constexpr int kW = kSwiGlu ? 2 : 1;  // weight rows per output: j (and m + j)
+  extern __shared__ uint4 staged[];     // kNorm: [NB][k / 8]
+  PdlTrigger();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t jstride = int64_t(gridDim.x) * kWarps;
+  int64_t j = int64_t(blockIdx.x) * kWarps + warp;
+  const int64_t nv = a.k / 8;
+  auto rows_of = [&](int64_t jj, const uint4* (&p)[kW]) {
+#pragma unroll
+    for (int q = 0; q < kW; ++q) p[q] = reinterpret_cast<const uint4*>(a.w + (jj + q * a.m) * a.ldw);
+  };
+  const uint4* w4[kW];
+  uint4 buf[kW][kUnroll];
+  if (j < a.m) rows_of(j, w4);
+  if (a.w_constant && j < a.m) {
+#pragma unroll
+    for (int q = 0; q < kW; ++q) LoadGroup(w4[q], lane, nv, buf[q]);
+  }
+  PdlWait();
+  if (!a.w_constant && j < a.m) {
+#pragma unroll
+    for (int q = 0; q < kW; ++q) LoadGroup(w4[q], lane, nv, buf[q]);
+  }
+  if constexpr (kNorm) StageNormalised<NB>(a, row0, staged);  // every warp takes part
+
+  const bf16* xg = a.x + row0 * a.ldx;
+  for (; j < a.m; j += jstride) {
+    const int64_t jn = j + jstride;  // this warp's next row
+    float acc[kW][NB];
+#pragma unroll
+    for (int q = 0; q < kW; ++q)
+#pragma unroll
+      for (int r = 0; r < NB; ++r) acc[q][r] = 0.0f;
+    for (int64_t c0 = lane; c0 < nv; c0 += 32 * kUnroll) {
+      uint4 cur[kW][kUnroll];
+#pragma unroll
+      for (int q = 0; q < kW; ++q)
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) cur[q][u] = buf[q][u];
+      if (c0 + 32 * kUnroll < nv) {
+#pragma unroll
+        for (int q = 0; q < kW; ++q) LoadGroup(w4[q], c0 + 32 * kUnroll, nv, buf[q]);
+      } else if (jn < a.m) {
+        const uint4* wn[kW];
+        rows_of(jn, wn);
+#pragma unroll
+        for (int q = 0; q < kW; ++q) LoadGroup(wn[q], lane, nv, buf[q]);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t c = c0 + 32 * u;
+        if (c >= nv) break;
+#pragma unroll
+        for (int r = 0; r < NB; ++r) {
+          const uint4 xv = kNorm ? staged[r * nv + c]
+                                 : __ldg(reinterpret_cast<const uint4*>(xg + r * a.ldx) + c);
+#pragma unroll
+          for (int q = 0; q < kW; ++q) Dot8(cur[q][u], xv, acc[q][r]);
+        }
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < kW; ++q)
+#pragma unroll
+      for (int r = 0; r < NB; ++r)
+        for (int o = 16; o > 0; o >>= 1) acc[q][r] += __shfl_xor_sync(0xffffffffu, acc[q][r], o);
+    if (lane < NB) {
+      float v[kW];
+#pragma unroll
+      for (int q = 0; q < kW; ++q) {
+        v[q] = 0.0f;
+#pragma unroll
+        for (int r = 0; r < NB; ++r)
+          if (r == lane) v[q] = acc[q][r];
+        if (a.bias) v[q] += a.bias[j + q * a.m];
+      }
+      const int64_t row = row0 + lane;
+      if constexpr (kSwiGlu) {
+        a.out[row * a.ldo + j] = SiluMul(ToF(ToB(v[0])), ToF(ToB(v[1])));
+      } else if (a.out_f32) {
+        float* o = a.out_f32 + row * a.ldo + j;
+        *o = a.accumulate ? v[0] + *o : v[0];
+      } else {
+        bf16* o = a.out + row * a.ldo + j;
+        *o = ToB(a.accumulate ? v[0] + ToF(*o) : v[0]);
+      }
+    }
+    if (jn < a.m) rows_of(jn, w4);
+  }
+}
+
+// Any strides and alignment (scalar loads); no fused options.
+template <int NB>
+__global__ void __launch_bounds__(kWarps * 32) GemvScalarKernel(GemvArgs a, int64_t row0) {
+  PdlTrigger();
+  PdlWait();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t j = int64_t(blockIdx.x) * kWarps + warp;
   if (j >= a.m) return;
@@ -36,61 +215,84 @@ __global__ void __launch_bounds__(kWarps * 32) GemvKernel(GemvArgs a, int64_t ro
   float acc[NB];
 #pragma unroll
   for (int r = 0; r < NB; ++r) acc[r] = 0.0f;
-  if constexpr (kVec) {
-    const int64_t nv = a.k / 8;  // 16-byte chunks per row
-    const uint4* w4 = reinterpret_cast<const uint4*>(w);
-    int64_t c = lane;
-    for (; c + 32 * (kUnroll - 1) < nv; c += 32 * kUnroll) {
-      uint4 wv[kUnroll];
+  for (int64_t i = lane; i < a.k; i += 32) {
+    const float wf = __bfloat162float(w[i]);
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) wv[u] = __ldcs(w4 + c + 32 * u);  // streamed once
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
-#pragma unroll
-        for (int r = 0; r < NB; ++r)
-          Dot8(wv[u], __ldg(reinterpret_cast<const uint4*>(x + r * a.ldx) + c + 32 * u), acc[r]);
-    }
-    for (; c < nv; c += 32) {
-      const uint4 wv = __ldcs(w4 + c);
-#pragma unroll
-      for (int r = 0; r < NB; ++r)
-        Dot8(wv, __ldg(reinterpret_cast<const uint4*>(x + r * a.ldx) + c), acc[r]);
-    }
-  } else {
-    for (int64_t i = lane; i < a.k; i += 32) {
-      const float wf = __bfloat162float(w[i]);
-#pragma unroll
-      for (int r = 0; r < NB; ++r) acc[r] = fmaf(__bfloat162float(x[r * a.ldx + i]), wf, acc[r]);
-    }
+    for (int r = 0; r < NB; ++r) acc[r] = fmaf(__bfloat162float(x[r * a.ldx + i]), wf, acc[r]);
   }
 #pragma unroll
   for (int r = 0; r < NB; ++r)
     for (int o = 16; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
-  if (lane < NB) {
-    float v = 0.0f;
+  if (lane >= NB) return;
+  float v = 0.0f;
 #pragma unroll
-    for (int r = 0; r < NB; ++r)
-      if (r == lane) v = acc[r];
-    if (a.bias) v += a.bias[j];
-    if (a.out_f32) {
-      float* o = a.out_f32 + (row0 + lane) * a.ldo + j;
-      if (a.accumulate) v += *o;
-      *o = v;
-    } else {
-      bf16* o = a.out + (row0 + lane) * a.ldo + j;
-      if (a.accumulate) v += __bfloat162float(*o);
-      *o = __float2bfloat16_rn(v);
-    }
+  for (int r = 0; r < NB; ++r)
+    if (r == lane) v = acc[r];
+  if (a.bias) v += a.bias[j];
+  if (a.out_f32) {
+    float* o = a.out_f32 + (row0 + lane) * a.ldo + j;
+    *o = a.accumulate ? v + *o : v;
+  } else {
+    bf16* o = a.out + (row0 + lane) * a.ldo + j;
+    *o = ToB(a.accumulate ? v + ToF(*o) : v);
   }
 }
 
-template <bool kVec>
-void LaunchPass(const GemvArgs& a, int64_t row0, int nb, cudaStream_t stream) {
-  const unsigned blocks = unsigned((a.m + kWarps - 1) / kWarps);
-  const int threads = kWarps * 32;
+bool VecLayout(const GemvArgs& a) {
+  return a.k % 8 == 0 && a.ldx % 8 == 0 && a.ldw % 8 == 0 &&
+         ((reinterpret_cast<uintptr_t>(a.x) | reinterpret_cast<uintptr_t>(a.w)) & 15) == 0;
+}
+
+unsigned Blocks(const GemvArgs& a) { return unsigned((a.m + kWarps - 1) / kWarps); }
+
+// Blocks of the vectorised kernel: one warp per output row, up to the blocks that fit on the
+// device at once (the kernel's row loop does the rest). per_sm: resident blocks per SM.
+unsigned VecBlocks(const GemvArgs& a, int per_sm) {
+  const int64_t resident = int64_t(per_sm < 1 ? 1 : per_sm) * MultiprocessorCount();
+  const int64_t need = int64_t(Blocks(a));
+  return unsigned(need < resident ? need : resident);
+}
+
+template <int NB, bool kNorm, bool kSwiGlu>
+void LaunchVec(const GemvArgs& a, int64_t row0, cudaStream_t stream) {
+  auto* kernel = GemvVecKernel<NB, kNorm, kSwiGlu>;
+  size_t smem = 0;
+  if constexpr (kNorm) {
+    static const cudaError_t once = cudaFuncSetAttribute(
+        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxStageBytes);
+    (void)once;  // a failure surfaces as the launch's error
+    smem = size_t(NB) * size_t(a.k) * sizeof(bf16);
+  }
+  // Occupancy of this instantiation at this staging size, cached per thread.
+  thread_local size_t cached_smem = ~size_t(0);
+  thread_local int cached_per_sm = 1;
+  if (smem != cached_smem) {
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&cached_per_sm, kernel, kWarps * 32, smem) !=
+        cudaSuccess)
+      cached_per_sm = 1;
+    cached_smem = smem;
+  }
+  LaunchPdl(kernel, dim3(VecBlocks(a, cached_per_sm)), dim3(kWarps * 32), smem, stream, a, row0);
+}
+
+template <bool kNorm, bool kSwiGlu>
+void LaunchFusedPass(const GemvArgs& a, cudaStream_t stream) {
+  switch (a.n) {
+    case 1: LaunchVec<1, kNorm, kSwiGlu>(a, 0, stream); break;
+    case 2: LaunchVec<2, kNorm, kSwiGlu>(a, 0, stream); break;
+    case 3: LaunchVec<3, kNorm, kSwiGlu>(a, 0, stream); break;
+    case 4: LaunchVec<4, kNorm, kSwiGlu>(a, 0, stream); break;
+    default: break;  // GemvFusedSupports refuses other n
+  }
+}
+
+void LaunchPass(const GemvArgs& a, bool vec, int64_t row0, int nb, cudaStream_t stream) {
   switch (nb) {
-#define PG_GEMV_CASE(N) \
-  case N: GemvKernel<N, kVec><<<blocks, threads, 0, stream>>>(a, row0); break;
+#define PG_GEMV_CASE(N)                                                                   \
+  case N:                                                                                 \
+    if (vec) LaunchVec<N, false, false>(a, row0, stream);                                 \
+    else LaunchPdl(GemvScalarKernel<N>, dim3(Blocks(a)), dim3(kWarps * 32), 0, stream, a, row0); \
+    break;
     PG_GEMV_CASE(1) PG_GEMV_CASE(2) PG_GEMV_CASE(3) PG_GEMV_CASE(4)
     PG_GEMV_CASE(5) PG_GEMV_CASE(6) PG_GEMV_CASE(7) PG_GEMV_CASE(8)
 #undef PG_GEMV_CASE
@@ -100,15 +302,22 @@ void LaunchPass(const GemvArgs& a, int64_t row0, int nb, cudaStream_t stream) {
 
 }  // namespace
 
+bool GemvFusedSupports(const GemvArgs& a) {
+  return a.n >= 1 && a.n <= kMaxFusedRows && VecLayout(a) && a.out && !a.out_f32 &&
+         !a.accumulate && (!a.norm_weight || a.n * a.k * int64_t(sizeof(bf16)) <= kMaxStageBytes);
+}
+
 void LaunchGemv(const GemvArgs& a, cudaStream_t stream) {
   if (a.n == 0 || a.m == 0) return;
-  const bool vec = a.k % 8 == 0 && a.ldx % 8 == 0 && a.ldw % 8 == 0 &&
-                   ((reinterpret_cast<uintptr_t>(a.x) | reinterpret_cast<uintptr_t>(a.w)) & 15) == 0;
-  for (int64_t row0 = 0; row0 < a.n; row0 += 8) {
-    const int nb = int(a.n - row0 < 8 ? a.n - row0 : 8);
-    if (vec) LaunchPass<true>(a, row0, nb, stream);
-    else LaunchPass<false>(a, row0, nb, stream);
+  if (a.norm_weight || a.swiglu) {  // the caller checked GemvFusedSupports
+    if (a.norm_weight && a.swiglu) LaunchFusedPass<true, true>(a, stream);
+    else if (a.norm_weight) LaunchFusedPass<true, false>(a, stream);
+    else LaunchFusedPass<false, true>(a, stream);
+    return;
   }
+  const bool vec = VecLayout(a);
+  for (int64_t row0 = 0; row0 < a.n; row0 += 8)
+    LaunchPass(a, vec, row0, int(a.n - row0 < 8 ? a.n - row0 : 8), stream);
 }
 
 }  // namespace pg::cuda

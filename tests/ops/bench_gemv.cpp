@@ -1,0 +1,177 @@
+// Dense decode projections against the HBM floor (issue 6), one H200 run:
+//  1. the HBM rate measured in this run (cudaMemcpy device-to-device, read + written);
+//  2. each Llama-3.1-8B matrix alone at batch 1 and 4: Matmul (GEMV path) and, where the
+//     model fuses it, FusedMatmul (RMSNorm prologue / SwiGLU epilogue), per-call kernel time
+//     from CUDA-graph replay over weight copies rotating through > 256 MiB (L2 holds none);
+//  3. the 32-layer projection stack of one decode step (no attention): the unfused op
+//     sequence (RmsNorm, qkv, o, RmsNorm + residual, gate_up, SwiGlu, down) against the fused
+//     one (FusedMatmul qkv, o accumulating, FusedMatmul gate_up + SwiGLU, down accumulating),
+//     floor = the stack's weight bytes / HBM rate.
+// floor/t is floor over measured time. PEREGRINE_PDL=0 turns PDL off (run it both ways).
+// Also linked into tests/models' gemv_gpu_check (--bench-gemv) with PG_GEMV_BENCH_NO_MAIN.
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include "bench_timing.h"
+#include "kernels/cuda/ceilings.h"
+#include "kernels/cuda/common/context.h"
+#include "kernels/ops.h"
+#include "kernels/ops_fused.h"
+
+namespace pg::bench {
+void FillBf16(void* p, int64_t n, uint32_t seed, float scale);
+}
+
+namespace {
+
+using namespace pg;
+using bench::DeviceBuf;
+using bench::GraphMedianMs;
+
+TensorView Dev(void* p, std::initializer_list<int64_t> shape) {
+  return TensorView::Contiguous(p, DType::kBF16, shape, Device::kCuda);
+}
+
+constexpr int64_t kHidden = 4096, kQkv = 6144, kInter = 14336, kVocab = 128256;
+constexpr int kLayers = 32;
+
+struct Matrix {
+  const char* name;
+  int64_t m, k;
+  enum Fuse { kNone, kNorm, kNormSwiGlu, kAccumulate } fuse;
+};
+
+}  // namespace
+
+namespace pg::bench {
+
+int RunGemvBench() {
+  try {
+    cudaDeviceProp prop{};
+    PG_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    const double bw = cuda::MeasureHbmBytesPerS();
+    fmt::print("device: {} ({} SMs); HBM d2d copy {:.1f} GB/s; PDL {}\n", prop.name,
+               prop.multiProcessorCount, bw / 1e9, cuda::PdlEnabled() ? "on" : "off");
+    DeviceBuf norm_w(size_t(kHidden) * 2);
+    bench::FillBf16(norm_w.p, kHidden, 3, 1.0f);
+    const TensorView nw = Dev(norm_w.p, {kHidden});
+
+    // ---- each matrix alone -----------------------------------------------------------------
+    const Matrix mats[] = {{"qkv 6144x4096 +norm", kQkv, kHidden, Matrix::kNorm},
+                           {"o 4096x4096 +=", kHidden, kHidden, Matrix::kAccumulate},
+                           {"gate_up 28672x4096 +norm+swiglu", 2 * kInter, kHidden, Matrix::kNormSwiGlu},
+                           {"down 4096x14336 +=", kHidden, kInter, Matrix::kAccumulate},
+                           {"lm_head 128256x4096 +norm", kVocab, kHidden, Matrix::kNorm}};
+    fmt::print("\n{:<32} {:>5} {:>11} {:>11} {:>9} {:>9} {:>9} {:>9}\n", "matrix", "batch",
+               "matmul_us", "fused_us", "floor_us", "mm/floor", "fu/floor", "GB/s(fu)");
+    for (const Matrix& mt : mats) {
+      const size_t wbytes = size_t(mt.m * mt.k * 2);
+      const int copies = int(std::max<size_t>(1, (size_t(256) << 20) / wbytes + 1));
+      std::vector<std::unique_ptr<DeviceBuf>> ws;
+      for (int c = 0; c < copies; ++c) {
+        ws.push_back(std::make_unique<DeviceBuf>(wbytes));
+        bench::FillBf16(ws.back()->p, mt.m * mt.k, 10 + c, 0.02f);
+      }
+      auto w_of = [&](int i) { return Dev(ws[size_t(i % copies)]->p, {mt.m, mt.k}); };
+      for (int64_t n : {1, 4}) {
+        DeviceBuf x(size_t(n * mt.k * 2)), out(size_t(n * mt.m * 2)), normed(size_t(n * mt.k * 2)),
+            proj(size_t(n * mt.m * 2));
+        bench::FillBf16(x.p, n * mt.k, 7, 1.0f);
+        bench::FillBf16(out.p, n * mt.m, 8, 1.0f);
+        const bool acc = mt.fuse == Matrix::kAccumulate;
+        const double mm_ms = GraphMedianMs([&](int i) {
+          ops::Matmul({.x = Dev(x.p, {n, mt.k}), .w = w_of(i), .out = Dev(out.p, {n, mt.m}),
+                       .accumulate = acc});
+        });
+        double fu_ms = mm_ms;
+        int64_t out_m = mt.m;
+        if (mt.fuse == Matrix::kNorm || mt.fuse == Matrix::kNormSwiGlu) {
+          const bool sw = mt.fuse == Matrix::kNormSwiGlu;
+          out_m = sw ? mt.m / 2 : mt.m;
+          fu_ms = GraphMedianMs([&](int i) {
+            ops::FusedMatmul({.x = Dev(x.p, {n, mt.k}), .norm_weight = nw, .w = w_of(i),
+                              .swiglu = sw, .out = Dev(out.p, {n, out_m}),
+                              .normed = Dev(normed.p, {n, mt.k}), .projected = Dev(proj.p, {n, mt.m})});
+          });
+        }
+        const double bytes = double(wbytes) + double(n * (mt.k + out_m * (acc ? 2 : 1)) * 2);
+        const double floor_ms = bytes / bw * 1e3;
+        fmt::print("{:<32} {:>5} {:>11.2f} {:>11.2f} {:>9.2f} {:>8.1f}% {:>8.1f}% {:>9.0f}\n",
+                   mt.name, n, mm_ms * 1e3, fu_ms * 1e3, floor_ms * 1e3, 100 * floor_ms / mm_ms,
+                   100 * floor_ms / fu_ms, bytes / (fu_ms * 1e-3) / 1e9);
+      }
+    }
+
+    // ---- the 32-layer projection stack -------------------------------------------------------
+    struct Layer { std::unique_ptr<DeviceBuf> qkv, o, gate_up, down; };
+    std::vector<Layer> layers(kLayers);
+    double stack_bytes = 0;
+    for (int l = 0; l < kLayers; ++l) {
+      auto make = [&](int64_t m, int64_t k, uint32_t seed) {
+        auto b = std::make_unique<DeviceBuf>(size_t(m * k * 2));
+        bench::FillBf16(b->p, m * k, seed, 0.02f);
+        stack_bytes += double(m * k * 2);
+        return b;
+      };
+      layers[size_t(l)] = {make(kQkv, kHidden, 100 + l), make(kHidden, kHidden, 200 + l),
+                           make(2 * kInter, kHidden, 300 + l), make(kHidden, kInter, 400 + l)};
+    }
+    fmt::print("\n32-layer projection stack ({:.2f} GB of weights): floor {:.1f} us\n",
+               stack_bytes / 1e9, stack_bytes / bw * 1e6);
+    fmt::print("{:<10} {:>5} {:>12} {:>9}\n", "stack", "batch", "us/step", "floor/t");
+    for (int64_t n : {1, 4}) {
+      DeviceBuf x(size_t(n * kHidden * 2)), hn(size_t(n * kHidden * 2)), qkv(size_t(n * kQkv * 2)),
+          o(size_t(n * kHidden * 2)), gu(size_t(n * 2 * kInter * 2)), act(size_t(n * kInter * 2)),
+          down(size_t(n * kHidden * 2));
+      bench::FillBf16(x.p, n * kHidden, 9, 1.0f);
+      bench::FillBf16(o.p, n * kHidden, 11, 0.01f);
+      const TensorView X = Dev(x.p, {n, kHidden}), HN = Dev(hn.p, {n, kHidden}),
+                       QKV = Dev(qkv.p, {n, kQkv}), O = Dev(o.p, {n, kHidden}),
+                       GU = Dev(gu.p, {n, 2 * kInter}), ACT = Dev(act.p, {n, kInter}),
+                       DOWN = Dev(down.p, {n, kHidden});
+      auto unfused = [&](int) {
+        for (const Layer& L : layers) {
+          ops::RmsNorm({.x = DOWN, .weight = nw, .out = HN, .residual = X});
+          ops::Matmul({.x = HN, .w = Dev(L.qkv->p, {kQkv, kHidden}), .out = QKV});
+          // (attention would read qkv and write o; o keeps its fill)
+          ops::Matmul({.x = O, .w = Dev(L.o->p, {kHidden, kHidden}), .out = DOWN});
+          ops::RmsNorm({.x = DOWN, .weight = nw, .out = HN, .residual = X});
+          ops::Matmul({.x = HN, .w = Dev(L.gate_up->p, {2 * kInter, kHidden}), .out = GU});
+          ops::SwiGlu({.gate = GU, .out = ACT});
+          ops::Matmul({.x = ACT, .w = Dev(L.down->p, {kHidden, kInter}), .out = DOWN});
+        }
+      };
+      auto fused = [&](int) {
+        for (const Layer& L : layers) {
+          ops::FusedMatmul({.x = X, .norm_weight = nw, .w = Dev(L.qkv->p, {kQkv, kHidden}),
+                            .out = QKV, .normed = HN});
+          ops::Matmul({.x = O, .w = Dev(L.o->p, {kHidden, kHidden}), .out = X, .accumulate = true});
+          ops::FusedMatmul({.x = X, .norm_weight = nw, .w = Dev(L.gate_up->p, {2 * kInter, kHidden}),
+                            .swiglu = true, .out = ACT, .normed = HN, .projected = GU});
+          ops::Matmul({.x = ACT, .w = Dev(L.down->p, {kHidden, kInter}), .out = X, .accumulate = true});
+        }
+      };
+      bench::FillBf16(down.p, n * kHidden, 12, 0.01f);
+      const double floor_ms = stack_bytes / bw * 1e3;
+      const double un_ms = GraphMedianMs(unfused, 2);
+      bench::FillBf16(x.p, n * kHidden, 9, 1.0f);
+      const double fu_ms = GraphMedianMs(fused, 2);
+      fmt::print("{:<10} {:>5} {:>12.1f} {:>8.1f}%\n", "unfused", n, un_ms * 1e3, 100 * floor_ms / un_ms);
+      fmt::print("{:<10} {:>5} {:>12.1f} {:>8.1f}%\n", "fused", n, fu_ms * 1e3, 100 * floor_ms / fu_ms);
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "bench_gemv: {}\n", e.what());
+    return 1;
+  }
+}
+
+}  // namespace pg::bench
+
+#ifndef PG_GEMV_BENCH_NO_MAIN
+int main() { return pg::bench::RunGemvBench(); }
+#endif
