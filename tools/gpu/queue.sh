@@ -9,7 +9,8 @@
 # Shared libraries every binary needs travel once in .gpulib (tools/gpu/queue.sh --pack-lib).
 #
 #   here:   tools/gpu/queue.sh --pack-lib           (once per session)
-#   device: run(command="tools/gpu/queue.sh", carry=[".gpulib", ".gpuq"])
+#   device: run(command="tools/gpu/queue.sh", carry=[".gpulib", ".gpuq"])  (+ ".gpulibx" for jobs
+#           that run the full peregrine binary)
 # Env: JOBS="a b c" picks jobs and their order (default: every READY job, by name);
 #      MAXJOB caps each job's seconds; QUEUE_BUDGET (default 560) caps the whole call: a job
 #      gets min(its timeout, MAXJOB, what is left).
@@ -26,8 +27,14 @@ if [[ "${1:-}" == "--pack-lib" ]]; then
   done
   cp -L /usr/local/cuda/lib64/libcudart.so.13 .gpulib/
   xz -9c /usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0 > .gpulib/libopenblas.so.0.xz
-  for p in /.gpulib/ /.gpuq/; do grep -qx "$p" .git/info/exclude || echo "$p" >> .git/info/exclude; done
-  du -sh .gpulib
+  # The full `peregrine` binary (server, tokenizers) also needs these (8.4 MB compressed):
+  # carried as .gpulibx only in calls whose jobs run it.
+  rm -rf .gpulibx && mkdir -p .gpulibx
+  for l in libicuuc.so.72 libicudata.so.72 libpcre2-8.so.0 libprometheus-cpp-core.so.1.0; do
+    xz -9c /lib/x86_64-linux-gnu/$l > .gpulibx/$l.xz
+  done
+  for p in /.gpulib/ /.gpulibx/ /.gpuq/; do grep -qx "$p" .git/info/exclude || echo "$p" >> .git/info/exclude; done
+  du -sh .gpulib .gpulibx
   exit 0
 fi
 

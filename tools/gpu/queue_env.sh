@@ -6,6 +6,12 @@ if [[ ! -f /tmp/pglib/libopenblas.so.0 ]]; then
   xz -dc .gpulib/libopenblas.so.0.xz > /tmp/pglib/libopenblas.so.0 2>/dev/null ||
     python3 -c 'import lzma,sys; sys.stdout.buffer.write(lzma.open(".gpulib/libopenblas.so.0.xz").read())' > /tmp/pglib/libopenblas.so.0
 fi
+for f in .gpulibx/*.xz; do  # optional: libraries of the full peregrine binary (ICU, PCRE2, ...)
+  [[ -e "$f" ]] || continue
+  b="/tmp/pglib/$(basename "${f%.xz}")"
+  [[ -f "$b" ]] || xz -dc "$f" > "$b" 2>/dev/null ||
+    python3 -c 'import lzma,sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())' "$f" > "$b"
+done
 lt=$(ls /usr/local/cuda/lib64/libcublasLt.so.13 /usr/local/cuda/lib/libcublasLt.so.13 2>/dev/null | head -1)
 [[ -n "$lt" ]] || lt=$(find / -name 'libcublasLt.so.13' -not -path '*/proc/*' 2>/dev/null | head -1)
 export LD_LIBRARY_PATH="$PWD/.gpulib:/tmp/pglib:$(dirname "${lt:-/nonexistent/x}"):${LD_LIBRARY_PATH:-}"
