@@ -53,15 +53,16 @@ struct KernelCase {
   float softcap = 0;
 };
 
-// Diagnostics for a failing kernel (prints nothing when every element is close): where the
-// elements off by more than 5% of the output rms sit, by token % 16, head and 8-wide column
-// chunk (a wrong fragment / descriptor layout shows up as a pattern), and the first one.
+// Diagnostics for a failing kernel (prints nothing when every element is within
+// kBf16Attention's max_rel): where the elements off by more than max_rel * output rms sit, by
+// token % 16, head and 8-wide column chunk (a wrong fragment / descriptor layout shows up as a
+// pattern), and the first one.
 void DumpMismatchPattern(const float* ref, const float* got, int q_len, int heads, int d,
                          const std::string& what) {
   double ss = 0;
   const int64_t n = int64_t(q_len) * heads * d;
   for (int64_t i = 0; i < n; ++i) ss += double(ref[i]) * ref[i];
-  const double tol = 0.05 * std::sqrt(ss / double(n));
+  const double tol = kBf16Attention.max_rel * std::sqrt(ss / double(n));
   std::vector<int64_t> by_tok(16), by_head(static_cast<size_t>(heads)), by_chunk(static_cast<size_t>(d / 8));
   int64_t bad = 0, first = -1;
   for (int64_t i = 0; i < n; ++i) {

@@ -11,8 +11,8 @@
 //   layout is the A fragment layout), V from shared memory read MN-major (keys along K).
 // Shared memory (1024-aligned, 128-byte swizzle, wgmma.cuh's layout: 64-column blocks):
 //   sQ [2][128 rows][64], sK / sV [3 stages][2][128 keys][64] bf16 = 32 + 192 KiB.
-// One __syncthreads per key tile; two schedules of the warpgroups between barriers (lockstep,
-// staggered), see the main loop for which stage each may overwrite.
+// Two schedules (main loop): lockstep (a block barrier per key tile, cp.async groups) and
+// ping-pong (mbarriers per stage, the warpgroups take turns issuing their MMAs).
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -31,9 +31,10 @@ constexpr int kThreads = 256;
 constexpr int kStages = 3;
 constexpr int kQBytes = BM * D * 2;
 constexpr int kTileBytes = BN * D * 2;  // one K or V tile
-constexpr int kSmem = kQBytes + 2 * kStages * kTileBytes + 1024;  // + 1024: base alignment
+// + 1024: base alignment; + 64: the ping-pong schedule's mbarriers (full / empty per stage)
+constexpr int kSmem = kQBytes + 2 * kStages * kTileBytes + 1024 + 64;
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr bool kStaggerDefault = false;
+constexpr bool kPingPongDefault = false;
 
 // Byte offset of 16-byte chunk c (0 .. D/8) of row r in a swizzled [rows][D] tile (wgmma.cuh).
 __device__ __forceinline__ uint32_t SwOffset(int rows, int r, int c) {
@@ -41,8 +42,8 @@ __device__ __forceinline__ uint32_t SwOffset(int rows, int r, int c) {
 }
 
 // kPvN: N of each P V wgmma (128: one per k-step; 64: two, one per 64-column block of V).
-// kStagger: the warpgroups' schedule (see the main loop).
-template <int kPvN, bool kStagger>
+// kPingPong: the warpgroups' schedule (lockstep or ping-pong, see the main loop).
+template <int kPvN, bool kPingPong>
 __global__ void __launch_bounds__(kThreads, 1) PrefillWgmmaKernel(const PrefillAttentionArgs a) {
   extern __shared__ unsigned char smem_raw[];
   const uint32_t sQ = (SmemAddr(smem_raw) + 1023u) & ~1023u;
@@ -95,15 +96,7 @@ __global__ void __launch_bounds__(kThreads, 1) PrefillWgmmaKernel(const PrefillA
       CpAsync16(sV + o, static_cast<const bf16*>(a.v_cache) + src, valid);
     }
   };
-  // Tiles in flight ahead of the one computed: 2 (lockstep), 1 (staggered: warpgroup 1 still
-  // reads stage (it - 1) % 3 after barrier it, so only stage (it + 1) % 3 is free there).
-  constexpr int kAhead = kStagger ? 1 : 2;
-  // Prologue: group 0 = Q + tile 0 (+ group 1 = tile 1); empty groups keep the count uniform.
-#pragma unroll
-  for (int st = 0; st < kAhead; ++st) {
-    if (st < num_kv_tiles) load_kv(t_begin + st, st);
-    CpAsyncCommit();
-  }
+  constexpr int kAhead = kStages - 1;  // tiles in flight ahead of the one computed
 
   // This thread's rows (block rows 64 wg + 16 wwarp + g4 + 8 i); rows past w.rows take the
   // last valid row's position for the mask and are never stored.
@@ -114,6 +107,7 @@ __global__ void __launch_bounds__(kThreads, 1) PrefillWgmmaKernel(const PrefillA
   for (int i = 0; i < 2; ++i) row_pos[i] = w.prefix + (w.row0 + min(my_row0 + 8 * i, w.rows - 1)) / group;
   const float score_scale = a.softcap > 0.0f ? a.logit_scale / a.softcap : a.logit_scale * kLog2e;
   const float cap_log2 = a.softcap * kLog2e;
+  const float exp_scale = a.softcap > 0.0f ? 1.0f : score_scale;  // raw score -> log2 domain
 
   float o[64];  // O accumulators: n-tile n (cols 8n + 2 t4, +1) of rows g4 (o[4n], o[4n+1]), g4 + 8
 #pragma unroll
@@ -127,16 +121,14 @@ __global__ void __launch_bounds__(kThreads, 1) PrefillWgmmaKernel(const PrefillA
   // 64-column block, +32 B each).
   auto issue_s = [&](int st) {
     const uint32_t k_tile = sK + uint32_t(st * kTileBytes);
-#pragma unroll
-    for (int i = 0; i < 64; ++i) sc[i] = 0.0f;
-    wgmma::FenceRegs(sc);  // register writes stay before the wgmma fence
+    wgmma::FenceRegs(sc);  // earlier reads of sc stay before the wgmma fence
     wgmma::WgFence();
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
       const uint32_t col = uint32_t((ks & 3) * 32);  // k-step within its 64-column block
       const uint64_t da = wgmma::SmemDesc(q_rows + uint32_t((ks >> 2) * BM * 128) + col, 16, 1024);
       const uint64_t db = wgmma::SmemDesc(k_tile + uint32_t((ks >> 2) * BN * 128) + col, 16, 1024);
-      wgmma::WgmmaSS128(sc, da, db, 1);
+      wgmma::WgmmaSS128(sc, da, db, ks > 0);  // k-step 0 overwrites sc
     }
   };
   // O += P V of the tile in stage st, P from pf (issued, not waited).
@@ -159,40 +151,44 @@ __global__ void __launch_bounds__(kThreads, 1) PrefillWgmmaKernel(const PrefillA
   // After S of key tile kt completed: mask, online softmax, O rescale (no P V in flight), P -> pf.
   auto softmax = [&](int kt) {
     wgmma::FenceRegs(sc);
-    // Scale (+ softcap) into the log2 domain; mask only tiles crossing a row's bound.
+    // Softcap (into the log2 domain) if any; mask only tiles crossing a row's bound. Without
+    // softcap the scores stay raw and the log2-domain scale is folded into the exponent's FMA.
     const int key0 = kt * BN;
     const bool need_mask = key0 + BN - 1 > w.pos_first ||
                            (a.sliding_window > 0 && key0 < w.pos_last - a.sliding_window + 1);
+    if (a.softcap > 0.0f || need_mask) {
 #pragma unroll
-    for (int nt = 0; nt < BN / 8; ++nt)
+      for (int nt = 0; nt < BN / 8; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float x = sc[4 * nt + e] * score_scale;
-        if (a.softcap > 0.0f) x = cap_log2 * tanhf(x);
-        if (need_mask) {
-          const int key = key0 + nt * 8 + 2 * t4 + (e & 1), pos = row_pos[e >> 1];
-          const bool ok = key <= pos && (a.sliding_window <= 0 || key > pos - a.sliding_window);
-          if (!ok) x = -INFINITY;
+        for (int e = 0; e < 4; ++e) {
+          float x = sc[4 * nt + e];
+          if (a.softcap > 0.0f) x = cap_log2 * tanhf(x * score_scale);
+          if (need_mask) {
+            const int key = key0 + nt * 8 + 2 * t4 + (e & 1), pos = row_pos[e >> 1];
+            const bool ok = key <= pos && (a.sliding_window <= 0 || key > pos - a.sliding_window);
+            if (!ok) x = -INFINITY;
+          }
+          sc[4 * nt + e] = x;
         }
-        sc[4 * nt + e] = x;
-      }
-    // A row is spread over the 4 lanes of a quad.
+    }
+    // A row is spread over the 4 lanes of a quad. m_run is in the log2 domain.
     float corr[2];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      float mx = m_run[i];
+      float mx = -INFINITY;
 #pragma unroll
       for (int nt = 0; nt < BN / 8; ++nt) mx = fmaxf(mx, fmaxf(sc[4 * nt + 2 * i], sc[4 * nt + 2 * i + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      mx = fmaxf(m_run[i], mx * exp_scale);  // exp_scale > 0 keeps the order; -inf stays -inf
       const float base = mx == -INFINITY ? 0.0f : mx;  // a row with no key yet stays at 0
       corr[i] = Exp2(m_run[i] - base);
       m_run[i] = mx;
       float sum = 0.0f;
 #pragma unroll
       for (int nt = 0; nt < BN / 8; ++nt) {
-        sc[4 * nt + 2 * i] = Exp2(sc[4 * nt + 2 * i] - base);
-        sc[4 * nt + 2 * i + 1] = Exp2(sc[4 * nt + 2 * i + 1] - base);
+        sc[4 * nt + 2 * i] = Exp2(fmaf(sc[4 * nt + 2 * i], exp_scale, -base));
+        sc[4 * nt + 2 * i + 1] = Exp2(fmaf(sc[4 * nt + 2 * i + 1], exp_scale, -base));
         sum += sc[4 * nt + 2 * i] + sc[4 * nt + 2 * i + 1];
       }
       l_run[i] = l_run[i] * corr[i] + sum;  // per-lane partial; quad-reduced at the end
@@ -221,8 +217,14 @@ __global__ void __launch_bounds__(kThreads, 1) PrefillWgmmaKernel(const PrefillA
     wgmma::FenceRegs(pf);
   };
 
-  if constexpr (!kStagger) {
-    // Lockstep: both warpgroups S, softmax, P V on tile it between barriers.
+  if constexpr (!kPingPong) {
+    // Lockstep: both warpgroups S, softmax, P V on tile it between block barriers.
+    // Prologue: group 0 = Q + tile 0, group 1 = tile 1; empty groups keep the count uniform.
+#pragma unroll
+    for (int st = 0; st < kAhead; ++st) {
+      if (st < num_kv_tiles) load_kv(t_begin + st, st);
+      CpAsyncCommit();
+    }
     for (int it = 0; it < num_kv_tiles; ++it) {
       const int st = it % kStages;
       CpAsyncWait<kAhead - 1>();  // groups 0 .. it complete: Q and tile it
@@ -236,33 +238,59 @@ __global__ void __launch_bounds__(kThreads, 1) PrefillWgmmaKernel(const PrefillA
       issue_pv(st);
       wait_all();
     }
-  } else {
-    // Staggered: warpgroup 0 runs S(it), softmax(it), P V(it) after barrier it; warpgroup 1
-    // runs P V(it - 1) and S(it), then softmax(it), so one warpgroup's softmax overlaps the
-    // other's MMAs. One extra round for warpgroup 1's last P V.
-    for (int it = 0; it <= num_kv_tiles; ++it) {
-      CpAsyncWait<0>();          // tile it (loaded after barrier it - 1) complete
-      wgmma::FenceProxyAsync();
-      __syncthreads();           // stage (it + 1) % 3 (tile it - 2) read by everyone
-      if (it + 1 < num_kv_tiles) load_kv(t_begin + it + 1, (it + 1) % kStages);
-      CpAsyncCommit();
-      if (wg == 0) {
-        if (it < num_kv_tiles) {
-          issue_s(it % kStages);
-          wait_all();
-          softmax(t_begin + it);
-          issue_pv(it % kStages);
-          wait_all();
-        }
-      } else {
-        if (it > 0) issue_pv((it - 1) % kStages);
-        if (it < num_kv_tiles) issue_s(it % kStages);
-        wait_all();
-        if (it < num_kv_tiles) softmax(t_begin + it);
-      }
+    CpAsyncWait<0>();
+  } else if (num_kv_tiles > 0) {
+    // Ping-pong (FlashAttention-3's inter-warpgroup overlap): a warpgroup's "unit" is
+    // P V(it - 1) + S(it), issued when it holds the turn (named barrier 1 + wg, passed to the
+    // other after the issue), so one warpgroup's softmax runs under the other's MMAs.
+    // K/V stages: full[s] completes when all 256 threads' copies of the stage landed
+    // (cp.async arrive), empty[s] when all threads' P V on it completed; a thread loads tile
+    // t into stage t % 3 after empty's phase t / 3 - 1. No block barrier in the loop.
+    const uint32_t full = sV + uint32_t(kStages * kTileBytes), empty = full + 8 * kStages;
+    if (tid == 0)
+      for (int st = 0; st < kStages; ++st) wgmma::MbarInit(full + 8 * st, kThreads), wgmma::MbarInit(empty + 8 * st, kThreads);
+    __syncthreads();
+    auto load_tile = [&](int t) {  // t: tile index relative to t_begin
+      const int st = t % kStages;
+      if (t >= kStages) wgmma::MbarWait(empty + 8 * st, uint32_t((t / kStages - 1) & 1));
+      load_kv(t_begin + t, st);
+      wgmma::CpAsyncMbarArrive(full + 8 * st);  // Q's copies (tile 0's arrival) included
+    };
+    auto wait_full = [&](int t) {
+      wgmma::MbarWait(full + 8 * (t % kStages), uint32_t((t / kStages) & 1));
+      wgmma::FenceProxyAsync();  // the landed copies -> visible to this thread's wgmma reads
+    };
+    const int my_turn = 1 + wg, their_turn = 2 - wg;
+    for (int t = 0; t < kAhead && t < num_kv_tiles; ++t) load_tile(t);
+    if (wg == 1) wgmma::NamedBarArrive(1, kThreads);  // warpgroup 0 takes the first turn
+
+    wait_full(0);
+    wgmma::NamedBarSync(my_turn, kThreads);
+    issue_s(0);
+    wgmma::NamedBarArrive(their_turn, kThreads);
+    wait_all();
+    softmax(t_begin);
+    if (kAhead < num_kv_tiles) load_tile(kAhead);
+    for (int it = 1; it < num_kv_tiles; ++it) {
+      wait_full(it);
+      wgmma::NamedBarSync(my_turn, kThreads);
+      issue_pv((it - 1) % kStages);
+      issue_s(it % kStages);
+      wgmma::NamedBarArrive(their_turn, kThreads);
+      wait_all();
+      wgmma::MbarArrive(empty + 8 * ((it - 1) % kStages));
+      softmax(t_begin + it);
+      if (it + kAhead < num_kv_tiles) load_tile(it + kAhead);
     }
+    wgmma::NamedBarSync(my_turn, kThreads);
+    issue_pv((num_kv_tiles - 1) % kStages);
+    wgmma::NamedBarArrive(their_turn, kThreads);
+    wait_all();
+    if (wg == 0) wgmma::NamedBarSync(1, kThreads);  // warpgroup 1's last arrival on turn 1
+  } else {
+    asm volatile("cp.async.wait_all;\n" ::: "memory");  // no key tile: Q's copies still land
   }
-  CpAsyncWait<0>();
+
 
   // Epilogue: rows my_row0 + 8 i; columns 8 n + 2 t4 (+1).
 #pragma unroll
@@ -292,13 +320,13 @@ __global__ void __launch_bounds__(kThreads, 1) PrefillWgmmaKernel(const PrefillA
   }
 }
 
-template <int kPvN, bool kStagger>
+template <int kPvN, bool kPingPong>
 void LaunchFor(const PrefillAttentionArgs& a, cudaStream_t stream) {
   static const cudaError_t attr = cudaFuncSetAttribute(
-      PrefillWgmmaKernel<kPvN, kStagger>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+      PrefillWgmmaKernel<kPvN, kPingPong>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   (void)attr;  // a failure surfaces as the launch error the caller checks
   const dim3 grid(unsigned(a.num_tiles), unsigned(a.kv_heads), unsigned(a.num_splits));
-  PrefillWgmmaKernel<kPvN, kStagger><<<grid, kThreads, kSmem, stream>>>(a);
+  PrefillWgmmaKernel<kPvN, kPingPong><<<grid, kThreads, kSmem, stream>>>(a);
 }
 
 bool EnvFlag(const char* name, bool fallback) {
@@ -310,13 +338,13 @@ bool EnvFlag(const char* name, bool fallback) {
 
 void LaunchPrefillWgmma(const PrefillAttentionArgs& a, cudaStream_t stream) {
   // Diagnostic A/B switches: PEREGRINE_WGMMA_PV64=1: P V as two n64 wgmmas per k-step;
-  // PEREGRINE_WGMMA_STAGGER=0/1: lockstep / staggered warpgroups.
+  // PEREGRINE_WGMMA_PINGPONG=0/1: lockstep / ping-pong warpgroups.
   static const bool pv64 = EnvFlag("PEREGRINE_WGMMA_PV64", false);
-  static const bool stagger = EnvFlag("PEREGRINE_WGMMA_STAGGER", kStaggerDefault);
+  static const bool pingpong = EnvFlag("PEREGRINE_WGMMA_PINGPONG", kPingPongDefault);
   if (pv64)
-    stagger ? LaunchFor<64, true>(a, stream) : LaunchFor<64, false>(a, stream);
+    pingpong ? LaunchFor<64, true>(a, stream) : LaunchFor<64, false>(a, stream);
   else
-    stagger ? LaunchFor<128, true>(a, stream) : LaunchFor<128, false>(a, stream);
+    pingpong ? LaunchFor<128, true>(a, stream) : LaunchFor<128, false>(a, stream);
 }
 
 }  // namespace pg::cuda::prefill

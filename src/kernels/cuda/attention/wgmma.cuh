@@ -101,4 +101,35 @@ __device__ __forceinline__ void WgmmaRS64(float* d, const uint32_t (&a)[4], uint
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
 }
 
+// --- CTA synchronisation for warp-specialised / ping-pong schedules ---------------------------
+// mbarrier in shared memory (8 bytes, 8-aligned) expecting `count` arrivals per phase.
+__device__ __forceinline__ void MbarInit(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+// Blocks until the phase of parity `parity` has completed (phases complete in order 0, 1, ...).
+__device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nMBAR_POLL:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra MBAR_POLL;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void MbarArrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Arrives on `bar` once all of this thread's earlier cp.async copies have landed (counts as
+// one of the expected arrivals: .noinc).
+__device__ __forceinline__ void CpAsyncMbarArrive(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+// Named hardware barriers (id 1..15; 0 is __syncthreads): sync waits for `threads` arrivals
+// including its own warp's; arrive counts without waiting.
+__device__ __forceinline__ void NamedBarSync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void NamedBarArrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 }  // namespace pg::cuda::wgmma
