@@ -12,6 +12,7 @@ streaming and not, and checks the answers' structure and consistency:
 Usage: gpu_serve_check.py BINARY MODEL [serve args...]"""
 import concurrent.futures
 import json
+import os
 import sys
 import time
 import urllib.error
@@ -68,6 +69,9 @@ def main():
     binary, model, *extra = sys.argv[1:]
     t0 = time.time()
     srv = ServerProcess(binary, model, extra)
+    if os.environ.get("SERVE_PID_FILE"):  # lets the caller stop a server left behind by a timeout
+        with open(os.environ["SERVE_PID_FILE"], "w") as f:
+            f.write(str(srv.proc.pid))
     print(f"server healthy after {time.time() - t0:.1f} s on {srv.base}", flush=True)
     base = srv.base
     try:
