@@ -183,14 +183,17 @@ void FusedLayer(const Layer& L, const Acts& A) {
 
 // Median microseconds per replay of fn captured as one CUDA graph (after a warm-up run
 // outside capture that sizes the scratch and builds the expert table).
-double GraphUs(cudaStream_t stream, const std::function<void()>& fn, int reps = 30) {
+// per_graph > 1: fn is captured that many times in one graph and the time is per call (the
+// graph launch amortised, consecutive calls overlapping through PDL as in a decode step).
+double GraphUs(cudaStream_t stream, const std::function<void()>& fn, int reps = 30,
+               int per_graph = 1) {
   cuda::StreamScope scope(stream);
   fn();
   PG_CUDA_CHECK(cudaStreamSynchronize(stream));
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   PG_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  fn();
+  for (int i = 0; i < per_graph; ++i) fn();
   PG_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
   PG_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   cudaEvent_t e0, e1;
@@ -210,7 +213,7 @@ double GraphUs(cudaStream_t stream, const std::function<void()>& fn, int reps = 
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return t[t.size() / 2] / per_graph;
 }
 
 std::vector<float> ToHost(const TensorView& t) {
@@ -276,7 +279,8 @@ double Nmse(const std::vector<float>& ref, const std::vector<float>& got) {
 
 // Decode batches (1-4 tokens): the unfused layer (router Matmul + MoeRouter + shared MLP +
 // MoeExperts) against the fused decode layer, and the walking kernels' tuning (loads in flight
-// in the gate/up and down kernels, L2 prefetch of the down rows), graph replays vs the floor.
+// in the gate/up and down kernels, warps per block; each kernel alone), 20 calls per graph
+// (the graph launch amortised) vs the floor.
 void DecodeSection(const Shape& s, cudaStream_t stream, double bw, double gemm, std::FILE* json) {
   Layer L(s);
   fmt::print("\n== decode {}: hidden {} experts {} top-{} inter {} shared {} {} (PDL {})\n", s.name,
@@ -285,12 +289,14 @@ void DecodeSection(const Shape& s, cudaStream_t stream, double bw, double gemm, 
   fmt::print("{:>6} {:>22} {:>10} {:>10} {:>9}\n", "tokens", "variant", "us", "floor_us", "floor/t");
   struct Tune {
     const char* name;
-    int gu, down;
-    long long prefetch;
+    int gu, down, warps, phases;
   };
-  const Tune tunes[] = {{"gu2 dn4", 2, 4, 0},          {"gu2 dn8", 2, 8, 0},
-                        {"gu4 dn8", 4, 8, 0},          {"gu2 dn8 pf", 2, 8, 1ll << 40},
-                        {"gu4 dn8 pf", 4, 8, 1ll << 40}, {"gu4 dn4 pf", 4, 4, 1ll << 40}};
+  const Tune tunes[] = {{"default", 2, 0, 8, 3},     {"gu2 dn8 w8", 2, 8, 8, 3},
+                        {"gu2 dn4 w8", 2, 4, 8, 3},  {"gu2 dn8 w4", 2, 8, 4, 3},
+                        {"gu2 dn4 w4", 2, 4, 4, 3},  {"gu4 dn8 w4", 4, 8, 4, 3},
+                        {"gate/up only", 2, 0, 8, 1}, {"down only", 2, 0, 8, 2},
+                        {"gate/up only w4", 2, 0, 4, 1}, {"down only w4", 2, 0, 4, 2}};
+  constexpr int kPerGraph = 20;  // calls per graph: times per call without the graph launch
   for (int64_t n : {1, 2, 4}) {
     Acts A(s, n);
     cuda::SetMoeTuning({});
@@ -336,26 +342,27 @@ void DecodeSection(const Shape& s, cudaStream_t stream, double bw, double gemm, 
     fmt::print("   check n={} fused vs unfused layer: nmse {:.2e} routes {} {}\n", n, Nmse(ref, got),
                same_routes ? "same" : "differ",
                !same_routes || Nmse(ref, got) < 1e-4 ? "OK" : "MISMATCH");
-    row("unfused layer", GraphUs(stream, [&] { FullLayer(L, A); }));
+    row("unfused layer", GraphUs(stream, [&] { FullLayer(L, A); }, 10, kPerGraph));
     for (const Tune& t : tunes) {
       cuda::MoeTuning tu;
       tu.path = cuda::MoePath::kWalk;
       tu.walk_gu_unroll = t.gu;
       tu.walk_down_unroll = t.down;
-      tu.walk_prefetch_bytes = t.prefetch;
+      tu.walk_warps = t.warps;
+      tu.walk_phases = t.phases;
       cuda::SetMoeTuning(tu);
-      row(fmt::format("fused {}", t.name), GraphUs(stream, [&] { FusedLayer(L, A); }));
-      row(fmt::format("experts {}", t.name), GraphUs(stream, [&] { Experts(L, A, false); }));
+      if (t.phases == 3 && t.down == 0)
+        row(fmt::format("fused {}", t.name), GraphUs(stream, [&] { FusedLayer(L, A); }, 10, kPerGraph));
+      row(fmt::format("experts {}", t.name), GraphUs(stream, [&] { Experts(L, A, false); }, 10, kPerGraph));
     }
     cuda::SetMoeTuning({});
-    row("fused default", GraphUs(stream, [&] { FusedLayer(L, A); }));
     row("router fused", GraphUs(stream, [&] {
           ops::MoeRouter({.logits = A.logits32, .topk_ids = A.ids, .topk_weights = A.w,
                           .scoring = L.s.scoring, .num_groups = L.s.groups,
                           .topk_groups = L.s.topk_groups, .renormalize = L.s.renormalize,
                           .scaling = L.s.scaling, .x = A.x, .router = L.router_w});
-        }));
-    row("router unfused", GraphUs(stream, [&] { Router(L, A); }));
+        }, 10, kPerGraph));
+    row("router unfused", GraphUs(stream, [&] { Router(L, A); }, 10, kPerGraph));
   }
 }
 

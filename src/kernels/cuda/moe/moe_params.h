@@ -103,9 +103,11 @@ struct MoeWalkArgs {
   int top_k, num_experts, hidden, inter;
   bool accumulate;
   // Tuning (moe_tuning.h): 16-byte loads in flight per lane and row (gate/up: 2 or 4; down:
-  // 4 or 8), and whether kernel 1 prefetches the routed experts' down rows into L2.
-  int gu_unroll, down_unroll;
+  // 4 or 8), warps per block (4 or 8), whether kernel 1 prefetches the routed experts' down
+  // rows into L2.
+  int gu_unroll, down_unroll, warps;
   bool prefetch_down;
+  int phases;  // bit 0: kernel 1, bit 1: kernel 2 (diagnostics; 3 in normal use)
 };
 void LaunchMoeWalk(const MoeWalkArgs& a, cudaStream_t stream);
 

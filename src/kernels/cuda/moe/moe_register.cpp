@@ -297,7 +297,9 @@ void LaunchWalk(const MoeExpertsParams& p, const cuda::MoeWeightLayout& L,
   a.inter = int(inter);
   a.accumulate = accumulate;
   a.gu_unroll = tune.walk_gu_unroll;
-  a.down_unroll = tune.walk_down_unroll;
+  a.down_unroll = tune.walk_down_unroll ? tune.walk_down_unroll : (n * h <= 4096 ? 8 : 4);
+  a.warps = tune.walk_warps;
+  a.phases = tune.walk_phases;
   // Down rows the routed slots may touch (an upper bound: distinct experts are not known here).
   const int64_t esz = L.fp8 ? 1 : 2;
   const double down_bytes = double(n) * double(slots_k) * double(h) * double(L.ld_down) * double(esz) +

@@ -17,7 +17,6 @@ namespace {
 
 using moe::kChunk;
 
-constexpr int kWarps = 8;
 constexpr int kLine = 128;  // bytes per L2 prefetch
 
 __device__ __forceinline__ void PrefetchL2(const void* p) {
@@ -108,10 +107,10 @@ __device__ __forceinline__ GuSlot GateUpSlot(const MoeWalkArgs& a, int64_t t, in
 }
 
 // One warp per (slot r = t * K + q, pair of inter rows i0 = 2p, i1 = 2p + 1).
-// Occupancy: 3 blocks per SM at U = 2 (a Qwen3-30B-A3B token's 8 routes x 48 blocks fit in one
-// wave on 132 SMs), 2 at U = 4.
-template <bool kFp8, int U>
-__global__ void __launch_bounds__(kWarps * 32, U == 2 ? 3 : 2) GateUpKernel(MoeWalkArgs a, bool vec) {
+// Occupancy: <= 80 registers at U = 2 (3 blocks of 8 warps per SM: a Qwen3-30B-A3B token's 8
+// routes x 48 blocks fit in one wave on 132 SMs).
+template <bool kFp8, int U, int kWarps>
+__global__ void __launch_bounds__(kWarps * 32, (U == 2 ? 24 : 16) / kWarps) GateUpKernel(MoeWalkArgs a, bool vec) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int K = a.top_k + a.num_shared;
   const int64_t r = blockIdx.y;  // slot row
@@ -186,7 +185,7 @@ __global__ void __launch_bounds__(kWarps * 32, U == 2 ? 3 : 2) GateUpKernel(MoeW
 // times row scale, block scales, act row); the vector path walks the chunks of all valid
 // slots as one flat sequence (slot-major), kU loads in flight per lane, so short rows
 // (small inter) still keep the memory system busy. Order of the sums is fixed: deterministic.
-template <bool kFp8, int kU>
+template <bool kFp8, int kU, int kWarps>
 __global__ void __launch_bounds__(kWarps * 32) DownKernel(MoeWalkArgs a, bool vec) {
   constexpr int C = kChunk<kFp8>;
   PdlWait();  // ids, weights and act come from upstream kernels
@@ -284,11 +283,27 @@ __global__ void __launch_bounds__(kWarps * 32) DownKernel(MoeWalkArgs a, bool ve
   }
 }
 
+template <bool kFp8, int kWarps>
+void LaunchWarps(const MoeWalkArgs& a, bool vec, cudaStream_t stream) {
+  const int K = a.top_k + a.num_shared;
+  const dim3 g1(unsigned((a.inter + 2 * kWarps - 1) / (2 * kWarps)), unsigned(a.num_tokens * K));
+  const dim3 g2(unsigned((a.hidden + kWarps - 1) / kWarps), unsigned(a.num_tokens));
+  const dim3 block(kWarps * 32);
+  if (a.phases & 1) {
+    if (a.gu_unroll >= 4) (void)LaunchPdl(GateUpKernel<kFp8, 4, kWarps>, g1, block, 0, stream, a, vec);
+    else (void)LaunchPdl(GateUpKernel<kFp8, 2, kWarps>, g1, block, 0, stream, a, vec);
+  }
+  if (a.phases & 2) {
+    if (a.down_unroll >= 8) (void)LaunchPdl(DownKernel<kFp8, 8, kWarps>, g2, block, 0, stream, a, vec);
+    else (void)LaunchPdl(DownKernel<kFp8, 4, kWarps>, g2, block, 0, stream, a, vec);
+  }
+  // Launch errors: the caller checks cudaGetLastError (PG_CUDA_CHECK_LAUNCH).
+}
+
 template <bool kFp8>
 void Launch(const MoeWalkArgs& a, cudaStream_t stream) {
   constexpr int C = kChunk<kFp8>;
   const int64_t esz = kFp8 ? 1 : 2;
-  const int K = a.top_k + a.num_shared;
   // Vector path: whole 16-byte chunks on every row, aligned bases and strides.
   auto aligned = [](int64_t ld_bytes) { return ld_bytes % 16 == 0; };
   bool vec = a.layout.aligned16 && a.hidden % C == 0 && a.inter % C == 0 && aligned(a.ldx * 2) &&
@@ -298,16 +313,8 @@ void Launch(const MoeWalkArgs& a, cudaStream_t stream) {
   if (a.num_shared > 0)
     vec = vec && aligned(a.shared_ld_gate * esz) && aligned(a.shared_ld_up * esz) &&
           aligned(a.shared_ld_down * esz);
-  const dim3 g1(unsigned((a.inter + 2 * kWarps - 1) / (2 * kWarps)), unsigned(a.num_tokens * K));
-  const dim3 g2(unsigned((a.hidden + kWarps - 1) / kWarps), unsigned(a.num_tokens));
-  const dim3 block(kWarps * 32);
-  cudaError_t e1 = a.gu_unroll >= 4
-                       ? LaunchPdl(GateUpKernel<kFp8, 4>, g1, block, 0, stream, a, vec)
-                       : LaunchPdl(GateUpKernel<kFp8, 2>, g1, block, 0, stream, a, vec);
-  cudaError_t e2 = a.down_unroll >= 8
-                       ? LaunchPdl(DownKernel<kFp8, 8>, g2, block, 0, stream, a, vec)
-                       : LaunchPdl(DownKernel<kFp8, 4>, g2, block, 0, stream, a, vec);
-  (void)e1, (void)e2;  // the caller checks cudaGetLastError (PG_CUDA_CHECK_LAUNCH)
+  if (a.warps == 4) LaunchWarps<kFp8, 4>(a, vec, stream);
+  else LaunchWarps<kFp8, 8>(a, vec, stream);
 }
 
 }  // namespace
