@@ -631,12 +631,20 @@ def compiled_decode(ref, s, args, ids, pos, caches, cos, sin, b, ctx, scope):
             graph.replay()
             got = out.float().clone()
             want = ref.forward(ids, pos, caches, cos, sin).float()  # same inputs, same form
+            # The scale of legitimate bf16 differences: ref eager with the other attention form
+            # (random 8B weights amplify any bf16 rounding difference through 32 layers).
+            ref.decode_attn = "matmul" if form == "sdpa" else "sdpa"
+            alt = ref.forward(ids, pos, caches, cos, sin).float()
+            ref.decode_attn = form
             row["err"] = ((got - want).abs().max() / want.std()).item()
-            row["argmax_same"] = bool((got.argmax(-1) == want.argmax(-1)).all().item())
+            row["noise"] = ((alt - want).abs().max() / want.std()).item()
+            row["argmax_diff_rows"] = int((got.argmax(-1) != want.argmax(-1)).sum().item())
+            row["noise_argmax_diff_rows"] = int((alt.argmax(-1) != want.argmax(-1)).sum().item())
             del graph, out
         log(f"{tag}: {row['ms']:.3f} ms ({form}; compiled in {row['compile_s']:.1f} s, captured in "
-            f"{row['capture_s']:.1f} s); logits vs ref eager: max|diff|/std {row['err']:.4f}, "
-            f"argmax {'same' if row['argmax_same'] else 'DIFFERENT'}")
+            f"{row['capture_s']:.1f} s); logits vs ref eager: max|diff|/std {row['err']:.4f}, argmax "
+            f"differs in {row['argmax_diff_rows']}/{b} rows; ref's other attention form vs ref (the "
+            f"bf16 noise scale): {row['noise']:.4f}, {row['noise_argmax_diff_rows']}/{b} rows")
     except Exception as e:
         row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
         log(f"{tag}: failed: {row['error']}")

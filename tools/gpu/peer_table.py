@@ -46,7 +46,7 @@ def main():
     print(f"HBM (this call): Peregrine {hbm / 1e9 if hbm else 0:.0f} GB/s, torch copy "
           f"{t.get('hbm_gbs', 0):.0f} GB/s; torch {t.get('torch', '?')}")
     hdr = (f"{'batch':>5} {'ctx':>6} {'pg graph':>9} {'floor':>8} {'fl/pg':>6} {'ref graph':>10} "
-           f"{'compile+graph':>14} {'ref/pg':>7} {'cmp/pg':>7} {'compile s':>10} {'cmp vs ref':>11}")
+           f"{'compile+graph':>14} {'ref/pg':>7} {'cmp/pg':>7} {'compile s':>10} {'err/noise':>11}")
     print(hdr)
     for r in pg_rows:
         b, ctx = r["batch"], r["context"]
@@ -64,14 +64,15 @@ def main():
         rr = f"{g['ms'] * 1e3 / pg:.2f}" if g and "ms" in g else "-"
         cr = f"{c['ms'] * 1e3 / pg:.2f}" if c else "-"
         ct = f"{c['compile_s']:.1f}" if c else "-"
-        ce = f"{c.get('err', float('nan')):.4f}" if c else "-"
+        ce = f"{c.get('err', float('nan')):.3f}/{c.get('noise', float('nan')):.3f}" if c else "-"
         print(f"{b:>5} {ctx:>6} {pg:>9.0f} {r['floor_us']:>8.0f} {100 * r['floor_us'] / pg:>5.0f}% "
               f"{gs:>10} {cs:>14} {rr:>7} {cr:>7} {ct:>10} {ce:>11}")
         if cerr and not c:
             print(f"      torch.compile failed: {cerr['error'][:150]}")
-    print("(ref/pg, cmp/pg: torch time / Peregrine time; cmp vs ref: max|logit diff| / std of the "
-          "compiled step against ref eager on the same inputs; compile s: first call of the "
-          "compiled step; scope m = whole step, l = one layer)")
+    print("(ref/pg, cmp/pg: torch time / Peregrine time; err/noise: max|logit diff| / std of the "
+          "compiled step against ref eager on the same inputs / of ref's other attention form "
+          "against ref (the bf16 noise scale); compile s: first call of the compiled step; "
+          "scope m = whole step, l = one layer)")
 
 
 if __name__ == "__main__":

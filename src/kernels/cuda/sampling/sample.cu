@@ -19,6 +19,9 @@ namespace pg::cuda {
 namespace {
 
 // top-k (k < vocab: on), top-p, min-p, then the draw over the kept set K. r.mx / r.inv_t set.
+// Passes over the row: max (before), histogram, then top-k <= kMaxCand: one gather (the
+// top-k set and the k-th token's bin), one chunk; top-p alone: one gather (+ chunk sums), one
+// chunk; otherwise the sum and draw passes, and the exact walks where a cut falls back.
 __device__ int DrawTruncated(Shared& sh, double* warp_mass, Row& r, int k, double u) {
   const bool have_k = k < r.vocab, have_p = r.p.top_p < 1.0f, small_k = have_k && k <= kMaxCand;
   int* hcount = reinterpret_cast<int*>(warp_mass);
@@ -32,12 +35,14 @@ __device__ int DrawTruncated(Shared& sh, double* warp_mass, Row& r, int k, doubl
     const double s = HistPass(r, hcount, hmass, have_p && !small_k, sum_in_hist);
     if (sum_in_hist) r.sum_k = BlockSum(sh, s);
   }
-  if (have_k && !CutTopK(sh, r, hcount, k)) {  // the k-th token's bin is too full
+  const bool cut_k = have_k && CutTopK(sh, r, hcount, k);
+  if (have_k && !cut_k) {  // the k-th token's bin is too full
     int ties = 0;
     r.key_k = SelectKth(sh, r, k, [](uint32_t, int) { return true; }, &ties);
     const uint32_t kk = r.key_k;
     r.idx_k = FindNth(sh, r, ties, [&](int, float x) { return ops::SortKey(x) == kk; });
   }
+  if (small_k) return DrawSmallTopK(sh, r, u, k, cut_k);
   if (!sum_in_hist) {  // sum of weights over the top-k set (every token without top-k)
     double s = 0.0;
     r.ForEach([&](int i, float x) {
@@ -45,16 +50,14 @@ __device__ int DrawTruncated(Shared& sh, double* warp_mass, Row& r, int k, doubl
     });
     r.sum_k = BlockSum(sh, s);
   }
-  if (have_p) {
-    if (small_k) {
-      CutTopPSmallK(sh, r);
-    } else {
-      const int nbins = have_k ? r.Bin(KeyToFloat(r.key_k)) + 1 : kHistBins;
-      if (!CutTopPHist(sh, r, hcount, hmass, nbins)) SelectTopP(sh, warp_mass, r);
-    }
-  }
   r.floor = double(r.p.min_p) * (1.0 / r.sum_k);  // prob of the top token: exp(0) / sum
-  return Draw(sh, r, u, [&](int i, float x) { return r.KeptProb(x, ops::SortKey(x), i); });
+  if (have_p) {
+    const int nbins = have_k ? r.Bin(KeyToFloat(r.key_k)) + 1 : kHistBins;
+    const int token = DrawTopPHist(sh, r, hcount, hmass, nbins, u);
+    if (token >= 0) return token;
+    SelectTopP(sh, warp_mass, r);  // the exact walk (the histograms are dead: it reuses them)
+  }
+  return Draw(sh, r, u, [&](int i, float x) { return KeptProbOf(r, i, x); });
 }
 
 __global__ void __launch_bounds__(kThreads) SampleKernel(SampleArgs a) {

@@ -6,8 +6,10 @@
 //   * top-k: the bin holding the k-th token is found from the bin counts; only that bin's
 //     tokens (the candidates, <= kMaxCand) are gathered into shared memory and sorted; the
 //     (k - tokens in earlier bins)-th of them is the cut;
-//   * top-p: with top_k <= kMaxCand the whole top-k set is the candidate set (exact);
-//     otherwise fp32 masses per bin locate the bins where the running mass crosses top_p
+//   * top-k <= kMaxCand: the whole top-k set is then gathered and sorted: its sum, the top-p
+//     cut and the draw's chunk sums come from it (DrawSmallTopK);
+//   * top-p otherwise:
+//     fp32 masses per bin locate the bins where the running mass crosses top_p
 //     (with a small slack for fp32 rounding), one pass sums the exact (double)
 //     probabilities of the tokens in earlier bins and gathers those bins' tokens, and a
 //     scan over the sorted candidates finds the first position whose running mass reaches
@@ -95,7 +97,7 @@ __device__ int FirstBinReaching(Shared& sh, const T* v, int nbins, Goal goal, T*
   return b;
 }
 
-// Gathers the tokens with in(i, x, key) into sh.cand (unordered; the first kMaxCand of
+// Gathers the tokens with in(i, x, key) into sh.cand (unordered; the first kCandCap of
 // them) and returns how many there were. `in` may also accumulate per-thread sums.
 template <typename In>
 __device__ int Gather(Shared& sh, const Row& r, In in) {
@@ -105,7 +107,7 @@ __device__ int Gather(Shared& sh, const Row& r, In in) {
     const uint32_t key = ops::SortKey(x);
     if (in(i, x, key)) {
       const int slot = atomicAdd(&sh.n, 1);
-      if (slot < kMaxCand) sh.cand[slot] = CandKey(key, i);
+      if (slot < kCandCap) sh.cand[slot] = CandKey(key, i);
     }
   });
   __syncthreads();
@@ -115,19 +117,21 @@ __device__ int Gather(Shared& sh, const Row& r, In in) {
 }
 
 // Sorts sh.cand[0, c) descending (bitonic network over the next power of two; padding 0
-// sorts last: no real candidate is 0). c <= kMaxCand.
+// sorts last: no real candidate is 0). c <= kCandCap; each thread owns entries t, t + kThreads.
 __device__ void SortCandidates(Shared& sh, int c) {
   int n = 1;
   while (n < c) n <<= 1;
-  const int t = int(threadIdx.x);
-  if (t >= c && t < n) sh.cand[t] = 0;
+  for (int e = int(threadIdx.x); e < n; e += kThreads)
+    if (e >= c) sh.cand[e] = 0;
   __syncthreads();
   for (int k = 2; k <= n; k <<= 1) {
     for (int j = k >> 1; j > 0; j >>= 1) {
-      const int l = t ^ j;
-      if (t < n && l > t) {
-        const unsigned long long a = sh.cand[t], b = sh.cand[l];
-        if ((t & k) == 0 ? a < b : a > b) sh.cand[t] = b, sh.cand[l] = a;
+      for (int e = int(threadIdx.x); e < n; e += kThreads) {
+        const int l = e ^ j;
+        if (l > e) {  // each pair once, by its lower entry's thread
+          const unsigned long long a = sh.cand[e], b = sh.cand[l];
+          if ((e & k) == 0 ? a < b : a > b) sh.cand[e] = b, sh.cand[l] = a;
+        }
       }
       __syncthreads();
     }
@@ -135,16 +139,21 @@ __device__ void SortCandidates(Shared& sh, int c) {
 }
 
 // The top-k cut (r.key_k, r.idx_k) from the bin counts; false (nothing set) when the k-th
-// token's bin holds more than kMaxCand tokens. k < vocab.
+// token's bin holds more than kMaxCand tokens. k < vocab. With k <= kMaxCand the tokens of
+// the earlier bins are gathered too, so sh.cand[0, k) is then the whole top-k set, sorted.
 __device__ bool CutTopK(Shared& sh, Row& r, const int* hcount, int k) {
   int before = 0;
   const int bk = FirstBinReaching(sh, hcount, kHistBins, [k](int) { return k; }, &before);
   const int in_bin = bk < 0 ? INT_MAX : hcount[bk];
   __syncthreads();  // every thread has read the histogram (a fallback may overwrite it)
   if (in_bin > kMaxCand) return false;
-  const int c = Gather(sh, r, [&](int, float x, uint32_t) { return r.Bin(x) == bk; });
-  SortCandidates(sh, c);
-  const unsigned long long cut = sh.cand[k - before - 1];
+  const bool whole = k <= kMaxCand;  // before < k: at most kCandCap tokens in bins <= bk
+  const int c = Gather(sh, r, [&](int, float x, uint32_t) {
+    const int b = r.Bin(x);
+    return whole ? b <= bk : b == bk;
+  });
+  SortCandidates(sh, min(c, kCandCap));
+  const unsigned long long cut = sh.cand[whole ? k - 1 : k - before - 1];
   r.key_k = CandSortKey(cut);
   r.idx_k = CandIndex(cut);
   __syncthreads();
@@ -152,9 +161,9 @@ __device__ bool CutTopK(Shared& sh, Row& r, const int* hcount, int k) {
 }
 
 // Over sorted candidates sh.cand[0, c) following kept mass `before` (double, prob units):
-// the first position whose running mass reaches top_p becomes the top-p cut. False (nothing
-// set) when even the last one stays short.
-__device__ bool CutTopPInSorted(Shared& sh, Row& r, int c, double before) {
+// the first position whose running mass reaches top_p becomes the top-p cut (r.key_p,
+// r.idx_p) and is returned; -1 (nothing set) when even the last one stays short.
+__device__ int CutTopPAt(Shared& sh, Row& r, int c, double before) {
   const int t = int(threadIdx.x);
   const double prob = t < c ? r.Weight(KeyToFloat(CandSortKey(sh.cand[t]))) / r.sum_k : 0.0;
   double run = 0.0;
@@ -169,24 +178,63 @@ __device__ bool CutTopPInSorted(Shared& sh, Row& r, int c, double before) {
     r.idx_p = CandIndex(sh.cand[at]);
   }
   __syncthreads();
-  return at != INT_MAX;
+  return at == INT_MAX ? -1 : at;
 }
 
-// top-p over a top-k set of at most kMaxCand tokens: all of them are the candidates. Never
-// fails (a set whose running mass stays short of top_p is kept whole, as on the host).
-__device__ void CutTopPSmallK(Shared& sh, Row& r) {
-  const int c = Gather(sh, r, [&](int i, float, uint32_t key) { return r.InTopK(key, i); });
-  SortCandidates(sh, min(c, kMaxCand));
-  CutTopPInSorted(sh, r, min(c, kMaxCand), 0.0);
+// The kept prefix sh.cand[0, n) of sorted candidates into the draw's chunk sums: sh.chunk[o]
+// = the probabilities (passing min-p) of those owned by chunk o; sh.last = their largest index.
+__device__ void ChunkSumsOfCandidates(Shared& sh, const Row& r, int n) {
+  const int t = int(threadIdx.x);
+  sh.chunk[t] = 0.0;
+  if (t == 0) sh.last = -1;
+  __syncthreads();
+  if (t < n) {
+    const unsigned long long cd = sh.cand[t];
+    const int i = CandIndex(cd);
+    const double prob = r.Weight(KeyToFloat(CandSortKey(cd))) / r.sum_k;
+    if (r.p.min_p <= 0.0f || prob >= r.floor) {
+      atomicAdd(&sh.chunk[i / ChunkSize(r.vocab)], prob);
+      atomicMax(&sh.last, i);
+    }
+  }
+  __syncthreads();
+}
+
+__device__ double KeptProbOf(const Row& r, int i, float x) { return r.KeptProb(x, ops::SortKey(x), i); }
+
+// top-k of at most kMaxCand tokens (cut set), then top-p, min-p and the draw, all on the
+// sorted top-k set: its sum, the top-p cut and the draw's chunk sums come from it (the draw
+// walks one chunk of the row).
+// gathered: sh.cand[0, k) already holds the top-k set, sorted (CutTopK); else one gather pass.
+__device__ int DrawSmallTopK(Shared& sh, Row& r, double u, int k, bool gathered) {
+  if (!gathered) {
+    Gather(sh, r, [&](int i, float, uint32_t key) { return r.InTopK(key, i); });  // k tokens
+    SortCandidates(sh, k);
+  }
+  const int c = k, t = int(threadIdx.x);
+  r.sum_k = BlockSum(sh, t < c ? r.Weight(KeyToFloat(CandSortKey(sh.cand[t]))) : 0.0);
+  int kept = c;
+  if (r.p.top_p < 1.0f) {  // a set whose running mass stays short of top_p is kept whole
+    const int at = CutTopPAt(sh, r, c, 0.0);
+    if (at >= 0) kept = at + 1;
+  }
+  r.floor = double(r.p.min_p) * (1.0 / r.sum_k);  // prob of the top token: exp(0) / sum
+  ChunkSumsOfCandidates(sh, r, kept);
+  return DrawFromChunkSums(sh, r, u, sh.chunk[t], sh.last,
+                           [&](int i, float x) { return KeptProbOf(r, i, x); });
 }
 
 // top-p through the fp32 bin masses of bins [0, nbins) (with top-k: up to the k-th token's
-// bin). The cut's bin is where the running fp32 mass reaches top_p * sum_k (the exact sum, in
-// the masses' units: weights relative to the max); fp32 rounding is covered by gathering
-// every bin whose running mass lies within kMassSlack of that, so the exact check below
-// rarely fails. False: use the exact walk.
+// bin), then the draw. The cut's bin is where the running fp32 mass reaches top_p * sum_k (the
+// exact sum, in the masses' units: weights relative to the max); fp32 rounding is covered by
+// gathering every bin whose running mass lies within kMassSlack of that. One pass over the
+// row (each thread its draw chunk) sums the exact probabilities before those bins (and, past
+// min-p, the draw's chunk sums) and gathers their tokens; the sorted candidates give the cut.
+// r.sum_k and r.floor are set. Returns the token, or -1 (the row's cuts untouched: use the
+// exact walk) when the fp32 masses chose wrong or the bins hold too many tokens.
 constexpr double kMassSlack = 1e-5;  // relative
-__device__ bool CutTopPHist(Shared& sh, Row& r, const int* hcount, const float* hmass, int nbins) {
+__device__ int DrawTopPHist(Shared& sh, Row& r, const int* hcount, const float* hmass, int nbins,
+                            double u) {
   const double goal = double(r.p.top_p) * r.sum_k;
   const float goal_lo = float(goal * (1.0 - kMassSlack)), goal_hi = float(goal * (1.0 + kMassSlack));
   float unused = 0.0f;
@@ -197,18 +245,38 @@ __device__ bool CutTopPHist(Shared& sh, Row& r, const int* hcount, const float* 
   if (lo >= 0)
     for (int b = threadIdx.x; b < kHistBins; b += kThreads) in_range += b >= lo && b <= hi ? hcount[b] : 0;
   in_range = BlockSum(sh, in_range);  // every thread has read the histograms (fallback may overwrite)
-  if (lo < 0 || in_range > double(kMaxCand)) return false;
-  double head = 0.0;  // this thread's exact probabilities of kept tokens in bins before lo
-  const int c = Gather(sh, r, [&](int i, float x, uint32_t key) {
-    if (!r.InTopK(key, i)) return false;
+  if (lo < 0 || in_range > double(kMaxCand)) return -1;
+  const int t = int(threadIdx.x), cs = ChunkSize(r.vocab), clo = min(r.vocab, t * cs),
+            chi = min(r.vocab, clo + cs);
+  double head = 0.0, local = 0.0;  // this chunk's kept probabilities before lo (all; past min-p)
+  int last = -1;
+  if (t == 0) sh.n = 0;
+  __syncthreads();
+  r.ForRange(clo, chi, [&](int i, float x) {
+    const uint32_t key = ops::SortKey(x);
+    if (!r.InTopK(key, i)) return;
     const int b = r.Bin(x);
-    if (b < lo) head += r.Weight(x) / r.sum_k;
-    return b >= lo && b <= hi;
+    if (b < lo) {
+      const double prob = r.Weight(x) / r.sum_k;
+      head += prob;
+      if (r.p.min_p <= 0.0f || prob >= r.floor) local += prob, last = i;
+    } else if (b <= hi) {
+      const int slot = atomicAdd(&sh.n, 1);
+      if (slot < kMaxCand) sh.cand[slot] = CandKey(key, i);
+    }
   });
+  __syncthreads();
+  const int c = sh.n;
+  __syncthreads();
   head = BlockSum(sh, head);
-  if (c > kMaxCand || head >= double(r.p.top_p)) return false;  // the cut lies before lo
+  if (c > kMaxCand || head >= double(r.p.top_p)) return -1;  // the cut lies before lo
   SortCandidates(sh, c);
-  return CutTopPInSorted(sh, r, c, head);
+  const int at = CutTopPAt(sh, r, c, head);
+  if (at < 0) return -1;
+  ChunkSumsOfCandidates(sh, r, at + 1);
+  local += sh.chunk[t];
+  last = max(last, sh.last);
+  return DrawFromChunkSums(sh, r, u, local, last, [&](int i, float x) { return KeptProbOf(r, i, x); });
 }
 
 }  // namespace

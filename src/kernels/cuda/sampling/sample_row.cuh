@@ -26,7 +26,8 @@ constexpr int kBins = 256;  // radix digits of the exact walks (sample_radix.cuh
 // kBinsPerUnit per logit unit (top-k) or per nat (top-p alone); the last bin takes the rest.
 constexpr int kHistBins = 8192;
 constexpr float kBinsPerUnit = 128.0f;
-constexpr int kMaxCand = kThreads;  // candidates sorted in shared memory, one per thread
+constexpr int kMaxCand = kThreads;  // tokens a cut's bins may hold to be sorted in shared memory
+constexpr int kCandCap = 2 * kThreads;  // sh.cand entries (a small top-k set and its k-th bin)
 // Dynamic shared memory: [kWarps, kBins] fp64 top-p mass histograms of the exact walk, or
 // (not at the same time) the cut histograms: kHistBins i32 counts then kHistBins f32 masses.
 constexpr size_t kDynamicSmem = size_t(kWarps) * kBins * sizeof(double);  // 64 KiB
@@ -60,7 +61,9 @@ struct Shared {
   double mass[kBins];
   // Candidates of a cut (sample_cut.cuh): CandKey(key, index), sorted descending = the
   // sampling order (key descending, index ascending).
-  unsigned long long cand[kMaxCand];
+  unsigned long long cand[kCandCap];
+  double chunk[kThreads];  // kept mass of cut candidates per owning chunk (DrawFromChunkSums)
+  int last;                // largest kept candidate index
   float f;
   double d;
   int i;
@@ -181,19 +184,14 @@ __device__ int FindNth(Shared& sh, const Row& r, int n, Pred pred) {
   return sh.i;
 }
 
-// The draw over tokens with weight w(i, x) (0 outside the set) in index order; `last`: the
-// fallback when rounding leaves r beyond the total (the set's largest index).
+// The draw, given this thread's `local` = the sum of w over its chunk (ChunkSize tokens from
+// threadIdx.x * ChunkSize, index order) and `last` = its largest index with w > 0 (-1: none):
+// the chunk holding r = u * mass is walked in index order with w(i, x) (0 outside the set).
+// Fallback when rounding leaves r beyond the total: the set's largest index.
 template <typename W>
-__device__ int Draw(Shared& sh, const Row& r, double u, W w) {
+__device__ int DrawFromChunkSums(Shared& sh, const Row& r, double u, double local, int last, W w) {
   const int c = ChunkSize(r.vocab), lo = min(r.vocab, int(threadIdx.x) * c),
             hi = min(r.vocab, lo + c);
-  double local = 0.0;
-  int last = -1;
-  r.ForRange(lo, hi, [&](int i, float x) {
-    const double wi = w(i, x);
-    if (wi > 0.0) last = i;
-    local += wi;
-  });
   double before = 0.0;
   cub::BlockScan<double, kThreads>(sh.cub.sd).ExclusiveSum(local, before);
   __syncthreads();
@@ -224,7 +222,24 @@ __device__ int Draw(Shared& sh, const Row& r, double u, W w) {
     __syncthreads();
     chosen = sh.i;
   }
+  __syncthreads();
   return chosen;
+}
+
+// The draw over tokens with weight w(i, x) (0 outside the set) in index order: one pass for
+// the chunk sums, then DrawFromChunkSums.
+template <typename W>
+__device__ int Draw(Shared& sh, const Row& r, double u, W w) {
+  const int c = ChunkSize(r.vocab), lo = min(r.vocab, int(threadIdx.x) * c),
+            hi = min(r.vocab, lo + c);
+  double local = 0.0;
+  int last = -1;
+  r.ForRange(lo, hi, [&](int i, float x) {
+    const double wi = w(i, x);
+    if (wi > 0.0) last = i;
+    local += wi;
+  });
+  return DrawFromChunkSums(sh, r, u, local, last, w);
 }
 
 }  // namespace
