@@ -156,6 +156,10 @@ struct RopeKvWriteParams {
   RopeConfig config;
   KvCacheView cache;
   const AttentionBatch* batch = nullptr;
+  // Optional (both or neither): per-head RMSNorm of q and k over head_dim before the rotation
+  // (Qwen3 q_norm / k_norm), i.e. RmsNorm(q heads); RmsNorm(k heads); then the above.
+  TensorView q_norm, k_norm;  // [head_dim] f32 (or f16/bf16)
+  float norm_eps = 1e-6f;
 };
 void RopeKvWrite(const RopeKvWriteParams& p);
 

@@ -244,6 +244,15 @@ void Validate(const RopeKvWriteParams& p) {
   Validate(RopeParams{p.q, p.positions, p.config});
   Validate(KvWriteParams{p.k, p.v, p.cache, p.batch});
   PG_OP_NEED(SameDevice({&p.q, &p.k, &p.positions, &p.cache.k_cache}), op, "tensors on different devices");
+  PG_OP_NEED(!p.q_norm.data == !p.k_norm.data, op, "q_norm and k_norm come together");
+  for (const TensorView* w : {&p.q_norm, &p.k_norm})
+    if (w->data)
+      PG_OP_NEED(w->ndim == 1 && w->dim(0) == p.q.dim(2) && w->is_contiguous() &&
+                     (w->dtype == DType::kF32 || w->dtype == DType::kF16 || w->dtype == DType::kBF16) &&
+                     w->device == p.q.device && p.q.strides[1] == p.q.dim(2) &&
+                     p.k.strides[1] == p.k.dim(2),
+                 op, "norm weight {} must be [head_dim {}] f32/f16/bf16 beside packed q/k heads",
+                 w->ShapeString(), p.q.dim(2));
 }
 
 Device DeviceOf(const EmbeddingParams& p) { return p.out.device; }

@@ -306,14 +306,13 @@ class LlamaModel final : public Model {
                                            std::tuple{L.wv, L.bv, L.wv_s, v}})
           ops::FusedMatmul({.x = x, .norm_weight = L.attn_norm, .eps = c.rms_norm_eps, .w = w,
                             .bias = bias, .w_scale = scale, .out = out, .normed = hn});
-        TensorView qr = q.Reshape({n * nh, hd}), kr = k.Reshape({n * nkv, hd});
-        ops::RmsNorm({.x = qr, .weight = L.q_norm, .out = qr, .eps = c.rms_norm_eps});
-        ops::RmsNorm({.x = kr, .weight = L.k_norm, .out = kr, .eps = c.rms_norm_eps});
       }
       const ops::KvCacheView& cache = kv.layers[size_t(li)];
-      // One kernel: RoPE on q and k, then k and v into the (bf16 or fp8) cache.
+      // One kernel: (Qwen3: per-head q/k RMSNorm,) RoPE on q and k, then k and v into the
+      // (bf16 or fp8) cache.
       ops::RopeKvWrite({.q = q3, .k = k3, .v = v3, .positions = b.device_positions,
-                        .config = c.rope, .cache = cache, .batch = b.attention});
+                        .config = c.rope, .cache = cache, .batch = b.attention,
+                        .q_norm = L.q_norm, .k_norm = L.k_norm, .norm_eps = c.rms_norm_eps});
       ops::Attention({.q = q3, .out = attn3, .cache = cache, .batch = b.attention,
                       .scale = attn_scale_});
       ops::Matmul({.x = attn, .w = L.wo, .out = x, .w_scale = L.wo_s, .accumulate = true});

@@ -6,9 +6,17 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
+#include <tuple>
 
 #include "op_test_util.h"
+
+#if defined(PEREGRINE_HAVE_CUDA)
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/batch_plan.h"
+#endif
 
 namespace pg::ops::testing {
 namespace {
@@ -77,10 +85,13 @@ std::vector<DecodeCase> DecodeCases() {
 }
 
 // Runs ref and every other backend on one decode case with caches of `cache_dtype`
-// (kF32, or kF8E4M3 holding value / scale); returns ref's output.
+// (kF32, or kF8E4M3 holding value / scale); returns ref's output. device_batch: device
+// backends only, given this batch instead (same rows, another host plan; see
+// SplitPlanForLongerContexts).
 std::vector<float> CheckDecodeCase(const DecodeCase& c, DType cache_dtype, Coverage& cov,
                                    const Tensor& q, const Tensor& kc32, const Tensor& vc32,
-                                   const PagedBatch& pb, float k_scale, float v_scale) {
+                                   const PagedBatch& pb, float k_scale, float v_scale,
+                                   const AttentionBatch* device_batch = nullptr) {
   Tensor kc(cache_dtype, {pb.num_pages, c.page_size, c.kv_heads, c.head_dim});
   Tensor vc(cache_dtype, {pb.num_pages, c.page_size, c.kv_heads, c.head_dim});
   if (cache_dtype == DType::kF8E4M3) {
@@ -96,8 +107,10 @@ std::vector<float> CheckDecodeCase(const DecodeCase& c, DType cache_dtype, Cover
                     0.0f, c.window, c.softcap};
   RunWith(RefImpl<AttentionParams>(), p);
   for (const auto* k : Backends<AttentionParams>()) {
+    if (device_batch != nullptr && !OnDevice(*k)) continue;
     Tensor out(DType::kF32, {pb.tokens, c.heads, c.head_dim});
     p.out = out.view();
+    p.batch = device_batch != nullptr ? device_batch : &pb.batch;
     if (!RunBackend(*k, p)) continue;
     cov.Ran(k->backend);
     ExpectClose(ref.data<float>(), out.data<float>(), out.numel(),
@@ -130,6 +143,60 @@ TEST(DecodeAttention, EveryBackendMatchesReferenceBf16AndFp8) {
   }
   cov.Check<AttentionParams>();
 }
+
+#if defined(PEREGRINE_HAVE_CUDA)
+// A split plan made for longer contexts than the batch holds, as a decode graph captured at
+// 32K and replayed at shorter lengths: the host batch the launcher plans from says
+// plan_lens, the device plan the kernels read holds the real lengths. The kernels pick their
+// active splits from the real lengths (surplus split blocks exit; one active split writes
+// the output directly). Device backends against ref on the real lengths, bf16 and fp8.
+TEST(DecodeAttention, SplitPlanForLongerContexts) {
+  PG_SEED_TRACE();
+  struct PlanCase {
+    DecodeCase c;
+    int plan_len;  // every sequence's kv_len in the host plan
+  };
+  const std::vector<PlanCase> cases = {
+      {{32, 8, 128, 16, {1024}}, 32768},                     // batch 1: 1K on a 32K graph
+      {{32, 8, 128, 16, {5}}, 32768},                        // one active split: direct write
+      {{32, 8, 128, 16, {1, 17, 64, 65, 1000, 3000}}, 32768},
+      {{16, 4, 64, 16, {33, 200, 4000}}, 8192},
+      {{10, 2, 80, 16, {3, 100, 129, 700}}, 16384},          // CUDA-core kernel (d 80)
+      {{32, 8, 128, 16, {1, 700, 2049}, 100}, 32768},        // sliding window
+  };
+  Coverage cov;
+  for (const PlanCase& pc : cases) {
+    const DecodeCase& c = pc.c;
+    SCOPED_TRACE(c.Name() + fmt::format(" planned for {}", pc.plan_len));
+    std::vector<std::pair<int, int>> seqs;
+    for (int kl : c.kv_lens) seqs.push_back({1, kl});
+    const PagedBatch pb(seqs, c.page_size);
+    // The host plan: same rows, kv_len = plan_len, pages that validate (any in range).
+    const size_t ns = c.kv_lens.size();
+    std::vector<int32_t> plan_kv(ns, pc.plan_len), plan_ps(ns), plan_pt;
+    for (size_t s = 0; s < ns; ++s) {
+      plan_ps[s] = int32_t(plan_pt.size());
+      for (int i = 0; i < (pc.plan_len + c.page_size - 1) / c.page_size; ++i)
+        plan_pt.push_back(int32_t(i % pb.num_pages));
+    }
+    AttentionBatch plan{int(ns), c.page_size, pb.q_start, pb.q_len, plan_kv, plan_ps, plan_pt};
+    cuda::DeviceBatchPlan dev;
+    dev.Upload(pb.batch, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    plan.device = &dev.view();
+    Tensor q(DType::kF32, {pb.tokens, c.heads, c.head_dim});
+    Tensor kc(DType::kF32, {pb.num_pages, c.page_size, c.kv_heads, c.head_dim});
+    Tensor vc(DType::kF32, {pb.num_pages, c.page_size, c.kv_heads, c.head_dim});
+    FillNormal(q);
+    FillNormal(kc, 0.0f, 0.5f);
+    FillNormal(vc, 0.0f, 2.0f);
+    for (const Tensor* t : {&q, &kc, &vc}) RoundToBf16(*t);
+    (void)CheckDecodeCase(c, DType::kF32, cov, q, kc, vc, pb, 1, 1, &plan);
+    (void)CheckDecodeCase(c, DType::kF8E4M3, cov, q, kc, vc, pb, 0.5f / 64, 2.0f / 64, &plan);
+  }
+  EXPECT_GT(cov.Runs("cuda"), 0) << "the CUDA backend ran none of the cases";
+}
+#endif  // PEREGRINE_HAVE_CUDA
 
 // A mixed batch (decode rows beside prefill rows): each kernel does only its own rows.
 TEST(DecodeAttention, MixedBatchRoutesRows) {
@@ -230,7 +297,16 @@ struct RopeCase {
   RopeConfig config;
   DType cache;
   float k_scale, v_scale;
+  bool qk_norm = false;  // Qwen3 per-head q/k RMSNorm before the rotation
 };
+
+// Per-head RMSNorm weights around 1 (so a missing or swapped weight shows).
+Tensor NormWeight(int head_dim) {
+  Tensor w(DType::kF32, {head_dim});
+  FillUniform(w, 0.5f, 1.5f);
+  RoundToBf16(w);
+  return w;
+}
 
 TEST(RopeKvWrite, EveryBackendMatchesReference) {
   PG_SEED_TRACE();
@@ -245,10 +321,13 @@ TEST(RopeKvWrite, EveryBackendMatchesReference) {
       {32, 8, 128, llama3, DType::kF8E4M3, 0.125f, 0.0625f},
       {9, 3, 64, gptj, DType::kF32, 1, 1},
       {8, 2, 64, yarn, DType::kF8E4M3, 0.03f, 0.05f},
+      {32, 8, 128, llama3, DType::kF32, 1, 1, true},        // Qwen3-style q/k norm
+      {16, 4, 128, llama3, DType::kF8E4M3, 0.125f, 0.0625f, true},
   };
   Coverage cov;
   for (const RopeCase& c : cases) {
-    SCOPED_TRACE(fmt::format("{}:{} d={} cache {}", c.heads, c.kv_heads, c.head_dim, Info(c.cache).name));
+    SCOPED_TRACE(fmt::format("{}:{} d={} cache {} qk_norm {}", c.heads, c.kv_heads, c.head_dim,
+                             Info(c.cache).name, c.qk_norm));
     const int page = 16;
     const PagedBatch pb({{1, 300}, {7, 7}, {1, 1}, {20, 57}}, page);
     Tensor q(DType::kF32, {pb.tokens, c.heads, c.head_dim});
@@ -269,13 +348,33 @@ TEST(RopeKvWrite, EveryBackendMatchesReference) {
     Tensor rk = cache(), rv = cache();
     RopeKvWriteParams p{q.view(), k.view(), v.view(), pos.view(), c.config,
                         {rk.view(), rv.view(), c.k_scale, c.v_scale}, &pb.batch};
+    const Tensor qn = NormWeight(c.head_dim), kn = NormWeight(c.head_dim);
+    if (c.qk_norm) p.q_norm = qn.view(), p.k_norm = kn.view(), p.norm_eps = 1e-6f;
     RunWith(RefImpl<RopeKvWriteParams>(), p);
     const std::vector<float> rq = Copy(q), rkrot = Copy(k);
-    // Oracle for ref: position 0 rows are unrotated; rotation keeps every head's norm.
-    for (int64_t h = 0; h < c.kv_heads * c.head_dim; ++h)  // seq 1 row 0 is at position 0
+    if (c.qk_norm) {
+      // Oracle for ref: the fused op equals RmsNorm over each head, then the unnormed op.
+      Restore(q, q0), Restore(k, k0);
+      for (auto [t, w, h] : {std::tuple{&q, &qn, c.heads}, std::tuple{&k, &kn, c.kv_heads}}) {
+        TensorView rows = TensorView::Contiguous(t->data<float>(), DType::kF32,
+                                                 {pb.tokens * h, c.head_dim});
+        RunWith(RefImpl<RmsNormParams>(), RmsNormParams{.x = rows, .weight = w->view(),
+                                                        .out = rows, .eps = 1e-6f});
+      }
+      Tensor ck = cache(), cv = cache();
+      RunWith(RefImpl<RopeKvWriteParams>(),
+              RopeKvWriteParams{q.view(), k.view(), v.view(), pos.view(), c.config,
+                                {ck.view(), cv.view(), c.k_scale, c.v_scale}, &pb.batch});
+      ExpectExact(Copy(q).data(), rq.data(), q.numel(), "ref fused q vs RmsNorm + Rope");
+      ExpectExact(Copy(k).data(), rkrot.data(), k.numel(), "ref fused k vs RmsNorm + Rope");
+      ASSERT_EQ(std::memcmp(ck.data<uint8_t>(), rk.data<uint8_t>(), size_t(rk.nbytes())), 0);
+    }
+    // Oracle for ref (no q/k norm): position 0 rows are unrotated; rotation keeps every
+    // head's norm.
+    for (int64_t h = 0; h < c.kv_heads * c.head_dim && !c.qk_norm; ++h)  // seq 1 row 0: position 0
       ASSERT_EQ(rkrot[size_t(pb.q_start[1] * c.kv_heads * c.head_dim + h)],
                 k0[size_t(pb.q_start[1] * c.kv_heads * c.head_dim + h)]);
-    for (int64_t row = 0; row < pb.tokens * c.heads; ++row) {
+    for (int64_t row = 0; row < pb.tokens * c.heads && !c.qk_norm; ++row) {
       double n0 = 0, n1 = 0;
       for (int e = 0; e < c.head_dim; ++e)
         n0 += double(q0[size_t(row * c.head_dim + e)]) * q0[size_t(row * c.head_dim + e)],
@@ -305,8 +404,11 @@ TEST(RopeKvWrite, EveryBackendMatchesReference) {
       // subnormals). v is not rotated: exact but for the bf16 step of an f32 cache.
       const bool f8 = c.cache == DType::kF8E4M3;
       const double rel = !OnDevice(*kb) ? 1e-6 : (f8 ? 1.0 / 8 + 1.0 / 256 : 1.0 / 128);
+      // q/k norm on a device: the normalised heads (|x| <~ 6) are rounded to bf16 before the
+      // rotation, which can cancel: an absolute 12 * 2^-9 (about 1/32) on top.
+      const double norm_abs = OnDevice(*kb) && c.qk_norm ? 1.0 / 32 : 0.0;
       ExpectNearEach(decoded(rk, c.k_scale), decoded(bk, c.k_scale), rel,
-                     f8 ? std::ldexp(c.k_scale, -9) : 0.0, kb->backend + " k cache");
+                     (f8 ? std::ldexp(c.k_scale, -9) : 0.0) + norm_abs, kb->backend + " k cache");
       // v: the device multiplies by 1 / scale where ref divides (one e4m3 step at a tie).
       ExpectNearEach(decoded(rv, c.v_scale), decoded(bv, c.v_scale),
                      !OnDevice(*kb) ? 1e-6 : (f8 ? 1.0 / 8 : 1.0 / 256),

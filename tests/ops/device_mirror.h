@@ -171,8 +171,12 @@ inline KvWriteParams Mirror(DeviceMirror& m, const KvWriteParams& p) {
   return {m.Act(p.k, false), m.Act(p.v, false), Mirror(m, p.cache), p.batch};
 }
 inline RopeKvWriteParams Mirror(DeviceMirror& m, const RopeKvWriteParams& p) {
-  return {m.Act(p.q, true), m.Act(p.k, true), m.Act(p.v, false), m.Raw(p.positions), p.config,
-          Mirror(m, p.cache), p.batch};
+  RopeKvWriteParams d = p;
+  d.q = m.Act(p.q, true), d.k = m.Act(p.k, true), d.v = m.Act(p.v, false);
+  d.positions = m.Raw(p.positions);
+  d.cache = Mirror(m, p.cache);
+  d.q_norm = m.Raw(p.q_norm), d.k_norm = m.Raw(p.k_norm);
+  return d;
 }
 inline AttentionParams Mirror(DeviceMirror& m, const AttentionParams& p) {
   AttentionParams d = p;

@@ -116,6 +116,10 @@ bool Accepts(const KernelImpl<P>& k, const P& p) {
 class Coverage {
  public:
   void Ran(const std::string& backend) { ++runs_[backend]; }
+  int Runs(const std::string& backend) const {
+    const auto it = runs_.find(backend);
+    return it == runs_.end() ? 0 : it->second;
+  }
   template <typename P>
   void Check() const {
     for (const KernelImpl<P>* k : Backends<P>()) {

@@ -198,6 +198,12 @@ void RunRopeKvWrite(const RopeKvWriteParams& p) {
   a.neox = p.config.neox;
   const std::vector<float> inv = RopeInvFreq(p.config, a.rotary_dim);
   std::copy(inv.begin(), inv.end(), a.inv_freq);
+  if (p.q_norm.data) {
+    a.q_norm = p.q_norm.data;
+    a.k_norm = p.k_norm.data;
+    a.norm_type = WeightTypeOf(p.q_norm.dtype);
+    a.norm_eps = p.norm_eps;
+  }
   cuda::LaunchRopeKvWrite(a, stream);
   CheckLaunch();
 }
@@ -397,7 +403,8 @@ void RegisterCudaKernels(Registry& r) {
       [](const RopeKvWriteParams& p) {
         return DevBf16(p.q) && DevBf16(p.k) && DevBf16(p.v) && DevKv(p.cache.k_cache) &&
                DevKv(p.cache.v_cache) &&
-               RotaryDim(p.config, int(p.q.dim(2))) / 2 <= cuda::kMaxRopePairs;
+               RotaryDim(p.config, int(p.q.dim(2))) / 2 <= cuda::kMaxRopePairs &&
+               (!p.q_norm.data || (p.q_norm.device == Device::kCuda && p.q_norm.dtype == p.k_norm.dtype));
       },
       &RunRopeKvWrite));
   // bf16 caches: every batch (decode kernel for single-token rows, prefill / general kernel

@@ -169,8 +169,22 @@ void RefAttention(const AttentionParams& p) {
   }
 }
 
-// Rope on q and k, then KvWrite: the fused op's definition (ops.h).
+// RmsNorm over each head of every token row of x ([tokens, heads, head_dim], rows of packed
+// heads at x's row stride).
+void RefNormHeads(const TensorView& x, const TensorView& weight, float eps) {
+  for (int64_t t = 0; t < x.dim(0); ++t) {
+    TensorView heads = TensorView::Contiguous(RowF32(x, t), DType::kF32, {x.dim(1), x.dim(2)});
+    RefRmsNorm({.x = heads, .weight = weight, .out = heads, .eps = eps});
+  }
+}
+
+// (Per-head RmsNorm of q and k,) Rope on q and k, then KvWrite: the fused op's definition
+// (ops.h).
 void RefRopeKvWrite(const RopeKvWriteParams& p) {
+  if (p.q_norm.data) {
+    RefNormHeads(p.q, p.q_norm, p.norm_eps);
+    RefNormHeads(p.k, p.k_norm, p.norm_eps);
+  }
   RefRope({p.q, p.positions, p.config});
   RefRope({p.k, p.positions, p.config});
   RefKvWrite({p.k, p.v, p.cache, p.batch});

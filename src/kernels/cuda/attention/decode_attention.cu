@@ -7,9 +7,14 @@
 //
 // Work split: a block owns (sequence, kv head, chunk of up to GP of that kv head's query
 // heads, split). GQA heads are packed: the block streams each K/V row once for all GP heads.
-// A sequence's causal key range [lo, pos] is cut into gridDim.z splits of
-// ceil(len / splits) keys (rounded up to 32), so every split count works for every length
-// (the count is fixed at graph capture; shorter sequences use fewer, or all, splits).
+// The grid has num_splits splits per sequence, planned on the host for the longest kv length
+// (fixed at graph capture). On the device each sequence uses ActiveSplits of them, one per
+// min_split_keys keys of its causal range [lo, pos] (decode_common.cuh), each ceil(len /
+// active) keys rounded up to 16: surplus split blocks exit at once, and a sequence with one
+// active split is written directly (the combine kernel skips it). So a graph captured for
+// 32K costs what a 1K plan costs at 1K.
+// Kernels are launched with PDL (common/pdl.cuh): before PdlWait they read only the batch
+// plan and (tensor-core kernel) warm L2 with their first cache tiles.
 //
 // Inside a block: 4 warps take the split's key tiles round robin. A warp holds KG = 32 / L
 // keys at a time, L lanes per key; each lane holds EPL = 16 consecutive-by-vector elements
@@ -38,7 +43,6 @@ using namespace decode;  // kWarps, kThreads, CpAsync*, Exp2Or0, SplitOf, MergeW
 constexpr int kStages = 4;        // tiles in flight per warp (cp.async ring depth)
 constexpr int kU = 2;             // keys per lane group per tile
 constexpr int kEplTarget = 16;    // head-dim elements per lane per key
-constexpr int kMinSplitKeys = 64; // the launcher never plans shorter splits
 
 constexpr int Pow2Ceil(int x) {
   int p = 1;
@@ -77,14 +81,18 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(const __grid_constant__
   const int head_chunks = (group + GP - 1) / GP;
   const int kvh = blockIdx.y / head_chunks, hc = blockIdx.y % head_chunks;
   const int split = blockIdx.z, num_splits = gridDim.z;
+  const int active_splits = ActiveSplits(a, s, num_splits);
+  if (split >= active_splits) return;  // surplus split of a graph planned for longer contexts
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int kg = lane / L, j = lane % L;
   const int t = b.q_start[s];  // the sequence's only query row
   const int h0 = kvh * group + hc * GP;
   const int ng = min(GP, group - hc * GP);  // valid heads of this chunk
-  const SplitRange r = SplitOf(a, s, split, num_splits);
+  const SplitRange r = SplitOf(a, s, split, active_splits);
   const int32_t* pages = b.page_table + b.page_start[s];
   const int ps = b.page_size;
+  PdlTrigger();
+  PdlWait();  // PDL: q and the new token's K/V (the previous kernel's) are visible from here
 
   // This lane's vectors: c-th is vector c * L + j of the row (valid below kNvec).
   bool vec_ok[NV];
@@ -247,25 +255,32 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(const __grid_constant__
     }
   }
   __syncthreads();
-  MergeWarpsAndStore(a, sm_acc, sm_m, sm_l, GP, ng, D, t, h0, split, num_splits);
+  MergeWarpsAndStore(a, sm_acc, sm_m, sm_l, GP, ng, D, t, h0, split, active_splits);
 }
 
 // Merges the splits of one (row, head) when the kernels did not (no split counters): the
 // block's threads are (4-float vector v of head_dim) x (split group), each group sums every
 // G-th split with independent 16-byte loads; the groups meet in shared memory.
 constexpr int kCombineThreads = 256;
-constexpr int kCombineMaxSplits = 128;  // DecodeAttentionSplits never plans more
+constexpr int kCombineMaxSplits = 256;  // DecodeAttentionSplits never plans more
 int CombineThreads(int head_dim) {
   const int vecs = head_dim / 4;
   return vecs * std::max(1, kCombineThreads / vecs);
 }
 
 __global__ void __launch_bounds__(kCombineThreads) DecodeCombineKernel(const __grid_constant__ AttentionArgs a) {
-  const int t = blockIdx.x, h = blockIdx.y, D = a.head_dim, S = a.num_splits;
-  if (a.batch.q_len[a.batch.token_seq[t]] != 1) return;  // not a decode row
+  const int t = blockIdx.x, h = blockIdx.y, D = a.head_dim;
+  PdlTrigger();
+  // Every block waits (PDL), even one with nothing to merge: this kernel must not complete
+  // before the attention kernel did (the next kernel reads rows it wrote directly).
+  PdlWait();
+  const int s_row = a.batch.token_seq[t];
+  if (a.batch.q_len[s_row] != 1) return;  // not a decode row
+  const int S = ActiveSplits(a, s_row, a.num_splits);  // partials of this row
+  if (S == 1) return;  // the attention block wrote the output
+  const int64_t base = (int64_t(t) * a.heads + h) * a.num_splits;
   __shared__ float m_s[kCombineMaxSplits], l_s[kCombineMaxSplits], w[kCombineMaxSplits];
   __shared__ float4 red[kCombineThreads];
-  const int64_t base = (int64_t(t) * a.heads + h) * S;
   const float* ml = a.partial_ml + 2 * base;
   for (int i = threadIdx.x; i < S; i += blockDim.x) m_s[i] = __ldcg(ml + 2 * i), l_s[i] = __ldcg(ml + 2 * i + 1);
   __syncthreads();
@@ -320,7 +335,7 @@ int Occupancy() {
 template <int D, int GP, typename KvT>
 void Launch(const AttentionArgs& a, dim3 grid, cudaStream_t stream) {
   (void)Occupancy<D, GP, KvT>();  // sets the shared-memory attribute
-  DecodeKernel<D, GP, KvT><<<grid, kThreads, Geo<D, KvT>::kSmemBytes, stream>>>(a);
+  LaunchPdl(DecodeKernel<D, GP, KvT>, grid, dim3(kThreads), size_t(Geo<D, KvT>::kSmemBytes), stream, a);
 }
 
 // Calls f.template Run<D, GP, KvT>() for the args' specialisation; false if there is none.
@@ -381,12 +396,29 @@ bool UseMma(const AttentionArgs& a) {
   return !simt && MmaSupports(a.head_dim, a.heads / a.kv_heads, a.kv_type);
 }
 
+// A/B knobs over the args' defaults: PG_DECODE_MIN_SPLIT_KEYS (keys per active split) and
+// PG_DECODE_L2_PREFETCH (tensor-core kernel: tiles of L2 prefetch ahead of the ring; -1: no
+// prefetch, not even of the first tiles before the PDL wait).
+static int EnvInt(const char* name, int fallback) {
+  const char* e = std::getenv(name);
+  return e != nullptr && e[0] != '\0' ? std::atoi(e) : fallback;
+}
+static void ApplyKnobs(AttentionArgs& a) {
+  static const int min_keys = EnvInt("PG_DECODE_MIN_SPLIT_KEYS", 0);
+  static const int prefetch = EnvInt("PG_DECODE_L2_PREFETCH", -2);
+  if (min_keys > 0) a.min_split_keys = min_keys;
+  if (prefetch >= -1) a.l2_prefetch_tiles = prefetch;
+  a.min_split_keys = std::max(1, a.min_split_keys);
+}
+
 bool DecodeAttentionSupports(int head_dim, int group, KvType kv_type) {
   NoOp f;
   return group >= 1 && (MmaSupports(head_dim, group, kv_type) || Dispatch(head_dim, group, kv_type, f));
 }
 
-int DecodeAttentionSplits(const AttentionArgs& a, int num_seqs, int64_t max_len) {
+int DecodeAttentionSplits(const AttentionArgs& args, int num_seqs, int64_t max_len) {
+  AttentionArgs a = args;
+  ApplyKnobs(a);
   const int group = a.heads / a.kv_heads;
   int per_sm = 1, grid_rows = 0;
   if (UseMma(a)) {
@@ -406,8 +438,8 @@ int DecodeAttentionSplits(const AttentionArgs& a, int num_seqs, int64_t max_len)
   }();
   const int64_t capacity = int64_t(sms) * per_sm;  // blocks resident at once
   const int64_t base = int64_t(num_seqs) * grid_rows;
-  const int64_t max_splits =
-      std::max<int64_t>(1, std::min<int64_t>(kCombineMaxSplits, max_len / kMinSplitKeys));
+  const int64_t max_splits = std::max<int64_t>(
+      1, std::min<int64_t>(kCombineMaxSplits, max_len / a.min_split_keys));
   // Fewest splits with the least work per block-slot: minimise waves(S) / S.
   int best = 1;
   double best_cost = 1e30;
@@ -434,6 +466,7 @@ int64_t FusedCombineBytes() {
 void LaunchDecodeAttention(const AttentionArgs& args, cudaStream_t stream) {
   if (args.batch.num_seqs == 0) return;
   AttentionArgs a = args;
+  ApplyKnobs(a);
   const int group = a.heads / a.kv_heads;
   if (UseMma(a)) {
     const MmaShape sh = MmaLaunchShape(a);
@@ -449,8 +482,8 @@ void LaunchDecodeAttention(const AttentionArgs& args, cudaStream_t stream) {
     Dispatch(a.head_dim, group, a.kv_type, f);
   }
   if (a.num_splits > 1 && a.split_counters == nullptr)
-    DecodeCombineKernel<<<dim3(unsigned(a.batch.num_tokens), unsigned(a.heads)),
-                          unsigned(CombineThreads(a.head_dim)), 0, stream>>>(a);
+    LaunchPdl(DecodeCombineKernel, dim3(unsigned(a.batch.num_tokens), unsigned(a.heads)),
+              dim3(unsigned(CombineThreads(a.head_dim))), 0, stream, a);
 }
 
 int* DecodeSplitCounters(int64_t count, cudaStream_t stream) {

@@ -94,11 +94,13 @@ template <int D, bool kF8, bool kHeadWarps>
 __global__ void __launch_bounds__(256) DecodeMmaKernel(const __grid_constant__ AttentionArgs a) {
   using M = MmaGeo<D, kF8>;
   extern __shared__ uint4 smem[];
-  const DeviceBatchView& b = a.batch;
+  const DeviceBatchView& b = a.batch;  // uploaded before the step: readable before PdlWait
   const int s = blockIdx.x;
   if (b.q_len[s] != 1) return;  // a multi-token sequence: another kernel's (block-uniform)
   const int group = a.heads / a.kv_heads;
   const int split = blockIdx.z, num_splits = gridDim.z;
+  const int active_splits = ActiveSplits(a, s, num_splits);
+  if (split >= active_splits) return;  // surplus split of a graph planned for longer contexts
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int warps = kHeadWarps ? int(blockDim.x) / 32 : kWarps;
   const int kvh = kHeadWarps ? int(blockIdx.y) * warps + warp : int(blockIdx.y);
@@ -106,9 +108,38 @@ __global__ void __launch_bounds__(256) DecodeMmaKernel(const __grid_constant__ A
   const int first_tile = kHeadWarps ? 0 : warp, tile_step = kHeadWarps ? 1 : kWarps;
   const int row = b.q_start[s];
   const int h0 = (active ? kvh : 0) * group;
-  const SplitRange r = SplitOf(a, s, split, num_splits);
+  const SplitRange r = SplitOf(a, s, split, active_splits);
   const int32_t* pages = b.page_table + b.page_start[s];
   const int ps = b.page_size;
+  const int keys = max(0, r.end - r.begin);
+  const int tiles = (keys + kTK - 1) / kTK;
+  const int my_tiles =
+      active && first_tile < tiles ? (tiles - first_tile + tile_step - 1) / tile_step : 0;
+  const char* kc = static_cast<const char*>(a.k_cache);
+  const char* vc = static_cast<const char*>(a.v_cache);
+  const int64_t row_bytes = int64_t(D) * M::kElem;
+  const int64_t slot_bytes = int64_t(a.kv_heads) * row_bytes;
+  auto slot = [&](int key) {
+    return (int64_t(pages[key / ps]) * ps + key % ps) * slot_bytes + int64_t(kvh) * row_bytes;
+  };
+  // Warms L2 with the K and V rows of this warp's i-th tile: lane -> (key lane % 16, 128-byte
+  // line lane / 16 + 2j of the row).
+  auto prefetch_tile = [&](int i) {
+    const int key = min(r.begin + (first_tile + i * tile_step) * kTK + lane % kTK, r.end - 1);
+    const int64_t off = slot(key);
+    for (int64_t o = (lane / kTK) * 128; o < row_bytes; o += 256) {
+      PrefetchL2(kc + off + o);
+      PrefetchL2(vc + off + o);
+    }
+  };
+  // Before PdlWait (PDL: the previous kernel, RopeKvWrite, may still run): the batch plan and
+  // the page table are the step's inputs, and the cache rows are readable into L2 (L2 is
+  // coherent; only the new token's row is being written, and the cp.async reads after the
+  // wait see it). The first tiles' DRAM latency overlaps the previous kernel's tail.
+  const int warm = a.l2_prefetch_tiles < 0 ? 0 : min(my_tiles, kStages - 1 + a.l2_prefetch_tiles);
+  for (int i = 0; i < warm; ++i) prefetch_tile(i);
+  PdlTrigger();
+  PdlWait();  // q (rotated in place) and the new token's K/V are visible from here
 
   // Q as A fragments: rows g and g + 8 = heads h0 + g, h0 + g + 8 (zero past the group).
   // Chunk c of lane (g, t) holds dims base(c) + 0..3, base(c) = v * 4 kVe + t kVe + sub * 4
@@ -136,19 +167,8 @@ __global__ void __launch_bounds__(256) DecodeMmaKernel(const __grid_constant__ A
   for (int nb = 0; nb < M::kNb; ++nb) o[nb][0] = o[nb][1] = o[nb][2] = o[nb][3] = 0.0f;
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;  // rows g and g + 8
 
-  const int keys = max(0, r.end - r.begin);
-  const int tiles = (keys + kTK - 1) / kTK;
-  const int my_tiles =
-      active && first_tile < tiles ? (tiles - first_tile + tile_step - 1) / tile_step : 0;
   uint4* ring = smem + warp * M::kWarpU4;
   uint4* vtile = ring + kStages * M::kStageU4;  // fp8 only: widened V [key][chunk], swizzled
-  const char* kc = static_cast<const char*>(a.k_cache);
-  const char* vc = static_cast<const char*>(a.v_cache);
-  const int64_t row_bytes = int64_t(D) * M::kElem;
-  const int64_t slot_bytes = int64_t(a.kv_heads) * row_bytes;
-  auto slot = [&](int key) {
-    return (int64_t(pages[key / ps]) * ps + key % ps) * slot_bytes + int64_t(kvh) * row_bytes;
-  };
   const int vk = lane / 2;  // the key whose V chunks 2 i2 + lane % 2 this lane copies
 
   auto issue = [&](int i) {
@@ -179,6 +199,8 @@ __global__ void __launch_bounds__(256) DecodeMmaKernel(const __grid_constant__ A
   for (int i = 0; i < my_tiles; ++i) {
     __syncwarp();  // every lane is done reading the stage (and tile) about to be overwritten
     if (i + kStages - 1 < my_tiles) issue(i + kStages - 1);
+    if (a.l2_prefetch_tiles > 0 && i + kStages - 1 + a.l2_prefetch_tiles < my_tiles)
+      prefetch_tile(i + kStages - 1 + a.l2_prefetch_tiles);
     CpAsyncCommit();
     CpAsyncWait<kStages - 1>();
     const uint4* st = ring + (i % kStages) * M::kStageU4;
@@ -284,7 +306,7 @@ __global__ void __launch_bounds__(256) DecodeMmaKernel(const __grid_constant__ A
         if (rr >= group) continue;
         const int h = h0 + rr;
         const float m = hr ? m1 : m0, l = hr ? l1 : l0;
-        if (num_splits == 1) {
+        if (active_splits == 1) {
           const float inv = l > 0.0f ? a.v_scale / l : 0.0f;
           bf16* out = a.out + int64_t(row) * a.out_stride + int64_t(h) * D + 2 * t;
 #pragma unroll
@@ -303,7 +325,7 @@ __global__ void __launch_bounds__(256) DecodeMmaKernel(const __grid_constant__ A
     }
     const int first_kvh = int(blockIdx.y) * warps;
     FinishSplits(a, row, first_kvh * group, (min(a.kv_heads, first_kvh + warps) - first_kvh) * group,
-                 num_splits);
+                 active_splits);
     return;
   }
   __syncthreads();
@@ -320,7 +342,7 @@ __global__ void __launch_bounds__(256) DecodeMmaKernel(const __grid_constant__ A
     for (int nb = 0; nb < M::kNb; ++nb) dst[nb * 8] = o[nb][2 * hr], dst[nb * 8 + 1] = o[nb][2 * hr + 1];
   }
   __syncthreads();
-  MergeWarpsAndStore(a, sm_acc, sm_m, sm_l, 16, min(group, 16), D, row, h0, split, num_splits);
+  MergeWarpsAndStore(a, sm_acc, sm_m, sm_l, 16, min(group, 16), D, row, h0, split, active_splits);
 }
 
 // Resident blocks per SM of one instantiation at `warps` warps per block (opts into the
@@ -342,8 +364,8 @@ int Occupancy(int warps) {
 template <int D, bool kF8, bool kHeadWarps>
 void Launch(const AttentionArgs& a, dim3 grid, int warps, cudaStream_t stream) {
   (void)Occupancy<D, kF8, kHeadWarps>(warps);  // sets the shared-memory attribute
-  DecodeMmaKernel<D, kF8, kHeadWarps>
-      <<<grid, warps * 32, warps * MmaGeo<D, kF8>::kWarpU4 * 16, stream>>>(a);
+  LaunchPdl(DecodeMmaKernel<D, kF8, kHeadWarps>, grid, dim3(unsigned(warps * 32)),
+            size_t(warps) * MmaGeo<D, kF8>::kWarpU4 * 16, stream, a);
 }
 
 // Head warps (default) or the round-robin variant (PG_DECODE_MMA_ROUND_ROBIN=1: A/B runs).

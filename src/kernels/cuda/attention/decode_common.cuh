@@ -8,12 +8,13 @@
 #include <cmath>
 
 #include "kernels/cuda/common/device_params.h"
+#include "kernels/cuda/common/pdl.cuh"
 
 namespace pg::cuda::decode {
 
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
-constexpr int kSplitGranule = 32;  // a split's key count is a multiple of this
+constexpr int kSplitGranule = 16;  // a split's key count is a multiple of this (the MMA tile)
 constexpr float kLog2e = 1.4426950408889634f;
 
 __device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, int src_bytes) {
@@ -31,38 +32,60 @@ __device__ __forceinline__ float Exp2Or0(float x, float m) {  // 2^(x - m); 0 fo
   return m == -INFINITY ? 0.0f : exp2f(x - m);
 }
 
-// The split [begin, end) of sequence s's causal key range [lo, pos]: ceil(len / splits)
-// keys per split, rounded up to kSplitGranule (trailing splits may be empty).
+// Sequence s's causal key range [lo, pos] (sliding window applied).
+struct CausalRange {
+  int lo, pos;
+};
+__device__ __forceinline__ CausalRange CausalOf(const AttentionArgs& a, int s) {
+  const int pos = a.batch.kv_len[s] - 1;
+  return {a.sliding_window > 0 ? max(0, pos - a.sliding_window + 1) : 0, pos};
+}
+
+// The splits sequence s uses of the launch's num_splits (grid z, fixed when the graph was
+// captured): one per min_split_keys keys of its causal range, in [1, num_splits]. Read from
+// kv_len on the device, so the same graph serves every shorter context at the cost of that
+// context: split blocks >= this exit at once, and the combine merges only these.
+__device__ __forceinline__ int ActiveSplits(const AttentionArgs& a, int s, int num_splits) {
+  const CausalRange c = CausalOf(a, s);
+  const int n = c.pos + 1 - c.lo;
+  return max(1, min(num_splits, (n + a.min_split_keys - 1) / a.min_split_keys));
+}
+
+// The split [begin, end) of sequence s's causal key range [lo, pos] when it uses `active`
+// splits: ceil(len / active) keys per split, rounded up to kSplitGranule (trailing splits
+// may be empty).
 struct SplitRange {
   int begin, end;
 };
-__device__ __forceinline__ SplitRange SplitOf(const AttentionArgs& a, int s, int split,
-                                              int num_splits) {
-  const int pos = a.batch.kv_len[s] - 1;
-  const int lo = a.sliding_window > 0 ? max(0, pos - a.sliding_window + 1) : 0;
-  const int n = pos + 1 - lo;
-  int chunk = (n + num_splits - 1) / num_splits;
+__device__ __forceinline__ SplitRange SplitOf(const AttentionArgs& a, int s, int split, int active) {
+  const CausalRange c = CausalOf(a, s);
+  const int n = c.pos + 1 - c.lo;
+  int chunk = (n + active - 1) / active;
   chunk = (chunk + kSplitGranule - 1) / kSplitGranule * kSplitGranule;
-  const int begin = lo + split * chunk;
-  return {begin, min(pos + 1, begin + chunk)};
+  const int begin = c.lo + split * chunk;
+  return {begin, min(c.pos + 1, begin + chunk)};
 }
 
-// Merges the num_splits partials of (row t, head h) into the bf16 output; threads of the
-// block (or of the combine kernel) over head_dim. Partials written by other blocks are read
+__device__ __forceinline__ void PrefetchL2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
+}
+
+// Merges the first `active` of the num_splits partials of (row t, head h) into the bf16
+// output; threads of the block over head_dim. Partials written by other blocks are read
 // through L2 (__ldcg).
-__device__ __forceinline__ void CombineSplits(const AttentionArgs& a, int t, int h, int e0,
-                                              int step) {
-  const int D = a.head_dim, S = a.num_splits;
-  const int64_t base = (int64_t(t) * a.heads + h) * S;
+__device__ __forceinline__ void CombineSplits(const AttentionArgs& a, int t, int h, int active,
+                                              int e0, int step) {
+  const int D = a.head_dim;
+  const int64_t base = (int64_t(t) * a.heads + h) * a.num_splits;
   const float* ml = a.partial_ml + 2 * base;
   float mx = -INFINITY;
 #pragma unroll 8
-  for (int i = 0; i < S; ++i) mx = fmaxf(mx, __ldcg(ml + 2 * i));
+  for (int i = 0; i < active; ++i) mx = fmaxf(mx, __ldcg(ml + 2 * i));
   for (int e = e0; e < D; e += step) {
     float sum = 0.0f, val = 0.0f;
     // Independent loads, 8 in flight (an empty split has max -inf: weight 0, acc 0).
 #pragma unroll 8
-    for (int i = 0; i < S; ++i) {
+    for (int i = 0; i < active; ++i) {
       const float c = Exp2Or0(__ldcg(ml + 2 * i), mx);
       sum += __ldcg(ml + 2 * i + 1) * c;
       val += __ldcg(a.partial_acc + (base + i) * D + e) * c;
@@ -73,33 +96,36 @@ __device__ __forceinline__ void CombineSplits(const AttentionArgs& a, int t, int
 }
 
 // After a block wrote its split's partials of row t's heads [h0, h0 + ng): the last of the
-// row's split blocks (same blockIdx.y) to arrive merges the splits (threadFenceReduction)
-// and resets the arrival counter. No-op without counters (a combine kernel runs instead).
+// row's `active` split blocks (same blockIdx.y) to arrive merges the splits
+// (threadFenceReduction) and resets the arrival counter. No-op without counters (a combine
+// kernel runs instead) or with one active split (the block wrote the output).
 __device__ __forceinline__ void FinishSplits(const AttentionArgs& a, int t, int h0, int ng,
-                                             int num_splits) {
-  if (num_splits == 1 || a.split_counters == nullptr) return;
+                                             int active) {
+  if (active == 1 || a.split_counters == nullptr) return;
   __shared__ bool last;
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) {
     int* counter = a.split_counters + int64_t(t) * gridDim.y + blockIdx.y;
-    last = atomicAdd(counter, 1) == num_splits - 1;
+    last = atomicAdd(counter, 1) == active - 1;
     if (last) *counter = 0;  // ready for the next launch
   }
   __syncthreads();
   if (!last) return;
   __threadfence();
   const int warps = blockDim.x / 32;
-  for (int g = threadIdx.x / 32; g < ng; g += warps) CombineSplits(a, t, h0 + g, threadIdx.x % 32, 32);
+  for (int g = threadIdx.x / 32; g < ng; g += warps)
+    CombineSplits(a, t, h0 + g, active, threadIdx.x % 32, 32);
 }
 
 // After __syncthreads: merges the warps' (max, sum, acc) of `ng` heads from shared memory
 // (sm_acc [kWarps][rows][D], sm_m / sm_l [kWarps][rows]; maxima in log2 units) and writes
-// query row t's heads h0.. : the bf16 output (one split) or the split's partial.
+// query row t's heads h0.. : the bf16 output (one active split) or the split's partial
+// (layout [row][head][a.num_splits][...]).
 __device__ __forceinline__ void MergeWarpsAndStore(const AttentionArgs& a, const float* sm_acc,
                                                    const float* sm_m, const float* sm_l,
                                                    int rows, int ng, int D, int t, int h0,
-                                                   int split, int num_splits) {
+                                                   int split, int active) {
   for (int idx = threadIdx.x; idx < ng * D; idx += kThreads) {
     const int g = idx / D, e = idx % D;
     float mx = -INFINITY;
@@ -113,16 +139,16 @@ __device__ __forceinline__ void MergeWarpsAndStore(const AttentionArgs& a, const
       val += sm_acc[(w * rows + g) * D + e] * c;
     }
     const int h = h0 + g;
-    if (num_splits == 1) {
+    if (active == 1) {
       a.out[int64_t(t) * a.out_stride + int64_t(h) * D + e] =
           __float2bfloat16_rn(sum > 0.0f ? val / sum * a.v_scale : 0.0f);
     } else {
-      const int64_t base = (int64_t(t) * a.heads + h) * num_splits + split;
+      const int64_t base = (int64_t(t) * a.heads + h) * a.num_splits + split;
       a.partial_acc[base * D + e] = val;
       if (e == 0) a.partial_ml[2 * base] = mx, a.partial_ml[2 * base + 1] = sum;
     }
   }
-  FinishSplits(a, t, h0, ng, num_splits);
+  FinishSplits(a, t, h0, ng, active);
 }
 
 // Tensor-core decode kernel (decode_attention_mma.cu): bf16 or fp8 caches, head_dim 64/128.

@@ -2,12 +2,17 @@
 // (ops::RopeKvWrite: rotate q and k in place, then write k and v), for bf16 and fp8 e4m3
 // caches (kv_types.cuh: stored = value / scale, saturated).
 //
+// Both kernels are launched with PDL (common/pdl.cuh) and wait before touching anything.
+// The fused kernel optionally RMS-normalises each q and k head first (Qwen3 q/k norm).
+//
 // One block per new token. The slot of token row t: sequence s = token_seq[t], position
 // kv_len[s] - q_len[s] + (t - q_start[s]), page page_table[page_start[s] + pos / page_size].
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include "kernels/cuda/attention/kv_types.cuh"
 #include "kernels/cuda/common/device_params.h"
+#include "kernels/cuda/common/pdl.cuh"
 #include "kernels/cuda/common/rope_device.cuh"
 
 namespace pg::cuda {
@@ -31,6 +36,8 @@ __device__ __forceinline__ void Store(void* cache, int64_t i, float v) {
 
 template <typename KvT>
 __global__ void KvWriteKernel(const KvWriteArgs a) {
+  PdlTrigger();
+  PdlWait();  // k, v are the previous kernels' outputs
   const int t = blockIdx.x;
   const int n = a.kv_heads * a.head_dim;
   const int64_t dst = SlotOffset(a, t);
@@ -42,8 +49,41 @@ __global__ void KvWriteKernel(const KvWriteArgs a) {
 
 // Rotated values are rounded to bf16 (as the separate Rope kernel stores them) before the
 // cache conversion, so the fused op writes exactly what Rope + KvWrite would.
+// Element i of a norm weight vector as f32.
+__device__ __forceinline__ float NormWeight(const void* w, WeightType type, int i) {
+  switch (type) {
+    case WeightType::kBF16: return __bfloat162float(static_cast<const bf16*>(w)[i]);
+    case WeightType::kF16: return __half2float(static_cast<const __half*>(w)[i]);
+    default: return static_cast<const float*>(w)[i];
+  }
+}
+
+// RMSNorm of each of token row t's q heads and k heads in place (warp per head; a lane
+// rewrites only the elements it read). As the RmsNorm kernel: sum of squares of the bf16
+// values in f32, out = bf16(x * rsqrt(mean + eps) * weight).
+__device__ __forceinline__ void NormHeads(const RopeKvWriteArgs& a, bf16* qrow, bf16* krow) {
+  const int d = a.kv.head_dim, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  for (int r = threadIdx.x / 32; r < a.heads + a.kv.kv_heads; r += warps) {
+    const bool is_q = r < a.heads;
+    bf16* x = is_q ? qrow + int64_t(r) * d : krow + int64_t(r - a.heads) * d;
+    const void* wt = is_q ? a.q_norm : a.k_norm;
+    float ss = 0.0f;
+    for (int e = lane; e < d; e += 32) {
+      const float v = __bfloat162float(x[e]);
+      ss += v * v;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    const float inv = rsqrtf(ss / float(d) + a.norm_eps);
+    for (int e = lane; e < d; e += 32)
+      x[e] = __float2bfloat16_rn(__bfloat162float(x[e]) * inv * NormWeight(wt, a.norm_type, e));
+  }
+}
+
 template <typename KvT>
 __global__ void RopeKvWriteKernel(const __grid_constant__ RopeKvWriteArgs a) {
+  PdlTrigger();
+  PdlWait();  // q, k, v (and positions) are the previous kernels' outputs
   const int t = blockIdx.x;
   const KvWriteArgs& w = a.kv;
   const float pos = float(a.positions[t]);
@@ -55,13 +95,15 @@ __global__ void RopeKvWriteKernel(const __grid_constant__ RopeKvWriteArgs a) {
     RopeRotate(c, s, a.inv_freq[i], pos);
     cs[2 * i] = c, cs[2 * i + 1] = s;
   }
-  __syncthreads();
+  bf16* qrow = a.q + int64_t(t) * a.q_stride;
+  bf16* krow = const_cast<bf16*>(w.k) + int64_t(t) * w.k_stride;  // rotated in place
+  if (a.q_norm != nullptr) NormHeads(a, qrow, krow);
+  __syncthreads();  // cs, and the normalised heads (global, written by other warps)
   auto rotate = [&](float& x0, float& x1, int i) {
     const float c = cs[2 * i], s = cs[2 * i + 1];
     const float r0 = x0 * c - x1 * s, r1 = x1 * c + x0 * s;
     x0 = r0, x1 = r1;
   };
-  bf16* qrow = a.q + int64_t(t) * a.q_stride;
   for (int idx = threadIdx.x; idx < a.heads * half; idx += blockDim.x) {
     const int h = idx / half, i = idx % half;
     int i0, i1;
@@ -73,7 +115,6 @@ __global__ void RopeKvWriteKernel(const __grid_constant__ RopeKvWriteArgs a) {
     x[i1] = __float2bfloat16_rn(x1);
   }
   const int64_t dst = SlotOffset(w, t);
-  bf16* krow = const_cast<bf16*>(w.k) + int64_t(t) * w.k_stride;  // rotated in place
   for (int idx = threadIdx.x; idx < w.kv_heads * half; idx += blockDim.x) {
     const int h = idx / half, i = idx % half;
     int i0, i1;
@@ -100,18 +141,18 @@ __global__ void RopeKvWriteKernel(const __grid_constant__ RopeKvWriteArgs a) {
 
 void LaunchKvWrite(const KvWriteArgs& a, cudaStream_t stream) {
   if (a.batch.num_tokens == 0) return;
-  if (a.kv_type == KvType::kBF16)
-    KvWriteKernel<bf16><<<unsigned(a.batch.num_tokens), kThreads, 0, stream>>>(a);
-  else
-    KvWriteKernel<kv::fp8><<<unsigned(a.batch.num_tokens), kThreads, 0, stream>>>(a);
+  const dim3 grid(unsigned(a.batch.num_tokens));
+  if (a.kv_type == KvType::kBF16) LaunchPdl(KvWriteKernel<bf16>, grid, dim3(kThreads), 0, stream, a);
+  else LaunchPdl(KvWriteKernel<kv::fp8>, grid, dim3(kThreads), 0, stream, a);
 }
 
 void LaunchRopeKvWrite(const RopeKvWriteArgs& a, cudaStream_t stream) {
   if (a.kv.batch.num_tokens == 0) return;
+  const dim3 grid(unsigned(a.kv.batch.num_tokens));
   if (a.kv.kv_type == KvType::kBF16)
-    RopeKvWriteKernel<bf16><<<unsigned(a.kv.batch.num_tokens), kThreads, 0, stream>>>(a);
+    LaunchPdl(RopeKvWriteKernel<bf16>, grid, dim3(kThreads), 0, stream, a);
   else
-    RopeKvWriteKernel<kv::fp8><<<unsigned(a.kv.batch.num_tokens), kThreads, 0, stream>>>(a);
+    LaunchPdl(RopeKvWriteKernel<kv::fp8>, grid, dim3(kThreads), 0, stream, a);
 }
 
 }  // namespace pg::cuda

@@ -132,6 +132,13 @@ struct RopeKvWriteArgs {
   int heads, rotary_dim;
   bool neox;
   float inv_freq[kMaxRopePairs];  // [rotary_dim / 2]
+  // Optional per-head RMSNorm of q's and k's heads over head_dim before the rotation (Qwen3
+  // q_norm / k_norm; both or neither): [head_dim] of norm_type. Rounded to bf16 as RmsNorm's
+  // output, so the fused op writes what RmsNorm, RmsNorm, Rope, Rope, KvWrite would.
+  const void* q_norm = nullptr;
+  const void* k_norm = nullptr;
+  WeightType norm_type = WeightType::kF32;
+  float norm_eps = 1e-6f;
 };
 
 // One launch covers every (query row, kv head, split). A split of a row covers key positions
@@ -162,6 +169,15 @@ struct AttentionArgs {
   // zero between launches (the last split block of a row merges the splits and resets its
   // counter). Null: a separate combine kernel merges them.
   int* split_counters = nullptr;
+  // Decode kernels: a sequence uses ceil(causal length / min_split_keys) of the num_splits
+  // splits (at least 1, at most num_splits), decided on the device from its kv_len, so a graph
+  // captured (num_splits planned) for a long context costs little at a short one: surplus
+  // split blocks exit at once, one active split writes the output itself (no partials).
+  int min_split_keys = 32;
+  // Decode tensor-core kernel, L2 prefetch of cache tiles: >= 0: the first tiles of the ring
+  // are prefetched before the PDL wait, and this many tiles beyond the ring ahead of the
+  // cp.async copies (more bytes in flight); -1: no prefetch at all.
+  int l2_prefetch_tiles = 0;
 };
 
 // ---- launchers (defined in the .cu files; all asynchronous on `stream`) --------------------
