@@ -6,9 +6,12 @@
 // top-1 minus the GPU's token's logit below twice the logit tolerance the GPU goldens hold
 // these models to (tests/models/gpu_model_test.cpp: max|diff| <= 0.05 std(logits) for up to 3
 // layers, x sqrt(layers / 3) deeper), i.e. a choice bf16 rounding may flip.
+#include <execinfo.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <future>
@@ -24,6 +27,24 @@
 
 namespace pg::engine {
 namespace {
+
+// A crash on the GPU machine prints its stack (offsets into the binary, for addr2line on the
+// unstripped build here).
+void OnFatalSignal(int sig) {
+  void* frames[64];
+  const int n = backtrace(frames, 64);
+  const char msg[] = "fatal signal; backtrace:\n";
+  (void)!write(2, msg, sizeof msg - 1);
+  backtrace_symbols_fd(frames, n, 2);
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+const bool kSignalsInstalled = [] {
+  std::signal(SIGSEGV, OnFatalSignal);
+  std::signal(SIGABRT, OnFatalSignal);
+  std::signal(SIGBUS, OnFatalSignal);
+  return true;
+}();
 
 constexpr int kContext = 512;
 constexpr float kShallowTol = 0.05f;
@@ -117,9 +138,14 @@ GpuEngine MakeGpuEngine(const std::string& path, EngineConfig c, int64_t max_pag
   o.host_cache_bytes = c.host_cache_bytes;
   o.max_kv_pages = max_pages;
   o.graphs = graphs;
+  std::fprintf(stderr, "[gpu engine] runner\n");
   auto exec = std::make_unique<cuda::CudaStepExecutor>(o);
+  std::fprintf(stderr, "[gpu engine] load + place %s\n", path.c_str());
   auto model = exec->LoadModel({.path = path});
-  exec->Attach(std::move(model), c.ContextFor(exec->model_config()));
+  const int context = c.ContextFor(model->config());
+  std::fprintf(stderr, "[gpu engine] attach (context %d)\n", context);
+  exec->Attach(std::move(model), context);
+  std::fprintf(stderr, "[gpu engine] ready\n");
   GpuEngine g;
   g.exec = exec.get();
   std::vector<int32_t> eos = g.exec->model_config().eos_token_ids;
@@ -317,7 +343,9 @@ TEST_P(EngineGpuTest, SeededSamplingPenaltiesAndLogprobs) {
       EXPECT_EQ(r.logprobs[i].token, r.tokens[i]);
       EXPECT_LE(r.logprobs[i].logprob, 0.0f);
       EXPECT_EQ(int(r.logprobs[i].top.size()), top);
-      if (top > 0) EXPECT_GE(r.logprobs[i].top[0].second, r.logprobs[i].logprob - 1e-5f);
+      if (top > 0) {
+        EXPECT_GE(r.logprobs[i].top[0].second, r.logprobs[i].logprob - 1e-5f);
+      }
     }
   }
   // The seeded stream is the host sampler's: compare with the CPU engine where the logits
