@@ -147,8 +147,8 @@ TEST(PrefillAttentionKernel, AloneMatchesReferenceAndIsDeterministic) {
         SCOPED_TRACE(fmt::format("block_m {} force_splits {} kernel {}", block_m, force,
                                  a.wgmma ? "wgmma" : "mma.sync"));
         const char* wgmma_env = std::getenv("PEREGRINE_PREFILL_WGMMA");
-        if (variant == 2 && c.head_dim == 128 && ComputeMajor() == 9 && wgmma_env != nullptr &&
-            wgmma_env[0] == '1')
+        if (variant == 2 && c.head_dim == 128 && ComputeMajor() == 9 &&
+            (wgmma_env == nullptr || wgmma_env[0] != '0'))
           EXPECT_TRUE(a.wgmma) << "the wgmma kernel was not selected";
         ASSERT_LE(size_t(a.num_splits), max_splits);
         a.partial_acc = static_cast<float*>(ws.p);

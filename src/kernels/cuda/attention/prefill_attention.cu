@@ -443,7 +443,7 @@ bool PrefillAttentionSupportsHeadDim(int d) { return d == 64 || d == 128; }
 // The wgmma kernel needs sm_90a (compute capability 9.x); PEREGRINE_PREFILL_WGMMA=0 / 1 turns
 // it off / on (A/B against the mma.sync kernel), unset: kWgmmaDefault. Cached per process (the
 // current device at first use).
-constexpr bool kWgmmaDefault = false;  // until the GPU harness has passed it
+constexpr bool kWgmmaDefault = true;  // passed the GPU harness 2026-12-01 (docs/PERF.md)
 static bool WgmmaEnabled() {
   static const bool on = [] {
     const char* e = std::getenv("PEREGRINE_PREFILL_WGMMA");

@@ -32,8 +32,7 @@ struct PrefillAttentionArgs {
   int block_m;          // packed rows per block: 64 or 128 (fp8 caches: 64)
   // Kernel choice (PlanPrefillAttention): the sm_90a wgmma kernel (prefill_attention_wgmma.cu,
   // 128 x 128 tiles) takes block_m 128, head_dim 128, bf16 caches on compute capability 9.x
-  // when enabled (PEREGRINE_PREFILL_WGMMA=1; =0 off; unset: prefill_attention.cu's default)
-  // unless allow_wgmma is false; else the mma.sync kernel.
+  // unless allow_wgmma is false or PEREGRINE_PREFILL_WGMMA=0 (A/B); else the mma.sync kernel.
   bool allow_wgmma = true;  // input
   bool wgmma = false;       // output of the plan
   int num_tiles;        // grid.x: sum over handled sequences of ceil(q_len * group / block_m)

@@ -34,7 +34,7 @@ constexpr int kTileBytes = BN * D * 2;  // one K or V tile
 // + 1024: base alignment; + 64: the ping-pong schedule's mbarriers (full / empty per stage)
 constexpr int kSmem = kQBytes + 2 * kStages * kTileBytes + 1024 + 64;
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr bool kPingPongDefault = false;
+constexpr bool kPingPongDefault = true;  // 493-531 vs 430-487 TFLOP/s lockstep (docs/PERF.md)
 
 // Byte offset of 16-byte chunk c (0 .. D/8) of row r in a swizzled [rows][D] tile (wgmma.cuh).
 __device__ __forceinline__ uint32_t SwOffset(int rows, int r, int c) {
