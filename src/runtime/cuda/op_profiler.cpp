@@ -20,6 +20,7 @@ OpProfiler::~OpProfiler() {
 }
 
 void OpProfiler::Begin(std::string_view op) {
+  if (depth_++ > 0) return;  // nested: an unrecorded begin event would fail ElapsedTime
   cudaStream_t s = pg::cuda::CurrentStream();
   if (!spun_ && op != "Embedding") {
     pg::cuda::LaunchSpin(lead_us_, s);
@@ -34,6 +35,7 @@ void OpProfiler::Begin(std::string_view op) {
 }
 
 void OpProfiler::End(std::string_view op) {
+  if (--depth_ > 0) return;
   const size_t i = 2 * names_.size();
   if (i + 1 >= events_.size()) return;
   PG_CUDA_CHECK(cudaEventRecord(events_[i + 1], pg::cuda::CurrentStream()));

@@ -47,6 +47,7 @@ class OpProfiler final : public ops::OpObserver {
   double lead_us_;
   bool spun_ = false;
   bool dropped_ = false;
+  int depth_ = 0;  // ops dispatched inside an op (e.g. a fused op's matmul) time with their parent
 };
 
 }  // namespace pg::runtime::cuda
