@@ -122,7 +122,7 @@ struct Layer {
 // Per-token-count activations.
 struct Acts {
   std::vector<std::unique_ptr<Buf>> bufs;
-  TensorView x, logits, logits32, ids, w, out, g, u, a;
+  TensorView x, logits, logits32, ids, w, out, g, u, a, res, normed, norm_w;
   void* Alloc(size_t bytes) {
     bufs.push_back(std::make_unique<Buf>(bytes));
     return bufs.back()->p;
@@ -132,6 +132,11 @@ struct Acts {
     bench::FillBf16(x.data, n * s.hidden, 1234, 1.0f);
     logits = Dev(Alloc(size_t(n * s.experts * 2)), DType::kBF16, {n, s.experts});
     logits32 = Dev(Alloc(size_t(n * s.experts * 4)), DType::kF32, {n, s.experts});
+    res = Dev(Alloc(size_t(n * s.hidden * 2)), DType::kBF16, {n, s.hidden});
+    bench::FillBf16(res.data, n * s.hidden, 4321, 1.0f);
+    normed = Dev(Alloc(size_t(n * s.hidden * 2)), DType::kBF16, {n, s.hidden});
+    norm_w = Dev(Alloc(size_t(s.hidden * 4)), DType::kF32, {s.hidden});
+    bench::FillF32(norm_w.data, s.hidden, 1.0f);
     ids = Dev(Alloc(size_t(n * s.top_k * 4)), DType::kI32, {n, s.top_k});
     w = Dev(Alloc(size_t(n * s.top_k * 4)), DType::kF32, {n, s.top_k});
     out = Dev(Alloc(size_t(n * s.hidden * 2)), DType::kBF16, {n, s.hidden});
@@ -363,6 +368,23 @@ void DecodeSection(const Shape& s, cudaStream_t stream, double bw, double gemm, 
                           .scaling = L.s.scaling, .x = A.x, .router = L.router_w});
         }, 10, kPerGraph));
     row("router unfused", GraphUs(stream, [&] { Router(L, A); }, 10, kPerGraph));
+    // The FFN's RMSNorm (+ residual add) in front, as the Qwen3-MoE decode step runs it.
+    auto norm_router = [&](bool fused) {
+      ops::MoeRouterParams p{.logits = A.logits32, .topk_ids = A.ids, .topk_weights = A.w,
+                             .scoring = L.s.scoring, .num_groups = L.s.groups,
+                             .topk_groups = L.s.topk_groups, .renormalize = L.s.renormalize,
+                             .scaling = L.s.scaling};
+      if (fused) {
+        p.x = A.x, p.router = L.router_w, p.norm_weight = A.norm_w, p.normed = A.normed;
+        p.residual = A.res;
+      } else {
+        ops::RmsNorm({.x = A.x, .weight = A.norm_w, .out = A.normed, .residual = A.res, .eps = 1e-6f});
+        ops::Matmul({.x = A.normed, .w = L.router_w, .out = A.logits32});
+      }
+      ops::MoeRouter(p);
+    };
+    row("norm+router fused", GraphUs(stream, [&] { norm_router(true); }, 10, kPerGraph));
+    row("norm+router unfused", GraphUs(stream, [&] { norm_router(false); }, 10, kPerGraph));
   }
 }
 

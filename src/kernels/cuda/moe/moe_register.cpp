@@ -297,7 +297,7 @@ void LaunchWalk(const MoeExpertsParams& p, const cuda::MoeWeightLayout& L,
   a.inter = int(inter);
   a.accumulate = accumulate;
   a.gu_unroll = tune.walk_gu_unroll;
-  a.down_unroll = tune.walk_down_unroll ? tune.walk_down_unroll : (n * h <= 4096 ? 8 : 4);
+  a.down_unroll = tune.walk_down_unroll ? tune.walk_down_unroll : (n * h <= 2048 ? 8 : 4);
   a.warps = tune.walk_warps;
   a.phases = tune.walk_phases;
   // Down rows the routed slots may touch (an upper bound: distinct experts are not known here).

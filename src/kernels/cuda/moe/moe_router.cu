@@ -149,13 +149,37 @@ __device__ __forceinline__ float NormIn(const bf16* xt, const bf16* rt, int64_t 
   return rt ? RoundBf16(__bfloat162float(rt[i]) + v) : v;
 }
 
+// The norm input's chunk c (8 elements): bf16(residual + x) with a residual, else x.
+__device__ __forceinline__ void NormIn8(const bf16* xt, const bf16* rt, int64_t c, float* f) {
+  moe::LoadX<8>(xt, c, f);
+  if (!rt) return;
+  float r[8];
+  moe::LoadX<8>(rt, c, r);
+#pragma unroll
+  for (int q = 0; q < 8; ++q) f[q] = RoundBf16(r[q] + f[q]);
+}
+
 // 1 / rms of token row t's norm input (whole block; `red`: kWarps floats of shared memory).
-__device__ float InvRms(const MoeRouterArgs& a, const bf16* xt, const bf16* rt, float* red) {
+// The loads of a thread are independent (unrolled): no chain of dependent L2 round trips.
+__device__ float InvRms(const MoeRouterArgs& a, const bf16* xt, const bf16* rt, bool vec,
+                        float* red) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   float ss = 0.0f;
-  for (int64_t i = threadIdx.x; i < a.hidden; i += blockDim.x) {
-    const float v = NormIn(xt, rt, i);
-    ss = fmaf(v, v, ss);
+  if (vec) {
+    const int nc = a.hidden / 8;
+#pragma unroll 4
+    for (int c = threadIdx.x; c < nc; c += blockDim.x) {
+      float f[8];
+      NormIn8(xt, rt, c, f);
+#pragma unroll
+      for (int q = 0; q < 8; ++q) ss = fmaf(f[q], f[q], ss);
+    }
+  } else {
+#pragma unroll 8
+    for (int64_t i = threadIdx.x; i < a.hidden; i += blockDim.x) {
+      const float v = NormIn(xt, rt, i);
+      ss = fmaf(v, v, ss);
+    }
   }
   ss = WarpSum(ss);
   if (lane == 0) red[warp] = ss;
@@ -171,14 +195,8 @@ __device__ float InvRms(const MoeRouterArgs& a, const bf16* xt, const bf16* rt, 
 // on the fly (bf16-rounded as `normed` stores it).
 __device__ __forceinline__ void LoadIn8(const MoeRouterArgs& a, const bf16* xt, const bf16* rt,
                                         float inv, int64_t c, float* f) {
-  moe::LoadX<8>(xt, c, f);
-  if (!a.norm_w) return;
-  if (rt) {
-    float r[8];
-    moe::LoadX<8>(rt, c, r);
-#pragma unroll
-    for (int q = 0; q < 8; ++q) f[q] = RoundBf16(r[q] + f[q]);
-  }
+  if (!a.norm_w) return moe::LoadX<8>(xt, c, f);
+  NormIn8(xt, rt, c, f);
   const float4* g = reinterpret_cast<const float4*>(a.norm_w + c * 8);
   const float4 g0 = __ldg(g), g1 = __ldg(g + 1);
   const float gw[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
@@ -220,7 +238,7 @@ __global__ void __launch_bounds__(kWarps * 32) FusedRouterKernel(MoeRouterArgs a
   for (int64_t t = 0; t < a.num_tokens; ++t) {
     const bf16* xt = a.x + t * a.ldx;
     const bf16* rt = a.norm_w && a.residual ? a.residual + t * a.ld_res : nullptr;
-    const float inv = a.norm_w ? InvRms(a, xt, rt, red) : 1.0f;  // whole block
+    const float inv = a.norm_w ? InvRms(a, xt, rt, vec, red) : 1.0f;  // whole block
     if (!has_row) continue;
     float acc = 0.0f;
     if (vec) {
@@ -251,13 +269,33 @@ __global__ void __launch_bounds__(kWarps * 32) FusedRouterKernel(MoeRouterArgs a
     for (int64_t t = 0; t < a.num_tokens; ++t) {
       const bf16* xt = a.x + t * a.ldx;
       bf16* rt = a.residual ? a.residual + t * a.ld_res : nullptr;
-      const float inv = InvRms(a, xt, rt, red);
+      const float inv = InvRms(a, xt, rt, vec, red);
       bf16* out = a.normed + t * a.ld_normed;
       // Each element is read, then written, by the same thread.
-      for (int64_t i = threadIdx.x; i < a.hidden; i += blockDim.x) {
-        const float v = NormIn(xt, rt, i);
-        if (rt) rt[i] = __float2bfloat16_rn(v);
-        out[i] = __float2bfloat16_rn(v * inv * a.norm_w[i]);
+      if (vec) {
+#pragma unroll 4
+        for (int c = threadIdx.x; c < a.hidden / 8; c += blockDim.x) {
+          float v[8];
+          NormIn8(xt, rt, c, v);
+          const float4* g = reinterpret_cast<const float4*>(a.norm_w + c * 8);
+          const float4 g0 = __ldg(g), g1 = __ldg(g + 1);
+          const float gw[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+          __align__(16) bf16 rv[8], ov[8];
+#pragma unroll
+          for (int q = 0; q < 8; ++q) {
+            rv[q] = __float2bfloat16_rn(v[q]);
+            ov[q] = __float2bfloat16_rn(v[q] * inv * gw[q]);
+          }
+          if (rt) reinterpret_cast<uint4*>(rt)[c] = *reinterpret_cast<const uint4*>(rv);
+          reinterpret_cast<uint4*>(out)[c] = *reinterpret_cast<const uint4*>(ov);
+        }
+      } else {
+#pragma unroll 8
+        for (int64_t i = threadIdx.x; i < a.hidden; i += blockDim.x) {
+          const float v = NormIn(xt, rt, i);
+          if (rt) rt[i] = __float2bfloat16_rn(v);
+          out[i] = __float2bfloat16_rn(v * inv * a.norm_w[i]);
+        }
       }
     }
   }
@@ -276,7 +314,8 @@ void LaunchMoeRouter(const MoeRouterArgs& a, cudaStream_t stream) {
     auto al16 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
     const bool vec = a.hidden % 8 == 0 && a.ldx % 8 == 0 && a.ld_router % 8 == 0 && al16(a.x) &&
                      al16(a.router_w) && al16(a.norm_w) &&
-                     (!a.residual || (a.ld_res % 8 == 0 && al16(a.residual)));
+                     (!a.residual || (a.ld_res % 8 == 0 && al16(a.residual))) &&
+                     (!a.normed || (a.ld_normed % 8 == 0 && al16(a.normed)));
     const unsigned blocks = unsigned((a.num_experts + kWarps - 1) / kWarps);
     err = LaunchPdl(FusedRouterKernel, dim3(blocks), dim3(kWarps * 32), smem, stream, a, vec);
   } else {

@@ -12,13 +12,14 @@ struct MoeTuning {
   int walk_max_tokens = 4;   // kAuto: batches of at most this many tokens walk their routes
   // Route-walking kernels (moe_walk.cu): 16-byte loads in flight per lane and row in the
   // gate/up kernel (2 or 4) and the down kernel (4 or 8; 0 = auto: 8 when tokens x hidden
-  // <= 4096, measured faster there on the H200, else 4); warps per block (4 or 8); the gate/up
+  // <= 2048, measured faster there on the H200, else 4); warps per block (4 or 8; 4 measured
+  // equal at one token, faster at 2-4); the gate/up
   // kernel prefetches the routed experts' down rows into L2 when they total at most
   // walk_prefetch_bytes (0: never; measured no faster). walk_phases (diagnostics: bit 0 runs
   // the gate/up kernel, bit 1 the down kernel) times one kernel alone.
   int walk_gu_unroll = 2;
   int walk_down_unroll = 0;
-  int walk_warps = 8;
+  int walk_warps = 4;
   long long walk_prefetch_bytes = 0;
   int walk_phases = 3;
 };

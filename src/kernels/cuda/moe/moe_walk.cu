@@ -226,7 +226,20 @@ __global__ void __launch_bounds__(kWarps * 32) DownKernel(MoeWalkArgs a, bool ve
   float acc = 0.0f;
   if (vec) {
     const unsigned valid = __ballot_sync(0xffffffffu, row != nullptr);
-    const int nc = a.inter / C, total = __popc(valid) * nc;
+    const int nvalid = __popc(valid);
+    const int nc = a.inter / C, total = nvalid * nc;
+    // Compacted: lane m (< nvalid) holds the m-th valid slot's fields (one __fns per lane here,
+    // not one per chunk in the loop).
+    {
+      const int src = lane < nvalid ? int(__fns(valid, 0, lane + 1)) : 0;
+      row = reinterpret_cast<const char*>(
+          __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(row), src));
+      act = reinterpret_cast<const float*>(
+          __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(act), src));
+      rs.blocks = reinterpret_cast<const float*>(
+          __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(rs.blocks), src));
+      wj = __shfl_sync(0xffffffffu, wj, src);
+    }
     for (int base = 0; base < total; base += 32 * kU) {
       uint4 raw[kU];
       const float* xs[kU];
@@ -236,8 +249,7 @@ __global__ void __launch_bounds__(kWarps * 32) DownKernel(MoeWalkArgs a, bool ve
 #pragma unroll
       for (int q = 0; q < kU; ++q) {
         const int idx = base + 32 * q + lane;
-        const int m = idx < total ? idx / nc : 0;
-        const int src = int(__fns(valid, 0, m + 1));  // lane of the m-th valid slot
+        const int src = idx < total ? idx / nc : 0;  // compacted slot m
         const auto* rp = reinterpret_cast<const char*>(
             __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(row), src));
         xs[q] = reinterpret_cast<const float*>(
@@ -245,7 +257,7 @@ __global__ void __launch_bounds__(kWarps * 32) DownKernel(MoeWalkArgs a, bool ve
         blk[q] = reinterpret_cast<const float*>(
             __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(rs.blocks), src));
         wq[q] = __shfl_sync(0xffffffffu, wj, src);
-        cq[q] = idx < total ? idx - m * nc : -1;
+        cq[q] = idx < total ? idx - src * nc : -1;
         if (cq[q] >= 0) raw[q] = __ldcs(reinterpret_cast<const uint4*>(rp) + cq[q]);
       }
 #pragma unroll
