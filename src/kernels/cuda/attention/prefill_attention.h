@@ -10,6 +10,9 @@
 // in tiles of 64 from the paged cache (cp.async, 2-3 tiles in flight) and masks only the tiles
 // that cross a row's causal (or sliding-window) bound. num_splits > 1 (long prefixes with few
 // new tokens) writes unnormalised partials that PrefillCombineKernel merges.
+// On sm_90 with head_dim 128, bf16 caches and 128-row tiles the blocks run the wgmma kernel
+// (prefill_attention_wgmma.cu: FlashAttention-3 style, 128 x 128 tiles, ping-pong warpgroups);
+// PlanPrefillAttention picks the kernel (PrefillAttentionArgs::wgmma).
 #pragma once
 
 #include "kernels/cuda/common/device_params.h"
