@@ -202,8 +202,11 @@ int main(int argc, char** argv) {
 
     // Routing threshold: 8 sequences of q_len new tokens on 4K contexts, the tensor-core
     // kernel (auto splits) against the row kernel (split-K as the launcher plans it).
-    fmt::print("\n{:<34} {:>12} {:>12}\n", "small q_len, 8 seqs x 4K ctx", "tensor us", "row us");
-    for (const int ql : {1, 2, 4, 8, 16, 32}) {
+    // "tensor": the mma.sync kernel with 64-row tiles (what the op runs below 512 packed rows
+    // per sequence); "wgmma": the wgmma kernel (128-row tiles), for the op's tile-height rule.
+    fmt::print("\n{:<34} {:>12} {:>12} {:>12}\n", "small q_len, 8 seqs x 4K ctx", "tensor us",
+               "wgmma us", "row us");
+    for (const int ql : {1, 2, 4, 8, 16, 32, 64, 128}) {
       const int nseq = 8, ctx = 4096;
       const int64_t pages_per = ctx / page, pages = pages_per * nseq;
       const int64_t cache_elems = pages * page * kv_heads * d;
@@ -234,6 +237,12 @@ int main(int argc, char** argv) {
       Buf ws(per * size_t(d + 2) * 4);
       a.partial_acc = static_cast<float*>(ws.p), a.partial_ml = a.partial_acc + per * size_t(d);
       const double t_ms = MedianMs(20, [&] { cuda::LaunchPrefillAttention(a, 0); });
+      cuda::PrefillAttentionArgs wa = a;
+      wa.block_m = 128;
+      cuda::PlanPrefillAttention(wa, q_len.data(), kv_len.data(), nseq);
+      const double w_ms = wa.wgmma && size_t(wa.num_splits) <= 64
+                              ? MedianMs(20, [&] { cuda::LaunchPrefillAttention(wa, 0); })
+                              : NAN;
       cuda::AttentionArgs old{};
       old.q = a.q, old.out = a.out;
       old.k_cache = static_cast<const cuda::bf16*>(kc.p), old.v_cache = static_cast<const cuda::bf16*>(vc.p);
@@ -247,8 +256,9 @@ int main(int argc, char** argv) {
       old.chunk = int(chunk), old.num_splits = int((ctx + chunk - 1) / chunk);
       old.partial_acc = a.partial_acc, old.partial_ml = a.partial_ml;
       const double r_ms = MedianMs(20, [&] { cuda::LaunchAttention(old, 0); });
-      fmt::print("{:<34} {:>12.1f} {:>12.1f}   (tensor splits {}, row splits {})\n",
-                 fmt::format("q_len {}", ql), t_ms * 1e3, r_ms * 1e3, a.num_splits, old.num_splits);
+      fmt::print("{:<34} {:>12.1f} {:>12.1f} {:>12.1f}   (tensor splits {}, wgmma splits {}, row splits {})\n",
+                 fmt::format("q_len {}", ql), t_ms * 1e3, w_ms * 1e3, r_ms * 1e3, a.num_splits,
+                 wa.num_splits, old.num_splits);
     }
     return 0;
   } catch (const std::exception& e) {
