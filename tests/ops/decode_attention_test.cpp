@@ -160,6 +160,9 @@ TEST(DecodeAttention, SplitPlanForLongerContexts) {
       {{32, 8, 128, 16, {1024}}, 32768},                     // batch 1: 1K on a 32K graph
       {{32, 8, 128, 16, {5}}, 32768},                        // one active split: direct write
       {{32, 8, 128, 16, {1, 17, 64, 65, 1000, 3000}}, 32768},
+      // 8 rows: the 32K plan has more splits than one wave; short rows stay in one wave,
+      // long ones take every split.
+      {{32, 8, 128, 16, {1024, 1000, 17, 5000, 20000, 300, 64, 1}}, 32768},
       {{16, 4, 64, 16, {33, 200, 4000}}, 8192},
       {{10, 2, 80, 16, {3, 100, 129, 700}}, 16384},          // CUDA-core kernel (d 80)
       {{32, 8, 128, 16, {1, 700, 2049}, 100}, 32768},        // sliding window

@@ -396,7 +396,8 @@ bool UseMma(const AttentionArgs& a) {
   return !simt && MmaSupports(a.head_dim, a.heads / a.kv_heads, a.kv_type);
 }
 
-// A/B knobs over the args' defaults: PG_DECODE_MIN_SPLIT_KEYS (keys per active split) and
+// A/B knobs over the args' defaults: PG_DECODE_MIN_SPLIT_KEYS (keys per active split),
+// PG_DECODE_PDL_LATE (tensor-core kernel: PDL trigger after the key loop) and
 // PG_DECODE_L2_PREFETCH (tensor-core kernel: tiles of L2 prefetch ahead of the ring; -1: no
 // prefetch, not even of the first tiles before the PDL wait).
 static int EnvInt(const char* name, int fallback) {
@@ -406,6 +407,8 @@ static int EnvInt(const char* name, int fallback) {
 static void ApplyKnobs(AttentionArgs& a) {
   static const int min_keys = EnvInt("PG_DECODE_MIN_SPLIT_KEYS", 0);
   static const int prefetch = EnvInt("PG_DECODE_L2_PREFETCH", -2);
+  static const int late = EnvInt("PG_DECODE_PDL_LATE", -1);
+  if (late >= 0) a.pdl_late_trigger = late != 0;
   if (min_keys > 0) a.min_split_keys = min_keys;
   if (prefetch >= -1) a.l2_prefetch_tiles = prefetch;
   a.min_split_keys = std::max(1, a.min_split_keys);
@@ -416,9 +419,11 @@ bool DecodeAttentionSupports(int head_dim, int group, KvType kv_type) {
   return group >= 1 && (MmaSupports(head_dim, group, kv_type) || Dispatch(head_dim, group, kv_type, f));
 }
 
-int DecodeAttentionSplits(const AttentionArgs& args, int num_seqs, int64_t max_len) {
-  AttentionArgs a = args;
-  ApplyKnobs(a);
+// Blocks resident at once, and blocks per split of a batch of num_seqs decode rows.
+struct GridShape {
+  int64_t capacity, base;
+};
+static GridShape ShapeOf(const AttentionArgs& a, int num_seqs) {
   const int group = a.heads / a.kv_heads;
   int per_sm = 1, grid_rows = 0;
   if (UseMma(a)) {
@@ -436,8 +441,13 @@ int DecodeAttentionSplits(const AttentionArgs& args, int num_seqs, int64_t max_l
     cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
     return n > 0 ? n : 1;
   }();
-  const int64_t capacity = int64_t(sms) * per_sm;  // blocks resident at once
-  const int64_t base = int64_t(num_seqs) * grid_rows;
+  return {int64_t(sms) * per_sm, std::max<int64_t>(1, int64_t(num_seqs) * grid_rows)};
+}
+
+int DecodeAttentionSplits(const AttentionArgs& args, int num_seqs, int64_t max_len) {
+  AttentionArgs a = args;
+  ApplyKnobs(a);
+  const auto [capacity, base] = ShapeOf(a, num_seqs);
   const int64_t max_splits = std::max<int64_t>(
       1, std::min<int64_t>(kCombineMaxSplits, max_len / a.min_split_keys));
   // Fewest splits with the least work per block-slot: minimise waves(S) / S.
@@ -467,6 +477,10 @@ void LaunchDecodeAttention(const AttentionArgs& args, cudaStream_t stream) {
   if (args.batch.num_seqs == 0) return;
   AttentionArgs a = args;
   ApplyKnobs(a);
+  {
+    const auto [capacity, base] = ShapeOf(a, a.batch.num_seqs);
+    a.wave_splits = int(std::clamp<int64_t>(capacity / base, 1, kCombineMaxSplits));
+  }
   const int group = a.heads / a.kv_heads;
   if (UseMma(a)) {
     const MmaShape sh = MmaLaunchShape(a);

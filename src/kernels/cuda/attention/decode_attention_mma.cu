@@ -138,7 +138,7 @@ __global__ void __launch_bounds__(256) DecodeMmaKernel(const __grid_constant__ A
   // wait see it). The first tiles' DRAM latency overlaps the previous kernel's tail.
   const int warm = a.l2_prefetch_tiles < 0 ? 0 : min(my_tiles, kStages - 1 + a.l2_prefetch_tiles);
   for (int i = 0; i < warm; ++i) prefetch_tile(i);
-  PdlTrigger();
+  if (!a.pdl_late_trigger) PdlTrigger();
   PdlWait();  // q (rotated in place) and the new token's K/V are visible from here
 
   // Q as A fragments: rows g and g + 8 = heads h0 + g, h0 + g + 8 (zero past the group).
@@ -291,6 +291,7 @@ __global__ void __launch_bounds__(256) DecodeMmaKernel(const __grid_constant__ A
     }
   }
   CpAsyncWait<0>();
+  if (a.pdl_late_trigger) PdlTrigger();
 
   // Row sums over the quad; then the warps merge through shared memory (the ring is free).
 #pragma unroll

@@ -42,13 +42,18 @@ __device__ __forceinline__ CausalRange CausalOf(const AttentionArgs& a, int s) {
 }
 
 // The splits sequence s uses of the launch's num_splits (grid z, fixed when the graph was
-// captured): one per min_split_keys keys of its causal range, in [1, num_splits]. Read from
-// kv_len on the device, so the same graph serves every shorter context at the cost of that
-// context: split blocks >= this exit at once, and the combine merges only these.
+// captured): one per min_split_keys keys of its causal range, at most num_splits, and at most
+// one wave's worth (wave_splits) unless the sequence is long enough for the plan's count
+// (8 * min_split_keys keys per split: the planner goes past one wave only for long contexts).
+// Read from kv_len on the device, so the same graph serves every shorter context at the cost
+// of that context: split blocks >= this exit at once, and the combine merges only these.
 __device__ __forceinline__ int ActiveSplits(const AttentionArgs& a, int s, int num_splits) {
   const CausalRange c = CausalOf(a, s);
   const int n = c.pos + 1 - c.lo;
-  return max(1, min(num_splits, (n + a.min_split_keys - 1) / a.min_split_keys));
+  int cap = num_splits;
+  if (a.wave_splits > 0 && int64_t(n) < int64_t(num_splits) * 8 * a.min_split_keys)
+    cap = min(cap, a.wave_splits);
+  return max(1, min(cap, (n + a.min_split_keys - 1) / a.min_split_keys));
 }
 
 // The split [begin, end) of sequence s's causal key range [lo, pos] when it uses `active`

@@ -173,7 +173,13 @@ struct AttentionArgs {
   // splits (at least 1, at most num_splits), decided on the device from its kv_len, so a graph
   // captured (num_splits planned) for a long context costs little at a short one: surplus
   // split blocks exit at once, one active split writes the output itself (no partials).
-  int min_split_keys = 32;
+  int min_split_keys = 16;
+  // Splits that fill one wave of resident blocks for this batch shape (0: no cap). A sequence
+  // shorter than the plan's full split count uses at most this many (a 1K sequence under a
+  // plan for 32K x 8 stays in one wave); a long one uses the plan's count.
+  int wave_splits = 0;
+  // PDL trigger of the decode kernel after its key loop instead of at its start (A/B).
+  bool pdl_late_trigger = false;
   // Decode tensor-core kernel, L2 prefetch of cache tiles: >= 0: the first tiles of the ring
   // are prefetched before the PDL wait, and this many tiles beyond the ring ahead of the
   // cp.async copies (more bytes in flight); -1: no prefetch at all.
@@ -196,11 +202,12 @@ void LaunchKvWrite(const KvWriteArgs& a, cudaStream_t stream);
 bool AttentionSupportsHeadDim(int head_dim);
 void LaunchAttention(const AttentionArgs& a, cudaStream_t stream);
 // Decode attention (attention/decode_attention.cu): every row of the batch is its sequence's
-// only query (q_len 1). Split-K with the split count fixed by the launcher (graph capture)
-// and each sequence's keys spread over all splits (chunk = its length / num_splits).
+// only query (q_len 1). Split-K with the grid's split count fixed by the launcher (graph
+// capture); each sequence uses as many of them as its own length needs (AttentionArgs::
+// min_split_keys, decided on the device) and spreads its keys over those.
 bool DecodeAttentionSupports(int head_dim, int group, KvType kv_type);
 // The split count that fills the GPU for this batch shape; max_len: the longest causal range
-// (keys) the launch will see (it bounds useful splits at >= 64 keys each).
+// (keys) the launch will see (it bounds useful splits at >= min_split_keys keys each).
 int DecodeAttentionSplits(const AttentionArgs& a, int num_seqs, int64_t max_len);
 void LaunchDecodeAttention(const AttentionArgs& a, cudaStream_t stream);
 // The calling thread's zeroed split counters (AttentionArgs::split_counters) for `count`
