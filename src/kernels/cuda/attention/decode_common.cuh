@@ -1,6 +1,8 @@
 // Pieces shared by the two decode attention kernels (decode_attention.cu: CUDA cores, any
-// shape; decode_attention_mma.cu: tensor cores, bf16, head_dim 64/128): split ranges, the
-// log2-domain softmax helpers, and the end-of-block merge of the warps' partial results.
+// shape; decode_attention_mma.cu: tensor cores, bf16 / fp8, head_dim 64/128): the run-time
+// split count and split ranges, the log2-domain softmax helpers, and the end-of-block merge
+// of the warps' partial results. Both kernels (and the combine) launch with PDL
+// (common/pdl.cuh): before PdlWait they read only the batch plan and the cache's old rows.
 #pragma once
 
 #include <cuda_bf16.h>
