@@ -30,6 +30,28 @@ def check(cond, what):
         FAILED.append(what)
 
 
+# A top-2 logprob gap (nats) below which bf16 noise may flip the greedy choice.
+NEAR_TIE = 0.1
+
+
+def same_or_near_tie(ref, got, what):
+    """ref: logprobs content (token, top_logprobs) of one answer; got: another answer's tokens."""
+    toks = [c["token"] for c in ref]
+    d = 0
+    while d < len(toks) and d < len(got) and toks[d] == got[d]:
+        d += 1
+    if d == len(toks) and d == len(got):
+        check(True, f"{what}: {d} tokens identical")
+        return
+    if d >= len(toks) or d >= len(got):
+        check(False, f"{what}: lengths {len(toks)} / {len(got)}")
+        return
+    top = ref[d]["top_logprobs"]
+    gap = top[0]["logprob"] - top[1]["logprob"]
+    check(gap < NEAR_TIE, f"{what}: identical for {d} tokens, then {toks[d]!r} vs {got[d]!r} at a "
+                          f"top-2 gap of {gap:.4f} nats (near-tie < {NEAR_TIE})")
+
+
 def post(base, path, body, timeout=120):
     req = urllib.request.Request(base + path, data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
@@ -88,11 +110,21 @@ def main():
         check(r["usage"]["prompt_tokens"] > 5, f"chat usage prompt_tokens {r['usage']['prompt_tokens']}")
         check(r["choices"][0]["finish_reason"] == "length", f"finish_reason {r['choices'][0]['finish_reason']}")
 
-        # Streamed chat of the same request: the same greedy text.
+        # Streamed chat of the same request: the same greedy tokens, except at a near-tie (the
+        # second request reuses the first's prompt pages from the prefix cache, a different
+        # bf16 computation; random weights give flat logits, so near-ties are common). Both
+        # ask for top-2 logprobs: the first difference must be where the top-2 gap < NEAR_TIE.
+        lp_req = chat("Write a haiku about GPUs.", logprobs=True, top_logprobs=2)
+        st, text = post(base, "/v1/chat/completions", lp_req)
+        ref = json.loads(text)["choices"][0]["logprobs"]["content"]
+        chunks, done = stream(base, "/v1/chat/completions", lp_req)
+        got = [c["token"] for ch in chunks if ch.get("choices") and ch["choices"][0].get("logprobs")
+               for c in ch["choices"][0]["logprobs"]["content"]]
+        check(done, f"stream ends with [DONE] ({len(chunks)} chunks)")
+        same_or_near_tie(ref, got, "streamed greedy tokens vs non-streamed")
         chunks, done = stream(base, "/v1/chat/completions", chat("Write a haiku about GPUs."))
         joined = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c.get("choices"))
-        check(done, f"stream ends with [DONE] ({len(chunks)} chunks)")
-        check(joined == msg, "streamed greedy text == non-streamed greedy text")
+        check(done and len(joined) > 0, f"streamed chat without logprobs: {len(chunks)} chunks, text")
 
         # Completions endpoint, non-streamed and streamed.
         comp = {"prompt": "The capital of France is", "max_tokens": 16, "temperature": 0, "ignore_eos": True}
@@ -118,17 +150,20 @@ def main():
         check(st == 200 and lp and len(lp["content"]) == 4 and len(lp["content"][0]["top_logprobs"]) == 2,
               "top_logprobs=2 answered (host path)")
 
-        # Concurrent requests (decode batches through the graphs, mixed prefill steps).
+        # Concurrent requests (decode batches through the graphs, mixed prefill steps): all
+        # complete with max_tokens tokens; greedy tokens as given alone except at near-ties.
         prompts = [f"Question {i}: " + "why is the sky blue? " * (1 + 7 * i) for i in range(12)]
-        alone = [json.loads(post(base, "/v1/chat/completions", chat(p))[1])["choices"][0]["message"]["content"]
-                 for p in prompts[:3]]
+        alone = [json.loads(post(base, "/v1/chat/completions", chat(p, logprobs=True, top_logprobs=2))[1])
+                 ["choices"][0]["logprobs"]["content"] for p in prompts[:3]]
         with concurrent.futures.ThreadPoolExecutor(12) as ex:
-            outs = list(ex.map(lambda p: post(base, "/v1/chat/completions", chat(p)), prompts))
+            outs = list(ex.map(lambda p: post(base, "/v1/chat/completions", chat(p, logprobs=True, top_logprobs=2)),
+                               prompts))
         check(all(s == 200 for s, _ in outs), "12 concurrent chats: all HTTP 200")
-        got = [json.loads(t)["choices"][0]["message"]["content"] for _, t in outs[:3]]
-        same = sum(g == a for g, a in zip(got, alone))
-        # bf16 batch shapes may flip a near-tie of the random-weight model: report, require 2/3.
-        check(same >= 2, f"concurrent greedy answers equal the answers given alone ({same}/3)")
+        check(all(json.loads(t)["usage"]["completion_tokens"] == 24 for _, t in outs),
+              "12 concurrent chats: 24 tokens each")
+        for i in range(3):
+            got = [c["token"] for c in json.loads(outs[i][1])["choices"][0]["logprobs"]["content"]]
+            same_or_near_tie(alone[i], got, f"concurrent request {i} vs alone")
 
         # Over-long prompt: 400, and the server still serves.
         st, text = post(base, "/v1/completions", {"prompt": "hello " * 40000, "max_tokens": 4})
