@@ -34,14 +34,15 @@ __device__ unsigned long long CandKey(uint32_t key, int i) {
 __device__ uint32_t CandSortKey(unsigned long long c) { return uint32_t(c >> 32); }
 __device__ int CandIndex(unsigned long long c) { return int(~uint32_t(c)); }
 
-// Zeroes the histograms, then counts every token per bin; `mass`: also fp32 weights per bin
-// (the double weight rounded when `exact`, else __expf). Returns this thread's double sum of
-// weights when `exact` (every token; the caller reduces it), else 0.
-__device__ double HistPass(const Row& r, int* hcount, float* hmass, bool mass, bool exact) {
+// Zeroes the histograms, then counts the tokens of [lo, hi) per bin; `mass`: also fp32
+// weights per bin (the double weight rounded when `exact`, else __expf). Returns this
+// thread's double sum of weights when `exact` (the caller reduces it), else 0.
+__device__ double HistPass(const Row& r, int lo, int hi, int* hcount, float* hmass, bool mass,
+                           bool exact) {
   for (int b = threadIdx.x; b < kHistBins; b += kThreads) hcount[b] = 0, hmass[b] = 0.0f;
   __syncthreads();
   double s = 0.0;
-  r.ForEach([&](int, float x) {
+  r.ForEachIn(lo, hi, [&](int, float x) {
     const int b = r.Bin(x);
     atomicAdd(&hcount[b], 1);
     if (exact) {
@@ -165,7 +166,7 @@ __device__ bool CutTopK(Shared& sh, Row& r, const int* hcount, int k) {
 // r.idx_p) and is returned; -1 (nothing set) when even the last one stays short.
 __device__ int CutTopPAt(Shared& sh, Row& r, int c, double before) {
   const int t = int(threadIdx.x);
-  const double prob = t < c ? r.Weight(KeyToFloat(CandSortKey(sh.cand[t]))) / r.sum_k : 0.0;
+  const double prob = t < c ? r.Prob(KeyToFloat(CandSortKey(sh.cand[t]))) : 0.0;
   double run = 0.0;
   cub::BlockScan<double, kThreads>(sh.cub.sd).InclusiveSum(prob, run);
   if (t == 0) sh.i = INT_MAX;
@@ -191,7 +192,7 @@ __device__ void ChunkSumsOfCandidates(Shared& sh, const Row& r, int n) {
   if (t < n) {
     const unsigned long long cd = sh.cand[t];
     const int i = CandIndex(cd);
-    const double prob = r.Weight(KeyToFloat(CandSortKey(cd))) / r.sum_k;
+    const double prob = r.Prob(KeyToFloat(CandSortKey(cd)));
     if (r.p.min_p <= 0.0f || prob >= r.floor) {
       atomicAdd(&sh.chunk[i / ChunkSize(r.vocab)], prob);
       atomicMax(&sh.last, i);
@@ -212,13 +213,12 @@ __device__ int DrawSmallTopK(Shared& sh, Row& r, double u, int k, bool gathered)
     SortCandidates(sh, k);
   }
   const int c = k, t = int(threadIdx.x);
-  r.sum_k = BlockSum(sh, t < c ? r.Weight(KeyToFloat(CandSortKey(sh.cand[t]))) : 0.0);
+  r.SetSum(BlockSum(sh, t < c ? r.Weight(KeyToFloat(CandSortKey(sh.cand[t]))) : 0.0));
   int kept = c;
   if (r.p.top_p < 1.0f) {  // a set whose running mass stays short of top_p is kept whole
     const int at = CutTopPAt(sh, r, c, 0.0);
     if (at >= 0) kept = at + 1;
   }
-  r.floor = double(r.p.min_p) * (1.0 / r.sum_k);  // prob of the top token: exp(0) / sum
   ChunkSumsOfCandidates(sh, r, kept);
   return DrawFromChunkSums(sh, r, u, sh.chunk[t], sh.last,
                            [&](int i, float x) { return KeptProbOf(r, i, x); });
@@ -230,7 +230,7 @@ __device__ int DrawSmallTopK(Shared& sh, Row& r, double u, int k, bool gathered)
 // gathering every bin whose running mass lies within kMassSlack of that. One pass over the
 // row (each thread its draw chunk) sums the exact probabilities before those bins (and, past
 // min-p, the draw's chunk sums) and gathers their tokens; the sorted candidates give the cut.
-// r.sum_k and r.floor are set. Returns the token, or -1 (the row's cuts untouched: use the
+// r.SetSum was called. Returns the token, or -1 (the row's cuts untouched: use the
 // exact walk) when the fp32 masses chose wrong or the bins hold too many tokens.
 constexpr double kMassSlack = 1e-5;  // relative
 __device__ int DrawTopPHist(Shared& sh, Row& r, const int* hcount, const float* hmass, int nbins,
@@ -257,7 +257,7 @@ __device__ int DrawTopPHist(Shared& sh, Row& r, const int* hcount, const float* 
     if (!r.InTopK(key, i)) return;
     const int b = r.Bin(x);
     if (b < lo) {
-      const double prob = r.Weight(x) / r.sum_k;
+      const double prob = r.Prob(x);
       head += prob;
       if (r.p.min_p <= 0.0f || prob >= r.floor) local += prob, last = i;
     } else if (b <= hi) {

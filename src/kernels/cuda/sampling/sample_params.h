@@ -21,6 +21,7 @@ struct SampleArgs {
   bool update_counts;
   int32_t* tokens;             // [n] out
   float* logprobs;             // optional [n] out
+  int cluster = 1;             // blocks per row, one thread-block cluster (set by LaunchSample)
 };
 void LaunchSample(const SampleArgs& a, cudaStream_t stream);
 

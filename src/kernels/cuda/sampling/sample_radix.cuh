@@ -69,7 +69,7 @@ __device__ void SelectTopP(Shared& sh, double* warp_mass, Row& r) {
     r.ForEach([&](int i, float x) {
       const uint32_t key = ops::SortKey(x);
       const bool in = (key & mask) == prefix && r.InTopK(key, i);
-      BinMass(mine, in ? int((key >> shift) & 0xFF) : -1, in ? r.Weight(x) / r.sum_k : 0.0);
+      BinMass(mine, in ? int((key >> shift) & 0xFF) : -1, in ? r.Prob(x) : 0.0);
     });
     __syncthreads();
     for (int b = threadIdx.x; b < kBins; b += kThreads) {  // warps in a fixed order
@@ -110,7 +110,7 @@ __device__ void SelectTopP(Shared& sh, double* warp_mass, Row& r) {
   ntie = sh.i;
   __syncthreads();
   if (threadIdx.x == 0) {
-    const double pm = r.Weight(KeyToFloat(key_p)) / r.sum_k;  // every tie token's prob
+    const double pm = r.Prob(KeyToFloat(key_p));  // every tie token's prob
     int j = 0;
     while (j < ntie && cum < top_p) cum += pm, ++j;
     sh.i = j < 1 ? 1 : j;

@@ -63,6 +63,10 @@ struct Shared {
   // sampling order (key descending, index ascending).
   unsigned long long cand[kCandCap];
   double chunk[kThreads];  // kept mass of cut candidates per owning chunk (DrawFromChunkSums)
+  // Written once per launch for the other blocks of the row's cluster (sample.cu).
+  cub::KeyValuePair<int, float> cl_best;
+  float cl_max;
+  double cl_sum;
   int last;                // largest kept candidate index
   float f;
   double d;
@@ -83,7 +87,8 @@ struct Row {
   // token i is in top-k iff key > key_k || (key == key_k && i <= idx_k); same for top-p.
   uint32_t key_k = 0, key_p = 0;
   int idx_k = INT_MAX, idx_p = INT_MAX;
-  double sum_k = 1.0, floor = 0.0;  // sum of weights over top-k; min-p floor on prob
+  // sum of weights over top-k, its inverse, the min-p floor on prob (SetSum sets all three)
+  double sum_k = 1.0, inv_sum = 1.0, floor = 0.0;
 
   __device__ float Raw(int i) const { return lf ? lf[i] : __bfloat162float(lb[i]); }
   __device__ float Pen(float l, int i) const {  // the penalised logit of token i
@@ -115,13 +120,24 @@ struct Row {
     }
     for (; i < hi; ++i) f(i, X(i));
   }
-  // f(i, X(i)) over this thread's tokens: groups of 8 consecutive ones, block-strided.
+  // f(i, X(i)) over this thread's tokens of [lo, hi) (lo a multiple of 8): groups of 8
+  // consecutive ones, block-strided.
   template <typename F>
-  __device__ void ForEach(F f) const {
-    for (int base = int(threadIdx.x) * 8; base < vocab; base += kThreads * 8)
-      ForRange(base, min(base + 8, vocab), f);
+  __device__ void ForEachIn(int lo, int hi, F f) const {
+    for (int base = lo + int(threadIdx.x) * 8; base < hi; base += kThreads * 8)
+      ForRange(base, min(base + 8, hi), f);
   }
+  template <typename F>
+  __device__ void ForEach(F f) const { ForEachIn(0, vocab, f); }
   __device__ double Weight(float x) const { return exp(double((x - mx) * inv_t)); }
+  // prob_i = e_i * (1 / sum): a multiply where the host divides (a DDIV per token was the
+  // kernel's costliest step; the two differ by at most one rounding of a double).
+  __device__ double Prob(float x) const { return Weight(x) * inv_sum; }
+  __device__ void SetSum(double s) {
+    sum_k = s;
+    inv_sum = 1.0 / s;
+    floor = double(p.min_p) * inv_sum;  // prob of the top token: exp(0) / sum
+  }
   // The cut-histogram bin of a logit: (mx - x) * bin_scale, clamped to the last bin (NaN
   // too). Monotone (non-increasing in x), so every bin holds one contiguous run of the
   // sampling order and equal logits share a bin. _rn: no contraction, the same bin in
@@ -139,7 +155,7 @@ struct Row {
   // prob_i of a token in K (top-k, top-p and min-p kept), else 0.
   __device__ double KeptProb(float x, uint32_t key, int i) const {
     if (!InTopK(key, i) || !InTopP(key, i)) return 0.0;
-    const double prob = Weight(x) / sum_k;
+    const double prob = Prob(x);
     return p.min_p <= 0.0f || prob >= floor ? prob : 0.0;
   }
 };
