@@ -360,7 +360,8 @@ TEST_P(EngineGpuTest, SeededSamplingPenaltiesAndLogprobs) {
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, EngineGpuTest,
-                         ::testing::Values("tiny-llama", "tiny-qwen3", "tiny-qwen3-moe"),
+                         ::testing::Values("tiny-llama", "tiny-qwen3", "tiny-qwen3-moe",
+                                           "tiny-deepseek-v3"),
                          [](const auto& info) {
                            std::string s = info.param;
                            std::replace(s.begin(), s.end(), '-', '_');
