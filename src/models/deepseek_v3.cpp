@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "kernels/ops_fused.h"
 #include "models/logit_head.h"
 #include "models/moe_device.h"
 #include "models/moe_layer.h"
@@ -334,23 +335,25 @@ class DeepseekV3Model final : public Model {
         DeviceMatmul(hn, c_.q_lora_rank > 0 ? L.wq_a : L.wq, c_.q_lora_rank > 0 ? qa : q);
         DeviceMatmul(hn, L.wkv_a, kva);
       }
-      if (c_.q_lora_rank > 0) {
-        ops::RmsNorm({.x = qa, .weight = L.q_a_norm, .out = qa, .eps = b.rms_norm_eps});
-        DeviceMatmul(qa, L.wq_b, q);
-      }
-      // kv_a_layernorm + k_pe RoPE fused into the cache write, q_pe RoPE into the attention
-      // (the ops' optional prologues: the same computation as RmsNorm; Rope; Rope first).
+      if (c_.q_lora_rank > 0)  // q_a_layernorm + q_b_proj (one kernel at GEMV sizes; the
+                               // composition normalises qa in place)
+        ops::FusedMatmul({.x = qa, .norm_weight = L.q_a_norm, .eps = b.rms_norm_eps,
+                          .w = L.wq_b.w, .w_scale = L.wq_b.scale, .out = q, .normed = qa});
+      // kv_a_layernorm + k_pe RoPE + the cache write, and q_pe's RoPE, as MlaAttention's
+      // optional prologues (the same computation as RmsNorm; Rope; Rope; MlaCacheWrite first;
+      // at <= 4 tokens the CUDA op runs the whole block in three kernels).
       const TensorView rope_pos = rope > 0 && !c_.mla_use_nope ? pos : TensorView{};  // NoPE
       const ops::KvCacheView& cache = kv.layers[size_t(li)];
-      ops::MlaCacheWrite({.latent = kva, .cache = cache, .batch = fb.attention,
-                          .norm_weight = L.kv_a_norm, .eps = b.rms_norm_eps,
-                          .kv_lora_rank = int(rank), .positions = rope_pos, .rope = rope_cfg});
+      const ops::MlaCacheWriteParams write{
+          .latent = kva, .cache = cache, .batch = fb.attention, .norm_weight = L.kv_a_norm,
+          .eps = b.rms_norm_eps, .kv_lora_rank = int(rank), .positions = rope_pos,
+          .rope = rope_cfg};
       ops::MlaAttention({.q = q3, .w_kv_b = L.wkv_b,
                          .out = attn.Reshape({n, nh, vd}), .cache = cache, .batch = fb.attention,
                          .kv_lora_rank = int(rank), .rope_dim = int(rope),
                          .scale = c_.softmax_scale,
                          .mode = decode ? ops::MlaMode::kAbsorbed : ops::MlaMode::kExpanded,
-                         .positions = rope_pos, .rope = rope_cfg});
+                         .positions = rope_pos, .rope = rope_cfg, .write = &write});
       DeviceMatmul(attn, L.wo, o);
       ops::RmsNorm({.x = o, .weight = L.ffn_norm, .out = hn, .residual = x, .eps = b.rms_norm_eps});
       if (L.moe) RunDeviceMoeFfn(L.moe_ffn, c_, hn, ffn, A.ffn_scratch);

@@ -30,8 +30,16 @@ inline KvCacheView MirrorLatent(DeviceMirror& m, const KvCacheView& c, bool copy
     return {m.Act(c.k_cache, copy_back), m.Act(c.v_cache, copy_back), c.k_scale, c.v_scale};
   return {m.Raw(c.k_cache), m.Raw(c.v_cache), c.k_scale, c.v_scale};
 }
+inline MlaCacheWriteParams Mirror(DeviceMirror& m, const MlaCacheWriteParams& p);
 inline MlaAttentionParams Mirror(DeviceMirror& m, const MlaAttentionParams& p) {
+  // The fused write's device params: one per thread, valid until the next mirror (RunBackend
+  // runs the op right after mirroring).
+  thread_local MlaCacheWriteParams write;
   MlaAttentionParams d = p;
+  if (p.write) {
+    write = Mirror(m, *p.write);
+    d.write = &write;
+  }
   d.q = m.Act(p.q, p.positions.data != nullptr);  // the fused RoPE rotates q in place
   d.out = m.Act(p.out, true);
   d.positions = m.Raw(p.positions);
@@ -242,6 +250,7 @@ struct Case {
   bool expanded;                          // also run the expanded mode (ref cost)
   int rank = kRank, rope = kRope;
   bool rope_q = false;                    // also run with the fused q RoPE (positions set)
+  bool write = false;                     // and the fused cache write (norm + k_pe RoPE)
 };
 
 TEST(MlaAttentionOp, BackendsMatchRef) {
@@ -259,12 +268,12 @@ TEST(MlaAttentionOp, BackendsMatchRef) {
       {3, 10, 12, 5, {{1, 40}, {17, 30}, {1, 1}}, true, 21, 6},
       // <= 4 tokens: the fused q-absorb and combine + W_UV kernels (one split / many splits,
       // 16 and 128 heads, q_len 4 verification), with and without the fused q RoPE.
-      {16, 128, 128, 64, {{1, 1000}}, false, kRank, kRope, true},
+      {16, 128, 128, 64, {{1, 1000}}, false, kRank, kRope, true, true},
       {16, 128, 128, 16, {{1, 40}}, false, kRank, kRope, true},
-      {128, 128, 128, 64, {{1, 2000}, {1, 50}}, false, kRank, kRope, true},
-      {16, 128, 128, 32, {{4, 300}}, true, kRank, kRope, true},
-      {4, 32, 24, 4, {{1, 29}, {2, 40}}, false, 64, 16, true},  // generic kernel, fused q side
-      {16, 128, 128, 16, {{1, 300}, {4, 77}, {1, 1}, {3, 3}}, true, kRank, kRope, true},  // 9 tokens
+      {128, 128, 128, 64, {{1, 2000}, {1, 50}}, false, kRank, kRope, true, true},
+      {16, 128, 128, 32, {{4, 300}}, true, kRank, kRope, true, true},
+      {4, 32, 24, 4, {{1, 29}, {2, 40}}, false, 64, 16, true, true},  // generic kernel
+      {16, 128, 128, 16, {{1, 300}, {4, 77}, {1, 1}, {3, 3}}, true, kRank, kRope, true, true},
   };
   if (Backends<MlaAttentionParams>().empty()) GTEST_SKIP() << "no MlaAttention backend besides ref";
   Coverage cov;
@@ -272,11 +281,16 @@ TEST(MlaAttentionOp, BackendsMatchRef) {
     for (DType dt : {DType::kF32, DType::kF8E4M3}) {
       for (MlaMode mode : {MlaMode::kAbsorbed, MlaMode::kExpanded}) {
         if (mode == MlaMode::kExpanded && !c.expanded) continue;
+        // The fused write only with bf16 caches: ref quantizes its f32 prologue output to fp8,
+        // the device its bf16 one (as the separate ops), so a few new latents differ by one
+        // e4m3 step, which attention over rows of mostly new keys magnifies past the bound;
+        // FusedNormRopeMatchesRef checks the fp8 write itself (within one step).
+        const bool with_write = c.write && dt == DType::kF32;
         const std::string what =
-            fmt::format("heads {} nope {} v {} rank {} rope {} page {} cache {} {}{}", c.heads,
+            fmt::format("heads {} nope {} v {} rank {} rope {} page {} cache {} {}{}{}", c.heads,
                         c.nope, c.v, c.rank, c.rope, c.page_size, dt == DType::kF32 ? "bf16" : "fp8",
                         mode == MlaMode::kAbsorbed ? "absorbed" : "expanded",
-                        c.rope_q ? " +q rope" : "");
+                        c.rope_q ? " +q rope" : "", with_write ? " +cache write" : "");
         SCOPED_TRACE(what);
         Batch b(c.seqs, c.page_size);
         LatentCache cache(b, dt, dt == DType::kF32 ? 1.0f : 0.125f,
@@ -294,13 +308,28 @@ TEST(MlaAttentionOp, BackendsMatchRef) {
           p.positions = pos.view();
           p.rope = {.theta = 10000.0f, .neox = c.page_size % 32 == 0};  // both pairings
         }
-        const std::vector<uint8_t> q0 = Bytes(q);  // ref rotates q in place
+        // The fused write: the new tokens' latents (normed and rotated by the op) replace the
+        // rows LatentCache wrote at their positions.
+        Tensor latent = F32({b.tokens, c.rank + c.rope}, 2.0f), norm_w = F32({c.rank}, 0.2f);
+        RoundToBf16(latent);
+        for (int64_t i = 0; i < c.rank; ++i) norm_w.data<float>()[i] += 1.0f;
+        const MlaCacheWriteParams write{.latent = latent.view(), .cache = cache.view,
+                                        .batch = &b.batch, .norm_weight = norm_w.view(),
+                                        .eps = 1e-6f, .kv_lora_rank = c.rank,
+                                        .positions = pos.view(), .rope = p.rope};
+        if (with_write) p.write = &write;
+        // ref rotates q, norms / rotates the latent and writes the cache, all in place.
+        const std::vector<uint8_t> q0 = Bytes(q), lat0 = Bytes(latent), k0 = Bytes(cache.k),
+                                   v0 = Bytes(cache.v);
         RunWith(RefImpl<MlaAttentionParams>(), p);
         const std::vector<uint8_t> q_ref = Bytes(q);
         for (const auto* k : Backends<MlaAttentionParams>()) {
           got.Zero();
           p.out = got.view();
           std::memcpy(q.data<uint8_t>(), q0.data(), q0.size());
+          std::memcpy(latent.data<uint8_t>(), lat0.data(), lat0.size());
+          std::memcpy(cache.k.data<uint8_t>(), k0.data(), k0.size());
+          std::memcpy(cache.v.data<uint8_t>(), v0.data(), v0.size());
           if (!RunBackend(*k, p)) continue;
           cov.Ran(k->backend);
           ExpectClose(ref_out.data<float>(), got.data<float>(), got.numel(), kBf16Attention,
@@ -388,7 +417,8 @@ TEST(MlaCacheWriteOp, FusedNormRopeMatchesRef) {
       LatentCache want(b, dt, 1.0f, 1.0f, sh.rank, sh.rope);
       if (dt == DType::kF8E4M3) want.view.k_scale = 0.5f, want.view.v_scale = 0.25f;
       const int64_t L = sh.rank + sh.rope, half = MlaCacheHalfDim(sh.rank, sh.rope);
-      Tensor latent = F32({b.tokens, L}, 4.0f);
+      // Values about the rms: the bf16 bound (max error / rms) then holds for the rotated ones.
+      Tensor latent = F32({b.tokens, L}, 1.0f);
       RoundToBf16(latent);
       Tensor norm_w = F32({sh.rank}, 0.3f);
       for (int64_t i = 0; i < sh.rank; ++i) norm_w.data<float>()[i] += 1.0f;

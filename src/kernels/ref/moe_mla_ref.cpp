@@ -110,6 +110,7 @@ void MlaAttention(const MlaAttentionParams& p) {
   const int64_t vd = p.out.dim(2), rank = p.kv_lora_rank, latent_dim = rank + rope;
   const int64_t per_head = nope + vd;
   const double scale = p.scale > 0 ? p.scale : 1.0 / std::sqrt(double(qk));
+  if (p.write) ref::MlaCacheWrite(*p.write);  // the new tokens' latents first (ops_moe.h)
   LatentCache lc{p.cache, (latent_dim + 1) / 2};
   if (p.positions.data) RopeSlice(p.q, heads, qk, nope, rope, p.positions, p.rope);
   // w_kv_b as f32: [heads * (nope + vd), rank].

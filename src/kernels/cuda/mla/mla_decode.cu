@@ -11,7 +11,9 @@
 //   online softmax    (log2 domain) per row through shared memory
 //   O = O * alpha + P · V   V = the first 512 columns of the same latent tile;
 //                     warp w owns rows (w & 1) * 16 .. +16, columns (w >> 1) * 128 .. +128
-// Every latent tile is read from HBM once per split and serves all the block's rows; the
+// bf16 tiles are triple-buffered (two tiles in flight while one is computed: one block per SM
+// needs that much in flight to stream at HBM speed); fp8 tiles double-buffered (one staging
+// buffer). Every latent tile is read from HBM once per split and serves all the block's rows; the
 // row groups of one split run side by side (blockIdx.x fastest), so their tiles come from L2.
 // With num_splits > 1 a block writes an unnormalised partial and MlaCombineKernel (or the fused
 // MlaCombineApplyKernel, mla_fused.cu) merges. A split's key range comes from the sequence's
@@ -45,14 +47,18 @@ constexpr int kKq = kMlaLatent / 4;      // latent dims per score warp (144 = 9 
 constexpr int kQSteps = kKq / 16;
 constexpr float kNoMax = -1e30f;     // running max before any key (finite: no inf - inf)
 
+constexpr int kMaxStages = 3;
+template <bool kFp8>
+inline constexpr int kStages = kFp8 ? 2 : 3;  // latent tile buffers (tiles in flight + 1)
+
 struct Smem {
   bf16 q[kRows][kLd];
-  bf16 k[2][kKeys][kLd];
+  bf16 k[kMaxStages][kKeys][kLd];
   float s[4][kRows][kSLd];  // partial scores of the 4 k-quarters
   bf16 p[kRows][kPLd];
   float m[kRows], l[kRows], alpha[kRows];
   int pos[kRows];  // causal limit of the row (-1: not a row of this block)
-  int64_t slot[2][kKeys];  // cache slots of the next tiles' keys (tile i in slot[i & 1])
+  int64_t slot[kMaxStages][kKeys];  // cache slots of the next tiles' keys (tile i: slot[i % S])
 };
 struct SmemFp8 {
   Smem base;
@@ -71,10 +77,13 @@ __device__ __forceinline__ int64_t SlotOf(const int32_t* pages, int page_size, i
   return t < k_end ? int64_t(pages[t / page_size]) * page_size + t % page_size : -1;
 }
 
-// Issues the cp.async copies of one latent tile (rows with slot -1 zero-filled).
+// Issues the cp.async copies of one latent tile (rows with slot -1 zero-filled); only rows j
+// with (j < split_row) == before when split_row >= 0 (tile 0 loads its rows of earlier steps'
+// keys before PdlWait, the rows of this step's keys after it).
 template <bool kFp8>
 __device__ __forceinline__ void LoadTile(const MlaDecodeArgs& a, const int64_t* slots,
-                                         bf16 (*dst)[kLd], uint8_t (*stage)[kMlaLatent]) {
+                                         bf16 (*dst)[kLd], uint8_t (*stage)[kMlaLatent],
+                                         int split_row = -1, bool before = true) {
   if constexpr (kFp8) {
     constexpr int kHalfChunks = kMlaHalf / 16;  // 18 chunks of 16 fp8 per half row
     constexpr int kTotal = kKeys * 2 * kHalfChunks;
@@ -83,6 +92,7 @@ __device__ __forceinline__ void LoadTile(const MlaDecodeArgs& a, const int64_t* 
       const int c = threadIdx.x + i * kThreads;
       if (c >= kTotal) break;
       const int j = c / (2 * kHalfChunks), cc = c % (2 * kHalfChunks);
+      if (split_row >= 0 && (j < split_row) != before) continue;
       const int64_t slot = slots[j];
       const bool k_half = cc < kHalfChunks;
       const uint8_t* src = static_cast<const uint8_t*>(k_half ? a.k_cache : a.v_cache) +
@@ -96,6 +106,7 @@ __device__ __forceinline__ void LoadTile(const MlaDecodeArgs& a, const int64_t* 
     for (int i = 0; i < kKeys * kChunks / kThreads; ++i) {
       const int c = threadIdx.x + i * kThreads;
       const int j = c / kChunks, cc = c % kChunks;
+      if (split_row >= 0 && (j < split_row) != before) continue;
       const int64_t slot = slots[j];
       const bool k_half = cc < kHalfChunks;
       const bf16* src = static_cast<const bf16*>(k_half ? a.k_cache : a.v_cache) +
@@ -126,9 +137,9 @@ __global__ void __launch_bounds__(kThreads, 1) MlaDecodeKernel(const MlaDecodeAr
   Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
   uint8_t(*stage)[kMlaLatent] = kFp8 ? reinterpret_cast<SmemFp8*>(smem_raw)->stage : nullptr;
 
-  // Everything below reads the batch plan / q_lat or writes: wait for the upstream kernel.
-  PdlWait();
-  PdlTrigger();  // the combine may launch now (and stream its weights meanwhile)
+  // Before PdlWait this kernel reads only the batch plan (uploaded by the host before the
+  // step; no kernel of the step writes it) and latent rows of keys older than the step's new
+  // tokens (written by earlier steps); q_lat and the new rows are read after it.
   const DeviceBatchView& b = a.batch;
   const int s = blockIdx.z, split = blockIdx.y;
   const int q_len = b.q_len[s], kv_len = b.kv_len[s];
@@ -147,25 +158,35 @@ __global__ void __launch_bounds__(kThreads, 1) MlaDecodeKernel(const MlaDecodeAr
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, t4 = lane % 4;
 
-  // Slots of tiles 0 and 1, then Q rows and the first tile.
-  if (tid < kKeys) {
-    sm.slot[0][tid] = SlotOf(pages, b.page_size, k_begin + tid, k_end);
-    sm.slot[1][tid] = SlotOf(pages, b.page_size, k_begin + kKeys + tid, k_end);
-  }
+  constexpr int S = kStages<kFp8>;
+  // Slots of tiles 0 .. S-1, then Q rows and the first tiles.
+  if (tid < kKeys)
+#pragma unroll
+    for (int i = 0; i < S; ++i) sm.slot[i][tid] = SlotOf(pages, b.page_size, k_begin + i * kKeys + tid, k_end);
   __syncthreads();
+  // Tile 0: rows of earlier steps' keys now, this step's (row >= new_row) after PdlWait.
+  const int new_row = min(max(kv_len - q_len - k_begin, 0), kKeys);
+  if (num_tiles > 0) LoadTile<kFp8>(a, sm.slot[0], sm.k[0], stage, new_row, true);
+  CpAsyncCommit();
+  PdlWait();
+  PdlTrigger();  // the combine may launch now (and stream its weights meanwhile)
   for (int c = tid; c < kRows * kChunks; c += kThreads) {
     const int r = c / kChunks, cc = c % kChunks;
     const bool ok = r0 + r < rows_total;
     CpAsync16(&sm.q[r][cc * 8], a.q_lat + (ok ? (row_base + r) * kMlaLatent + cc * 8 : 0), ok);
   }
-  if (num_tiles > 0) LoadTile<kFp8>(a, sm.slot[0], sm.k[0], stage);
+  if (num_tiles > 0 && new_row < kKeys) LoadTile<kFp8>(a, sm.slot[0], sm.k[0], stage, new_row, false);
   CpAsyncCommit();
+  if constexpr (S == 3) {  // tile 1 in flight too
+    if (num_tiles > 1) LoadTile<kFp8>(a, sm.slot[1], sm.k[1], stage);
+    CpAsyncCommit();
+  }
   if (tid < kRows) {
     sm.m[tid] = kNoMax;
     sm.l[tid] = 0.0f;
     sm.pos[tid] = r0 + tid < rows_total ? kv_len - q_len + (r0 + tid) / a.heads : -1;
   }
-  CpAsyncWaitAll();
+  CpAsyncWaitGroup<S - 2>();  // Q and tile 0 (tile 1 may still be in flight)
   __syncthreads();
   if constexpr (kFp8) {
     if (num_tiles > 0) WidenTile(a, stage, sm.k[0]);
@@ -190,12 +211,12 @@ __global__ void __launch_bounds__(kThreads, 1) MlaDecodeKernel(const MlaDecodeAr
   }
 
   for (int it = 0; it < num_tiles; ++it) {
-    const int buf = it & 1;
+    const int buf = it % S, nxt = it + S - 1;
     const int t0 = k_begin + it * kKeys;
-    if (it + 1 < num_tiles) LoadTile<kFp8>(a, sm.slot[buf ^ 1], sm.k[buf ^ 1], stage);
+    if (nxt < num_tiles) LoadTile<kFp8>(a, sm.slot[nxt % S], sm.k[nxt % S], stage);
     CpAsyncCommit();
-    // Tile it's slots are spent: look up tile it + 2's (read after the barriers below).
-    if (tid < kKeys) sm.slot[buf][tid] = SlotOf(pages, b.page_size, t0 + 2 * kKeys + tid, k_end);
+    // Tile it's slots are spent: look up tile it + S's (read after the barriers below).
+    if (tid < kKeys) sm.slot[buf][tid] = SlotOf(pages, b.page_size, t0 + S * kKeys + tid, k_end);
 
     // ---- scores: warp (rg, kq) computes rows rg*16..+16 x all 32 keys over latent dims
     // kq*144..+144 (4 independent accumulators, short dependency chains); the 4 k-quarters
@@ -291,10 +312,10 @@ __global__ void __launch_bounds__(kThreads, 1) MlaDecodeKernel(const MlaDecodeAr
       }
     }
 
-    CpAsyncWaitAll();
+    CpAsyncWaitGroup<S - 2>();  // tile it + 1 has landed (it + 2 may be in flight)
     __syncthreads();
     if constexpr (kFp8) {
-      if (it + 1 < num_tiles) WidenTile(a, stage, sm.k[buf ^ 1]);
+      if (it + 1 < num_tiles) WidenTile(a, stage, sm.k[(it + 1) % S]);
       __syncthreads();
     }
   }
@@ -327,33 +348,52 @@ __global__ void __launch_bounds__(kThreads, 1) MlaDecodeKernel(const MlaDecodeAr
   }
 }
 
-// One block per (token, head) row; 128 threads x 4 columns.
+// One block per (token, head) row, 4 warps: warp w sums splits w, w + 4, ... (lane: 4 float4
+// columns), so a row with many splits (batch 1, long context) has 16 loads in flight per lane
+// step instead of a serial walk; the 4 partial sums meet in shared memory.
 __global__ void __launch_bounds__(128) MlaCombineKernel(const MlaCombineArgs a) {
+  __shared__ __align__(16) float red[4][kMlaRank];
   PdlWait();
   PdlTrigger();
   const int64_t row = blockIdx.x;
   const int token = int(row / a.heads);
   const int s = a.batch.token_seq[token];
   const int kv_len = a.batch.kv_len[s];
-  const int n = min(a.num_splits, (kv_len + MlaSplitChunk(kv_len, a.num_splits) - 1) /
-                                      MlaSplitChunk(kv_len, a.num_splits));
+  const int chunk = MlaSplitChunk(kv_len, a.num_splits);
+  const int n = min(a.num_splits, (kv_len + chunk - 1) / chunk);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const float* ml = a.partial_ml + row * a.num_splits * 2;
   float mx = kNoMax;
-  for (int i = 0; i < n; ++i) mx = fmaxf(mx, ml[2 * i]);
+  for (int i = lane; i < n; i += 32) mx = fmaxf(mx, ml[2 * i]);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
   float l = 0.0f;
-  float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  const int c = threadIdx.x * 4;
-  for (int i = 0; i < n; ++i) {
+  for (int i = lane; i < n; i += 32) l += exp2f(ml[2 * i] - mx) * ml[2 * i + 1];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
+  float4 acc[4];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) acc[q] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  for (int i = warp; i < n; i += 4) {
     const float w = exp2f(ml[2 * i] - mx);
-    l += w * ml[2 * i + 1];
-    const float4 v =
-        *reinterpret_cast<const float4*>(a.partial_acc + (row * a.num_splits + i) * kMlaRank + c);
-    o.x += w * v.x, o.y += w * v.y, o.z += w * v.z, o.w += w * v.w;
+    const float4* src = reinterpret_cast<const float4*>(a.partial_acc + (row * a.num_splits + i) * kMlaRank);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const float4 v = src[q * 32 + lane];
+      acc[q].x += w * v.x, acc[q].y += w * v.y, acc[q].z += w * v.z, acc[q].w += w * v.w;
+    }
   }
+#pragma unroll
+  for (int q = 0; q < 4; ++q) reinterpret_cast<float4*>(red[warp])[q * 32 + lane] = acc[q];
+  __syncthreads();
   const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+  const int c = threadIdx.x * 4;
+  float o[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) o[e] = (red[0][c + e] + red[1][c + e] + red[2][c + e] + red[3][c + e]) * inv;
   bf16* dst = a.o_lat + row * kMlaRank + c;
-  reinterpret_cast<__nv_bfloat162*>(dst)[0] = __floats2bfloat162_rn(o.x * inv, o.y * inv);
-  reinterpret_cast<__nv_bfloat162*>(dst)[1] = __floats2bfloat162_rn(o.z * inv, o.w * inv);
+  reinterpret_cast<__nv_bfloat162*>(dst)[0] = __floats2bfloat162_rn(o[0], o[1]);
+  reinterpret_cast<__nv_bfloat162*>(dst)[1] = __floats2bfloat162_rn(o[2], o[3]);
 }
 
 template <bool kFp8>

@@ -9,6 +9,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
+#include <algorithm>
+
 #include "kernels/cuda/common/pdl.cuh"
 #include "kernels/cuda/common/rope_device.cuh"
 #include "kernels/cuda/mla/mla_params.h"
@@ -19,7 +21,6 @@ namespace {
 constexpr float kNoMax = -1e30f;  // as the decode kernel's running max before any key
 
 __device__ __forceinline__ float Bf(bf16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float RoundBf(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 
 // 8 bf16 (one 16-byte load) -> floats.
 __device__ __forceinline__ void Unpack8(const uint4& u, float (&f)[8]) {
@@ -67,9 +68,10 @@ __device__ __forceinline__ void StoreLatent(const MlaCacheWriteArgs& w, int64_t 
   }
 }
 
-__global__ void __launch_bounds__(kPrepThreads) MlaKvPrepKernel(const __grid_constant__ MlaKvPrepArgs a) {
+// Token t's kv prep by one block of kPrepThreads threads.
+__device__ void KvPrepRow(const MlaKvPrepArgs& a, int t) {
   const MlaCacheWriteArgs& w = a.write;
-  const int t = blockIdx.x, tid = threadIdx.x;
+  const int tid = threadIdx.x;
   PdlWait();
   PdlTrigger();
   const DeviceBatchView& b = w.batch;
@@ -116,16 +118,49 @@ __global__ void __launch_bounds__(kPrepThreads) MlaKvPrepKernel(const __grid_con
   }
 }
 
+__global__ void __launch_bounds__(kPrepThreads) MlaKvPrepKernel(const __grid_constant__ MlaKvPrepArgs a) {
+  KvPrepRow(a, blockIdx.x);
+}
+
 // ---- q absorb -------------------------------------------------------------------------------
 // Block: 256 threads = 8 column threads (8 columns each: 64) x 32 row groups; row group rg
 // owns rows rg, rg + 32, rg + 64, rg + 96 of W_UK_h (nope <= 128), held in registers.
 constexpr int kFoldThreads = 256, kFoldCols = 64, kFoldRowGroups = 32;
+static_assert(kFoldThreads == kPrepThreads, "the fused kv prep runs in q-absorb blocks");
 constexpr int kFoldRowIters = kMlaFoldMaxNope / kFoldRowGroups;  // 4
+
+// One unit of q_pe of (token t, head h): pair i rotated in place in q (rounded as the Rope
+// kernel) and written to q_lat[t, h, rank:], or (no positions) element i copied. Units per
+// head: QPeUnits.
+__device__ __forceinline__ int QPeUnits(const MlaQAbsorbArgs& a) { return a.positions ? a.rope / 2 : a.rope; }
+__device__ __forceinline__ void QPe(const MlaQAbsorbArgs& a, int t, int h, int i) {
+  const int qk = a.nope + a.rope, L = a.rank + a.rope, half_pairs = a.rope / 2;
+  bf16* qp = a.q + int64_t(t) * a.q_stride + int64_t(h) * qk + a.nope;
+  bf16* ql = a.q_lat + (int64_t(t) * a.heads + h) * L + a.rank;
+  if (!a.positions) {
+    ql[i] = qp[i];
+    return;
+  }
+  int i0, i1;
+  RopePairIndex(a.neox, i, half_pairs, i0, i1);
+  float x0 = Bf(qp[i0]), x1 = Bf(qp[i1]);
+  RopeRotate(x0, x1, a.inv_freq[i], float(a.positions[t]));
+  const bf16 b0 = __float2bfloat16_rn(x0), b1 = __float2bfloat16_rn(x1);
+  qp[i0] = b0;
+  qp[i1] = b1;
+  ql[i0] = b0;
+  ql[i1] = b1;
+}
 
 __global__ void __launch_bounds__(kFoldThreads) MlaQAbsorbKernel(const __grid_constant__ MlaQAbsorbArgs a) {
   __shared__ float q_s[kMlaFoldMaxTokens][kMlaFoldMaxNope];
   __shared__ float red[kFoldRowGroups][kMlaFoldMaxTokens][kFoldCols + 4];
+  if (blockIdx.y == a.heads) {  // the fused cache write: block x preps token x
+    if (blockIdx.x < a.tokens) KvPrepRow(a.prep, blockIdx.x);
+    return;
+  }
   const int h = blockIdx.y, c0 = blockIdx.x * kFoldCols;
+  if (c0 >= a.rank) return;  // grid.x covers the tokens of the kv prep (tiny ranks)
   const int tid = threadIdx.x, cg = tid % 8, rg = tid / 8;
   // Weights first (no upstream kernel writes them): this block's W_UK_h slice.
   const bf16* wh = a.w + int64_t(h) * a.w_head * a.ldw + c0 + cg * 8;
@@ -178,28 +213,19 @@ __global__ void __launch_bounds__(kFoldThreads) MlaQAbsorbKernel(const __grid_co
     a.q_lat[(int64_t(t) * a.heads + h) * L + c0 + c] = __float2bfloat16_rn(sum);
   }
   if (blockIdx.x != 0) return;
-  // q_pe of head h: rotated (in place in q, rounded as the Rope kernel) or copied.
-  const int half_pairs = a.rope / 2;
-  for (int idx = tid; idx < T * (a.positions ? half_pairs : a.rope); idx += kFoldThreads) {
-    if (a.positions) {
-      const int t = idx / half_pairs, i = idx % half_pairs;
-      bf16* qp = a.q + int64_t(t) * a.q_stride + int64_t(h) * qk + a.nope;
-      int i0, i1;
-      RopePairIndex(a.neox, i, half_pairs, i0, i1);
-      float x0 = Bf(qp[i0]), x1 = Bf(qp[i1]);
-      RopeRotate(x0, x1, a.inv_freq[i], float(a.positions[t]));
-      const bf16 b0 = __float2bfloat16_rn(x0), b1 = __float2bfloat16_rn(x1);
-      qp[i0] = b0;
-      qp[i1] = b1;
-      bf16* ql = a.q_lat + (int64_t(t) * a.heads + h) * L + a.rank;
-      ql[i0] = b0;
-      ql[i1] = b1;
-    } else {
-      const int t = idx / a.rope, i = idx % a.rope;
-      a.q_lat[(int64_t(t) * a.heads + h) * L + a.rank + i] =
-          a.q[int64_t(t) * a.q_stride + int64_t(h) * qk + a.nope + i];
-    }
-  }
+  const int units = QPeUnits(a);
+  for (int idx = tid; idx < T * units; idx += kFoldThreads) QPe(a, idx / units, h, idx % units);
+}
+
+// q_pe of every token for the unfused (many-token) path: grid (ceil(heads * units / 256),
+// tokens), one unit per thread (a serial loop over 128 heads in one block per token cost
+// ~25 us at 8 tokens).
+__global__ void __launch_bounds__(kFoldThreads) MlaQPeKernel(const __grid_constant__ MlaQAbsorbArgs a) {
+  PdlWait();
+  PdlTrigger();
+  const int units = QPeUnits(a);
+  const int idx = blockIdx.x * kFoldThreads + threadIdx.x;
+  if (idx < a.heads * units) QPe(a, blockIdx.y, idx / units, idx % units);
 }
 
 // ---- combine + W_UV ---------------------------------------------------------------------------
@@ -209,7 +235,7 @@ constexpr int kApplyThreads = 256, kApplyRowsPerWarp = 4, kApplyRows = 32;
 static_assert(kMlaRank == 2 * 32 * 8, "combine-apply: two 16-byte loads per lane per row");
 
 __global__ void __launch_bounds__(kApplyThreads) MlaCombineApplyKernel(const __grid_constant__ MlaCombineApplyArgs a) {
-  __shared__ float o_s[kMlaFoldMaxTokens][kMlaRank];
+  __shared__ __align__(16) float o_s[kMlaFoldMaxTokens][kMlaRank];
   __shared__ __align__(16) float red[kApplyThreads / 32][kMlaRank];  // per-warp split sums
   const MlaCombineArgs& cb = a.combine;
   const int h = blockIdx.y, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -225,54 +251,62 @@ __global__ void __launch_bounds__(kApplyThreads) MlaCombineApplyKernel(const __g
   PdlWait();
   PdlTrigger();
   const int T = a.tokens;
-  // o_s[t] = the merged latent output of row (t, h), normalised (f32). Splits are spread over
-  // the 8 warps (warp w: splits w, w + 8, ...; lane: 4 float4 columns each), so one row's
-  // merge has 8 x 4 loads in flight per lane step instead of a serial walk over the splits
-  // (batch 1 at 8K keys has ~128 splits).
-  for (int t = 0; t < T; ++t) {
-    const int64_t row = int64_t(t) * cb.heads + h;
-    if (cb.num_splits == 1) {
-      const int c = tid * 2;
-      const __nv_bfloat162 v = *reinterpret_cast<const __nv_bfloat162*>(cb.o_lat + row * kMlaRank + c);
+  // o_s[t] = the merged latent output of row (t, h), normalised (f32). All tokens merge at
+  // once: token t gets warps t * wpt .. + wpt (wpt = 8 / T), warp sub-index u takes splits
+  // u, u + wpt, ... with 4 float4 columns per lane, so a row's merge has many loads in flight
+  // instead of a serial walk over the splits (batch 1 at 8K keys has ~128 splits).
+  __shared__ float l_s[kMlaFoldMaxTokens];
+  if (cb.num_splits == 1) {
+    for (int i = tid; i < T * kMlaRank / 2; i += kApplyThreads) {
+      const int t = i / (kMlaRank / 2), c = (i % (kMlaRank / 2)) * 2;
+      const __nv_bfloat162 v = *reinterpret_cast<const __nv_bfloat162*>(
+          cb.o_lat + (int64_t(t) * cb.heads + h) * kMlaRank + c);
       o_s[t][c] = __low2float(v);
       o_s[t][c + 1] = __high2float(v);
-      continue;
     }
-    const int kv_len = cb.batch.kv_len[cb.batch.token_seq[t]];
-    const int chunk = MlaSplitChunk(kv_len, cb.num_splits);
-    const int n = min(cb.num_splits, (kv_len + chunk - 1) / chunk);
-    const float* ml = cb.partial_ml + row * cb.num_splits * 2;
-    float mx = kNoMax;
-    for (int i = lane; i < n; i += 32) mx = fmaxf(mx, ml[2 * i]);
+  } else {
+    const int wpt = (kApplyThreads / 32) / T, t = warp / wpt, u = warp % wpt;
+    if (t < T) {
+      const int64_t row = int64_t(t) * cb.heads + h;
+      const int kv_len = cb.batch.kv_len[cb.batch.token_seq[t]];
+      const int chunk = MlaSplitChunk(kv_len, cb.num_splits);
+      const int n = min(cb.num_splits, (kv_len + chunk - 1) / chunk);
+      const float* ml = cb.partial_ml + row * cb.num_splits * 2;
+      float mx = kNoMax;
+      for (int i = lane; i < n; i += 32) mx = fmaxf(mx, ml[2 * i]);
 #pragma unroll
-    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-    float l = 0.0f;
-    for (int i = lane; i < n; i += 32) l += exp2f(ml[2 * i] - mx) * ml[2 * i + 1];
+      for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+      if (u == 0) {
+        float l = 0.0f;
+        for (int i = lane; i < n; i += 32) l += exp2f(ml[2 * i] - mx) * ml[2 * i + 1];
 #pragma unroll
-    for (int off = 16; off > 0; off >>= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
-    float4 acc[4];
-#pragma unroll
-    for (int q = 0; q < 4; ++q) acc[q] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    for (int i = warp; i < n; i += kApplyThreads / 32) {
-      const float wgt = exp2f(ml[2 * i] - mx);
-      const float4* src = reinterpret_cast<const float4*>(cb.partial_acc + (row * cb.num_splits + i) * kMlaRank);
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const float4 v = src[q * 32 + lane];
-        acc[q].x += wgt * v.x, acc[q].y += wgt * v.y, acc[q].z += wgt * v.z, acc[q].w += wgt * v.w;
+        for (int off = 16; off > 0; off >>= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
+        if (lane == 0) l_s[t] = l;
       }
-    }
+      float4 acc[4];
 #pragma unroll
-    for (int q = 0; q < 4; ++q) reinterpret_cast<float4*>(red[warp])[q * 32 + lane] = acc[q];
+      for (int q = 0; q < 4; ++q) acc[q] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      for (int i = u; i < n; i += wpt) {
+        const float wgt = exp2f(ml[2 * i] - mx);
+        const float4* src =
+            reinterpret_cast<const float4*>(cb.partial_acc + (row * cb.num_splits + i) * kMlaRank);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const float4 v = src[q * 32 + lane];
+          acc[q].x += wgt * v.x, acc[q].y += wgt * v.y, acc[q].z += wgt * v.z, acc[q].w += wgt * v.w;
+        }
+      }
+#pragma unroll
+      for (int q = 0; q < 4; ++q) reinterpret_cast<float4*>(red[warp])[q * 32 + lane] = acc[q];
+    }
     __syncthreads();
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    for (int c = tid; c < kMlaRank; c += kApplyThreads) {
+    for (int i = tid; i < T * kMlaRank; i += kApplyThreads) {
+      const int tt = i / kMlaRank, c = i % kMlaRank;
       float sum = 0.0f;
-#pragma unroll
-      for (int w = 0; w < kApplyThreads / 32; ++w) sum += red[w][c];
-      o_s[t][c] = sum * inv;
+      for (int w = 0; w < wpt; ++w) sum += red[tt * wpt + w][c];
+      const float l = l_s[tt];
+      o_s[tt][c] = l > 0.0f ? sum / l : 0.0f;
     }
-    __syncthreads();  // red is reused by the next token
   }
   __syncthreads();
 #pragma unroll
@@ -283,10 +317,13 @@ __global__ void __launch_bounds__(kApplyThreads) MlaCombineApplyKernel(const __g
     Unpack8(wv[k][0], w0);
     Unpack8(wv[k][1], w1);
     for (int t = 0; t < T; ++t) {
-      const float* o = o_s[t];
+      const float4* o = reinterpret_cast<const float4*>(o_s[t]);
+      const float4 a0 = o[lane * 2], a1 = o[lane * 2 + 1], b0 = o[64 + lane * 2], b1 = o[64 + lane * 2 + 1];
+      const float o0[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+      const float o1[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
       float d = 0.0f;
 #pragma unroll
-      for (int e = 0; e < 8; ++e) d = fmaf(w0[e], o[lane * 8 + e], fmaf(w1[e], o[256 + lane * 8 + e], d));
+      for (int e = 0; e < 8; ++e) d = fmaf(w0[e], o0[e], fmaf(w1[e], o1[e], d));
 #pragma unroll
       for (int off = 16; off > 0; off >>= 1) d += __shfl_xor_sync(0xffffffffu, d, off);
       if (lane == 0) a.out[int64_t(t) * a.out_stride + int64_t(h) * a.v + j] = __float2bfloat16_rn(d);
@@ -308,9 +345,17 @@ bool LaunchMlaQAbsorb(const MlaQAbsorbArgs& a, cudaStream_t stream) {
   if (a.tokens < 1 || a.tokens > kMlaFoldMaxTokens || a.nope > kMlaFoldMaxNope ||
       a.rank % kFoldCols != 0 || a.ldw % 8 != 0 || !Aligned16(a.w) || a.rope % 2 != 0)
     return false;
-  LaunchPdl(MlaQAbsorbKernel, dim3(unsigned(a.rank / kFoldCols), unsigned(a.heads)),
+  const int gx = a.with_prep ? std::max(a.rank / kFoldCols, a.tokens) : a.rank / kFoldCols;
+  LaunchPdl(MlaQAbsorbKernel, dim3(unsigned(gx), unsigned(a.heads + (a.with_prep ? 1 : 0))),
             dim3(kFoldThreads), 0, stream, a);
   return true;
+}
+
+void LaunchMlaQPe(const MlaQAbsorbArgs& a, cudaStream_t stream) {
+  if (a.tokens == 0 || a.rope == 0) return;
+  const int units = a.heads * (a.positions ? a.rope / 2 : a.rope);
+  LaunchPdl(MlaQPeKernel, dim3(unsigned((units + kFoldThreads - 1) / kFoldThreads), unsigned(a.tokens)),
+            dim3(kFoldThreads), 0, stream, a);
 }
 
 bool LaunchMlaCombineApply(const MlaCombineApplyArgs& a, cudaStream_t stream) {

@@ -154,7 +154,9 @@ struct MlaKvPrepArgs {
 //   q_lat[t, h, :rank] = q[t, h, :nope] · W_UK_h        (W_UK_h = w rows h * w_head .. + nope)
 //   q_lat[t, h, rank:] = RoPE(q[t, h, nope:], positions[t])  (also written back into q; no
 //                        positions: a copy)
-// grid (rank / 64, heads); each block streams its 64-column slice of W_UK_h before PdlWait.
+// grid (max(rank / 64, T), heads (+ 1 with_prep)); each block streams its 64-column slice of
+// W_UK_h before PdlWait. with_prep: the extra row of blocks runs MlaKvPrep for token x (the
+// cache write of the same step, independent of the q side).
 inline constexpr int kMlaFoldMaxTokens = 4;
 inline constexpr int kMlaFoldMaxNope = 128;  // rows of W_UK_h held in registers (4 per thread)
 struct MlaQAbsorbArgs {
@@ -166,6 +168,8 @@ struct MlaQAbsorbArgs {
   int tokens, heads, nope, rope, rank;
   bool neox;
   float inv_freq[kMaxRopePairs];
+  bool with_prep;
+  MlaKvPrepArgs prep;
 };
 
 // Split merge + W_UV for a few tokens (T <= kMlaFoldMaxTokens), rank kMlaRank:
@@ -198,6 +202,9 @@ void LaunchMlaKvPrep(const MlaKvPrepArgs& a, cudaStream_t stream);
 // to the separate kernels).
 bool LaunchMlaQAbsorb(const MlaQAbsorbArgs& a, cudaStream_t stream);
 bool LaunchMlaCombineApply(const MlaCombineApplyArgs& a, cudaStream_t stream);
+// The q_pe part of MlaQAbsorbArgs alone (any token count): q_lat[:, :, rank:] = RoPE(q_pe)
+// (rotated in place in q too) or a copy; one thread per (token, head, pair).
+void LaunchMlaQPe(const MlaQAbsorbArgs& a, cudaStream_t stream);
 void LaunchMlaGeneric(const MlaGenericArgs& a, cudaStream_t stream);
 void LaunchMlaHeadGemm(const MlaHeadGemmArgs& a, cudaStream_t stream);
 // Returns false when (nope, rope, v) has no compiled specialisation.

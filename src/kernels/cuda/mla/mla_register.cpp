@@ -105,8 +105,7 @@ void FillRope(A& a, const RopeConfig& c, int rope_dim) {
 }
 
 // ---- MlaCacheWrite -------------------------------------------------------------------------
-void RunMlaCacheWrite(const MlaCacheWriteParams& p) {
-  cudaStream_t stream = cuda::CurrentStream();
+cuda::MlaCacheWriteArgs CacheWriteArgs(const MlaCacheWriteParams& p, cudaStream_t stream) {
   cuda::MlaCacheWriteArgs a{};
   a.latent = Bf(p.latent);
   a.k_cache = p.cache.k_cache.data;
@@ -118,20 +117,33 @@ void RunMlaCacheWrite(const MlaCacheWriteParams& p) {
   a.cache_type = CacheType(p.cache);
   a.inv_k_scale = 1.0f / p.cache.k_scale;
   a.inv_v_scale = 1.0f / p.cache.v_scale;
-  if (p.norm_weight.data || p.positions.data) {
-    cuda::MlaKvPrepArgs f{};
-    f.write = a;
-    f.norm_weight = p.norm_weight.data;
-    f.norm_type = NormType(p.norm_weight.dtype);
-    f.eps = p.eps;
-    f.positions = p.positions.data ? p.positions.as<int32_t>() : nullptr;
-    f.rank = p.kv_lora_rank;
-    if (f.positions) FillRope(f, p.rope, a.latent_dim - p.kv_lora_rank);
-    cuda::LaunchMlaKvPrep(f, stream);
-  } else {
-    cuda::LaunchMlaCacheWrite(a, stream);
-  }
+  return a;
+}
+
+// The write with its prologue (norm / RoPE; either may be absent: then a plain copy).
+cuda::MlaKvPrepArgs KvPrepArgs(const MlaCacheWriteParams& p, cudaStream_t stream) {
+  cuda::MlaKvPrepArgs f{};
+  f.write = CacheWriteArgs(p, stream);
+  f.norm_weight = p.norm_weight.data;
+  f.norm_type = NormType(p.norm_weight.dtype);
+  f.eps = p.eps;
+  f.positions = p.positions.data ? p.positions.as<int32_t>() : nullptr;
+  f.rank = p.kv_lora_rank;
+  if (f.positions) FillRope(f, p.rope, f.write.latent_dim - p.kv_lora_rank);
+  return f;
+}
+
+void RunMlaCacheWrite(const MlaCacheWriteParams& p) {
+  cudaStream_t stream = cuda::CurrentStream();
+  if (p.norm_weight.data || p.positions.data) cuda::LaunchMlaKvPrep(KvPrepArgs(p, stream), stream);
+  else cuda::LaunchMlaCacheWrite(CacheWriteArgs(p, stream), stream);
   PG_CUDA_CHECK_LAUNCH();
+}
+
+bool SupportsMlaCacheWrite(const MlaCacheWriteParams& p) {
+  return DevBf16(p.latent) && CacheOk(p.cache) &&
+         (!p.norm_weight.data || p.norm_weight.device == Device::kCuda) &&
+         (!p.positions.data || p.positions.device == Device::kCuda);
 }
 
 // ---- MlaAttention --------------------------------------------------------------------------
@@ -206,27 +218,22 @@ void RunAbsorbed(const MlaAttentionParams& p, const MlaShape& sh, cudaStream_t s
   qa.tokens = int(T), qa.heads = int(H), qa.nope = int(sh.nope), qa.rope = int(sh.rope),
   qa.rank = int(sh.rank);
   if (positions) FillRope(qa, p.rope, int(sh.rope));
+  // The op's cache write (p.write) rides in the same kernel (extra blocks), or runs first.
+  qa.with_prep = p.write != nullptr;
+  if (p.write) qa.prep = KvPrepArgs(*p.write, stream);
   const bool q_fused = T <= cuda::kMlaFoldMaxTokens && cuda::LaunchMlaQAbsorb(qa, stream);
   if (q_fused) PG_CUDA_CHECK_LAUNCH();
-  if (!q_fused) RotateQ(p, sh, stream);
-  // q_lat[:, h, :rank] = q_nope[:, h] · W_UK_h (W_UK_h: rows h*per_head .. +nope, [nope, rank]).
-  cuda::LtGemmArgs fold{Bf(p.q), w, q_lat, T, sh.nope, sh.rank, p.q.strides[0], ldw, H * L, false};
-  fold.batch = H, fold.stride_x = sh.qk, fold.stride_w = per_head * ldw, fold.stride_o = L,
-  fold.w_km = true;
-  if (!q_fused) Gemm(fold, stream);
-  // q_lat[:, h, rank:] = q_pe.
-  if (sh.rope > 0 && !q_fused) {
-    const size_t pe_bytes = size_t(sh.rope) * 2;
-    if (p.q.strides[0] == H * sh.qk) {
-      PG_CUDA_CHECK(cudaMemcpy2DAsync(q_lat + sh.rank, size_t(L) * 2, Bf(p.q) + sh.nope,
-                                      size_t(sh.qk) * 2, pe_bytes, size_t(T * H),
-                                      cudaMemcpyDeviceToDevice, stream));
-    } else {
-      for (int64_t t = 0; t < T; ++t)
-        PG_CUDA_CHECK(cudaMemcpy2DAsync(q_lat + t * H * L + sh.rank, size_t(L) * 2,
-                                        Bf(p.q) + t * p.q.strides[0] + sh.nope, size_t(sh.qk) * 2,
-                                        pe_bytes, size_t(H), cudaMemcpyDeviceToDevice, stream));
-    }
+  if (!q_fused) {
+    if (p.write) RunMlaCacheWrite(*p.write);
+    // q_lat[:, h, :rank] = q_nope[:, h] · W_UK_h (W_UK_h: rows h*per_head .. +nope, [nope, rank]).
+    cuda::LtGemmArgs fold{Bf(p.q), w, q_lat, T, sh.nope, sh.rank, p.q.strides[0], ldw, H * L, false};
+    fold.batch = H, fold.stride_x = sh.qk, fold.stride_w = per_head * ldw, fold.stride_o = L,
+    fold.w_km = true;
+    Gemm(fold, stream);
+    // q_lat[:, h, rank:] = q_pe, rotated first (in place in q) with positions: one kernel for
+    // every token (q rows of any stride; a copy per token cost ~2.5 us each at batch 32).
+    cuda::LaunchMlaQPe(qa, stream);
+    PG_CUDA_CHECK_LAUNCH();
   }
   const cuda::DeviceBatchView& dev = DeviceBatch(b, stream);
   const float scale_log2 = SoftmaxScale(p, sh) * 1.4426950408889634f;
@@ -332,6 +339,7 @@ void RunMlaAttention(const MlaAttentionParams& p) {
                        p.q.strides[0] % 8 == 0 && p.out.strides[0] % 2 == 0;
   if (p.mode == MlaMode::kExpanded && FastLatent(sh) && aligned &&
       cuda::MlaPrefillSupports(int(sh.nope), int(sh.rope), int(sh.v))) {
+    if (p.write) RunMlaCacheWrite(*p.write);
     RotateQ(p, sh, stream);
     RunExpanded(p, sh, stream);
   } else {
@@ -342,6 +350,7 @@ void RunMlaAttention(const MlaAttentionParams& p) {
 bool SupportsMlaAttention(const MlaAttentionParams& p) {
   if (!DevBf16(p.q) || !DevBf16(p.out) || !DevBf16(p.w_kv_b) || !CacheOk(p.cache)) return false;
   if (p.positions.data && p.positions.device != Device::kCuda) return false;
+  if (p.write && !SupportsMlaCacheWrite(*p.write)) return false;
   if (p.cache.k_cache.dtype == DType::kBF16 && (p.cache.k_scale != 1.0f || p.cache.v_scale != 1.0f))
     return false;
   if (p.kv_lora_rank == cuda::kMlaRank && p.rope_dim == cuda::kMlaRope) return true;
@@ -355,11 +364,7 @@ void RegisterCudaMlaKernels(Registry& r) {
   if (cuda::DeviceCount() == 0) return;
   r.Register(KernelImpl<MlaCacheWriteParams>{
       "cuda", Device::kCuda, kPriorityCuda,
-      [](const MlaCacheWriteParams& p) {
-        return DevBf16(p.latent) && CacheOk(p.cache) &&
-               (!p.norm_weight.data || p.norm_weight.device == Device::kCuda) &&
-               (!p.positions.data || p.positions.device == Device::kCuda);
-      },
+      &SupportsMlaCacheWrite,
       &RunMlaCacheWrite});
   r.Register(KernelImpl<MlaAttentionParams>{"cuda", Device::kCuda, kPriorityCuda,
                                             &SupportsMlaAttention, &RunMlaAttention});
