@@ -1,6 +1,8 @@
 #include "models/moe_device.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "core/status.h"
@@ -28,6 +30,24 @@ ops::MoeExpertWeights ExpertView(const DeviceMatrix& gate, const DeviceMatrix& u
   e.up_scale = up.scale;
   e.down_scale = down.scale;
   return e;
+}
+
+// A/B switches of the decode fusions (read once). PEREGRINE_MOE_FUSED_ROUTER=1 fuses the
+// FFN's RMSNorm and the router matmul into MoeRouter (off by default: on the H200 the fused
+// kernel measured slower than RmsNorm + GEMV + router with PDL, Qwen3-30B-A3B batch 1 step
+// 4220 vs 3959 us); PEREGRINE_MOE_FUSED_SHARED=0 runs the shared expert as its own MLP instead
+// of inside MoeExperts (on by default: Moonlight batch 1 step 2662 vs 2737 us).
+bool EnvFlag(const char* name, bool fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::strcmp(v, "0") != 0 : fallback;
+}
+bool FuseRouter() {
+  static const bool on = EnvFlag("PEREGRINE_MOE_FUSED_ROUTER", false);
+  return on;
+}
+bool FuseShared() {
+  static const bool on = EnvFlag("PEREGRINE_MOE_FUSED_SHARED", true);
+  return on;
 }
 
 }  // namespace
@@ -207,7 +227,7 @@ void RunDeviceMoeFfn(const DeviceMoeFfn& w, const MoeModelConfig& c, const Tenso
   // Decode-sized batches: (RMSNorm +) router matmul + routing in one op (one kernel on CUDA).
   const bool decode = n <= kMoeDecodeFuseMaxTokens;
   bool fused = false;
-  if (decode) {
+  if (decode && FuseRouter()) {
     rp.x = norm ? norm->x : x;
     rp.router = w.router;
     if (norm) {
@@ -229,7 +249,7 @@ void RunDeviceMoeFfn(const DeviceMoeFfn& w, const MoeModelConfig& c, const Tenso
   ops::MoeExpertsParams ep{.x = x, .topk_ids = ids, .topk_weights = weights,
                            .experts = w.experts, .out = out};
   const bool shared = w.shared.inter > 0;
-  if (shared && decode) {
+  if (shared && decode && FuseShared()) {
     // The shared expert inside the experts op (CUDA: extra slots of the walking kernels),
     // where the backend takes it.
     ep.shared = ExpertView(w.shared.gate, w.shared.up, w.shared.down);

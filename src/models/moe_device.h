@@ -95,10 +95,11 @@ void DeviceMatmul(const TensorView& x, const DeviceMatrix& w, const TensorView& 
 // x, out: [n, hidden] bf16 device; out must not alias x.
 void RunDeviceMlp(const DeviceMlp& w, const TensorView& x, const TensorView& out,
                   const DeviceFfnScratch& s);
-// Batches of at most this many tokens take the MoE decode path: the router matmul (and the
-// FFN's RMSNorm) fused into MoeRouter, the shared expert fused into MoeExperts (where the
-// backends take them). One token: at 2-4 tokens both fusions measured slower on the H200
-// (the fused router's per-token loop; the walking kernels stream the shared expert per token).
+// Batches of at most this many tokens take the MoE decode path: the shared expert fused into
+// MoeExperts, and (opt-in, PEREGRINE_MOE_FUSED_ROUTER=1; see moe_device.cpp) the router matmul
+// and the FFN's RMSNorm fused into MoeRouter, where the backends take them. One token: at 2-4
+// tokens both fusions measured slower on the H200 (the fused router's per-token loop; the
+// walking kernels stream the shared expert once per token).
 inline constexpr int64_t kMoeDecodeFuseMaxTokens = 1;
 // The RMSNorm in front of a MoE FFN (ops::RmsNormParams): x (+ residual, updated in place).
 struct FfnNorm {

@@ -327,9 +327,10 @@ TEST(MoeRouterOp, FusedMatmulMatchesMatmulThenRouter) {
       if (!RunBackend(*k, params(o))) continue;
       cov.Ran(k->backend);
       // f32 accumulation over `hidden` products vs the reference's double; with the norm, the
-      // device rounds the normed rows to bf16 (as it stores them) before the products.
+      // device rounds the residual sum and the normed rows to bf16 (as it stores them) before
+      // the products: bf16 tolerance (a GPU run saw nmse 1.01e-5 at hidden 111).
       ExpectClose(ref.logits.data<float>(), o.logits.data<float>(), o.logits.numel(),
-                  c.norm ? Tolerance{2e-2, 1e-5} : Tolerance{1e-4, 1e-9}, k->backend + " logits");
+                  c.norm ? kBf16 : Tolerance{1e-4, 1e-9}, k->backend + " logits");
       if (c.norm)
         ExpectClose(ref.normed.data<float>(), o.normed.data<float>(), o.normed.numel(), kBf16,
                     k->backend + " normed");

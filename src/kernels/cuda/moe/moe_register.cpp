@@ -8,7 +8,6 @@
 //   un-permute; the GEMM grids are bounded on the host and surplus tiles exit.
 // Device tables of expert pointers are built once per weight set (keyed by all the expert
 // pointers) and cached; building one is refused while the stream captures a graph.
-#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <unordered_map>
@@ -43,25 +42,8 @@ cuda::ScaleMode ScaleModeOf(const TensorView& s) {
   return s.dim(0) == 1 ? cuda::ScaleMode::kTensor : cuda::ScaleMode::kChannel;
 }
 
-// A/B switches of the decode fusions (default on): PEREGRINE_MOE_FUSED_ROUTER=0 makes the
-// CUDA router refuse the fused forms (router matmul, RMSNorm), PEREGRINE_MOE_FUSED_SHARED=0
-// the experts refuse a shared expert; the models then run the separate ops.
-bool EnvOn(const char* name) {
-  const char* v = std::getenv(name);
-  return !v || std::strcmp(v, "0") != 0;
-}
-bool FusedRouterOn() {
-  static const bool on = EnvOn("PEREGRINE_MOE_FUSED_ROUTER");
-  return on;
-}
-bool FusedSharedOn() {
-  static const bool on = EnvOn("PEREGRINE_MOE_FUSED_SHARED");
-  return on;
-}
-
 // ---- router ----------------------------------------------------------------------------------
 bool RouterSupports(const MoeRouterParams& p) {
-  if (p.x.data && !FusedRouterOn()) return false;
   const bool logits_ok = On(p.logits, DType::kBF16) || On(p.logits, DType::kF32);
   const bool norm_ok = !p.norm_weight.data ||
                        (On(p.norm_weight, DType::kF32) && On(p.normed, DType::kBF16) &&
@@ -237,7 +219,6 @@ std::optional<SharedSlots> SharedOf(const MoeExpertsParams& p, const cuda::MoeWe
 }
 
 bool ExpertsSupport(const MoeExpertsParams& p) {
-  if (p.shared.gate.data && !FusedSharedOn()) return false;
   if (!(On(p.x, DType::kBF16) && On(p.out, DType::kBF16) && On(p.topk_ids, DType::kI32) &&
         On(p.topk_weights, DType::kF32) && p.topk_weights.strides[1] == 1 &&
         p.topk_ids.dim(1) <= 32 && p.experts.size() <= 1024))
