@@ -22,7 +22,7 @@
 # GPU machine: a queue job (tools/gpu/queue.sh) whose run.sh sources tools/gpu/queue_env.sh
 # (sets $BIN) and runs this script. Env: SECTIONS, CHUNKS (prefill chunk sizes, default 8192),
 # DECODE_BATCH, DECODE_CONTEXT, DECODE_FP8=0, PROMPTS, TTFT_REAL=0, TORCH_BUDGET (s, default
-# 240), TORCH_COMPILE=1, TORCH_ARGS, T_* timeouts, DENSE_BUDGET (s for the whole script).
+# 240), TORCH_COMPILE=1 (torch.compile of one layer + the step under one CUDA graph, per point), TORCH_ARGS, T_* timeouts, DENSE_BUDGET (s for the whole script).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 GGUF=models/SmolLM2-135M-Instruct.Q4_1.gguf
@@ -196,7 +196,7 @@ if want torch; then
   tb=${TORCH_BUDGET:-240}
   (( tb > $(left) - 12 )) && tb=$(( $(left) - 12 ))  # python + torch import: ~8 s outside the budget
   run_logged torch_peer "$((tb + 60))" python3 bench/torch_llama.py --config $CONFIG \
-    --budget-s "$tb" ${TORCH_COMPILE:+--compile} --json "$OUT/torch.json" ${TORCH_ARGS:-} || fail torch_peer
+    --budget-s "$tb" ${TORCH_COMPILE:+--compile --compile-scope layer} --json "$OUT/torch.json" ${TORCH_ARGS:-} || fail torch_peer
 fi
 
 echo
