@@ -22,7 +22,8 @@
 # GPU machine: a queue job (tools/gpu/queue.sh) whose run.sh sources tools/gpu/queue_env.sh
 # (sets $BIN) and runs this script. Env: SECTIONS, CHUNKS (prefill chunk sizes, default 8192),
 # DECODE_BATCH, DECODE_CONTEXT, DECODE_FP8=0, PROMPTS, TTFT_REAL=0, TORCH_BUDGET (s, default
-# 240), TORCH_COMPILE=1 (torch.compile of one layer + the step under one CUDA graph, per point), TORCH_ARGS, T_* timeouts, DENSE_BUDGET (s for the whole script).
+# 240), TORCH_COMPILE=1 (per point: torch.compile of one layer, the step under one CUDA
+# graph), TORCH_ARGS, T_* timeouts, DENSE_BUDGET (s for the whole script).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 GGUF=models/SmolLM2-135M-Instruct.Q4_1.gguf
