@@ -110,8 +110,9 @@ std::vector<Case> Cases() {
     for (auto& s : f8shapes) cases.push_back({DType::kF8E4M3, s[0], s[1], s[2], false, false, false, sc});
   cases.push_back({DType::kF8E4M3, 1, 96, 111, true, true, true, Scale::kChannel});
   cases.push_back({DType::kF8E4M3, 19, 160, 70, true, true, true, Scale::kTensor});
-  // Bias, accumulate and strided rows on the model's dtypes, decode and prefill.
-  for (DType dt : {DType::kQ4_1, DType::kQ8_0, DType::kF32})
+  // Bias, accumulate and strided rows on the model's dtypes, decode and prefill (bf16: the
+  // CUDA GEMV and cuBLASLt epilogues; the llama device path accumulates into the residual).
+  for (DType dt : {DType::kQ4_1, DType::kQ8_0, DType::kF32, DType::kBF16})
     for (int64_t n : {1, 19}) {
       cases.push_back({dt, n, 96, 111, true, false, false});
       cases.push_back({dt, n, 96, 111, false, true, true});

@@ -133,6 +133,19 @@ TEST(RopeOp, EveryBackendMatchesReference) {
   cov.Check<RopeParams>();
 }
 
+// A bf16 device's SwiGlu rounds each output once: at most half a bf16 ulp, <= 2^-8 |out|. The
+// products of this case's gate range reach ~10x rms(out), so the worst element alone may be
+// 2^-8 * max|ref| / rms(ref) off (0.03 of rms and more); kBf16 below that.
+Tolerance Bf16OutputTolerance(const Tensor& ref) {
+  double ss = 0, mx = 0;
+  for (int64_t i = 0; i < ref.numel(); ++i) {
+    const double v = ref.data<float>()[i];
+    ss += v * v, mx = std::max(mx, std::fabs(v));
+  }
+  const double rms = std::sqrt(ss / double(std::max<int64_t>(ref.numel(), 1)));
+  return {std::max(kBf16.max_rel, rms > 0 ? mx / rms / 256.0 : 0.0), kBf16.nmse};
+}
+
 TEST(SwiGluOp, EveryBackendMatchesReference) {
   PG_SEED_TRACE();
   Coverage cov;
@@ -154,7 +167,7 @@ TEST(SwiGluOp, EveryBackendMatchesReference) {
           if (!RunBackend(*k, p)) continue;
           cov.Ran(k->backend);
           ExpectClose(ref_out.data<float>(), out.data<float>(), out.numel(),
-                      OnDevice(*k) ? kBf16 : kRowwise, k->backend);
+                      OnDevice(*k) ? Bf16OutputTolerance(ref_out) : kRowwise, k->backend);
         }
       }
   cov.Check<SwiGluParams>();

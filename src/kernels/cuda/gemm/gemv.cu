@@ -1,7 +1,7 @@
 // Small-batch bf16 GEMV: out[r, j] = sum_i x[r, i] * w[j, i] for up to 8 rows r per pass.
-// One warp per output feature j; weights are streamed once per pass (16-byte loads, two groups
-// of four in flight per lane: the next group loads while the current one is used),
-// activations come from L1/L2. Used for decode batches (memory bound) and as the
+// One warp per output feature j (two features at 2+ rows, kPair below); weights are streamed
+// once per pass (16-byte loads, two groups of four in flight per lane: the next group loads
+// while the current one is used), activations come from L1/L2. Used for decode batches (memory bound) and as the
 // always-correct fallback of Matmul (any strides, any n: passes of 8 rows). Writes bf16, or
 // f32 (out_f32: outputs whose rounding matters, e.g. MoE router logits).
 //
@@ -109,35 +109,45 @@ __device__ __forceinline__ void StageNormalised(const GemvArgs& a, int64_t row0,
 // gridDim.x * kWarps, and its weight stream runs on from one row into the next (the next
 // row's first group loads while the current row finishes), so a large m pays the staging
 // prologue once per resident block and no launch tail between waves.
-template <int NB, bool kNorm, bool kSwiGlu>
+// kPair: two output rows per warp, j and j + ceil(m / 2), so each x chunk read (from L1) and
+// converted serves two weight rows: at 2-8 rows the kernel is partly issue-bound (4 rows:
+// measured 1.3x faster over the Llama-3.1-8B projections than one row per warp; at 1 row
+// one row per warp is as fast or faster, docs/PERF.md).
+template <int NB, bool kNorm, bool kSwiGlu, bool kPair = false>
 __global__ void __launch_bounds__(kWarps * 32) GemvVecKernel(GemvArgs a, int64_t row0) {
-  constexpr int kW = kSwiGlu ? 2 : 1;  // weight rows per output: j (and m + j)
+  constexpr int kW = kSwiGlu || kPair ? 2 : 1;  // weight rows per warp: j (and j + roff)
   extern __shared__ uint4 staged[];     // kNorm: [NB][k / 8]
   PdlTrigger();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t jstride = int64_t(gridDim.x) * kWarps;
+  const int64_t mj = kPair ? (a.m + 1) / 2 : a.m;   // the warps' row index space
+  const int64_t roff = kSwiGlu ? a.m : mj;          // offset of a warp's second row
   int64_t j = int64_t(blockIdx.x) * kWarps + warp;
   const int64_t nv = a.k / 8;
   auto rows_of = [&](int64_t jj, const uint4* (&p)[kW]) {
 #pragma unroll
-    for (int q = 0; q < kW; ++q) p[q] = reinterpret_cast<const uint4*>(a.w + (jj + q * a.m) * a.ldw);
+    for (int q = 0; q < kW; ++q) {
+      // kPair with odd m: the last warp row has no partner; it streams its own row twice.
+      const int64_t r = kSwiGlu || q == 0 || jj + q * roff < a.m ? jj + q * roff : jj;
+      p[q] = reinterpret_cast<const uint4*>(a.w + r * a.ldw);
+    }
   };
   const uint4* w4[kW];
   uint4 buf[kW][kUnroll];
-  if (j < a.m) rows_of(j, w4);
-  if (a.w_constant && j < a.m) {
+  if (j < mj) rows_of(j, w4);
+  if (a.w_constant && j < mj) {
 #pragma unroll
     for (int q = 0; q < kW; ++q) LoadGroup(w4[q], lane, nv, buf[q]);
   }
   PdlWait();
-  if (!a.w_constant && j < a.m) {
+  if (!a.w_constant && j < mj) {
 #pragma unroll
     for (int q = 0; q < kW; ++q) LoadGroup(w4[q], lane, nv, buf[q]);
   }
   if constexpr (kNorm) StageNormalised<NB>(a, row0, staged);  // every warp takes part
 
   const bf16* xg = a.x + row0 * a.ldx;
-  for (; j < a.m; j += jstride) {
+  for (; j < mj; j += jstride) {
     const int64_t jn = j + jstride;  // this warp's next row
     float acc[kW][NB];
 #pragma unroll
@@ -153,7 +163,7 @@ __global__ void __launch_bounds__(kWarps * 32) GemvVecKernel(GemvArgs a, int64_t
       if (c0 + 32 * kUnroll < nv) {
 #pragma unroll
         for (int q = 0; q < kW; ++q) LoadGroup(w4[q], c0 + 32 * kUnroll, nv, buf[q]);
-      } else if (jn < a.m) {
+      } else if (jn < mj) {
         const uint4* wn[kW];
         rows_of(jn, wn);
 #pragma unroll
@@ -185,20 +195,29 @@ __global__ void __launch_bounds__(kWarps * 32) GemvVecKernel(GemvArgs a, int64_t
 #pragma unroll
         for (int r = 0; r < NB; ++r)
           if (r == lane) v[q] = acc[q][r];
-        if (a.bias) v[q] += a.bias[j + q * a.m];
       }
       const int64_t row = row0 + lane;
       if constexpr (kSwiGlu) {
+        if (a.bias) v[0] += a.bias[j], v[1] += a.bias[j + a.m];
         a.out[row * a.ldo + j] = SiluMul(ToF(ToB(v[0])), ToF(ToB(v[1])));
-      } else if (a.out_f32) {
-        float* o = a.out_f32 + row * a.ldo + j;
-        *o = a.accumulate ? v[0] + *o : v[0];
       } else {
-        bf16* o = a.out + row * a.ldo + j;
-        *o = ToB(a.accumulate ? v[0] + ToF(*o) : v[0]);
+#pragma unroll
+        for (int q = 0; q < kW; ++q) {
+          const int64_t jj = j + q * roff;
+          if (q > 0 && jj >= a.m) break;
+          float y = v[q];
+          if (a.bias) y += a.bias[jj];
+          if (a.out_f32) {
+            float* o = a.out_f32 + row * a.ldo + jj;
+            *o = a.accumulate ? y + *o : y;
+          } else {
+            bf16* o = a.out + row * a.ldo + jj;
+            *o = ToB(a.accumulate ? y + ToF(*o) : y);
+          }
+        }
       }
     }
-    if (jn < a.m) rows_of(jn, w4);
+    if (jn < mj) rows_of(jn, w4);
   }
 }
 
@@ -247,15 +266,15 @@ unsigned Blocks(const GemvArgs& a) { return unsigned((a.m + kWarps - 1) / kWarps
 
 // Blocks of the vectorised kernel: one warp per output row, up to the blocks that fit on the
 // device at once (the kernel's row loop does the rest). per_sm: resident blocks per SM.
-unsigned VecBlocks(const GemvArgs& a, int per_sm) {
+unsigned VecBlocks(int64_t warp_rows, int per_sm) {
   const int64_t resident = int64_t(per_sm < 1 ? 1 : per_sm) * MultiprocessorCount();
-  const int64_t need = int64_t(Blocks(a));
+  const int64_t need = (warp_rows + kWarps - 1) / kWarps;
   return unsigned(need < resident ? need : resident);
 }
 
-template <int NB, bool kNorm, bool kSwiGlu>
+template <int NB, bool kNorm, bool kSwiGlu, bool kPair = false>
 void LaunchVec(const GemvArgs& a, int64_t row0, cudaStream_t stream) {
-  auto* kernel = GemvVecKernel<NB, kNorm, kSwiGlu>;
+  auto* kernel = GemvVecKernel<NB, kNorm, kSwiGlu, kPair>;
   size_t smem = 0;
   if constexpr (kNorm) {
     static const cudaError_t once = cudaFuncSetAttribute(
@@ -272,16 +291,19 @@ void LaunchVec(const GemvArgs& a, int64_t row0, cudaStream_t stream) {
       cached_per_sm = 1;
     cached_smem = smem;
   }
-  LaunchPdl(kernel, dim3(VecBlocks(a, cached_per_sm)), dim3(kWarps * 32), smem, stream, a, row0);
+  const int64_t warp_rows = kPair ? (a.m + 1) / 2 : a.m;
+  LaunchPdl(kernel, dim3(VecBlocks(warp_rows, cached_per_sm)), dim3(kWarps * 32), smem, stream,
+            a, row0);
 }
 
 template <bool kNorm, bool kSwiGlu>
 void LaunchFusedPass(const GemvArgs& a, cudaStream_t stream) {
   switch (a.n) {
+    // Two rows per warp from 2 rows on (swiglu's warps already stream two).
     case 1: LaunchVec<1, kNorm, kSwiGlu>(a, 0, stream); break;
-    case 2: LaunchVec<2, kNorm, kSwiGlu>(a, 0, stream); break;
-    case 3: LaunchVec<3, kNorm, kSwiGlu>(a, 0, stream); break;
-    case 4: LaunchVec<4, kNorm, kSwiGlu>(a, 0, stream); break;
+    case 2: LaunchVec<2, kNorm, kSwiGlu, !kSwiGlu>(a, 0, stream); break;
+    case 3: LaunchVec<3, kNorm, kSwiGlu, !kSwiGlu>(a, 0, stream); break;
+    case 4: LaunchVec<4, kNorm, kSwiGlu, !kSwiGlu>(a, 0, stream); break;
     default: break;  // GemvFusedSupports refuses other n
   }
 }
@@ -290,7 +312,8 @@ void LaunchPass(const GemvArgs& a, bool vec, int64_t row0, int nb, cudaStream_t 
   switch (nb) {
 #define PG_GEMV_CASE(N)                                                                   \
   case N:                                                                                 \
-    if (vec) LaunchVec<N, false, false>(a, row0, stream);                                 \
+    if (vec && N >= 2) LaunchVec<N, false, false, true>(a, row0, stream);                 \
+    else if (vec) LaunchVec<N, false, false>(a, row0, stream);                            \
     else LaunchPdl(GemvScalarKernel<N>, dim3(Blocks(a)), dim3(kWarps * 32), 0, stream, a, row0); \
     break;
     PG_GEMV_CASE(1) PG_GEMV_CASE(2) PG_GEMV_CASE(3) PG_GEMV_CASE(4)
