@@ -91,7 +91,7 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(const __grid_constant__
   const SplitRange r = SplitOf(a, s, split, active_splits);
   const int32_t* pages = b.page_table + b.page_start[s];
   const int ps = b.page_size;
-  PdlTrigger();
+  if (!a.pdl_late_trigger) PdlTrigger();
   PdlWait();  // PDL: q and the new token's K/V (the previous kernel's) are visible from here
 
   // This lane's vectors: c-th is vector c * L + j of the row (valid below kNvec).
@@ -220,6 +220,7 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(const __grid_constant__
     }
   }
   CpAsyncWait<0>();
+  if (a.pdl_late_trigger) PdlTrigger();
 
   // Merge the key groups of the warp (lanes j, j + L, j + 2L, ... hold the same dims).
 #pragma unroll
@@ -397,7 +398,7 @@ bool UseMma(const AttentionArgs& a) {
 }
 
 // A/B knobs over the args' defaults: PG_DECODE_MIN_SPLIT_KEYS (keys per active split),
-// PG_DECODE_PDL_LATE (tensor-core kernel: PDL trigger after the key loop) and
+// PG_DECODE_PDL_LATE (0: PDL trigger at the kernels' start, not after the key loop) and
 // PG_DECODE_L2_PREFETCH (tensor-core kernel: tiles of L2 prefetch ahead of the ring; -1: no
 // prefetch, not even of the first tiles before the PDL wait).
 static int EnvInt(const char* name, int fallback) {

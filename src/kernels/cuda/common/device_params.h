@@ -178,8 +178,10 @@ struct AttentionArgs {
   // shorter than the plan's full split count uses at most this many (a 1K sequence under a
   // plan for 32K x 8 stays in one wave); a long one uses the plan's count.
   int wave_splits = 0;
-  // PDL trigger of the decode kernel after its key loop instead of at its start (A/B).
-  bool pdl_late_trigger = false;
+  // Decode kernels: the PDL trigger comes after the key loop (measured faster than at the
+  // start: 65 vs 72 µs at 32K x 1, the next kernels' blocks no longer wait on the SMs for the
+  // whole loop); false: at the start (A/B, PG_DECODE_PDL_LATE=0).
+  bool pdl_late_trigger = true;
   // Decode tensor-core kernel, L2 prefetch of cache tiles: >= 0: the first tiles of the ring
   // are prefetched before the PDL wait, and this many tiles beyond the ring ahead of the
   // cp.async copies (more bytes in flight); -1: no prefetch at all.
