@@ -53,18 +53,21 @@ __device__ int DrawTruncated(Shared& sh, double* warp_mass, Row& r, int k, doubl
     r.bin_scale = have_k ? kBinsPerUnit : kBinsPerUnit * r.inv_t;
     double s = HistPass(r, sl.slo, sl.shi, hcount, hmass, have_p && !small_k, sum_in_hist);
     if (sum_in_hist) s = BlockSum(sh, s);
-    if (sl.cs > 1) {  // rank 0 adds the other blocks' histograms and sums to its own
+    if (sl.cs > 1) {  // the row's histogram into rank 0's: each rank adds one range of bins
       if (threadIdx.x == 0) sh.cl_sum = s;
       ClusterSync();
-      if (sl.rank == 0) {
-        for (int q = 1; q < sl.cs; ++q) {
-          const int* rc = Remote(hcount, q);
-          const float* rm = Remote(hmass, q);
-          for (int b = threadIdx.x; b < kHistBins; b += kThreads) hcount[b] += rc[b], hmass[b] += rm[b];
-          s += *Remote(&sh.cl_sum, q);
-        }
+      const int per_rank = kHistBins / sl.cs;
+      int* h0 = Remote(hcount, 0);
+      float* m0 = Remote(hmass, 0);
+      for (int b = sl.rank * per_rank + int(threadIdx.x); b < (sl.rank + 1) * per_rank; b += kThreads) {
+        int c = h0[b];
+        float m = m0[b];
+        for (int q = 1; q < sl.cs; ++q) c += Remote(hcount, q)[b], m += Remote(hmass, q)[b];  // rank order
+        h0[b] = c, m0[b] = m;
       }
-      ClusterSync();  // the other blocks' shared memory stays until rank 0 has read it
+      if (sl.rank == 0)
+        for (int q = 1; q < sl.cs; ++q) s += *Remote(&sh.cl_sum, q);
+      ClusterSync();  // rank 0 sees the sums; every block's memory stays until all have read it
       if (sl.rank > 0) return -1;
     }
     if (sum_in_hist) r.SetSum(s);

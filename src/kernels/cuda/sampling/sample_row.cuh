@@ -202,12 +202,13 @@ __device__ int FindNth(Shared& sh, const Row& r, int n, Pred pred) {
 
 // The draw, given this thread's `local` = the sum of w over its chunk (ChunkSize tokens from
 // threadIdx.x * ChunkSize, index order) and `last` = its largest index with w > 0 (-1: none):
-// the chunk holding r = u * mass is walked in index order with w(i, x) (0 outside the set).
+// the chunk holding r = u * mass is walked in index order with w(i, x) (0 outside the set),
+// 32 tokens at a time by one warp (running sums by warp scan: the host's sequential
+// subtraction up to double rounding).
 // Fallback when rounding leaves r beyond the total: the set's largest index.
 template <typename W>
 __device__ int DrawFromChunkSums(Shared& sh, const Row& r, double u, double local, int last, W w) {
-  const int c = ChunkSize(r.vocab), lo = min(r.vocab, int(threadIdx.x) * c),
-            hi = min(r.vocab, lo + c);
+  const int c = ChunkSize(r.vocab);
   double before = 0.0;
   cub::BlockScan<double, kThreads>(sh.cub.sd).ExclusiveSum(local, before);
   __syncthreads();
@@ -218,15 +219,34 @@ __device__ int DrawFromChunkSums(Shared& sh, const Row& r, double u, double loca
   }
   __syncthreads();
   const double target = u * sh.d;
-  if (local > 0.0 && before <= target && target < before + local) {
-    double rest = target - before;
-    int found = -1;
-    r.ForRange(lo, hi, [&](int i, float x) {
-      if (found >= 0) return;
-      rest -= w(i, x);
-      if (rest < 0.0) found = i;
-    });
-    if (found >= 0) atomicMin(&sh.i, found);
+  if (local > 0.0 && before <= target && target < before + local) atomicMin(&sh.i, int(threadIdx.x));
+  __syncthreads();
+  const int owner = sh.i;  // the chunk holding the target (the first, if rounding gives two)
+  __syncthreads();
+  if (owner != INT_MAX && owner == int(threadIdx.x)) sh.d = target - before;
+  if (threadIdx.x == 0) sh.i = INT_MAX;
+  __syncthreads();
+  if (owner != INT_MAX && threadIdx.x < 32) {
+    // Warp 0 walks the owner's chunk in rounds of 32 tokens: the first token whose running
+    // sum of w (in index order) exceeds the rest of the target.
+    const int lane = int(threadIdx.x), olo = min(r.vocab, owner * c), ohi = min(r.vocab, olo + c);
+    double rest = sh.d;
+    for (int base = olo; base < ohi; base += 32) {
+      const int i = base + lane;
+      const double wi = i < ohi ? w(i, r.X(i)) : 0.0;
+      double run = wi;
+#pragma unroll
+      for (int d = 1; d < 32; d <<= 1) {
+        const double o = __shfl_up_sync(0xffffffffu, run, d);
+        if (lane >= d) run += o;
+      }
+      const unsigned hit = __ballot_sync(0xffffffffu, wi > 0.0 && rest - run < 0.0);
+      if (hit) {
+        if (lane == 0) sh.i = base + __ffs(hit) - 1;
+        break;
+      }
+      rest -= __shfl_sync(0xffffffffu, run, 31);
+    }
   }
   __syncthreads();
   int chosen = sh.i;
