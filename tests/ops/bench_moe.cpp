@@ -296,11 +296,14 @@ void DecodeSection(const Shape& s, cudaStream_t stream, double bw, double gemm, 
     const char* name;
     int gu, down, warps, phases;
   };
-  const Tune tunes[] = {{"default", 2, 0, 8, 3},     {"gu2 dn8 w8", 2, 8, 8, 3},
-                        {"gu2 dn4 w8", 2, 4, 8, 3},  {"gu2 dn8 w4", 2, 8, 4, 3},
-                        {"gu2 dn4 w4", 2, 4, 4, 3},  {"gu4 dn8 w4", 4, 8, 4, 3},
-                        {"gate/up only", 2, 0, 8, 1}, {"down only", 2, 0, 8, 2},
-                        {"gate/up only w4", 2, 0, 4, 1}, {"down only w4", 2, 0, 4, 2}};
+  const cuda::MoeTuning def;
+  const Tune tunes[] = {{"default", def.walk_gu_unroll, def.walk_down_unroll, def.walk_warps, 3},
+                        {"gu2 dn8 w8", 2, 8, 8, 3},  {"gu2 dn4 w8", 2, 4, 8, 3},
+                        {"gu2 dn8 w4", 2, 8, 4, 3},  {"gu2 dn4 w4", 2, 4, 4, 3},
+                        {"gu4 dn8 w4", 4, 8, 4, 3},
+                        {"gate/up only", def.walk_gu_unroll, def.walk_down_unroll, def.walk_warps, 1},
+                        {"down only", def.walk_gu_unroll, def.walk_down_unroll, def.walk_warps, 2},
+                        {"gate/up only w8", 2, 0, 8, 1}, {"down only w8", 2, 0, 8, 2}};
   constexpr int kPerGraph = 20;  // calls per graph: times per call without the graph launch
   for (int64_t n : {1, 2, 4}) {
     Acts A(s, n);
