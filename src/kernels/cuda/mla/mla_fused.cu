@@ -2,8 +2,10 @@
 // launched with PDL (common/pdl.cuh): weights are streamed before PdlWait, everything the
 // previous kernel wrote is read after it.
 //   MlaKvPrepKernel        kv_a_layernorm + k_pe RoPE + latent cache write (one block / token)
-//   MlaQAbsorbKernel       q_pe RoPE + q_nope · W_UK_h -> q_lat (grid: 64-column slices x heads)
+//   MlaQAbsorbKernel       q_pe RoPE + q_nope · W_UK_h -> q_lat (grid: 64-column slices x heads,
+//                          plus optionally one row of MlaKvPrep blocks)
 //   MlaCombineApplyKernel  split merge + o_lat · W_UV_h^T -> out (grid: 32-row slices x heads)
+//   MlaQPeKernel           q_pe RoPE / copy alone, any token count (the unfused path)
 // They replace, per layer: RmsNorm, Rope (k), MlaCacheWrite; Rope (q), the W_UK GEMM and the
 // q_pe copy; the split combine and the W_UV GEMM (mla_register.cpp picks them).
 #include <cuda_bf16.h>

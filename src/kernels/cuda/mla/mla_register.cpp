@@ -10,12 +10,15 @@
 // shapes (tiny test models) run a scalar absorbed kernel (mla_generic.cu), and expanded
 // requests without a prefill kernel run the absorbed form.
 //
-// Absorbed:  q_lat[t, h] = [W_UK_h^T q_nope[t, h], q_pe[t, h]]   (cuBLASLt, batched over heads)
+// Absorbed:  q_lat[t, h] = [W_UK_h^T q_nope[t, h], q_pe[t, h]]   (cuBLASLt, batched over heads;
+//                                                                  q_pe: MlaQPeKernel, with the
+//                                                                  optional RoPE)
 //            o_lat = softmax(q_lat · latents^T) · latents[:, :512]  (mla_decode.cu, split-K)
 //            out[t, h] = W_UV_h · o_lat[t, h]                       (cuBLASLt, batched over heads)
-//            At <= kMlaFoldMaxTokens tokens the first step (with the optional q_pe RoPE) is
-//            MlaQAbsorbKernel and the split merge + last step MlaCombineApplyKernel
-//            (mla_fused.cu): three PDL kernels for the whole op.
+//            At <= kMlaFoldMaxTokens tokens the first step (with the optional q_pe RoPE and
+//            the op's cache write, MlaAttentionParams::write) is MlaQAbsorbKernel and the split
+//            merge + last step MlaCombineApplyKernel (mla_fused.cu): with the decode kernel,
+//            three PDL kernels for the whole attention block of a layer.
 // MlaCacheWrite with its fused prologue (norm + k_pe RoPE) is MlaKvPrepKernel.
 // Expanded:  latents of the history gathered (mla_cache.cu), kv = latents[:, :512] · w_kv_b^T
 //            (one GEMM), then FlashAttention over [k_nope, k_pe] / v (mla_prefill.cu).
