@@ -54,8 +54,8 @@ void RunServe(ServeFlags& f) {
     f.engine.kv_cache_bytes = int64_t(f.kv_cache_mib) << 20;
   }
   PG_ENSURE(b.tokenizer != nullptr, kUnsupported,
-            "{} has no tokenizer (tokenizer.json or GGUF tokenizer metadata); serve needs one (or "
-            "--tokenizer)", b.path);
+            "{} has no tokenizer (tokenizer.json or GGUF tokenizer metadata); serve needs one{}",
+            b.path, f.model.tokenizer.empty() && f.device.cuda() ? " (or --tokenizer)" : "");
   f.engine.host_cache_bytes = int64_t(f.host_cache_mib) << 20;
   f.engine.session_ttl_ms = int64_t(f.session_ttl_s) * 1000;
   f.server.http.port = uint16_t(f.port);
