@@ -196,7 +196,7 @@ void DeviceMatmul(const TensorView& x, const DeviceMatrix& w, const TensorView& 
 }
 
 void RunDeviceMlp(const DeviceMlp& w, const TensorView& x, const TensorView& out,
-                  const DeviceFfnScratch& s) {
+                  const DeviceFfnScratch& s, bool accumulate) {
   const int64_t n = x.dim(0), inter = w.inter;
   const TensorView gu = Flat(s.gate_up, n, 2 * inter), act = Flat(s.act, n, inter);
   if (w.gate_up.data) {
@@ -207,11 +207,12 @@ void RunDeviceMlp(const DeviceMlp& w, const TensorView& x, const TensorView& out
     DeviceMatmul(x, w.up, Columns(gu, inter, inter));
   }
   ops::SwiGlu({.gate = gu, .out = act});
-  DeviceMatmul(act, w.down, out);
+  DeviceMatmul(act, w.down, out, accumulate);
 }
 
 void RunDeviceMoeFfn(const DeviceMoeFfn& w, const MoeModelConfig& c, const TensorView& x,
-                     const TensorView& out, const DeviceFfnScratch& s, const FfnNorm* norm) {
+                     const TensorView& out, const DeviceFfnScratch& s, const FfnNorm* norm,
+                     bool accumulate) {
   const int64_t n = x.dim(0);
   const TensorView logits = Flat(s.router_logits, n, c.num_experts);
   const TensorView weights = Flat(s.topk_weights, n, c.top_k);
@@ -247,7 +248,7 @@ void RunDeviceMoeFfn(const DeviceMoeFfn& w, const MoeModelConfig& c, const Tenso
     ops::MoeRouter(rp);
   }
   ops::MoeExpertsParams ep{.x = x, .topk_ids = ids, .topk_weights = weights,
-                           .experts = w.experts, .out = out};
+                           .experts = w.experts, .out = out, .accumulate = accumulate};
   const bool shared = w.shared.inter > 0;
   if (shared && decode && FuseShared()) {
     // The shared expert inside the experts op (CUDA: extra slots of the walking kernels),
@@ -256,8 +257,8 @@ void RunDeviceMoeFfn(const DeviceMoeFfn& w, const MoeModelConfig& c, const Tenso
     if (ops::Registry::Global().Selected(ep) != nullptr) return ops::MoeExperts(ep);
     ep.shared = {};
   }
-  if (shared) RunDeviceMlp(w.shared, x, out, s);
-  ep.accumulate = shared;
+  if (shared) RunDeviceMlp(w.shared, x, out, s, accumulate);
+  ep.accumulate = accumulate || shared;
   ops::MoeExperts(ep);
 }
 

@@ -93,8 +93,9 @@ DeviceFfnScratch PlaceFfnScratch(DeviceWeightMaker& mk, const MoeModelConfig& c,
 void DeviceMatmul(const TensorView& x, const DeviceMatrix& w, const TensorView& out,
                   bool accumulate = false);
 // x, out: [n, hidden] bf16 device; out must not alias x.
+// accumulate: out += result (the residual stream as `out`).
 void RunDeviceMlp(const DeviceMlp& w, const TensorView& x, const TensorView& out,
-                  const DeviceFfnScratch& s);
+                  const DeviceFfnScratch& s, bool accumulate = false);
 // Batches of at most this many tokens take the MoE decode path: the shared expert fused into
 // MoeExperts, and (opt-in, PEREGRINE_MOE_FUSED_ROUTER=1; see moe_device.cpp) the router matmul
 // and the FFN's RMSNorm fused into MoeRouter, where the backends take them. One token: at 2-4
@@ -107,9 +108,10 @@ struct FfnNorm {
   float eps = 1e-6f;
 };
 // With `norm`, x (the FFN input, [n, hidden]) is first computed as RmsNorm(*norm) into x.
+// accumulate: out += result (the residual stream as `out`; must not alias x).
 void RunDeviceMoeFfn(const DeviceMoeFfn& w, const MoeModelConfig& c, const TensorView& x,
                      const TensorView& out, const DeviceFfnScratch& s,
-                     const FfnNorm* norm = nullptr);
+                     const FfnNorm* norm = nullptr, bool accumulate = false);
 
 // Checks a device forward's inputs: positions and tokens agree, one KV view per layer, bf16
 // device logits [logit_rows, vocab], device tokens/positions of the batch's size, at most

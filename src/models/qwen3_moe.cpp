@@ -9,6 +9,7 @@
 #include "models/logit_head.h"
 #include "models/moe_device.h"
 #include "models/moe_layer.h"
+#include "kernels/ops_fused.h"
 
 namespace pg::models {
 namespace {
@@ -38,7 +39,7 @@ struct DeviceLayer {
 // Device activations for up to `capacity` tokens (bf16), carved once at placement.
 struct DeviceActs {
   int64_t capacity = 0;
-  TensorView x, hn, q, k, v, attn, o, ffn, gathered;
+  TensorView x, hn, q, k, v, attn, gathered;
   TensorView qkv;  // [1, q + 2 kv]: the fused projection of a one-token batch
   DeviceFfnScratch ffn_scratch;
 };
@@ -151,8 +152,6 @@ class Qwen3MoeModel final : public Model {
     A.k = mk.Activations(cap, kvd);
     A.v = mk.Activations(cap, kvd);
     A.attn = mk.Activations(cap, qd);
-    A.o = mk.Activations(cap, h);
-    A.ffn = mk.Activations(cap, h);
     A.gathered = mk.Activations(cap, h);
     A.ffn_scratch = PlaceFfnScratch(mk, c_, cap);
     device_ = &memory;
@@ -221,8 +220,7 @@ class Qwen3MoeModel final : public Model {
     const int64_t nh = b.num_heads, nkv = b.num_kv_heads, hd = b.head_dim;
     const DeviceActs& A = d_;
     const TensorView x = A.x.Slice0(0, n), hn = A.hn.Slice0(0, n), q = A.q.Slice0(0, n),
-                     k = A.k.Slice0(0, n), v = A.v.Slice0(0, n), attn = A.attn.Slice0(0, n),
-                     o = A.o.Slice0(0, n), ffn = A.ffn.Slice0(0, n);
+                     k = A.k.Slice0(0, n), v = A.v.Slice0(0, n), attn = A.attn.Slice0(0, n);
     const TensorView q3 = q.Reshape({n, nh, hd}), k3 = k.Reshape({n, nkv, hd}),
                      v3 = v.Reshape({n, nkv, hd}), attn3 = attn.Reshape({n, nh, hd});
     // One-token batches: [1, heads, head_dim] views into the fused projection (row stride
@@ -238,46 +236,45 @@ class Qwen3MoeModel final : public Model {
     const TensorView fq3 = heads3(0, nh), fk3 = heads3(nh * hd, nkv),
                      fv3 = heads3((nh + nkv) * hd, nkv);
     const TensorView& pos = fb.device_positions;
+    // x is the residual stream throughout: the attention output projection and the FFN
+    // accumulate into it (one bf16 rounding of x + y each), the input RMSNorm runs inside the
+    // qkv projection (FusedMatmul: one kernel at decode batch sizes), and the per-head q/k
+    // RMSNorm inside RopeKvWrite.
     ops::Embedding({.table = d_embed_, .ids = fb.device_tokens, .out = x});
     for (int li = 0; li < b.num_layers; ++li) {
       const DeviceLayer& L = d_layers_[size_t(li)];
-      ops::RmsNorm({.x = li ? ffn : x, .weight = L.attn_norm, .out = hn,
-                    .residual = li ? x : TensorView{}, .eps = b.rms_norm_eps});
       const bool fused = n == 1 && L.wqkv.data;
       if (fused) {
-        ops::Matmul({.x = hn, .w = L.wqkv, .out = A.qkv});
+        ops::FusedMatmul({.x = x, .norm_weight = L.attn_norm, .eps = b.rms_norm_eps,
+                          .w = L.wqkv, .out = A.qkv, .normed = hn});
       } else {
-        DeviceMatmul(hn, L.wq, q);
-        DeviceMatmul(hn, L.wk, k);
-        DeviceMatmul(hn, L.wv, v);
+        for (const auto& [w, out] : {std::pair{&L.wq, q}, std::pair{&L.wk, k}, std::pair{&L.wv, v}})
+          ops::FusedMatmul({.x = x, .norm_weight = L.attn_norm, .eps = b.rms_norm_eps,
+                            .w = w->w, .w_scale = w->scale, .out = out, .normed = hn});
       }
       const TensorView& qs = fused ? fq3 : q3;
       const TensorView& ks = fused ? fk3 : k3;
       const TensorView& vs = fused ? fv3 : v3;
-      // Head rows of one token's q and k are packed in either layout.
-      const TensorView qr = TensorView::Contiguous(qs.data, DType::kBF16, {n * nh, hd}, qs.device);
-      const TensorView kr = TensorView::Contiguous(ks.data, DType::kBF16, {n * nkv, hd}, ks.device);
-      ops::RmsNorm({.x = qr, .weight = L.q_norm, .out = qr, .eps = b.rms_norm_eps});
-      ops::RmsNorm({.x = kr, .weight = L.k_norm, .out = kr, .eps = b.rms_norm_eps});
       const ops::KvCacheView& cache = kv.layers[size_t(li)];
-      // One kernel: RoPE on q and k, then k and v into the cache.
+      // One kernel: q/k RMSNorm per head, RoPE on q and k, then k and v into the cache.
       ops::RopeKvWrite({.q = qs, .k = ks, .v = vs, .positions = pos, .config = b.rope,
-                        .cache = cache, .batch = fb.attention});
+                        .cache = cache, .batch = fb.attention, .q_norm = L.q_norm,
+                        .k_norm = L.k_norm, .norm_eps = b.rms_norm_eps});
       ops::Attention({.q = qs, .out = attn3, .cache = cache, .batch = fb.attention,
                       .scale = scale_});
-      DeviceMatmul(attn, L.wo, o);
-      // hn = RmsNorm(x += o): inside the MoE router's kernel at decode batch sizes.
-      const FfnNorm ffn_norm{.x = o, .residual = x, .weight = L.ffn_norm, .eps = b.rms_norm_eps};
+      DeviceMatmul(attn, L.wo, x, /*accumulate=*/true);
+      // hn = RmsNorm(x) (inside the MoE router's kernel when PEREGRINE_MOE_FUSED_ROUTER=1).
+      const FfnNorm ffn_norm{.x = x, .weight = L.ffn_norm, .eps = b.rms_norm_eps};
       if (L.moe) {
-        RunDeviceMoeFfn(L.moe_ffn, c_, hn, ffn, A.ffn_scratch, &ffn_norm);
+        RunDeviceMoeFfn(L.moe_ffn, c_, hn, x, A.ffn_scratch, &ffn_norm, /*accumulate=*/true);
       } else {
-        ops::RmsNorm({.x = o, .weight = L.ffn_norm, .out = hn, .residual = x, .eps = b.rms_norm_eps});
-        RunDeviceMlp(L.mlp, hn, ffn, A.ffn_scratch);
+        ops::RmsNorm({.x = x, .weight = L.ffn_norm, .out = hn, .eps = b.rms_norm_eps});
+        RunDeviceMlp(L.mlp, hn, x, A.ffn_scratch, /*accumulate=*/true);
       }
     }
-    RunLogitHead({.residual = x, .last = ffn, .logit_rows = fb.logit_rows,
-                  .gathered = A.gathered, .normed = A.hn, .norm_weight = d_norm_,
-                  .eps = b.rms_norm_eps, .output = d_output_, .logits = logits});
+    RunLogitHead({.residual = x, .logit_rows = fb.logit_rows, .gathered = A.gathered,
+                  .normed = A.hn, .norm_weight = d_norm_, .eps = b.rms_norm_eps,
+                  .output = d_output_, .logits = logits});
     last_tokens_ = n;
   }
 
