@@ -230,7 +230,7 @@ int main(int argc, char** argv) {
       a.batch = plan.view();
       a.q_stride = a.out_stride = int64_t(heads) * d;
       a.heads = heads, a.kv_heads = kv_heads, a.head_dim = d;
-      a.min_q_len = 1, a.block_m = 64;
+      a.min_q_len = 1, a.block_m = 64, a.allow_wgmma = false;
       a.logit_scale = 1.0f / std::sqrt(float(d)), a.v_scale = 1.0f;
       cuda::PlanPrefillAttention(a, q_len.data(), kv_len.data(), nseq);
       const size_t per = size_t(rows) * heads * 64;
@@ -238,7 +238,7 @@ int main(int argc, char** argv) {
       a.partial_acc = static_cast<float*>(ws.p), a.partial_ml = a.partial_acc + per * size_t(d);
       const double t_ms = MedianMs(20, [&] { cuda::LaunchPrefillAttention(a, 0); });
       cuda::PrefillAttentionArgs wa = a;
-      wa.block_m = 128;
+      wa.allow_wgmma = true;
       cuda::PlanPrefillAttention(wa, q_len.data(), kv_len.data(), nseq);
       const double w_ms = wa.wgmma && size_t(wa.num_splits) <= 64
                               ? MedianMs(20, [&] { cuda::LaunchPrefillAttention(wa, 0); })

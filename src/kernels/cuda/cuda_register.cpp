@@ -264,7 +264,9 @@ int RunPrefillAttention(const AttentionParams& p, const cuda::DeviceBatchView& d
   a.kv_heads = int(p.cache.k_cache.dim(2));
   a.min_q_len = kPrefillMinQLen;
   // 128-row tiles when every multi-token sequence fills at least four of them (measured
-  // 3-7% faster on 32K prompts and 800-on-50K, docs/PERF.md), else 64 (less padding).
+  // 3-7% faster on 32K prompts and 800-on-50K, docs/PERF.md), else 64 (less padding). This is
+  // the mma.sync kernel's rule: the plan gives head_dim-128 bf16 shapes on sm_90 to the wgmma
+  // kernel, always with 128-row tiles.
   int64_t min_rows = INT64_MAX;
   for (int s = 0; s < b.num_seqs; ++s)
     if (b.q_len[size_t(s)] >= kPrefillMinQLen)

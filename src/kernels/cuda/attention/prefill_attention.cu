@@ -459,9 +459,11 @@ static bool WgmmaEnabled() {
 void PlanPrefillAttention(PrefillAttentionArgs& a, const int32_t* q_len, const int32_t* kv_len,
                           int num_seqs, int force_splits) {
   if (a.kv_fp8) a.block_m = 64;  // the only fp8 specialisation
-  // The one place choosing the kernel (LaunchPrefillAttention follows a.wgmma).
-  a.wgmma = a.allow_wgmma && !a.kv_fp8 && a.block_m == prefill::kWgmmaBlockM &&
-            a.head_dim == prefill::kWgmmaHeadDim && WgmmaEnabled();
+  // The one place choosing the kernel (LaunchPrefillAttention follows a.wgmma). The wgmma
+  // kernel takes every shape it supports, whatever block_m was asked for: it was faster at
+  // every q_len measured, 1 to 32K (bench_prefill, docs/PERF.md "CUDA prefill attention").
+  a.wgmma = a.allow_wgmma && !a.kv_fp8 && a.head_dim == prefill::kWgmmaHeadDim && WgmmaEnabled();
+  if (a.wgmma) a.block_m = prefill::kWgmmaBlockM;
   const int block_n = a.wgmma ? prefill::kWgmmaBlockN : kBlockN;
   const int group = a.heads / a.kv_heads;
   int64_t tiles = 0, max_kv = 1;

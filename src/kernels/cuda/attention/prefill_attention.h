@@ -10,7 +10,7 @@
 // in tiles of 64 from the paged cache (cp.async, 2-3 tiles in flight) and masks only the tiles
 // that cross a row's causal (or sliding-window) bound. num_splits > 1 (long prefixes with few
 // new tokens) writes unnormalised partials that PrefillCombineKernel merges.
-// On sm_90 with head_dim 128, bf16 caches and 128-row tiles the blocks run the wgmma kernel
+// On sm_90 with head_dim 128 and bf16 caches the blocks run the wgmma kernel
 // (prefill_attention_wgmma.cu: FlashAttention-3 style, 128 x 128 tiles, ping-pong warpgroups);
 // PlanPrefillAttention picks the kernel (PrefillAttentionArgs::wgmma).
 #pragma once
@@ -34,8 +34,9 @@ struct PrefillAttentionArgs {
   int min_q_len;        // sequences with q_len < min_q_len are not touched (decode kernel's)
   int block_m;          // packed rows per block: 64 or 128 (fp8 caches: 64)
   // Kernel choice (PlanPrefillAttention): the sm_90a wgmma kernel (prefill_attention_wgmma.cu,
-  // 128 x 128 tiles) takes block_m 128, head_dim 128, bf16 caches on compute capability 9.x
-  // unless allow_wgmma is false or PEREGRINE_PREFILL_WGMMA=0 (A/B); else the mma.sync kernel.
+  // 128 x 128 tiles; the plan sets block_m = 128) takes head_dim 128, bf16 caches on compute
+  // capability 9.x unless allow_wgmma is false or PEREGRINE_PREFILL_WGMMA=0 (A/B); else the
+  // mma.sync kernel with the block_m asked for.
   bool allow_wgmma = true;  // input
   bool wgmma = false;       // output of the plan
   int num_tiles;        // grid.x: sum over handled sequences of ceil(q_len * group / block_m)
@@ -50,7 +51,7 @@ struct PrefillAttentionArgs {
 bool PrefillAttentionSupportsHeadDim(int head_dim);
 // Fills a.num_tiles, a.num_splits and a.chunk for the host copy of the batch's q_len / kv_len
 // ([num_seqs] each), given a.heads, a.kv_heads, a.head_dim, a.min_q_len, a.kv_fp8 and
-// a.block_m (set to 64 for fp8), a.allow_wgmma; sets a.wgmma.
+// a.block_m (set to 64 for fp8, 128 for the wgmma kernel), a.allow_wgmma; sets a.wgmma.
 // Split-K when the tiles alone do not fill the GPU (long cached prefixes with few new
 // tokens): the split count minimises (waves of blocks) / splits, splits of >= 256 keys.
 // force_splits > 0 overrides the heuristic (benchmarks). a.num_tiles == 0: nothing to do.
