@@ -43,7 +43,7 @@ struct GpuModel {
   std::unique_ptr<models::Model> model;
 };
 
-constexpr int kMaxContext = 256;
+constexpr int kMaxContext = 256;  // tokens per sequence, unless a golden case needs more
 // MoE models: an expert choice whose f32 routing margin (models::RoutingMargin, choice scores
 // of order 1) is below this may flip under bf16 activations; a token mismatch right after
 // such a choice is a routing near-tie, not an error (the host f32 path is the oracle: it
@@ -56,25 +56,35 @@ float HostRoutingMargin(models::Model& host, std::span<const int32_t> prompt,
                         std::span<const int32_t> greedy, size_t t) {
   std::vector<int32_t> seq(prompt.begin(), prompt.end());
   seq.insert(seq.end(), greedy.begin(), greedy.begin() + std::ptrdiff_t(t));
-  runtime::SequenceRunner runner(host, {.max_context = kMaxContext, .page_size = 16,
+  runtime::SequenceRunner runner(host, {.max_context = std::max(kMaxContext, int(seq.size())),
+                                        .page_size = 16,
                                         .prefill_chunk = 64});
   runner.Append(seq);
   return host.last_routing_margin();
 }
 constexpr int kPrefillChunk = 37;  // awkward: prompts span several chunks and partial pages
 
-GpuModel Place(const std::string& path, DType kv_dtype = DType::kBF16) {
+// Context for a model's golden cases: kMaxContext, or the longest prompt + greedy tokens
+// rounded up to a page (tiny-llama-hd128's 300-token prompt + 64 tokens).
+int ContextFor(const std::vector<GoldenCase>& cases) {
+  size_t need = 0;
+  for (const GoldenCase& c : cases) need = std::max(need, c.prompt.size() + c.greedy.size());
+  return std::max(kMaxContext, int((need + 15) / 16 * 16));
+}
+
+GpuModel Place(const std::string& path, DType kv_dtype = DType::kBF16,
+               int max_context = kMaxContext) {
   GpuModel g;
   g.runner = std::make_unique<rt::GpuRunner>(rt::GpuRunnerOptions{
       .gpu_memory_utilization = 0.5, .max_batch_tokens = 64, .page_size = 16, .kv_dtype = kv_dtype});
   g.model = models::LoadModel({.path = path});
   g.model->PlaceOnDevice(g.runner->memory(), {.max_batch_tokens = 64});
   g.runner->Attach(*g.model);
-  g.runner->ConfigureKv(/*num_slots=*/3, kMaxContext);
+  g.runner->ConfigureKv(/*num_slots=*/3, max_context);
   // Graphs for padded sizes 1 and 3 (two sequences run in the size-3 graph with one padding
   // row), covering every length of this context.
   const int sizes[] = {1, 3};
-  g.runner->CaptureDecode(sizes, kMaxContext);
+  g.runner->CaptureDecode(sizes, max_context);
   return g;
 }
 
@@ -100,12 +110,12 @@ double DepthTolerance(float shallow_tol, int num_layers) {
 void CheckModel(const std::string& path, const std::string& golden_dir, float shallow_tol,
                 DType kv_dtype = DType::kBF16) {
   ASSERT_GT(cuda::DeviceCount(), 0) << "no CUDA device: this test runs on the GPU machine";
-  GpuModel g = Place(path, kv_dtype);
+  auto cases = LoadGolden(golden_dir);
+  ASSERT_FALSE(cases.empty());
+  GpuModel g = Place(path, kv_dtype, ContextFor(cases));
   const int vocab = g.model->config().vocab_size;
   const double tol_over_std = DepthTolerance(shallow_tol, g.model->config().num_layers);
   auto host = models::LoadModel({.path = path});  // f32 oracle of routing near-ties
-  auto cases = LoadGolden(golden_dir);
-  ASSERT_FALSE(cases.empty());
   for (size_t ci = 0; ci < cases.size(); ++ci) {
     const GoldenCase& c = cases[ci];
     ASSERT_EQ(int(c.logits.size()), vocab);
@@ -170,6 +180,13 @@ void CheckModel(const std::string& path, const std::string& golden_dir, float sh
 
 TEST(GpuModelGolden, TinyLlama) {
   CheckModel("tests/data/models/tiny-llama", "tests/data/models/tiny-llama", 0.05f);
+}
+
+// head_dim 128: the only shape the tensor-core prefill kernels (wgmma on sm_90, mma.sync)
+// take, so this is the model-level check of those kernels; prompts of 1, 100 and 300 tokens
+// (300 spans three 128-row query tiles and three key tiles).
+TEST(GpuModelGolden, TinyLlamaHd128) {
+  CheckModel("tests/data/models/tiny-llama-hd128", "tests/data/models/tiny-llama-hd128", 0.05f);
 }
 
 // Logits of one golden case on the device: after the prompt, then after each teacher-forced

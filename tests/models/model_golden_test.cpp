@@ -74,6 +74,10 @@ TEST(ModelGolden, TinyLlamaSafetensors) {
   CheckModel("tests/data/models/tiny-llama", "tests/data/models/tiny-llama", {1e-4f});
 }
 
+TEST(ModelGolden, TinyLlamaHd128) {
+  CheckModel("tests/data/models/tiny-llama-hd128", "tests/data/models/tiny-llama-hd128", {1e-4f});
+}
+
 TEST(ModelGolden, TinyQwen3Safetensors) {
   CheckModel("tests/data/models/tiny-qwen3", "tests/data/models/tiny-qwen3", {1e-4f});
 }

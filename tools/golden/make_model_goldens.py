@@ -9,6 +9,8 @@ Run on the GPU machine (tools/gpu/golden.sh). Writes, per model, into OUT/<name>
 Models:
   tiny-llama   random LlamaForCausalLM, GQA 4:2, llama3 rope scaling, untied output
   tiny-qwen3   random Qwen3ForCausalLM, q/k RMSNorm, explicit head_dim, tied embeddings
+  tiny-llama-hd128  random LlamaForCausalLM with head_dim 128 (the tensor-core prefill kernels
+               take head_dim 128 only), prompts up to 300 tokens (several 128-row tiles)
   smollm2      SmolLM2-135M-Instruct from the embedded Q4_1 GGUF (transformers dequantizes)
 
 All computation is float32 with TF32 off, so the golden is the exact model of the stored
@@ -80,7 +82,7 @@ def random_model(cls, cfg, seed):
     return model
 
 
-def tiny_models(outdir, dev):
+def tiny_models(outdir, dev, only=""):
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
     from safetensors.torch import save_file
     g = torch.Generator().manual_seed(1234)
@@ -97,9 +99,20 @@ def tiny_models(outdir, dev):
             num_attention_heads=6, num_key_value_heads=2, head_dim=40,
             max_position_embeddings=4096, rms_norm_eps=1e-6, rope_theta=1000000.0,
             tie_word_embeddings=True, bos_token_id=1, eos_token_id=2)),
+        # Last, so the earlier models' prompts (drawn from g in order) stay as they were.
+        ("tiny-llama-hd128", LlamaForCausalLM, LlamaConfig(
+            vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+            num_attention_heads=2, num_key_value_heads=1, head_dim=128,
+            max_position_embeddings=4096, rms_norm_eps=1e-5, rope_theta=10000.0,
+            tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)),
     ]
+    lengths = {"tiny-llama-hd128": (1, 100, 300)}
     for name, cls, cfg in specs:
         model = random_model(cls, cfg, seed=7).to(dev).eval()
+        prompts = [torch.randint(3, cfg.vocab_size, (n,), generator=g).tolist()
+                   for n in lengths.get(name, (1, 7, 33, 100))]
+        if only and name != only:
+            continue
         d = os.path.join(outdir, name)
         os.makedirs(d, exist_ok=True)
         cfg.architectures = [cls.__name__]
@@ -108,9 +121,6 @@ def tiny_models(outdir, dev):
         if cfg.tie_word_embeddings:
             sd.pop("lm_head.weight", None)
         save_file(sd, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
-        prompts = []
-        for n in (1, 7, 33, 100):
-            prompts.append(torch.randint(3, cfg.vocab_size, (n,), generator=g).tolist())
         with torch.no_grad():
             save_case(outdir, name, prompts, model)
 
@@ -147,8 +157,8 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     dev = "cuda" if torch.cuda.is_available() else "cpu"
-    if a.only in ("", "tiny"):
-        tiny_models(a.out, dev)
+    if a.only in ("", "tiny") or a.only.startswith("tiny-"):
+        tiny_models(a.out, dev, a.only if a.only.startswith("tiny-") else "")
     if a.only in ("", "smollm2"):
         smollm2(a.out, dev, a.gguf)
 
