@@ -1,12 +1,10 @@
-// MoE and MLA ops (ops_moe.h) in the op harness:
+// MoE ops (ops_moe.h) in the op harness:
 //  * MoeRouter against closed forms (softmax top-k from sorted logits; group-limited sigmoid
 //    routing from an exhaustive search over group subsets) and a hand-made case where the
 //    best expert's group is dropped;
 //  * MoeExperts: ref against a dense per-token evaluation built from Matmul/SwiGlu, and every
-//    other backend against ref, on awkward sizes (hidden 111, 19 tokens, empty routes);
-//  * MlaAttention: expanded against ops::Attention over an explicitly expanded per-head KV
-//    cache (an independent oracle), and absorbed == expanded, on mixed batches with cached
-//    prefixes, shuffled pages and an odd latent size (split over the K/V halves).
+//    other backend against ref, on awkward sizes (hidden 111, 19 tokens, empty routes).
+// (MLA ops: mla_ops_test.cpp.)
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -713,141 +711,6 @@ TEST(MatmulFp8BlockOp, MatchesDequantizedReference) {
     names += " " + k->backend;
   }
   if (any_device) EXPECT_GT(ran, 0) << "no device Matmul backend took fp8 block-scaled weights; backends:" << names;
-}
-
-// ---- MLA -----------------------------------------------------------------------------------
-
-struct MlaBatch {
-  std::vector<int32_t> q_start, q_len, kv_len, page_start, page_table;
-  AttentionBatch batch;
-  int64_t num_pages = 0, tokens = 0;
-  MlaBatch(const std::vector<std::pair<int, int>>& seqs, int page_size) {
-    int32_t q = 0, pages = 0;
-    for (auto [ql, kl] : seqs) {
-      q_start.push_back(q);
-      q_len.push_back(ql);
-      kv_len.push_back(kl);
-      page_start.push_back(pages);
-      q += ql;
-      pages += (kl + page_size - 1) / page_size;
-    }
-    num_pages = pages + 3;
-    std::vector<int32_t> perm(static_cast<size_t>(num_pages));
-    std::iota(perm.begin(), perm.end(), 0);
-    std::shuffle(perm.begin(), perm.end(), Rng());
-    page_table.assign(perm.begin(), perm.begin() + pages);
-    tokens = q;
-    batch = {.num_seqs = int(seqs.size()), .page_size = page_size, .q_start = q_start,
-             .q_len = q_len, .kv_len = kv_len, .page_start = page_start,
-             .page_table = page_table};
-  }
-  // The same sequences as one "prefill of the whole history" batch (q_len = kv_len).
-  AttentionBatch Full(std::vector<int32_t>& qs, std::vector<int32_t>& ql) const {
-    int32_t q = 0;
-    qs.clear();
-    ql.clear();
-    for (int32_t kl : kv_len) qs.push_back(q), ql.push_back(kl), q += kl;
-    AttentionBatch b = batch;
-    b.q_start = qs;
-    b.q_len = ql;
-    return b;
-  }
-};
-
-struct MlaCase {
-  int heads, nope, rope, v, rank, page_size;
-  std::vector<std::pair<int, int>> seqs;  // (q_len, kv_len)
-};
-
-TEST(MlaAttentionOp, ExpandedMatchesAttentionOverExpandedCacheAndAbsorbedMatchesExpanded) {
-  PG_SEED_TRACE();
-  const std::vector<MlaCase> cases = {
-      {3, 13, 6, 11, 19, 5, {{1, 40}, {17, 30}, {9, 9}, {1, 1}}},
-      {4, 32, 16, 24, 64, 16, {{37, 37}, {1, 100}}},
-      {2, 24, 8, 32, 48, 7, {{3, 20}, {1, 64}}},  // v_dim > nope_dim
-  };
-  for (const MlaCase& c : cases) {
-    SCOPED_TRACE(fmt::format("heads {} nope {} rope {} v {} rank {} page {}", c.heads, c.nope,
-                             c.rope, c.v, c.rank, c.page_size));
-    MlaBatch mb(c.seqs, c.page_size);
-    const int64_t qk = c.nope + c.rope, latent_dim = c.rank + c.rope;
-    const int64_t half = MlaCacheHalfDim(c.rank, c.rope);
-    Tensor kc(DType::kF32, {mb.num_pages, c.page_size, 1, half}),
-        vc(DType::kF32, {mb.num_pages, c.page_size, 1, half});
-    FillNormal(kc);  // stale contents outside the written slots must not matter
-    FillNormal(vc);
-    KvCacheView cache{kc.view(), vc.view()};
-    // Write the whole history of each sequence (as earlier steps would have).
-    std::vector<int32_t> fqs, fql;
-    AttentionBatch full = mb.Full(fqs, fql);
-    int64_t hist = 0;
-    for (int32_t kl : mb.kv_len) hist += kl;
-    Tensor latent = F32({hist, latent_dim});
-    MlaCacheWrite({.latent = latent.view(), .cache = cache, .batch = &full});
-    Tensor wkvb = F32({c.heads * (c.nope + c.v), c.rank}, 0.3f);
-    Tensor q = F32({mb.tokens, c.heads, qk});
-    const float scale = 0.7f / std::sqrt(float(qk));
-    Tensor out_exp(DType::kF32, {mb.tokens, c.heads, c.v}), out_abs(DType::kF32, {mb.tokens, c.heads, c.v});
-    MlaAttentionParams p{.q = q.view(), .w_kv_b = wkvb.view(), .out = out_exp.view(),
-                         .cache = cache, .batch = &mb.batch, .kv_lora_rank = c.rank,
-                         .rope_dim = c.rope, .scale = scale, .mode = MlaMode::kExpanded};
-    MlaAttention(p);
-    p.out = out_abs.view();
-    p.mode = MlaMode::kAbsorbed;
-    MlaAttention(p);
-    ExpectClose(out_exp.data<float>(), out_abs.data<float>(), out_abs.numel(), {1e-5, 1e-11},
-                "absorbed vs expanded");
-
-    // Oracle: a standard per-head paged cache with K = [W_UK c_kv, k_pe] and
-    // V = [W_UV c_kv, 0...] (padded to a common head dim), through ops::Attention (ref).
-    const int64_t d = std::max<int64_t>(qk, c.v);
-    Tensor k_full(DType::kF32, {hist, c.heads, d}), v_full(DType::kF32, {hist, c.heads, d});
-    k_full.Zero();
-    v_full.Zero();
-    for (int64_t t = 0; t < hist; ++t)
-      for (int h = 0; h < c.heads; ++h) {
-        const float* lat = latent.data<float>() + t * latent_dim;
-        for (int64_t r = 0; r < c.nope + c.v; ++r) {
-          double acc = 0;
-          for (int cc = 0; cc < c.rank; ++cc)
-            acc += double(wkvb.data<float>()[(h * (c.nope + c.v) + r) * c.rank + cc]) * lat[cc];
-          if (r < c.nope) k_full.data<float>()[(t * c.heads + h) * d + r] = float(acc);
-          else v_full.data<float>()[(t * c.heads + h) * d + (r - c.nope)] = float(acc);
-        }
-        for (int r = 0; r < c.rope; ++r)
-          k_full.data<float>()[(t * c.heads + h) * d + c.nope + r] = lat[c.rank + r];
-      }
-    Tensor kc2(DType::kF32, {mb.num_pages, c.page_size, c.heads, d}),
-        vc2(DType::kF32, {mb.num_pages, c.page_size, c.heads, d});
-    KvCacheView cache2{kc2.view(), vc2.view()};
-    SetMaxKernelPriority(kPriorityRef);
-    KvWrite({.k = k_full.view(), .v = v_full.view(), .cache = cache2, .batch = &full});
-    Tensor q2(DType::kF32, {mb.tokens, c.heads, d}), o2(DType::kF32, {mb.tokens, c.heads, d});
-    q2.Zero();
-    for (int64_t i = 0; i < mb.tokens * c.heads; ++i)
-      std::copy_n(q.data<float>() + i * qk, qk, q2.data<float>() + i * d);
-    Attention({.q = q2.view(), .out = o2.view(), .cache = cache2, .batch = &mb.batch,
-               .scale = scale});
-    SetMaxKernelPriority(std::numeric_limits<int>::max());
-    std::vector<float> want(static_cast<size_t>(mb.tokens * c.heads * c.v));
-    for (int64_t i = 0; i < mb.tokens * c.heads; ++i)
-      std::copy_n(o2.data<float>() + i * d, c.v, want.data() + i * c.v);
-    ExpectClose(want.data(), out_exp.data<float>(), out_exp.numel(), {1e-5, 1e-11},
-                "expanded vs per-head attention");
-  }
-}
-
-TEST(MlaAttentionOp, RejectsMismatchedCache) {
-  MlaBatch mb({{2, 4}}, 4);
-  Tensor kc(DType::kF32, {mb.num_pages, 4, 1, 10}), vc(DType::kF32, {mb.num_pages, 4, 1, 10});
-  Tensor q = F32({2, 2, 12}), out(DType::kF32, {2, 2, 8}), w = F32({2 * (8 + 8), 16});
-  // latent 16 + 4 = 20 -> half 10: fine; rank 17 -> half 11: mismatched.
-  MlaAttentionParams p{.q = q.view(), .w_kv_b = w.view(), .out = out.view(),
-                       .cache = {kc.view(), vc.view()}, .batch = &mb.batch, .kv_lora_rank = 16,
-                       .rope_dim = 4};
-  EXPECT_NO_THROW(MlaAttention(p));
-  p.kv_lora_rank = 17;
-  EXPECT_THROW(MlaAttention(p), Error);
 }
 
 }  // namespace
