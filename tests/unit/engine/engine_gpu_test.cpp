@@ -24,6 +24,7 @@
 #include "kernels/cuda/common/context.h"
 #include "models/loader.h"
 #include "runtime/sequence_runner.h"
+#include "event_collector.h"
 
 namespace pg::engine {
 namespace {
@@ -50,51 +51,8 @@ constexpr int kContext = 512;
 constexpr float kShallowTol = 0.05f;
 constexpr float kRoutingTie = 0.01f;
 
-struct Result {
-  std::vector<int32_t> tokens;
-  std::vector<TokenLogprob> logprobs;
-  FinishReason reason = FinishReason::kNone;
-  int cached = 0;
-  std::string error;
-};
-
-class Collector {
- public:
-  EventCallback Callback() {
-    return [this](const TokenEvent& ev) {
-      std::lock_guard<std::mutex> lock(mu_);
-      r_.tokens.insert(r_.tokens.end(), ev.tokens.begin(), ev.tokens.end());
-      r_.logprobs.insert(r_.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
-      if (!ev.tokens.empty()) first_.set_value_once();
-      if (ev.finished) {
-        r_.reason = ev.finish_reason;
-        r_.cached = ev.num_cached_tokens;
-        r_.error = ev.error;
-        first_.set_value_once();
-        done_.set_value();
-      }
-    };
-  }
-  Result Wait() {
-    done_.get_future().wait();
-    std::lock_guard<std::mutex> lock(mu_);
-    return r_;
-  }
-  void WaitFirst() { first_.p.get_future().wait(); }
-
- private:
-  struct Once {
-    std::promise<void> p;
-    bool set = false;
-    void set_value_once() {
-      if (!set) set = true, p.set_value();
-    }
-  };
-  std::mutex mu_;
-  Result r_;
-  Once first_;
-  std::promise<void> done_;
-};
+using test_util::Collector;
+using test_util::Result;
 
 std::vector<int32_t> RandomTokens(int n, int vocab, uint32_t seed) {
   std::mt19937 rng(seed);

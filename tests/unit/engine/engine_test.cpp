@@ -13,43 +13,13 @@
 #include "engine/model_bundle.h"
 #include "models/loader.h"
 #include "kernels/registry.h"
+#include "event_collector.h"
 
 namespace pg::engine {
 namespace {
 
-struct Result {
-  std::vector<int32_t> tokens;
-  FinishReason reason = FinishReason::kNone;
-  int cached = 0;
-  std::string error;
-};
-
-// Collects a request's events; Wait() returns once its final event arrived.
-class Collector {
- public:
-  EventCallback Callback() {
-    return [this](const TokenEvent& ev) {
-      std::lock_guard<std::mutex> lock(mu_);
-      r_.tokens.insert(r_.tokens.end(), ev.tokens.begin(), ev.tokens.end());
-      if (ev.finished) {
-        r_.reason = ev.finish_reason;
-        r_.cached = ev.num_cached_tokens;
-        r_.error = ev.error;
-        done_.set_value();
-      }
-    };
-  }
-  Result Wait() {
-    done_.get_future().wait();
-    std::lock_guard<std::mutex> lock(mu_);
-    return r_;
-  }
-
- private:
-  std::mutex mu_;
-  Result r_;
-  std::promise<void> done_;
-};
+using test_util::Collector;
+using test_util::Result;
 
 class EngineTest : public ::testing::Test {
  protected:
