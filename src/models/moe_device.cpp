@@ -1,3 +1,4 @@
+#include "core/env.h"
 #include "models/moe_device.h"
 
 #include <algorithm>
@@ -37,10 +38,6 @@ ops::MoeExpertWeights ExpertView(const DeviceMatrix& gate, const DeviceMatrix& u
 // kernel measured slower than RmsNorm + GEMV + router with PDL, Qwen3-30B-A3B batch 1 step
 // 4220 vs 3959 us); PEREGRINE_MOE_FUSED_SHARED=0 runs the shared expert as its own MLP instead
 // of inside MoeExperts (on by default: Moonlight batch 1 step 2662 vs 2737 us).
-bool EnvFlag(const char* name, bool fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::strcmp(v, "0") != 0 : fallback;
-}
 bool FuseRouter() {
   static const bool on = EnvFlag("PEREGRINE_MOE_FUSED_ROUTER", false);
   return on;

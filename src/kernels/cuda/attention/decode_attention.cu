@@ -31,6 +31,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "core/env.h"
 #include "kernels/cuda/attention/decode_common.cuh"
 #include "kernels/cuda/attention/kv_types.cuh"
 #include "kernels/cuda/common/device_params.h"
@@ -390,10 +391,7 @@ struct DoLaunch {
 // The tensor-core kernel where it applies (PG_DECODE_SIMT=1 in the environment forces the
 // CUDA-core kernel: A/B benchmarks).
 bool UseMma(const AttentionArgs& a) {
-  static const bool simt = [] {
-    const char* e = std::getenv("PG_DECODE_SIMT");
-    return e != nullptr && e[0] == '1';
-  }();
+  static const bool simt = EnvFlag("PG_DECODE_SIMT", false);
   return !simt && MmaSupports(a.head_dim, a.heads / a.kv_heads, a.kv_type);
 }
 
@@ -401,10 +399,6 @@ bool UseMma(const AttentionArgs& a) {
 // PG_DECODE_PDL_LATE (0: PDL trigger at the kernels' start, not after the key loop) and
 // PG_DECODE_L2_PREFETCH (tensor-core kernel: tiles of L2 prefetch ahead of the ring; -1: no
 // prefetch, not even of the first tiles before the PDL wait).
-static int EnvInt(const char* name, int fallback) {
-  const char* e = std::getenv(name);
-  return e != nullptr && e[0] != '\0' ? std::atoi(e) : fallback;
-}
 static void ApplyKnobs(AttentionArgs& a) {
   static const int min_keys = EnvInt("PG_DECODE_MIN_SPLIT_KEYS", 0);
   static const int prefetch = EnvInt("PG_DECODE_L2_PREFETCH", -2);
@@ -467,10 +461,7 @@ int DecodeAttentionSplits(const AttentionArgs& args, int num_seqs, int64_t max_l
 // over (row, head) blocks, measured equal or faster in every shape on the H200: e.g. 1K x 32
 // 64.0 vs 77.9 µs with a 64 KB bound, docs/PERF.md).
 int64_t FusedCombineBytes() {
-  static const int64_t bytes = [] {
-    const char* e = std::getenv("PG_DECODE_FUSED_COMBINE_KB");
-    return e != nullptr ? int64_t(std::atoi(e)) << 10 : int64_t(0);
-  }();
+  static const int64_t bytes = int64_t(EnvInt("PG_DECODE_FUSED_COMBINE_KB", 0)) << 10;
   return bytes;
 }
 

@@ -23,6 +23,7 @@
 
 #include <cstdlib>
 
+#include "core/env.h"
 #include "kernels/cuda/attention/decode_common.cuh"
 #include "kernels/cuda/mla/mma_util.cuh"
 
@@ -371,10 +372,7 @@ void Launch(const AttentionArgs& a, dim3 grid, int warps, cudaStream_t stream) {
 
 // Head warps (default) or the round-robin variant (PG_DECODE_MMA_ROUND_ROBIN=1: A/B runs).
 bool HeadWarps() {
-  static const bool rr = [] {
-    const char* e = std::getenv("PG_DECODE_MMA_ROUND_ROBIN");
-    return e != nullptr && e[0] == '1';
-  }();
+  static const bool rr = EnvFlag("PG_DECODE_MMA_ROUND_ROBIN", false);
   return !rr;
 }
 

@@ -16,6 +16,7 @@
 // ldmatrix.trans and P straight from S's accumulators (the C layout of two n-tiles is the A
 // layout of one k-step).
 // Scores live in the log2 domain (scale * log2(e) folded in), so the softmax uses ex2.
+#include "core/env.h"
 #include "kernels/cuda/attention/prefill_attention.h"
 
 #include <cuda_bf16.h>
@@ -446,8 +447,7 @@ bool PrefillAttentionSupportsHeadDim(int d) { return d == 64 || d == 128; }
 constexpr bool kWgmmaDefault = true;  // passed the GPU harness 2026-12-01 (docs/PERF.md)
 static bool WgmmaEnabled() {
   static const bool on = [] {
-    const char* e = std::getenv("PEREGRINE_PREFILL_WGMMA");
-    if (e == nullptr ? !kWgmmaDefault : e[0] == '0') return false;
+    if (!EnvFlag("PEREGRINE_PREFILL_WGMMA", kWgmmaDefault)) return false;
     int dev = 0, major = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);

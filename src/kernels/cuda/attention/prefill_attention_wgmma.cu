@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "core/env.h"
 #include "kernels/cuda/attention/prefill_common.cuh"
 #include "kernels/cuda/attention/prefill_wgmma.h"
 #include "kernels/cuda/attention/wgmma.cuh"
@@ -327,11 +328,6 @@ void LaunchFor(const PrefillAttentionArgs& a, cudaStream_t stream) {
   (void)attr;  // a failure surfaces as the launch error the caller checks
   const dim3 grid(unsigned(a.num_tiles), unsigned(a.kv_heads), unsigned(a.num_splits));
   PrefillWgmmaKernel<kPvN, kPingPong><<<grid, kThreads, kSmem, stream>>>(a);
-}
-
-bool EnvFlag(const char* name, bool fallback) {
-  const char* e = std::getenv(name);
-  return e == nullptr || e[0] == '\0' ? fallback : e[0] == '1';
 }
 
 }  // namespace

@@ -1,3 +1,4 @@
+#include "core/env.h"
 #include "kernels/cuda/common/context.h"
 
 #include <cstdlib>
@@ -90,10 +91,7 @@ int MultiprocessorCount() {
 }
 
 bool PdlEnabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("PEREGRINE_PDL");
-    return !(v && v[0] == '0');
-  }();
+  static const bool enabled = EnvFlag("PEREGRINE_PDL", true);
   return enabled;
 }
 
