@@ -78,6 +78,13 @@ struct MoeExpertsParams {
   // n_shared_experts * moe_intermediate_size); same dtype and scale kind as theirs. CUDA runs
   // it inside the route-walking kernels (extra slots per token).
   MoeExpertWeights shared;
+  // Optional: this call's routing, run first as part of the op — exactly MoeRouter(*route),
+  // whose topk_ids / topk_weights must be this op's (then outputs of the op) and, with a fused
+  // router matmul, whose input is this op's x (route->normed with a fused RMSNorm, else
+  // route->x). CUDA at walking batch sizes (<= 256 experts, no residual): the router kernel
+  // only computes the logits (and the normed rows), and every gate/up block of the experts
+  // routes its token itself (one kernel less); otherwise MoeRouter's kernel runs first.
+  const MoeRouterParams* route = nullptr;
 };
 void MoeExperts(const MoeExpertsParams& p);
 

@@ -186,6 +186,32 @@ void FusedLayer(const Layer& L, const Acts& A) {
   ops::MoeExperts(p);
 }
 
+// The FFN block of the Qwen3-MoE decode step (models/moe_device.cpp RunDeviceMoeFfn at one
+// token), RMSNorm x -> normed, then the routed (+ shared) experts on normed:
+//   mode 0: RmsNorm, router Matmul (f32 logits), MoeRouter, MoeExperts (5 kernels);
+//   mode 1: MoeExperts with the routing inside (MoeExpertsParams::route) and the RMSNorm and
+//           router matmul in the route: router kernel (logits + normed) + 2 walking kernels;
+//   mode 2: RmsNorm, router Matmul, MoeExperts routing inside (4 kernels).
+void NormFfn(const Layer& L, const Acts& A, int mode) {
+  ops::MoeRouterParams rp{.logits = A.logits32, .topk_ids = A.ids, .topk_weights = A.w,
+                          .scoring = L.s.scoring, .num_groups = L.s.groups,
+                          .topk_groups = L.s.topk_groups, .renormalize = L.s.renormalize,
+                          .scaling = L.s.scaling};
+  if (mode == 1) {
+    rp.x = A.x, rp.router = L.router_w, rp.norm_weight = A.norm_w, rp.normed = A.normed;
+  } else {
+    ops::RmsNorm({.x = A.x, .weight = A.norm_w, .out = A.normed, .eps = 1e-6f});
+    ops::Matmul({.x = A.normed, .w = L.router_w, .out = A.logits32});
+    if (mode == 0) ops::MoeRouter(rp);
+  }
+  ops::MoeExpertsParams p{.x = A.normed, .topk_ids = A.ids, .topk_weights = A.w,
+                          .experts = L.experts, .out = A.out, .accumulate = true};
+  if (L.s.shared_inter)
+    p.shared = {L.sh_gate, L.sh_up, L.sh_down, L.sh_gate_s, L.sh_up_s, L.sh_down_s};
+  if (mode != 0) p.route = &rp;
+  ops::MoeExperts(p);
+}
+
 // Median microseconds per replay of fn captured as one CUDA graph (after a warm-up run
 // outside capture that sizes the scratch and builds the expert table).
 // per_graph > 1: fn is captured that many times in one graph and the time is per call (the
@@ -295,15 +321,24 @@ void DecodeSection(const Shape& s, cudaStream_t stream, double bw, double gemm, 
   struct Tune {
     const char* name;
     int gu, down, warps, phases;
+    int rows = cuda::MoeTuning{}.walk_down_rows, down_warps = cuda::MoeTuning{}.walk_down_warps;
   };
   const cuda::MoeTuning def;
+  // rows: the down kernel's form (1: one warp per hidden row; 2/4/8: tiles of that many rows).
   const Tune tunes[] = {{"default", def.walk_gu_unroll, def.walk_down_unroll, def.walk_warps, 3},
-                        {"gu2 dn8 w8", 2, 8, 8, 3},  {"gu2 dn4 w8", 2, 4, 8, 3},
-                        {"gu2 dn8 w4", 2, 8, 4, 3},  {"gu2 dn4 w4", 2, 4, 4, 3},
-                        {"gu4 dn8 w4", 4, 8, 4, 3},
+                        {"rows1 (warp/row)", 2, 0, 4, 3, 1},
+                        {"rows1 gu2 dn8 w8", 2, 8, 8, 3, 1},
+                        {"rows2 dw4", 2, 0, 4, 3, 2, 4},  {"rows8 dw4", 2, 0, 4, 3, 8, 4},
+                        {"rows4 dw8", 2, 0, 4, 3, 4, 8},  {"rows2 dw8", 2, 0, 4, 3, 2, 8},
+                        {"gu4 w4", 4, 0, 4, 3},
                         {"gate/up only", def.walk_gu_unroll, def.walk_down_unroll, def.walk_warps, 1},
                         {"down only", def.walk_gu_unroll, def.walk_down_unroll, def.walk_warps, 2},
-                        {"gate/up only w8", 2, 0, 8, 1}, {"down only w8", 2, 0, 8, 2}};
+                        {"down only rows1", 2, 0, 4, 2, 1},
+                        {"down only rows2 dw4", 2, 0, 4, 2, 2, 4},
+                        {"down only rows8 dw4", 2, 0, 4, 2, 8, 4},
+                        {"down only rows4 dw8", 2, 0, 4, 2, 4, 8},
+                        {"down only rows2 dw8", 2, 0, 4, 2, 2, 8},
+                        {"gate/up only w8", 2, 0, 8, 1}};
   constexpr int kPerGraph = 20;  // calls per graph: times per call without the graph launch
   for (int64_t n : {1, 2, 4}) {
     Acts A(s, n);
@@ -358,6 +393,8 @@ void DecodeSection(const Shape& s, cudaStream_t stream, double bw, double gemm, 
       tu.walk_down_unroll = t.down;
       tu.walk_warps = t.warps;
       tu.walk_phases = t.phases;
+      tu.walk_down_rows = t.rows;
+      tu.walk_down_warps = t.down_warps;
       cuda::SetMoeTuning(tu);
       if (t.phases == 3 && t.down == 0)
         row(fmt::format("fused {}", t.name), GraphUs(stream, [&] { FusedLayer(L, A); }, 10, kPerGraph));
@@ -386,6 +423,26 @@ void DecodeSection(const Shape& s, cudaStream_t stream, double bw, double gemm, 
       }
       ops::MoeRouter(p);
     };
+    // The whole FFN block (norm, routing, experts) in its three forms (NormFfn), same routes
+    // (the outputs of the forms are checked against mode 0).
+    {
+      std::vector<float> ffn_ref;
+      for (int mode = 0; mode < 3; ++mode) {
+        cuda::StreamScope scope(stream);
+        PG_CUDA_CHECK(cudaMemsetAsync(A.out.data, 0, size_t(A.out.nbytes()), stream));
+        NormFfn(L, A, mode);
+        PG_CUDA_CHECK(cudaStreamSynchronize(stream));
+        const std::vector<float> got_ffn = ToHost(A.out);
+        if (mode == 0) ffn_ref = got_ffn;
+        else
+          fmt::print("   check n={} FFN block mode {} vs mode 0: nmse {:.2e} {}\n", n, mode,
+                     Nmse(ffn_ref, got_ffn), Nmse(ffn_ref, got_ffn) < 1e-4 ? "OK" : "MISMATCH");
+      }
+      const char* names[] = {"FFN norm+router+experts", "FFN self-routed (3 kern)",
+                             "FFN self-routed, mm apart"};
+      for (int mode = 0; mode < 3; ++mode)
+        row(names[mode], GraphUs(stream, [&] { NormFfn(L, A, mode); }, 10, kPerGraph));
+    }
     row("norm+router fused", GraphUs(stream, [&] { norm_router(true); }, 10, kPerGraph));
     row("norm+router unfused", GraphUs(stream, [&] { norm_router(false); }, 10, kPerGraph));
   }

@@ -58,6 +58,13 @@ inline MoeExpertsParams Mirror(DeviceMirror& m, const MoeExpertsParams& p) {
   d.topk_weights = m.Raw(p.topk_weights);
   d.experts = ex;
   d.out = m.Act(p.out, true);
+  if (p.route) {
+    // The fused routing's params: one per thread, valid until the next mirror (RunBackend runs
+    // the backend right after). Its ids / weights / normed alias the op's (one device copy).
+    thread_local MoeRouterParams route;
+    route = Mirror(m, *p.route);
+    d.route = &route;
+  }
   return d;
 }
 #endif
@@ -465,14 +472,21 @@ int ExpectDeviceExpertsMatch(const KernelImpl<MoeExpertsParams>& k, MoeExpertsPa
   struct Variant {
     const char* name;
     int path, tile_rows;  // path: 0 auto, 1 walk, 2 sorted
+    int down_rows = 0;    // walk: the down kernel's form (0 default; 1 one warp per row; 2/8 tiles)
+    int down_warps = 0;   // walk, tiled down kernel: warps per block (0 default)
   };
-  const Variant variants[] = {{"auto", 0, 0},    {"walk", 1, 0},    {"sorted16", 2, 16},
-                              {"sorted32", 2, 32}, {"sorted64", 2, 64}, {"sorted128", 2, 128}};
+  const Variant variants[] = {{"auto", 0, 0},          {"walk", 1, 0},
+                              {"walk rows1", 1, 0, 1}, {"walk rows2 w8", 1, 0, 2, 8},
+                              {"walk rows8", 1, 0, 8}, {"sorted16", 2, 16},
+                              {"sorted32", 2, 32},     {"sorted64", 2, 64},
+                              {"sorted128", 2, 128}};
   for (const Variant& v : variants) {
 #if defined(PEREGRINE_HAVE_CUDA)
     cuda::MoeTuning t;
     t.path = cuda::MoePath(v.path);
     t.tile_rows = v.tile_rows;
+    if (v.down_rows) t.walk_down_rows = v.down_rows;
+    if (v.down_warps) t.walk_down_warps = v.down_warps;
     cuda::SetMoeTuning(t);
 #else
     if (v.path != 0) continue;
@@ -489,7 +503,7 @@ int ExpectDeviceExpertsMatch(const KernelImpl<MoeExpertsParams>& k, MoeExpertsPa
     // The sorted path rounds the SwiGLU activations to bf16 (its down GEMM's operand, as bf16
     // PyTorch / vLLM layers do): a second bf16 rounding inside, so a looser worst case; the
     // nmse bound stays kBf16's.
-    const bool walk = v.path == 1;
+    const bool walk = v.path == 1;  // every walk variant: act in f32
     ExpectClose(ref_out.data<float>(), got.data<float>(), got.numel(),
                 walk ? kBf16 : Tolerance{6e-2, kBf16.nmse}, k.backend + " " + v.name);
   }
@@ -652,6 +666,152 @@ TEST(MoeExpertsOp, SharedExpertEveryBackendMatchesReference) {
         }
         Coverage cov;
         device_runs += ExpectDeviceExpertsMatch(*k, p, got, init, ref_out, cov);
+      }
+    }
+  }
+#if defined(PEREGRINE_HAVE_CUDA)
+  if (cuda::DeviceCount() > 0) EXPECT_GT(device_runs, 0) << "no device backend ran";
+#endif
+}
+
+// Routing inside MoeExperts (MoeExpertsParams::route): the reference is exactly the reference
+// router, then the reference experts (checked bit for bit). Every other backend's logits and
+// normed rows are held against the reference's, its routes against the reference router run on
+// the backend's own logits (no near-tie can flip the comparison), and its output against the
+// reference experts on its own routes and normed rows. Forms: logits given; router matmul;
+// router matmul behind an RMSNorm; RMSNorm with a residual (CUDA: MoeRouter's kernel first).
+// CUDA runs each case with the walking gate/up kernel routing for itself and without.
+TEST(MoeExpertsOp, RouteInsideMatchesRouterThenExperts) {
+  PG_SEED_TRACE();
+  enum Form { kLogits, kMatmul, kNorm, kNormResidual };
+  struct RouteCase {
+    int64_t tokens, hidden, inter;
+    int experts, top_k, groups, topk_groups;
+    MoeScoring scoring;
+    bool bias, renormalize;
+    float scaling;
+    DType dtype;
+    int64_t num_shared;
+    Form form;
+  };
+  const RouteCase cases[] = {
+      {1, 256, 64, 128, 8, 1, 1, MoeScoring::kSoftmax, false, true, 1.0f, DType::kBF16, 0, kNorm},  // Qwen3
+      {1, 256, 64, 128, 8, 1, 1, MoeScoring::kSoftmax, false, true, 1.0f, DType::kBF16, 0, kMatmul},
+      {2, 256, 64, 64, 6, 1, 1, MoeScoring::kSoftmax, false, false, 1.0f, DType::kBF16, 2, kMatmul},  // V2-Lite
+      {3, 256, 128, 256, 8, 8, 4, MoeScoring::kSigmoid, true, true, 2.5f, DType::kF8E4M3, 1, kLogits},  // V3
+      {1, 256, 64, 384, 8, 1, 1, MoeScoring::kSigmoid, true, true, 2.8f, DType::kBF16, 0, kMatmul},  // > 256 experts
+      {2, 256, 64, 128, 8, 1, 1, MoeScoring::kSoftmax, false, true, 1.0f, DType::kBF16, 0, kNormResidual},
+      {1, 111, 37, 24, 5, 6, 2, MoeScoring::kSoftmax, true, true, 1.0f, DType::kBF16, 0, kNorm},  // scalar paths
+  };
+  int device_runs = 0;
+  for (const RouteCase& c : cases) {
+    SCOPED_TRACE(fmt::format("tokens {} hidden {} inter {} experts {} k {} {} shared {} form {}",
+                             c.tokens, c.hidden, c.inter, c.experts, c.top_k, Name(c.dtype),
+                             c.num_shared, int(c.form)));
+    ExpertSet ex = MakeExperts(c.experts, c.hidden, c.inter, c.dtype);
+    ExpertSet sh = MakeExperts(1, c.hidden, std::max<int64_t>(c.num_shared, 1) * c.inter, c.dtype);
+    Tensor x0 = F32({c.tokens, c.hidden}), res0 = F32({c.tokens, c.hidden});
+    Tensor gamma = F32({c.hidden}, 0.3f), bias = F32({c.experts}, 0.05f);
+    RoundToBf16(x0);  // device backends see bf16 activations: the same inputs for all
+    RoundToBf16(res0);
+    for (int64_t i = 0; i < c.hidden; ++i) gamma.data<float>()[i] += 1.0f;
+    Tensor wf = F32({c.experts, c.hidden}, 0.05f), router(DType::kBF16, {c.experts, c.hidden});
+    for (int64_t r = 0; r < c.experts; ++r)
+      quant::QuantizeRow(DType::kBF16, wf.data<float>() + r * c.hidden, router.view().row_ptr(r),
+                         c.hidden);
+    const Tensor logits0 = RampLogits(c.tokens, c.experts);  // kLogits: the given logits
+    const bool norm = c.form == kNorm || c.form == kNormResidual;
+    struct Outs {
+      Tensor logits, ids, w, x, normed, residual, out;
+    };
+    auto outs = [&] {
+      Outs o{Tensor(DType::kF32, {c.tokens, c.experts}), Tensor(DType::kI32, {c.tokens, c.top_k}),
+             Tensor(DType::kF32, {c.tokens, c.top_k}), Tensor(DType::kF32, {c.tokens, c.hidden}),
+             Tensor(DType::kF32, {c.tokens, c.hidden}), Tensor(DType::kF32, {c.tokens, c.hidden}),
+             Tensor(DType::kF32, {c.tokens, c.hidden})};
+      std::memcpy(o.logits.data<float>(), logits0.data<float>(), size_t(logits0.numel()) * 4);
+      o.ids.Zero(), o.w.Zero(), o.normed.Zero(), o.out.Zero();
+      std::memcpy(o.x.data<float>(), x0.data<float>(), size_t(x0.numel()) * 4);
+      std::memcpy(o.residual.data<float>(), res0.data<float>(), size_t(res0.numel()) * 4);
+      return o;
+    };
+    // The op's params over o; *rp receives the routing params (p.route points at it).
+    auto params = [&](Outs& o, MoeRouterParams* rp) {
+      *rp = MoeRouterParams{.logits = o.logits.view(), .bias = c.bias ? bias.view() : TensorView{},
+                            .topk_ids = o.ids.view(), .topk_weights = o.w.view(),
+                            .scoring = c.scoring, .num_groups = c.groups,
+                            .topk_groups = c.topk_groups, .renormalize = c.renormalize,
+                            .scaling = c.scaling};
+      if (c.form != kLogits) rp->x = o.x.view(), rp->router = router.view();
+      if (norm) {
+        rp->norm_weight = gamma.view();
+        rp->normed = o.normed.view();
+        rp->norm_eps = 1e-6f;
+        if (c.form == kNormResidual) rp->residual = o.residual.view();
+      }
+      MoeExpertsParams p{.x = norm ? o.normed.view() : o.x.view(), .topk_ids = o.ids.view(),
+                         .topk_weights = o.w.view(), .experts = ex.views, .out = o.out.view(),
+                         .route = rp};
+      if (c.num_shared) p.shared = sh.views[0];
+      return p;
+    };
+    Outs ref = outs();
+    MoeRouterParams ref_rp;
+    RunWith(RefImpl<MoeExpertsParams>(), params(ref, &ref_rp));
+    {  // the composition: the reference router, then the reference experts
+      Outs o = outs();
+      MoeRouterParams rp;
+      MoeExpertsParams p = params(o, &rp);
+      RunWith(RefImpl<MoeRouterParams>(), rp);
+      p.route = nullptr;
+      RunWith(RefImpl<MoeExpertsParams>(), p);
+      for (int64_t i = 0; i < o.ids.numel(); ++i)
+        ASSERT_EQ(o.ids.data<int32_t>()[i], ref.ids.data<int32_t>()[i]) << "route " << i;
+      ExpectExact(o.w.data<float>(), ref.w.data<float>(), o.w.numel(), "ref weights");
+      ExpectExact(o.out.data<float>(), ref.out.data<float>(), o.out.numel(), "ref out");
+    }
+    for (const auto* k : Backends<MoeExpertsParams>()) {
+      for (int self_route = 0; self_route < 2; ++self_route) {
+#if defined(PEREGRINE_HAVE_CUDA)
+        cuda::MoeTuning t;
+        t.walk_self_route = self_route == 1;
+        cuda::SetMoeTuning(t);
+#else
+        if (self_route == 0) continue;
+#endif
+        Outs o = outs();
+        MoeRouterParams rp;
+        const bool ran = RunBackend(*k, params(o, &rp));
+#if defined(PEREGRINE_HAVE_CUDA)
+        cuda::SetMoeTuning({});
+#endif
+        if (!ran) continue;
+        if (OnDevice(*k)) ++device_runs;
+        const std::string name = k->backend + (self_route ? " self-route" : " router first");
+        if (c.form != kLogits)
+          ExpectClose(ref.logits.data<float>(), o.logits.data<float>(), o.logits.numel(),
+                      norm ? kBf16 : Tolerance{1e-4, 1e-9}, name + " logits");
+        if (norm)
+          ExpectClose(ref.normed.data<float>(), o.normed.data<float>(), o.normed.numel(), kBf16,
+                      name + " normed");
+        // The reference router on the backend's logits, then the reference experts on the
+        // backend's routes and normed rows.
+        Outs want = outs();
+        MoeRouterParams wrp;
+        MoeExpertsParams wp = params(want, &wrp);
+        wrp.logits = o.logits.view();
+        wrp.x = wrp.router = wrp.norm_weight = wrp.normed = wrp.residual = TensorView{};
+        RunWith(RefImpl<MoeRouterParams>(), wrp);
+        for (int64_t i = 0; i < o.ids.numel(); ++i) {
+          ASSERT_EQ(o.ids.data<int32_t>()[i], want.ids.data<int32_t>()[i]) << name << " route " << i;
+          EXPECT_NEAR(o.w.data<float>()[i], want.w.data<float>()[i], 2e-6 * c.scaling) << name;
+        }
+        wp.route = nullptr;
+        wp.x = norm ? o.normed.view() : o.x.view();
+        wp.topk_weights = o.w.view();
+        RunWith(RefImpl<MoeExpertsParams>(), wp);
+        ExpectClose(want.out.data<float>(), o.out.data<float>(), o.out.numel(),
+                    OnDevice(*k) ? kBf16 : Tolerance{1e-5, 1e-11}, name + " out");
       }
     }
   }

@@ -23,6 +23,7 @@ struct Scratch {
 };
 
 void CpuMoeExperts(const MoeExpertsParams& p) {
+  if (p.route) ops::MoeRouter(*p.route);  // ops_moe.h: the routing runs first, as MoeRouter
   thread_local Scratch s;
   const int64_t n = p.x.dim(0), h = p.x.dim(1), k = p.topk_ids.dim(1);
   const int64_t inter = p.experts[0].gate.dim(0);

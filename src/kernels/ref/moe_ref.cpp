@@ -137,6 +137,7 @@ void AddExpert(const MoeExpertWeights& w, const float* x, int64_t h, double rout
 }  // namespace
 
 void MoeExperts(const MoeExpertsParams& p) {
+  if (p.route) ref::MoeRouter(*p.route);  // ops_moe.h: the routing runs first, as MoeRouter
   const int64_t n = p.x.dim(0), h = p.x.dim(1), k = p.topk_ids.dim(1);
   std::vector<float> wrow;
   std::vector<double> act, acc(static_cast<size_t>(h));

@@ -159,6 +159,18 @@ void Validate(const MoeExpertsParams& p) {
     NeedScale(op, "shared up", w.up, w.up_scale);
     NeedScale(op, "shared down", w.down, w.down_scale);
   }
+  if (p.route) {
+    const MoeRouterParams& r = *p.route;
+    Validate(r);
+    const TensorView& in = r.norm_weight.data ? r.normed : r.x;
+    PG_OP_NEED(r.topk_ids.data == p.topk_ids.data && r.topk_weights.data == p.topk_weights.data &&
+                   r.topk_ids.dim(0) == n && r.topk_ids.dim(1) == p.topk_ids.dim(1) &&
+                   r.logits.dim(1) == int64_t(p.experts.size()) &&
+                   (!r.x.data || in.data == p.x.data),
+               op, "the fused routing must write this op's topk_ids / topk_weights ({} tokens, {} "
+               "experts) and, with a router matmul, read this op's x", n, p.experts.size());
+    return;  // ids are outputs
+  }
   // Ids on the device are not read back here (a sync); the CUDA kernels skip ids outside
   // [0, num_experts) as empty routes.
   if (p.topk_ids.device != Device::kCpu) return;

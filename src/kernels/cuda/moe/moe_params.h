@@ -23,6 +23,9 @@ using bf16 = __nv_bfloat16;
 inline constexpr int kRouterMaxExperts = 1024;
 inline constexpr int kRouterMaxTopK = 32;
 inline constexpr int kRouterMaxGroups = 32;
+// Routing held in registers (moe_route.cuh): up to this many experts (8 per lane); the walking
+// kernels' self-routing needs it.
+inline constexpr int kRouteRegMaxExperts = 256;
 struct MoeRouterArgs {
   const void* logits;     // [num_tokens, num_experts], row stride logits_stride (fused: written, f32)
   bool logits_bf16;       // else f32
@@ -47,6 +50,10 @@ struct MoeRouterArgs {
   int num_experts, top_k, num_groups, topk_groups;
   bool sigmoid, renormalize;
   float scaling;
+  // Fused form only: compute the logits (and, with the norm, `normed`, stored by block 0) and
+  // stop: no routing, no counter. The walking gate/up kernel routes from the logits
+  // (MoeWalkArgs::self_route). Needs no residual (block 0 would overwrite another block's input).
+  bool defer_route;
 };
 void LaunchMoeRouter(const MoeRouterArgs& a, cudaStream_t stream);
 
@@ -87,8 +94,8 @@ struct MoeWeightLayout {
 // top_k = 0 runs the shared slots only (ids / weights unread).
 struct MoeWalkArgs {
   const bf16* x;            // [num_tokens, hidden], row stride ldx
-  const int32_t* ids;       // [num_tokens, top_k]
-  const float* weights;     // [num_tokens, top_k], row stride ldw_route
+  const int32_t* ids;       // [num_tokens, top_k] (self_route: written by kernel 1)
+  const float* weights;     // [num_tokens, top_k], row stride ldw_route (likewise)
   const MoeExpertPtrs* experts;  // device table [num_experts]
   MoeWeightLayout layout;
   // Shared expert (num_shared > 0): same dtype / scale mode as `layout`; own strides.
@@ -108,8 +115,20 @@ struct MoeWalkArgs {
   int gu_unroll, down_unroll, warps;
   bool prefetch_down;
   int phases;  // bit 0: kernel 1, bit 1: kernel 2 (diagnostics; 3 in normal use)
+  // Kernel 2's form: 1 = one warp per hidden row (moe_walk.cu DownKernel); 2, 4 or 8 = one
+  // block per tile of that many hidden rows (moe_walk_down.cu; vector layouts only).
+  int down_rows;
+  int down_warps;  // tiled kernel 2: warps per block (4 or 8)
+  // Self-routing (top_k > 0, route.num_experts <= 256): kernel 1's blocks route their token
+  // from route.logits (moe_route.cuh RouteWarp) instead of reading ids / weights, and the
+  // first block of each token's slot 0 stores the routes into ids / weights (which must be
+  // route.topk_ids / topk_weights) for kernel 2.
+  bool self_route;
+  MoeRouterArgs route;
 };
 void LaunchMoeWalk(const MoeWalkArgs& a, cudaStream_t stream);
+// Kernel 2 alone in its tiled form (down_rows >= 2; vector layout, checked by LaunchMoeWalk).
+void LaunchMoeWalkDownTiled(const MoeWalkArgs& a, cudaStream_t stream);
 
 // ---- expert-sorted path (larger batches; moe_permute.cu, grouped_gemm.cu) -----------------------
 // Routes are sorted by expert: position p in [0, routes) holds route sorted_route[p]; expert e

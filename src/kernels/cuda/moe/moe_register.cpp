@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/env.h"
 #include "core/status.h"
 #include "kernels/cuda/common/context.h"
 #include "kernels/cuda/common/cuda_check.h"
@@ -22,7 +23,14 @@
 
 namespace pg::cuda {
 namespace {
-MoeTuning g_tuning;
+// The process's initial tuning: defaults, with PEREGRINE_MOE_DOWN_ROWS (walk_down_rows: the
+// walking down kernel's form, for A/B runs of whole models) read once.
+MoeTuning InitialTuning() {
+  MoeTuning t;
+  t.walk_down_rows = EnvInt("PEREGRINE_MOE_DOWN_ROWS", t.walk_down_rows);
+  return t;
+}
+MoeTuning g_tuning = InitialTuning();
 }  // namespace
 void SetMoeTuning(const MoeTuning& t) { g_tuning = t; }
 const MoeTuning& GetMoeTuning() { return g_tuning; }
@@ -74,7 +82,9 @@ unsigned* RouterCounter(cudaStream_t stream) {
   return c;
 }
 
-void RunRouter(const MoeRouterParams& p) {
+// The kernel arguments of p. defer_route: the fused form stops after the logits (and normed
+// rows); the walking gate/up kernel routes (no arrival counter is needed then).
+cuda::MoeRouterArgs RouterArgsOf(const MoeRouterParams& p, cudaStream_t stream, bool defer_route) {
   cuda::MoeRouterArgs a{};
   a.logits = p.logits.data;
   a.logits_bf16 = p.logits.dtype == DType::kBF16;
@@ -91,14 +101,14 @@ void RunRouter(const MoeRouterParams& p) {
   a.sigmoid = p.scoring == MoeScoring::kSigmoid;
   a.renormalize = p.renormalize;
   a.scaling = p.scaling;
-  cudaStream_t stream = cuda::CurrentStream();
   if (p.x.data) {
     a.x = static_cast<const bf16*>(p.x.data);
     a.router_w = static_cast<const bf16*>(p.router.data);
     a.ldx = p.x.strides[0];
     a.ld_router = p.router.strides[0];
     a.hidden = int(p.x.dim(1));
-    a.counter = RouterCounter(stream);
+    a.counter = defer_route ? nullptr : RouterCounter(stream);
+    a.defer_route = defer_route;
     if (p.norm_weight.data) {
       a.norm_w = p.norm_weight.as<float>();
       a.normed = static_cast<bf16*>(p.normed.data);
@@ -108,7 +118,12 @@ void RunRouter(const MoeRouterParams& p) {
       a.eps = p.norm_eps;
     }
   }
-  cuda::LaunchMoeRouter(a, stream);
+  return a;
+}
+
+void RunRouter(const MoeRouterParams& p) {
+  cudaStream_t stream = cuda::CurrentStream();
+  cuda::LaunchMoeRouter(RouterArgsOf(p, stream, /*defer_route=*/false), stream);
   PG_CUDA_CHECK_LAUNCH();
 }
 
@@ -223,8 +238,17 @@ bool ExpertsSupport(const MoeExpertsParams& p) {
         On(p.topk_weights, DType::kF32) && p.topk_weights.strides[1] == 1 &&
         p.topk_ids.dim(1) <= 32 && p.experts.size() <= 1024))
     return false;
+  if (p.route && !RouterSupports(*p.route)) return false;
   const std::optional<cuda::MoeWeightLayout> L = LayoutOf(p.experts);
   return L.has_value() && SharedOf(p, *L).has_value();
+}
+
+// Whether the walking gate/up kernel can route for itself (MoeExpertsParams::route): register
+// routing's expert count, no residual in a fused norm (moe_params.h defer_route), the knob.
+bool SelfRouteOk(const MoeExpertsParams& p) {
+  const MoeRouterParams& r = *p.route;
+  return cuda::GetMoeTuning().walk_self_route && r.logits.dim(1) <= cuda::kRouteRegMaxExperts &&
+         !r.residual.data;
 }
 
 // Bump allocator over one scratch slot (first pass with base == nullptr measures).
@@ -248,9 +272,10 @@ int AutoTileRows(int64_t routes, int64_t experts) {
 
 // Route-walking launch of `slots_k` routed slots per token (0: only the shared ones) plus the
 // shared slots of `sh`; act: scratch [n * (slots_k + sh.num), inter] f32.
+// route: self-routing (MoeWalkArgs::self_route) from these router arguments, or null.
 void LaunchWalk(const MoeExpertsParams& p, const cuda::MoeWeightLayout& L,
                 const cuda::MoeExpertPtrs* table, const SharedSlots& sh, int slots_k, float* act,
-                bool accumulate, cudaStream_t stream) {
+                bool accumulate, cudaStream_t stream, const cuda::MoeRouterArgs* route = nullptr) {
   const cuda::MoeTuning& tune = cuda::GetMoeTuning();
   const int64_t n = p.x.dim(0), h = p.x.dim(1), inter = p.experts[0].gate.dim(0);
   cuda::MoeWalkArgs a{};
@@ -281,6 +306,12 @@ void LaunchWalk(const MoeExpertsParams& p, const cuda::MoeWeightLayout& L,
   a.down_unroll = tune.walk_down_unroll ? tune.walk_down_unroll : (n * h <= 2048 ? 8 : 4);
   a.warps = tune.walk_warps;
   a.phases = tune.walk_phases;
+  a.down_rows = tune.walk_down_rows;
+  a.down_warps = tune.walk_down_warps;
+  if (route) {
+    a.self_route = true;
+    a.route = *route;
+  }
   // Down rows the routed slots may touch (an upper bound: distinct experts are not known here).
   const int64_t esz = L.fp8 ? 1 : 2;
   const double down_bytes = double(n) * double(slots_k) * double(h) * double(L.ld_down) * double(esz) +
@@ -306,6 +337,22 @@ void RunExperts(const MoeExpertsParams& p) {
                          L.ld_down % vec == 0;
   const bool sorted = sorted_ok && (tune.path == cuda::MoePath::kSorted ||
                                     (tune.path == cuda::MoePath::kAuto && n > tune.walk_max_tokens));
+  if (p.route) {
+    if (!sorted && SelfRouteOk(p)) {
+      // The router kernel (fused form) computes only the logits and normed rows; the gate/up
+      // kernel routes.
+      const cuda::MoeRouterArgs ra = RouterArgsOf(*p.route, stream, /*defer_route=*/true);
+      if (ra.x) {
+        cuda::LaunchMoeRouter(ra, stream);
+        PG_CUDA_CHECK_LAUNCH();
+      }
+      float* act = static_cast<float*>(
+          cuda::Scratch(cuda::ScratchSlot::kMoe, size_t(n * (k + sh.num) * inter) * sizeof(float)));
+      LaunchWalk(p, L, table, sh, int(k), act, p.accumulate, stream, &ra);
+      return;
+    }
+    RunRouter(*p.route);
+  }
   if (!sorted) {
     float* act = static_cast<float*>(
         cuda::Scratch(cuda::ScratchSlot::kMoe, size_t(n * (k + sh.num) * inter) * sizeof(float)));

@@ -15,6 +15,7 @@
 #include "kernels/cuda/common/pdl.cuh"
 #include "kernels/cuda/moe/moe_device.cuh"
 #include "kernels/cuda/moe/moe_params.h"
+#include "kernels/cuda/moe/moe_route.cuh"
 
 namespace pg::cuda {
 namespace {
@@ -78,30 +79,7 @@ __device__ void RouteToken(const MoeRouterArgs& a, int64_t t, float* score, floa
   for (int e = lane; e < E; e += 32) choice[e] = score[e] + (a.bias ? a.bias[e] : 0.0f);
   __syncwarp();
 
-  // Group-limited eligibility: lane g scores group g (sum of its best two choice scores).
-  if (a.num_groups > 1 && a.topk_groups < a.num_groups) {
-    const int per = E / a.num_groups;
-    float gscore = -FLT_MAX;
-    if (lane < a.num_groups) {
-      float b1 = -FLT_MAX, b2 = -FLT_MAX;
-      for (int e = lane * per; e < (lane + 1) * per; ++e) {
-        const float c = choice[e];
-        if (c > b1) b2 = b1, b1 = c;
-        else if (c > b2) b2 = c;
-      }
-      gscore = per > 1 ? b1 + b2 : b1;
-    }
-    unsigned keep = 0;
-    for (int s = 0; s < a.topk_groups; ++s) {
-      const Best b = WarpArgMax({(keep >> lane) & 1u ? -FLT_MAX : gscore,
-                                 lane < a.num_groups ? lane : 1 << 30});
-      keep |= 1u << b.i;
-    }
-    __syncwarp();
-    for (int e = lane; e < E; e += 32)
-      if (!((keep >> (e / per)) & 1u)) choice[e] = -FLT_MAX;
-    __syncwarp();
-  }
+  if (a.num_groups > 1 && a.topk_groups < a.num_groups) moe::MaskGroups(a, choice, lane);
 
   // Top-k by repeated arg-max; a chosen expert's choice score becomes -inf (below any
   // eligible score, which is finite; ineligible ones are -FLT_MAX).
@@ -128,6 +106,19 @@ __device__ void RouteToken(const MoeRouterArgs& a, int64_t t, float* score, floa
   __syncwarp();  // score / choice are reused by the warp's next token
 }
 
+// Routes token t: in registers (moe_route.cuh) up to 32 * kRoutePerLane experts, else
+// through shared memory (RouteToken). score / choice: [num_experts] f32 of shared memory.
+__device__ void RouteAny(const MoeRouterArgs& a, int64_t t, float* score, float* choice, int lane) {
+  if (a.num_experts > 32 * moe::kRoutePerLane) return RouteToken(a, t, score, choice, lane);
+  int id;
+  float w;
+  moe::RouteWarp(a, t, choice, lane, &id, &w);
+  if (lane < a.top_k) {
+    a.topk_ids[t * a.top_k + lane] = id;
+    a.topk_weights[t * a.weights_stride + lane] = w;
+  }
+}
+
 __global__ void __launch_bounds__(kWarps * 32) RouterKernel(MoeRouterArgs a) {
   extern __shared__ float smem[];
   PdlWait();  // logits come from the router matmul
@@ -136,7 +127,7 @@ __global__ void __launch_bounds__(kWarps * 32) RouterKernel(MoeRouterArgs a) {
   const int64_t t = int64_t(blockIdx.x) * kWarps + warp;
   if (t >= a.num_tokens) return;
   float* score = smem + size_t(warp) * 2 * a.num_experts;
-  RouteToken(a, t, score, score + a.num_experts, lane);
+  RouteAny(a, t, score, score + a.num_experts, lane);
 }
 
 __device__ __forceinline__ float RoundBf16(float v) {
@@ -216,6 +207,23 @@ __device__ __forceinline__ float Dot8(const uint4& w, const MoeRouterArgs& a, co
   return part;
 }
 
+// normed row of x (no residual) = bf16(x * inv * norm_w), whole block (deferred routing).
+__device__ void StoreNormed(const MoeRouterArgs& a, const bf16* xt, float inv, bool vec, bf16* out) {
+  if (vec) {
+    for (int c = threadIdx.x; c < a.hidden / 8; c += blockDim.x) {
+      float v[8];
+      LoadIn8(a, xt, nullptr, inv, c, v);  // already bf16-rounded
+      __align__(16) bf16 ov[8];
+#pragma unroll
+      for (int q = 0; q < 8; ++q) ov[q] = __float2bfloat16_rn(v[q]);
+      reinterpret_cast<uint4*>(out)[c] = *reinterpret_cast<const uint4*>(ov);
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < a.hidden; i += blockDim.x)
+      out[i] = __float2bfloat16_rn(__bfloat162float(xt[i]) * inv * a.norm_w[i]);
+  }
+}
+
 // Fused form: warp w of block b owns expert e = b * kWarps + w. `vec`: 16-byte loads (hidden
 // a multiple of 8, 16-byte aligned rows of x, residual, norm weight and router).
 __global__ void __launch_bounds__(kWarps * 32) FusedRouterKernel(MoeRouterArgs a, bool vec) {
@@ -239,6 +247,8 @@ __global__ void __launch_bounds__(kWarps * 32) FusedRouterKernel(MoeRouterArgs a
     const bf16* xt = a.x + t * a.ldx;
     const bf16* rt = a.norm_w && a.residual ? a.residual + t * a.ld_res : nullptr;
     const float inv = a.norm_w ? InvRms(a, xt, rt, vec, red) : 1.0f;  // whole block
+    // Deferred routing: block 0 stores the normed row (no residual: x is nobody's output here).
+    if (a.defer_route && a.norm_w && blockIdx.x == 0) StoreNormed(a, xt, inv, vec, a.normed + t * a.ld_normed);
     if (!has_row) continue;
     float acc = 0.0f;
     if (vec) {
@@ -256,6 +266,7 @@ __global__ void __launch_bounds__(kWarps * 32) FusedRouterKernel(MoeRouterArgs a
     acc = WarpSum(acc);
     if (lane == 0) logits[t * a.logits_stride + e] = acc;
   }
+  if (a.defer_route) return;  // the experts' gate/up kernel routes (MoeWalkArgs::self_route)
   // Arrival: the last block to finish its logits (and its reads of x / residual) routes every
   // token and writes the norm's outputs.
   __threadfence();
@@ -301,7 +312,7 @@ __global__ void __launch_bounds__(kWarps * 32) FusedRouterKernel(MoeRouterArgs a
   }
   float* score = smem + size_t(warp) * 2 * a.num_experts;
   for (int64_t t = warp; t < a.num_tokens; t += kWarps)
-    RouteToken(a, t, score, score + a.num_experts, lane);
+    RouteAny(a, t, score, score + a.num_experts, lane);
 }
 
 }  // namespace

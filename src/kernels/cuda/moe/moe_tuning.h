@@ -22,6 +22,13 @@ struct MoeTuning {
   int walk_warps = 4;
   long long walk_prefetch_bytes = 0;
   int walk_phases = 3;
+  // Down kernel form: 1 = one warp per hidden row; 2, 4, 8 = one block per tile of that many
+  // hidden rows, each act chunk read once for the tile's rows (moe_walk_down.cu).
+  int walk_down_rows = 4;
+  int walk_down_warps = 4;  // warps per block of the tiled down kernel (4 or 8)
+  // MoeExpertsParams::route on the walking path: the gate/up kernel routes for itself (the
+  // router kernel, if any, only computes logits); false: MoeRouter's kernel runs first.
+  bool walk_self_route = true;
 };
 void SetMoeTuning(const MoeTuning& t);
 const MoeTuning& GetMoeTuning();

@@ -7,10 +7,14 @@
 //             q = 0..K-1, weighted sum, one store (atomic-free, deterministic).
 // Both are PDL launches (pdl.cuh): kernel 1 may L2-prefetch the shared expert's rows (weights)
 // before PdlWait; everything that reads ids / x / act waits.
+// Self-routing (MoeWalkArgs::self_route): kernel 1's blocks route their token from the router
+// logits (moe_route.cuh) instead of reading ids, and one block per token stores the routes
+// that kernel 2 reads (after its PdlWait, i.e. after kernel 1 completed).
 // Vector path: 16-byte weight loads (16 fp8 / 8 bf16 elements), when rows are multiples of a
 // chunk and 16-byte aligned; otherwise an element loop.
 #include "kernels/cuda/common/pdl.cuh"
 #include "kernels/cuda/moe/moe_device.cuh"
+#include "kernels/cuda/moe/moe_route.cuh"
 
 namespace pg::cuda {
 namespace {
@@ -91,10 +95,10 @@ struct GuSlot {
   int scale_ld = 0;
   int row0 = 0;
 };
-__device__ __forceinline__ GuSlot GateUpSlot(const MoeWalkArgs& a, int64_t t, int q) {
+// e: the expert of routed slot q (ignored for shared slots).
+__device__ __forceinline__ GuSlot GateUpSlot(const MoeWalkArgs& a, int q, int e) {
   GuSlot s;
   if (q < a.top_k) {
-    const int e = a.ids[t * a.top_k + q];
     if (e < 0 || e >= a.num_experts) return s;
     s.w = a.experts[e];
     s.ld_gate = a.layout.ld_gate, s.ld_up = a.layout.ld_up, s.scale_ld = a.layout.scale_ld_gu;
@@ -121,7 +125,7 @@ __global__ void __launch_bounds__(kWarps * 32, (U == 2 ? 24 : 16) / kWarps) Gate
   const int64_t esz = kFp8 ? 1 : 2;
   if (q >= a.top_k && i0 < a.inter) {
     // Shared slot: its rows are weights, known before the upstream kernel finishes.
-    const GuSlot s = GateUpSlot(a, t, q);
+    const GuSlot s = GateUpSlot(a, q, -1);
     const int rows = i0 + 1 < a.inter ? 2 : 1;
     const int64_t row_bytes = int64_t(a.hidden) * esz;
     for (int m = 0; m < rows; ++m) {
@@ -132,7 +136,32 @@ __global__ void __launch_bounds__(kWarps * 32, (U == 2 ? 24 : 16) / kWarps) Gate
   }
   PdlWait();  // ids and x come from upstream kernels; act is read by the previous walk
   PdlTrigger();
-  const GuSlot s = GateUpSlot(a, t, q);
+  int e = -1;
+  if (q < a.top_k) {
+    if (a.self_route) {
+      // Every block routes its token (one warp; the same result in every block); the first
+      // block of slot 0 stores the routes for kernel 2.
+      __shared__ int s_id[32];
+      __shared__ float s_choice[32 * moe::kRoutePerLane];
+      if (warp == 0) {
+        int id;
+        float w;
+        moe::RouteWarp(a.route, t, s_choice, lane, &id, &w);
+        if (lane < a.top_k) {
+          s_id[lane] = id;
+          if (blockIdx.x == 0 && q == 0) {
+            a.route.topk_ids[t * a.top_k + lane] = id;
+            a.route.topk_weights[t * a.route.weights_stride + lane] = w;
+          }
+        }
+      }
+      __syncthreads();
+      e = s_id[q];
+    } else {
+      e = a.ids[t * a.top_k + q];
+    }
+  }
+  const GuSlot s = GateUpSlot(a, q, e);
   if (!s.w.gate) return;
   const MoeWeightLayout& L = a.layout;
   if (a.prefetch_down) {
@@ -306,7 +335,8 @@ void LaunchWarps(const MoeWalkArgs& a, bool vec, cudaStream_t stream) {
     else (void)LaunchPdl(GateUpKernel<kFp8, 2, kWarps>, g1, block, 0, stream, a, vec);
   }
   if (a.phases & 2) {
-    if (a.down_unroll >= 8) (void)LaunchPdl(DownKernel<kFp8, 8, kWarps>, g2, block, 0, stream, a, vec);
+    if (vec && a.down_rows >= 2) LaunchMoeWalkDownTiled(a, stream);
+    else if (a.down_unroll >= 8) (void)LaunchPdl(DownKernel<kFp8, 8, kWarps>, g2, block, 0, stream, a, vec);
     else (void)LaunchPdl(DownKernel<kFp8, 4, kWarps>, g2, block, 0, stream, a, vec);
   }
   // Launch errors: the caller checks cudaGetLastError (PG_CUDA_CHECK_LAUNCH).
@@ -343,6 +373,12 @@ void LaunchMoeWalk(const MoeWalkArgs& a, cudaStream_t stream) {
     if (a.top_k > 0) {
       c.ids += t0 * a.top_k;
       c.weights += t0 * a.ldw_route;
+    }
+    if (a.self_route) {
+      const size_t esz = a.route.logits_bf16 ? 2 : 4;
+      c.route.logits = static_cast<const char*>(a.route.logits) + size_t(t0 * a.route.logits_stride) * esz;
+      c.route.topk_ids += t0 * a.top_k;
+      c.route.topk_weights += t0 * a.route.weights_stride;
     }
     c.out += t0 * a.ldo;
     if (a.layout.fp8) Launch<true>(c, stream);
