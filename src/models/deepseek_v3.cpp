@@ -52,7 +52,7 @@ struct DeviceLayer {
 // Device activations for up to `capacity` tokens (bf16), carved once at placement.
 struct DeviceActs {
   int64_t capacity = 0;
-  TensorView x, hn, qa, q, kva, attn, o, ffn, gathered;
+  TensorView x, hn, qa, q, kva, attn, gathered;  // x: the residual stream
   TensorView q_kva;  // [capacity, q_rows + latent] (fused_qkva_)
   DeviceFfnScratch ffn_scratch;
 };
@@ -207,8 +207,6 @@ class DeepseekV3Model final : public Model {
       A.kva = mk.Activations(cap, lat);
     }
     A.attn = mk.Activations(cap, nh * vd);
-    A.o = mk.Activations(cap, h);
-    A.ffn = mk.Activations(cap, h);
     A.gathered = mk.Activations(cap, h);
     A.ffn_scratch = PlaceFfnScratch(mk, c_, cap);
     device_ = &memory;
@@ -301,8 +299,7 @@ class DeepseekV3Model final : public Model {
                   qk = nope + rope, vd = c_.v_head_dim, rank = c_.kv_lora_rank,
                   lat = c_.latent_dim();
     const DeviceActs& A = d_;
-    const TensorView x = A.x.Slice0(0, n), hn = A.hn.Slice0(0, n), attn = A.attn.Slice0(0, n),
-                     o = A.o.Slice0(0, n), ffn = A.ffn.Slice0(0, n);
+    const TensorView x = A.x.Slice0(0, n), hn = A.hn.Slice0(0, n), attn = A.attn.Slice0(0, n);
     // q [n, nh * qk], qa [n, q_lora] and kva [n, lat]: column ranges of the fused projection's
     // output (row stride q_rows + lat), or their own buffers.
     const int64_t q_rows = c_.q_lora_rank > 0 ? c_.q_lora_rank : nh * qk;
@@ -324,11 +321,13 @@ class DeepseekV3Model final : public Model {
     const bool decode = std::all_of(fb.attention->q_len.begin(), fb.attention->q_len.end(),
                                     [](int32_t l) { return l == 1; });
     const TensorView& pos = fb.device_positions;
+    // x is the residual stream throughout: the attention output projection and the FFN
+    // accumulate into it (one bf16 rounding of x + y each), and the FFN's RMSNorm runs inside
+    // the MoE block (at decode sizes the router kernel's prologue: moe_device.h).
     ops::Embedding({.table = d_embed_, .ids = fb.device_tokens, .out = x});
     for (int li = 0; li < b.num_layers; ++li) {
       const DeviceLayer& L = d_layers_[size_t(li)];
-      ops::RmsNorm({.x = li ? ffn : x, .weight = L.attn_norm, .out = hn,
-                    .residual = li ? x : TensorView{}, .eps = b.rms_norm_eps});
+      ops::RmsNorm({.x = x, .weight = L.attn_norm, .out = hn, .eps = b.rms_norm_eps});
       if (fused_qkva_) {
         DeviceMatmul(hn, L.wq_kva, q_kva);
       } else {
@@ -354,12 +353,16 @@ class DeepseekV3Model final : public Model {
                          .scale = c_.softmax_scale,
                          .mode = decode ? ops::MlaMode::kAbsorbed : ops::MlaMode::kExpanded,
                          .positions = rope_pos, .rope = rope_cfg, .write = &write});
-      DeviceMatmul(attn, L.wo, o);
-      ops::RmsNorm({.x = o, .weight = L.ffn_norm, .out = hn, .residual = x, .eps = b.rms_norm_eps});
-      if (L.moe) RunDeviceMoeFfn(L.moe_ffn, c_, hn, ffn, A.ffn_scratch);
-      else RunDeviceMlp(L.mlp, hn, ffn, A.ffn_scratch);
+      DeviceMatmul(attn, L.wo, x, /*accumulate=*/true);
+      if (L.moe) {
+        const FfnNorm ffn_norm{.x = x, .weight = L.ffn_norm, .eps = b.rms_norm_eps};
+        RunDeviceMoeFfn(L.moe_ffn, c_, hn, x, A.ffn_scratch, &ffn_norm, /*accumulate=*/true);
+      } else {
+        ops::RmsNorm({.x = x, .weight = L.ffn_norm, .out = hn, .eps = b.rms_norm_eps});
+        RunDeviceMlp(L.mlp, hn, x, A.ffn_scratch, /*accumulate=*/true);
+      }
     }
-    RunLogitHead({.residual = x, .last = ffn, .logit_rows = fb.logit_rows,
+    RunLogitHead({.residual = x, .logit_rows = fb.logit_rows,
                   .gathered = A.gathered, .normed = A.hn, .norm_weight = d_norm_,
                   .eps = b.rms_norm_eps, .output = d_output_, .logits = logits});
     last_tokens_ = n;

@@ -46,6 +46,15 @@ bool FuseShared() {
   static const bool on = EnvFlag("PEREGRINE_MOE_FUSED_SHARED", true);
   return on;
 }
+// PEREGRINE_MOE_SELF_ROUTE: the routing inside MoeExperts (MoeExpertsParams::route; CUDA: the
+// walking gate/up kernel routes for itself). 1 (default): the router matmul (and the FFN's
+// RMSNorm, without a residual) fused into the route as well — one router kernel computing
+// logits (+ normed rows); 2: RmsNorm and the router Matmul as their own ops first; 0: off
+// (MoeRouter's own kernel, as PEREGRINE_MOE_FUSED_ROUTER says).
+int SelfRoute() {
+  static const int mode = EnvInt("PEREGRINE_MOE_SELF_ROUTE", 1);
+  return mode;
+}
 
 }  // namespace
 
@@ -222,40 +231,64 @@ void RunDeviceMoeFfn(const DeviceMoeFfn& w, const MoeModelConfig& c, const Tenso
                           .topk_weights = weights, .scoring = c.scoring, .num_groups = c.n_group,
                           .topk_groups = c.topk_group, .renormalize = c.norm_topk_prob,
                           .scaling = c.routed_scaling_factor};
-  // Decode-sized batches: (RMSNorm +) router matmul + routing in one op (one kernel on CUDA).
-  const bool decode = n <= kMoeDecodeFuseMaxTokens;
-  bool fused = false;
-  if (decode && FuseRouter()) {
-    rp.x = norm ? norm->x : x;
-    rp.router = w.router;
-    if (norm) {
-      rp.norm_weight = norm->weight;
-      rp.normed = x;
-      rp.residual = norm->residual;
-      rp.norm_eps = norm->eps;
-    }
-    fused = ops::Registry::Global().Selected(rp) != nullptr;
-  }
-  if (fused) {
-    ops::MoeRouter(rp);
-  } else {
-    if (norm) ops::RmsNorm(np);
-    rp.x = rp.router = rp.norm_weight = rp.normed = rp.residual = TensorView{};
-    ops::Matmul({.x = x, .w = w.router, .out = logits});
-    ops::MoeRouter(rp);
-  }
   ops::MoeExpertsParams ep{.x = x, .topk_ids = ids, .topk_weights = weights,
                            .experts = w.experts, .out = out, .accumulate = accumulate};
+  const bool decode = n <= kMoeDecodeFuseMaxTokens;
   const bool shared = w.shared.inter > 0;
   if (shared && decode && FuseShared()) {
     // The shared expert inside the experts op (CUDA: extra slots of the walking kernels),
     // where the backend takes it.
     ep.shared = ExpertView(w.shared.gate, w.shared.up, w.shared.down);
-    if (ops::Registry::Global().Selected(ep) != nullptr) return ops::MoeExperts(ep);
-    ep.shared = {};
+    if (ops::Registry::Global().Selected(ep) == nullptr) ep.shared = {};
   }
-  if (shared) RunDeviceMlp(w.shared, x, out, s, accumulate);
-  ep.accumulate = accumulate || shared;
+  const bool shared_apart = shared && !ep.shared.gate.data;  // its own MLP, on the normed x
+  const int self_route = decode ? SelfRoute() : 0;
+  // Routing inside the experts op; mode 1 with the router matmul (+ the RMSNorm, when it has
+  // no residual and no separate shared MLP needs the normed x first) too.
+  const bool route_matmul = self_route == 1 && !shared_apart && !(norm && norm->residual.data);
+  if (self_route > 0) {
+    if (route_matmul) {
+      rp.x = norm ? norm->x : x;
+      rp.router = w.router;
+      if (norm) {
+        rp.norm_weight = norm->weight;
+        rp.normed = x;
+        rp.norm_eps = norm->eps;
+      }
+    } else {
+      if (norm) ops::RmsNorm(np);
+      ops::Matmul({.x = x, .w = w.router, .out = logits});
+    }
+    ep.route = &rp;
+    if (ops::Registry::Global().Selected(ep) == nullptr) {
+      ops::MoeRouter(rp);  // the same routing as its own op
+      ep.route = nullptr;
+    }
+  } else {
+    // (RMSNorm +) router matmul + routing in one op (one kernel on CUDA) when fused.
+    bool fused = false;
+    if (decode && FuseRouter()) {
+      rp.x = norm ? norm->x : x;
+      rp.router = w.router;
+      if (norm) {
+        rp.norm_weight = norm->weight;
+        rp.normed = x;
+        rp.residual = norm->residual;
+        rp.norm_eps = norm->eps;
+      }
+      fused = ops::Registry::Global().Selected(rp) != nullptr;
+    }
+    if (fused) {
+      ops::MoeRouter(rp);
+    } else {
+      if (norm) ops::RmsNorm(np);
+      rp.x = rp.router = rp.norm_weight = rp.normed = rp.residual = TensorView{};
+      ops::Matmul({.x = x, .w = w.router, .out = logits});
+      ops::MoeRouter(rp);
+    }
+  }
+  if (shared_apart) RunDeviceMlp(w.shared, x, out, s, accumulate);
+  ep.accumulate = accumulate || shared_apart;
   ops::MoeExperts(ep);
 }
 
