@@ -322,10 +322,13 @@ void DecodeSection(const Shape& s, cudaStream_t stream, double bw, double gemm, 
     const char* name;
     int gu, down, warps, phases;
     int rows = cuda::MoeTuning{}.walk_down_rows, down_warps = cuda::MoeTuning{}.walk_down_warps;
+    bool preload = false;
   };
   const cuda::MoeTuning def;
   // rows: the down kernel's form (1: one warp per hidden row; 2/4/8: tiles of that many rows).
   const Tune tunes[] = {{"default", def.walk_gu_unroll, def.walk_down_unroll, def.walk_warps, 3},
+                        {"preload", def.walk_gu_unroll, def.walk_down_unroll, def.walk_warps, 3,
+                         def.walk_down_rows, def.walk_down_warps, true},
                         {"rows1 (warp/row)", 2, 0, 4, 3, 1},
                         {"rows1 gu2 dn8 w8", 2, 8, 8, 3, 1},
                         {"rows2 dw4", 2, 0, 4, 3, 2, 4},  {"rows8 dw4", 2, 0, 4, 3, 8, 4},
@@ -395,6 +398,7 @@ void DecodeSection(const Shape& s, cudaStream_t stream, double bw, double gemm, 
       tu.walk_phases = t.phases;
       tu.walk_down_rows = t.rows;
       tu.walk_down_warps = t.down_warps;
+      tu.walk_down_preload = t.preload;
       cuda::SetMoeTuning(tu);
       if (t.phases == 3 && t.down == 0)
         row(fmt::format("fused {}", t.name), GraphUs(stream, [&] { FusedLayer(L, A); }, 10, kPerGraph));
@@ -442,6 +446,20 @@ void DecodeSection(const Shape& s, cudaStream_t stream, double bw, double gemm, 
                              "FFN self-routed, mm apart"};
       for (int mode = 0; mode < 3; ++mode)
         row(names[mode], GraphUs(stream, [&] { NormFfn(L, A, mode); }, 10, kPerGraph));
+      cuda::MoeTuning pre;
+      pre.walk_down_preload = true;  // the down kernel routes before its PDL wait
+      cuda::SetMoeTuning(pre);
+      {
+        cuda::StreamScope scope(stream);
+        PG_CUDA_CHECK(cudaMemsetAsync(A.out.data, 0, size_t(A.out.nbytes()), stream));
+        NormFfn(L, A, 1);
+        PG_CUDA_CHECK(cudaStreamSynchronize(stream));
+        const std::vector<float> got_ffn = ToHost(A.out);
+        fmt::print("   check n={} FFN block mode 1 preload vs mode 0: nmse {:.2e} {}\n", n,
+                   Nmse(ffn_ref, got_ffn), Nmse(ffn_ref, got_ffn) < 1e-4 ? "OK" : "MISMATCH");
+      }
+      row("FFN self-routed preload", GraphUs(stream, [&] { NormFfn(L, A, 1); }, 10, kPerGraph));
+      cuda::SetMoeTuning({});
     }
     row("norm+router fused", GraphUs(stream, [&] { norm_router(true); }, 10, kPerGraph));
     row("norm+router unfused", GraphUs(stream, [&] { norm_router(false); }, 10, kPerGraph));

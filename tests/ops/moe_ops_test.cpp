@@ -474,10 +474,12 @@ int ExpectDeviceExpertsMatch(const KernelImpl<MoeExpertsParams>& k, MoeExpertsPa
     int path, tile_rows;  // path: 0 auto, 1 walk, 2 sorted
     int down_rows = 0;    // walk: the down kernel's form (0 default; 1 one warp per row; 2/8 tiles)
     int down_warps = 0;   // walk, tiled down kernel: warps per block (0 default)
+    bool preload = false; // walk, tiled down kernel: routes + first loads before its PDL wait
   };
   const Variant variants[] = {{"auto", 0, 0},          {"walk", 1, 0},
                               {"walk rows1", 1, 0, 1}, {"walk rows2 w8", 1, 0, 2, 8},
-                              {"walk rows8", 1, 0, 8}, {"sorted16", 2, 16},
+                              {"walk rows8", 1, 0, 8}, {"walk preload", 1, 0, 0, 0, true},
+                              {"sorted16", 2, 16},
                               {"sorted32", 2, 32},     {"sorted64", 2, 64},
                               {"sorted128", 2, 128}};
   for (const Variant& v : variants) {
@@ -487,6 +489,7 @@ int ExpectDeviceExpertsMatch(const KernelImpl<MoeExpertsParams>& k, MoeExpertsPa
     t.tile_rows = v.tile_rows;
     if (v.down_rows) t.walk_down_rows = v.down_rows;
     if (v.down_warps) t.walk_down_warps = v.down_warps;
+    t.walk_down_preload = v.preload;
     cuda::SetMoeTuning(t);
 #else
     if (v.path != 0) continue;
@@ -680,7 +683,8 @@ TEST(MoeExpertsOp, SharedExpertEveryBackendMatchesReference) {
 // the backend's own logits (no near-tie can flip the comparison), and its output against the
 // reference experts on its own routes and normed rows. Forms: logits given; router matmul;
 // router matmul behind an RMSNorm; RMSNorm with a residual (CUDA: MoeRouter's kernel first).
-// CUDA runs each case with the walking gate/up kernel routing for itself and without.
+// CUDA runs each case with the walking gate/up kernel routing for itself and without, and
+// with the down kernel routing before its PDL wait (preload).
 TEST(MoeExpertsOp, RouteInsideMatchesRouterThenExperts) {
   PG_SEED_TRACE();
   enum Form { kLogits, kMatmul, kNorm, kNormResidual };
@@ -771,10 +775,11 @@ TEST(MoeExpertsOp, RouteInsideMatchesRouterThenExperts) {
       ExpectExact(o.out.data<float>(), ref.out.data<float>(), o.out.numel(), "ref out");
     }
     for (const auto* k : Backends<MoeExpertsParams>()) {
-      for (int self_route = 0; self_route < 2; ++self_route) {
+      for (int self_route = 0; self_route < 3; ++self_route) {
 #if defined(PEREGRINE_HAVE_CUDA)
         cuda::MoeTuning t;
-        t.walk_self_route = self_route == 1;
+        t.walk_self_route = self_route >= 1;
+        t.walk_down_preload = self_route == 2;
         cuda::SetMoeTuning(t);
 #else
         if (self_route == 0) continue;
@@ -787,7 +792,9 @@ TEST(MoeExpertsOp, RouteInsideMatchesRouterThenExperts) {
 #endif
         if (!ran) continue;
         if (OnDevice(*k)) ++device_runs;
-        const std::string name = k->backend + (self_route ? " self-route" : " router first");
+        const std::string name = k->backend + (self_route == 2   ? " self-route preload"
+                                               : self_route == 1 ? " self-route"
+                                                                 : " router first");
         if (c.form != kLogits)
           ExpectClose(ref.logits.data<float>(), o.logits.data<float>(), o.logits.numel(),
                       norm ? kBf16 : Tolerance{1e-4, 1e-9}, name + " logits");
@@ -816,7 +823,9 @@ TEST(MoeExpertsOp, RouteInsideMatchesRouterThenExperts) {
     }
   }
 #if defined(PEREGRINE_HAVE_CUDA)
-  if (cuda::DeviceCount() > 0) EXPECT_GT(device_runs, 0) << "no device backend ran";
+  if (cuda::DeviceCount() > 0) {
+    EXPECT_GT(device_runs, 0) << "no device backend ran";
+  }
 #endif
 }
 

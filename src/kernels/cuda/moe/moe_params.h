@@ -125,6 +125,10 @@ struct MoeWalkArgs {
   // route.topk_ids / topk_weights) for kernel 2.
   bool self_route;
   MoeRouterArgs route;
+  // Tiled kernel 2 builds its slot table and issues its first weight loads before PdlWait
+  // (moe_walk_down.cu kPre: the routes then come from the kernel before kernel 1). Only when
+  // kernel 1 runs right before it (phases 3) and triggers after its own wait.
+  bool down_preload;
 };
 void LaunchMoeWalk(const MoeWalkArgs& a, cudaStream_t stream);
 // Kernel 2 alone in its tiled form (down_rows >= 2; vector layout, checked by LaunchMoeWalk).

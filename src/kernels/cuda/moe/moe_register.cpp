@@ -24,10 +24,12 @@
 namespace pg::cuda {
 namespace {
 // The process's initial tuning: defaults, with PEREGRINE_MOE_DOWN_ROWS (walk_down_rows: the
-// walking down kernel's form, for A/B runs of whole models) read once.
+// walking down kernel's form) and PEREGRINE_MOE_DOWN_PRELOAD (walk_down_preload), for A/B runs
+// of whole models, read once.
 MoeTuning InitialTuning() {
   MoeTuning t;
   t.walk_down_rows = EnvInt("PEREGRINE_MOE_DOWN_ROWS", t.walk_down_rows);
+  t.walk_down_preload = EnvFlag("PEREGRINE_MOE_DOWN_PRELOAD", t.walk_down_preload);
   return t;
 }
 MoeTuning g_tuning = InitialTuning();
@@ -308,6 +310,7 @@ void LaunchWalk(const MoeExpertsParams& p, const cuda::MoeWeightLayout& L,
   a.phases = tune.walk_phases;
   a.down_rows = tune.walk_down_rows;
   a.down_warps = tune.walk_down_warps;
+  a.down_preload = tune.walk_down_preload && tune.walk_phases == 3;
   if (route) {
     a.self_route = true;
     a.route = *route;

@@ -29,6 +29,9 @@ struct MoeTuning {
   // MoeExpertsParams::route on the walking path: the gate/up kernel routes for itself (the
   // router kernel, if any, only computes logits); false: MoeRouter's kernel runs first.
   bool walk_self_route = true;
+  // The tiled down kernel routes / reads its routes and issues its first weight loads before
+  // its PDL wait, overlapping the gate/up kernel's tail (moe_walk_down.cu kPre).
+  bool walk_down_preload = false;
 };
 void SetMoeTuning(const MoeTuning& t);
 const MoeTuning& GetMoeTuning();

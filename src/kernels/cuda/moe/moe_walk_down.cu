@@ -11,9 +11,11 @@
 // 0..kWarps-1 through shared memory): deterministic, atomic-free.
 // Sum order differs from DownKernel's (per-chunk partials times the route weight, summed by
 // thread and warp), so the two agree to f32 rounding, not bitwise.
-// Vector path only (the host checks the layout); PDL launch: nothing is read before PdlWait.
+// Vector path only (the host checks the layout). PDL launch: nothing is read before PdlWait,
+// except in the preloading form (kPre, below).
 #include "kernels/cuda/common/pdl.cuh"
 #include "kernels/cuda/moe/moe_device.cuh"
+#include "kernels/cuda/moe/moe_route.cuh"
 
 namespace pg::cuda {
 namespace {
@@ -33,14 +35,23 @@ struct SlotTable {
   int count;
 };
 
-template <bool kFp8, int R, int U, int kWarps>
+// kPre (MoeWalkArgs::down_preload): the slot table and the first round of weight loads are
+// made BEFORE PdlWait, overlapping the gate/up kernel's tail. The routes then come from a
+// kernel two launches back (the router kernel; with self-routing this kernel routes from its
+// logits as the gate/up kernel does), which has completed once any block of this grid runs:
+// this grid launches only after every gate/up block passed its own PdlWait (they trigger right
+// after it), i.e. after the router kernel completed. Those reads go through L2 (__ldcg).
+template <bool kFp8, int R, int U, int kWarps, bool kPre>
 __global__ void __launch_bounds__(kWarps * 32) DownTileKernel(MoeWalkArgs a) {
   constexpr int C = kChunk<kFp8>;
   constexpr int T = kWarps * 32;
   __shared__ SlotTable<R> tab;
   __shared__ float red[kWarps][R];
-  PdlWait();  // ids, weights and act come from upstream kernels
-  PdlTrigger();
+  __shared__ float s_choice[32 * moe::kRoutePerLane];
+  if (!kPre) {
+    PdlWait();  // ids, weights and act come from upstream kernels
+    PdlTrigger();
+  }
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int64_t t = blockIdx.y;
   const int o0 = blockIdx.x * R;
@@ -49,20 +60,25 @@ __global__ void __launch_bounds__(kWarps * 32) DownTileKernel(MoeWalkArgs a) {
   const int64_t esz = kFp8 ? 1 : 2;
   if (warp == 0) {
     // Lane q describes slot q of token t.
+    int e = -1;
+    float wq = 0.0f;
+    if (kPre && a.self_route) {
+      moe::RouteWarp(a.route, t, s_choice, lane, &e, &wq);
+    } else if (lane < a.top_k) {
+      e = kPre ? __ldcg(a.ids + t * a.top_k + lane) : a.ids[t * a.top_k + lane];
+      wq = kPre ? __ldcg(a.weights + t * a.ldw_route + lane) : a.weights[t * a.ldw_route + lane];
+    }
     const char* row = nullptr;
     int64_t ld = 0;
-    float wq = 0.0f;
     const float* scale = nullptr;
     int scale_ld = 0;
     int64_t col0 = 0;
     if (lane < K) {
       if (lane < a.top_k) {
-        const int e = a.ids[t * a.top_k + lane];
         if (e >= 0 && e < a.num_experts) {
           const MoeExpertPtrs& w = a.experts[e];
           ld = L.ld_down * esz;
           row = static_cast<const char*>(w.down) + int64_t(o0) * ld;
-          wq = a.weights[t * a.ldw_route + lane];
           scale = w.down_scale;
           scale_ld = L.scale_ld_down;
         }
@@ -99,9 +115,10 @@ __global__ void __launch_bounds__(kWarps * 32) DownTileKernel(MoeWalkArgs a) {
   float acc[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0.0f;
-  for (int base = tid; base < total; base += T * U) {
-    uint4 raw[U][R];
-    int mq[U], cq[U];
+  uint4 raw[U][R];
+  int mq[U], cq[U];
+  // Issues the weight loads of items base, base + T, ... base + (U - 1) T.
+  auto load = [&](int base) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int idx = base + u * T;
@@ -115,6 +132,9 @@ __global__ void __launch_bounds__(kWarps * 32) DownTileKernel(MoeWalkArgs a) {
           if (r < rows) raw[u][r] = __ldcs(reinterpret_cast<const uint4*>(rp + r * ld) + cq[u]);
       }
     }
+  };
+  // Multiplies the loaded chunks with their act chunks into acc.
+  auto consume = [&]() {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (mq[u] < 0) continue;
@@ -134,6 +154,18 @@ __global__ void __launch_bounds__(kWarps * 32) DownTileKernel(MoeWalkArgs a) {
         acc[r] = fmaf(tab.f[m][r], part * bs, acc[r]);
       }
     }
+  };
+  int base = tid;
+  if (kPre) {
+    load(base);  // weights only: streamed while the gate/up kernel drains
+    PdlWait();   // act comes from the gate/up kernel
+    PdlTrigger();
+    consume();
+    base += T * U;
+  }
+  for (; base < total; base += T * U) {
+    load(base);
+    consume();
   }
 #pragma unroll
   for (int r = 0; r < R; ++r) {
@@ -151,13 +183,19 @@ __global__ void __launch_bounds__(kWarps * 32) DownTileKernel(MoeWalkArgs a) {
   }
 }
 
-template <bool kFp8, int R, int U>
-void LaunchRows(const MoeWalkArgs& a, cudaStream_t stream) {
+template <bool kFp8, int R, int U, bool kPre>
+void LaunchPre(const MoeWalkArgs& a, cudaStream_t stream) {
   const dim3 grid(unsigned((a.hidden + R - 1) / R), unsigned(a.num_tokens));
   if (a.down_warps >= 8)
-    (void)LaunchPdl(DownTileKernel<kFp8, R, U, 8>, grid, dim3(256), 0, stream, a);
+    (void)LaunchPdl(DownTileKernel<kFp8, R, U, 8, kPre>, grid, dim3(256), 0, stream, a);
   else
-    (void)LaunchPdl(DownTileKernel<kFp8, R, U, 4>, grid, dim3(128), 0, stream, a);
+    (void)LaunchPdl(DownTileKernel<kFp8, R, U, 4, kPre>, grid, dim3(128), 0, stream, a);
+}
+
+template <bool kFp8, int R, int U>
+void LaunchRows(const MoeWalkArgs& a, cudaStream_t stream) {
+  if (a.down_preload) LaunchPre<kFp8, R, U, true>(a, stream);
+  else LaunchPre<kFp8, R, U, false>(a, stream);
 }
 
 template <bool kFp8>
