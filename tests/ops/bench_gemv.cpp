@@ -8,6 +8,9 @@
 //     one (FusedMatmul qkv, o accumulating, FusedMatmul gate_up + SwiGLU, down accumulating),
 //     floor = the stack's weight bytes / HBM rate.
 // floor/t is floor over measured time. PEREGRINE_PDL=0 turns PDL off (run it both ways).
+// Every number is taken twice in the same process: gemv.cu's warp kernel ("warp") and the
+// ring GEMV ("ring", gemv_ring.cu), through cuda::SetGemvRingMode; the single matrices also
+// cover Qwen3-30B-A3B's (hidden 2048) attention projections, MoE router and lm_head.
 // Also linked into tests/models' gemv_gpu_check (--bench-gemv) with PG_GEMV_BENCH_NO_MAIN.
 #include <cuda_runtime.h>
 #include <fmt/format.h>
@@ -19,6 +22,7 @@
 #include "bench_timing.h"
 #include "kernels/cuda/ceilings.h"
 #include "kernels/cuda/common/context.h"
+#include "kernels/cuda/gemm/gemv_ring.h"
 #include "kernels/ops.h"
 #include "kernels/ops_fused.h"
 
@@ -42,8 +46,20 @@ constexpr int kLayers = 32;
 struct Matrix {
   const char* name;
   int64_t m, k;
-  enum Fuse { kNone, kNorm, kNormSwiGlu, kAccumulate } fuse;
+  enum Fuse { kNone, kNorm, kNormSwiGlu, kAccumulate, kF32Out } fuse;
 };
+
+// Runs fn with the ring GEMV off, then on; restores the mode.
+template <typename F>
+std::pair<double, double> WarpAndRing(F&& fn) {
+  const pg::cuda::GemvRingMode mode = pg::cuda::GetGemvRingMode();
+  pg::cuda::SetGemvRingMode(pg::cuda::GemvRingMode::kOff);
+  const double warp = fn();
+  pg::cuda::SetGemvRingMode(pg::cuda::GemvRingMode::kOn);
+  const double ring = fn();
+  pg::cuda::SetGemvRingMode(mode);
+  return {warp, ring};
+}
 
 }  // namespace
 
@@ -65,9 +81,13 @@ int RunGemvBench() {
                            {"o 4096x4096 +=", kHidden, kHidden, Matrix::kAccumulate},
                            {"gate_up 28672x4096 +norm+swiglu", 2 * kInter, kHidden, Matrix::kNormSwiGlu},
                            {"down 4096x14336 +=", kHidden, kInter, Matrix::kAccumulate},
-                           {"lm_head 128256x4096 +norm", kVocab, kHidden, Matrix::kNorm}};
-    fmt::print("\n{:<32} {:>5} {:>11} {:>11} {:>9} {:>9} {:>9} {:>9}\n", "matrix", "batch",
-               "matmul_us", "fused_us", "floor_us", "mm/floor", "fu/floor", "GB/s(fu)");
+                           {"lm_head 128256x4096 +norm", kVocab, kHidden, Matrix::kNorm},
+                           {"q3moe qkv 5120x2048 +norm", 5120, 2048, Matrix::kNorm},
+                           {"q3moe o 2048x4096 +=", 2048, 4096, Matrix::kAccumulate},
+                           {"q3moe router 128x2048 f32", 128, 2048, Matrix::kF32Out},
+                           {"q3moe lm_head 151936x2048 +norm", 151936, 2048, Matrix::kNorm}};
+    fmt::print("\n{:<32} {:>5} {:>9} {:>9} {:>9} {:>10} {:>10} {:>9}\n", "matrix (model's op)",
+               "batch", "warp_us", "ring_us", "floor_us", "warp/floor", "ring/floor", "GB/s ring");
     for (const Matrix& mt : mats) {
       const size_t wbytes = size_t(mt.m * mt.k * 2);
       const int copies = int(std::max<size_t>(1, (size_t(256) << 20) / wbytes + 1));
@@ -77,32 +97,35 @@ int RunGemvBench() {
         bench::FillBf16(ws.back()->p, mt.m * mt.k, 10 + c, 0.02f);
       }
       auto w_of = [&](int i) { return Dev(ws[size_t(i % copies)]->p, {mt.m, mt.k}); };
+      const TensorView nwk = Dev(norm_w.p, {mt.k});
       for (int64_t n : {1, 4}) {
-        DeviceBuf x(size_t(n * mt.k * 2)), out(size_t(n * mt.m * 2)), normed(size_t(n * mt.k * 2)),
+        DeviceBuf x(size_t(n * mt.k * 2)), out(size_t(n * mt.m * 4)), normed(size_t(n * mt.k * 2)),
             proj(size_t(n * mt.m * 2));
         bench::FillBf16(x.p, n * mt.k, 7, 1.0f);
         bench::FillBf16(out.p, n * mt.m, 8, 1.0f);
         const bool acc = mt.fuse == Matrix::kAccumulate;
-        const double mm_ms = GraphMedianMs([&](int i) {
-          ops::Matmul({.x = Dev(x.p, {n, mt.k}), .w = w_of(i), .out = Dev(out.p, {n, mt.m}),
-                       .accumulate = acc});
-        });
-        double fu_ms = mm_ms;
-        int64_t out_m = mt.m;
-        if (mt.fuse == Matrix::kNorm || mt.fuse == Matrix::kNormSwiGlu) {
-          const bool sw = mt.fuse == Matrix::kNormSwiGlu;
-          out_m = sw ? mt.m / 2 : mt.m;
-          fu_ms = GraphMedianMs([&](int i) {
-            ops::FusedMatmul({.x = Dev(x.p, {n, mt.k}), .norm_weight = nw, .w = w_of(i),
-                              .swiglu = sw, .out = Dev(out.p, {n, out_m}),
-                              .normed = Dev(normed.p, {n, mt.k}), .projected = Dev(proj.p, {n, mt.m})});
+        const bool sw = mt.fuse == Matrix::kNormSwiGlu;
+        const int64_t out_m = sw ? mt.m / 2 : mt.m;
+        const auto [warp_ms, ring_ms] = WarpAndRing([&] {
+          if (mt.fuse == Matrix::kNorm || sw)
+            return GraphMedianMs([&](int i) {
+              ops::FusedMatmul({.x = Dev(x.p, {n, mt.k}), .norm_weight = nwk, .w = w_of(i),
+                                .swiglu = sw, .out = Dev(out.p, {n, out_m}),
+                                .normed = Dev(normed.p, {n, mt.k}), .projected = Dev(proj.p, {n, mt.m})});
+            });
+          const TensorView o = mt.fuse == Matrix::kF32Out
+                                   ? TensorView::Contiguous(out.p, DType::kF32, {n, mt.m}, Device::kCuda)
+                                   : Dev(out.p, {n, mt.m});
+          return GraphMedianMs([&](int i) {
+            ops::Matmul({.x = Dev(x.p, {n, mt.k}), .w = w_of(i), .out = o, .accumulate = acc});
           });
-        }
-        const double bytes = double(wbytes) + double(n * (mt.k + out_m * (acc ? 2 : 1)) * 2);
+        });
+        const int out_bytes = mt.fuse == Matrix::kF32Out ? 4 : 2;
+        const double bytes = double(wbytes) + double(n * mt.k * 2) + double(n * out_m * out_bytes) * (acc ? 2 : 1);
         const double floor_ms = bytes / bw * 1e3;
-        fmt::print("{:<32} {:>5} {:>11.2f} {:>11.2f} {:>9.2f} {:>8.1f}% {:>8.1f}% {:>9.0f}\n",
-                   mt.name, n, mm_ms * 1e3, fu_ms * 1e3, floor_ms * 1e3, 100 * floor_ms / mm_ms,
-                   100 * floor_ms / fu_ms, bytes / (fu_ms * 1e-3) / 1e9);
+        fmt::print("{:<32} {:>5} {:>9.2f} {:>9.2f} {:>9.2f} {:>9.1f}% {:>9.1f}% {:>9.0f}\n", mt.name, n,
+                   warp_ms * 1e3, ring_ms * 1e3, floor_ms * 1e3, 100 * floor_ms / warp_ms,
+                   100 * floor_ms / ring_ms, bytes / (ring_ms * 1e-3) / 1e9);
       }
     }
 
@@ -122,7 +145,8 @@ int RunGemvBench() {
     }
     fmt::print("\n32-layer projection stack ({:.2f} GB of weights): floor {:.1f} us\n",
                stack_bytes / 1e9, stack_bytes / bw * 1e6);
-    fmt::print("{:<10} {:>5} {:>12} {:>9}\n", "stack", "batch", "us/step", "floor/t");
+    fmt::print("{:<10} {:>5} {:>10} {:>9} {:>10} {:>9}\n", "stack", "batch", "warp_us", "floor/t",
+               "ring_us", "floor/t");
     for (int64_t n : {1, 4}) {
       DeviceBuf x(size_t(n * kHidden * 2)), hn(size_t(n * kHidden * 2)), qkv(size_t(n * kQkv * 2)),
           o(size_t(n * kHidden * 2)), gu(size_t(n * 2 * kInter * 2)), act(size_t(n * kInter * 2)),
@@ -155,13 +179,19 @@ int RunGemvBench() {
           ops::Matmul({.x = ACT, .w = Dev(L.down->p, {kHidden, kInter}), .out = X, .accumulate = true});
         }
       };
-      bench::FillBf16(down.p, n * kHidden, 12, 0.01f);
       const double floor_ms = stack_bytes / bw * 1e3;
-      const double un_ms = GraphMedianMs(unfused, 2);
-      bench::FillBf16(x.p, n * kHidden, 9, 1.0f);
-      const double fu_ms = GraphMedianMs(fused, 2);
-      fmt::print("{:<10} {:>5} {:>12.1f} {:>8.1f}%\n", "unfused", n, un_ms * 1e3, 100 * floor_ms / un_ms);
-      fmt::print("{:<10} {:>5} {:>12.1f} {:>8.1f}%\n", "fused", n, fu_ms * 1e3, 100 * floor_ms / fu_ms);
+      const auto [un_warp, un_ring] = WarpAndRing([&] {
+        bench::FillBf16(down.p, n * kHidden, 12, 0.01f);
+        return GraphMedianMs(unfused, 2);
+      });
+      const auto [fu_warp, fu_ring] = WarpAndRing([&] {
+        bench::FillBf16(x.p, n * kHidden, 9, 1.0f);
+        return GraphMedianMs(fused, 2);
+      });
+      fmt::print("{:<10} {:>5} {:>10.1f} {:>8.1f}% {:>10.1f} {:>8.1f}%\n", "unfused", n, un_warp * 1e3,
+                 100 * floor_ms / un_warp, un_ring * 1e3, 100 * floor_ms / un_ring);
+      fmt::print("{:<10} {:>5} {:>10.1f} {:>8.1f}% {:>10.1f} {:>8.1f}%\n", "fused", n, fu_warp * 1e3,
+                 100 * floor_ms / fu_warp, fu_ring * 1e3, 100 * floor_ms / fu_ring);
     }
     return 0;
   } catch (const std::exception& e) {

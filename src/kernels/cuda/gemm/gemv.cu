@@ -19,38 +19,18 @@
 #include "kernels/cuda/common/device_params.h"
 #include "kernels/cuda/common/pdl.cuh"
 #include "kernels/cuda/elementwise/row_device.cuh"
+#include "kernels/cuda/gemm/gemv_device.cuh"
+#include "kernels/cuda/gemm/gemv_ring.h"
 
 namespace pg::cuda {
 namespace {
+
+using gemv::Dot8;
 
 constexpr int kWarps = 8;
 constexpr int kUnroll = 4;
 constexpr int kMaxFusedRows = 4;            // the Matmul GEMV range (cuda_register.cpp)
 constexpr int kMaxStageBytes = 96 * 1024;   // staged x rows (n * k * 2 bytes, dynamic smem)
-
-__device__ __forceinline__ void Dot8(const uint4& wv, const uint4& xv, float& acc) {
-  const __nv_bfloat162* w2 = reinterpret_cast<const __nv_bfloat162*>(&wv);
-  const __nv_bfloat162* x2 = reinterpret_cast<const __nv_bfloat162*>(&xv);
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    const float2 wf = __bfloat1622float2(w2[q]);
-    const float2 xf = __bfloat1622float2(x2[q]);
-    acc = fmaf(wf.x, xf.x, acc);
-    acc = fmaf(wf.y, xf.y, acc);
-  }
-}
-
-__device__ __forceinline__ float SumSq8(const uint4& v) {
-  const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&v);
-  float s = 0.0f;
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    const float2 f = __bfloat1622float2(p[q]);
-    s = fmaf(f.x, f.x, s);
-    s = fmaf(f.y, f.y, s);
-  }
-  return s;
-}
 
 // One group of a warp's weight stream: chunks c0 + 32 u (16 bytes each) of a row of nv chunks;
 // chunks past the end read as zero (and are never used).
@@ -61,46 +41,6 @@ __device__ __forceinline__ void LoadGroup(const uint4* w4, int64_t c0, int64_t n
     const int64_t c = c0 + 32 * u;
     buf[u] = c < nv ? __ldcs(w4 + c) : make_uint4(0, 0, 0, 0);  // streamed once
   }
-}
-
-// Stages rows row0 .. row0 + NB - 1 of x into `staged` ([NB][nv] 16-byte chunks) as
-// RmsNorm's bf16 output. Every thread of the block takes part (two barriers).
-template <int NB>
-__device__ __forceinline__ void StageNormalised(const GemvArgs& a, int64_t row0, uint4* staged) {
-  __shared__ float partial[NB][kWarps];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t nv = a.k / 8;
-  float ss[NB];
-#pragma unroll
-  for (int r = 0; r < NB; ++r) {
-    ss[r] = 0.0f;
-    const uint4* xr = reinterpret_cast<const uint4*>(a.x + (row0 + r) * a.ldx);
-    for (int64_t i = threadIdx.x; i < nv; i += blockDim.x) {
-      const uint4 v = xr[i];
-      staged[r * nv + i] = v;
-      ss[r] += SumSq8(v);
-    }
-    for (int o = 16; o > 0; o >>= 1) ss[r] += __shfl_xor_sync(0xffffffffu, ss[r], o);
-    if (lane == 0) partial[r][warp] = ss[r];
-  }
-  __syncthreads();
-#pragma unroll
-  for (int r = 0; r < NB; ++r) {
-    float total = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) total += partial[r][w];
-    const float inv = InvRms(total, a.k, a.norm_eps);
-    // Each thread rescales the chunks it staged above (same i): no barrier in between.
-    for (int64_t i = threadIdx.x; i < nv; i += blockDim.x) {
-      uint4 v = staged[r * nv + i];
-      bf16* e = reinterpret_cast<bf16*>(&v);
-#pragma unroll
-      for (int q = 0; q < 8; ++q)
-        e[q] = NormElement(ToF(e[q]), inv, LoadNormWeight(a.norm_weight, a.norm_type, i * 8 + q));
-      staged[r * nv + i] = v;
-    }
-  }
-  __syncthreads();
 }
 
 // kVec layout: k % 8 == 0, ldx % 8 == 0, ldw % 8 == 0 and 16-byte aligned bases.
@@ -144,7 +84,8 @@ __global__ void __launch_bounds__(kWarps * 32) GemvVecKernel(GemvArgs a, int64_t
 #pragma unroll
     for (int q = 0; q < kW; ++q) LoadGroup(w4[q], lane, nv, buf[q]);
   }
-  if constexpr (kNorm) StageNormalised<NB>(a, row0, staged);  // every warp takes part
+  if constexpr (kNorm)  // every warp takes part
+    gemv::StageRows<NB, kWarps>(a, row0, staged, threadIdx.x, true, [] { __syncthreads(); });
 
   const bf16* xg = a.x + row0 * a.ldx;
   for (; j < mj; j += jstride) {
@@ -182,41 +123,7 @@ __global__ void __launch_bounds__(kWarps * 32) GemvVecKernel(GemvArgs a, int64_t
         }
       }
     }
-#pragma unroll
-    for (int q = 0; q < kW; ++q)
-#pragma unroll
-      for (int r = 0; r < NB; ++r)
-        for (int o = 16; o > 0; o >>= 1) acc[q][r] += __shfl_xor_sync(0xffffffffu, acc[q][r], o);
-    if (lane < NB) {
-      float v[kW];
-#pragma unroll
-      for (int q = 0; q < kW; ++q) {
-        v[q] = 0.0f;
-#pragma unroll
-        for (int r = 0; r < NB; ++r)
-          if (r == lane) v[q] = acc[q][r];
-      }
-      const int64_t row = row0 + lane;
-      if constexpr (kSwiGlu) {
-        if (a.bias) v[0] += a.bias[j], v[1] += a.bias[j + a.m];
-        a.out[row * a.ldo + j] = SiluMul(ToF(ToB(v[0])), ToF(ToB(v[1])));
-      } else {
-#pragma unroll
-        for (int q = 0; q < kW; ++q) {
-          const int64_t jj = j + q * roff;
-          if (q > 0 && jj >= a.m) break;
-          float y = v[q];
-          if (a.bias) y += a.bias[jj];
-          if (a.out_f32) {
-            float* o = a.out_f32 + row * a.ldo + jj;
-            *o = a.accumulate ? y + *o : y;
-          } else {
-            bf16* o = a.out + row * a.ldo + jj;
-            *o = ToB(a.accumulate ? y + ToF(*o) : y);
-          }
-        }
-      }
-    }
+    gemv::WarpStore<NB, kW, kSwiGlu>(a, row0, j, roff, acc, lane);
     if (jn < mj) rows_of(jn, w4);
   }
 }
@@ -231,30 +138,15 @@ __global__ void __launch_bounds__(kWarps * 32) GemvScalarKernel(GemvArgs a, int6
   if (j >= a.m) return;
   const bf16* w = a.w + j * a.ldw;
   const bf16* x = a.x + row0 * a.ldx;
-  float acc[NB];
+  float acc[1][NB];
 #pragma unroll
-  for (int r = 0; r < NB; ++r) acc[r] = 0.0f;
+  for (int r = 0; r < NB; ++r) acc[0][r] = 0.0f;
   for (int64_t i = lane; i < a.k; i += 32) {
     const float wf = __bfloat162float(w[i]);
 #pragma unroll
-    for (int r = 0; r < NB; ++r) acc[r] = fmaf(__bfloat162float(x[r * a.ldx + i]), wf, acc[r]);
+    for (int r = 0; r < NB; ++r) acc[0][r] = fmaf(__bfloat162float(x[r * a.ldx + i]), wf, acc[0][r]);
   }
-#pragma unroll
-  for (int r = 0; r < NB; ++r)
-    for (int o = 16; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
-  if (lane >= NB) return;
-  float v = 0.0f;
-#pragma unroll
-  for (int r = 0; r < NB; ++r)
-    if (r == lane) v = acc[r];
-  if (a.bias) v += a.bias[j];
-  if (a.out_f32) {
-    float* o = a.out_f32 + (row0 + lane) * a.ldo + j;
-    *o = a.accumulate ? v + *o : v;
-  } else {
-    bf16* o = a.out + (row0 + lane) * a.ldo + j;
-    *o = ToB(a.accumulate ? v + ToF(*o) : v);
-  }
+  gemv::WarpStore<NB, 1, false>(a, row0, j, 0, acc, lane);
 }
 
 bool VecLayout(const GemvArgs& a) {
@@ -332,6 +224,7 @@ bool GemvFusedSupports(const GemvArgs& a) {
 
 void LaunchGemv(const GemvArgs& a, cudaStream_t stream) {
   if (a.n == 0 || a.m == 0) return;
+  if (GemvRingTake(a)) return LaunchGemvRing(a, stream);  // gemv_ring.cu (PEREGRINE_GEMV_RING)
   if (a.norm_weight || a.swiglu) {  // the caller checked GemvFusedSupports
     if (a.norm_weight && a.swiglu) LaunchFusedPass<true, true>(a, stream);
     else if (a.norm_weight) LaunchFusedPass<true, false>(a, stream);

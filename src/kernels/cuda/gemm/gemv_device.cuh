@@ -1,0 +1,130 @@
+// Device helpers shared by the decode GEMV kernels: gemv.cu (one warp per output row) and
+// gemv_ring.cu (a producer warp streams weight tiles into a shared-memory ring). Shapes and
+// the fused options: GemvArgs (common/device_params.h). Every helper fixes a rounding point
+// or a summation order, so both kernels compute bitwise the same outputs: a lane sums its
+// 16-byte chunks lane, lane + 32, lane + 64, ... of a row in that order (Dot8), then the warp
+// reduces with the xor butterfly (WarpStore).
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include "kernels/cuda/common/device_params.h"
+#include "kernels/cuda/elementwise/row_device.cuh"
+
+namespace pg::cuda::gemv {
+
+// acc += dot(8 bf16 weights, 8 bf16 activations), in element order.
+__device__ __forceinline__ void Dot8(const uint4& wv, const uint4& xv, float& acc) {
+  const __nv_bfloat162* w2 = reinterpret_cast<const __nv_bfloat162*>(&wv);
+  const __nv_bfloat162* x2 = reinterpret_cast<const __nv_bfloat162*>(&xv);
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const float2 wf = __bfloat1622float2(w2[q]);
+    const float2 xf = __bfloat1622float2(x2[q]);
+    acc = fmaf(wf.x, xf.x, acc);
+    acc = fmaf(wf.y, xf.y, acc);
+  }
+}
+
+__device__ __forceinline__ float SumSq8(const uint4& v) {
+  const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&v);
+  float s = 0.0f;
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const float2 f = __bfloat1622float2(p[q]);
+    s = fmaf(f.x, f.x, s);
+    s = fmaf(f.y, f.y, s);
+  }
+  return s;
+}
+
+// Stages rows row0 .. row0 + NB - 1 of x into `staged` ([NB][k / 8] 16-byte chunks), as
+// RmsNorm's bf16 output when `norm` (a.norm_weight). Threads tid in [0, kWarps * 32) take
+// part; sync() is a barrier over exactly those threads (called once, or twice with norm).
+template <int NB, int kWarps, typename Sync>
+__device__ __forceinline__ void StageRows(const GemvArgs& a, int64_t row0, uint4* staged, int tid,
+                                          bool norm, Sync sync) {
+  __shared__ float partial[NB][kWarps];
+  constexpr int kThreads = kWarps * 32;
+  const int warp = tid / 32, lane = tid % 32;
+  const int64_t nv = a.k / 8;
+  float ss[NB];
+#pragma unroll
+  for (int r = 0; r < NB; ++r) {
+    ss[r] = 0.0f;
+    const uint4* xr = reinterpret_cast<const uint4*>(a.x + (row0 + r) * a.ldx);
+    for (int64_t i = tid; i < nv; i += kThreads) {
+      const uint4 v = xr[i];
+      staged[r * nv + i] = v;
+      if (norm) ss[r] += SumSq8(v);
+    }
+    if (norm) {
+      for (int o = 16; o > 0; o >>= 1) ss[r] += __shfl_xor_sync(0xffffffffu, ss[r], o);
+      if (lane == 0) partial[r][warp] = ss[r];
+    }
+  }
+  sync();
+  if (!norm) return;
+#pragma unroll
+  for (int r = 0; r < NB; ++r) {
+    float total = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) total += partial[r][w];
+    const float inv = InvRms(total, a.k, a.norm_eps);
+    // Each thread rescales the chunks it staged above (same i): no barrier in between.
+    for (int64_t i = tid; i < nv; i += kThreads) {
+      uint4 v = staged[r * nv + i];
+      bf16* e = reinterpret_cast<bf16*>(&v);
+#pragma unroll
+      for (int q = 0; q < 8; ++q)
+        e[q] = NormElement(ToF(e[q]), inv, LoadNormWeight(a.norm_weight, a.norm_type, i * 8 + q));
+      staged[r * nv + i] = v;
+    }
+  }
+  sync();
+}
+
+// The warp's epilogue for output feature j: reduces acc[q][r] (weight row q of the warp:
+// j, or j + roff; activation row row0 + r) over the lanes and lane r < NB writes row0 + r:
+// kSwiGlu: out = silu(bf16(gate)) * bf16(up) (+ bias on both); otherwise each existing
+// row jj = j + q * roff < m gets bias, accumulate, bf16 or f32 output (GemvArgs).
+template <int NB, int kW, bool kSwiGlu>
+__device__ __forceinline__ void WarpStore(const GemvArgs& a, int64_t row0, int64_t j, int64_t roff,
+                                          float (&acc)[kW][NB], int lane) {
+#pragma unroll
+  for (int q = 0; q < kW; ++q)
+#pragma unroll
+    for (int r = 0; r < NB; ++r)
+      for (int o = 16; o > 0; o >>= 1) acc[q][r] += __shfl_xor_sync(0xffffffffu, acc[q][r], o);
+  if (lane >= NB) return;
+  float v[kW];
+#pragma unroll
+  for (int q = 0; q < kW; ++q) {
+    v[q] = 0.0f;
+#pragma unroll
+    for (int r = 0; r < NB; ++r)
+      if (r == lane) v[q] = acc[q][r];
+  }
+  const int64_t row = row0 + lane;
+  if constexpr (kSwiGlu) {
+    if (a.bias) v[0] += a.bias[j], v[1] += a.bias[j + a.m];
+    a.out[row * a.ldo + j] = SiluMul(ToF(ToB(v[0])), ToF(ToB(v[1])));
+  } else {
+#pragma unroll
+    for (int q = 0; q < kW; ++q) {
+      const int64_t jj = j + q * roff;
+      if (q > 0 && jj >= a.m) break;
+      float y = v[q];
+      if (a.bias) y += a.bias[jj];
+      if (a.out_f32) {
+        float* o = a.out_f32 + row * a.ldo + jj;
+        *o = a.accumulate ? y + *o : y;
+      } else {
+        bf16* o = a.out + row * a.ldo + jj;
+        *o = ToB(a.accumulate ? y + ToF(*o) : y);
+      }
+    }
+  }
+}
+
+}  // namespace pg::cuda::gemv

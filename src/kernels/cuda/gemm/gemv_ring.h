@@ -1,0 +1,30 @@
+// The ring decode GEMV (gemv_ring.cu): LaunchGemv's kernel for 1-4 activation rows whose
+// memory parallelism does not depend on its warp count, so it leaves room on every SM for
+// the next kernel's block to start streaming its weights early (PDL). Same GemvArgs, same
+// fused options and bitwise the same outputs as gemv.cu's warp kernel (gemv_device.cuh).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/common/device_params.h"
+
+namespace pg::cuda {
+
+// Whether the ring kernel takes the arguments: 1 <= n <= 4, 16-byte rows (k, ldx, ldw % 8,
+// aligned x and w), x's rows fit the kernel's staging when normalised, and the mode (below)
+// selects it for this shape.
+bool GemvRingTake(const GemvArgs& a);
+void LaunchGemvRing(const GemvArgs& a, cudaStream_t stream);
+
+// Mode: kShape (default) picks the ring where it measured faster (gemv_ring.cu); kOn takes
+// every supported shape, kOff none. The environment (PEREGRINE_GEMV_RING: 0 off, 1 on,
+// unset: by shape) sets the process's mode; tests and benches override it here.
+enum class GemvRingMode { kShape, kOn, kOff };
+void SetGemvRingMode(GemvRingMode mode);
+GemvRingMode GetGemvRingMode();
+// Launches of the ring kernel by this process (tests check the ring actually ran).
+int64_t GemvRingLaunches();
+
+}  // namespace pg::cuda

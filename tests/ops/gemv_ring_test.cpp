@@ -1,0 +1,228 @@
+// The ring decode GEMV (kernels/cuda/gemm/gemv_ring.cu), launched through cuda::LaunchGemv
+// with the ring forced on, against
+//  * the CPU reference (ref Matmul / FusedMatmul on the same bf16-representable inputs, bf16
+//    device tolerance as the op harness), and
+//  * gemv.cu's warp kernel (the ring forced off) BITWISE: both sum a lane's 16-byte chunks in
+//    the same order and share the epilogue (gemv_device.cuh), so any difference is a wrong
+//    slot, row or chunk of the ring.
+// Shapes: 1-4 rows, m not a multiple of 8 (and m < the SM count: blocks of one row), k =
+// 96 / 1000 / 2048 / 2600 (a short last chunk) / 4096 / 14336, strided rows, a long slice per
+// block (the ring wraps many times); options: bias, accumulate, f32 out, RMSNorm prologue
+// (f32 and bf16 norm weights), SwiGLU epilogue.
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "core/quant.h"
+#include "kernels/cuda/common/device_params.h"
+#include "kernels/cuda/gemm/gemv_ring.h"
+#include "kernels/ops_fused.h"
+#include "op_test_util.h"
+
+namespace pg::ops::testing {
+namespace {
+
+struct RingCase {
+  int64_t n, k, m;
+  bool norm = false, swiglu = false, bias = false, accumulate = false, f32_out = false;
+  bool bf16_norm = false;
+  int64_t pad = 0;  // extra elements per row of x, w and out (strided rows)
+  std::string Name() const {
+    return fmt::format("n={} k={} m={}{}{}{}{}{}{}", n, k, m, norm ? " norm" : "",
+                       bf16_norm ? "(bf16)" : "", swiglu ? " swiglu" : "", bias ? " bias" : "",
+                       accumulate ? " +=" : "", f32_out ? " f32" : "",
+                       pad ? fmt::format(" pad {}", pad) : "");
+  }
+};
+
+std::vector<RingCase> RingCases() {
+  std::vector<RingCase> cases;
+  for (int64_t n = 1; n <= 4; ++n) {
+    cases.push_back({n, 96, 37});
+    cases.push_back({n, 1000, 5, false, false, true});
+    cases.push_back({n, 2048, 1031, false, false, false, true});
+    cases.push_back({n, 2600, 333, false, false, true, false, true});
+    cases.push_back({n, 4096, 777, true});
+    cases.push_back({n, 4096, 2 * 389, true, true, n == 2});
+    cases.push_back({n, 2048, 2 * 131, false, true});
+    cases.push_back({n, 14336, 129, false, false, false, true, false, false, 8});
+    cases.push_back({n, 2048, 128, false, false, false, false, true});  // a MoE router
+    cases.push_back({n, 4096, 203, true, false, true, false, false, true, 8});
+  }
+  cases.push_back({1, 4096, 20000, true});   // ~150 rows a block: the ring wraps ~75 times
+  cases.push_back({3, 4096, 9001, false});
+  cases.push_back({4, 14336, 1025, false, false, false, true});
+  return cases;
+}
+
+// Device copy of a host buffer.
+struct Dev {
+  void* p = nullptr;
+  explicit Dev(size_t bytes) { PG_TEST_CUDA(cudaMalloc(&p, bytes)); }
+  Dev(const void* host, size_t bytes) : Dev(bytes) {
+    PG_TEST_CUDA(cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice));
+  }
+  ~Dev() { cudaFree(p); }
+  Dev(const Dev&) = delete;
+  Dev& operator=(const Dev&) = delete;
+};
+
+// bf16 bits of an f32 [rows, cols] matrix, rows `ld` apart.
+std::vector<uint16_t> Bf16Rows(const float* v, int64_t rows, int64_t cols, int64_t ld) {
+  std::vector<uint16_t> out(size_t(rows * ld), 0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) out[size_t(r * ld + c)] = F32ToBf16(v[r * cols + c]);
+  return out;
+}
+
+struct Outputs {
+  std::vector<float> ring, warp;  // [n, out_m], widened
+  int64_t ring_launches = 0;
+};
+
+// Runs the case on the device with the ring on and off (same inputs, out re-initialised).
+Outputs RunDevice(const RingCase& c, const Tensor& x, const Tensor& w, const Tensor& nw,
+                  const Tensor& bias, const Tensor& out_init, int64_t out_m) {
+  const int64_t ldx = c.k + c.pad, ldw = c.k + c.pad, ldo = out_m + c.pad;
+  const std::vector<uint16_t> xb = Bf16Rows(x.data<float>(), c.n, c.k, ldx);
+  std::vector<uint16_t> wb(size_t(c.m * ldw), 0);
+  for (int64_t r = 0; r < c.m; ++r)
+    std::memcpy(&wb[size_t(r * ldw)], w.view().row_ptr(r), size_t(c.k) * 2);
+  Dev dx(xb.data(), xb.size() * 2), dw(wb.data(), wb.size() * 2);
+  Dev dbias(bias.data<float>(), size_t(bias.numel()) * 4);
+  const std::vector<uint16_t> nwb = Bf16Rows(nw.data<float>(), 1, c.k, c.k);
+  Dev dnw(c.bf16_norm ? static_cast<const void*>(nwb.data()) : nw.data<float>(),
+          size_t(c.k) * (c.bf16_norm ? 2 : 4));
+  const size_t out_elems = size_t(c.n * ldo);
+  Dev dout(out_elems * 4);
+  cudaStream_t stream;
+  PG_TEST_CUDA(cudaStreamCreate(&stream));
+  Outputs o;
+  const cuda::GemvRingMode mode = cuda::GetGemvRingMode();
+  for (bool ring : {true, false}) {
+    // out's initial contents (accumulate), as bf16 or f32.
+    std::vector<float> init_f(out_elems, 0.0f);
+    for (int64_t r = 0; r < c.n; ++r)
+      for (int64_t j = 0; j < out_m; ++j) init_f[size_t(r * ldo + j)] = out_init.data<float>()[r * out_m + j];
+    if (c.f32_out) {
+      PG_TEST_CUDA(cudaMemcpy(dout.p, init_f.data(), out_elems * 4, cudaMemcpyHostToDevice));
+    } else {
+      const std::vector<uint16_t> ib = Bf16Rows(init_f.data(), 1, int64_t(out_elems), int64_t(out_elems));
+      PG_TEST_CUDA(cudaMemcpy(dout.p, ib.data(), out_elems * 2, cudaMemcpyHostToDevice));
+    }
+    cuda::GemvArgs a{static_cast<const cuda::bf16*>(dx.p), static_cast<const cuda::bf16*>(dw.p),
+                     c.f32_out ? nullptr : static_cast<cuda::bf16*>(dout.p),
+                     c.bias ? static_cast<const float*>(dbias.p) : nullptr,
+                     c.n, c.k, c.swiglu ? c.m / 2 : c.m, ldx, ldw, ldo, c.accumulate};
+    if (c.f32_out) a.out_f32 = static_cast<float*>(dout.p);
+    a.w_constant = true;
+    if (c.norm) {
+      a.norm_weight = dnw.p;
+      a.norm_type = c.bf16_norm ? cuda::WeightType::kBF16 : cuda::WeightType::kF32;
+    }
+    a.swiglu = c.swiglu;
+    cuda::SetGemvRingMode(ring ? cuda::GemvRingMode::kOn : cuda::GemvRingMode::kOff);
+    EXPECT_EQ(cuda::GemvRingTake(a), ring) << "the ring refuses the case";
+    const int64_t before = cuda::GemvRingLaunches();
+    cuda::LaunchGemv(a, stream);
+    PG_TEST_CUDA(cudaGetLastError());
+    PG_TEST_CUDA(cudaStreamSynchronize(stream));
+    if (ring) o.ring_launches = cuda::GemvRingLaunches() - before;
+    std::vector<float> got(size_t(c.n * out_m));
+    if (c.f32_out) {
+      std::vector<float> h(out_elems);
+      PG_TEST_CUDA(cudaMemcpy(h.data(), dout.p, out_elems * 4, cudaMemcpyDeviceToHost));
+      for (int64_t r = 0; r < c.n; ++r)
+        for (int64_t j = 0; j < out_m; ++j) got[size_t(r * out_m + j)] = h[size_t(r * ldo + j)];
+    } else {
+      std::vector<uint16_t> h(out_elems);
+      PG_TEST_CUDA(cudaMemcpy(h.data(), dout.p, out_elems * 2, cudaMemcpyDeviceToHost));
+      for (int64_t r = 0; r < c.n; ++r)
+        for (int64_t j = 0; j < out_m; ++j) got[size_t(r * out_m + j)] = Bf16ToF32(h[size_t(r * ldo + j)]);
+    }
+    (ring ? o.ring : o.warp) = std::move(got);
+  }
+  cuda::SetGemvRingMode(mode);
+  PG_TEST_CUDA(cudaStreamDestroy(stream));
+  return o;
+}
+
+TEST(GemvRing, MatchesTheReferenceAndTheWarpKernelBitwise) {
+  PG_SEED_TRACE();
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) GTEST_FAIL() << "no CUDA device";
+  for (const RingCase& c : RingCases()) {
+    SCOPED_TRACE(c.Name());
+    const int64_t out_m = c.swiglu ? c.m / 2 : c.m;
+    Tensor x(DType::kF32, {c.n, c.k}), nw(DType::kF32, {c.k}), bias(DType::kF32, {c.m});
+    FillNormal(x, 0.3f, 2.0f);  // mean off zero: a missing norm is visible
+    FillUniform(nw, 0.5f, 1.5f);
+    FillNormal(bias);
+    RoundToBf16(x);
+    RoundToBf16(nw);
+    Tensor wf(DType::kF32, {c.m, c.k});
+    FillNormal(wf, 0.0f, 0.05f);
+    Tensor w(DType::kBF16, {c.m, c.k});
+    for (int64_t r = 0; r < c.m; ++r)
+      quant::QuantizeRow(DType::kBF16, wf.data<float>() + r * c.k, w.view().row_ptr(r), c.k);
+    Tensor out_init(DType::kF32, {c.n, out_m});
+    FillNormal(out_init);
+    RoundToBf16(out_init);
+
+    // Reference: FusedMatmul's composition (norm / swiglu), else Matmul (bias, accumulate).
+    Tensor ref(DType::kF32, {c.n, out_m});
+    Restore(ref, Copy(out_init));
+    if (c.norm || c.swiglu) {
+      Tensor normed(DType::kF32, {c.n, c.k}), projected(DType::kF32, {c.n, c.m});
+      FusedMatmulParams p;
+      p.x = x.view();
+      if (c.norm) p.norm_weight = nw.view();
+      p.eps = 1e-5f;
+      p.w = w.view();
+      if (c.bias) p.bias = bias.view();
+      p.swiglu = c.swiglu;
+      p.out = ref.view();
+      p.normed = normed.view();
+      p.projected = projected.view();
+      RunWith(RefImpl<FusedMatmulParams>(), p);
+    } else {
+      MatmulParams p{.x = x.view(), .w = w.view(), .out = ref.view()};
+      if (c.bias) p.bias = bias.view();
+      p.accumulate = c.accumulate;
+      RunWith(RefImpl<MatmulParams>(), p);
+    }
+    const Outputs o = RunDevice(c, x, w, nw, bias, out_init, out_m);
+    EXPECT_EQ(o.ring_launches, 1) << "the ring kernel did not run";
+    const Tolerance tol = c.swiglu ? Tolerance{0.08, 1e-4} : kBf16;  // fused_matmul_test.cpp
+    ExpectClose(ref.data<float>(), o.ring.data(), ref.numel(), tol, "ring vs ref " + c.Name());
+    ExpectClose(ref.data<float>(), o.warp.data(), ref.numel(), tol, "warp vs ref " + c.Name());
+    ExpectExact(o.warp.data(), o.ring.data(), ref.numel(), "ring vs warp kernel " + c.Name());
+  }
+}
+
+TEST(GemvRing, RefusesWhatItCannotStage) {
+  cuda::GemvArgs a{reinterpret_cast<const cuda::bf16*>(uintptr_t(256)),
+                   reinterpret_cast<const cuda::bf16*>(uintptr_t(512)),
+                   reinterpret_cast<cuda::bf16*>(uintptr_t(1024)), nullptr, 1, 4096, 64, 4096, 4096, 64,
+                   false};
+  const cuda::GemvRingMode mode = cuda::GetGemvRingMode();
+  cuda::SetGemvRingMode(cuda::GemvRingMode::kOn);
+  EXPECT_TRUE(cuda::GemvRingTake(a));
+  a.n = 5;
+  EXPECT_FALSE(cuda::GemvRingTake(a)) << "5 rows";
+  a.n = 4;
+  a.k = 4100;
+  EXPECT_FALSE(cuda::GemvRingTake(a)) << "k % 8 != 0";
+  a.k = 14336, a.ldx = 14336, a.ldw = 14336;
+  EXPECT_TRUE(cuda::GemvRingTake(a));
+  a.norm_weight = &a;  // 4 x 14336 normalised rows: more than the ring's x staging
+  EXPECT_FALSE(cuda::GemvRingTake(a)) << "norm staging";
+  cuda::SetGemvRingMode(cuda::GemvRingMode::kOff);
+  a.norm_weight = nullptr;
+  EXPECT_FALSE(cuda::GemvRingTake(a)) << "mode off";
+  cuda::SetGemvRingMode(mode);
+}
+
+}  // namespace
+}  // namespace pg::ops::testing
