@@ -354,13 +354,9 @@ class DeepseekV3Model final : public Model {
                          .mode = decode ? ops::MlaMode::kAbsorbed : ops::MlaMode::kExpanded,
                          .positions = rope_pos, .rope = rope_cfg, .write = &write});
       DeviceMatmul(attn, L.wo, x, /*accumulate=*/true);
-      if (L.moe) {
-        const FfnNorm ffn_norm{.x = x, .weight = L.ffn_norm, .eps = b.rms_norm_eps};
-        RunDeviceMoeFfn(L.moe_ffn, c_, hn, x, A.ffn_scratch, &ffn_norm, /*accumulate=*/true);
-      } else {
-        ops::RmsNorm({.x = x, .weight = L.ffn_norm, .out = hn, .eps = b.rms_norm_eps});
-        RunDeviceMlp(L.mlp, hn, x, A.ffn_scratch, /*accumulate=*/true);
-      }
+      const FfnNorm ffn_norm{.x = x, .weight = L.ffn_norm, .eps = b.rms_norm_eps};  // -> hn
+      if (L.moe) RunDeviceMoeFfn(L.moe_ffn, c_, hn, x, A.ffn_scratch, &ffn_norm, /*accumulate=*/true);
+      else RunDeviceMlp(L.mlp, hn, x, A.ffn_scratch, /*accumulate=*/true, &ffn_norm);
     }
     RunLogitHead({.residual = x, .logit_rows = fb.logit_rows,
                   .gathered = A.gathered, .normed = A.hn, .norm_weight = d_norm_,

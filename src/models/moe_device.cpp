@@ -8,6 +8,7 @@
 
 #include "core/status.h"
 #include "kernels/ops.h"
+#include "kernels/ops_fused.h"
 #include "kernels/registry.h"
 
 namespace pg::models {
@@ -50,7 +51,8 @@ bool FuseShared() {
 // walking gate/up kernel routes for itself). 1 (default): the router matmul (and the FFN's
 // RMSNorm, without a residual) fused into the route as well — one router kernel computing
 // logits (+ normed rows); 2: RmsNorm and the router Matmul as their own ops first; 0: off
-// (MoeRouter's own kernel, as PEREGRINE_MOE_FUSED_ROUTER says).
+// (MoeRouter's own kernel, as PEREGRINE_MOE_FUSED_ROUTER says). Modes 1 and 2 apply at one
+// token; 2 to 4 tokens (moe_device.h kMoeSelfRouteMaxTokens) take mode 2 unless it is 0.
 int SelfRoute() {
   static const int mode = EnvInt("PEREGRINE_MOE_SELF_ROUTE", 1);
   return mode;
@@ -202,9 +204,25 @@ void DeviceMatmul(const TensorView& x, const DeviceMatrix& w, const TensorView& 
 }
 
 void RunDeviceMlp(const DeviceMlp& w, const TensorView& x, const TensorView& out,
-                  const DeviceFfnScratch& s, bool accumulate) {
+                  const DeviceFfnScratch& s, bool accumulate, const FfnNorm* norm) {
   const int64_t n = x.dim(0), inter = w.inter;
   const TensorView gu = Flat(s.gate_up, n, 2 * inter), act = Flat(s.act, n, inter);
+  if (w.gate_up.data && !(norm && norm->residual.data)) {
+    // (RMSNorm +) gate_up projection + SwiGLU: one kernel at GEMV sizes (ops_fused.h).
+    ops::FusedMatmulParams fp{.x = x, .w = w.gate_up, .swiglu = true, .out = act, .projected = gu};
+    if (norm) {
+      fp.x = norm->x;
+      fp.norm_weight = norm->weight;
+      fp.eps = norm->eps;
+      fp.normed = x;
+    }
+    ops::FusedMatmul(fp);
+    DeviceMatmul(act, w.down, out, accumulate);
+    return;
+  }
+  if (norm)
+    ops::RmsNorm({.x = norm->x, .weight = norm->weight, .out = x, .residual = norm->residual,
+                  .eps = norm->eps});
   if (w.gate_up.data) {
     ops::Matmul({.x = x, .w = w.gate_up, .out = gu});
   } else {
@@ -242,7 +260,8 @@ void RunDeviceMoeFfn(const DeviceMoeFfn& w, const MoeModelConfig& c, const Tenso
     if (ops::Registry::Global().Selected(ep) == nullptr) ep.shared = {};
   }
   const bool shared_apart = shared && !ep.shared.gate.data;  // its own MLP, on the normed x
-  const int self_route = decode ? SelfRoute() : 0;
+  const int self_route = decode ? SelfRoute()
+                         : (n <= kMoeSelfRouteMaxTokens && SelfRoute() != 0 ? 2 : 0);
   // Routing inside the experts op; mode 1 with the router matmul (+ the RMSNorm, when it has
   // no residual and no separate shared MLP needs the normed x first) too.
   const bool route_matmul = self_route == 1 && !shared_apart && !(norm && norm->residual.data);

@@ -92,21 +92,31 @@ DeviceFfnScratch PlaceFfnScratch(DeviceWeightMaker& mk, const MoeModelConfig& c,
 // out[n, m] = x · w^T for a device matrix (bf16, or fp8 with its block scales).
 void DeviceMatmul(const TensorView& x, const DeviceMatrix& w, const TensorView& out,
                   bool accumulate = false);
+// The RMSNorm in front of a feed-forward block (ops::RmsNormParams): x (+ residual, updated
+// in place).
+struct FfnNorm {
+  TensorView x, residual, weight;
+  float eps = 1e-6f;
+};
 // x, out: [n, hidden] bf16 device; out must not alias x.
 // accumulate: out += result (the residual stream as `out`).
+// With `norm`, x is first computed as RmsNorm(*norm) into x (bf16 gate_up without a residual:
+// inside the gate_up projection, FusedMatmul; the gate_up projection and SwiGLU are one kernel
+// at GEMV sizes either way).
 void RunDeviceMlp(const DeviceMlp& w, const TensorView& x, const TensorView& out,
-                  const DeviceFfnScratch& s, bool accumulate = false);
+                  const DeviceFfnScratch& s, bool accumulate = false,
+                  const FfnNorm* norm = nullptr);
 // Batches of at most this many tokens take the MoE decode path: the shared expert fused into
 // MoeExperts, and (opt-in, PEREGRINE_MOE_FUSED_ROUTER=1; see moe_device.cpp) the router matmul
 // and the FFN's RMSNorm fused into MoeRouter, where the backends take them. One token: at 2-4
 // tokens both fusions measured slower on the H200 (the fused router's per-token loop; the
 // walking kernels stream the shared expert once per token).
 inline constexpr int64_t kMoeDecodeFuseMaxTokens = 1;
-// The RMSNorm in front of a MoE FFN (ops::RmsNormParams): x (+ residual, updated in place).
-struct FfnNorm {
-  TensorView x, residual, weight;
-  float eps = 1e-6f;
-};
+// Batches of at most this many tokens route inside MoeExperts (PEREGRINE_MOE_SELF_ROUTE; CUDA:
+// the route-walking gate/up kernel routes for itself) — with the router matmul and RMSNorm
+// in the route at kMoeDecodeFuseMaxTokens, after them as their own ops above that (the fused
+// router kernel loops over tokens).
+inline constexpr int64_t kMoeSelfRouteMaxTokens = 4;
 // With `norm`, x (the FFN input, [n, hidden]) is first computed as RmsNorm(*norm) into x.
 // accumulate: out += result (the residual stream as `out`; must not alias x).
 void RunDeviceMoeFfn(const DeviceMoeFfn& w, const MoeModelConfig& c, const TensorView& x,
