@@ -6,9 +6,12 @@
 #include <tuple>
 #include <vector>
 
+#include "core/env.h"
+#include "core/log.h"
 #include "core/quant.h"
 #include "core/status.h"
 #include "kernels/ops_fused.h"
+#include "kernels/ops_mega.h"
 #include "models/device_weights.h"
 #include "models/logit_head.h"
 
@@ -179,6 +182,39 @@ class LlamaModel final : public Model {
     S.act = mk.Activations(cap, f);
     S.gathered = mk.Activations(cap, h);
     device_ = &memory;
+    BuildMegaPlan();
+  }
+
+  // The persistent batch-1 decode kernel (ops_mega.h), when PEREGRINE_MEGA is on and the config
+  // fits (fused qkv, bf16 weights, head_dim 128): steps 5l .. 5l + 4 are layer l's norm + qkv,
+  // RoPE + KV write + attention, o (+= x), norm + gate_up + SwiGLU, down (+= x), on the
+  // one-token rows of the scratch.
+  void BuildMegaPlan() {
+    const bool enabled = EnvFlag("PEREGRINE_MEGA", false);  // per placement: tests A/B it
+    const auto& c = config_;
+    if (!enabled || c.qk_norm || d_layers_.empty() || d_layers_[0].wqkv_s.data) return;
+    const DeviceScratch& S = d_;
+    const TensorView x = S.x.Slice0(0, 1), qkv = S.qkv.Slice0(0, 1), attn = S.attn.Slice0(0, 1),
+                     act = S.act.Slice0(0, 1);
+    std::vector<ops::MegaStepParams> steps;
+    for (int li = 0; li < c.num_layers; ++li) {
+      const DeviceLayer& L = d_layers_[size_t(li)];
+      steps.push_back({.kind = ops::MegaStepKind::kNormProject, .x = x, .norm_weight = L.attn_norm,
+                       .eps = c.rms_norm_eps, .w = L.wqkv, .bias = L.bqkv, .out = qkv});
+      steps.push_back({.kind = ops::MegaStepKind::kAttention, .x = qkv, .out = attn, .layer = li,
+                       .heads = c.num_heads, .kv_heads = c.num_kv_heads, .head_dim = c.head_dim,
+                       .rope = c.rope, .scale = attn_scale_});
+      steps.push_back({.kind = ops::MegaStepKind::kAccumulate, .x = attn, .w = L.wo, .out = x});
+      steps.push_back({.kind = ops::MegaStepKind::kNormSwiGlu, .x = x, .norm_weight = L.ffn_norm,
+                       .eps = c.rms_norm_eps, .w = L.w_gate_up, .out = act});
+      steps.push_back({.kind = ops::MegaStepKind::kAccumulate, .x = act, .w = L.w_down, .out = x});
+    }
+    // PEREGRINE_MEGA_ATTN=0 (A/B): attention as the separate kernels between launches.
+    mega_attention_ = EnvFlag("PEREGRINE_MEGA_ATTN", true);
+    std::string why;
+    mega_ = ops::MakeMegaPlan(steps, &why);
+    if (mega_) PG_LOG_INFO("PEREGRINE_MEGA: persistent batch-1 decode kernel on");
+    else PG_LOG_WARN("PEREGRINE_MEGA: persistent decode kernel not used: {}", why);
   }
 
   void Forward(const ForwardBatch& b, const KvCacheLayers& kv, TensorView logits) override {
@@ -259,6 +295,8 @@ class LlamaModel final : public Model {
                  b.device_positions.numel() == n,
              "device path needs device_tokens/device_positions of {} tokens", n);
     if (n == 0) return;
+    const ops::MegaRunInputs mega_in{.batch = b.attention, .caches = kv.layers};
+    if (mega_ && n == 1 && ops::MegaAttentionFits(mega_in)) return ForwardMega(b, mega_in, logits);
     PG_ENSURE(n <= d_.capacity, kInvalidArgument,
               "batch of {} tokens exceeds the device scratch ({} tokens)", n, d_.capacity);
     // Ids are checked here: under graph capture the embedding kernel cannot report.
@@ -327,6 +365,47 @@ class LlamaModel final : public Model {
     (void)h, (void)f;
   }
 
+  // One decode token through the persistent kernel (BuildMegaPlan): embedding, ONE launch for
+  // every layer, the logit head. PEREGRINE_MEGA_ATTN=0 (A/B) runs attention as the separate
+  // RopeKvWrite + Attention kernels instead, the projections in launches between them.
+  void ForwardMega(const ForwardBatch& b, const ops::MegaRunInputs& in, TensorView logits) {
+    const auto& c = config_;
+    PG_ENSURE(b.tokens[0] >= 0 && b.tokens[0] < c.vocab_size, kOutOfRange,
+              "token id {} outside vocab [0, {})", b.tokens[0], c.vocab_size);
+    const DeviceScratch& S = d_;
+    const TensorView x = S.x.Slice0(0, 1);
+    ops::Embedding({.table = d_embed_, .ids = b.device_tokens, .out = x});
+    const int steps = mega_->num_steps();
+    if (mega_attention_) {
+      mega_->Run(0, steps, in);
+    } else {
+      const int64_t hd = c.head_dim, qd = c.num_heads * hd, kvd = c.num_kv_heads * hd;
+      const TensorView qkv = S.qkv.Slice0(0, 1);
+      auto heads3 = [&](int64_t col, int64_t heads) {
+        TensorView v = qkv;
+        v.data = static_cast<uint16_t*>(qkv.data) + col;
+        v.ndim = 3;
+        v.shape = {1, heads, hd};
+        v.strides = {qkv.strides[0], hd, 1};
+        return v;
+      };
+      TensorView attn3 = S.attn.Slice0(0, 1).Reshape({1, c.num_heads, hd});
+      mega_->Run(0, 1);
+      for (int li = 0; li < c.num_layers; ++li) {
+        const ops::KvCacheView& cache = in.caches[size_t(li)];
+        ops::RopeKvWrite({.q = heads3(0, c.num_heads), .k = heads3(qd, c.num_kv_heads),
+                          .v = heads3(qd + kvd, c.num_kv_heads), .positions = b.device_positions,
+                          .config = c.rope, .cache = cache, .batch = b.attention});
+        ops::Attention({.q = heads3(0, c.num_heads), .out = attn3, .cache = cache,
+                        .batch = b.attention, .scale = attn_scale_});
+        mega_->Run(5 * li + 2, std::min(5 * li + 6, steps));  // o .. next layer's qkv
+      }
+    }
+    RunLogitHead({.residual = x, .logit_rows = b.logit_rows, .gathered = S.gathered,
+                  .normed = S.hn, .norm_weight = d_output_norm_, .eps = c.rms_norm_eps,
+                  .output = d_output_, .logits = logits});
+  }
+
   void Reserve(int64_t n) {
     if (n <= s_.capacity) return;
     const auto& c = config_;
@@ -359,6 +438,8 @@ class LlamaModel final : public Model {
   TensorView d_embed_, d_output_norm_, d_output_;
   std::vector<DeviceLayer> d_layers_;
   DeviceScratch d_;
+  std::unique_ptr<ops::MegaPlan> mega_;  // set by BuildMegaPlan (PEREGRINE_MEGA)
+  bool mega_attention_ = true;           // attention inside the mega launch
   int64_t device_weight_bytes_ = 0;
 };
 

@@ -1,0 +1,216 @@
+// ops_mega.h MakeMegaPlan on CUDA: validates the steps, uploads their descriptors
+// (mega_params.h MegaStep) and the step counters once, and launches ranges of them.
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/env.h"
+#include "kernels/cuda/common/context.h"
+#include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/mega/mega_params.h"
+#include "kernels/ops_mega.h"
+#include "kernels/rope_freq.h"
+
+namespace pg::cuda {
+int MegaMaxBlocks();
+cudaError_t LaunchMega(const MegaArgs& a, int blocks, bool cooperative, bool pdl,
+                       cudaStream_t stream);
+}  // namespace pg::cuda
+
+namespace pg::ops {
+void CountMegaLaunch();  // mega_plan.cpp (kernels/)
+
+namespace {
+
+using cuda::MegaKind;
+using cuda::MegaStep;
+
+bool DevBf16(const TensorView& t) { return t.device == Device::kCuda && t.dtype == DType::kBF16; }
+
+bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+cuda::WeightType NormType(DType t) {
+  return t == DType::kBF16 ? cuda::WeightType::kBF16
+                           : (t == DType::kF16 ? cuda::WeightType::kF16 : cuda::WeightType::kF32);
+}
+
+// An attention step's descriptor (its buffers are filled in by the plan), or why not.
+std::string DescribeAttention(const MegaStepParams& p, MegaStep& s) {
+  const int64_t hd = p.head_dim, row = int64_t(p.heads + 2 * p.kv_heads) * hd;
+  if (!DevBf16(p.x) || !DevBf16(p.out)) return "x, out must be CUDA bf16";
+  if (hd != cuda::kMegaHeadDim) return fmt::format("head_dim {} (the kernel takes 128)", hd);
+  if (p.kv_heads <= 0 || p.heads % p.kv_heads != 0 || p.heads / p.kv_heads > cuda::kMegaMaxGroup)
+    return fmt::format("{} heads over {} kv heads (groups of <= {})", p.heads, p.kv_heads,
+                       cuda::kMegaMaxGroup);
+  if (p.x.numel() != row || !p.x.is_contiguous()) return fmt::format("x must be [1, {}]", row);
+  if (p.out.numel() != p.heads * hd || !p.out.is_contiguous()) return "out must be [1, heads * 128]";
+  if (!p.rope.neox || RotaryDim(p.rope, int(hd)) != hd) return "RoPE: neox pairs over all of head_dim";
+  if (p.layer < 0 || p.layer >= cuda::kMegaMaxLayers) return "layer index out of range";
+  s = MegaStep{};
+  s.kind = MegaKind::kAttention;
+  s.x = static_cast<const cuda::bf16*>(p.x.data);
+  s.out = static_cast<cuda::bf16*>(p.out.data);
+  s.layer = p.layer;
+  s.heads = p.heads;
+  s.kv_heads = p.kv_heads;
+  s.scale = p.scale != 0.0f ? p.scale : 1.0f / std::sqrt(float(hd));
+  s.num_tiles = 0;  // no weights
+  return {};
+}
+
+// The step's descriptor, or why the kernel cannot take it.
+std::string Describe(const MegaStepParams& p, MegaStep& s) {
+  if (p.kind == MegaStepKind::kAttention) return DescribeAttention(p, s);
+  const bool norm = p.kind != MegaStepKind::kAccumulate;
+  if (!DevBf16(p.x) || !DevBf16(p.w) || !DevBf16(p.out)) return "x, w, out must be CUDA bf16";
+  if (p.w.ndim != 2 || p.w.strides[1] != 1) return "w must be [m, k] with unit inner stride";
+  const int64_t rows = p.w.dim(0), k = p.w.dim(1);
+  const int64_t m = p.kind == MegaStepKind::kNormSwiGlu ? rows / 2 : rows;
+  if (p.x.numel() != k || !p.x.is_contiguous()) return fmt::format("x must be [1, {}]", k);
+  if (p.out.numel() != m || !p.out.is_contiguous()) return fmt::format("out must be [1, {}]", m);
+  if (p.kind == MegaStepKind::kNormSwiGlu && rows % 2 != 0) return "swiglu needs an even m";
+  if (k % 8 != 0 || k > cuda::kMegaMaxK || p.w.strides[0] % 8 != 0 || !Aligned16(p.w.data) ||
+      !Aligned16(p.x.data))
+    return fmt::format("k {} / ldw {} outside the kernel's 16-byte rows (k <= {})", k,
+                       p.w.strides[0], cuda::kMegaMaxK);
+  if (p.out.data == p.x.data) return "out aliases x";
+  if (norm && (!p.norm_weight.data || p.norm_weight.device != Device::kCuda ||
+               p.norm_weight.numel() != k))
+    return "norm kinds need a [k] CUDA norm weight";
+  if (p.bias.data && (p.kind != MegaStepKind::kNormProject || p.bias.dtype != DType::kF32 ||
+                      p.bias.device != Device::kCuda || p.bias.numel() != m))
+    return "bias: f32 [m] on CUDA, kNormProject only";
+  s = MegaStep{};
+  s.kind = MegaKind(int(p.kind));
+  s.k = int32_t(k);
+  s.m = int32_t(m);
+  const int tile_outputs = p.kind == MegaStepKind::kNormSwiGlu ? cuda::kMegaTileRows / 2
+                                                                : cuda::kMegaTileRows;
+  s.num_tiles = int32_t((m + tile_outputs - 1) / tile_outputs);
+  s.ldw = p.w.strides[0];
+  s.w = static_cast<const cuda::bf16*>(p.w.data);
+  s.x = static_cast<const cuda::bf16*>(p.x.data);
+  s.out = static_cast<cuda::bf16*>(p.out.data);
+  s.bias = p.bias.data ? p.bias.as<float>() : nullptr;
+  s.norm_weight = norm ? p.norm_weight.data : nullptr;
+  s.norm_type = NormType(p.norm_weight.dtype);
+  s.eps = p.eps;
+  return {};
+}
+
+class CudaMegaPlan final : public MegaPlan {
+ public:
+  // steps: descriptors (attention steps get their RoPE table, partials and counters here).
+  CudaMegaPlan(std::vector<MegaStep> steps, std::span<const MegaStepParams> params, int blocks)
+      : num_steps_(int(steps.size())), blocks_(blocks) {
+    int max_heads = 0, max_kv = 0;
+    for (const MegaStep& s : steps)
+      if (s.kind == MegaKind::kAttention) {
+        max_heads = std::max(max_heads, int(s.heads));
+        max_kv = std::max(max_kv, int(s.kv_heads));
+        max_layer_ = std::max(max_layer_, int(s.layer));
+      }
+    if (max_heads > 0) {
+      const int max_splits = blocks;  // a kv head never gets more splits than the grid
+      PG_CUDA_CHECK(cudaMalloc(&partial_, size_t(max_heads) * max_splits *
+                                              (cuda::kMegaHeadDim + 2) * sizeof(float)));
+      PG_CUDA_CHECK(cudaMalloc(&group_counters_, size_t(max_kv) * sizeof(uint32_t)));
+      PG_CUDA_CHECK(cudaMemset(group_counters_, 0, size_t(max_kv) * sizeof(uint32_t)));
+      const size_t pairs = cuda::kMegaHeadDim / 2;
+      PG_CUDA_CHECK(cudaMalloc(&inv_freq_, steps.size() * pairs * sizeof(float)));
+      for (size_t i = 0; i < steps.size(); ++i) {
+        MegaStep& s = steps[i];
+        if (s.kind != MegaKind::kAttention) continue;
+        const std::vector<float> f = RopeInvFreq(params[i].rope, cuda::kMegaHeadDim);
+        PG_CUDA_CHECK(cudaMemcpy(inv_freq_ + i * pairs, f.data(), pairs * sizeof(float),
+                                 cudaMemcpyHostToDevice));
+        s.inv_freq = inv_freq_ + i * pairs;
+        s.partial = partial_;
+        s.group_counters = group_counters_;
+        s.max_splits = max_splits;
+      }
+    }
+    PG_CUDA_CHECK(cudaMalloc(&steps_, steps.size() * sizeof(MegaStep)));
+    PG_CUDA_CHECK(cudaMemcpy(steps_, steps.data(), steps.size() * sizeof(MegaStep),
+                             cudaMemcpyHostToDevice));
+    PG_CUDA_CHECK(cudaMalloc(&counters_, (steps.size() + 1) * sizeof(uint32_t)));
+    PG_CUDA_CHECK(cudaMemset(counters_, 0, (steps.size() + 1) * sizeof(uint32_t)));
+  }
+  ~CudaMegaPlan() override {
+    cudaFree(steps_);
+    cudaFree(counters_);
+    cudaFree(partial_);
+    cudaFree(group_counters_);
+    cudaFree(inv_freq_);
+  }
+  int num_steps() const override { return num_steps_; }
+  void Run(int begin, int end, const MegaRunInputs& in) const override {
+    PG_CHECK(0 <= begin && begin <= end && end <= num_steps_, "mega steps [{}, {}) of {}", begin,
+             end, num_steps_);
+    if (begin == end) return;
+    CountMegaLaunch();
+    cuda::MegaArgs a{};
+    a.steps = steps_;
+    a.begin = begin;
+    a.end = end;
+    a.num_steps = num_steps_;
+    a.counters = counters_;
+    if (max_layer_ >= 0 && in.batch != nullptr) {
+      // Attention steps may be in the range: their inputs must fit (the caller checked
+      // MegaAttentionFits; a range without attention steps ignores them).
+      PG_CHECK(MegaAttentionFits(in) && int(in.caches.size()) > max_layer_,
+               "mega attention inputs do not fit");
+      a.batch = *in.batch->device;
+      // A/B knob (read once): keys per attention task prefetched into L2 by the producer.
+      static const int prefetch = EnvInt("PEREGRINE_MEGA_KV_PREFETCH", 0);
+      a.kv_prefetch_keys = prefetch;
+      for (size_t l = 0; l < in.caches.size() && l < size_t(cuda::kMegaMaxLayers); ++l) {
+        a.k_cache[l] = static_cast<cuda::bf16*>(in.caches[l].k_cache.data);
+        a.v_cache[l] = static_cast<cuda::bf16*>(in.caches[l].v_cache.data);
+      }
+    }
+    // A/B knobs (read once): PEREGRINE_MEGA_COOP=0 launches without the cooperative
+    // attribute (the grid still fits one block per SM); PEREGRINE_MEGA_PDL=1 lets the
+    // weight stream start while the previous kernel drains (also needs PDL on).
+    static const bool coop = EnvFlag("PEREGRINE_MEGA_COOP", true);
+    static const bool pdl = EnvFlag("PEREGRINE_MEGA_PDL", false) && cuda::PdlEnabled();
+    PG_CUDA_CHECK(cuda::LaunchMega(a, blocks_, coop, pdl, cuda::CurrentStream()));
+  }
+
+ private:
+  int num_steps_, blocks_;
+  int max_layer_ = -1;  // the largest layer index of an attention step (-1: none)
+  MegaStep* steps_ = nullptr;
+  uint32_t* counters_ = nullptr;
+  float* partial_ = nullptr;
+  uint32_t* group_counters_ = nullptr;
+  float* inv_freq_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<MegaPlan> MakeMegaPlan(std::span<const MegaStepParams> steps,
+                                       std::string* why_not) {
+  auto refuse = [&](std::string why) -> std::unique_ptr<MegaPlan> {
+    if (why_not) *why_not = std::move(why);
+    return nullptr;
+  };
+  if (cuda::DeviceCount() == 0) return refuse("no CUDA device");
+  if (steps.empty()) return refuse("no steps");
+  std::vector<MegaStep> desc(steps.size());
+  for (size_t i = 0; i < steps.size(); ++i) {
+    std::string why = Describe(steps[i], desc[i]);
+    if (!why.empty()) return refuse(fmt::format("step {}: {}", i, why));
+  }
+  int blocks = cuda::MegaMaxBlocks();
+  if (blocks == 0) return refuse("the kernel does not fit one block per SM");
+  // PEREGRINE_MEGA_BLOCKS caps the grid (an A/B knob: fewer blocks than SMs).
+  static const int cap = EnvInt("PEREGRINE_MEGA_BLOCKS", 0);
+  if (cap > 0 && cap < blocks) blocks = cap;
+  return std::make_unique<CudaMegaPlan>(std::move(desc), steps, blocks);
+}
+
+}  // namespace pg::ops

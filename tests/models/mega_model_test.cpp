@@ -1,0 +1,153 @@
+// The persistent batch-1 decode kernel in the llama device path (PEREGRINE_MEGA, ops_mega.h):
+// the same model placed with the mega path off and on, decoded through the runner's CUDA
+// graphs (teacher-forced: the same tokens), at every step:
+//  * PEREGRINE_MEGA_ATTN=0 (projections in the mega kernel, attention in its usual kernels):
+//    the GEMV steps compute bitwise what the fused GEMV ops compute (tests/ops/mega_test.cpp),
+//    so the logits must be IDENTICAL (max |diff| 0);
+//  * the whole step in one launch (attention inside): the attention step rounds where
+//    RopeKvWrite + Attention round and differs by f32 summation order only, i.e. the two runs
+//    are two bf16 evaluations of the same f32 model. Bound: each is within the device golden
+//    tolerance of the f32 model (gpu_model_test.cpp: 0.05 sqrt(L / 3) of the logits' std), so
+//    they differ by at most twice that (triangle inequality);
+// on tiny-llama-hd128 (HF goldens' prompts and tokens; its HF golden check through the mega
+// path is GpuModelGolden.TinyLlamaHd128 run with PEREGRINE_MEGA=1) and a dummy Llama-3.1-8B
+// (random weights of the real shapes, one seed for every placement).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+
+#include "golden_util.h"
+#include "kernels/cuda/common/context.h"
+#include "kernels/ops_mega.h"
+#include "models/loader.h"
+#include "models/model.h"
+#include "runtime/cuda/gpu_decode_bench.h"
+#include "runtime/cuda/gpu_runner.h"
+
+namespace pg {
+namespace {
+
+namespace rt = runtime::cuda;
+
+struct Placed {
+  std::unique_ptr<rt::GpuRunner> runner;
+  std::unique_ptr<models::Model> model;
+};
+
+enum class Mode { kOff, kMegaSplit, kMegaWhole };
+
+// Places the model (a folder, or a config.json with dummy weights) in this mode.
+Placed PlaceWith(Mode mode, const std::string& path, bool dummy, int context) {
+  setenv("PEREGRINE_MEGA", mode == Mode::kOff ? "0" : "1", 1);
+  setenv("PEREGRINE_MEGA_ATTN", mode == Mode::kMegaSplit ? "0" : "1", 1);
+  Placed p;
+  p.runner = std::make_unique<rt::GpuRunner>(rt::GpuRunnerOptions{
+      .gpu_memory_utilization = 0.4, .max_batch_tokens = 64, .page_size = 16});
+  const models::DevicePlacement placement{.max_batch_tokens = 64};
+  if (dummy) {
+    p.model = rt::CreateDummyOnDevice(path, p.runner->memory(), placement, /*seed=*/7);
+  } else {
+    p.model = models::LoadModel({.path = path});
+    p.model->PlaceOnDevice(p.runner->memory(), placement);
+  }
+  p.runner->Attach(*p.model);
+  p.runner->ConfigureKv(/*num_slots=*/1, context);
+  const int sizes[] = {1};
+  p.runner->CaptureDecode(sizes, context);
+  unsetenv("PEREGRINE_MEGA");
+  unsetenv("PEREGRINE_MEGA_ATTN");
+  return p;
+}
+
+// Logits after the prompt (eager prefill, 37-token chunks) and after each of `tokens` fed one
+// at a time through the decode graph.
+std::vector<std::vector<float>> TeacherForced(Placed& p, std::span<const int32_t> prompt,
+                                              std::span<const int32_t> tokens) {
+  const size_t vocab = size_t(p.model->config().vocab_size);
+  std::vector<std::vector<float>> out;
+  std::vector<float> l(vocab);
+  for (size_t at = 0; at < prompt.size(); at += 37) {
+    const size_t len = std::min<size_t>(37, prompt.size() - at);
+    rt::StepSeq s{0, int(at), prompt.subspan(at, len)};
+    p.runner->Step(std::span<const rt::StepSeq>(&s, 1), l);
+  }
+  out.push_back(l);
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    rt::StepSeq s{0, int(prompt.size() + t), tokens.subspan(t, 1)};
+    p.runner->Decode(std::span<const rt::StepSeq>(&s, 1), l);
+    out.push_back(l);
+  }
+  return out;
+}
+
+// Largest max|diff| / std(logits) over the steps, and the steps whose argmax differs.
+struct Diff {
+  double worst_over_std = 0, worst_abs = 0;
+  size_t worst_step = 0;
+  int argmax_differs = 0;
+};
+
+Diff Compare(const std::vector<std::vector<float>>& ref, const std::vector<std::vector<float>>& got) {
+  Diff d;
+  for (size_t t = 0; t < ref.size(); ++t) {
+    double max_abs = 0, mean = 0, var = 0;
+    for (float v : ref[t]) mean += v;
+    mean /= double(ref[t].size());
+    size_t ar = 0, ag = 0;
+    for (size_t i = 0; i < ref[t].size(); ++i) {
+      max_abs = std::max(max_abs, std::fabs(double(got[t][i]) - double(ref[t][i])));
+      var += (ref[t][i] - mean) * (ref[t][i] - mean);
+      if (ref[t][i] > ref[t][ar]) ar = i;
+      if (got[t][i] > got[t][ag]) ag = i;
+    }
+    const double sd = std::sqrt(var / double(ref[t].size()));
+    d.argmax_differs += ar != ag;
+    if (max_abs / sd >= d.worst_over_std) d.worst_over_std = max_abs / sd, d.worst_abs = max_abs, d.worst_step = t;
+  }
+  return d;
+}
+
+void ExpectMegaMatches(const std::string& path, bool dummy, std::span<const int32_t> prompt,
+                       std::span<const int32_t> tokens, int context) {
+  ASSERT_GT(cuda::DeviceCount(), 0) << "no CUDA device: this test runs on the GPU machine";
+  std::vector<std::vector<float>> logits[3];
+  int num_layers = 0;
+  for (Mode mode : {Mode::kOff, Mode::kMegaSplit, Mode::kMegaWhole}) {
+    const int64_t launches0 = ops::MegaLaunches();
+    Placed p = PlaceWith(mode, path, dummy, context);
+    num_layers = p.model->config().num_layers;
+    logits[int(mode)] = TeacherForced(p, prompt, tokens);
+    if (mode != Mode::kOff) EXPECT_GT(ops::MegaLaunches(), launches0) << "the mega path never ran";
+  }
+  const Diff split = Compare(logits[0], logits[1]), whole = Compare(logits[0], logits[2]);
+  const double bound = 2 * 0.05 * std::sqrt(std::max(num_layers, 3) / 3.0);
+  std::printf("%s over %zu steps: mega (attention apart) max|diff| %.3g; mega (one launch) "
+              "max|diff| %.3g = %.4f std (step %zu; bound %.3f), argmax differs at %d steps\n",
+              path.c_str(), logits[0].size(), split.worst_abs, whole.worst_abs,
+              whole.worst_over_std, whole.worst_step, bound, whole.argmax_differs);
+  EXPECT_EQ(split.worst_abs, 0.0) << "mega projections differ from the fused GEMV ops (step "
+                                  << split.worst_step << ")";
+  EXPECT_LE(whole.worst_over_std, bound) << "step " << whole.worst_step;
+}
+
+TEST(GpuMegaModel, TinyLlamaHd128MatchesDevicePath) {
+  auto cases = testing::LoadGolden("tests/data/models/tiny-llama-hd128");
+  ASSERT_FALSE(cases.empty());
+  for (size_t ci = 0; ci < std::min<size_t>(cases.size(), 2); ++ci) {
+    SCOPED_TRACE("case " + std::to_string(ci));
+    ExpectMegaMatches("tests/data/models/tiny-llama-hd128", false, cases[ci].prompt,
+                      cases[ci].greedy, 512);
+  }
+}
+
+TEST(GpuMegaModel, DummyLlama8BMatchesDevicePath) {
+  std::vector<int32_t> prompt, tokens;
+  for (int i = 0; i < 45; ++i) prompt.push_back(int32_t((i * 7919 + 13) % 128000));
+  for (int i = 0; i < 24; ++i) tokens.push_back(int32_t((i * 104729 + 5) % 128000));
+  ExpectMegaMatches("configs/llama-3.1-8b/config.json", true, prompt, tokens, 1024);
+}
+
+}  // namespace
+}  // namespace pg
