@@ -26,7 +26,6 @@
 namespace pg::cuda::mega {
 
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr int kAttnUnroll = 4;  // keys in flight per warp
 
 __device__ __forceinline__ float Exp2Or0(float x, float m) {  // 2^(x - m); 0 for an empty m
   return m == -INFINITY ? 0.0f : exp2f(x - m);
@@ -87,6 +86,8 @@ __device__ void PrefetchKv(const MegaArgs& a, const MegaStep& s, int max_keys) {
   }
 }
 
+// kAttnUnroll: keys in flight per warp (k and v rows: 16 bytes a lane each).
+template <int kAttnUnroll>
 __device__ void AttentionStep(const MegaArgs& a, const MegaStep& s, void* smem_region) {
   AttnSmem& sm = *static_cast<AttnSmem*>(smem_region);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;

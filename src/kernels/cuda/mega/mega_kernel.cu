@@ -146,7 +146,8 @@ __device__ void Consume(const MegaArgs& a, const uint8_t* ring, uint4* act, uint
     const MegaStep s = a.steps[si];
     if (si > a.begin) WaitCounter(&a.counters[si - 1], gridDim.x);
     if (s.kind == MegaKind::kAttention) {
-      AttentionStep(a, s, act);
+      if (a.attn_unroll == 8) AttentionStep<8>(a, s, act);
+      else AttentionStep<4>(a, s, act);
     } else {
       StageInput(s, act, red);
     }

@@ -78,6 +78,7 @@ struct MegaArgs {
   // [num_pages, page_size, kv_heads, 128].
   DeviceBatchView batch;
   int32_t kv_prefetch_keys;  // keys per task the producer asks L2 for ahead (0: none)
+  int32_t attn_unroll;       // keys in flight per warp in the key loop: 4 or 8
   bf16* k_cache[kMegaMaxLayers];
   bf16* v_cache[kMegaMaxLayers];
 };

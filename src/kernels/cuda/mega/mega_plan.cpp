@@ -167,6 +167,8 @@ class CudaMegaPlan final : public MegaPlan {
       // A/B knob (read once): keys per attention task prefetched into L2 by the producer.
       static const int prefetch = EnvInt("PEREGRINE_MEGA_KV_PREFETCH", 0);
       a.kv_prefetch_keys = prefetch;
+      static const int unroll = EnvInt("PEREGRINE_MEGA_ATTN_UNROLL", 4);
+      a.attn_unroll = unroll;
       for (size_t l = 0; l < in.caches.size() && l < size_t(cuda::kMegaMaxLayers); ++l) {
         a.k_cache[l] = static_cast<cuda::bf16*>(in.caches[l].k_cache.data);
         a.v_cache[l] = static_cast<cuda::bf16*>(in.caches[l].v_cache.data);
