@@ -288,6 +288,7 @@ const Registry& Registry::Global() {
     RegisterMoeKernels(r);
     RegisterSampleKernels(r);
     RegisterFusedKernels(r);
+    RegisterFusedAttentionKernels(r);
 #if defined(PEREGRINE_HAVE_CUDA)
     RegisterCudaKernels(r);
     RegisterCudaMlaKernels(r);
@@ -295,6 +296,7 @@ const Registry& Registry::Global() {
     RegisterCudaSampleKernels(r);
     RegisterCudaFp8MatmulKernels(r);
     RegisterCudaFusedKernels(r);
+    RegisterCudaFusedAttentionKernels(r);
 #endif
     return r;
   }();

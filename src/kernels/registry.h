@@ -19,6 +19,7 @@
 #include "core/status.h"
 #include "kernels/ops.h"
 #include "kernels/ops_fused.h"
+#include "kernels/ops_fused_attention.h"
 #include "kernels/ops_moe.h"
 #include "kernels/ops_sample.h"
 
@@ -175,7 +176,9 @@ class Registry {
              // ops_sample.h
              OpTable<SampleParams>,
              // ops_fused.h
-             OpTable<FusedMatmulParams>>
+             OpTable<FusedMatmulParams>,
+             // ops_fused_attention.h
+             OpTable<RopeKvWriteAttentionParams>>
       tables_;
 };
 
@@ -195,6 +198,7 @@ void RegisterCpuKernels(Registry& r);
 void RegisterMoeKernels(Registry& r);  // ops_moe.h: ref and cpu backends (ref/moe_register.cpp)
 void RegisterSampleKernels(Registry& r);  // ops_sample.h: ref backend (ref/sample_ref.cpp)
 void RegisterFusedKernels(Registry& r);  // ops_fused.h: ref and composed (fused_matmul.cpp)
+void RegisterFusedAttentionKernels(Registry& r);  // ops_fused_attention.h (fused_attention.cpp)
 #if defined(PEREGRINE_HAVE_CUDA)
 void RegisterCudaKernels(Registry& r);  // defined under cuda/
 void RegisterCudaMoeKernels(Registry& r);  // ops_moe.h MoE ops, fp8 block-scaled Matmul (cuda/moe/moe_register.cpp)
@@ -202,6 +206,7 @@ void RegisterCudaMlaKernels(Registry& r);  // ops_moe.h MLA ops (cuda/mla/mla_re
 void RegisterCudaSampleKernels(Registry& r);  // ops_sample.h (cuda/sampling/sample_register.cpp)
 void RegisterCudaFp8MatmulKernels(Registry& r);  // fp8 per-tensor/channel (cuda/gemm/fp8_matmul.cpp)
 void RegisterCudaFusedKernels(Registry& r);  // ops_fused.h (cuda/gemm/gemv_register.cpp)
+void RegisterCudaFusedAttentionKernels(Registry& r);  // ops_fused_attention.h (cuda/cuda_register.cpp)
 #endif
 
 }  // namespace pg::ops

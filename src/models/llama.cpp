@@ -12,6 +12,7 @@
 #include "core/status.h"
 #include "kernels/ops_fused.h"
 #include "kernels/ops_mega.h"
+#include "kernels/ops_fused_attention.h"
 #include "models/device_weights.h"
 #include "models/logit_head.h"
 
@@ -346,13 +347,20 @@ class LlamaModel final : public Model {
                             .bias = bias, .w_scale = scale, .out = out, .normed = hn});
       }
       const ops::KvCacheView& cache = kv.layers[size_t(li)];
-      // One kernel: (Qwen3: per-head q/k RMSNorm,) RoPE on q and k, then k and v into the
-      // (bf16 or fp8) cache.
-      ops::RopeKvWrite({.q = q3, .k = k3, .v = v3, .positions = b.device_positions,
-                        .config = c.rope, .cache = cache, .batch = b.attention,
-                        .q_norm = L.q_norm, .k_norm = L.k_norm, .norm_eps = c.rms_norm_eps});
-      ops::Attention({.q = q3, .out = attn3, .cache = cache, .batch = b.attention,
-                      .scale = attn_scale_});
+      // (Qwen3: per-head q/k RMSNorm,) RoPE on q and k, k and v into the (bf16 or fp8) cache,
+      // then attention: one kernel each, or (PEREGRINE_FUSED_ATTN, small decode batches) one
+      // kernel for both (ops_fused_attention.h; q and k are scratch afterwards).
+      const ops::RopeKvWriteParams rope{.q = q3, .k = k3, .v = v3, .positions = b.device_positions,
+                                        .config = c.rope, .cache = cache, .batch = b.attention,
+                                        .q_norm = L.q_norm, .k_norm = L.k_norm,
+                                        .norm_eps = c.rms_norm_eps};
+      if (ops::FusedAttentionEnabled()) {
+        ops::RopeKvWriteAttention({.rope = rope, .out = attn3, .scale = attn_scale_});
+      } else {
+        ops::RopeKvWrite(rope);
+        ops::Attention({.q = q3, .out = attn3, .cache = cache, .batch = b.attention,
+                        .scale = attn_scale_});
+      }
       ops::Matmul({.x = attn, .w = L.wo, .out = x, .w_scale = L.wo_s, .accumulate = true});
       ops::FusedMatmul({.x = x, .norm_weight = L.ffn_norm, .eps = c.rms_norm_eps,
                         .w = L.w_gate_up, .w_scale = L.w_gate_up_s, .swiglu = true, .out = act,

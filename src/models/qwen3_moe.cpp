@@ -10,6 +10,7 @@
 #include "models/moe_device.h"
 #include "models/moe_layer.h"
 #include "kernels/ops_fused.h"
+#include "kernels/ops_fused_attention.h"
 
 namespace pg::models {
 namespace {
@@ -256,12 +257,20 @@ class Qwen3MoeModel final : public Model {
       const TensorView& ks = fused ? fk3 : k3;
       const TensorView& vs = fused ? fv3 : v3;
       const ops::KvCacheView& cache = kv.layers[size_t(li)];
-      // One kernel: q/k RMSNorm per head, RoPE on q and k, then k and v into the cache.
-      ops::RopeKvWrite({.q = qs, .k = ks, .v = vs, .positions = pos, .config = b.rope,
-                        .cache = cache, .batch = fb.attention, .q_norm = L.q_norm,
-                        .k_norm = L.k_norm, .norm_eps = b.rms_norm_eps});
-      ops::Attention({.q = qs, .out = attn3, .cache = cache, .batch = fb.attention,
-                      .scale = scale_});
+      // q/k RMSNorm per head, RoPE on q and k, k and v into the cache, then attention: one
+      // kernel each, or (PEREGRINE_FUSED_ATTN, small decode batches) one kernel for both
+      // (ops_fused_attention.h; q and k are scratch afterwards).
+      const ops::RopeKvWriteParams rope{.q = qs, .k = ks, .v = vs, .positions = pos,
+                                        .config = b.rope, .cache = cache, .batch = fb.attention,
+                                        .q_norm = L.q_norm, .k_norm = L.k_norm,
+                                        .norm_eps = b.rms_norm_eps};
+      if (ops::FusedAttentionEnabled()) {
+        ops::RopeKvWriteAttention({.rope = rope, .out = attn3, .scale = scale_});
+      } else {
+        ops::RopeKvWrite(rope);
+        ops::Attention({.q = qs, .out = attn3, .cache = cache, .batch = fb.attention,
+                        .scale = scale_});
+      }
       DeviceMatmul(attn, L.wo, x, /*accumulate=*/true);
       // hn = RmsNorm(x) (inside the MoE router's kernel when PEREGRINE_MOE_FUSED_ROUTER=1).
       const FfnNorm ffn_norm{.x = x, .weight = L.ffn_norm, .eps = b.rms_norm_eps};

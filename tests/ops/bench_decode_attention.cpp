@@ -27,6 +27,7 @@
 #include "kernels/cuda/common/context.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/ops.h"
+#include "kernels/ops_fused_attention.h"
 
 namespace {
 
@@ -69,8 +70,11 @@ namespace pg::bench {
 
 int RunDecodeBench(int argc, char** argv) {
   try {
-    // --quick: batch 1 and 8; --batches=a,b,...: those batches.
+    // --quick: batch 1 and 8; --batches=a,b,...: those batches. --fused (any position): each
+    // row also times RopeKvWrite + Attention (two kernels) against RopeKvWriteAttention (one).
     const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+    bool fused_rows = false;
+    for (int i = 1; i < argc; ++i) fused_rows = fused_rows || std::strcmp(argv[i], "--fused") == 0;
     std::vector<int> only;
     if (argc > 1 && std::strncmp(argv[1], "--batches=", 10) == 0)
       for (const char* c = argv[1] + 10; *c;) {
@@ -103,6 +107,15 @@ int RunDecodeBench(int argc, char** argv) {
           FillRandom(vc.p, cache_bytes, dt, 22);
           Buf q(size_t(batch) * heads * d * 2), o(size_t(batch) * heads * d * 2);
           FillRandom(q.p, size_t(batch) * heads * d * 2, DType::kBF16, 23);
+          // The new rows' k, v and positions (--fused rows).
+          Buf kn(size_t(batch) * kv_heads * d * 2), vn(size_t(batch) * kv_heads * d * 2);
+          Buf pos(size_t(batch) * sizeof(int32_t));
+          FillRandom(kn.p, size_t(batch) * kv_heads * d * 2, DType::kBF16, 24);
+          FillRandom(vn.p, size_t(batch) * kv_heads * d * 2, DType::kBF16, 25);
+          {
+            const std::vector<int32_t> p(size_t(batch), ctx - 1);
+            PG_CUDA_CHECK(cudaMemcpy(pos.p, p.data(), p.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+          }
           const size_t nb = size_t(batch);
           std::vector<int32_t> q_start(nb), q_len(nb, 1), kv_len(nb, ctx), page_start(nb);
           std::iota(q_start.begin(), q_start.end(), 0);
@@ -139,6 +152,30 @@ int RunDecodeBench(int argc, char** argv) {
                        dt == DType::kBF16 ? "bf16" : "fp8", ctx_label, batch, g_ms * 1e3,
                        e_ms * 1e3, floor_ms * 1e3, double(kv_bytes_step) / (g_ms * 1e-3) / 1e9,
                        100.0 * floor_ms / g_ms);
+            std::fflush(stdout);
+            if (!fused_rows) return;
+            const ops::RopeConfig llama3{.theta = 500000.0f,
+                                         .scaling = ops::RopeScaling::kLlama3, .factor = 8.0f,
+                                         .low_freq_factor = 1.0f, .high_freq_factor = 4.0f,
+                                         .original_max_position = 8192};
+            auto kvv = [&](void* p) {
+              return TensorView::Contiguous(p, DType::kBF16, {batch, kv_heads, d}, Device::kCuda);
+            };
+            const auto posv = TensorView::Contiguous(pos.p, DType::kI32, {batch}, Device::kCuda);
+            auto rope = [&](int i) {
+              return ops::RopeKvWriteParams{qv, kvv(kn.p), kvv(vn.p), posv, llama3, cache,
+                                            &bv[size_t(i % rot)]};
+            };
+            auto two = [&](int i) {
+              ops::RopeKvWrite(rope(i));
+              ops::Attention({qv, ov, cache, &bv[size_t(i % rot)]});
+            };
+            auto one = [&](int i) { ops::RopeKvWriteAttention({.rope = rope(i), .out = ov}); };
+            const double two_ms = GraphMedianMs(two), one_ms = GraphMedianMs(one);
+            fmt::print("  fused {:<5} {:>8} {:>6}: RopeKvWrite+Attention {:>8.2f} us, "
+                       "RopeKvWriteAttention {:>8.2f} us ({:.2f}x), floor {:.2f} us\n",
+                       dt == DType::kBF16 ? "bf16" : "fp8", ctx_label, batch, two_ms * 1e3,
+                       one_ms * 1e3, two_ms / one_ms, floor_ms * 1e3);
             std::fflush(stdout);
           };
           row(std::to_string(ctx), batches_v);

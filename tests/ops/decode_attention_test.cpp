@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "op_test_util.h"
+#include "paged_test_util.h"
 
 #if defined(PEREGRINE_HAVE_CUDA)
 #include <cuda_runtime.h>
@@ -27,34 +28,7 @@ constexpr Tolerance kAttention{1e-4, 1e-9};  // f32 backends (as attention_test.
 constexpr double kE4m3U = 1.0 / 16;
 constexpr Tolerance kFp8VsF32{8 * kE4m3U, 4 * kE4m3U * kE4m3U};
 
-// A batch of sequences on shuffled pages (2 spare pages).
-struct PagedBatch {
-  std::vector<int32_t> q_start, q_len, kv_len, page_start, page_table;
-  int tokens = 0;
-  int64_t num_pages = 0;
-  AttentionBatch batch;
-  PagedBatch(const std::vector<std::pair<int, int>>& seqs, int page_size) {
-    int pages = 0;
-    for (auto [ql, kl] : seqs) {
-      q_start.push_back(tokens), q_len.push_back(ql), kv_len.push_back(kl);
-      page_start.push_back(pages);
-      tokens += ql;
-      pages += (kl + page_size - 1) / page_size;
-    }
-    num_pages = pages + 2;
-    std::vector<int32_t> perm(static_cast<size_t>(num_pages));
-    std::iota(perm.begin(), perm.end(), 0);
-    std::shuffle(perm.begin(), perm.end(), Rng());
-    page_table.assign(perm.begin(), perm.begin() + pages);
-    batch = {int(seqs.size()), page_size, q_start, q_len, kv_len, page_start, page_table};
-  }
-};
 
-// f32 -> e4m3 bytes of value / scale.
-void Quantize(const Tensor& f32, const Tensor& f8, float scale) {
-  for (int64_t i = 0; i < f32.numel(); ++i)
-    f8.data<uint8_t>()[i] = F32ToF8E4M3(f32.data<float>()[i] / scale);
-}
 
 struct DecodeCase {
   int heads, kv_heads, head_dim, page_size;
@@ -283,17 +257,6 @@ TEST(KvWriteFp8, BytesMatchReferenceAndSaturate) {
   }
 }
 
-// Element-wise: |got - ref| <= rel * |ref| + abs for every element (caches: most slots are
-// unwritten zeros, so a tolerance relative to rms(ref) would be meaningless).
-void ExpectNearEach(const std::vector<float>& ref, const std::vector<float>& got, double rel,
-                    double abs, const std::string& what) {
-  int64_t bad = 0, first = -1;
-  for (size_t i = 0; i < ref.size(); ++i)
-    if (!(std::fabs(double(got[i]) - ref[i]) <= rel * std::fabs(double(ref[i])) + abs))
-      if (bad++ == 0) first = int64_t(i);
-  EXPECT_EQ(bad, 0) << what << ": first at " << first << " ref " << (first >= 0 ? ref[size_t(first)] : 0)
-                    << " got " << (first >= 0 ? got[size_t(first)] : 0);
-}
 
 struct RopeCase {
   int heads, kv_heads, head_dim;
@@ -303,13 +266,6 @@ struct RopeCase {
   bool qk_norm = false;  // Qwen3 per-head q/k RMSNorm before the rotation
 };
 
-// Per-head RMSNorm weights around 1 (so a missing or swapped weight shows).
-Tensor NormWeight(int head_dim) {
-  Tensor w(DType::kF32, {head_dim});
-  FillUniform(w, 0.5f, 1.5f);
-  RoundToBf16(w);
-  return w;
-}
 
 TEST(RopeKvWrite, EveryBackendMatchesReference) {
   PG_SEED_TRACE();

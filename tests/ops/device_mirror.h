@@ -178,6 +178,12 @@ inline RopeKvWriteParams Mirror(DeviceMirror& m, const RopeKvWriteParams& p) {
   d.q_norm = m.Raw(p.q_norm), d.k_norm = m.Raw(p.k_norm);
   return d;
 }
+inline RopeKvWriteAttentionParams Mirror(DeviceMirror& m, const RopeKvWriteAttentionParams& p) {
+  RopeKvWriteAttentionParams d = p;
+  d.rope = Mirror(m, p.rope);
+  d.out = m.Act(p.out, true);
+  return d;
+}
 inline AttentionParams Mirror(DeviceMirror& m, const AttentionParams& p) {
   AttentionParams d = p;
   d.q = m.Act(p.q, false);

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "core/log.h"
+#include "kernels/cuda/attention/decode_fused.h"
 #include "kernels/cuda/attention/prefill_attention.h"
 #include "kernels/cuda/batch_plan.h"
 #include "kernels/cuda/common/context.h"
@@ -186,8 +187,7 @@ void RunKvWrite(const KvWriteParams& p) {
   CheckLaunch();
 }
 
-void RunRopeKvWrite(const RopeKvWriteParams& p) {
-  cudaStream_t stream = cuda::CurrentStream();
+cuda::RopeKvWriteArgs RopeKvWriteArgsOf(const RopeKvWriteParams& p, cudaStream_t stream) {
   cuda::RopeKvWriteArgs a{};
   a.kv = KvWriteArgsOf({p.k, p.v, p.cache, p.batch}, stream);
   a.q = Bf(p.q);
@@ -204,7 +204,12 @@ void RunRopeKvWrite(const RopeKvWriteParams& p) {
     a.norm_type = WeightTypeOf(p.q_norm.dtype);
     a.norm_eps = p.norm_eps;
   }
-  cuda::LaunchRopeKvWrite(a, stream);
+  return a;
+}
+
+void RunRopeKvWrite(const RopeKvWriteParams& p) {
+  cudaStream_t stream = cuda::CurrentStream();
+  cuda::LaunchRopeKvWrite(RopeKvWriteArgsOf(p, stream), stream);
   CheckLaunch();
 }
 
@@ -297,9 +302,8 @@ int RunPrefillAttention(const AttentionParams& p, const cuda::DeviceBatchView& d
   return a.min_q_len;
 }
 
-void RunAttention(const AttentionParams& p) {
-  cudaStream_t stream = cuda::CurrentStream();
-  const AttentionBatch& b = *p.batch;
+// The args every attention kernel shares (no batch, splits or scratch yet).
+cuda::AttentionArgs AttentionArgsOf(const AttentionParams& p) {
   cuda::AttentionArgs a{};
   a.q = Bf(p.q);
   a.out = Bf(p.out);
@@ -316,6 +320,13 @@ void RunAttention(const AttentionParams& p) {
   a.v_scale = p.cache.v_scale;
   a.softcap = p.logit_softcap;
   a.sliding_window = p.sliding_window;
+  return a;
+}
+
+void RunAttention(const AttentionParams& p) {
+  cudaStream_t stream = cuda::CurrentStream();
+  const AttentionBatch& b = *p.batch;
+  cuda::AttentionArgs a = AttentionArgsOf(p);
   // Split-K: about 8 (row, kv head, split) blocks per SM (the kernel is latency bound: more
   // warps in flight), splits of >= 64 keys.
   int64_t max_len = 1;
@@ -356,6 +367,57 @@ void RunAttention(const AttentionParams& p) {
     a.partial_ml = ws + per * size_t(a.head_dim);
   }
   cuda::LaunchAttention(a, stream);
+  CheckLaunch();
+}
+
+// ---- fused decode attention (ops_fused_attention.h) --------------------------------------
+// The fused kernel takes decode batches (every sequence q_len 1) of at most this many
+// sequences; larger ones (and prefill rows) run the composition.
+constexpr int kFusedAttentionMaxSeqs = 8;
+
+bool RopeKvWriteSupported(const RopeKvWriteParams& p) {
+  return DevBf16(p.q) && DevBf16(p.k) && DevBf16(p.v) && DevKv(p.cache.k_cache) &&
+         DevKv(p.cache.v_cache) && RotaryDim(p.config, int(p.q.dim(2))) / 2 <= cuda::kMaxRopePairs &&
+         (!p.q_norm.data || (p.q_norm.device == Device::kCuda && p.q_norm.dtype == p.k_norm.dtype));
+}
+
+bool FusedAttentionSupported(const RopeKvWriteAttentionParams& p) {
+  const RopeKvWriteParams& r = p.rope;
+  if (!RopeKvWriteSupported(r) || !DevBf16(p.out) || r.cache.k_cache.dtype != r.cache.v_cache.dtype)
+    return false;
+  const AttentionBatch& b = *r.batch;
+  if (b.num_seqs == 0 || b.num_seqs > kFusedAttentionMaxSeqs) return false;
+  for (int32_t l : b.q_len)
+    if (l != 1) return false;
+  const int heads = int(r.q.dim(1)), kv_heads = int(r.cache.k_cache.dim(2));
+  return cuda::DecodeFusedSupports(int(r.q.dim(2)), heads / kv_heads, KvTypeOf(r.cache));
+}
+
+void RunFusedAttention(const RopeKvWriteAttentionParams& p) {
+  cudaStream_t stream = cuda::CurrentStream();
+  const AttentionParams ap = AttentionStepOf(p);
+  const AttentionBatch& b = *ap.batch;
+  cuda::AttentionArgs a = AttentionArgsOf(ap);
+  a.batch = DeviceBatch(b, stream);
+  int64_t max_len = 1;
+  for (int s = 0; s < b.num_seqs; ++s) {
+    int64_t len = b.kv_len[size_t(s)];
+    if (ap.sliding_window > 0) len = std::min<int64_t>(len, ap.sliding_window);
+    max_len = std::max(max_len, len);
+  }
+  a.num_splits = cuda::DecodeFusedSplits(a, b.num_seqs, max_len);
+  if (a.num_splits > 1) {
+    // The splits merge inside the kernel: no counters (first growth under graph capture) ->
+    // the composition instead.
+    a.split_counters = cuda::DecodeSplitCounters(p.out.dim(0) * a.heads, stream);
+    if (a.split_counters == nullptr) return RunRopeKvWriteAttentionComposed(p, /*reference=*/false);
+    const size_t per = size_t(p.out.dim(0)) * size_t(a.heads) * size_t(a.num_splits);
+    float* ws = static_cast<float*>(cuda::Scratch(cuda::ScratchSlot::kAttentionPartials,
+                                                  per * size_t(a.head_dim + 2) * sizeof(float)));
+    a.partial_acc = ws;
+    a.partial_ml = ws + per * size_t(a.head_dim);
+  }
+  cuda::LaunchDecodeFused(a, RopeKvWriteArgsOf(p.rope, stream), stream);
   CheckLaunch();
 }
 
@@ -401,14 +463,7 @@ void RegisterCudaKernels(Registry& r) {
         return DevBf16(p.k) && DevBf16(p.v) && DevKv(p.cache.k_cache) && DevKv(p.cache.v_cache);
       },
       &RunKvWrite));
-  r.Register(Cuda<RopeKvWriteParams>(
-      [](const RopeKvWriteParams& p) {
-        return DevBf16(p.q) && DevBf16(p.k) && DevBf16(p.v) && DevKv(p.cache.k_cache) &&
-               DevKv(p.cache.v_cache) &&
-               RotaryDim(p.config, int(p.q.dim(2))) / 2 <= cuda::kMaxRopePairs &&
-               (!p.q_norm.data || (p.q_norm.device == Device::kCuda && p.q_norm.dtype == p.k_norm.dtype));
-      },
-      &RunRopeKvWrite));
+  r.Register(Cuda<RopeKvWriteParams>(&RopeKvWriteSupported, &RunRopeKvWrite));
   // bf16 caches: every batch (decode kernel for single-token rows, prefill / general kernel
   // for the rest); fp8 caches: decode batches (the decode kernel reads fp8).
   r.Register(Cuda<AttentionParams>(
@@ -428,6 +483,16 @@ void RegisterCudaKernels(Registry& r) {
         return true;
       },
       &RunAttention));
+}
+
+// RopeKvWriteAttention: the fused kernel on small decode batches, else the composition (each
+// step on its own CUDA kernel).
+void RegisterCudaFusedAttentionKernels(Registry& r) {
+  if (cuda::DeviceCount() == 0) return;
+  using K = KernelImpl<RopeKvWriteAttentionParams>;
+  r.Register(Cuda<RopeKvWriteAttentionParams>(&FusedAttentionSupported, &RunFusedAttention));
+  r.Register(K{"cuda_composed", Device::kCuda, kPriorityCuda - 1, {},
+               [](const RopeKvWriteAttentionParams& p) { RunRopeKvWriteAttentionComposed(p, false); }});
 }
 
 }  // namespace pg::ops

@@ -33,6 +33,7 @@
 
 #include "core/env.h"
 #include "kernels/cuda/attention/decode_common.cuh"
+#include "kernels/cuda/attention/decode_fused.h"
 #include "kernels/cuda/attention/kv_types.cuh"
 #include "kernels/cuda/common/device_params.h"
 
@@ -418,10 +419,13 @@ bool DecodeAttentionSupports(int head_dim, int group, KvType kv_type) {
 struct GridShape {
   int64_t capacity, base;
 };
-static GridShape ShapeOf(const AttentionArgs& a, int num_seqs) {
+static GridShape ShapeOf(const AttentionArgs& a, int num_seqs, bool fused = false) {
   const int group = a.heads / a.kv_heads;
   int per_sm = 1, grid_rows = 0;
-  if (UseMma(a)) {
+  if (fused) {
+    const MmaShape sh = MmaFusedShape(a);
+    per_sm = sh.per_sm, grid_rows = sh.grid_rows;
+  } else if (UseMma(a)) {
     const MmaShape sh = MmaLaunchShape(a);
     per_sm = sh.per_sm, grid_rows = sh.grid_rows;
   } else {
@@ -439,10 +443,10 @@ static GridShape ShapeOf(const AttentionArgs& a, int num_seqs) {
   return {int64_t(sms) * per_sm, std::max<int64_t>(1, int64_t(num_seqs) * grid_rows)};
 }
 
-int DecodeAttentionSplits(const AttentionArgs& args, int num_seqs, int64_t max_len) {
+static int PlanSplits(const AttentionArgs& args, int num_seqs, int64_t max_len, bool fused) {
   AttentionArgs a = args;
   ApplyKnobs(a);
-  const auto [capacity, base] = ShapeOf(a, num_seqs);
+  const auto [capacity, base] = ShapeOf(a, num_seqs, fused);
   const int64_t max_splits = std::max<int64_t>(
       1, std::min<int64_t>(kCombineMaxSplits, max_len / a.min_split_keys));
   // Fewest splits with the least work per block-slot: minimise waves(S) / S.
@@ -454,6 +458,27 @@ int DecodeAttentionSplits(const AttentionArgs& args, int num_seqs, int64_t max_l
     if (cost < best_cost * 0.999) best_cost = cost, best = int(sp);
   }
   return best;
+}
+
+int DecodeAttentionSplits(const AttentionArgs& a, int num_seqs, int64_t max_len) {
+  return PlanSplits(a, num_seqs, max_len, /*fused=*/false);
+}
+
+bool DecodeFusedSupports(int head_dim, int group, KvType) {
+  return MmaFusedSupports(head_dim, group);
+}
+
+int DecodeFusedSplits(const AttentionArgs& a, int num_seqs, int64_t max_len) {
+  return PlanSplits(a, num_seqs, max_len, /*fused=*/true);
+}
+
+void LaunchDecodeFused(const AttentionArgs& args, const RopeKvWriteArgs& rope, cudaStream_t stream) {
+  if (args.batch.num_seqs == 0) return;
+  AttentionArgs a = args;
+  ApplyKnobs(a);
+  const auto [capacity, base] = ShapeOf(a, a.batch.num_seqs, /*fused=*/true);
+  a.wave_splits = int(std::clamp<int64_t>(capacity / base, 1, kCombineMaxSplits));
+  LaunchMmaFused(a, rope, a.batch.num_seqs, stream);
 }
 
 // The last split block may merge a row's splits itself when its partials are at most

@@ -22,9 +22,11 @@
 #include <cuda_fp8.h>
 
 #include <cstdlib>
+#include <type_traits>
 
 #include "core/env.h"
 #include "kernels/cuda/attention/decode_common.cuh"
+#include "kernels/cuda/attention/decode_fused.cuh"
 #include "kernels/cuda/mla/mma_util.cuh"
 
 namespace pg::cuda::decode {
@@ -50,9 +52,16 @@ struct MmaGeo {
   static constexpr int kTileU4 = kF8 ? kTK * kNb : 0;  // fp8: the warp's widened f16 V tile
   static constexpr int kWarpU4 = kStages * kStageU4 + kTileU4;
   static constexpr int kSmemBytes = kWarps * kWarpU4 * 16;
+  // The fused kernel: the ring, then the new token's scratch (decode_fused.cuh).
+  static constexpr int kFusedSmemBytes = kSmemBytes + FusedScratch<D>::kBytes;
   static_assert(D % 64 == 0, "head_dim 64 or 128");
   static_assert(kWarps * 16 * (D + 2) * 4 <= kSmemBytes, "merge does not fit the ring");
+  // The fused merge's split weights ([16][<= 256] floats) after the warps' merge buffers.
+  static_assert(kWarps * 16 * (D + 2) * 4 + 16 * 256 * 4 <= kFusedSmemBytes,
+                "fused split weights do not fit");
 };
+
+struct NoFusion {};  // the unfused kernel's (empty) second parameter
 
 __device__ __forceinline__ uint32_t Word(const uint4& u, int i) {
   return i == 0 ? u.x : (i == 1 ? u.y : (i == 2 ? u.z : u.w));
@@ -86,14 +95,23 @@ __device__ __forceinline__ void MmaT(float (&c)[4], const uint32_t (&a)[4], uint
   else mla::Mma(c, a, b0, b1);
 }
 
+// kFused (round-robin layout only): ops_fused_attention.h RopeKvWriteAttention, with the
+// new token's rows in `f` (decode_fused.cuh states the invariants): the block's cache range
+// stops below the new position, its ring is filled before PdlWait, the new token enters the
+// online softmax first (from shared memory; the owning block writes its slot), and the last
+// split block merges the splits.
 // kHeadWarps: the block's warps are consecutive kv heads (blockDim.x / 32 of them from
 // blockIdx.y * warps) and each walks every tile of the split: the block reads each token's
 // K/V rows of all its heads together (contiguous 2 KB per token at 8 x 128 bf16; the cache
 // is token-major within a page), and each warp writes its own heads. Otherwise 4 warps share
 // one kv head, take its tiles round robin and merge through shared memory.
-template <int D, bool kF8, bool kHeadWarps>
-__global__ void __launch_bounds__(256) DecodeMmaKernel(const __grid_constant__ AttentionArgs a) {
+template <int D, bool kF8, bool kHeadWarps, bool kFused>
+__global__ void __launch_bounds__(256)
+    DecodeMmaKernel(const __grid_constant__ AttentionArgs a,
+                    const __grid_constant__ std::conditional_t<kFused, RopeKvWriteArgs, NoFusion> f) {
+  static_assert(!(kFused && kHeadWarps), "the fused kernel uses the round-robin layout");
   using M = MmaGeo<D, kF8>;
+  using KvT = std::conditional_t<kF8, kv::fp8, bf16>;
   extern __shared__ uint4 smem[];
   const DeviceBatchView& b = a.batch;  // uploaded before the step: readable before PdlWait
   const int s = blockIdx.x;
@@ -112,7 +130,12 @@ __global__ void __launch_bounds__(256) DecodeMmaKernel(const __grid_constant__ A
   const SplitRange r = SplitOf(a, s, split, active_splits);
   const int32_t* pages = b.page_table + b.page_start[s];
   const int ps = b.page_size;
-  const int keys = max(0, r.end - r.begin);
+  // Cache keys [r.begin, kv_end): the fused kernel's stop below the new position (its row
+  // comes from the projection; the owner split writes it).
+  const int new_pos = b.kv_len[s] - 1;
+  const bool owner = kFused && r.begin <= new_pos && new_pos < r.end;
+  const int kv_end = kFused ? min(r.end, new_pos) : r.end;
+  const int keys = max(0, kv_end - r.begin);
   const int tiles = (keys + kTK - 1) / kTK;
   const int my_tiles =
       active && first_tile < tiles ? (tiles - first_tile + tile_step - 1) / tile_step : 0;
@@ -126,28 +149,65 @@ __global__ void __launch_bounds__(256) DecodeMmaKernel(const __grid_constant__ A
   // Warms L2 with the K and V rows of this warp's i-th tile: lane -> (key lane % 16, 128-byte
   // line lane / 16 + 2j of the row).
   auto prefetch_tile = [&](int i) {
-    const int key = min(r.begin + (first_tile + i * tile_step) * kTK + lane % kTK, r.end - 1);
+    const int key = min(r.begin + (first_tile + i * tile_step) * kTK + lane % kTK, kv_end - 1);
     const int64_t off = slot(key);
     for (int64_t o = (lane / kTK) * 128; o < row_bytes; o += 256) {
       PrefetchL2(kc + off + o);
       PrefetchL2(vc + off + o);
     }
   };
-  // Before PdlWait (PDL: the previous kernel, RopeKvWrite, may still run): the batch plan and
-  // the page table are the step's inputs, and the cache rows are readable into L2 (L2 is
-  // coherent; only the new token's row is being written, and the cp.async reads after the
-  // wait see it). The first tiles' DRAM latency overlaps the previous kernel's tail.
+  uint4* ring = smem + warp * M::kWarpU4;
+  uint4* vtile = ring + kStages * M::kStageU4;  // fp8 only: widened V [key][chunk], swizzled
+  const int vk = lane / 2;  // the key whose V chunks 2 i2 + lane % 2 this lane copies
+
+  auto issue = [&](int i) {
+    uint4* st = ring + (i % kStages) * M::kStageU4;
+    const int key0 = r.begin + (first_tile + i * tile_step) * kTK;
+#pragma unroll
+    for (int bb = 0; bb < 2; ++bb) {  // K: key g of each 8-key half, this lane's vectors
+      const int64_t off = slot(min(key0 + bb * 8 + g, kv_end - 1)) + t * 16;  // clamped: masked
+#pragma unroll
+      for (int v = 0; v < M::kNvt; ++v) CpAsync16(st + (bb * M::kNvt + v) * 32 + lane, kc + off + v * 64, 16);
+    }
+    uint4* sv = st + M::kKU4;
+    const int64_t off = slot(min(key0 + vk, kv_end - 1));
+#pragma unroll
+    for (int i2 = 0; i2 < M::kVc / 2; ++i2) {
+      const int chunk = 2 * i2 + lane % 2;
+      // bf16: straight into the ldmatrix tile; fp8: thread-private, widened at use.
+      uint4* dst = kF8 ? sv + i2 * 32 + lane : sv + vk * M::kNb + (chunk ^ (vk % 8));
+      CpAsync16(dst, vc + off + chunk * 16, 16);
+    }
+  };
+
+  // Before PdlWait (PDL: the previous kernel may still run): the batch plan and the page
+  // table are the step's inputs, and the cache rows are readable into L2 (L2 is coherent).
+  // Unfused: the new token's row is being written by RopeKvWrite (the cp.async reads after
+  // the wait see it), so only L2 prefetches here. Fused: the split's first tiles go into the
+  // ring (every key read is below the new position: decode_fused.cuh invariants).
+  if constexpr (kFused) {
+#pragma unroll
+    for (int i = 0; i < kStages - 1; ++i) {
+      if (i < my_tiles) issue(i);
+      CpAsyncCommit();
+    }
+  }
   const int warm = a.l2_prefetch_tiles < 0 ? 0 : min(my_tiles, kStages - 1 + a.l2_prefetch_tiles);
-  for (int i = 0; i < warm; ++i) prefetch_tile(i);
+  for (int i = kFused ? kStages - 1 : 0; i < warm; ++i) prefetch_tile(i);
   if (!a.pdl_late_trigger) PdlTrigger();
-  PdlWait();  // q (rotated in place) and the new token's K/V are visible from here
+  PdlWait();  // q and the new token's K/V (rotated in place unless fused) are visible from here
+  const float qscale = a.logit_scale * (a.softcap > 0.0f ? 1.0f : kLog2e);
+  if constexpr (kFused)
+    PrepareNewToken<D, KvT>(f, a, s, row, kvh, group, owner, qscale,
+                            FusedScratch<D>(smem + kWarps * M::kWarpU4));
 
   // Q as A fragments: rows g and g + 8 = heads h0 + g, h0 + g + 8 (zero past the group).
   // Chunk c of lane (g, t) holds dims base(c) + 0..3, base(c) = v * 4 kVe + t kVe + sub * 4
   // (v = c / kCpv, sub = c % kCpv): the K vector layout below.
   uint32_t qa[M::kKc][4];
   {
-    const bf16* q = a.q + int64_t(row) * a.q_stride + int64_t(h0) * D;
+    const bf16* q = kFused ? FusedScratch<D>(smem + kWarps * M::kWarpU4).q
+                           : a.q + int64_t(row) * a.q_stride + int64_t(h0) * D;
 #pragma unroll
     for (int c = 0; c < M::kKc; ++c) {
       const int base = (c / M::kCpv) * 4 * M::kVe + t * M::kVe + (c % M::kCpv) * 4;
@@ -161,41 +221,34 @@ __global__ void __launch_bounds__(256) DecodeMmaKernel(const __grid_constant__ A
       qa[c][0] = lo.x, qa[c][1] = hi.x, qa[c][2] = lo.y, qa[c][3] = hi.y;
     }
   }
-  const float qscale = a.logit_scale * (a.softcap > 0.0f ? 1.0f : kLog2e);
 
   float o[M::kNb][4];
 #pragma unroll
   for (int nb = 0; nb < M::kNb; ++nb) o[nb][0] = o[nb][1] = o[nb][2] = o[nb][3] = 0.0f;
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;  // rows g and g + 8
 
-  uint4* ring = smem + warp * M::kWarpU4;
-  uint4* vtile = ring + kStages * M::kStageU4;  // fp8 only: widened V [key][chunk], swizzled
-  const int vk = lane / 2;  // the key whose V chunks 2 i2 + lane % 2 this lane copies
-
-  auto issue = [&](int i) {
-    uint4* st = ring + (i % kStages) * M::kStageU4;
-    const int key0 = r.begin + (first_tile + i * tile_step) * kTK;
+  if constexpr (kFused) {  // the new token first: warp 0 holds it (p = 1 at its own max)
+    if (owner && warp == 0) {
+      const FusedScratch<D> fs(smem + kWarps * M::kWarpU4);
+      if (g < group) {
+        m0 = fs.score[g], l0 = 1.0f;
 #pragma unroll
-    for (int bb = 0; bb < 2; ++bb) {  // K: key g of each 8-key half, this lane's vectors
-      const int64_t off = slot(min(key0 + bb * 8 + g, r.end - 1)) + t * 16;  // clamped: masked
+        for (int nb = 0; nb < M::kNb; ++nb) o[nb][0] = fs.v[nb * 8 + 2 * t], o[nb][1] = fs.v[nb * 8 + 2 * t + 1];
+      }
+      if (g + 8 < group) {
+        m1 = fs.score[g + 8], l1 = 1.0f;
 #pragma unroll
-      for (int v = 0; v < M::kNvt; ++v) CpAsync16(st + (bb * M::kNvt + v) * 32 + lane, kc + off + v * 64, 16);
+        for (int nb = 0; nb < M::kNb; ++nb) o[nb][2] = fs.v[nb * 8 + 2 * t], o[nb][3] = fs.v[nb * 8 + 2 * t + 1];
+      }
     }
-    uint4* sv = st + M::kKU4;
-    const int64_t off = slot(min(key0 + vk, r.end - 1));
-#pragma unroll
-    for (int i2 = 0; i2 < M::kVc / 2; ++i2) {
-      const int chunk = 2 * i2 + lane % 2;
-      // bf16: straight into the ldmatrix tile; fp8: thread-private, widened at use.
-      uint4* dst = kF8 ? sv + i2 * 32 + lane : sv + vk * M::kNb + (chunk ^ (vk % 8));
-      CpAsync16(dst, vc + off + chunk * 16, 16);
-    }
-  };
+  }
 
+  if constexpr (!kFused) {
 #pragma unroll
-  for (int i = 0; i < kStages - 1; ++i) {
-    if (i < my_tiles) issue(i);
-    CpAsyncCommit();
+    for (int i = 0; i < kStages - 1; ++i) {
+      if (i < my_tiles) issue(i);
+      CpAsyncCommit();
+    }
   }
   for (int i = 0; i < my_tiles; ++i) {
     __syncwarp();  // every lane is done reading the stage (and tile) about to be overwritten
@@ -248,7 +301,7 @@ __global__ void __launch_bounds__(256) DecodeMmaKernel(const __grid_constant__ A
       for (int e = 0; e < 4; ++e) {
         float x = sc[bb][e] * qscale;
         if (a.softcap > 0.0f) x = a.softcap * tanhf(x / a.softcap) * kLog2e;
-        sc[bb][e] = key0 + bb * 8 + 2 * t + (e & 1) < r.end ? x : -INFINITY;
+        sc[bb][e] = key0 + bb * 8 + 2 * t + (e & 1) < kv_end ? x : -INFINITY;
       }
     float mx0 = fmaxf(fmaxf(sc[0][0], sc[0][1]), fmaxf(sc[1][0], sc[1][1]));
     float mx1 = fmaxf(fmaxf(sc[0][2], sc[0][3]), fmaxf(sc[1][2], sc[1][3]));
@@ -344,18 +397,23 @@ __global__ void __launch_bounds__(256) DecodeMmaKernel(const __grid_constant__ A
     for (int nb = 0; nb < M::kNb; ++nb) dst[nb * 8] = o[nb][2 * hr], dst[nb * 8 + 1] = o[nb][2 * hr + 1];
   }
   __syncthreads();
-  MergeWarpsAndStore(a, sm_acc, sm_m, sm_l, 16, min(group, 16), D, row, h0, split, active_splits);
+  MergeWarpsAndStore(a, sm_acc, sm_m, sm_l, 16, min(group, 16), D, row, h0, split, active_splits,
+                     /*finish=*/!kFused);
+  if constexpr (kFused)
+    FusedFinishSplits(a, row, h0, min(group, 16), active_splits, sm_l + kWarps * 16);
 }
 
 // Resident blocks per SM of one instantiation at `warps` warps per block (opts into the
 // shared memory once; cached per warp count).
-template <int D, bool kF8, bool kHeadWarps>
+template <int D, bool kF8, bool kHeadWarps, bool kFused = false>
 int Occupancy(int warps) {
   static int cached[9] = {};
   if (cached[warps] == 0) {
-    const void* k = reinterpret_cast<const void*>(&DecodeMmaKernel<D, kF8, kHeadWarps>);
-    const int smem = warps * MmaGeo<D, kF8>::kWarpU4 * 16;
-    cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 8 * MmaGeo<D, kF8>::kWarpU4 * 16);
+    const void* k = reinterpret_cast<const void*>(&DecodeMmaKernel<D, kF8, kHeadWarps, kFused>);
+    const int extra = kFused ? FusedScratch<D>::kBytes : 0;
+    const int smem = warps * MmaGeo<D, kF8>::kWarpU4 * 16 + extra;
+    cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         8 * MmaGeo<D, kF8>::kWarpU4 * 16 + extra);
     int n = 0;
     cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, warps * 32, smem);
     cached[warps] = n > 0 ? n : 1;
@@ -366,8 +424,15 @@ int Occupancy(int warps) {
 template <int D, bool kF8, bool kHeadWarps>
 void Launch(const AttentionArgs& a, dim3 grid, int warps, cudaStream_t stream) {
   (void)Occupancy<D, kF8, kHeadWarps>(warps);  // sets the shared-memory attribute
-  LaunchPdl(DecodeMmaKernel<D, kF8, kHeadWarps>, grid, dim3(unsigned(warps * 32)),
-            size_t(warps) * MmaGeo<D, kF8>::kWarpU4 * 16, stream, a);
+  LaunchPdl(DecodeMmaKernel<D, kF8, kHeadWarps, false>, grid, dim3(unsigned(warps * 32)),
+            size_t(warps) * MmaGeo<D, kF8>::kWarpU4 * 16, stream, a, NoFusion{});
+}
+
+template <int D, bool kF8>
+void LaunchFused(const AttentionArgs& a, const RopeKvWriteArgs& rope, dim3 grid, cudaStream_t stream) {
+  (void)Occupancy<D, kF8, false, true>(kWarps);  // sets the shared-memory attribute
+  LaunchPdl(DecodeMmaKernel<D, kF8, false, true>, grid, dim3(unsigned(kWarps * 32)),
+            size_t(MmaGeo<D, kF8>::kFusedSmemBytes), stream, a, rope);
 }
 
 // Head warps (default) or the round-robin variant (PG_DECODE_MMA_ROUND_ROBIN=1: A/B runs).
@@ -414,6 +479,28 @@ void LaunchMma(const AttentionArgs& a, int num_seqs, cudaStream_t stream) {
     if (f8) hw ? Launch<128, true, true>(a, grid, w, stream) : Launch<128, true, false>(a, grid, w, stream);
     else hw ? Launch<128, false, true>(a, grid, w, stream) : Launch<128, false, false>(a, grid, w, stream);
   }
+}
+
+bool MmaFusedSupports(int head_dim, int group) {
+  return (head_dim == 64 || head_dim == 128) && group >= 1 && group <= FusedScratch<64>::kRows;
+}
+
+MmaShape MmaFusedShape(const AttentionArgs& a) {
+  const bool f8 = a.kv_type == KvType::kF8E4M3;
+  int per_sm = 1;
+  if (a.head_dim == 64)
+    per_sm = f8 ? Occupancy<64, true, false, true>(kWarps) : Occupancy<64, false, false, true>(kWarps);
+  else
+    per_sm = f8 ? Occupancy<128, true, false, true>(kWarps) : Occupancy<128, false, false, true>(kWarps);
+  return {a.kv_heads, kWarps, per_sm, a.heads / a.kv_heads};
+}
+
+void LaunchMmaFused(const AttentionArgs& a, const RopeKvWriteArgs& rope, int num_seqs,
+                    cudaStream_t stream) {
+  const dim3 grid(unsigned(num_seqs), unsigned(a.kv_heads), unsigned(a.num_splits));
+  const bool f8 = a.kv_type == KvType::kF8E4M3;
+  if (a.head_dim == 64) f8 ? LaunchFused<64, true>(a, rope, grid, stream) : LaunchFused<64, false>(a, rope, grid, stream);
+  else f8 ? LaunchFused<128, true>(a, rope, grid, stream) : LaunchFused<128, false>(a, rope, grid, stream);
 }
 
 }  // namespace pg::cuda::decode

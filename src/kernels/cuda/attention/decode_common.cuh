@@ -128,11 +128,11 @@ __device__ __forceinline__ void FinishSplits(const AttentionArgs& a, int t, int 
 // After __syncthreads: merges the warps' (max, sum, acc) of `ng` heads from shared memory
 // (sm_acc [kWarps][rows][D], sm_m / sm_l [kWarps][rows]; maxima in log2 units) and writes
 // query row t's heads h0.. : the bf16 output (one active split) or the split's partial
-// (layout [row][head][a.num_splits][...]).
+// (layout [row][head][a.num_splits][...]), then (finish) FinishSplits.
 __device__ __forceinline__ void MergeWarpsAndStore(const AttentionArgs& a, const float* sm_acc,
                                                    const float* sm_m, const float* sm_l,
                                                    int rows, int ng, int D, int t, int h0,
-                                                   int split, int active) {
+                                                   int split, int active, bool finish = true) {
   for (int idx = threadIdx.x; idx < ng * D; idx += kThreads) {
     const int g = idx / D, e = idx % D;
     float mx = -INFINITY;
@@ -155,7 +155,7 @@ __device__ __forceinline__ void MergeWarpsAndStore(const AttentionArgs& a, const
       if (e == 0) a.partial_ml[2 * base] = mx, a.partial_ml[2 * base + 1] = sum;
     }
   }
-  FinishSplits(a, t, h0, ng, active);
+  if (finish) FinishSplits(a, t, h0, ng, active);
 }
 
 // Tensor-core decode kernel (decode_attention_mma.cu): bf16 or fp8 caches, head_dim 64/128.
@@ -167,5 +167,12 @@ struct MmaShape {
 };
 MmaShape MmaLaunchShape(const AttentionArgs& a);
 void LaunchMma(const AttentionArgs& a, int num_seqs, cudaStream_t stream);
+// The fused decode attention (RopeKvWrite + Attention, decode_fused.cuh): the round-robin
+// layout (a block per (sequence, kv head, split), 4 warps), splits merged in the kernel (needs
+// a.split_counters); rope.q / rope.kv.k / rope.kv.v: the raw new rows, not modified.
+bool MmaFusedSupports(int head_dim, int group);
+MmaShape MmaFusedShape(const AttentionArgs& a);
+void LaunchMmaFused(const AttentionArgs& a, const RopeKvWriteArgs& rope, int num_seqs,
+                    cudaStream_t stream);
 
 }  // namespace pg::cuda::decode

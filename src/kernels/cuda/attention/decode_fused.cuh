@@ -1,0 +1,207 @@
+// The fused decode attention's own steps (ops_fused_attention.h RopeKvWriteAttention; the
+// kernel is decode_attention_mma.cu's DecodeMmaKernel with kFused): the new token's q/k
+// RMSNorm + RoPE + cache write, done by each (sequence, kv head, split) block for its kv head
+// after PdlWait, and the merge of a head group's split partials by the last split block to
+// finish (a device counter per (row, kv head) that resets itself for the next launch / graph
+// replay; no combine kernel).
+//
+// Invariants the fused kernel relies on (stated here, used in DecodeMmaKernel):
+//  * Cache slots of positions < kv_len - 1 of a decode sequence (q_len 1) were written by
+//    earlier steps, complete before this step's first kernel; within a step only this op
+//    writes this layer's cache, and only at position kv_len - 1. So those slots (and the
+//    batch plan, uploaded before the step) may be read before PdlWait (common/pdl.cuh).
+//  * The slot of position kv_len - 1 is written by exactly one block per kv head (the split
+//    whose key range holds that position), after PdlWait, and read by no block of the launch:
+//    that block attends to the new token from shared memory, every block reads the cache only
+//    below kv_len - 1.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include "kernels/cuda/attention/decode_common.cuh"
+#include "kernels/cuda/attention/kv_types.cuh"
+#include "kernels/cuda/common/rope_device.cuh"
+
+namespace pg::cuda::decode {
+
+// Shared scratch of the new token's preparation, per block (head_dim D, group <= 16 rows).
+template <int D>
+struct FusedScratch {
+  static constexpr int kRows = 16;
+  static constexpr int kBytes = kRows * D * 2 + 3 * D * 4 + kRows * 4;
+  static_assert(kBytes % 16 == 0, "scratch keeps 16-byte alignment");
+  bf16* q;       // [kRows][D] normalised + rotated q of the group, bf16
+  float* k;      // [D] the new k as stored in the cache, widened (before the k scale)
+  float* v;      // [D] the new v as stored, widened (before the v scale)
+  float* cs;     // [D] (cos, sin) of each rotary pair
+  float* score;  // [kRows] the new token's logit per head row, log2 units (as the MMA loop's)
+  __device__ explicit FusedScratch(void* base) {
+    char* p = static_cast<char*>(base);
+    q = reinterpret_cast<bf16*>(p);
+    k = reinterpret_cast<float*>(p + kRows * D * 2);
+    v = k + D, cs = v + D, score = cs + D;
+  }
+};
+
+// Element i of a q/k norm weight as f32 (RopeKvWriteArgs::norm_type).
+__device__ __forceinline__ float FusedNormWeight(const void* w, WeightType type, int i) {
+  switch (type) {
+    case WeightType::kBF16: return __bfloat162float(static_cast<const bf16*>(w)[i]);
+    case WeightType::kF16: return __half2float(static_cast<const __half*>(w)[i]);
+    default: return static_cast<const float*>(w)[i];
+  }
+}
+
+// After PdlWait, all threads of the block: query row `row`'s q heads [h0, h0 + group) and kv
+// head kvh's k / v go through (RMSNorm,) RoPE and bf16 rounding exactly as kv_write.cu's
+// RopeKvWriteKernel does them; k and v are converted to the cache type (KvT), written to
+// their slot when `owner` (this block's split holds position kv_len - 1), and kept widened in
+// the scratch with the new token's logit of each head row. Ends with __syncthreads.
+template <int D, typename KvT>
+__device__ void PrepareNewToken(const RopeKvWriteArgs& f, const AttentionArgs& a, int s, int row,
+                                int kvh, int group, bool owner, float qscale,
+                                const FusedScratch<D>& sc) {
+  const int tid = threadIdx.x, nthreads = blockDim.x, lane = tid % 32, warp = tid / 32;
+  const int warps = nthreads / 32;
+  const int h0 = kvh * group;
+  const KvWriteArgs& w = f.kv;
+  const float pos = float(f.positions[row]);
+  const int half = f.rotary_dim / 2;
+  for (int i = tid; i < half; i += nthreads) {
+    float c = 1.0f, sn = 0.0f;
+    RopeRotate(c, sn, f.inv_freq[i], pos);
+    sc.cs[2 * i] = c, sc.cs[2 * i + 1] = sn;
+  }
+  {  // raw q rows of the group (16-byte vectors), k and v rows
+    const bf16* q = f.q + int64_t(row) * f.q_stride + int64_t(h0) * D;
+    for (int i = tid; i < group * D / 8; i += nthreads)
+      reinterpret_cast<uint4*>(sc.q)[i] = reinterpret_cast<const uint4*>(q)[i];
+    const bf16* k = w.k + int64_t(row) * w.k_stride + int64_t(kvh) * D;
+    const bf16* v = w.v + int64_t(row) * w.v_stride + int64_t(kvh) * D;
+    for (int e = tid; e < D; e += nthreads) sc.k[e] = __bfloat162float(k[e]), sc.v[e] = __bfloat162float(v[e]);
+  }
+  __syncthreads();
+  // Per-head RMSNorm (Qwen3): warp per head row (q rows, then the k row), as NormHeads.
+  if (f.q_norm != nullptr) {
+    for (int r = warp; r <= group; r += warps) {
+      const bool is_q = r < group;
+      const void* wt = is_q ? f.q_norm : f.k_norm;
+      float ss = 0.0f;
+      for (int e = lane; e < D; e += 32) {
+        const float x = is_q ? __bfloat162float(sc.q[r * D + e]) : sc.k[e];
+        ss += x * x;
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+      const float inv = rsqrtf(ss / float(D) + f.norm_eps);
+      for (int e = lane; e < D; e += 32) {
+        const float x = is_q ? __bfloat162float(sc.q[r * D + e]) : sc.k[e];
+        const bf16 y = __float2bfloat16_rn(x * inv * FusedNormWeight(wt, f.norm_type, e));
+        if (is_q) sc.q[r * D + e] = y;
+        else sc.k[e] = __bfloat162float(y);
+      }
+    }
+    __syncthreads();
+  }
+  // RoPE on the q rows and the k row (dims past rotary_dim stay), rounded to bf16.
+  for (int idx = tid; idx < (group + 1) * half; idx += nthreads) {
+    const int r = idx / half, i = idx % half;
+    int i0, i1;
+    RopePairIndex(f.neox, i, half, i0, i1);
+    const bool is_q = r < group;
+    float x0 = is_q ? __bfloat162float(sc.q[r * D + i0]) : sc.k[i0];
+    float x1 = is_q ? __bfloat162float(sc.q[r * D + i1]) : sc.k[i1];
+    const float c = sc.cs[2 * i], sn = sc.cs[2 * i + 1];
+    const float r0 = x0 * c - x1 * sn, r1 = x1 * c + x0 * sn;
+    const bf16 b0 = __float2bfloat16_rn(r0), b1 = __float2bfloat16_rn(r1);
+    if (is_q) {
+      sc.q[r * D + i0] = b0, sc.q[r * D + i1] = b1;
+    } else {
+      sc.k[i0] = __bfloat162float(b0), sc.k[i1] = __bfloat162float(b1);
+    }
+  }
+  __syncthreads();
+  // The cache type; the owner writes the slot (kv_write.cu SlotOffset).
+  const DeviceBatchView& b = a.batch;
+  const int p = b.kv_len[s] - 1;
+  const int64_t slot = (int64_t(b.page_table[b.page_start[s] + p / b.page_size]) * b.page_size +
+                        p % b.page_size) * int64_t(w.kv_heads) * D + int64_t(kvh) * D;
+  for (int e = tid; e < D; e += nthreads) {
+    const KvT ks = kv::Traits<KvT>::From(sc.k[e] * w.inv_k_scale);
+    const KvT vs = kv::Traits<KvT>::From(sc.v[e] * w.inv_v_scale);
+    if (owner) static_cast<KvT*>(w.k_cache)[slot + e] = ks, static_cast<KvT*>(w.v_cache)[slot + e] = vs;
+    sc.k[e] = float(ks), sc.v[e] = float(vs);
+  }
+  __syncthreads();
+  // The new token's logit per head row (rows >= group: 0, never stored).
+  for (int r = warp; r < FusedScratch<D>::kRows; r += warps) {
+    float dot = 0.0f;
+    if (r < group)
+      for (int e = lane; e < D; e += 32) dot += __bfloat162float(sc.q[r * D + e]) * sc.k[e];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+    float x = dot * qscale;
+    if (a.softcap > 0.0f) x = a.softcap * tanhf(x / a.softcap) * kLog2e;
+    if (lane == 0) sc.score[r] = x;
+  }
+  __syncthreads();
+}
+
+// After the block stored its split's partials (MergeWarpsAndStore with finish = false) of row
+// t's heads [h0, h0 + ng): the last of the row's `active` split blocks of this kv head merges
+// the splits and resets the counter (threadFenceReduction, as FinishSplits) — spread over all
+// threads: one warp per head computes the split weights into `w` (shared, [ng][active]
+// floats), then every thread merges 4 dims of one head with independent 16-byte loads.
+__device__ __forceinline__ void FusedFinishSplits(const AttentionArgs& a, int t, int h0, int ng,
+                                                  int active, float* w) {
+  if (active == 1) return;
+  __shared__ bool last;
+  __shared__ float inv_sum[16];
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int* counter = a.split_counters + int64_t(t) * gridDim.y + blockIdx.y;
+    last = atomicAdd(counter, 1) == active - 1;
+    if (last) *counter = 0;  // ready for the next launch
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const int lane = threadIdx.x % 32, warps = blockDim.x / 32, D = a.head_dim;
+  for (int g = threadIdx.x / 32; g < ng; g += warps) {
+    const float* ml = a.partial_ml + 2 * ((int64_t(t) * a.heads + h0 + g) * a.num_splits);
+    float mx = -INFINITY;
+    for (int i = lane; i < active; i += 32) mx = fmaxf(mx, __ldcg(ml + 2 * i));
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    float sum = 0.0f;
+    for (int i = lane; i < active; i += 32) {
+      const float c = Exp2Or0(__ldcg(ml + 2 * i), mx);
+      sum += c * __ldcg(ml + 2 * i + 1);
+      w[g * active + i] = c;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (lane == 0) inv_sum[g] = sum > 0.0f ? a.v_scale / sum : 0.0f;
+  }
+  __syncthreads();
+  const int vecs = D / 4;
+  for (int item = threadIdx.x; item < ng * vecs; item += blockDim.x) {
+    const int g = item / vecs, v = item % vecs;
+    const float4* acc = reinterpret_cast<const float4*>(
+        a.partial_acc + (int64_t(t) * a.heads + h0 + g) * a.num_splits * D) + v;
+    float4 o = make_float4(0, 0, 0, 0);
+#pragma unroll 8
+    for (int i = 0; i < active; ++i) {
+      const float c = w[g * active + i];
+      const float4 p = __ldcg(acc + int64_t(i) * vecs);
+      o.x += c * p.x, o.y += c * p.y, o.z += c * p.z, o.w += c * p.w;
+    }
+    const float inv = inv_sum[g];
+    bf16* out = a.out + int64_t(t) * a.out_stride + int64_t(h0 + g) * D + 4 * v;
+    out[0] = __float2bfloat16_rn(o.x * inv), out[1] = __float2bfloat16_rn(o.y * inv);
+    out[2] = __float2bfloat16_rn(o.z * inv), out[3] = __float2bfloat16_rn(o.w * inv);
+  }
+}
+
+}  // namespace pg::cuda::decode

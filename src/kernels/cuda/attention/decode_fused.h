@@ -1,0 +1,24 @@
+// Host side of the fused decode attention (ops_fused_attention.h RopeKvWriteAttention on CUDA;
+// kernel: decode_attention_mma.cu DecodeMmaKernel<..., kFused>, steps in decode_fused.cuh).
+// Every row of the batch is its sequence's only new token (q_len 1).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/common/device_params.h"
+
+namespace pg::cuda {
+
+// Head dims 64 / 128, GQA group <= 16, bf16 or fp8 e4m3 caches.
+bool DecodeFusedSupports(int head_dim, int group, KvType kv_type);
+// The split count for this batch shape (as DecodeAttentionSplits, for the fused kernel's
+// block layout: one block per (sequence, kv head, split)).
+int DecodeFusedSplits(const AttentionArgs& a, int num_seqs, int64_t max_len);
+// One launch: a (attention; a.q unused, a.split_counters required when a.num_splits > 1) and
+// rope (the new rows q / kv.k / kv.v as the projection wrote them: read, never modified; the
+// cache pointers and scales as a's).
+void LaunchDecodeFused(const AttentionArgs& a, const RopeKvWriteArgs& rope, cudaStream_t stream);
+
+}  // namespace pg::cuda
