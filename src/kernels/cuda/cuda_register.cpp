@@ -410,7 +410,13 @@ void RunFusedAttention(const RopeKvWriteAttentionParams& p) {
     // The splits merge inside the kernel: no counters (first growth under graph capture) ->
     // the composition instead.
     a.split_counters = cuda::DecodeSplitCounters(p.out.dim(0) * a.heads, stream);
-    if (a.split_counters == nullptr) return RunRopeKvWriteAttentionComposed(p, /*reference=*/false);
+    if (a.split_counters == nullptr) {
+      static bool warned = false;
+      if (!warned) PG_LOG_WARN("RopeKvWriteAttention: no split counters under graph capture "
+                               "(no eager call before it): the unfused ops run instead");
+      warned = true;
+      return RunRopeKvWriteAttentionComposed(p, /*reference=*/false);
+    }
     const size_t per = size_t(p.out.dim(0)) * size_t(a.heads) * size_t(a.num_splits);
     float* ws = static_cast<float*>(cuda::Scratch(cuda::ScratchSlot::kAttentionPartials,
                                                   per * size_t(a.head_dim + 2) * sizeof(float)));

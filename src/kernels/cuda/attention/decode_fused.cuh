@@ -65,20 +65,20 @@ __device__ void PrepareNewToken(const RopeKvWriteArgs& f, const AttentionArgs& a
   const int warps = nthreads / 32;
   const int h0 = kvh * group;
   const KvWriteArgs& w = f.kv;
-  const float pos = float(f.positions[row]);
-  const int half = f.rotary_dim / 2;
-  for (int i = tid; i < half; i += nthreads) {
-    float c = 1.0f, sn = 0.0f;
-    RopeRotate(c, sn, f.inv_freq[i], pos);
-    sc.cs[2 * i] = c, sc.cs[2 * i + 1] = sn;
-  }
-  {  // raw q rows of the group (16-byte vectors), k and v rows
+  {  // raw q rows of the group (16-byte vectors), k and v rows (loads in flight together)
     const bf16* q = f.q + int64_t(row) * f.q_stride + int64_t(h0) * D;
     for (int i = tid; i < group * D / 8; i += nthreads)
       reinterpret_cast<uint4*>(sc.q)[i] = reinterpret_cast<const uint4*>(q)[i];
     const bf16* k = w.k + int64_t(row) * w.k_stride + int64_t(kvh) * D;
     const bf16* v = w.v + int64_t(row) * w.v_stride + int64_t(kvh) * D;
     for (int e = tid; e < D; e += nthreads) sc.k[e] = __bfloat162float(k[e]), sc.v[e] = __bfloat162float(v[e]);
+  }
+  const float pos = float(f.positions[row]);
+  const int half = f.rotary_dim / 2;
+  for (int i = tid; i < half; i += nthreads) {
+    float c = 1.0f, sn = 0.0f;
+    RopeRotate(c, sn, f.inv_freq[i], pos);
+    sc.cs[2 * i] = c, sc.cs[2 * i + 1] = sn;
   }
   __syncthreads();
   // Per-head RMSNorm (Qwen3): warp per head row (q rows, then the k row), as NormHeads.
@@ -191,7 +191,7 @@ __device__ __forceinline__ void FusedFinishSplits(const AttentionArgs& a, int t,
     const float4* acc = reinterpret_cast<const float4*>(
         a.partial_acc + (int64_t(t) * a.heads + h0 + g) * a.num_splits * D) + v;
     float4 o = make_float4(0, 0, 0, 0);
-#pragma unroll 8
+#pragma unroll 16
     for (int i = 0; i < active; ++i) {
       const float c = w[g * active + i];
       const float4 p = __ldcg(acc + int64_t(i) * vecs);
