@@ -29,6 +29,7 @@
 #include "kernels/cuda/common/pdl.cuh"
 #include "kernels/cuda/mla/mla_params.h"
 #include "kernels/cuda/mla/mma_util.cuh"
+#include "kernels/cuda/mla/split_merge.cuh"
 
 namespace pg::cuda {
 namespace {
@@ -45,7 +46,6 @@ constexpr int kPLd = kKeys + 8;      // probability row stride (bf16): 80 bytes
 constexpr int kChunks = kMlaLatent / 8;  // 16-byte chunks per bf16 latent row (72)
 constexpr int kKq = kMlaLatent / 4;      // latent dims per score warp (144 = 9 k-steps)
 constexpr int kQSteps = kKq / 16;
-constexpr float kNoMax = -1e30f;     // running max before any key (finite: no inf - inf)
 
 constexpr int kMaxStages = 3;
 template <bool kFp8>
@@ -182,7 +182,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaDecodeKernel(const MlaDecodeAr
     CpAsyncCommit();
   }
   if (tid < kRows) {
-    sm.m[tid] = kNoMax;
+    sm.m[tid] = kMlaNoMax;
     sm.l[tid] = 0.0f;
     sm.pos[tid] = r0 + tid < rows_total ? kv_len - q_len + (r0 + tid) / a.heads : -1;
   }
@@ -359,30 +359,13 @@ __global__ void __launch_bounds__(128) MlaCombineKernel(const MlaCombineArgs a) 
   const int token = int(row / a.heads);
   const int s = a.batch.token_seq[token];
   const int kv_len = a.batch.kv_len[s];
-  const int chunk = MlaSplitChunk(kv_len, a.num_splits);
-  const int n = min(a.num_splits, (kv_len + chunk - 1) / chunk);
+  const int n = MlaUsedSplits(kv_len, a.num_splits);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const float* ml = a.partial_ml + row * a.num_splits * 2;
-  float mx = kNoMax;
-  for (int i = lane; i < n; i += 32) mx = fmaxf(mx, ml[2 * i]);
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-  float l = 0.0f;
-  for (int i = lane; i < n; i += 32) l += exp2f(ml[2 * i] - mx) * ml[2 * i + 1];
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
+  const float mx = MlaSplitMax(ml, n, lane);
+  const float l = MlaSplitDenominator(ml, n, mx, lane);
   float4 acc[4];
-#pragma unroll
-  for (int q = 0; q < 4; ++q) acc[q] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  for (int i = warp; i < n; i += 4) {
-    const float w = exp2f(ml[2 * i] - mx);
-    const float4* src = reinterpret_cast<const float4*>(a.partial_acc + (row * a.num_splits + i) * kMlaRank);
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const float4 v = src[q * 32 + lane];
-      acc[q].x += w * v.x, acc[q].y += w * v.y, acc[q].z += w * v.z, acc[q].w += w * v.w;
-    }
-  }
+  MlaAccumulateSplits(ml, a.partial_acc + row * a.num_splits * kMlaRank, n, mx, warp, 4, lane, acc);
 #pragma unroll
   for (int q = 0; q < 4; ++q) reinterpret_cast<float4*>(red[warp])[q * 32 + lane] = acc[q];
   __syncthreads();

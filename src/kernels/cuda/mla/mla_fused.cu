@@ -16,11 +16,11 @@
 #include "kernels/cuda/common/pdl.cuh"
 #include "kernels/cuda/common/rope_device.cuh"
 #include "kernels/cuda/mla/mla_params.h"
+#include "kernels/cuda/mla/split_merge.cuh"
 
 namespace pg::cuda {
 namespace {
 
-constexpr float kNoMax = -1e30f;  // as the decode kernel's running max before any key
 
 __device__ __forceinline__ float Bf(bf16 v) { return __bfloat162float(v); }
 
@@ -271,33 +271,16 @@ __global__ void __launch_bounds__(kApplyThreads) MlaCombineApplyKernel(const __g
     if (t < T) {
       const int64_t row = int64_t(t) * cb.heads + h;
       const int kv_len = cb.batch.kv_len[cb.batch.token_seq[t]];
-      const int chunk = MlaSplitChunk(kv_len, cb.num_splits);
-      const int n = min(cb.num_splits, (kv_len + chunk - 1) / chunk);
+      const int n = MlaUsedSplits(kv_len, cb.num_splits);
       const float* ml = cb.partial_ml + row * cb.num_splits * 2;
-      float mx = kNoMax;
-      for (int i = lane; i < n; i += 32) mx = fmaxf(mx, ml[2 * i]);
-#pragma unroll
-      for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+      const float mx = MlaSplitMax(ml, n, lane);
       if (u == 0) {
-        float l = 0.0f;
-        for (int i = lane; i < n; i += 32) l += exp2f(ml[2 * i] - mx) * ml[2 * i + 1];
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
+        const float l = MlaSplitDenominator(ml, n, mx, lane);
         if (lane == 0) l_s[t] = l;
       }
       float4 acc[4];
-#pragma unroll
-      for (int q = 0; q < 4; ++q) acc[q] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      for (int i = u; i < n; i += wpt) {
-        const float wgt = exp2f(ml[2 * i] - mx);
-        const float4* src =
-            reinterpret_cast<const float4*>(cb.partial_acc + (row * cb.num_splits + i) * kMlaRank);
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const float4 v = src[q * 32 + lane];
-          acc[q].x += wgt * v.x, acc[q].y += wgt * v.y, acc[q].z += wgt * v.z, acc[q].w += wgt * v.w;
-        }
-      }
+      MlaAccumulateSplits(ml, cb.partial_acc + row * cb.num_splits * kMlaRank, n, mx, u, wpt, lane,
+                          acc);
 #pragma unroll
       for (int q = 0; q < 4; ++q) reinterpret_cast<float4*>(red[warp])[q * 32 + lane] = acc[q];
     }

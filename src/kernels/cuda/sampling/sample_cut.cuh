@@ -246,8 +246,8 @@ __device__ int DrawTopPHist(Shared& sh, Row& r, const int* hcount, const float* 
     for (int b = threadIdx.x; b < kHistBins; b += kThreads) in_range += b >= lo && b <= hi ? hcount[b] : 0;
   in_range = BlockSum(sh, in_range);  // every thread has read the histograms (fallback may overwrite)
   if (lo < 0 || in_range > double(kMaxCand)) return -1;
-  const int t = int(threadIdx.x), cs = ChunkSize(r.vocab), clo = min(r.vocab, t * cs),
-            chi = min(r.vocab, clo + cs);
+  const int t = int(threadIdx.x);
+  const auto [clo, chi] = ChunkOfThread(r.vocab);
   double head = 0.0, local = 0.0;  // this chunk's kept probabilities before lo (all; past min-p)
   int last = -1;
   if (t == 0) sh.n = 0;

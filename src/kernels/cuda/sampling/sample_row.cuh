@@ -168,6 +168,15 @@ __device__ float KeyToFloat(uint32_t key) {
 // Tokens per thread in the chunked (contiguous) passes: a multiple of 8 (16-byte loads).
 __device__ int ChunkSize(int vocab) { return (vocab + kThreads * 8 - 1) / (kThreads * 8) * 8; }
 
+// This thread's chunk [lo, hi) of a vocab-wide row in those passes (empty past the vocab).
+struct ThreadChunk {
+  int lo, hi;
+};
+__device__ ThreadChunk ChunkOfThread(int vocab) {
+  const int c = ChunkSize(vocab), lo = min(vocab, int(threadIdx.x) * c);
+  return {lo, min(vocab, lo + c)};
+}
+
 // The block-wide sum, returned to every thread (the temp storage is free again on return).
 __device__ double BlockSum(Shared& sh, double v) {
   v = cub::BlockReduce<double, kThreads>(sh.cub.rd).Sum(v);
@@ -181,8 +190,7 @@ __device__ double BlockSum(Shared& sh, double v) {
 // Index of the n-th (1-based) token in index order with pred(i, x) true (n >= 1); -1 if fewer.
 template <typename Pred>
 __device__ int FindNth(Shared& sh, const Row& r, int n, Pred pred) {
-  const int c = ChunkSize(r.vocab), lo = min(r.vocab, int(threadIdx.x) * c),
-            hi = min(r.vocab, lo + c);
+  const auto [lo, hi] = ChunkOfThread(r.vocab);
   int local = 0;
   r.ForRange(lo, hi, [&](int i, float x) { local += pred(i, x) ? 1 : 0; });
   int before = 0;
@@ -266,8 +274,7 @@ __device__ int DrawFromChunkSums(Shared& sh, const Row& r, double u, double loca
 // the chunk sums, then DrawFromChunkSums.
 template <typename W>
 __device__ int Draw(Shared& sh, const Row& r, double u, W w) {
-  const int c = ChunkSize(r.vocab), lo = min(r.vocab, int(threadIdx.x) * c),
-            hi = min(r.vocab, lo + c);
+  const auto [lo, hi] = ChunkOfThread(r.vocab);
   double local = 0.0;
   int last = -1;
   r.ForRange(lo, hi, [&](int i, float x) {
