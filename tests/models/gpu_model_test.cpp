@@ -283,7 +283,9 @@ TEST(GpuModelGolden, TinyQwen3) {
 TEST(GpuModelGolden, SmolLM2Gguf) {
   // Relative to the working directory first: on the GPU machine the repo is not at the
   // source path compiled into EmbeddedModelPath(); tools/gpu/dense.sh reassembles the GGUF
-  // there from its two halves (.xfer/m1/smol.0 + .xfer/m2/smol.1) and runs this test only then.
+  // there from the pieces `dense.sh --pack` cuts with SMOL_PARTS (.xfer/m<i>/smol.<i>, one per
+  // back-to-back device call: 4 pieces once the tree is ~28 MB of the 64 MiB a call carries)
+  // and runs this test only then.
   std::string path = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
   if (!std::filesystem::exists(path)) path = models::EmbeddedModelPath();
   ASSERT_TRUE(std::filesystem::exists(path)) << path << " missing (tools/gpu/dense.sh "

@@ -18,7 +18,8 @@
 #       peregrine_gpu_bench -j2
 #   tools/gpu/dense.sh --pack [build-dir] [job-dir]    (default build/h-peer, .gpuq/peer):
 #       stripped xz binaries -> <job-dir>/bin (PACK="peregrine ..." picks them); with SMOL_PARTS=n
-#       also the SmolLM2 GGUF in n pieces -> .xfer/m1/smol.0, .xfer/m2/smol.1, ...
+#       also the SmolLM2 GGUF in n pieces -> .xfer/m1/smol.0, .xfer/m2/smol.1, ... (n = 4 at a
+#       ~28 MB tree: each piece plus the tree must fit one call's 64 MiB)
 # GPU machine: a queue job (tools/gpu/queue.sh) whose run.sh sources tools/gpu/queue_env.sh
 # (sets $BIN) and runs this script. Env: SECTIONS, CHUNKS (prefill chunk sizes, default 8192),
 # DECODE_BATCH, DECODE_CONTEXT, DECODE_FP8=0, PROMPTS, TTFT_REAL=0, TORCH_BUDGET (s, default
@@ -28,7 +29,6 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 GGUF=models/SmolLM2-135M-Instruct.Q4_1.gguf
 GGUF_SHA=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
-HALF=41943040  # bytes of the first half (40 MiB): each half fits one device call's carry
 
 if [[ "${1:-}" == "--pack" ]]; then
   set -e
