@@ -129,6 +129,46 @@ int RunGemvBench() {
       }
     }
 
+    // ---- fp8 e4m3 weights (per-tensor scale), the model's unfused Matmul ----------------------
+    {
+      DeviceBuf scale(16);
+      const float one = 1.0f;
+      PG_CUDA_CHECK(cudaMemcpy(scale.p, &one, 4, cudaMemcpyHostToDevice));
+      const TensorView sv = TensorView::Contiguous(scale.p, DType::kF32, {1}, Device::kCuda);
+      const Matrix fp8[] = {{"fp8 qkv 6144x4096", kQkv, kHidden, Matrix::kNone},
+                            {"fp8 o 4096x4096 +=", kHidden, kHidden, Matrix::kAccumulate},
+                            {"fp8 gate_up 28672x4096", 2 * kInter, kHidden, Matrix::kNone},
+                            {"fp8 down 4096x14336 +=", kHidden, kInter, Matrix::kAccumulate}};
+      for (const Matrix& mt : fp8) {
+        const size_t wbytes = size_t(mt.m * mt.k);
+        const int copies = int(std::max<size_t>(1, (size_t(256) << 20) / wbytes + 1));
+        std::vector<std::unique_ptr<DeviceBuf>> ws;
+        for (int c = 0; c < copies; ++c) {  // bytes of bf16 noise: any e4m3 pattern
+          ws.push_back(std::make_unique<DeviceBuf>(wbytes));
+          bench::FillBf16(ws.back()->p, mt.m * mt.k / 2, 20 + c, 0.02f);
+        }
+        for (int64_t n : {1, 4}) {
+          DeviceBuf x(size_t(n * mt.k * 2)), out(size_t(n * mt.m * 2));
+          bench::FillBf16(x.p, n * mt.k, 7, 1.0f);
+          bench::FillBf16(out.p, n * mt.m, 8, 1.0f);
+          const bool acc = mt.fuse == Matrix::kAccumulate;
+          const auto [warp_ms, ring_ms] = WarpAndRing([&] {
+            return GraphMedianMs([&](int i) {
+              ops::Matmul({.x = Dev(x.p, {n, mt.k}),
+                           .w = TensorView::Contiguous(ws[size_t(i % copies)]->p, DType::kF8E4M3,
+                                                       {mt.m, mt.k}, Device::kCuda),
+                           .out = Dev(out.p, {n, mt.m}), .w_scale = sv, .accumulate = acc});
+            });
+          });
+          const double bytes = double(wbytes) + double(n * mt.k * 2) + double(n * mt.m * 2) * (acc ? 2 : 1);
+          const double floor_ms = bytes / bw * 1e3;
+          fmt::print("{:<32} {:>5} {:>9.2f} {:>9.2f} {:>9.2f} {:>9.1f}% {:>9.1f}% {:>9.0f}\n", mt.name, n,
+                     warp_ms * 1e3, ring_ms * 1e3, floor_ms * 1e3, 100 * floor_ms / warp_ms,
+                     100 * floor_ms / ring_ms, bytes / (ring_ms * 1e-3) / 1e9);
+        }
+      }
+    }
+
     // ---- the 32-layer projection stack -------------------------------------------------------
     struct Layer { std::unique_ptr<DeviceBuf> qkv, o, gate_up, down; };
     std::vector<Layer> layers(kLayers);

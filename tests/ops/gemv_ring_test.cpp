@@ -8,7 +8,8 @@
 // Shapes: 1-4 rows, m not a multiple of 8 (and m < the SM count: blocks of one row), k =
 // 96 / 1000 / 2048 / 2600 (a short last chunk) / 4096 / 14336, strided rows, a long slice per
 // block (the ring wraps many times); options: bias, accumulate, f32 out, RMSNorm prologue
-// (f32 and bf16 norm weights), SwiGLU epilogue.
+// (f32 and bf16 norm weights), SwiGLU epilogue; and fp8 e4m3 weights (per-tensor / per-row
+// scales) against cuda/moe's fp8 GEMV.
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -17,6 +18,7 @@
 #include "core/quant.h"
 #include "kernels/cuda/common/device_params.h"
 #include "kernels/cuda/gemm/gemv_ring.h"
+#include "kernels/cuda/moe/moe_params.h"
 #include "kernels/ops_fused.h"
 #include "op_test_util.h"
 
@@ -198,6 +200,88 @@ TEST(GemvRing, MatchesTheReferenceAndTheWarpKernelBitwise) {
     ExpectClose(ref.data<float>(), o.ring.data(), ref.numel(), tol, "ring vs ref " + c.Name());
     ExpectClose(ref.data<float>(), o.warp.data(), ref.numel(), tol, "warp vs ref " + c.Name());
     ExpectExact(o.warp.data(), o.ring.data(), ref.numel(), "ring vs warp kernel " + c.Name());
+  }
+}
+
+// fp8 e4m3 weights (the dense fp8 Matmul at <= 4 rows): the ring against ref (Matmul with
+// w_scale) and bitwise against cuda/moe's Fp8GemvKernel; per-tensor and per-row scales.
+struct Fp8Case {
+  int64_t n, k, m;
+  bool per_row = false, bias = false, accumulate = false;
+  std::string Name() const {
+    return fmt::format("fp8 n={} k={} m={}{}{}{}", n, k, m, per_row ? " per-row" : " per-tensor",
+                       bias ? " bias" : "", accumulate ? " +=" : "");
+  }
+};
+
+TEST(GemvRing, Fp8MatchesTheReferenceAndTheWarpKernelBitwise) {
+  PG_SEED_TRACE();
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) GTEST_FAIL() << "no CUDA device";
+  std::vector<Fp8Case> cases;
+  for (int64_t n = 1; n <= 4; ++n) {
+    cases.push_back({n, 96, 37});
+    cases.push_back({n, 2048, 1031, true});
+    cases.push_back({n, 4096, 333, false, true});
+    cases.push_back({n, 14336, 129, true, false, true});
+    cases.push_back({n, 2064, 700, false, true, true});  // a 16-column last piece
+  }
+  cases.push_back({1, 4096, 20000, true});
+  for (const Fp8Case& c : cases) {
+    SCOPED_TRACE(c.Name());
+    Tensor x(DType::kF32, {c.n, c.k}), bias(DType::kF32, {c.m}), wf(DType::kF32, {c.m, c.k});
+    FillNormal(x);
+    RoundToBf16(x);
+    FillNormal(bias);
+    FillNormal(wf, 0.0f, 1.0f);
+    Tensor w(DType::kF8E4M3, {c.m, c.k});
+    for (int64_t r = 0; r < c.m; ++r)
+      quant::QuantizeRow(DType::kF8E4M3, wf.data<float>() + r * c.k, w.view().row_ptr(r), c.k);
+    Tensor scale(DType::kF32, {c.per_row ? c.m : 1});
+    FillUniform(scale, 0.01f, 0.03f);
+    Tensor out_init(DType::kF32, {c.n, c.m});
+    FillNormal(out_init);
+    RoundToBf16(out_init);
+    Tensor ref(DType::kF32, {c.n, c.m});
+    Restore(ref, Copy(out_init));
+    MatmulParams p{.x = x.view(), .w = w.view(), .out = ref.view(), .w_scale = scale.view()};
+    if (c.bias) p.bias = bias.view();
+    p.accumulate = c.accumulate;
+    RunWith(RefImpl<MatmulParams>(), p);
+
+    const std::vector<uint16_t> xb = Bf16Rows(x.data<float>(), c.n, c.k, c.k);
+    const std::vector<uint16_t> ib = Bf16Rows(out_init.data<float>(), c.n, c.m, c.m);
+    Dev dx(xb.data(), xb.size() * 2), dw(w.data<uint8_t>(), size_t(c.m * c.k));
+    Dev dscale(scale.data<float>(), size_t(scale.numel()) * 4), dbias(bias.data<float>(), size_t(c.m) * 4);
+    Dev dout(ib.size() * 2);
+    cuda::Fp8GemvArgs a{};
+    a.x = static_cast<const cuda::bf16*>(dx.p);
+    a.w = static_cast<const uint8_t*>(dw.p);
+    a.scale = static_cast<const float*>(dscale.p);
+    a.scale_mode = c.per_row ? cuda::ScaleMode::kChannel : cuda::ScaleMode::kTensor;
+    a.out = static_cast<cuda::bf16*>(dout.p);
+    a.bias = c.bias ? static_cast<const float*>(dbias.p) : nullptr;
+    a.n = c.n, a.k = c.k, a.m = c.m, a.ldx = c.k, a.ldw = c.k, a.ldo = c.m;
+    a.accumulate = c.accumulate;
+    std::vector<float> got[2];
+    const cuda::GemvRingMode mode = cuda::GetGemvRingMode();
+    cuda::SetGemvRingMode(cuda::GemvRingMode::kOn);
+    EXPECT_TRUE(cuda::Fp8GemvRingTake(a));
+    cuda::SetGemvRingMode(mode);
+    for (int ring = 0; ring < 2; ++ring) {
+      PG_TEST_CUDA(cudaMemcpy(dout.p, ib.data(), ib.size() * 2, cudaMemcpyHostToDevice));
+      if (ring) cuda::LaunchFp8GemvRing(a, nullptr);
+      else cuda::LaunchFp8Gemv(a, nullptr);
+      PG_TEST_CUDA(cudaGetLastError());
+      PG_TEST_CUDA(cudaDeviceSynchronize());
+      std::vector<uint16_t> h(ib.size());
+      PG_TEST_CUDA(cudaMemcpy(h.data(), dout.p, h.size() * 2, cudaMemcpyDeviceToHost));
+      got[ring].resize(h.size());
+      for (size_t i = 0; i < h.size(); ++i) got[ring][i] = Bf16ToF32(h[i]);
+    }
+    ExpectClose(ref.data<float>(), got[1].data(), ref.numel(), kBf16, "fp8 ring vs ref " + c.Name());
+    ExpectClose(ref.data<float>(), got[0].data(), ref.numel(), kBf16, "fp8 warp vs ref " + c.Name());
+    ExpectExact(got[0].data(), got[1].data(), ref.numel(), "fp8 ring vs warp kernel " + c.Name());
   }
 }
 

@@ -12,6 +12,7 @@
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/gemm/fp8_matmul.h"
 #include "kernels/cuda/gemm/fp8_quant.h"
+#include "kernels/cuda/gemm/gemv_ring.h"
 #include "kernels/cuda/gemm/matmul_lt.h"
 #include "kernels/cuda/moe/moe_params.h"
 #include "kernels/registry.h"
@@ -51,7 +52,8 @@ void RunGemv(const MatmulParams& p) {
   a.n = p.x.dim(0), a.k = p.x.dim(1), a.m = p.w.dim(0);
   a.ldx = p.x.strides[0], a.ldw = p.w.strides[0], a.ldo = p.out.strides[0];
   a.accumulate = p.accumulate;
-  cuda::LaunchFp8Gemv(a, cuda::CurrentStream());
+  if (cuda::Fp8GemvRingTake(a)) cuda::LaunchFp8GemvRing(a, cuda::CurrentStream());  // gemv_ring.cu
+  else cuda::LaunchFp8Gemv(a, cuda::CurrentStream());
   PG_CUDA_CHECK_LAUNCH();
 }
 

@@ -88,9 +88,11 @@ __device__ __forceinline__ void StageRows(const GemvArgs& a, int64_t row0, uint4
 // j, or j + roff; activation row row0 + r) over the lanes and lane r < NB writes row0 + r:
 // kSwiGlu: out = silu(bf16(gate)) * bf16(up) (+ bias on both); otherwise each existing
 // row jj = j + q * roff < m gets bias, accumulate, bf16 or f32 output (GemvArgs).
+// scale (optional, fp8 weights): weight row q's sum is multiplied by scale[q] before the bias.
 template <int NB, int kW, bool kSwiGlu>
 __device__ __forceinline__ void WarpStore(const GemvArgs& a, int64_t row0, int64_t j, int64_t roff,
-                                          float (&acc)[kW][NB], int lane) {
+                                          float (&acc)[kW][NB], int lane,
+                                          const float* scale = nullptr) {
 #pragma unroll
   for (int q = 0; q < kW; ++q)
 #pragma unroll
@@ -104,6 +106,7 @@ __device__ __forceinline__ void WarpStore(const GemvArgs& a, int64_t row0, int64
 #pragma unroll
     for (int r = 0; r < NB; ++r)
       if (r == lane) v[q] = acc[q][r];
+    if (scale) v[q] *= scale[q];
   }
   const int64_t row = row0 + lane;
   if constexpr (kSwiGlu) {

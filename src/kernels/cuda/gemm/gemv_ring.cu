@@ -29,6 +29,7 @@
 #include "kernels/cuda/common/pdl.cuh"
 #include "kernels/cuda/gemm/gemv_device.cuh"
 #include "kernels/cuda/gemm/gemv_ring.h"
+#include "kernels/cuda/moe/moe_device.cuh"
 
 namespace pg::cuda {
 namespace {
@@ -48,6 +49,8 @@ struct RingPlan {
   int slot_bytes;   // kConsumerWarps * kW * chunk * 2
   int x_offset;     // byte offset of the staged x rows (stage_x)
   bool stage_x;     // x rows in shared memory (always with the norm); else read from global
+  const float* w_scale = nullptr;  // fp8 weights: dequantization scale(s)
+  bool scale_per_row = false;      // w_scale[row] (per output channel), else w_scale[0]
 };
 
 // ---- mbarrier / bulk-copy primitives (sm_90) ------------------------------------------------
@@ -95,9 +98,14 @@ __device__ __forceinline__ void ConsumerBarrier() {  // the consumer warps only 
   asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32) : "memory");
 }
 
-template <int NB, bool kNorm, bool kSwiGlu, bool kPair>
+// kFp8: w holds fp8 e4m3 bytes (a.w reinterpreted; a.ldw in bytes) scaled by p.w_scale
+// (one scale, or one per row with p.scale_per_row), no norm / swiglu / f32 output; the sums
+// are those of cuda/moe's Fp8GemvKernel (16-element parts, scaled after the warp sum).
+template <int NB, bool kNorm, bool kSwiGlu, bool kPair, bool kFp8 = false>
 __global__ void __launch_bounds__(kThreads, 2) GemvRingKernel(GemvArgs a, RingPlan p) {
   constexpr int kW = kSwiGlu || kPair ? 2 : 1;  // weight rows per warp: j (and j + roff)
+  constexpr int kWb = kFp8 ? 1 : 2;             // bytes per weight element
+  constexpr int kXu = kFp8 ? 2 : 1;             // x 16-byte units per weight 16-byte unit
   extern __shared__ __align__(128) unsigned char smem[];
   PdlTrigger();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -109,6 +117,10 @@ __global__ void __launch_bounds__(kThreads, 2) GemvRingKernel(GemvArgs a, RingPl
   const int64_t slots = groups * chunks;  // ring slots this block streams, in order
   const uint32_t full0 = SmemAddr(smem), empty0 = full0 + kMaxStages * 8;
   const uint32_t ring0 = SmemAddr(smem + kBarBytes);
+  // kPair with odd m: the last warp-row has no partner; it streams its own row twice.
+  auto row_of = [&](int64_t j, int q) {
+    return kSwiGlu || q == 0 || j + q * roff < a.m ? j + q * roff : j;
+  };
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < p.stages; ++s) {
@@ -122,13 +134,14 @@ __global__ void __launch_bounds__(kThreads, 2) GemvRingKernel(GemvArgs a, RingPl
   if (warp == kConsumerWarps) {  // ---- producer ----------------------------------------------
     if (!a.w_constant) PdlWait();
     const uint64_t policy = EvictFirstPolicy();
+    const unsigned char* wbytes = reinterpret_cast<const unsigned char*>(a.w);
     // Lane t < kConsumerWarps * kW copies slot row t: warp-row w = t / kW, its row q = t % kW.
     const int w = lane / kW, q = lane % kW;
     for (int64_t s = 0; s < slots; ++s) {
       const int slot = int(s % p.stages);
       const uint32_t round = uint32_t(s / p.stages) & 1;
       const int64_t g = s / chunks, k0 = (s % chunks) * p.chunk;
-      const uint32_t piece = uint32_t(a.k - k0 < p.chunk ? a.k - k0 : p.chunk) * 2;
+      const uint32_t piece = uint32_t(a.k - k0 < p.chunk ? a.k - k0 : p.chunk) * kWb;
       const int64_t j = jb + g * kConsumerWarps + w;
       const bool copies = lane < kConsumerWarps * kW && j < je;
       const uint32_t bytes = uint32_t(__popc(__ballot_sync(0xffffffffu, copies))) * piece;
@@ -137,12 +150,9 @@ __global__ void __launch_bounds__(kThreads, 2) GemvRingKernel(GemvArgs a, RingPl
         MbarArriveExpectTx(full0 + 8 * slot, bytes);
       }
       __syncwarp();
-      if (copies) {
-        // kPair with odd m: the last warp-row has no partner; it streams its own row twice.
-        const int64_t r = kSwiGlu || q == 0 || j + q * roff < a.m ? j + q * roff : j;
-        BulkLoad(ring0 + uint32_t(slot) * p.slot_bytes + uint32_t(lane) * uint32_t(p.chunk) * 2,
-                 a.w + r * a.ldw + k0, piece, full0 + 8 * slot, policy);
-      }
+      if (copies)
+        BulkLoad(ring0 + uint32_t(slot) * p.slot_bytes + uint32_t(lane) * uint32_t(p.chunk) * kWb,
+                 wbytes + (row_of(j, q) * a.ldw + k0) * kWb, piece, full0 + 8 * slot, policy);
     }
     return;
   }
@@ -154,7 +164,7 @@ __global__ void __launch_bounds__(kThreads, 2) GemvRingKernel(GemvArgs a, RingPl
     gemv::StageRows<NB, kConsumerWarps>(a, 0, xs, threadIdx.x, kNorm, [] { ConsumerBarrier(); });
   const uint4* xv4 = p.stage_x ? xs : reinterpret_cast<const uint4*>(a.x);
   const int64_t xld = p.stage_x ? a.k / 8 : a.ldx / 8;  // row stride of xv4, 16-byte units
-  const int piece_v = p.chunk / 8;                      // 16-byte units per row piece
+  const int piece_v = p.chunk * kWb / 16;               // 16-byte units per row piece
   const uint4* ring = reinterpret_cast<const uint4*>(smem + kBarBytes);
   int64_t s = 0;
   for (int64_t g = 0; g < groups; ++g) {
@@ -170,25 +180,50 @@ __global__ void __launch_bounds__(kThreads, 2) GemvRingKernel(GemvArgs a, RingPl
       MbarWait(full0 + 8 * slot, uint32_t(s / p.stages) & 1);
       if (active) {
         const uint4* wr = ring + int64_t(slot) * (p.slot_bytes / 16) + warp * kW * piece_v;
-        const int64_t x0 = c * piece_v;
-        const int nv = int(a.k - x0 * 8 < p.chunk ? a.k - x0 * 8 : p.chunk) / 8;
+        const int64_t k0 = c * p.chunk, x0 = k0 / 8;
+        const int nv = int(a.k - k0 < p.chunk ? a.k - k0 : p.chunk) * kWb / 16;
 #pragma unroll 4
         for (int i = lane; i < nv; i += 32) {
           uint4 wv[kW];
 #pragma unroll
           for (int q = 0; q < kW; ++q) wv[q] = wr[q * piece_v + i];
+          if constexpr (kFp8) {
+            float wf[kW][16];
 #pragma unroll
-          for (int r = 0; r < NB; ++r) {
-            const uint4 xv = xv4[r * xld + x0 + i];
+            for (int q = 0; q < kW; ++q) moe::Widen<true>(wv[q], wf[q]);
 #pragma unroll
-            for (int q = 0; q < kW; ++q) gemv::Dot8(wv[q], xv, acc[q][r]);
+            for (int r = 0; r < NB; ++r) {
+              float xf[16];
+              moe::Widen<false>(xv4[r * xld + x0 + kXu * i], xf);
+              moe::Widen<false>(xv4[r * xld + x0 + kXu * i + 1], xf + 8);
+#pragma unroll
+              for (int q = 0; q < kW; ++q) {
+                float part = 0.0f;
+#pragma unroll
+                for (int e = 0; e < 16; ++e) part = fmaf(wf[q][e], xf[e], part);
+                acc[q][r] = fmaf(part, 1.0f, acc[q][r]);
+              }
+            }
+          } else {
+#pragma unroll
+            for (int r = 0; r < NB; ++r) {
+              const uint4 xv = xv4[r * xld + x0 + i];
+#pragma unroll
+              for (int q = 0; q < kW; ++q) gemv::Dot8(wv[q], xv, acc[q][r]);
+            }
           }
         }
       }
       __syncwarp();
       if (lane == 0) MbarArrive(empty0 + 8 * slot);
     }
-    if (active) gemv::WarpStore<NB, kW, kSwiGlu>(a, 0, j, roff, acc, lane);
+    if (active) {
+      float scale[kW];
+#pragma unroll
+      for (int q = 0; q < kW; ++q)
+        scale[q] = kFp8 ? __ldg(p.w_scale + (p.scale_per_row ? row_of(j, q) : 0)) : 1.0f;
+      gemv::WarpStore<NB, kW, kSwiGlu>(a, 0, j, roff, acc, lane, scale);
+    }
   }
 }
 
@@ -221,14 +256,22 @@ bool ShapeWantsRing(const GemvArgs& a) {
   return false;
 }
 
-RingPlan PlanOf(const GemvArgs& a, int kw) {
+// wb: bytes per weight element (2 bf16, 1 fp8).
+bool ShapeWantsRingFp8(const Fp8GemvArgs& f) {
+  (void)f;
+  return false;
+}
+
+RingPlan PlanOf(const GemvArgs& a, int kw, int wb) {
   RingPlan p{};
-  // Slot: kConsumerWarps * kw row pieces; default 16 KB (PEREGRINE_GEMV_RING_SLOT_KB).
+  // Slot: kConsumerWarps * kw row pieces; default 16 KB (PEREGRINE_GEMV_RING_SLOT_KB). A
+  // piece is a multiple of 32 lanes x 16 bytes (the warp kernels' per-lane order).
   static const int slot_kb = std::clamp(EnvInt("PEREGRINE_GEMV_RING_SLOT_KB", 16), 4, 64);
-  const int per_row = slot_kb * 1024 / (kConsumerWarps * kw * 2);     // columns
-  p.chunk = std::max(256, per_row / 256 * 256);
-  if (p.chunk > a.k) p.chunk = int(a.k);  // one piece per row (a multiple of 8 columns)
-  p.slot_bytes = kConsumerWarps * kw * p.chunk * 2;
+  const int unit = 32 * 16 / wb;                                       // columns
+  const int per_row = slot_kb * 1024 / (kConsumerWarps * kw * wb);     // columns
+  p.chunk = std::max(unit, per_row / unit * unit);
+  if (p.chunk > a.k) p.chunk = int(a.k);  // one piece per row (a multiple of 16 bytes)
+  p.slot_bytes = kConsumerWarps * kw * p.chunk * wb;
   const int64_t xbytes = a.n * a.k * 2;
   p.stage_x = a.norm_weight || xbytes <= kMaxStageX;
   // Ring bytes: what the budget leaves beside x (PEREGRINE_GEMV_RING_KB overrides).
@@ -240,14 +283,17 @@ RingPlan PlanOf(const GemvArgs& a, int kw) {
   return p;
 }
 
-template <int NB, bool kNorm, bool kSwiGlu, bool kPair>
-void Launch(const GemvArgs& a, cudaStream_t stream) {
+template <int NB, bool kNorm, bool kSwiGlu, bool kPair, bool kFp8 = false>
+void Launch(const GemvArgs& a, cudaStream_t stream, const float* w_scale = nullptr,
+            bool scale_per_row = false) {
   constexpr int kW = kSwiGlu || kPair ? 2 : 1;
-  auto* kernel = GemvRingKernel<NB, kNorm, kSwiGlu, kPair>;
+  auto* kernel = GemvRingKernel<NB, kNorm, kSwiGlu, kPair, kFp8>;
   static const cudaError_t once = cudaFuncSetAttribute(
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
   (void)once;  // a failure surfaces as the launch's error
-  const RingPlan p = PlanOf(a, kW);
+  RingPlan p = PlanOf(a, kW, kFp8 ? 1 : 2);
+  p.w_scale = w_scale;
+  p.scale_per_row = scale_per_row;
   const size_t smem = size_t(p.x_offset) + (p.stage_x ? size_t(a.n * a.k * 2) : 0);
   static const int per_sm = std::clamp(EnvInt("PEREGRINE_GEMV_RING_BLOCKS_PER_SM", 1), 1, 2);
   const int64_t mj = kPair ? (a.m + 1) / 2 : a.m;
@@ -281,6 +327,32 @@ void LaunchGemvRing(const GemvArgs& a, cudaStream_t stream) {
   else if (norm) LaunchRows<true, false>(a, stream);
   else if (a.swiglu) LaunchRows<false, true>(a, stream);
   else LaunchRows<false, false>(a, stream);
+}
+
+bool Fp8GemvRingTake(const Fp8GemvArgs& f) {
+  const GemvRingMode mode = ModeRef();
+  if (mode == GemvRingMode::kOff || f.n < 1 || f.n > kMaxRows || f.m < 1 || !f.out) return false;
+  if (f.scale_mode != ScaleMode::kTensor && f.scale_mode != ScaleMode::kChannel) return false;
+  if (f.k % 16 || f.ldx % 8 || f.ldw % 16 ||
+      ((reinterpret_cast<uintptr_t>(f.x) | reinterpret_cast<uintptr_t>(f.w)) & 15))
+    return false;
+  return mode == GemvRingMode::kOn || ShapeWantsRingFp8(f);
+}
+
+void LaunchFp8GemvRing(const Fp8GemvArgs& f, cudaStream_t stream) {
+  // The weight bytes travel as GemvArgs::w (ldw in bytes = elements); the kernel reads them
+  // as fp8 (kFp8).
+  GemvArgs a{f.x, reinterpret_cast<const bf16*>(f.w), f.out, f.bias, f.n, f.k, f.m,
+             f.ldx, f.ldw, f.ldo, f.accumulate};
+  a.w_constant = true;  // the dense fp8 Matmul's w is a weight
+  const bool per_row = f.scale_mode == ScaleMode::kChannel;
+  switch (f.n) {
+    case 1: Launch<1, false, false, false, true>(a, stream, f.scale, per_row); break;
+    case 2: Launch<2, false, false, true, true>(a, stream, f.scale, per_row); break;
+    case 3: Launch<3, false, false, true, true>(a, stream, f.scale, per_row); break;
+    case 4: Launch<4, false, false, true, true>(a, stream, f.scale, per_row); break;
+    default: break;  // Fp8GemvRingTake refuses other n
+  }
 }
 
 void SetGemvRingMode(GemvRingMode mode) { ModeRef() = mode; }

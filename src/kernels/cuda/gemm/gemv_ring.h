@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/common/device_params.h"
+#include "kernels/cuda/moe/moe_params.h"  // Fp8GemvArgs
 
 namespace pg::cuda {
 
@@ -17,6 +18,11 @@ namespace pg::cuda {
 // selects it for this shape.
 bool GemvRingTake(const GemvArgs& a);
 void LaunchGemvRing(const GemvArgs& a, cudaStream_t stream);
+// The same kernel on fp8 e4m3 weights with a per-tensor or per-row scale (the dense fp8
+// Matmul at <= 4 rows, fp8_matmul.cpp): bitwise the sums of cuda/moe's Fp8GemvKernel. Takes
+// 1 <= n <= 4, k % 16 == 0, ldw % 16 == 0, ldx % 8 == 0, 16-byte aligned x and w.
+bool Fp8GemvRingTake(const Fp8GemvArgs& a);
+void LaunchFp8GemvRing(const Fp8GemvArgs& a, cudaStream_t stream);
 
 // Mode: kShape (default) picks the ring where it measured faster (gemv_ring.cu); kOn takes
 // every supported shape, kOff none. The environment (PEREGRINE_GEMV_RING: 0 off, 1 on,
