@@ -468,14 +468,23 @@ bool DecodeFusedSupports(int head_dim, int group, KvType) {
   return MmaFusedSupports(head_dim, group);
 }
 
+// The fused kernel's own keys-per-split knob (PG_FUSED_MIN_SPLIT_KEYS; A/B runs), over
+// PG_DECODE_MIN_SPLIT_KEYS and the args' default.
+static AttentionArgs FusedKnobs(const AttentionArgs& args) {
+  static const int min_keys = EnvInt("PG_FUSED_MIN_SPLIT_KEYS", 0);
+  AttentionArgs a = args;
+  ApplyKnobs(a);
+  if (min_keys > 0) a.min_split_keys = min_keys;
+  return a;
+}
+
 int DecodeFusedSplits(const AttentionArgs& a, int num_seqs, int64_t max_len) {
-  return PlanSplits(a, num_seqs, max_len, /*fused=*/true);
+  return PlanSplits(FusedKnobs(a), num_seqs, max_len, /*fused=*/true);
 }
 
 void LaunchDecodeFused(const AttentionArgs& args, const RopeKvWriteArgs& rope, cudaStream_t stream) {
   if (args.batch.num_seqs == 0) return;
-  AttentionArgs a = args;
-  ApplyKnobs(a);
+  AttentionArgs a = FusedKnobs(args);
   const auto [capacity, base] = ShapeOf(a, a.batch.num_seqs, /*fused=*/true);
   a.wave_splits = int(std::clamp<int64_t>(capacity / base, 1, kCombineMaxSplits));
   LaunchMmaFused(a, rope, a.batch.num_seqs, stream);

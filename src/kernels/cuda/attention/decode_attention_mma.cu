@@ -230,13 +230,14 @@ __global__ void __launch_bounds__(256)
   if constexpr (kFused) {  // the new token first: warp 0 holds it (p = 1 at its own max)
     if (owner && warp == 0) {
       const FusedScratch<D> fs(smem + kWarps * M::kWarpU4);
+      // l is summed over the quad's 4 lanes at the end: the key's p = 1 counts in lane t 0.
       if (g < group) {
-        m0 = fs.score[g], l0 = 1.0f;
+        m0 = fs.score[g], l0 = t == 0 ? 1.0f : 0.0f;
 #pragma unroll
         for (int nb = 0; nb < M::kNb; ++nb) o[nb][0] = fs.v[nb * 8 + 2 * t], o[nb][1] = fs.v[nb * 8 + 2 * t + 1];
       }
       if (g + 8 < group) {
-        m1 = fs.score[g + 8], l1 = 1.0f;
+        m1 = fs.score[g + 8], l1 = t == 0 ? 1.0f : 0.0f;
 #pragma unroll
         for (int nb = 0; nb < M::kNb; ++nb) o[nb][2] = fs.v[nb * 8 + 2 * t], o[nb][3] = fs.v[nb * 8 + 2 * t + 1];
       }
