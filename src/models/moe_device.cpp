@@ -34,27 +34,30 @@ ops::MoeExpertWeights ExpertView(const DeviceMatrix& gate, const DeviceMatrix& u
   return e;
 }
 
-// A/B switches of the decode fusions (read once). PEREGRINE_MOE_FUSED_ROUTER=1 fuses the
-// FFN's RMSNorm and the router matmul into MoeRouter (off by default: on the H200 the fused
-// kernel measured slower than RmsNorm + GEMV + router with PDL, Qwen3-30B-A3B batch 1 step
-// 4220 vs 3959 us); PEREGRINE_MOE_FUSED_SHARED=0 runs the shared expert as its own MLP instead
-// of inside MoeExperts (on by default: Moonlight batch 1 step 2662 vs 2737 us).
+// A/B switches of the decode fusions (read once). PEREGRINE_MOE_FUSED_ROUTER (on by default)
+// fuses the FFN's RMSNorm and the router matmul into MoeRouter: CUDA runs it as one cluster of
+// blocks meeting in distributed shared memory (moe_router.cu; the earlier arrival-counter form
+// measured slower than RmsNorm + GEMV + router, Qwen3-30B-A3B batch 1 step 4220 vs 3959 us);
+// PEREGRINE_MOE_FUSED_SHARED=0 runs the shared expert as its own MLP instead of inside
+// MoeExperts (on by default: Moonlight batch 1 step 2662 vs 2737 us).
 bool FuseRouter() {
-  static const bool on = EnvFlag("PEREGRINE_MOE_FUSED_ROUTER", false);
+  static const bool on = EnvFlag("PEREGRINE_MOE_FUSED_ROUTER", true);
   return on;
 }
 bool FuseShared() {
   static const bool on = EnvFlag("PEREGRINE_MOE_FUSED_SHARED", true);
   return on;
 }
-// PEREGRINE_MOE_SELF_ROUTE: the routing inside MoeExperts (MoeExpertsParams::route; CUDA: the
-// walking gate/up kernel routes for itself). 1 (default): the router matmul (and the FFN's
-// RMSNorm, without a residual) fused into the route as well — one router kernel computing
-// logits (+ normed rows); 2: RmsNorm and the router Matmul as their own ops first; 0: off
-// (MoeRouter's own kernel, as PEREGRINE_MOE_FUSED_ROUTER says). Modes 1 and 2 apply at one
-// token; 2 to 4 tokens (moe_device.h kMoeSelfRouteMaxTokens) take mode 2 unless it is 0.
+// PEREGRINE_MOE_SELF_ROUTE (off by default): the routing inside MoeExperts
+// (MoeExpertsParams::route; CUDA: the walking gate/up kernel routes for itself). 1: the router
+// matmul (and the FFN's RMSNorm, without a residual) in the route as well — one router kernel
+// computing logits (+ normed rows); 2: RmsNorm and the router Matmul as their own ops first;
+// 0: MoeRouter's own kernel (fused as PEREGRINE_MOE_FUSED_ROUTER says). One token only. H200,
+// Qwen3-30B-A3B batch 1 step: modes 0 / 1 / 2 3697 / 3711 / 3705 us (each block's routing
+// costs what the router kernel's boundary saves); at 4 tokens mode 2 7788 vs 7492 us (the
+// gate/up grid runs in several waves, each paying the routing).
 int SelfRoute() {
-  static const int mode = EnvInt("PEREGRINE_MOE_SELF_ROUTE", 1);
+  static const int mode = EnvInt("PEREGRINE_MOE_SELF_ROUTE", 0);
   return mode;
 }
 
@@ -260,8 +263,7 @@ void RunDeviceMoeFfn(const DeviceMoeFfn& w, const MoeModelConfig& c, const Tenso
     if (ops::Registry::Global().Selected(ep) == nullptr) ep.shared = {};
   }
   const bool shared_apart = shared && !ep.shared.gate.data;  // its own MLP, on the normed x
-  const int self_route = decode ? SelfRoute()
-                         : (n <= kMoeSelfRouteMaxTokens && SelfRoute() != 0 ? 2 : 0);
+  const int self_route = decode ? SelfRoute() : 0;
   // Routing inside the experts op; mode 1 with the router matmul (+ the RMSNorm, when it has
   // no residual and no separate shared MLP needs the normed x first) too.
   const bool route_matmul = self_route == 1 && !shared_apart && !(norm && norm->residual.data);

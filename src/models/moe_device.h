@@ -106,17 +106,13 @@ struct FfnNorm {
 void RunDeviceMlp(const DeviceMlp& w, const TensorView& x, const TensorView& out,
                   const DeviceFfnScratch& s, bool accumulate = false,
                   const FfnNorm* norm = nullptr);
-// Batches of at most this many tokens take the MoE decode path: the shared expert fused into
+// Batches of at most this many tokens take the MoE decode path: the routing inside MoeExperts
+// (PEREGRINE_MOE_SELF_ROUTE, moe_device.cpp), the shared expert fused into
 // MoeExperts, and (opt-in, PEREGRINE_MOE_FUSED_ROUTER=1; see moe_device.cpp) the router matmul
 // and the FFN's RMSNorm fused into MoeRouter, where the backends take them. One token: at 2-4
 // tokens both fusions measured slower on the H200 (the fused router's per-token loop; the
 // walking kernels stream the shared expert once per token).
 inline constexpr int64_t kMoeDecodeFuseMaxTokens = 1;
-// Batches of at most this many tokens route inside MoeExperts (PEREGRINE_MOE_SELF_ROUTE; CUDA:
-// the route-walking gate/up kernel routes for itself) — with the router matmul and RMSNorm
-// in the route at kMoeDecodeFuseMaxTokens, after them as their own ops above that (the fused
-// router kernel loops over tokens).
-inline constexpr int64_t kMoeSelfRouteMaxTokens = 4;
 // With `norm`, x (the FFN input, [n, hidden]) is first computed as RmsNorm(*norm) into x.
 // accumulate: out += result (the residual stream as `out`; must not alias x).
 void RunDeviceMoeFfn(const DeviceMoeFfn& w, const MoeModelConfig& c, const TensorView& x,

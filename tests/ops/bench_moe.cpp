@@ -191,13 +191,18 @@ void FusedLayer(const Layer& L, const Acts& A) {
 //   mode 0: RmsNorm, router Matmul (f32 logits), MoeRouter, MoeExperts (5 kernels);
 //   mode 1: MoeExperts with the routing inside (MoeExpertsParams::route) and the RMSNorm and
 //           router matmul in the route: router kernel (logits + normed) + 2 walking kernels;
-//   mode 2: RmsNorm, router Matmul, MoeExperts routing inside (4 kernels).
+//   mode 2: RmsNorm, router Matmul, MoeExperts routing inside (4 kernels);
+//   mode 3: MoeRouter with the RMSNorm and router matmul fused (CUDA: the cluster kernel),
+//           MoeExperts (3 kernels; the default decode path).
 void NormFfn(const Layer& L, const Acts& A, int mode) {
   ops::MoeRouterParams rp{.logits = A.logits32, .topk_ids = A.ids, .topk_weights = A.w,
                           .scoring = L.s.scoring, .num_groups = L.s.groups,
                           .topk_groups = L.s.topk_groups, .renormalize = L.s.renormalize,
                           .scaling = L.s.scaling};
-  if (mode == 1) {
+  if (mode == 3) {
+    rp.x = A.x, rp.router = L.router_w, rp.norm_weight = A.norm_w, rp.normed = A.normed;
+    ops::MoeRouter(rp);
+  } else if (mode == 1) {
     rp.x = A.x, rp.router = L.router_w, rp.norm_weight = A.norm_w, rp.normed = A.normed;
   } else {
     ops::RmsNorm({.x = A.x, .weight = A.norm_w, .out = A.normed, .eps = 1e-6f});
@@ -208,7 +213,7 @@ void NormFfn(const Layer& L, const Acts& A, int mode) {
                           .experts = L.experts, .out = A.out, .accumulate = true};
   if (L.s.shared_inter)
     p.shared = {L.sh_gate, L.sh_up, L.sh_down, L.sh_gate_s, L.sh_up_s, L.sh_down_s};
-  if (mode != 0) p.route = &rp;
+  if (mode == 1 || mode == 2) p.route = &rp;
   ops::MoeExperts(p);
 }
 
@@ -431,7 +436,7 @@ void DecodeSection(const Shape& s, cudaStream_t stream, double bw, double gemm, 
     // (the outputs of the forms are checked against mode 0).
     {
       std::vector<float> ffn_ref;
-      for (int mode = 0; mode < 3; ++mode) {
+      for (int mode = 0; mode < 4; ++mode) {
         cuda::StreamScope scope(stream);
         PG_CUDA_CHECK(cudaMemsetAsync(A.out.data, 0, size_t(A.out.nbytes()), stream));
         NormFfn(L, A, mode);
@@ -443,9 +448,18 @@ void DecodeSection(const Shape& s, cudaStream_t stream, double bw, double gemm, 
                      Nmse(ffn_ref, got_ffn), Nmse(ffn_ref, got_ffn) < 1e-4 ? "OK" : "MISMATCH");
       }
       const char* names[] = {"FFN norm+router+experts", "FFN self-routed (3 kern)",
-                             "FFN self-routed, mm apart"};
-      for (int mode = 0; mode < 3; ++mode)
+                             "FFN self-routed, mm apart", "FFN cluster router+exp"};
+      for (int mode = 0; mode < 4; ++mode)
         row(names[mode], GraphUs(stream, [&] { NormFfn(L, A, mode); }, 10, kPerGraph));
+      cuda::MoeTuning nopre;
+      nopre.walk_down_preload = false;
+      cuda::SetMoeTuning(nopre);
+      row("FFN cluster, no preload", GraphUs(stream, [&] { NormFfn(L, A, 3); }, 10, kPerGraph));
+      cuda::MoeTuning counter;
+      counter.router_cluster = false;
+      cuda::SetMoeTuning(counter);
+      row("FFN counter router+exp", GraphUs(stream, [&] { NormFfn(L, A, 3); }, 10, kPerGraph));
+      cuda::SetMoeTuning({});
       cuda::MoeTuning pre;
       pre.walk_down_preload = true;  // the down kernel routes before its PDL wait
       cuda::SetMoeTuning(pre);
@@ -462,6 +476,13 @@ void DecodeSection(const Shape& s, cudaStream_t stream, double bw, double gemm, 
       cuda::SetMoeTuning({});
     }
     row("norm+router fused", GraphUs(stream, [&] { norm_router(true); }, 10, kPerGraph));
+    {
+      cuda::MoeTuning counter;
+      counter.router_cluster = false;
+      cuda::SetMoeTuning(counter);
+      row("norm+router counter", GraphUs(stream, [&] { norm_router(true); }, 10, kPerGraph));
+      cuda::SetMoeTuning({});
+    }
     row("norm+router unfused", GraphUs(stream, [&] { norm_router(false); }, 10, kPerGraph));
   }
 }

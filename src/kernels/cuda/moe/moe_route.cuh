@@ -62,27 +62,21 @@ __device__ inline void MaskGroups(const MoeRouterArgs& a, float* choice, int lan
   __syncwarp();
 }
 
-// Routes token t (whole warp; a.num_experts <= 32 * kRoutePerLane). Lane j < top_k gets the
-// j-th chosen expert (descending choice score) in *id and its final weight (renormalised,
-// scaled) in *weight; other lanes get -1 / 0. choice_smem: [num_experts] f32 of shared memory
-// (used only by group-limited routing). f32 logits are read through L2 (__ldcg): they may
-// come from other blocks of the same grid.
-__device__ inline void RouteWarp(const MoeRouterArgs& a, int64_t t, float* choice_smem, int lane,
-                                 int* id, float* weight) {
+// Routes one token from its logits in registers, lg[j] = logit of expert lane + 32 j (entries
+// past num_experts ignored); whole warp, a.num_experts <= 32 * kRoutePerLane. Lane j < top_k
+// gets the j-th chosen expert (descending choice score) in *id and its final weight
+// (renormalised, scaled) in *weight; other lanes get -1 / 0. choice_smem: [num_experts] f32 of
+// shared memory (used only by group-limited routing).
+__device__ inline void RouteWarpLogits(const MoeRouterArgs& a, const float (&lg)[kRoutePerLane],
+                                       float* choice_smem, int lane, int* id, float* weight) {
   constexpr int P = kRoutePerLane;
   const int E = a.num_experts;
   float s[P], c[P];
   float mx = -FLT_MAX;
 #pragma unroll
   for (int j = 0; j < P; ++j) {
-    const int e = lane + 32 * j;
-    s[j] = 0.0f;
-    if (e < E) {
-      s[j] = a.logits_bf16
-                 ? __bfloat162float(static_cast<const bf16*>(a.logits)[t * a.logits_stride + e])
-                 : __ldcg(static_cast<const float*>(a.logits) + t * a.logits_stride + e);
-      mx = fmaxf(mx, s[j]);
-    }
+    s[j] = lg[j];
+    if (lane + 32 * j < E) mx = fmaxf(mx, s[j]);
   }
   if (a.sigmoid) {
 #pragma unroll
@@ -149,6 +143,23 @@ __device__ inline void RouteWarp(const MoeRouterArgs& a, int64_t t, float* choic
   }
   *id = my_id;
   *weight = w;
+}
+
+// The same for token t of a.logits; f32 logits are read through L2 (__ldcg): they may come
+// from other blocks of the same grid.
+__device__ inline void RouteWarp(const MoeRouterArgs& a, int64_t t, float* choice_smem, int lane,
+                                 int* id, float* weight) {
+  float lg[kRoutePerLane];
+#pragma unroll
+  for (int j = 0; j < kRoutePerLane; ++j) {
+    const int e = lane + 32 * j;
+    lg[j] = 0.0f;
+    if (e < a.num_experts)
+      lg[j] = a.logits_bf16
+                  ? __bfloat162float(static_cast<const bf16*>(a.logits)[t * a.logits_stride + e])
+                  : __ldcg(static_cast<const float*>(a.logits) + t * a.logits_stride + e);
+  }
+  RouteWarpLogits(a, lg, choice_smem, lane, id, weight);
 }
 
 }  // namespace pg::cuda::moe
