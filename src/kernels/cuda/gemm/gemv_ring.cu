@@ -3,21 +3,25 @@
 //
 // One block per SM: a producer warp streams the block's weight rows into a shared-memory ring
 // with 1-D bulk copies (cp.async.bulk, completion counted in bytes on the slot's "full"
-// mbarrier), kConsumerWarps consumer warps take the slots in order and give each back on its
-// "empty" mbarrier. The bytes in flight are the ring (64-96 KB a block), not a function of
-// the warp count, so the block is small (288 threads, <= ~110 KB of shared memory) and the
-// next kernel's block fits beside it. PDL (common/pdl.cuh): the kernel triggers its
-// dependents at once and the producer fills the ring before PdlWait (w_constant: weights are
-// never written in a step), so while the previous kernel drains, this one's first ~10 MB are
-// already on their way; the consumers PdlWait, stage x (normalised when asked), then consume.
+// mbarrier), kConsumerWarps consumer warps take their slots in order and give each back on
+// its "empty" mbarrier. The bytes in flight are the ring (~128 KB a block), not a function of
+// the warp count. PDL (common/pdl.cuh): the kernel triggers its dependents at once and the
+// producer fills the ring before PdlWait (w_constant: weights are never written in a step),
+// so while the previous kernel drains, this one's first ~16 MB are already on their way; the
+// consumers PdlWait, stage x (normalised when asked), then consume.
 //
 // Work split: the warp-row space (m rows; ceil(m / 2) with two rows per warp, kPair; m gate
 // rows with swiglu, whose warps also stream up row m + j) is cut into gridDim.x contiguous
-// slices; a block walks its slice in groups of kConsumerWarps warp-rows (warp w owns row
-// j = group start + w) and each group's rows in chunks of `chunk` columns: one ring slot =
-// one (group, chunk) = kConsumerWarps * kW row pieces of chunk * 2 bytes.
-// Summation order: a lane sums chunks lane, lane + 32, ... of its row in order across the
-// slots (chunk is a multiple of 256 columns), so the outputs are bitwise those of gemv.cu.
+// slices; in its block's slice, consumer warp w owns rows j = start + w + kConsumerWarps * t
+// and walks each in pieces of `chunk` columns. A ring slot holds one piece of each weight row
+// (kW) of `group` consecutive warps (group 1: every warp has its own slots, so a slow warp
+// holds back no other; group 8: one slot serves all warps). Slots go round-robin over the
+// warp groups, so slot i always belongs to warp group i % (kConsumerWarps / group).
+// Measured (docs/PERF.md "TMA-ring decode GEMV"): a bulk copy has a fixed cost of its own
+// (~60 ns an SM), so pieces of 4-8 KB, not 1-2 KB.
+// Summation order: a lane sums the 16-byte chunks lane, lane + 32, ... of its row in order
+// across the pieces (a piece is a multiple of 32 x 16 bytes), so the outputs are bitwise
+// those of gemv.cu (bf16) and cuda/moe's Fp8GemvKernel (fp8).
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -37,16 +41,16 @@ namespace {
 constexpr int kConsumerWarps = 8;
 constexpr int kThreads = (kConsumerWarps + 1) * 32;  // + the producer warp (the last one)
 constexpr int kMaxRows = 4;
-constexpr int kMaxStages = 8;
+constexpr int kMaxStages = 32;                       // ring slots
 constexpr int kBarBytes = 2 * kMaxStages * 8;        // full[kMaxStages], empty[kMaxStages]
 constexpr int kMaxStageX = 32 * 1024;                // staged x rows (n * k * 2 bytes)
-constexpr int kSmemBudget = 110 * 1024;              // ring + x + barriers: two blocks an SM
 
 // Launch geometry, fixed per call on the host.
 struct RingPlan {
-  int stages;       // ring slots (2 .. kMaxStages)
-  int chunk;        // columns per slot row piece (multiple of 256; the last piece may be shorter)
-  int slot_bytes;   // kConsumerWarps * kW * chunk * 2
+  int stages;       // ring slots: a multiple of kConsumerWarps / group, <= kMaxStages
+  int group;        // consumer warps sharing a slot: 1, 2, 4 or 8
+  int chunk;        // columns per row piece (32 x 16 bytes a multiple; the last may be shorter)
+  int slot_bytes;   // group * kW * chunk * element bytes
   int x_offset;     // byte offset of the staged x rows (stage_x)
   bool stage_x;     // x rows in shared memory (always with the norm); else read from global
   const float* w_scale = nullptr;  // fp8 weights: dequantization scale(s)
@@ -112,9 +116,13 @@ __global__ void __launch_bounds__(kThreads, 2) GemvRingKernel(GemvArgs a, RingPl
   const int64_t mj = kPair ? (a.m + 1) / 2 : a.m;  // the warp-row space
   const int64_t roff = kSwiGlu ? a.m : mj;         // offset of a warp's second row
   const int64_t jb = mj * blockIdx.x / gridDim.x, je = mj * (blockIdx.x + 1) / gridDim.x;
-  const int64_t groups = (je - jb + kConsumerWarps - 1) / kConsumerWarps;
+  const int ng = kConsumerWarps / p.group;        // warp groups: slot i serves group i % ng
+  const int64_t rows = je - jb;
+  // Rows of warp w: j = jb + w + kConsumerWarps * t < je.
+  auto rows_of_warp = [&](int w) -> int64_t {
+    return rows > w ? (rows - w + kConsumerWarps - 1) / kConsumerWarps : 0;
+  };
   const int64_t chunks = (a.k + p.chunk - 1) / p.chunk;
-  const int64_t slots = groups * chunks;  // ring slots this block streams, in order
   const uint32_t full0 = SmemAddr(smem), empty0 = full0 + kMaxStages * 8;
   const uint32_t ring0 = SmemAddr(smem + kBarBytes);
   // kPair with odd m: the last warp-row has no partner; it streams its own row twice.
@@ -124,8 +132,8 @@ __global__ void __launch_bounds__(kThreads, 2) GemvRingKernel(GemvArgs a, RingPl
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < p.stages; ++s) {
-      MbarInit(full0 + 8 * s, 1);                 // the producer's arrive (+ the bytes)
-      MbarInit(empty0 + 8 * s, kConsumerWarps);   // one arrive per consumer warp
+      MbarInit(full0 + 8 * s, 1);         // the producer's arrive (+ the bytes)
+      MbarInit(empty0 + 8 * s, p.group);  // one arrive per consumer warp of the group
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
@@ -135,15 +143,18 @@ __global__ void __launch_bounds__(kThreads, 2) GemvRingKernel(GemvArgs a, RingPl
     if (!a.w_constant) PdlWait();
     const uint64_t policy = EvictFirstPolicy();
     const unsigned char* wbytes = reinterpret_cast<const unsigned char*>(a.w);
-    // Lane t < kConsumerWarps * kW copies slot row t: warp-row w = t / kW, its row q = t % kW.
-    const int w = lane / kW, q = lane % kW;
-    for (int64_t s = 0; s < slots; ++s) {
+    // Lane l < group * kW copies the slot's piece l: warp group * gi + l / kW, its row l % kW.
+    const int lw = lane / kW, q = lane % kW;
+    const int64_t total = rows_of_warp(0) * chunks * ng;  // warp 0 has the most rows
+    for (int64_t s = 0; s < total; ++s) {
+      const int gi = int(s % ng);
+      const int64_t u = s / ng, t = u / chunks, k0 = (u % chunks) * p.chunk;
+      if (t >= rows_of_warp(gi * p.group)) continue;  // the group's rows are done (tail only)
       const int slot = int(s % p.stages);
       const uint32_t round = uint32_t(s / p.stages) & 1;
-      const int64_t g = s / chunks, k0 = (s % chunks) * p.chunk;
       const uint32_t piece = uint32_t(a.k - k0 < p.chunk ? a.k - k0 : p.chunk) * kWb;
-      const int64_t j = jb + g * kConsumerWarps + w;
-      const bool copies = lane < kConsumerWarps * kW && j < je;
+      const int64_t j = jb + gi * p.group + lw + int64_t(kConsumerWarps) * t;
+      const bool copies = lane < p.group * kW && j < je;
       const uint32_t bytes = uint32_t(__popc(__ballot_sync(0xffffffffu, copies))) * piece;
       if (lane == 0) {
         MbarWait(empty0 + 8 * slot, round ^ 1);  // a fresh barrier passes parity 1 at once
@@ -166,20 +177,22 @@ __global__ void __launch_bounds__(kThreads, 2) GemvRingKernel(GemvArgs a, RingPl
   const int64_t xld = p.stage_x ? a.k / 8 : a.ldx / 8;  // row stride of xv4, 16-byte units
   const int piece_v = p.chunk * kWb / 16;               // 16-byte units per row piece
   const uint4* ring = reinterpret_cast<const uint4*>(smem + kBarBytes);
-  int64_t s = 0;
-  for (int64_t g = 0; g < groups; ++g) {
-    const int64_t j = jb + g * kConsumerWarps + warp;
+  const int gi = warp / p.group, lw = warp % p.group;
+  const int64_t trows = rows_of_warp(gi * p.group);  // the group's row rounds
+  for (int64_t t = 0; t < trows; ++t) {
+    const int64_t j = jb + warp + int64_t(kConsumerWarps) * t;
     const bool active = j < je;
     float acc[kW][NB];
 #pragma unroll
     for (int q = 0; q < kW; ++q)
 #pragma unroll
       for (int r = 0; r < NB; ++r) acc[q][r] = 0.0f;
-    for (int64_t c = 0; c < chunks; ++c, ++s) {
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t s = (t * chunks + c) * ng + gi;
       const int slot = int(s % p.stages);
       MbarWait(full0 + 8 * slot, uint32_t(s / p.stages) & 1);
       if (active) {
-        const uint4* wr = ring + int64_t(slot) * (p.slot_bytes / 16) + warp * kW * piece_v;
+        const uint4* wr = ring + int64_t(slot) * (p.slot_bytes / 16) + lw * kW * piece_v;
         const int64_t k0 = c * p.chunk, x0 = k0 / 8;
         const int nv = int(a.k - k0 < p.chunk ? a.k - k0 : p.chunk) * kWb / 16;
 #pragma unroll 4
@@ -256,29 +269,39 @@ bool ShapeWantsRing(const GemvArgs& a) {
   return false;
 }
 
-// wb: bytes per weight element (2 bf16, 1 fp8).
 bool ShapeWantsRingFp8(const Fp8GemvArgs& f) {
   (void)f;
   return false;
 }
 
+// wb: bytes per weight element (2 bf16, 1 fp8). Defaults (env overrides, for A/B runs):
+// every warp its own slots (PEREGRINE_GEMV_RING_GROUP=1), a slot of 8 KB a warp
+// (PEREGRINE_GEMV_RING_PIECE_KB: bytes of one row piece, default 8 / kw), two slots a warp
+// (PEREGRINE_GEMV_RING_DEPTH=2), ring + x within PEREGRINE_GEMV_RING_BUDGET_KB (200: one
+// block an SM).
 RingPlan PlanOf(const GemvArgs& a, int kw, int wb) {
+  static const int group_env = EnvInt("PEREGRINE_GEMV_RING_GROUP", 1);
+  static const int piece_kb = EnvInt("PEREGRINE_GEMV_RING_PIECE_KB", 0);
+  static const int depth_env = std::clamp(EnvInt("PEREGRINE_GEMV_RING_DEPTH", 2), 1, 16);
+  static const int budget = std::clamp(EnvInt("PEREGRINE_GEMV_RING_BUDGET_KB", 200), 32, 220) * 1024;
   RingPlan p{};
-  // Slot: kConsumerWarps * kw row pieces; default 16 KB (PEREGRINE_GEMV_RING_SLOT_KB). A
-  // piece is a multiple of 32 lanes x 16 bytes (the warp kernels' per-lane order).
-  static const int slot_kb = std::clamp(EnvInt("PEREGRINE_GEMV_RING_SLOT_KB", 16), 4, 64);
-  const int unit = 32 * 16 / wb;                                       // columns
-  const int per_row = slot_kb * 1024 / (kConsumerWarps * kw * wb);     // columns
-  p.chunk = std::max(unit, per_row / unit * unit);
+  p.group = group_env == 2 || group_env == 4 || group_env == 8 ? group_env : 1;
+  const int ng = kConsumerWarps / p.group;
+  const int unit = 32 * 16 / wb;  // columns of 32 lanes x 16 bytes
+  const int piece = piece_kb > 0 ? piece_kb * 1024 : 8 * 1024 / kw;
+  p.chunk = std::max(unit, piece / wb / unit * unit);
   if (p.chunk > a.k) p.chunk = int(a.k);  // one piece per row (a multiple of 16 bytes)
-  p.slot_bytes = kConsumerWarps * kw * p.chunk * wb;
   const int64_t xbytes = a.n * a.k * 2;
   p.stage_x = a.norm_weight || xbytes <= kMaxStageX;
-  // Ring bytes: what the budget leaves beside x (PEREGRINE_GEMV_RING_KB overrides).
-  static const int ring_kb = EnvInt("PEREGRINE_GEMV_RING_KB", 0);
-  const int64_t room = ring_kb > 0 ? int64_t(ring_kb) * 1024
-                                   : kSmemBudget - kBarBytes - (p.stage_x ? xbytes : 0);
-  p.stages = int(std::clamp<int64_t>(room / p.slot_bytes, 2, kMaxStages));
+  const int64_t room = budget - kBarBytes - (p.stage_x ? xbytes : 0);
+  int depth = std::min(depth_env, kMaxStages / ng);
+  for (;;) {
+    p.slot_bytes = p.group * kw * p.chunk * wb;
+    while (depth > 1 && int64_t(ng) * depth * p.slot_bytes > room) --depth;
+    if (int64_t(ng) * depth * p.slot_bytes <= room || p.chunk <= unit) break;
+    p.chunk = std::max(unit, p.chunk / 2 / unit * unit);  // one slot a group does not fit
+  }
+  p.stages = ng * depth;
   p.x_offset = kBarBytes + p.stages * p.slot_bytes;
   return p;
 }
@@ -289,7 +312,7 @@ void Launch(const GemvArgs& a, cudaStream_t stream, const float* w_scale = nullp
   constexpr int kW = kSwiGlu || kPair ? 2 : 1;
   auto* kernel = GemvRingKernel<NB, kNorm, kSwiGlu, kPair, kFp8>;
   static const cudaError_t once = cudaFuncSetAttribute(
-      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024);
   (void)once;  // a failure surfaces as the launch's error
   RingPlan p = PlanOf(a, kW, kFp8 ? 1 : 2);
   p.w_scale = w_scale;
