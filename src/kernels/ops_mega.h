@@ -64,6 +64,9 @@ class MegaPlan {
   virtual ~MegaPlan() = default;
   virtual int num_steps() const = 0;
   virtual void Run(int begin, int end, const MegaRunInputs& in = {}) const = 0;
+  // With PEREGRINE_MEGA_TRACE=1 at creation: a timeline of the last Run (per step kind: the
+  // barrier latency, input staging, tile time and spread over blocks); else empty.
+  virtual std::string TraceReport() const = 0;
 };
 
 // nullptr (and *why_not set) when this build or device cannot run `steps` (no CUDA, a dtype,

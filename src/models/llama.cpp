@@ -96,6 +96,13 @@ class LlamaModel final : public Model {
     attn_scale_ = 1.0f / std::sqrt(float(config_.head_dim)) * ops::RopeAttentionScale(config_.rope);
   }
 
+  // PEREGRINE_MEGA_TRACE=1: the timeline of the last mega launch (ops_mega.h TraceReport).
+  ~LlamaModel() override {
+    if (!mega_) return;
+    const std::string report = mega_->TraceReport();
+    if (!report.empty()) PG_LOG_INFO("{}", report);
+  }
+
   const ModelConfig& config() const override { return config_; }
   int64_t weight_bytes() const override {
     return on_device() ? device_weight_bytes_ : weights_->total_bytes();

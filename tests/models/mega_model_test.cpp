@@ -1,11 +1,12 @@
 // The persistent batch-1 decode kernel in the llama device path (PEREGRINE_MEGA, ops_mega.h):
 // the same model placed with the mega path off and on, decoded through the runner's CUDA
 // graphs (teacher-forced: the same tokens), at every step:
-//  * PEREGRINE_MEGA_ATTN=0 (projections in the mega kernel, attention in its usual kernels):
-//    the GEMV steps compute bitwise what the fused GEMV ops compute (tests/ops/mega_test.cpp),
-//    so the logits must be IDENTICAL (max |diff| 0);
-//  * the whole step in one launch (attention inside): the attention step rounds where
-//    RopeKvWrite + Attention round and differs by f32 summation order only, i.e. the two runs
+//  * PEREGRINE_MEGA_ATTN=0 with PEREGRINE_MEGA_TILES=1 (projections in the mega kernel's tile
+//    mode, attention in its usual kernels): the GEMV steps compute bitwise what the fused GEMV
+//    ops compute (tests/ops/mega_test.cpp), so the logits must be IDENTICAL (max |diff| 0);
+//  * the whole step in one launch (attention inside, row-mode GEMV steps): the steps round
+//    where RopeKvWrite + Attention and the GEMV ops round and differ by f32 summation order
+//    only, i.e. the two runs
 //    are two bf16 evaluations of the same f32 model. Bound: each is within the device golden
 //    tolerance of the f32 model (gpu_model_test.cpp: 0.05 sqrt(L / 3) of the logits' std), so
 //    they differ by at most twice that (triangle inequality);
@@ -42,6 +43,7 @@ enum class Mode { kOff, kMegaSplit, kMegaWhole };
 Placed PlaceWith(Mode mode, const std::string& path, bool dummy, int context) {
   setenv("PEREGRINE_MEGA", mode == Mode::kOff ? "0" : "1", 1);
   setenv("PEREGRINE_MEGA_ATTN", mode == Mode::kMegaSplit ? "0" : "1", 1);
+  setenv("PEREGRINE_MEGA_TILES", mode == Mode::kMegaSplit ? "1" : "0", 1);
   Placed p;
   p.runner = std::make_unique<rt::GpuRunner>(rt::GpuRunnerOptions{
       .gpu_memory_utilization = 0.4, .max_batch_tokens = 64, .page_size = 16});
@@ -58,6 +60,7 @@ Placed PlaceWith(Mode mode, const std::string& path, bool dummy, int context) {
   p.runner->CaptureDecode(sizes, context);
   unsetenv("PEREGRINE_MEGA");
   unsetenv("PEREGRINE_MEGA_ATTN");
+  unsetenv("PEREGRINE_MEGA_TILES");
   return p;
 }
 
@@ -120,6 +123,15 @@ void ExpectMegaMatches(const std::string& path, bool dummy, std::span<const int3
     num_layers = p.model->config().num_layers;
     logits[int(mode)] = TeacherForced(p, prompt, tokens);
     if (mode != Mode::kOff) EXPECT_GT(ops::MegaLaunches(), launches0) << "the mega path never ran";
+    if (mode == Mode::kMegaWhole) {
+      // The kernel is deterministic (fixed splits, merge order and tiles): the same run again
+      // (same prompt, same tokens, same cache slots rewritten) gives the same bits; a race
+      // would show here as a difference.
+      const auto again = TeacherForced(p, prompt, tokens);
+      int differ = 0;
+      for (size_t t = 0; t < again.size(); ++t) differ += again[t] != logits[int(mode)][t];
+      EXPECT_EQ(differ, 0) << "mega run twice: steps with different logits";
+    }
   }
   const Diff split = Compare(logits[0], logits[1]), whole = Compare(logits[0], logits[2]);
   const double bound = 2 * 0.05 * std::sqrt(std::max(num_layers, 3) / 3.0);

@@ -83,6 +83,10 @@ int RunMegaBench() {
       const double ms = GraphMedianMs(fn, 2);
       fmt::print("{:<8} {:>10.1f} {:>8.1f}%\n", name, ms * 1e3, 100 * floor_us / (ms * 1e3));
     }
+    // One traced run of each launch shape (PEREGRINE_MEGA_TRACE=1 at plan creation).
+    plan->Run(0, n);
+    const std::string report = plan->TraceReport();
+    if (!report.empty()) fmt::print("{}", report);
     return 0;
   } catch (const std::exception& e) {
     fmt::print(stderr, "bench_mega: {}\n", e.what());

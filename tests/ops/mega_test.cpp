@@ -2,7 +2,9 @@
 //  * the CPU reference: the same steps through the reference-backed composition on f32 host
 //    tensors (RunMegaStepsComposed on the CPU), bf16 chain tolerance;
 //  * the CUDA composition (FusedMatmul / Matmul accumulate on their CUDA backends), which the
-//    kernel must match BITWISE (same summation order and rounding points);
+//    kernel's tile mode (PEREGRINE_MEGA_TILES=1) must match BITWISE (same summation order and
+//    rounding points); the default row mode sums a row's column pieces in another order, so
+//    it is held to the composition at bf16 rounding (outputs 1 ulp apart at most per op);
 // on an awkward shape (partial tiles, partial 1024-column chunks, bias) and the Llama-3.1-8B
 // layer shape, in one launch and in several launches (the model's split around attention), and
 // over 50 CUDA-graph replays (the step counters re-arm; a race shows as a differing replay).
@@ -145,13 +147,14 @@ std::vector<MegaStepParams> Steps(const Shape& s, const std::vector<void*>& w,
 }
 
 // The CPU reference: x after the chain (f32, no intermediate rounding beyond the ops').
-std::vector<float> HostReference(Chain& c) {
+std::vector<float> HostReference(const Chain& c) {
   const Shape& s = c.s;
   std::vector<void*> w, norms, bias;
-  for (auto& L : c.layers) {
-    w.insert(w.end(), {L.wqkv.data(), L.wo.data(), L.wgu.data(), L.wd.data()});
-    norms.insert(norms.end(), {L.n1.data(), L.n2.data()});
-    bias.push_back(s.bias ? L.bias.data() : nullptr);
+  auto ptr = [](const std::vector<float>& v) { return static_cast<void*>(const_cast<float*>(v.data())); };
+  for (const auto& L : c.layers) {
+    w.insert(w.end(), {ptr(L.wqkv), ptr(L.wo), ptr(L.wgu), ptr(L.wd)});
+    norms.insert(norms.end(), {ptr(L.n1), ptr(L.n2)});
+    bias.push_back(s.bias ? ptr(L.bias) : nullptr);
   }
   std::vector<float> x = c.x0, qkv(size_t(s.qkv)), act(size_t(s.f));
   std::vector<float> normed(size_t(std::max(s.h, s.f))), projected(size_t(2 * s.f + s.qkv));
@@ -210,12 +213,33 @@ void ExpectBitwise(const std::vector<uint16_t>& want, const std::vector<uint16_t
                      << (first >= 0 ? Bf16ToF32(got[size_t(first)]) : 0.0f) << ")";
 }
 
-void CheckShape(const Shape& s) {
+// Row mode against the composition: each op's outputs may differ by a bf16 rounding flip
+// (2^-8 relative) from the f32 reassociation; chained over a few layers that stays well below
+// 1% of the output scale.
+constexpr Tolerance kRowMode{1e-2, 1e-5};
+
+void ExpectNear(const std::vector<uint16_t>& want, const std::vector<uint16_t>& got,
+                const std::string& what) {
+  std::vector<float> w, g;
+  for (uint16_t u : want) w.push_back(Bf16ToF32(u));
+  for (uint16_t u : got) g.push_back(Bf16ToF32(u));
+  ExpectClose(w.data(), g.data(), int64_t(w.size()), kRowMode, what);
+}
+
+void CheckShape(const Chain& c, const std::vector<float>& host_ref, bool tiles) {
   if (cuda::DeviceCount() == 0) GTEST_FAIL() << "no CUDA device: this binary runs on the GPU";
-  Chain c(s);
+  SCOPED_TRACE(tiles ? "tile mode" : "row mode");
+  const Shape& s = c.s;
   DeviceChain d(c);
   std::string why;
+  if (tiles) setenv("PEREGRINE_MEGA_TILES", "1", 1);
   auto plan = MakeMegaPlan(d.steps, &why);
+  unsetenv("PEREGRINE_MEGA_TILES");
+  auto expect = [&](const std::vector<uint16_t>& want, const std::vector<uint16_t>& got,
+                    const std::string& what) {
+    if (tiles) ExpectBitwise(want, got, what);
+    else ExpectNear(want, got, what);
+  };
   ASSERT_TRUE(plan) << why;
   ASSERT_EQ(plan->num_steps(), 4 * s.layers);
 
@@ -230,20 +254,21 @@ void CheckShape(const Shape& s) {
   d.ResetX();
   plan->Run(0, plan->num_steps());
   PG_CUDA_CHECK(cudaDeviceSynchronize());
-  ExpectBitwise(want_x, d.x.Bits(), "x, one launch");
-  ExpectBitwise(want_qkv, d.qkv.Bits(), "qkv, one launch");
-  ExpectBitwise(want_act, d.act.Bits(), "act, one launch");
+  expect(want_x, d.x.Bits(), "x, one launch");
+  expect(want_qkv, d.qkv.Bits(), "qkv, one launch");
+  expect(want_act, d.act.Bits(), "act, one launch");
+  const std::vector<uint16_t> one_launch = d.x.Bits();
 
   // Against the CPU reference.
-  const std::vector<float> ref = HostReference(c), got = d.x.Values();
-  ExpectClose(ref.data(), got.data(), s.h, Tolerance{0.06, 2e-4}, "x vs CPU reference");
+  const std::vector<float> got = d.x.Values();
+  ExpectClose(host_ref.data(), got.data(), s.h, Tolerance{0.06, 2e-4}, "x vs CPU reference");
 
   // The model's split: step 0, then [o, gate_up, down, next qkv] per layer.
   d.ResetX();
   plan->Run(0, 1);
   for (int b = 1; b < plan->num_steps(); b += 4) plan->Run(b, std::min(b + 4, plan->num_steps()));
   PG_CUDA_CHECK(cudaDeviceSynchronize());
-  ExpectBitwise(want_x, d.x.Bits(), "x, launches split per layer");
+  ExpectBitwise(one_launch, d.x.Bits(), "x, launches split per layer vs one launch");
 
   // 50 replays of a captured graph (reset x, whole chain): every replay the same bits.
   cudaStream_t st;
@@ -262,7 +287,7 @@ void CheckShape(const Shape& s) {
       PG_CUDA_CHECK(cudaMemsetAsync(d.act.p, 0, size_t(s.f) * 2, st));
       PG_CUDA_CHECK(cudaGraphLaunch(ge, st));
       PG_CUDA_CHECK(cudaStreamSynchronize(st));
-      bad += d.x.Bits() != want_x || d.act.Bits() != want_act;
+      bad += d.x.Bits() != one_launch;
     }
     EXPECT_EQ(bad, 0) << "graph replays with different outputs (of 50)";
     cudaGraphExecDestroy(ge);
@@ -273,12 +298,18 @@ void CheckShape(const Shape& s) {
 
 TEST(MegaPlanGpu, AwkwardShapeMatchesCompositionBitwiseAndReference) {
   PG_SEED_TRACE();
-  CheckShape({.h = 264, .qkv = 203, .qd = 136, .f = 1048, .layers = 3, .bias = true});
+  Chain c({.h = 264, .qkv = 203, .qd = 136, .f = 1048, .layers = 3, .bias = true});
+  const std::vector<float> ref = HostReference(c);
+  for (bool tiles : {true, false}) CheckShape(c, ref, tiles);
 }
 
 TEST(MegaPlanGpu, Llama8BLayerMatchesCompositionBitwiseAndReference) {
   PG_SEED_TRACE();
-  CheckShape({.h = 4096, .qkv = 6144, .qd = 4096, .f = 14336, .layers = 2, .bias = false});
+  // One layer (the CPU reference of the 8B matrices is the slow part; the awkward shape
+  // covers the layer-to-layer dependencies).
+  Chain c({.h = 4096, .qkv = 6144, .qd = 4096, .f = 14336, .layers = 1, .bias = false});
+  const std::vector<float> ref = HostReference(c);
+  for (bool tiles : {true, false}) CheckShape(c, ref, tiles);
 }
 
 TEST(MegaPlanGpu, RefusesWhatTheKernelCannotRun) {

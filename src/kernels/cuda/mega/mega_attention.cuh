@@ -86,7 +86,7 @@ __device__ void PrefetchKv(const MegaArgs& a, const MegaStep& s, int max_keys) {
   }
 }
 
-// kAttnUnroll: keys in flight per warp (k and v rows: 16 bytes a lane each).
+// kAttnUnroll (<= 32): keys a warp loads at once (k and v rows: 16 bytes a lane per key).
 template <int kAttnUnroll>
 __device__ void AttentionStep(const MegaArgs& a, const MegaStep& s, void* smem_region) {
   AttnSmem& sm = *static_cast<AttnSmem*>(smem_region);
@@ -134,40 +134,69 @@ __device__ void AttentionStep(const MegaArgs& a, const MegaStep& s, void* smem_r
       }
     }
     for (int p = p0 + warp; p < p1; p += kMegaConsumerWarps * kAttnUnroll) {
-      float kf[kAttnUnroll][4], vf[kAttnUnroll][4];
+      // Keys p + 8u, u < kAttnUnroll: lane u looks up key u's cache row (-1: past the split,
+      // or the new token, whose k and v come from shared memory), then every lane loads its 4
+      // dims of all the rows at once (kAttnUnroll x 2 x 8 bytes in flight a lane).
+      int64_t row_off = -1;
+      {
+        const int pp = p + lane * kMegaConsumerWarps;
+        if (lane < kAttnUnroll && pp < p1 && pp != pos)
+          row_off = CacheRow(b, pp, s.kv_heads) + int64_t(g) * kMegaHeadDim;
+      }
+      uint2 kr[kAttnUnroll], vr[kAttnUnroll];
 #pragma unroll
       for (int u = 0; u < kAttnUnroll; ++u) {
-        const int pp = p + u * kMegaConsumerWarps;
-        if (pp >= p1) continue;
-        if (pp == pos) {
-#pragma unroll
-          for (int d = 0; d < 4; ++d) kf[u][d] = sm.k[4 * lane + d], vf[u][d] = sm.v[4 * lane + d];
-        } else {
-          const int64_t off = CacheRow(b, pp, s.kv_heads) + int64_t(g) * kMegaHeadDim + 4 * lane;
-          Widen4(*reinterpret_cast<const uint2*>(kc + off), kf[u]);
-          Widen4(*reinterpret_cast<const uint2*>(vc + off), vf[u]);
+        const int64_t off = __shfl_sync(0xffffffffu, row_off, u);
+        kr[u] = vr[u] = make_uint2(0u, 0u);
+        if (off >= 0) {
+          kr[u] = *reinterpret_cast<const uint2*>(kc + off + 4 * lane);
+          vr[u] = *reinterpret_cast<const uint2*>(vc + off + 4 * lane);
         }
       }
 #pragma unroll
-      for (int u = 0; u < kAttnUnroll; ++u) {
-        const int pp = p + u * kMegaConsumerWarps;
-        if (pp >= p1) break;  // warp-uniform
+      for (int h = 0; h < kMegaMaxGroup; ++h) {
+        if (h >= group) break;
+        // Scores of the kAttnUnroll keys (log2 units; -inf past the split), one rescale.
+        float t[kAttnUnroll];
+        float mn = m[h];
 #pragma unroll
-        for (int h = 0; h < kMegaMaxGroup; ++h) {
-          if (h >= group) break;
+        for (int u = 0; u < kAttnUnroll; ++u) {
+          const int pp = p + u * kMegaConsumerWarps;
+          float kf[4];
+          if (pp == pos) {
+#pragma unroll
+            for (int d = 0; d < 4; ++d) kf[d] = sm.k[4 * lane + d];
+          } else {
+            Widen4(kr[u], kf);
+          }
           float sc = 0.0f;
 #pragma unroll
-          for (int d = 0; d < 4; ++d) sc = fmaf(q[h][d], kf[u][d], sc);
+          for (int d = 0; d < 4; ++d) sc = fmaf(q[h][d], kf[d], sc);
 #pragma unroll
           for (int o = 16; o > 0; o >>= 1) sc += __shfl_xor_sync(0xffffffffu, sc, o);
-          const float t = sc * scale2;
-          const float mn = fmaxf(m[h], t);
-          const float c = Exp2Or0(m[h], mn), pr = exp2f(t - mn);
-          l[h] = l[h] * c + pr;
-#pragma unroll
-          for (int d = 0; d < 4; ++d) acc[h][d] = fmaf(pr, vf[u][d], acc[h][d] * c);
-          m[h] = mn;
+          t[u] = pp < p1 ? sc * scale2 : -INFINITY;
+          mn = fmaxf(mn, t[u]);
         }
+        const float c = Exp2Or0(m[h], mn);
+        l[h] *= c;
+#pragma unroll
+        for (int d = 0; d < 4; ++d) acc[h][d] *= c;
+#pragma unroll
+        for (int u = 0; u < kAttnUnroll; ++u) {
+          const int pp = p + u * kMegaConsumerWarps;
+          const float pr = Exp2Or0(t[u], mn);
+          float vf[4];
+          if (pp == pos) {
+#pragma unroll
+            for (int d = 0; d < 4; ++d) vf[d] = sm.v[4 * lane + d];
+          } else {
+            Widen4(vr[u], vf);
+          }
+          l[h] += pr;
+#pragma unroll
+          for (int d = 0; d < 4; ++d) acc[h][d] = fmaf(pr, vf[d], acc[h][d]);
+        }
+        m[h] = mn;
       }
     }
 #pragma unroll

@@ -36,6 +36,13 @@ inline constexpr int kMegaConsumerWarps = kMegaTileRows;  // warp w reads tile r
 inline constexpr int kMegaThreads = (kMegaConsumerWarps + 1) * 32;  // + one producer warp
 inline constexpr int kMegaStageBytes = kMegaTileRows * kMegaChunk * 2;
 inline constexpr int kMegaSmemBytes = kMegaStages * kMegaStageBytes + kMegaMaxK * 2;
+// Row mode (MegaArgs::row_mode): the same ring as kMegaRowSlots slots of kMegaRowSlotBytes; a
+// slot holds stage_rows WHOLE consecutive rows of w (swiglu: stage_rows / 2 gate rows, then
+// their up rows), one bulk copy each (rows packed: ldw == k); a block owns a contiguous range
+// of row groups. 8 / stage_rows consumer warps share a row (a piece of k / (8 / stage_rows)
+// columns each) and one thread sums their partials in warp order.
+inline constexpr int kMegaRowSlots = kMegaStages / 2;
+inline constexpr int kMegaRowSlotBytes = 2 * kMegaStageBytes;
 // Attention steps: head_dim 128 (4 dims per lane), up to 4 query heads per kv head (their
 // per-warp partials live in the activation region), splits of >= 32 keys.
 inline constexpr int kMegaHeadDim = 128;
@@ -47,7 +54,8 @@ struct MegaStep {
   MegaKind kind;
   int32_t k;          // columns of w = length of x
   int32_t m;          // outputs
-  int32_t num_tiles;  // ceil(m / 8), or ceil(m / 4) with swiglu
+  int32_t num_tiles;  // tile mode: ceil(m / 8) (ceil(m / 4) with swiglu); row mode: row groups
+  int32_t stage_rows; // row mode: rows a slot holds (1, 2, 4 or 8; >= 2 with swiglu)
   int64_t ldw;        // elements between rows of w
   const bf16* w;
   const bf16* x;               // [k]
@@ -78,7 +86,12 @@ struct MegaArgs {
   // [num_pages, page_size, kv_heads, 128].
   DeviceBatchView batch;
   int32_t kv_prefetch_keys;  // keys per task the producer asks L2 for ahead (0: none)
-  int32_t attn_unroll;       // keys in flight per warp in the key loop: 4 or 8
+  int32_t attn_unroll;       // keys a warp loads at once in the key loop: 8 or 16
+  // Optional timeline (PEREGRINE_MEGA_TRACE): [num_steps][gridDim][4] globaltimer ns per
+  // block and step: producer reached the step, consumers past the wait, input staged (or
+  // attention done), tiles done.
+  uint64_t* trace;
+  int32_t row_mode;          // GEMV steps stream whole rows (kMegaRowSlots slots), else tiles
   bf16* k_cache[kMegaMaxLayers];
   bf16* v_cache[kMegaMaxLayers];
 };

@@ -90,6 +90,18 @@ std::string Describe(const MegaStepParams& p, MegaStep& s) {
   const int tile_outputs = p.kind == MegaStepKind::kNormSwiGlu ? cuda::kMegaTileRows / 2
                                                                 : cuda::kMegaTileRows;
   s.num_tiles = int32_t((m + tile_outputs - 1) / tile_outputs);
+  // Row mode's rows per slot: the most of 8, 4, 2, 1 whole rows that fit a slot, with pieces
+  // of k / (8 / rows) columns a multiple of 8 (swiglu: an even count); 0: tiles only.
+  s.stage_rows = 0;
+  if (p.w.strides[0] == k)
+    for (int r : {8, 4, 2, 1}) {
+      const int64_t per_row = cuda::kMegaConsumerWarps / r;
+      if (r * k * 2 <= cuda::kMegaRowSlotBytes && k % (8 * per_row) == 0 &&
+          (p.kind != MegaStepKind::kNormSwiGlu || r >= 2)) {
+        s.stage_rows = r;
+        break;
+      }
+    }
   s.ldw = p.w.strides[0];
   s.w = static_cast<const cuda::bf16*>(p.w.data);
   s.x = static_cast<const cuda::bf16*>(p.x.data);
@@ -106,6 +118,17 @@ class CudaMegaPlan final : public MegaPlan {
   // steps: descriptors (attention steps get their RoPE table, partials and counters here).
   CudaMegaPlan(std::vector<MegaStep> steps, std::span<const MegaStepParams> params, int blocks)
       : num_steps_(int(steps.size())), blocks_(blocks) {
+    // Row mode (mega_params.h) when every GEMV step takes it, unless PEREGRINE_MEGA_TILES=1
+    // (the tile mode: bitwise the fused GEMV ops' sums).
+    row_mode_ = !EnvFlag("PEREGRINE_MEGA_TILES", false);
+    for (const MegaStep& s : steps)
+      if (s.kind != MegaKind::kAttention && s.stage_rows == 0) row_mode_ = false;
+    if (row_mode_)
+      for (MegaStep& s : steps)
+        if (s.kind != MegaKind::kAttention) {
+          const int per = s.kind == MegaKind::kNormSwiGlu ? s.stage_rows / 2 : s.stage_rows;
+          s.num_tiles = (s.m + per - 1) / per;
+        }
     int max_heads = 0, max_kv = 0;
     for (const MegaStep& s : steps)
       if (s.kind == MegaKind::kAttention) {
@@ -136,6 +159,10 @@ class CudaMegaPlan final : public MegaPlan {
     PG_CUDA_CHECK(cudaMalloc(&steps_, steps.size() * sizeof(MegaStep)));
     PG_CUDA_CHECK(cudaMemcpy(steps_, steps.data(), steps.size() * sizeof(MegaStep),
                              cudaMemcpyHostToDevice));
+    if (EnvFlag("PEREGRINE_MEGA_TRACE", false)) {
+      PG_CUDA_CHECK(cudaMalloc(&trace_, steps.size() * size_t(blocks) * 4 * sizeof(uint64_t)));
+      for (const MegaStep& s : steps) kinds_.push_back(int(s.kind));
+    }
     PG_CUDA_CHECK(cudaMalloc(&counters_, (steps.size() + 1) * sizeof(uint32_t)));
     PG_CUDA_CHECK(cudaMemset(counters_, 0, (steps.size() + 1) * sizeof(uint32_t)));
   }
@@ -145,6 +172,7 @@ class CudaMegaPlan final : public MegaPlan {
     cudaFree(partial_);
     cudaFree(group_counters_);
     cudaFree(inv_freq_);
+    cudaFree(trace_);
   }
   int num_steps() const override { return num_steps_; }
   void Run(int begin, int end, const MegaRunInputs& in) const override {
@@ -158,6 +186,9 @@ class CudaMegaPlan final : public MegaPlan {
     a.end = end;
     a.num_steps = num_steps_;
     a.counters = counters_;
+    a.trace = trace_;
+    a.row_mode = row_mode_ ? 1 : 0;
+    if (trace_) last_run_ = {begin, end};
     if (max_layer_ >= 0 && in.batch != nullptr) {
       // Attention steps may be in the range: their inputs must fit (the caller checked
       // MegaAttentionFits; a range without attention steps ignores them).
@@ -167,7 +198,7 @@ class CudaMegaPlan final : public MegaPlan {
       // A/B knob (read once): keys per attention task prefetched into L2 by the producer.
       static const int prefetch = EnvInt("PEREGRINE_MEGA_KV_PREFETCH", 0);
       a.kv_prefetch_keys = prefetch;
-      static const int unroll = EnvInt("PEREGRINE_MEGA_ATTN_UNROLL", 4);
+      static const int unroll = EnvInt("PEREGRINE_MEGA_ATTN_UNROLL", 8);
       a.attn_unroll = unroll;
       for (size_t l = 0; l < in.caches.size() && l < size_t(cuda::kMegaMaxLayers); ++l) {
         a.k_cache[l] = static_cast<cuda::bf16*>(in.caches[l].k_cache.data);
@@ -185,11 +216,58 @@ class CudaMegaPlan final : public MegaPlan {
  private:
   int num_steps_, blocks_;
   int max_layer_ = -1;  // the largest layer index of an attention step (-1: none)
+  bool row_mode_ = false;
   MegaStep* steps_ = nullptr;
   uint32_t* counters_ = nullptr;
   float* partial_ = nullptr;
   uint32_t* group_counters_ = nullptr;
   float* inv_freq_ = nullptr;
+  uint64_t* trace_ = nullptr;
+  std::vector<int> kinds_;
+  mutable std::pair<int, int> last_run_{0, 0};
+
+ public:
+  std::string TraceReport() const override {
+    if (!trace_ || last_run_.second <= last_run_.first) return {};
+    const auto [begin, end] = last_run_;
+    const int nb = blocks_;
+    std::vector<uint64_t> t(size_t(num_steps_) * nb * 4);
+    PG_CUDA_CHECK(cudaDeviceSynchronize());
+    PG_CUDA_CHECK(cudaMemcpy(t.data(), trace_, t.size() * 8, cudaMemcpyDeviceToHost));
+    auto at = [&](int s, int b, int k) { return double(t[(size_t(s) * nb + b) * 4 + k]); };
+    auto mx = [&](int s, int k) { double v = 0; for (int b = 0; b < nb; ++b) v = std::max(v, at(s, b, k)); return v; };
+    auto mn = [&](int s, int k) { double v = 1e300; for (int b = 0; b < nb; ++b) v = std::min(v, at(s, b, k)); return v; };
+    const double t0 = mn(begin, 0);
+    static const char* kNames[] = {"norm_proj", "accumulate", "norm_swiglu", "attention"};
+    // Per kind, summed over the steps of the run (us): barrier = last block done with the
+    // previous step -> last block past this step's wait; stage = past wait -> staged (max
+    // over blocks); tiles = staged -> done (max); spread = first -> last block done;
+    // lead = how far the producer reached the step before the consumers (median-free: min).
+    double sum[4][5] = {};
+    int cnt[4] = {};
+    std::string out = fmt::format("mega trace: steps [{}, {}), {} blocks, total {:.1f} us\n",
+                                  begin, end, nb, (mx(end - 1, 3) - t0) / 1e3);
+    for (int s = begin; s < end; ++s) {
+      const int k = kinds_[size_t(s)];
+      const double prev_done = s > begin ? mx(s - 1, 3) : t0;
+      const double v[5] = {mx(s, 1) - prev_done, mx(s, 2) - mx(s, 1), mx(s, 3) - mx(s, 2),
+                           mx(s, 3) - mn(s, 3), mx(s, 1) - mn(s, 0)};
+      for (int i = 0; i < 5; ++i) sum[k][i] += v[i] / 1e3;
+      ++cnt[k];
+      if (s < begin + 12)
+        out += fmt::format("  step {:3d} {:<11} barrier {:6.2f} stage {:6.2f} work {:7.2f} "
+                           "spread {:6.2f} producer lead {:7.2f} us\n", s, kNames[k],
+                           v[0] / 1e3, v[1] / 1e3, v[2] / 1e3, v[3] / 1e3, v[4] / 1e3);
+    }
+    for (int k = 0; k < 4; ++k)
+      if (cnt[k])
+        out += fmt::format("  {:<11} x{:3d}: barrier {:8.1f} stage {:8.1f} work {:8.1f} spread "
+                           "{:8.1f} lead {:8.1f} us (sums)\n", kNames[k], cnt[k], sum[k][0],
+                           sum[k][1], sum[k][2], sum[k][3], sum[k][4]);
+    return out;
+  }
+
+ private:
 };
 
 }  // namespace
