@@ -34,14 +34,14 @@ ops::MoeExpertWeights ExpertView(const DeviceMatrix& gate, const DeviceMatrix& u
   return e;
 }
 
-// A/B switches of the decode fusions (read once). PEREGRINE_MOE_FUSED_ROUTER (on by default)
-// fuses the FFN's RMSNorm and the router matmul into MoeRouter: CUDA runs it as one cluster of
-// blocks meeting in distributed shared memory (moe_router.cu; the earlier arrival-counter form
-// measured slower than RmsNorm + GEMV + router, Qwen3-30B-A3B batch 1 step 4220 vs 3959 us);
+// A/B switches of the decode fusions (read once). PEREGRINE_MOE_FUSED_ROUTER=1 fuses the
+// FFN's RMSNorm and the router matmul into MoeRouter (off by default: on the H200 RmsNorm +
+// GEMV + router measured faster with PDL, Qwen3-30B-A3B batch 1 step 3559 vs 3761 us with the
+// arrival-counter kernel, 3852 us with a one-cluster kernel since dropped);
 // PEREGRINE_MOE_FUSED_SHARED=0 runs the shared expert as its own MLP instead of inside
 // MoeExperts (on by default: Moonlight batch 1 step 2662 vs 2737 us).
 bool FuseRouter() {
-  static const bool on = EnvFlag("PEREGRINE_MOE_FUSED_ROUTER", true);
+  static const bool on = EnvFlag("PEREGRINE_MOE_FUSED_ROUTER", false);
   return on;
 }
 bool FuseShared() {
@@ -53,9 +53,10 @@ bool FuseShared() {
 // matmul (and the FFN's RMSNorm, without a residual) in the route as well — one router kernel
 // computing logits (+ normed rows); 2: RmsNorm and the router Matmul as their own ops first;
 // 0: MoeRouter's own kernel (fused as PEREGRINE_MOE_FUSED_ROUTER says). One token only. H200,
-// Qwen3-30B-A3B batch 1 step: modes 0 / 1 / 2 3697 / 3711 / 3705 us (each block's routing
-// costs what the router kernel's boundary saves); at 4 tokens mode 2 7788 vs 7492 us (the
-// gate/up grid runs in several waves, each paying the routing).
+// batch 1 step with the down kernel's preload: Qwen3-30B-A3B mode 1 3659 vs mode 0 3559 us,
+// DeepSeek-V2-Lite 2153 vs 2159, Moonlight 2237 vs 2243 (each block's routing costs what the
+// router kernel's boundary saves); at 4 tokens mode 2 7788 vs 7492 us (the gate/up grid runs
+// in several waves, each paying the routing).
 int SelfRoute() {
   static const int mode = EnvInt("PEREGRINE_MOE_SELF_ROUTE", 0);
   return mode;

@@ -54,10 +54,6 @@ struct MoeRouterArgs {
   // stop: no routing, no counter. The walking gate/up kernel routes from the logits
   // (MoeWalkArgs::self_route). Needs no residual (block 0 would overwrite another block's input).
   bool defer_route;
-  // Fused form: may run as one cluster of blocks meeting in distributed shared memory
-  // (moe_router.cu ClusterRouterKernel: <= 4 tokens, <= 256 experts, vector layout) instead of
-  // the arrival counter.
-  bool cluster;
 };
 void LaunchMoeRouter(const MoeRouterArgs& a, cudaStream_t stream);
 

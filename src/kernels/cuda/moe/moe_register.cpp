@@ -24,13 +24,12 @@
 namespace pg::cuda {
 namespace {
 // The process's initial tuning: defaults, with PEREGRINE_MOE_DOWN_ROWS (walk_down_rows: the
-// walking down kernel's form), PEREGRINE_MOE_DOWN_PRELOAD (walk_down_preload) and
-// PEREGRINE_MOE_ROUTER_CLUSTER (router_cluster), for A/B runs of whole models, read once.
+// walking down kernel's form) and PEREGRINE_MOE_DOWN_PRELOAD (walk_down_preload), for A/B runs
+// of whole models, read once.
 MoeTuning InitialTuning() {
   MoeTuning t;
   t.walk_down_rows = EnvInt("PEREGRINE_MOE_DOWN_ROWS", t.walk_down_rows);
   t.walk_down_preload = EnvFlag("PEREGRINE_MOE_DOWN_PRELOAD", t.walk_down_preload);
-  t.router_cluster = EnvFlag("PEREGRINE_MOE_ROUTER_CLUSTER", t.router_cluster);
   return t;
 }
 MoeTuning g_tuning = InitialTuning();
@@ -112,7 +111,6 @@ cuda::MoeRouterArgs RouterArgsOf(const MoeRouterParams& p, cudaStream_t stream, 
     a.hidden = int(p.x.dim(1));
     a.counter = defer_route ? nullptr : RouterCounter(stream);
     a.defer_route = defer_route;
-    a.cluster = cuda::GetMoeTuning().router_cluster;
     if (p.norm_weight.data) {
       a.norm_w = p.norm_weight.as<float>();
       a.normed = static_cast<bf16*>(p.normed.data);
@@ -306,11 +304,11 @@ void LaunchWalk(const MoeExpertsParams& p, const cuda::MoeWeightLayout& L,
   a.hidden = int(h);
   a.inter = int(inter);
   a.accumulate = accumulate;
-  a.gu_unroll = tune.walk_gu_unroll;
+  a.gu_unroll = tune.walk_gu_unroll ? tune.walk_gu_unroll : (L.fp8 ? 4 : 2);
   a.down_unroll = tune.walk_down_unroll ? tune.walk_down_unroll : (n * h <= 2048 ? 8 : 4);
   a.warps = tune.walk_warps;
   a.phases = tune.walk_phases;
-  a.down_rows = tune.walk_down_rows;
+  a.down_rows = tune.walk_down_rows ? tune.walk_down_rows : (L.fp8 ? 8 : 4);
   a.down_warps = tune.walk_down_warps;
   // Preloading with self-routing makes every down block route too: one wave of blocks at one
   // token, several above (measured slower at 4 tokens on the H200).

@@ -1,19 +1,18 @@
-// MoE router (ops_moe.h MoeRouterParams for the semantics), three forms:
+// MoE router (ops_moe.h MoeRouterParams for the semantics), two forms:
 //  * RouterKernel: one warp per token over precomputed logits;
 //  * FusedRouterKernel (small batches): one warp per expert computes that expert's logits for
 //    every token (router row loaded into registers before PdlWait: weights only), then the
 //    block that arrives last routes every token. One kernel instead of GEMV + router; with the
 //    fused RMSNorm (+ residual add) every block normalises the rows on the fly and the last
 //    block stores them, one kernel instead of RmsNorm + GEMV + router. With defer_route it
-//    stops after the logits (the walking gate/up kernel routes);
-//  * ClusterRouterKernel (<= 4 tokens, <= 256 experts): the same work in one cluster of
-//    blocks that meet in distributed shared memory instead of an arrival counter.
+//    stops after the logits (the walking gate/up kernel routes).
+// (A one-cluster form meeting in distributed shared memory instead of the counter measured
+// slower still on the H200 — Qwen3-30B-A3B norm + router 13.4 vs 11.0 us — and was dropped:
+// commit 68e9a1a has it.)
 // The token's scores and choice scores live in shared memory ([2][num_experts] f32 per warp);
 // selection is repeated warp arg-max (value descending, index ascending on ties), so the
 // result is the reference's up to f32 rounding of the scores.
 #include <cuda_bf16.h>
-
-#include <cooperative_groups.h>
 
 #include <cfloat>
 
@@ -313,109 +312,6 @@ __global__ void __launch_bounds__(kWarps * 32) FusedRouterKernel(MoeRouterArgs a
 }
 
 
-// ---- cluster form of the fused router ---------------------------------------------------------
-// Small batches (<= kCMaxTokens), <= 256 experts, vector layout: ONE cluster of kCluster blocks
-// (kCWarps warps each) does RMSNorm + router GEMV + routing, meeting through distributed shared
-// memory instead of a global arrival counter. Warp w of block r owns experts
-// e = r * kCWarps + w + j * kCStride; its router rows (the first kCPre 16-byte chunks per lane)
-// are loaded before PdlWait. Per token every block normalises the row on the fly (as the fused
-// kernel) and each warp writes its experts' logits into its block's shared memory; after a
-// cluster barrier block 0 reads all logits remotely, routes (one warp per token,
-// moe_route.cuh), and stores logits, routes and the norm outputs (every block has finished
-// reading x / residual at the barrier). A last barrier keeps the shared memory alive for the
-// remote reads.
-constexpr int kCluster = 8;  // portable cluster size
-constexpr int kCWarps = 8;
-constexpr int kCStride = kCluster * kCWarps;
-constexpr int kCPre = 16;
-constexpr int kCMaxTokens = 4;
-
-__global__ void __launch_bounds__(kCWarps * 32) ClusterRouterKernel(MoeRouterArgs a) {
-  namespace cg = cooperative_groups;
-  cg::cluster_group cluster = cg::this_cluster();
-  __shared__ float lg[kCMaxTokens][kRouteRegMaxExperts];
-  __shared__ float inv_s[kCMaxTokens];
-  __shared__ float red[kCWarps];
-  __shared__ float choice[kCWarps][kRouteRegMaxExperts];
-  const int rank = int(cluster.block_rank());
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int gw = rank * kCWarps + warp;
-  const int E = a.num_experts;
-  const int nexp = gw < E ? (E - gw + kCStride - 1) / kCStride : 0;  // this warp's experts
-  const int nc = a.hidden / 8, qpr = (nc + 31) / 32;  // chunks per row, rounds per row
-  const int rounds = nexp * qpr;
-  auto chunk = [&](int r, int* j) {  // round r -> (expert slot j, chunk)
-    *j = r / qpr;
-    return lane + 32 * (r - *j * qpr);
-  };
-  auto row = [&](int j) {
-    return reinterpret_cast<const uint4*>(a.router_w + int64_t(gw + j * kCStride) * a.ld_router);
-  };
-  uint4 pre[kCPre];
-#pragma unroll
-  for (int r = 0; r < kCPre; ++r) {
-    int j;
-    const int c = chunk(r, &j);
-    if (r < rounds && c < nc) pre[r] = __ldg(row(j) + c);
-  }
-  PdlWait();  // x / residual come from upstream kernels; everything written below
-  PdlTrigger();
-  for (int64_t t = 0; t < a.num_tokens; ++t) {
-    const bf16* xt = a.x + t * a.ldx;
-    const bf16* rt = a.norm_w && a.residual ? a.residual + t * a.ld_res : nullptr;
-    const float inv = a.norm_w ? InvRms<kCWarps>(a, xt, rt, true, red) : 1.0f;  // whole block
-    if (threadIdx.x == 0) inv_s[t] = inv;
-    float acc = 0.0f;
-    int cur = 0;  // expert slot j being summed (warp-uniform)
-    auto flush = [&](int j_next) {
-      const float v = WarpSum(acc);
-      if (lane == 0) lg[t][gw + cur * kCStride] = v;
-      acc = 0.0f;
-      cur = j_next;
-    };
-#pragma unroll
-    for (int r = 0; r < kCPre; ++r) {
-      if (r >= rounds) break;
-      int j;
-      const int c = chunk(r, &j);
-      if (j != cur) flush(j);
-      if (c < nc) acc += Dot8(pre[r], a, xt, rt, inv, c);
-    }
-    for (int r = kCPre; r < rounds; ++r) {
-      int j;
-      const int c = chunk(r, &j);
-      if (j != cur) flush(j);
-      if (c < nc) acc += Dot8(__ldg(row(j) + c), a, xt, rt, inv, c);
-    }
-    if (rounds > 0) flush(0);
-  }
-  cluster.sync();  // every block's logits are written; every read of x / residual is done
-  if (rank == 0) {
-    for (int64_t t = warp; t < a.num_tokens; t += kCWarps) {
-      float l[moe::kRoutePerLane];
-#pragma unroll
-      for (int j = 0; j < moe::kRoutePerLane; ++j) {
-        const int e = lane + 32 * j;
-        l[j] = 0.0f;
-        if (e < E) {
-          const float* src = cluster.map_shared_rank(&lg[t][0], unsigned((e % kCStride) / kCWarps));
-          l[j] = src[e];
-          static_cast<float*>(const_cast<void*>(a.logits))[t * a.logits_stride + e] = l[j];
-        }
-      }
-      int id;
-      float w;
-      moe::RouteWarpLogits(a, l, &choice[warp][0], lane, &id, &w);
-      if (lane < a.top_k) {
-        a.topk_ids[t * a.top_k + lane] = id;
-        a.topk_weights[t * a.weights_stride + lane] = w;
-      }
-    }
-    if (a.norm_w)
-      for (int64_t t = 0; t < a.num_tokens; ++t) StoreNormRow(a, t, inv_s[t], true);
-  }
-  cluster.sync();  // block 0's remote reads are done before any block exits
-}
 }  // namespace
 
 void LaunchMoeRouter(const MoeRouterArgs& a, cudaStream_t stream) {
@@ -427,29 +323,8 @@ void LaunchMoeRouter(const MoeRouterArgs& a, cudaStream_t stream) {
                      al16(a.router_w) && al16(a.norm_w) &&
                      (!a.residual || (a.ld_res % 8 == 0 && al16(a.residual))) &&
                      (!a.normed || (a.ld_normed % 8 == 0 && al16(a.normed)));
-    bool done = false;
-    if (a.cluster && !a.defer_route && vec && a.num_tokens <= kCMaxTokens &&
-        a.num_experts <= kRouteRegMaxExperts) {
-      cudaLaunchConfig_t config{};
-      config.gridDim = dim3(kCluster);
-      config.blockDim = dim3(kCWarps * 32);
-      config.stream = stream;
-      cudaLaunchAttribute attr[2];
-      attr[0].id = cudaLaunchAttributeClusterDimension;
-      attr[0].val.clusterDim.x = kCluster;
-      attr[0].val.clusterDim.y = 1;
-      attr[0].val.clusterDim.z = 1;
-      attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-      attr[1].val.programmaticStreamSerializationAllowed = PdlEnabled() ? 1 : 0;
-      config.attrs = attr;
-      config.numAttrs = 2;
-      done = cudaLaunchKernelEx(&config, ClusterRouterKernel, a) == cudaSuccess;
-      if (!done) (void)cudaGetLastError();  // not launchable here: the counter form below
-    }
-    if (!done) {
-      const unsigned blocks = unsigned((a.num_experts + kWarps - 1) / kWarps);
-      (void)LaunchPdl(FusedRouterKernel, dim3(blocks), dim3(kWarps * 32), smem, stream, a, vec);
-    }
+    const unsigned blocks = unsigned((a.num_experts + kWarps - 1) / kWarps);
+    (void)LaunchPdl(FusedRouterKernel, dim3(blocks), dim3(kWarps * 32), smem, stream, a, vec);
   } else {
     const unsigned blocks = unsigned((a.num_tokens + kWarps - 1) / kWarps);
     (void)LaunchPdl(RouterKernel, dim3(blocks), dim3(kWarps * 32), smem, stream, a);

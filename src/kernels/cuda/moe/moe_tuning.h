@@ -11,31 +11,33 @@ struct MoeTuning {
   int tile_rows = 0;         // 0 = auto (by routes per touched expert), else 16/32/64/128
   int walk_max_tokens = 4;   // kAuto: batches of at most this many tokens walk their routes
   // Route-walking kernels (moe_walk.cu): 16-byte loads in flight per lane and row in the
-  // gate/up kernel (2 or 4) and the down kernel (4 or 8; 0 = auto: 8 when tokens x hidden
+  // gate/up kernel (2 or 4; 0 = auto: 4 for fp8 weights, 2 for bf16 — H200, one token:
+  // DeepSeek-V3 fp8 shape 103 vs 110 us, Qwen3 bf16 29 vs 25 us) and the one-warp-per-row down
+  // kernel (4 or 8; 0 = auto: 8 when tokens x hidden
   // <= 2048, measured faster there on the H200, else 4); warps per block (4 or 8; 4 measured
   // equal at one token, faster at 2-4); the gate/up
   // kernel prefetches the routed experts' down rows into L2 when they total at most
   // walk_prefetch_bytes (0: never; measured no faster). walk_phases (diagnostics: bit 0 runs
   // the gate/up kernel, bit 1 the down kernel) times one kernel alone.
-  int walk_gu_unroll = 2;
+  int walk_gu_unroll = 0;
   int walk_down_unroll = 0;
   int walk_warps = 4;
   long long walk_prefetch_bytes = 0;
   int walk_phases = 3;
   // Down kernel form: 1 = one warp per hidden row; 2, 4, 8 = one block per tile of that many
-  // hidden rows, each act chunk read once for the tile's rows (moe_walk_down.cu).
-  int walk_down_rows = 4;
+  // hidden rows, each act chunk read once for the tile's rows (moe_walk_down.cu); 0 = auto:
+  // 8 for fp8 weights, 4 for bf16 (H200, one token, down kernel alone: DeepSeek-V3 fp8 shape
+  // 35 / 44 / 77 us at 8 / 4 / 1 rows; Qwen3 bf16 10.0 / 9.9 / 14.6 us).
+  int walk_down_rows = 0;
   int walk_down_warps = 4;  // warps per block of the tiled down kernel (4 or 8)
   // MoeExpertsParams::route on the walking path: the gate/up kernel routes for itself (the
-  // router kernel, if any, only computes logits); false: MoeRouter's kernel runs first.
+  // router kernel, if any, only computes logits); false: MoeRouter's kernel runs first (the
+  // models pass a route only with PEREGRINE_MOE_SELF_ROUTE, moe_device.cpp).
   bool walk_self_route = true;
   // The tiled down kernel routes / reads its routes and issues its first weight loads before
   // its PDL wait, overlapping the gate/up kernel's tail (moe_walk_down.cu kPre). H200, one
   // token: DeepSeek-V2-Lite step 2284 -> 2161 us, Moonlight 2357 -> 2255 us.
   bool walk_down_preload = true;
-  // The fused router (MoeRouterParams x / router) as one cluster meeting in distributed shared
-  // memory where it fits (moe_router.cu ClusterRouterKernel), else the arrival-counter kernel.
-  bool router_cluster = true;
 };
 void SetMoeTuning(const MoeTuning& t);
 const MoeTuning& GetMoeTuning();
