@@ -9,7 +9,8 @@
 // Variants: the auto path, the route-walking path, the expert-sorted path with 16/32/64/128-
 // row tiles (tile gain at 32-64 tokens against forcing 128-row tiles). A cross-check compares
 // the walking and sorted paths' outputs on every shape (different algorithms, same function).
-// Output: a table on stdout and JSON lines (--json FILE) for docs/PERF.md.
+// Output: a table on stdout and JSON lines (--json FILE) for docs/PERF.md. --decode-only: the
+// decode section alone; --layer-only: everything but the decode section.
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -490,9 +491,13 @@ int RunMoeBench(int argc, char** argv) {
                               {"sorted64", cuda::MoePath::kSorted, 64}, {"sorted128", cuda::MoePath::kSorted, 128}};
   cudaStream_t stream;
   PG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  bool decode_only = false;
-  for (int i = 1; i < argc; ++i) decode_only = decode_only || std::string(argv[i]) == "--decode-only";
+  bool decode_only = false, layer_only = false;
+  for (int i = 1; i < argc; ++i) {
+    decode_only = decode_only || std::string(argv[i]) == "--decode-only";
+    layer_only = layer_only || std::string(argv[i]) == "--layer-only";  // skip the decode section
+  }
   for (const Shape& s : shapes) {
+    if (layer_only) break;
     try {
       DecodeSection(s, stream, bw, gemm, json);
     } catch (const std::exception& e) {
