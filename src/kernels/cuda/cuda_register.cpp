@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "core/env.h"
 #include "core/log.h"
 #include "kernels/cuda/attention/decode_fused.h"
 #include "kernels/cuda/attention/prefill_attention.h"
@@ -372,12 +373,16 @@ void RunAttention(const AttentionParams& p) {
 
 // ---- fused decode attention (ops_fused_attention.h) --------------------------------------
 // The fused kernel takes decode batches (every sequence q_len 1) of at most this many
-// sequences; larger ones (and prefill rows) run the composition. fp8 caches: also only up to
-// this many keys in the batch's plan (sequences x longest kv length): its round-robin layout
-// is slower there than the unfused head-warp kernel (H200, 8 x 32K fp8: 284 vs 247 us,
-// docs/PERF.md "Single-kernel decode attention").
+// sequences, and at most PG_FUSED_MAX_KEYS (default 16K) keys in the batch's plan (sequences x
+// longest kv length): in the Llama-3.1-8B step it saves 63 / 225 us at 1K x 1 / 8 but costs
+// 440 us at 32K x 1 (H200, docs/PERF.md "Single-kernel decode attention"; its round-robin
+// layout is also slower than the unfused head-warp kernel at 8 x 32K fp8: 284 vs 247 us).
+// Larger batches (and prefill rows) run the composition.
 constexpr int kFusedAttentionMaxSeqs = 8;
-constexpr int64_t kFusedAttentionMaxFp8Keys = 65536;
+int64_t FusedAttentionMaxKeys() {
+  static const int64_t keys = EnvInt("PG_FUSED_MAX_KEYS", 16384);
+  return keys;
+}
 
 bool RopeKvWriteSupported(const RopeKvWriteParams& p) {
   return DevBf16(p.q) && DevBf16(p.k) && DevBf16(p.v) && DevKv(p.cache.k_cache) &&
@@ -393,12 +398,10 @@ bool FusedAttentionSupported(const RopeKvWriteAttentionParams& p) {
   if (b.num_seqs == 0 || b.num_seqs > kFusedAttentionMaxSeqs) return false;
   for (int32_t l : b.q_len)
     if (l != 1) return false;
-  if (r.cache.k_cache.dtype == DType::kF8E4M3) {
-    int64_t max_len = 1;
-    for (int32_t l : b.kv_len) max_len = std::max<int64_t>(max_len, l);
-    if (p.sliding_window > 0) max_len = std::min<int64_t>(max_len, p.sliding_window);
-    if (int64_t(b.num_seqs) * max_len > kFusedAttentionMaxFp8Keys) return false;
-  }
+  int64_t max_len = 1;
+  for (int32_t l : b.kv_len) max_len = std::max<int64_t>(max_len, l);
+  if (p.sliding_window > 0) max_len = std::min<int64_t>(max_len, p.sliding_window);
+  if (int64_t(b.num_seqs) * max_len > FusedAttentionMaxKeys()) return false;
   const int heads = int(r.q.dim(1)), kv_heads = int(r.cache.k_cache.dim(2));
   return cuda::DecodeFusedSupports(int(r.q.dim(2)), heads / kv_heads, KvTypeOf(r.cache));
 }
