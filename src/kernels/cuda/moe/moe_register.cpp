@@ -24,12 +24,13 @@
 namespace pg::cuda {
 namespace {
 // The process's initial tuning: defaults, with PEREGRINE_MOE_DOWN_ROWS (walk_down_rows: the
-// walking down kernel's form) and PEREGRINE_MOE_DOWN_PRELOAD (walk_down_preload), for A/B runs
-// of whole models, read once.
+// walking down kernel's form), PEREGRINE_MOE_DOWN_PRELOAD (walk_down_preload) and
+// PEREGRINE_MOE_GU_ROUTES (walk_self_route), for A/B runs of whole models, read once.
 MoeTuning InitialTuning() {
   MoeTuning t;
   t.walk_down_rows = EnvInt("PEREGRINE_MOE_DOWN_ROWS", t.walk_down_rows);
   t.walk_down_preload = EnvFlag("PEREGRINE_MOE_DOWN_PRELOAD", t.walk_down_preload);
+  t.walk_self_route = EnvFlag("PEREGRINE_MOE_GU_ROUTES", t.walk_self_route);
   return t;
 }
 MoeTuning g_tuning = InitialTuning();
@@ -356,7 +357,19 @@ void RunExperts(const MoeExpertsParams& p) {
       LaunchWalk(p, L, table, sh, int(k), act, p.accumulate, stream, &ra);
       return;
     }
-    RunRouter(*p.route);
+    if (!sorted && p.route->x.data && !p.route->residual.data) {
+      // The fused router kernel stops after the logits and normed rows (no counter); the
+      // router kernel routes from the logits; the walk reads the routes.
+      cuda::MoeRouterArgs ra = RouterArgsOf(*p.route, stream, /*defer_route=*/true);
+      cuda::LaunchMoeRouter(ra, stream);
+      PG_CUDA_CHECK_LAUNCH();
+      ra.x = nullptr;
+      ra.defer_route = false;
+      cuda::LaunchMoeRouter(ra, stream);
+      PG_CUDA_CHECK_LAUNCH();
+    } else {
+      RunRouter(*p.route);
+    }
   }
   if (!sorted) {
     float* act = static_cast<float*>(

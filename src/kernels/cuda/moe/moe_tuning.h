@@ -31,8 +31,10 @@ struct MoeTuning {
   int walk_down_rows = 0;
   int walk_down_warps = 4;  // warps per block of the tiled down kernel (4 or 8)
   // MoeExpertsParams::route on the walking path: the gate/up kernel routes for itself (the
-  // router kernel, if any, only computes logits); false: MoeRouter's kernel runs first (the
-  // models pass a route only with PEREGRINE_MOE_SELF_ROUTE, moe_device.cpp).
+  // router kernel, if any, only computes logits); false: the router runs as kernels first —
+  // with a router matmul (no residual) the fused kernel computes only the logits (+ normed
+  // rows) and the logits form routes, else MoeRouter's kernel (the models pass a route only
+  // with PEREGRINE_MOE_SELF_ROUTE, moe_device.cpp).
   bool walk_self_route = true;
   // The tiled down kernel routes / reads its routes and issues its first weight loads before
   // its PDL wait, overlapping the gate/up kernel's tail (moe_walk_down.cu kPre). H200, one
