@@ -35,6 +35,9 @@ struct MegaStepParams {
   TensorView w;            // [m, k] bf16, k % 8 == 0 ([2m, k] with swiglu: gate rows, then up)
   TensorView bias;         // optional [m] f32 (kNormProject only)
   TensorView out;          // [1, m] bf16; kAccumulate: updated in place; never aliases x
+  // kNormSwiGlu, optional: [1, 2m] bf16 scratch of the gate and up projections; with it (and
+  // the next step reading this step's out) the plan may run the warp mode (mega_warp.cu).
+  TensorView projected;
   // kAttention: x = the layer's qkv row [1, (heads + 2 kv_heads) * head_dim] (q, k, v heads
   // of the new token, before RoPE; head_dim 128, heads / kv_heads <= 4), out = [1, heads *
   // head_dim]; `layer` indexes the caches given to Run.

@@ -214,11 +214,13 @@ class LlamaModel final : public Model {
                        .rope = c.rope, .scale = attn_scale_});
       steps.push_back({.kind = ops::MegaStepKind::kAccumulate, .x = attn, .w = L.wo, .out = x});
       steps.push_back({.kind = ops::MegaStepKind::kNormSwiGlu, .x = x, .norm_weight = L.ffn_norm,
-                       .eps = c.rms_norm_eps, .w = L.w_gate_up, .out = act});
+                       .eps = c.rms_norm_eps, .w = L.w_gate_up, .out = act,
+                       .projected = S.gate_up.Slice0(0, 1)});
       steps.push_back({.kind = ops::MegaStepKind::kAccumulate, .x = act, .w = L.w_down, .out = x});
     }
-    // PEREGRINE_MEGA_ATTN=0 (A/B): attention as the separate kernels between launches.
-    mega_attention_ = EnvFlag("PEREGRINE_MEGA_ATTN", true);
+    // PEREGRINE_MEGA_ATTN=0 (A/B): attention as the separate kernels between launches; so
+    // does the warp mode (PEREGRINE_MEGA_WARP=1, mega_warp.cu: GEMV steps only).
+    mega_attention_ = EnvFlag("PEREGRINE_MEGA_ATTN", true) && !EnvFlag("PEREGRINE_MEGA_WARP", false);
     std::string why;
     mega_ = ops::MakeMegaPlan(steps, &why);
     if (mega_) PG_LOG_INFO("PEREGRINE_MEGA: persistent batch-1 decode kernel on");

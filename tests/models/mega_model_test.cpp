@@ -4,6 +4,7 @@
 //  * PEREGRINE_MEGA_ATTN=0 with PEREGRINE_MEGA_TILES=1 (projections in the mega kernel's tile
 //    mode, attention in its usual kernels): the GEMV steps compute bitwise what the fused GEMV
 //    ops compute (tests/ops/mega_test.cpp), so the logits must be IDENTICAL (max |diff| 0);
+//  * PEREGRINE_MEGA_WARP=1 (warp mode, mega_warp.cu, attention apart): bitwise as well;
 //  * the whole step in one launch (attention inside, row-mode GEMV steps): the steps round
 //    where RopeKvWrite + Attention and the GEMV ops round and differ by f32 summation order
 //    only, i.e. the two runs
@@ -37,13 +38,14 @@ struct Placed {
   std::unique_ptr<models::Model> model;
 };
 
-enum class Mode { kOff, kMegaSplit, kMegaWhole };
+enum class Mode { kOff, kMegaSplit, kMegaWhole, kMegaWarp };
 
 // Places the model (a folder, or a config.json with dummy weights) in this mode.
 Placed PlaceWith(Mode mode, const std::string& path, bool dummy, int context) {
   setenv("PEREGRINE_MEGA", mode == Mode::kOff ? "0" : "1", 1);
   setenv("PEREGRINE_MEGA_ATTN", mode == Mode::kMegaSplit ? "0" : "1", 1);
   setenv("PEREGRINE_MEGA_TILES", mode == Mode::kMegaSplit ? "1" : "0", 1);
+  setenv("PEREGRINE_MEGA_WARP", mode == Mode::kMegaWarp ? "1" : "0", 1);
   Placed p;
   p.runner = std::make_unique<rt::GpuRunner>(rt::GpuRunnerOptions{
       .gpu_memory_utilization = 0.4, .max_batch_tokens = 64, .page_size = 16});
@@ -61,6 +63,7 @@ Placed PlaceWith(Mode mode, const std::string& path, bool dummy, int context) {
   unsetenv("PEREGRINE_MEGA");
   unsetenv("PEREGRINE_MEGA_ATTN");
   unsetenv("PEREGRINE_MEGA_TILES");
+  unsetenv("PEREGRINE_MEGA_WARP");
   return p;
 }
 
@@ -115,14 +118,16 @@ Diff Compare(const std::vector<std::vector<float>>& ref, const std::vector<std::
 void ExpectMegaMatches(const std::string& path, bool dummy, std::span<const int32_t> prompt,
                        std::span<const int32_t> tokens, int context) {
   ASSERT_GT(cuda::DeviceCount(), 0) << "no CUDA device: this test runs on the GPU machine";
-  std::vector<std::vector<float>> logits[3];
+  std::vector<std::vector<float>> logits[4];
   int num_layers = 0;
-  for (Mode mode : {Mode::kOff, Mode::kMegaSplit, Mode::kMegaWhole}) {
+  for (Mode mode : {Mode::kOff, Mode::kMegaSplit, Mode::kMegaWhole, Mode::kMegaWarp}) {
     const int64_t launches0 = ops::MegaLaunches();
     Placed p = PlaceWith(mode, path, dummy, context);
     num_layers = p.model->config().num_layers;
     logits[int(mode)] = TeacherForced(p, prompt, tokens);
-    if (mode != Mode::kOff) EXPECT_GT(ops::MegaLaunches(), launches0) << "the mega path never ran";
+    if (mode != Mode::kOff) {
+      EXPECT_GT(ops::MegaLaunches(), launches0) << "the mega path never ran";
+    }
     if (mode == Mode::kMegaWhole) {
       // The kernel is deterministic (fixed splits, merge order and tiles): the same run again
       // (same prompt, same tokens, same cache slots rewritten) gives the same bits; a race
@@ -133,7 +138,8 @@ void ExpectMegaMatches(const std::string& path, bool dummy, std::span<const int3
       EXPECT_EQ(differ, 0) << "mega run twice: steps with different logits";
     }
   }
-  const Diff split = Compare(logits[0], logits[1]), whole = Compare(logits[0], logits[2]);
+  const Diff split = Compare(logits[0], logits[1]), whole = Compare(logits[0], logits[2]),
+             warp = Compare(logits[0], logits[3]);
   const double bound = 2 * 0.05 * std::sqrt(std::max(num_layers, 3) / 3.0);
   std::printf("%s over %zu steps: mega (attention apart) max|diff| %.3g; mega (one launch) "
               "max|diff| %.3g = %.4f std (step %zu; bound %.3f), argmax differs at %d steps\n",
@@ -141,6 +147,9 @@ void ExpectMegaMatches(const std::string& path, bool dummy, std::span<const int3
               whole.worst_over_std, whole.worst_step, bound, whole.argmax_differs);
   EXPECT_EQ(split.worst_abs, 0.0) << "mega projections differ from the fused GEMV ops (step "
                                   << split.worst_step << ")";
+  std::printf("%s: mega warp mode max|diff| %.3g\n", path.c_str(), warp.worst_abs);
+  EXPECT_EQ(warp.worst_abs, 0.0) << "mega warp mode differs from the fused GEMV ops (step "
+                                 << warp.worst_step << ")";
   EXPECT_LE(whole.worst_over_std, bound) << "step " << whole.worst_step;
 }
 

@@ -53,7 +53,8 @@ int RunMegaBench() {
       steps.push_back({.kind = ops::MegaStepKind::kAccumulate, .x = dev(qkv.p, {1, kH}),
                        .w = make(kH, kH), .out = X});
       steps.push_back({.kind = ops::MegaStepKind::kNormSwiGlu, .x = X, .norm_weight = NW,
-                       .w = make(2 * kF, kH), .out = dev(act.p, {1, kF})});
+                       .w = make(2 * kF, kH), .out = dev(act.p, {1, kF}),
+                       .projected = dev(gu.p, {1, 2 * kF})});
       steps.push_back({.kind = ops::MegaStepKind::kAccumulate, .x = dev(act.p, {1, kF}),
                        .w = make(kH, kF), .out = X});
     }

@@ -56,6 +56,9 @@ struct MegaStep {
   int32_t m;          // outputs
   int32_t num_tiles;  // tile mode: ceil(m / 8) (ceil(m / 4) with swiglu); row mode: row groups
   int32_t stage_rows; // row mode: rows a slot holds (1, 2, 4 or 8; >= 2 with swiglu)
+  // Warp mode (mega_warp.cu): a swiglu step writes its [2m] bf16 projection to out, and the
+  // step after it (kAccumulate) stages silu(swiglu_in[i]) * swiglu_in[k + i] as its input.
+  const bf16* swiglu_in;
   int64_t ldw;        // elements between rows of w
   const bf16* w;
   const bf16* x;               // [k]

@@ -16,6 +16,9 @@
 
 namespace pg::cuda {
 int MegaMaxBlocks();
+int MegaWarpMaxBlocks();
+cudaError_t LaunchMegaWarp(const MegaArgs& a, int blocks, bool cooperative, bool pdl,
+                           cudaStream_t stream);
 cudaError_t LaunchMega(const MegaArgs& a, int blocks, bool cooperative, bool pdl,
                        cudaStream_t stream);
 }  // namespace pg::cuda
@@ -118,6 +121,23 @@ class CudaMegaPlan final : public MegaPlan {
   // steps: descriptors (attention steps get their RoPE table, partials and counters here).
   CudaMegaPlan(std::vector<MegaStep> steps, std::span<const MegaStepParams> params, int blocks)
       : num_steps_(int(steps.size())), blocks_(blocks) {
+    // Warp mode (mega_warp.cu) with PEREGRINE_MEGA_WARP=1 when every swiglu step has its
+    // projection scratch and feeds the next step: no attention inside its launches.
+    warp_mode_ = EnvFlag("PEREGRINE_MEGA_WARP", false) && cuda::MegaWarpMaxBlocks() > 0;
+    for (size_t i = 0; warp_mode_ && i < steps.size(); ++i)
+      if (steps[i].kind == MegaKind::kNormSwiGlu &&
+          (!params[i].projected.data || params[i].projected.numel() != 2 * int64_t(steps[i].m) ||
+           i + 1 >= steps.size() || steps[i + 1].kind != MegaKind::kAccumulate ||
+           steps[i + 1].x != steps[i].out))
+        warp_mode_ = false;
+    if (warp_mode_) {
+      for (size_t i = 0; i < steps.size(); ++i)
+        if (steps[i].kind == MegaKind::kNormSwiGlu) {
+          steps[i].out = static_cast<cuda::bf16*>(params[i].projected.data);
+          steps[i + 1].swiglu_in = steps[i].out;
+        }
+      blocks_ = std::min(blocks_, cuda::MegaWarpMaxBlocks());
+    }
     // Row mode (mega_params.h) when every GEMV step takes it, unless PEREGRINE_MEGA_TILES=1
     // (the tile mode: bitwise the fused GEMV ops' sums).
     row_mode_ = !EnvFlag("PEREGRINE_MEGA_TILES", false);
@@ -156,6 +176,7 @@ class CudaMegaPlan final : public MegaPlan {
         s.max_splits = max_splits;
       }
     }
+    for (const MegaStep& s : steps) kinds_host_.push_back(int(s.kind));
     PG_CUDA_CHECK(cudaMalloc(&steps_, steps.size() * sizeof(MegaStep)));
     PG_CUDA_CHECK(cudaMemcpy(steps_, steps.data(), steps.size() * sizeof(MegaStep),
                              cudaMemcpyHostToDevice));
@@ -210,6 +231,14 @@ class CudaMegaPlan final : public MegaPlan {
     // weight stream start while the previous kernel drains (also needs PDL on).
     static const bool coop = EnvFlag("PEREGRINE_MEGA_COOP", true);
     static const bool pdl = EnvFlag("PEREGRINE_MEGA_PDL", false) && cuda::PdlEnabled();
+    if (warp_mode_) {
+      PG_CHECK(kinds_host_.size() == size_t(num_steps_));
+      for (int si = begin; si < end; ++si)
+        PG_CHECK(kinds_host_[size_t(si)] != int(MegaKind::kAttention),
+                 "mega warp mode runs no attention step");
+      PG_CUDA_CHECK(cuda::LaunchMegaWarp(a, blocks_, coop, pdl, cuda::CurrentStream()));
+      return;
+    }
     PG_CUDA_CHECK(cuda::LaunchMega(a, blocks_, coop, pdl, cuda::CurrentStream()));
   }
 
@@ -217,6 +246,8 @@ class CudaMegaPlan final : public MegaPlan {
   int num_steps_, blocks_;
   int max_layer_ = -1;  // the largest layer index of an attention step (-1: none)
   bool row_mode_ = false;
+  bool warp_mode_ = false;
+  std::vector<int> kinds_host_;
   MegaStep* steps_ = nullptr;
   uint32_t* counters_ = nullptr;
   float* partial_ = nullptr;
