@@ -10,13 +10,15 @@
 // row tiles (tile gain at 32-64 tokens against forcing 128-row tiles). A cross-check compares
 // the walking and sorted paths' outputs on every shape (different algorithms, same function).
 // Output: a table on stdout and JSON lines (--json FILE) for docs/PERF.md. --decode-only: the
-// decode section alone; --layer-only: everything but the decode section.
+// decode section alone; --layer-only: everything but the decode section; --shapes a,b and
+// --max-tokens N restrict the layer table.
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <functional>
@@ -492,9 +494,14 @@ int RunMoeBench(int argc, char** argv) {
   cudaStream_t stream;
   PG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   bool decode_only = false, layer_only = false;
+  std::string only_shapes;      // --shapes a,b: the layer table of these shapes only
+  int64_t max_tokens = 1 << 30;  // --max-tokens N: the layer table up to N tokens
   for (int i = 1; i < argc; ++i) {
-    decode_only = decode_only || std::string(argv[i]) == "--decode-only";
-    layer_only = layer_only || std::string(argv[i]) == "--layer-only";  // skip the decode section
+    const std::string a = argv[i];
+    decode_only = decode_only || a == "--decode-only";
+    layer_only = layer_only || a == "--layer-only";  // skip the decode section
+    if (a == "--shapes" && i + 1 < argc) only_shapes = fmt::format(",{},", argv[i + 1]);
+    if (a == "--max-tokens" && i + 1 < argc) max_tokens = std::atoll(argv[i + 1]);
   }
   for (const Shape& s : shapes) {
     if (layer_only) break;
@@ -513,6 +520,8 @@ int RunMoeBench(int argc, char** argv) {
   }
 
   for (const Shape& s : shapes) {
+   if (!only_shapes.empty() && only_shapes.find(fmt::format(",{},", s.name)) == std::string::npos)
+     continue;
    try {
     Layer L(s);
     if (s.shared_inter) {
@@ -527,6 +536,7 @@ int RunMoeBench(int argc, char** argv) {
     fmt::print("{:>6} {:>10} {:>8} {:>10} {:>10} {:>9} {:>10} {:>9}\n", "tokens", "variant", "touched",
                "layer_us", "floor_us", "floor/t", "experts_us", "floor/t");
     for (int64_t n : token_counts) {
+      if (n > max_tokens) break;
       Acts A(s, n);
       {  // routes of this batch (for the floor), from the real router
         cuda::StreamScope scope(stream);
@@ -591,7 +601,7 @@ int RunMoeBench(int argc, char** argv) {
     PG_CUDA_CHECK(cudaStreamSynchronize(stream));
    }
   }
-  DenseFp8(stream, bw, gemm, json);
+  if (only_shapes.empty()) DenseFp8(stream, bw, gemm, json);
   if (json) std::fclose(json);
   cudaStreamDestroy(stream);
   return 0;
