@@ -26,6 +26,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 
 #include "core/env.h"
@@ -311,9 +312,20 @@ void Launch(const GemvArgs& a, cudaStream_t stream, const float* w_scale = nullp
             bool scale_per_row = false) {
   constexpr int kW = kSwiGlu || kPair ? 2 : 1;
   auto* kernel = GemvRingKernel<NB, kNorm, kSwiGlu, kPair, kFp8>;
-  static const cudaError_t once = cudaFuncSetAttribute(
-      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024);
-  (void)once;  // a failure surfaces as the launch's error
+  // The kernel's dynamic shared memory limit: the device's opt-in maximum less the kernel's
+  // static shared memory (StageRows' partial sums), set once (a failure surfaces as the
+  // launch's error).
+  static const int smem_limit = [kernel] {
+    int dev = 0, optin = 0;
+    cudaFuncAttributes fa{};
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
+        cudaFuncGetAttributes(&fa, kernel) != cudaSuccess)
+      return 48 * 1024;
+    const int limit = optin - int(fa.sharedSizeBytes);
+    (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, limit);
+    return limit;
+  }();
   RingPlan p = PlanOf(a, kW, kFp8 ? 1 : 2);
   p.w_scale = w_scale;
   p.scale_per_row = scale_per_row;
@@ -321,6 +333,13 @@ void Launch(const GemvArgs& a, cudaStream_t stream, const float* w_scale = nullp
   static const int per_sm = std::clamp(EnvInt("PEREGRINE_GEMV_RING_BLOCKS_PER_SM", 1), 1, 2);
   const int64_t mj = kPair ? (a.m + 1) / 2 : a.m;
   const int64_t blocks = std::min<int64_t>(int64_t(per_sm) * MultiprocessorCount(), mj);
+  static const bool log = EnvFlag("PEREGRINE_GEMV_RING_LOG", false);
+  if (log || smem > size_t(smem_limit))
+    std::fprintf(stderr,
+                 "gemv ring: n=%lld k=%lld m=%lld kw=%d fp8=%d grid=%lld block=%d smem=%zu (limit %d) "
+                 "stages=%d group=%d chunk=%d slot=%d stage_x=%d\n",
+                 (long long)a.n, (long long)a.k, (long long)a.m, kW, int(kFp8), (long long)blocks,
+                 kThreads, smem, smem_limit, p.stages, p.group, p.chunk, p.slot_bytes, int(p.stage_x));
   g_launches.fetch_add(1, std::memory_order_relaxed);
   (void)LaunchPdl(kernel, dim3(unsigned(blocks)), dim3(kThreads), smem, stream, a, p);
 }
