@@ -5,7 +5,8 @@
 //    block that arrives last routes every token. One kernel instead of GEMV + router; with the
 //    fused RMSNorm (+ residual add) every block normalises the rows on the fly and the last
 //    block stores them, one kernel instead of RmsNorm + GEMV + router. With defer_route it
-//    stops after the logits (the walking gate/up kernel routes).
+//    stops after the logits (the walking gate/up kernel routes); NormLogitsKernel is that
+//    deferred form for rows up to 2048 without a residual, everything in registers.
 // (A one-cluster form meeting in distributed shared memory instead of the counter measured
 // slower still on the H200 — Qwen3-30B-A3B norm + router 13.4 vs 11.0 us — and was dropped:
 // commit 68e9a1a has it.)
@@ -312,6 +313,82 @@ __global__ void __launch_bounds__(kWarps * 32) FusedRouterKernel(MoeRouterArgs a
 }
 
 
+
+// Deferred-routing form for rows of at most 32 * kPreChunks chunks (hidden <= 2048), no
+// residual: one warp per expert with everything in registers — its router row and the norm
+// weight are loaded before PdlWait; per token each warp loads the whole x row once (kPreChunks
+// chunks per lane), reduces its sum of squares itself (every warp the same 1/rms: no block
+// barrier) and takes the dot. Warp 0 of block 0 stores the normed row. Same values as
+// FusedRouterKernel's (bf16-rounded normed inputs), up to the f32 order of the squares' sum.
+__global__ void __launch_bounds__(kWarps * 32) NormLogitsKernel(MoeRouterArgs a) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int e = blockIdx.x * kWarps + warp;
+  const bool has_row = e < a.num_experts;
+  const int nc = a.hidden / 8;
+  const uint4* w4 = reinterpret_cast<const uint4*>(a.router_w + int64_t(has_row ? e : 0) * a.ld_router);
+  uint4 w[kPreChunks];
+  float4 g[kPreChunks][2];
+#pragma unroll
+  for (int q = 0; q < kPreChunks; ++q) {
+    const int c = lane + 32 * q;
+    if (c < nc) {
+      w[q] = __ldg(w4 + c);
+      if (a.norm_w) {
+        const float4* gp = reinterpret_cast<const float4*>(a.norm_w + c * 8);
+        g[q][0] = __ldg(gp), g[q][1] = __ldg(gp + 1);
+      }
+    }
+  }
+  PdlWait();  // x comes from upstream kernels; logits / normed are written below
+  PdlTrigger();
+  float* logits = static_cast<float*>(const_cast<void*>(a.logits));
+  for (int64_t t = 0; t < a.num_tokens; ++t) {
+    const uint4* x4 = reinterpret_cast<const uint4*>(a.x + t * a.ldx);
+    uint4 xr[kPreChunks];
+#pragma unroll
+    for (int q = 0; q < kPreChunks; ++q)
+      if (lane + 32 * q < nc) xr[q] = __ldg(x4 + lane + 32 * q);
+    float inv = 1.0f;
+    if (a.norm_w) {
+      float ss = 0.0f;
+#pragma unroll
+      for (int q = 0; q < kPreChunks; ++q) {
+        if (lane + 32 * q >= nc) continue;
+        float f[8];
+        moe::Widen<false>(xr[q], f);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) ss = fmaf(f[i], f[i], ss);
+      }
+      inv = rsqrtf(WarpSum(ss) / float(a.hidden) + a.eps);
+    }
+    bf16* out = a.norm_w && blockIdx.x == 0 && warp == 0 ? a.normed + t * a.ld_normed : nullptr;
+    float acc = 0.0f;
+#pragma unroll
+    for (int q = 0; q < kPreChunks; ++q) {
+      const int c = lane + 32 * q;
+      if (c >= nc) continue;
+      float f[8], wf[8];
+      moe::Widen<false>(xr[q], f);
+      if (a.norm_w) {
+        const float gw[8] = {g[q][0].x, g[q][0].y, g[q][0].z, g[q][0].w,
+                             g[q][1].x, g[q][1].y, g[q][1].z, g[q][1].w};
+        __align__(16) bf16 ov[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          ov[i] = __float2bfloat16_rn(f[i] * inv * gw[i]);
+          f[i] = __bfloat162float(ov[i]);
+        }
+        if (out) reinterpret_cast<uint4*>(out)[c] = *reinterpret_cast<const uint4*>(ov);
+      }
+      moe::Widen<false>(w[q], wf);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc = fmaf(wf[i], f[i], acc);
+    }
+    acc = WarpSum(acc);
+    if (has_row && lane == 0) logits[t * a.logits_stride + e] = acc;
+  }
+}
+
 }  // namespace
 
 void LaunchMoeRouter(const MoeRouterArgs& a, cudaStream_t stream) {
@@ -324,7 +401,10 @@ void LaunchMoeRouter(const MoeRouterArgs& a, cudaStream_t stream) {
                      (!a.residual || (a.ld_res % 8 == 0 && al16(a.residual))) &&
                      (!a.normed || (a.ld_normed % 8 == 0 && al16(a.normed)));
     const unsigned blocks = unsigned((a.num_experts + kWarps - 1) / kWarps);
-    (void)LaunchPdl(FusedRouterKernel, dim3(blocks), dim3(kWarps * 32), smem, stream, a, vec);
+    if (a.defer_route && vec && !a.residual && a.hidden <= 8 * 32 * kPreChunks)
+      (void)LaunchPdl(NormLogitsKernel, dim3(blocks), dim3(kWarps * 32), 0, stream, a);
+    else
+      (void)LaunchPdl(FusedRouterKernel, dim3(blocks), dim3(kWarps * 32), smem, stream, a, vec);
   } else {
     const unsigned blocks = unsigned((a.num_tokens + kWarps - 1) / kWarps);
     (void)LaunchPdl(RouterKernel, dim3(blocks), dim3(kWarps * 32), smem, stream, a);
