@@ -161,8 +161,6 @@ __global__ void __launch_bounds__(kWarpThreads, 1) MegaWarpKernel(const __grid_c
     StageW(s, xs, red);
     const int64_t rows = StepRows(s), nv = s.k / 8;
     const bool proj = s.kind == MegaKind::kNormSwiGlu;  // into s.out as [2m] bf16 projection
-    if (j0 >= rows && has_next && j0 < StepRows(*next))
-      LoadGroupW(RowPtr(*next, j0), lane, next->k / 8, buf);  // idle this step: next step's group
     for (int64_t j = j0; j < rows; j += jstride) {
       const int64_t jn = j + jstride;
       const uint4* w4 = RowPtr(s, j);
@@ -175,8 +173,6 @@ __global__ void __launch_bounds__(kWarpThreads, 1) MegaWarpKernel(const __grid_c
           LoadGroupW(w4, c0 + 32 * kUnroll, nv, buf);
         } else if (jn < rows) {
           LoadGroupW(RowPtr(s, jn), lane, nv, buf);
-        } else if (has_next && j0 < StepRows(*next)) {
-          LoadGroupW(RowPtr(*next, j0), lane, next->k / 8, buf);  // the boundary prefetch
         }
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
@@ -196,6 +192,9 @@ __global__ void __launch_bounds__(kWarpThreads, 1) MegaWarpKernel(const __grid_c
         }
       }
     }
+    // The boundary prefetch: every lane (also lanes with no chunk in this step's rows, and
+    // warps with no row) issues its first group of the next step before the wait.
+    if (has_next && j0 < StepRows(*next)) LoadGroupW(RowPtr(*next, j0), lane, next->k / 8, buf);
     __syncthreads();
     if (threadIdx.x == 0) {
       __threadfence();
