@@ -48,17 +48,18 @@ bool FuseShared() {
   static const bool on = EnvFlag("PEREGRINE_MOE_FUSED_SHARED", true);
   return on;
 }
-// PEREGRINE_MOE_SELF_ROUTE (off by default): the routing inside MoeExperts
-// (MoeExpertsParams::route; CUDA: the walking gate/up kernel routes for itself). 1: the router
-// matmul (and the FFN's RMSNorm, without a residual) in the route as well — one router kernel
-// computing logits (+ normed rows); 2: RmsNorm and the router Matmul as their own ops first;
-// 0: MoeRouter's own kernel (fused as PEREGRINE_MOE_FUSED_ROUTER says). One token only. H200,
-// batch 1 step with the down kernel's preload: Qwen3-30B-A3B mode 1 3659 vs mode 0 3559 us,
-// DeepSeek-V2-Lite 2153 vs 2159, Moonlight 2237 vs 2243 (each block's routing costs what the
-// router kernel's boundary saves); at 4 tokens mode 2 7788 vs 7492 us (the gate/up grid runs
-// in several waves, each paying the routing).
+// PEREGRINE_MOE_SELF_ROUTE (1 by default): the routing inside MoeExperts
+// (MoeExpertsParams::route). 1: with the router matmul (and the FFN's RMSNorm, without a
+// residual) in the route — CUDA: one kernel computes the normed rows and logits in registers
+// (moe_router.cu NormLogitsKernel), the logits-form router kernel routes (or, with
+// PEREGRINE_MOE_GU_ROUTES=1, every walking gate/up block); 2: RmsNorm and the router Matmul as
+// their own ops first; 0: MoeRouter's own kernel (fused as PEREGRINE_MOE_FUSED_ROUTER says).
+// One token only. H200 batch 1 step, same run: Qwen3-30B-A3B 3358 (mode 1) vs 3531 us (mode 0),
+// DeepSeek-V2-Lite 2050 vs 2150, Moonlight 2136 vs 2228; gate/up blocks routing 3482 / 2060 /
+// 2153. At 4 tokens gate/up routing measured slower (7788 vs 7492 us: several waves of
+// blocks, each paying the routing).
 int SelfRoute() {
-  static const int mode = EnvInt("PEREGRINE_MOE_SELF_ROUTE", 0);
+  static const int mode = EnvInt("PEREGRINE_MOE_SELF_ROUTE", 1);
   return mode;
 }
 

@@ -106,8 +106,9 @@ struct FfnNorm {
 void RunDeviceMlp(const DeviceMlp& w, const TensorView& x, const TensorView& out,
                   const DeviceFfnScratch& s, bool accumulate = false,
                   const FfnNorm* norm = nullptr);
-// Batches of at most this many tokens take the MoE decode path: (opt-in) the routing inside
-// MoeExperts (PEREGRINE_MOE_SELF_ROUTE, moe_device.cpp), the shared expert fused into
+// Batches of at most this many tokens take the MoE decode path: the routing inside
+// MoeExperts with the FFN's RMSNorm and router matmul (PEREGRINE_MOE_SELF_ROUTE,
+// moe_device.cpp), the shared expert fused into
 // MoeExperts, and (opt-in, PEREGRINE_MOE_FUSED_ROUTER=1; see moe_device.cpp) the router matmul
 // and the FFN's RMSNorm fused into MoeRouter, where the backends take them. One token: at 2-4
 // tokens both fusions measured slower on the H200 (the fused router's per-token loop; the

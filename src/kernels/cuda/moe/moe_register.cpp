@@ -24,13 +24,15 @@
 namespace pg::cuda {
 namespace {
 // The process's initial tuning: defaults, with PEREGRINE_MOE_DOWN_ROWS (walk_down_rows: the
-// walking down kernel's form), PEREGRINE_MOE_DOWN_PRELOAD (walk_down_preload) and
-// PEREGRINE_MOE_GU_ROUTES (walk_self_route), for A/B runs of whole models, read once.
+// walking down kernel's form), PEREGRINE_MOE_DOWN_PRELOAD (walk_down_preload),
+// PEREGRINE_MOE_GU_ROUTES (walk_self_route) and PEREGRINE_MOE_FP8_WALK_MAX
+// (walk_max_tokens_fp8), for A/B runs of whole models, read once.
 MoeTuning InitialTuning() {
   MoeTuning t;
   t.walk_down_rows = EnvInt("PEREGRINE_MOE_DOWN_ROWS", t.walk_down_rows);
   t.walk_down_preload = EnvFlag("PEREGRINE_MOE_DOWN_PRELOAD", t.walk_down_preload);
   t.walk_self_route = EnvFlag("PEREGRINE_MOE_GU_ROUTES", t.walk_self_route);
+  t.walk_max_tokens_fp8 = EnvInt("PEREGRINE_MOE_FP8_WALK_MAX", t.walk_max_tokens_fp8);
   return t;
 }
 MoeTuning g_tuning = InitialTuning();
@@ -342,7 +344,8 @@ void RunExperts(const MoeExpertsParams& p) {
                          Aligned16(p.x.data) && L.ld_gate % vec == 0 && L.ld_up % vec == 0 &&
                          L.ld_down % vec == 0;
   const bool sorted = sorted_ok && (tune.path == cuda::MoePath::kSorted ||
-                                    (tune.path == cuda::MoePath::kAuto && n > tune.walk_max_tokens));
+                                    (tune.path == cuda::MoePath::kAuto &&
+                                     n > (L.fp8 ? tune.walk_max_tokens_fp8 : tune.walk_max_tokens)));
   if (p.route) {
     if (!sorted && SelfRouteOk(p)) {
       // The router kernel (fused form) computes only the logits and normed rows; the gate/up

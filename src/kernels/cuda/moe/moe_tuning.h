@@ -10,6 +10,9 @@ struct MoeTuning {
   MoePath path = MoePath::kAuto;
   int tile_rows = 0;         // 0 = auto (by routes per touched expert), else 16/32/64/128
   int walk_max_tokens = 4;   // kAuto: batches of at most this many tokens walk their routes
+  // kAuto, fp8 weights: walk up to this many tokens (H200, DeepSeek-V3 fp8 layer: walk 713 vs
+  // sorted 1067 us at 8 tokens, 2721 vs 3081 at 32; bf16 V2-Lite: sorted faster from 8).
+  int walk_max_tokens_fp8 = 32;
   // Route-walking kernels (moe_walk.cu): 16-byte loads in flight per lane and row in the
   // gate/up kernel (2 or 4; 0 = auto: 4 for fp8 weights, 2 for bf16 — H200, one token:
   // DeepSeek-V3 fp8 shape 103 vs 110 us, Qwen3 bf16 29 vs 25 us) and the one-warp-per-row down
@@ -33,9 +36,9 @@ struct MoeTuning {
   // MoeExpertsParams::route on the walking path: the gate/up kernel routes for itself (the
   // router kernel, if any, only computes logits); false: the router runs as kernels first —
   // with a router matmul (no residual) the fused kernel computes only the logits (+ normed
-  // rows) and the logits form routes, else MoeRouter's kernel (the models pass a route only
-  // with PEREGRINE_MOE_SELF_ROUTE, moe_device.cpp).
-  bool walk_self_route = true;
+  // rows) and the logits form routes, else MoeRouter's kernel (the models' one-token decode
+  // passes a route by default; gate/up routing measured slower there, moe_device.cpp).
+  bool walk_self_route = false;
   // The tiled down kernel routes / reads its routes and issues its first weight loads before
   // its PDL wait, overlapping the gate/up kernel's tail (moe_walk_down.cu kPre). H200, one
   // token: DeepSeek-V2-Lite step 2284 -> 2161 us, Moonlight 2357 -> 2255 us.
