@@ -4,7 +4,7 @@
 // One block per SM: a producer warp streams the block's weight rows into a shared-memory ring
 // with 1-D bulk copies (cp.async.bulk, completion counted in bytes on the slot's "full"
 // mbarrier), kConsumerWarps consumer warps take their slots in order and give each back on
-// its "empty" mbarrier. The bytes in flight are the ring (~128 KB a block), not a function of
+// its "empty" mbarrier. The bytes in flight are the ring (160-192 KB a block), not a function of
 // the warp count. PDL (common/pdl.cuh): the kernel triggers its dependents at once and the
 // producer fills the ring before PdlWait (w_constant: weights are never written in a step),
 // so while the previous kernel drains, this one's first ~16 MB are already on their way; the
@@ -14,11 +14,10 @@
 // rows with swiglu, whose warps also stream up row m + j) is cut into gridDim.x contiguous
 // slices; in its block's slice, consumer warp w owns rows j = start + w + kConsumerWarps * t
 // and walks each in pieces of `chunk` columns. A ring slot holds one piece of each weight row
-// (kW) of `group` consecutive warps (group 1: every warp has its own slots, so a slow warp
-// holds back no other; group 8: one slot serves all warps). Slots go round-robin over the
-// warp groups, so slot i always belongs to warp group i % (kConsumerWarps / group).
-// Measured (docs/PERF.md "TMA-ring decode GEMV"): a bulk copy has a fixed cost of its own
-// (~60 ns an SM), so pieces of 4-8 KB, not 1-2 KB.
+// (kW) of `group` consecutive warps (group 8, the default: one slot serves all warps; group 1:
+// every warp has its own slots). Slots go round-robin over the warp groups, so slot i always
+// belongs to warp group i % (kConsumerWarps / group). Measured (docs/PERF.md "TMA-ring decode
+// GEMV"): 1-2 KB pieces and per-warp slots are 2x slower than 4 KB pieces in 32 KB slots.
 // Summation order: a lane sums the 16-byte chunks lane, lane + 32, ... of its row in order
 // across the pieces (a piece is a multiple of 32 x 16 bytes), so the outputs are bitwise
 // those of gemv.cu (bf16) and cuda/moe's Fp8GemvKernel (fp8).
@@ -264,32 +263,34 @@ bool Supported(const GemvArgs& a) {
 }
 
 // kShape: where the ring measured faster than the warp kernel (docs/PERF.md "TMA-ring decode
-// GEMV"). Not measured yet: nowhere.
-bool ShapeWantsRing(const GemvArgs& a) {
-  (void)a;
-  return false;
-}
+// GEMV", H200, PDL on): one activation row and k >= 4096 (Llama-3.1-8B qkv 14.8 vs 17.1 us,
+// down 30.9 vs 32.3, gate_up 55.9 vs 56.5, lm_head 235 vs 244, o 11.1 vs 10.9; Qwen3-30B-A3B
+// o 7.0 vs 7.2). Not at 2-4 rows (the 8 consumer warps are issue-bound: qkv 21.7 vs 21.8,
+// down 52.6 vs 39.4 at 4 rows) nor at k = 2048 (Qwen3-30B-A3B qkv 8.1 vs 7.7).
+bool ShapeWantsRing(const GemvArgs& a) { return a.n == 1 && a.k >= 4096; }
 
+// fp8: the consumers widen 16 e4m3 weights and 16 activations per 16 bytes and are issue-bound
+// on 8 warps (Llama-3.1-8B fp8 qkv 21.3 vs 11.0 us at one row): nowhere.
 bool ShapeWantsRingFp8(const Fp8GemvArgs& f) {
   (void)f;
   return false;
 }
 
-// wb: bytes per weight element (2 bf16, 1 fp8). Defaults (env overrides, for A/B runs):
-// every warp its own slots (PEREGRINE_GEMV_RING_GROUP=1), a slot of 8 KB a warp
-// (PEREGRINE_GEMV_RING_PIECE_KB: bytes of one row piece, default 8 / kw), two slots a warp
-// (PEREGRINE_GEMV_RING_DEPTH=2), ring + x within PEREGRINE_GEMV_RING_BUDGET_KB (200: one
-// block an SM).
+// wb: bytes per weight element (2 bf16, 1 fp8). Defaults (env overrides, for A/B runs), the
+// best of request 3's layouts: one slot serves all 8 consumer warps (PEREGRINE_GEMV_RING_GROUP
+// =8; per-warp slots measured 2x slower), 4 KB row pieces (PEREGRINE_GEMV_RING_PIECE_KB), as
+// many slots as fit up to 6 (PEREGRINE_GEMV_RING_DEPTH) in PEREGRINE_GEMV_RING_BUDGET_KB (200:
+// ring + x, one block an SM; 160-192 KB in flight an SM).
 RingPlan PlanOf(const GemvArgs& a, int kw, int wb) {
-  static const int group_env = EnvInt("PEREGRINE_GEMV_RING_GROUP", 1);
+  static const int group_env = EnvInt("PEREGRINE_GEMV_RING_GROUP", 8);
   static const int piece_kb = EnvInt("PEREGRINE_GEMV_RING_PIECE_KB", 0);
-  static const int depth_env = std::clamp(EnvInt("PEREGRINE_GEMV_RING_DEPTH", 2), 1, 16);
+  static const int depth_env = std::clamp(EnvInt("PEREGRINE_GEMV_RING_DEPTH", 6), 1, 32);
   static const int budget = std::clamp(EnvInt("PEREGRINE_GEMV_RING_BUDGET_KB", 200), 32, 220) * 1024;
   RingPlan p{};
   p.group = group_env == 2 || group_env == 4 || group_env == 8 ? group_env : 1;
   const int ng = kConsumerWarps / p.group;
   const int unit = 32 * 16 / wb;  // columns of 32 lanes x 16 bytes
-  const int piece = piece_kb > 0 ? piece_kb * 1024 : 8 * 1024 / kw;
+  const int piece = (piece_kb > 0 ? piece_kb : 4) * 1024;
   p.chunk = std::max(unit, piece / wb / unit * unit);
   if (p.chunk > a.k) p.chunk = int(a.k);  // one piece per row (a multiple of 16 bytes)
   const int64_t xbytes = a.n * a.k * 2;
