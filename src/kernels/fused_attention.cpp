@@ -46,7 +46,7 @@ void RunRopeKvWriteAttentionComposed(const RopeKvWriteAttentionParams& p, bool r
 void RopeKvWriteAttention(const RopeKvWriteAttentionParams& p) { Registry::Global().Run(p); }
 
 bool FusedAttentionEnabled() {
-  static const bool on = EnvFlag("PEREGRINE_FUSED_ATTN", false);
+  static const bool on = EnvFlag("PEREGRINE_FUSED_ATTN", true);
   return on;
 }
 

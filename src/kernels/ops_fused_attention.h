@@ -30,7 +30,8 @@ struct RopeKvWriteAttentionParams {
 void RopeKvWriteAttention(const RopeKvWriteAttentionParams& p);
 
 // Whether the models' device paths call RopeKvWriteAttention instead of RopeKvWrite +
-// Attention: PEREGRINE_FUSED_ATTN (core/env.h EnvFlag; read once per process).
+// Attention: PEREGRINE_FUSED_ATTN (core/env.h EnvFlag, default on: measured faster on the
+// H200, docs/PERF.md "Single-kernel decode attention"; read once per process).
 bool FusedAttentionEnabled();
 
 void Validate(const RopeKvWriteAttentionParams& p);

@@ -373,15 +373,14 @@ void RunAttention(const AttentionParams& p) {
 
 // ---- fused decode attention (ops_fused_attention.h) --------------------------------------
 // The fused kernel takes decode batches (every sequence q_len 1) of at most this many
-// sequences, and at most PG_FUSED_MAX_KEYS (default 16K) keys in the batch's plan (sequences x
-// longest kv length): in the Llama-3.1-8B step it saves 63 / 225 us at 1K x 1 / 8 but costs
-// 440 us at 32K x 1 (H200, docs/PERF.md "Single-kernel decode attention"; its round-robin
-// layout is also slower than the unfused head-warp kernel at 8 x 32K fp8: 284 vs 247 us).
-// Larger batches (and prefill rows) run the composition.
+// sequences (larger ones and prefill rows run the composition) and at most PG_FUSED_MAX_KEYS
+// keys in the batch's plan (sequences x longest kv length; default: no limit, it measured
+// faster than the composition in every Llama-3.1-8B / Qwen3-30B-A3B step cell, 1K / 32K x 1 / 8,
+// bf16 and fp8 KV: docs/PERF.md "Single-kernel decode attention").
 constexpr int kFusedAttentionMaxSeqs = 8;
 int64_t FusedAttentionMaxKeys() {
-  static const int64_t keys = EnvInt("PG_FUSED_MAX_KEYS", 16384);
-  return keys;
+  static const int64_t keys = EnvInt("PG_FUSED_MAX_KEYS", 0);
+  return keys > 0 ? keys : INT64_MAX;
 }
 
 bool RopeKvWriteSupported(const RopeKvWriteParams& p) {
@@ -418,6 +417,7 @@ void RunFusedAttention(const RopeKvWriteAttentionParams& p) {
     if (ap.sliding_window > 0) len = std::min<int64_t>(len, ap.sliding_window);
     max_len = std::max(max_len, len);
   }
+  a.min_split_keys = cuda::DecodeFusedMinSplitKeys(a.kv_heads, max_len);
   a.num_splits = cuda::DecodeFusedSplits(a, b.num_seqs, max_len);
   if (a.num_splits > 1) {
     // The splits merge inside the kernel: no counters (first growth under graph capture) ->

@@ -468,19 +468,26 @@ bool DecodeFusedSupports(int head_dim, int group, KvType) {
   return MmaFusedSupports(head_dim, group);
 }
 
-// The fused kernel's keys per active split: 64 (H200, GPU request 2 of the fused work: 1K x 1
-// 9.4 vs 10.9 us at 16 and 10.3 at 32, 11.0 at 128; fp8 32K x 1 41.6 vs 52.4 us at 16; the
-// merge reads fewer partials and each of the 4 warps gets a tile), and its own A/B knobs over
-// the decode kernel's (ApplyKnobs): PG_FUSED_MIN_SPLIT_KEYS, PG_FUSED_PDL_LATE (0: PDL trigger
-// at the start, so the next kernel streams its weights during the attention).
-constexpr int kFusedMinSplitKeys = 64;
+// The fused kernel's keys per active split, from the model-step A/B grid (H200, GPU request 4
+// of the fused work, docs/PERF.md "Single-kernel decode attention"): 16 with >= 8 kv heads up
+// to 16K keys (Llama-3.1-8B 1K x 1: 4510 us per step vs 5000 at 64), else 64 (Qwen3-30B-A3B
+// 1K x 1: 3509 vs 3798 at 16; Llama fp8 8 x 32K: 11827 vs 13452). The host plan and the
+// device args must use the same value (RunFusedAttention sets it in both).
+int DecodeFusedMinSplitKeys(int kv_heads, int64_t max_len) {
+  return kv_heads >= 8 && max_len <= 16384 ? 16 : 64;
+}
+
+// The fused kernel's A/B knobs over the decode kernel's (ApplyKnobs): PG_FUSED_MIN_SPLIT_KEYS
+// (keys per active split), PG_FUSED_PDL_LATE (1: PDL trigger after the key loop; default 0,
+// at the start: the next kernel streams its weights during the attention, measured 6146 vs
+// 6894 us per Llama-3.1-8B step at 32K x 1 and equal or better in every other cell).
 static AttentionArgs FusedKnobs(const AttentionArgs& args) {
-  static const int min_keys = EnvInt("PG_FUSED_MIN_SPLIT_KEYS", kFusedMinSplitKeys);
-  static const int late = EnvInt("PG_FUSED_PDL_LATE", -1);
+  static const int min_keys = EnvInt("PG_FUSED_MIN_SPLIT_KEYS", 0);
+  static const int late = EnvInt("PG_FUSED_PDL_LATE", 0);
   AttentionArgs a = args;
   ApplyKnobs(a);
   if (min_keys > 0) a.min_split_keys = min_keys;
-  if (late >= 0) a.pdl_late_trigger = late != 0;
+  a.pdl_late_trigger = late != 0;
   return a;
 }
 

@@ -13,6 +13,9 @@ namespace pg::cuda {
 
 // Head dims 64 / 128, GQA group <= 16, bf16 or fp8 e4m3 caches.
 bool DecodeFusedSupports(int head_dim, int group, KvType kv_type);
+// Keys per active split (AttentionArgs::min_split_keys) of the fused kernel for this shape;
+// the caller sets it before DecodeFusedSplits and LaunchDecodeFused.
+int DecodeFusedMinSplitKeys(int kv_heads, int64_t max_len);
 // The split count for this batch shape (as DecodeAttentionSplits, for the fused kernel's
 // block layout: one block per (sequence, kv head, split)).
 int DecodeFusedSplits(const AttentionArgs& a, int num_seqs, int64_t max_len);
