@@ -79,9 +79,9 @@ std::vector<float> Decoded(const Tensor& t, float scale) {
 
 TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
   PG_SEED_TRACE();
-  // The CUDA backend's performance policy fuses only up to PG_FUSED_MAX_KEYS planned keys
-  // (read once, at its first call): the harness checks the kernel at every length.
-  setenv("PG_FUSED_MAX_KEYS", "1000000000", /*overwrite=*/0);
+  // The CUDA backend's performance policy fuses fp8 caches only up to PG_FUSED_MAX_FP8_KEYS
+  // planned keys (read once, at its first call): the harness checks the kernel at every length.
+  setenv("PG_FUSED_MAX_FP8_KEYS", "1000000000", /*overwrite=*/0);
   Coverage cov;
   int fused_runs = 0;
   for (const FusedCase& c : Cases()) {

@@ -373,14 +373,15 @@ void RunAttention(const AttentionParams& p) {
 
 // ---- fused decode attention (ops_fused_attention.h) --------------------------------------
 // The fused kernel takes decode batches (every sequence q_len 1) of at most this many
-// sequences (larger ones and prefill rows run the composition) and at most PG_FUSED_MAX_KEYS
-// keys in the batch's plan (sequences x longest kv length; default: no limit, it measured
-// faster than the composition in every Llama-3.1-8B / Qwen3-30B-A3B step cell, 1K / 32K x 1 / 8,
-// bf16 and fp8 KV: docs/PERF.md "Single-kernel decode attention").
+// sequences (larger ones and prefill rows run the composition); with fp8 caches and 16 keys
+// per split (>= 8 kv heads) at most PG_FUSED_MAX_FP8_KEYS (default 64K) keys in the batch's
+// plan (sequences x longest kv length): Llama-3.1-8B fp8 8 x 32K measured 13452 us per step
+// fused vs 12052 unfused; every other Llama-3.1-8B / Qwen3-30B-A3B step cell (1K / 32K x 1 / 8,
+// bf16 / fp8 KV) measured faster fused (docs/PERF.md "Single-kernel decode attention").
 constexpr int kFusedAttentionMaxSeqs = 8;
-int64_t FusedAttentionMaxKeys() {
-  static const int64_t keys = EnvInt("PG_FUSED_MAX_KEYS", 0);
-  return keys > 0 ? keys : INT64_MAX;
+int64_t FusedAttentionMaxFp8Keys() {
+  static const int64_t keys = EnvInt("PG_FUSED_MAX_FP8_KEYS", 65536);
+  return keys;
 }
 
 bool RopeKvWriteSupported(const RopeKvWriteParams& p) {
@@ -397,11 +398,14 @@ bool FusedAttentionSupported(const RopeKvWriteAttentionParams& p) {
   if (b.num_seqs == 0 || b.num_seqs > kFusedAttentionMaxSeqs) return false;
   for (int32_t l : b.q_len)
     if (l != 1) return false;
+  const int heads = int(r.q.dim(1)), kv_heads = int(r.cache.k_cache.dim(2));
   int64_t max_len = 1;
   for (int32_t l : b.kv_len) max_len = std::max<int64_t>(max_len, l);
   if (p.sliding_window > 0) max_len = std::min<int64_t>(max_len, p.sliding_window);
-  if (int64_t(b.num_seqs) * max_len > FusedAttentionMaxKeys()) return false;
-  const int heads = int(r.q.dim(1)), kv_heads = int(r.cache.k_cache.dim(2));
+  if (r.cache.k_cache.dtype == DType::kF8E4M3 &&
+      cuda::DecodeFusedMinSplitKeys(kv_heads, max_len) < 64 &&
+      int64_t(b.num_seqs) * max_len > FusedAttentionMaxFp8Keys())
+    return false;
   return cuda::DecodeFusedSupports(int(r.q.dim(2)), heads / kv_heads, KvTypeOf(r.cache));
 }
 

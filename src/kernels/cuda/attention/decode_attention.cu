@@ -469,13 +469,13 @@ bool DecodeFusedSupports(int head_dim, int group, KvType) {
 }
 
 // The fused kernel's keys per active split, from the model-step A/B grid (H200, GPU request 4
-// of the fused work, docs/PERF.md "Single-kernel decode attention"): 16 with >= 8 kv heads up
-// to 16K keys (Llama-3.1-8B 1K x 1: 4510 us per step vs 5000 at 64), else 64 (Qwen3-30B-A3B
-// 1K x 1: 3509 vs 3798 at 16; Llama fp8 8 x 32K: 11827 vs 13452). The host plan and the
-// device args must use the same value (RunFusedAttention sets it in both).
-int DecodeFusedMinSplitKeys(int kv_heads, int64_t max_len) {
-  return kv_heads >= 8 && max_len <= 16384 ? 16 : 64;
-}
+// of the fused work, docs/PERF.md "Single-kernel decode attention"): 16 with >= 8 kv heads
+// (Llama-3.1-8B 1K x 1: 4510 us per step vs 5000 at 64), else 64 (Qwen3-30B-A3B 1K x 1: 3509
+// vs 3798 at 16). Not by length: the engine captures its decode graphs at the longest context
+// and replays them at every shorter one. (fp8 at 8 x 32K with 16 keys per split: 13452 vs
+// 11827 us at 64 — the CUDA registration leaves that shape to the unfused kernels.) The host
+// plan and the device args must use the same value (RunFusedAttention sets it in both).
+int DecodeFusedMinSplitKeys(int kv_heads, int64_t /*max_len*/) { return kv_heads >= 8 ? 16 : 64; }
 
 // The fused kernel's A/B knobs over the decode kernel's (ApplyKnobs): PG_FUSED_MIN_SPLIT_KEYS
 // (keys per active split), PG_FUSED_PDL_LATE (1: PDL trigger after the key loop; default 0,
