@@ -218,9 +218,10 @@ class LlamaModel final : public Model {
                        .projected = S.gate_up.Slice0(0, 1)});
       steps.push_back({.kind = ops::MegaStepKind::kAccumulate, .x = act, .w = L.w_down, .out = x});
     }
-    // PEREGRINE_MEGA_ATTN=0 (A/B): attention as the separate kernels between launches; so
-    // does the warp mode (PEREGRINE_MEGA_WARP=1, mega_warp.cu: GEMV steps only).
-    mega_attention_ = EnvFlag("PEREGRINE_MEGA_ATTN", true) && !EnvFlag("PEREGRINE_MEGA_WARP", false);
+    // Attention runs as its own kernels between launches in the warp mode (the default,
+    // mega_warp.cu: GEMV steps only) and with PEREGRINE_MEGA_ATTN=0; inside the one launch
+    // with PEREGRINE_MEGA_WARP=0 (the ring kernel).
+    mega_attention_ = EnvFlag("PEREGRINE_MEGA_ATTN", true) && !EnvFlag("PEREGRINE_MEGA_WARP", true);
     std::string why;
     mega_ = ops::MakeMegaPlan(steps, &why);
     if (mega_) PG_LOG_INFO("PEREGRINE_MEGA: persistent batch-1 decode kernel on");

@@ -245,7 +245,7 @@ void CheckShape(const Chain& c, const std::vector<float>& host_ref, Mode mode) {
   DeviceChain d(c);
   std::string why;
   if (mode == Mode::kTiles) setenv("PEREGRINE_MEGA_TILES", "1", 1);
-  if (mode == Mode::kWarp) setenv("PEREGRINE_MEGA_WARP", "1", 1);
+  setenv("PEREGRINE_MEGA_WARP", mode == Mode::kWarp ? "1" : "0", 1);
   auto plan = MakeMegaPlan(d.steps, &why);
   unsetenv("PEREGRINE_MEGA_TILES");
   unsetenv("PEREGRINE_MEGA_WARP");

@@ -121,9 +121,12 @@ class CudaMegaPlan final : public MegaPlan {
   // steps: descriptors (attention steps get their RoPE table, partials and counters here).
   CudaMegaPlan(std::vector<MegaStep> steps, std::span<const MegaStepParams> params, int blocks)
       : num_steps_(int(steps.size())), blocks_(blocks) {
-    // Warp mode (mega_warp.cu) with PEREGRINE_MEGA_WARP=1 when every swiglu step has its
-    // projection scratch and feeds the next step: no attention inside its launches.
-    warp_mode_ = EnvFlag("PEREGRINE_MEGA_WARP", false) && cuda::MegaWarpMaxBlocks() > 0;
+    // Warp mode (mega_warp.cu; the fastest mode measured, GPU request 5) unless
+    // PEREGRINE_MEGA_WARP=0, when every swiglu step has its projection scratch and feeds the
+    // next step: no attention inside its launches.
+    warp_mode_ = EnvFlag("PEREGRINE_MEGA_WARP", true) && cuda::MegaWarpMaxBlocks() > 0 &&
+                 std::any_of(steps.begin(), steps.end(),
+                             [](const MegaStep& s) { return s.kind != MegaKind::kAttention; });
     for (size_t i = 0; warp_mode_ && i < steps.size(); ++i)
       if (steps[i].kind == MegaKind::kNormSwiGlu &&
           (!params[i].projected.data || params[i].projected.numel() != 2 * int64_t(steps[i].m) ||
