@@ -26,6 +26,12 @@ namespace pg::ops::testing {
 namespace {
 
 constexpr Tolerance kF32Attention{1e-4, 1e-9};
+// fp8 caches on a device: the device rounds the normalised / rotated new k to bf16 before its
+// e4m3 conversion (as RopeKvWrite does), which can move a stored value by one e4m3 step (2u =
+// 1/8 relative) against ref; a short row's output moves by up to that share. Seen: max 0.112
+// of rms at 5 keys with q/k norm, equal for the fused kernel and the CUDA composition (GPU
+// request 5, seed 1986029478). nmse stays kBf16Attention's.
+constexpr Tolerance kFp8DeviceAttention{0.25, kBf16Attention.nmse};
 
 struct FusedCase {
   int heads, kv_heads, head_dim, page_size;
@@ -164,7 +170,8 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
         fused_runs += kb->backend == "cuda";
         const std::string what = fmt::format("{} (run {})", kb->backend, rep);
         ExpectClose(ref.data<float>(), out.data<float>(), out.numel(),
-                    OnDevice(*kb) ? kBf16Attention : kF32Attention, what + " out");
+                    !OnDevice(*kb) ? kF32Attention : (f8 ? kFp8DeviceAttention : kBf16Attention),
+                    what + " out");
         // Caches as in RopeKvWrite.EveryBackendMatchesReference: a device rounds the rotated
         // k to bf16 before storing it (fp8: one e4m3 step), q/k norm adds an absolute 1/32.
         const bool dev_run = OnDevice(*kb);
