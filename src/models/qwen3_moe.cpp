@@ -272,7 +272,7 @@ class Qwen3MoeModel final : public Model {
                         .scale = scale_});
       }
       DeviceMatmul(attn, L.wo, x, /*accumulate=*/true);
-      // hn = RmsNorm(x) (inside the MoE router's kernel when PEREGRINE_MOE_FUSED_ROUTER=1).
+      // hn = RmsNorm(x), inside the MoE block at one token (moe_device.cpp: the router kernel).
       const FfnNorm ffn_norm{.x = x, .weight = L.ffn_norm, .eps = b.rms_norm_eps};
       if (L.moe) {
         RunDeviceMoeFfn(L.moe_ffn, c_, hn, x, A.ffn_scratch, &ffn_norm, /*accumulate=*/true);
