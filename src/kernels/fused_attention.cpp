@@ -45,10 +45,9 @@ void RunRopeKvWriteAttentionComposed(const RopeKvWriteAttentionParams& p, bool r
 
 void RopeKvWriteAttention(const RopeKvWriteAttentionParams& p) { Registry::Global().Run(p); }
 
-bool FusedAttentionEnabled() {
-  static const bool on = EnvFlag("PEREGRINE_FUSED_ATTN", true);
-  return on;
-}
+// Read per call (host side, once per layer when a step is launched or captured; graph replays
+// never ask), so one process can compare both routes (tests/models/mega_model_test.cpp).
+bool FusedAttentionEnabled() { return EnvFlag("PEREGRINE_FUSED_ATTN", true); }
 
 void RegisterFusedAttentionKernels(Registry& r) {
   using K = KernelImpl<RopeKvWriteAttentionParams>;

@@ -31,7 +31,7 @@ void RopeKvWriteAttention(const RopeKvWriteAttentionParams& p);
 
 // Whether the models' device paths call RopeKvWriteAttention instead of RopeKvWrite +
 // Attention: PEREGRINE_FUSED_ATTN (core/env.h EnvFlag, default on: measured faster on the
-// H200, docs/PERF.md "Single-kernel decode attention"; read once per process).
+// H200, docs/PERF.md "Single-kernel decode attention"; read per call).
 bool FusedAttentionEnabled();
 
 void Validate(const RopeKvWriteAttentionParams& p);
