@@ -22,6 +22,7 @@
 
 #include "kernels/cuda/common/pdl.cuh"
 #include "kernels/cuda/elementwise/row_device.cuh"
+#include "kernels/cuda/gemm/gemv_device.cuh"
 #include "kernels/cuda/mega/mega_attention.cuh"
 #include "kernels/cuda/mega/mega_params.h"
 #include "kernels/cuda/mega/mega_sync.cuh"
@@ -30,31 +31,6 @@ namespace pg::cuda {
 namespace {
 
 using namespace mega;
-
-// acc += dot(8 bf16 weights, 8 bf16 activations), in element order (as gemv.cu).
-__device__ __forceinline__ void Dot8(const uint4& wv, const uint4& xv, float& acc) {
-  const __nv_bfloat162* w2 = reinterpret_cast<const __nv_bfloat162*>(&wv);
-  const __nv_bfloat162* x2 = reinterpret_cast<const __nv_bfloat162*>(&xv);
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    const float2 wf = __bfloat1622float2(w2[q]);
-    const float2 xf = __bfloat1622float2(x2[q]);
-    acc = fmaf(wf.x, xf.x, acc);
-    acc = fmaf(wf.y, xf.y, acc);
-  }
-}
-
-__device__ __forceinline__ float SumSq8(const uint4& v) {
-  const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&v);
-  float s = 0.0f;
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    const float2 f = __bfloat1622float2(p[q]);
-    s = fmaf(f.x, f.x, s);
-    s = fmaf(f.y, f.y, s);
-  }
-  return s;
-}
 
 // Weight row of tile t's row r (r < kMegaTileRows), or -1 past the matrix. Swiglu tiles hold
 // gate rows j0..j0+3 in rows 0-3 and the matching up rows m + j0.. in rows 4-7.
@@ -105,7 +81,7 @@ __device__ __forceinline__ void StageInput(const MegaStep& s, uint4* act, float*
   for (int i = tid; i < nv; i += kConsumerThreads) {
     const uint4 v = __ldcg(x4 + i);
     act[i] = v;
-    ss += SumSq8(v);
+    ss += gemv::SumSq8(v);
   }
   for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
   if (lane == 0) red[warp] = ss;
@@ -221,7 +197,7 @@ __device__ void ConsumeRows(const MegaStep& s, const uint8_t* ring, const uint4*
       const uint4* w4 = reinterpret_cast<const uint4*>(ring + size_t(slot) * kMegaRowSlotBytes +
                                                        (size_t(rl) * s.k + size_t(piece) * pe) * 2);
       const uint4* x4 = act + piece * pe / 8;
-      for (int v = lane; v < pe / 8; v += 32) Dot8(w4[v], x4[v], acc);
+      for (int v = lane; v < pe / 8; v += 32) gemv::Dot8(w4[v], x4[v], acc);
     }
     __syncwarp();
     if (lane == 0) MbarArrive(&empty[slot]);
@@ -281,7 +257,7 @@ __device__ void Consume(const MegaArgs& a, const uint8_t* ring, uint4* act, uint
 #pragma unroll
           for (int u = 0; u < kMegaChunk / 8 / 32; ++u) {
             const int v = lane + 32 * u;
-            if (v * 8 < kc) Dot8(w4[v], x4[v], acc);
+            if (v * 8 < kc) gemv::Dot8(w4[v], x4[v], acc);
           }
         }
         __syncwarp();

@@ -14,6 +14,7 @@
 
 #include "kernels/cuda/common/pdl.cuh"
 #include "kernels/cuda/elementwise/row_device.cuh"
+#include "kernels/cuda/gemm/gemv_device.cuh"
 #include "kernels/cuda/mega/mega_params.h"
 #include "kernels/cuda/mega/mega_sync.cuh"
 
@@ -26,30 +27,6 @@ constexpr int kWarpThreads = 1024;
 constexpr int kWarpsPerBlock = kWarpThreads / 32;
 constexpr int kUnroll = 4;
 constexpr int kStageThreads = 256;  // gemv.cu's block: the staged norm's summation order
-
-__device__ __forceinline__ void Dot8W(const uint4& wv, const uint4& xv, float& acc) {
-  const __nv_bfloat162* w2 = reinterpret_cast<const __nv_bfloat162*>(&wv);
-  const __nv_bfloat162* x2 = reinterpret_cast<const __nv_bfloat162*>(&xv);
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    const float2 wf = __bfloat1622float2(w2[q]);
-    const float2 xf = __bfloat1622float2(x2[q]);
-    acc = fmaf(wf.x, xf.x, acc);
-    acc = fmaf(wf.y, xf.y, acc);
-  }
-}
-
-__device__ __forceinline__ float SumSq8W(const uint4& v) {
-  const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&v);
-  float s = 0.0f;
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    const float2 f = __bfloat1622float2(p[q]);
-    s = fmaf(f.x, f.x, s);
-    s = fmaf(f.y, f.y, s);
-  }
-  return s;
-}
 
 // Chunks c0 + 32 u (16 bytes each) of a row of nv chunks; past the end: zero (never used).
 __device__ __forceinline__ void LoadGroupW(const uint4* w4, int64_t c0, int64_t nv,
@@ -101,7 +78,7 @@ __device__ void StageW(const MegaStep& s, uint4* xs, float* red) {
     for (int i = tid; i < nv; i += kStageThreads) {
       const uint4 v = __ldcg(x4 + i);
       xs[i] = v;
-      ss += SumSq8W(v);
+      ss += gemv::SumSq8(v);
     }
     for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
     if (lane == 0) red[warp] = ss;
@@ -178,7 +155,7 @@ __global__ void __launch_bounds__(kWarpThreads, 1) MegaWarpKernel(const __grid_c
         for (int u = 0; u < kUnroll; ++u) {
           const int64_t c = c0 + 32 * u;
           if (c >= nv) break;
-          Dot8W(cur[u], xs[c], acc);
+          gemv::Dot8(cur[u], xs[c], acc);
         }
       }
       for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
