@@ -106,9 +106,11 @@ __device__ __forceinline__ void CombineSplits(const AttentionArgs& a, int t, int
 // row's `active` split blocks (same blockIdx.y) to arrive merges the splits
 // (threadFenceReduction) and resets the arrival counter. No-op without counters (a combine
 // kernel runs instead) or with one active split (the block wrote the output).
-__device__ __forceinline__ void FinishSplits(const AttentionArgs& a, int t, int h0, int ng,
-                                             int active) {
-  if (active == 1 || a.split_counters == nullptr) return;
+// Block-wide (every thread calls it; returns the same value to all): this block's split
+// partials are published (fence), it counts itself on row t's arrival counter of its kv head
+// (blockIdx.y), and returns true in the last of the `active` split blocks to arrive, which
+// resets the counter for the next launch and then sees every other block's partials.
+__device__ __forceinline__ bool LastSplitArrives(const AttentionArgs& a, int t, int active) {
   __shared__ bool last;
   __threadfence();
   __syncthreads();
@@ -118,8 +120,14 @@ __device__ __forceinline__ void FinishSplits(const AttentionArgs& a, int t, int 
     if (last) *counter = 0;  // ready for the next launch
   }
   __syncthreads();
-  if (!last) return;
-  __threadfence();
+  if (last) __threadfence();
+  return last;
+}
+
+__device__ __forceinline__ void FinishSplits(const AttentionArgs& a, int t, int h0, int ng,
+                                             int active) {
+  if (active == 1 || a.split_counters == nullptr) return;
+  if (!LastSplitArrives(a, t, active)) return;
   const int warps = blockDim.x / 32;
   for (int g = threadIdx.x / 32; g < ng; g += warps)
     CombineSplits(a, t, h0 + g, active, threadIdx.x % 32, 32);

@@ -155,18 +155,8 @@ __device__ void PrepareNewToken(const RopeKvWriteArgs& f, const AttentionArgs& a
 __device__ __forceinline__ void FusedFinishSplits(const AttentionArgs& a, int t, int h0, int ng,
                                                   int active, float* w) {
   if (active == 1) return;
-  __shared__ bool last;
   __shared__ float inv_sum[16];
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int* counter = a.split_counters + int64_t(t) * gridDim.y + blockIdx.y;
-    last = atomicAdd(counter, 1) == active - 1;
-    if (last) *counter = 0;  // ready for the next launch
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
+  if (!LastSplitArrives(a, t, active)) return;
   const int lane = threadIdx.x % 32, warps = blockDim.x / 32, D = a.head_dim;
   for (int g = threadIdx.x / 32; g < ng; g += warps) {
     const float* ml = a.partial_ml + 2 * ((int64_t(t) * a.heads + h0 + g) * a.num_splits);
