@@ -345,24 +345,8 @@ int MegaMaxBlocks() {
 // streaming weights while the previous kernel on the stream drains (the consumers PdlWait).
 cudaError_t LaunchMega(const MegaArgs& a, int blocks, bool cooperative, bool pdl,
                        cudaStream_t stream) {
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(unsigned(blocks));
-  config.blockDim = dim3(kMegaThreads);
-  config.dynamicSmemBytes = kMegaSmemBytes;
-  config.stream = stream;
-  cudaLaunchAttribute attr[2];
-  int n = 0;
-  if (cooperative) {
-    attr[n].id = cudaLaunchAttributeCooperative;
-    attr[n++].val.cooperative = 1;
-  }
-  if (pdl) {
-    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[n++].val.programmaticStreamSerializationAllowed = 1;
-  }
-  config.attrs = attr;
-  config.numAttrs = unsigned(n);
-  return cudaLaunchKernelEx(&config, MegaKernel, a);
+  return mega::LaunchPersistent(MegaKernel, blocks, kMegaThreads, kMegaSmemBytes, cooperative,
+                                pdl, stream, a);
 }
 
 }  // namespace pg::cuda

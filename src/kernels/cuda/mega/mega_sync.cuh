@@ -3,6 +3,8 @@
 // step counters, and a hang guard (a wait past kHangNs traps: a bug, not a hung job).
 #pragma once
 
+#include <cuda_runtime.h>
+
 #include <cstdint>
 
 #include "kernels/cuda/mega/mega_params.h"
@@ -101,6 +103,33 @@ __device__ __forceinline__ void WaitCounter(const uint32_t* counter, uint32_t ta
     __threadfence();
   }
   ConsumerSync();
+}
+
+// Launches one of the persistent kernels: `blocks` blocks of `threads` threads (at most the
+// co-resident blocks; cooperative = the driver checks that and guarantees co-residency, which
+// the step counters' spin-waits need), optionally with programmatic stream serialisation (PDL).
+template <typename Args>
+inline cudaError_t LaunchPersistent(void (*kernel)(Args), int blocks, int threads, size_t smem,
+                                    bool cooperative, bool pdl, cudaStream_t stream,
+                                    const Args& a) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(unsigned(blocks));
+  config.blockDim = dim3(unsigned(threads));
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attr[2];
+  int n = 0;
+  if (cooperative) {
+    attr[n].id = cudaLaunchAttributeCooperative;
+    attr[n++].val.cooperative = 1;
+  }
+  if (pdl) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  config.attrs = attr;
+  config.numAttrs = unsigned(n);
+  return cudaLaunchKernelEx(&config, kernel, a);
 }
 
 }  // namespace pg::cuda::mega

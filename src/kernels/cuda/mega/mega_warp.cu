@@ -210,24 +210,8 @@ int MegaWarpMaxBlocks() {
 
 cudaError_t LaunchMegaWarp(const MegaArgs& a, int blocks, bool cooperative, bool pdl,
                            cudaStream_t stream) {
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(unsigned(blocks));
-  config.blockDim = dim3(kWarpThreads);
-  config.dynamicSmemBytes = kMegaMaxK * 2;
-  config.stream = stream;
-  cudaLaunchAttribute attr[2];
-  int n = 0;
-  if (cooperative) {
-    attr[n].id = cudaLaunchAttributeCooperative;
-    attr[n++].val.cooperative = 1;
-  }
-  if (pdl) {
-    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[n++].val.programmaticStreamSerializationAllowed = 1;
-  }
-  config.attrs = attr;
-  config.numAttrs = unsigned(n);
-  return cudaLaunchKernelEx(&config, MegaWarpKernel, a);
+  return mega::LaunchPersistent(MegaWarpKernel, blocks, kWarpThreads, kMegaMaxK * 2,
+                                cooperative, pdl, stream, a);
 }
 
 }  // namespace pg::cuda
