@@ -24,6 +24,7 @@
 #include "kernels/ops_moe.h"
 #include "kernels/rope_freq.h"
 #include "op_test_util.h"
+#include "paged_test_util.h"
 
 namespace pg::ops::testing {
 
@@ -81,28 +82,18 @@ Tensor Bf16Weight(int64_t rows, int64_t cols, float stddev) {
   return w;
 }
 
-// Sequences (q_len, kv_len) over shuffled pages, plus the "whole history" batch that writes
-// every latent row.
-struct Batch {
-  std::vector<int32_t> q_start, q_len, kv_len, page_start, page_table, fq_start, fq_len;
-  AttentionBatch batch, full;
-  int64_t num_pages = 0, tokens = 0, history = 0;
-  Batch(const std::vector<std::pair<int, int>>& seqs, int page_size) {
-    int32_t q = 0, pages = 0, h = 0;
-    for (auto [ql, kl] : seqs) {
-      q_start.push_back(q), q_len.push_back(ql), kv_len.push_back(kl), page_start.push_back(pages);
-      fq_start.push_back(h), fq_len.push_back(kl);
-      q += ql, h += kl;
-      pages += (kl + page_size - 1) / page_size;
+// Sequences (q_len, kv_len) over shuffled pages (PagedBatch), plus `full`: the same sequences
+// as one "prefill of the whole history" batch (q_len = kv_len) that writes every latent row.
+struct Batch : PagedBatch {
+  std::vector<int32_t> fq_start, fq_len;
+  AttentionBatch full;
+  int64_t history = 0;
+  Batch(const std::vector<std::pair<int, int>>& seqs, int page_size, int spare_pages = 2)
+      : PagedBatch(seqs, page_size, spare_pages) {
+    for (int32_t kl : kv_len) {
+      fq_start.push_back(int32_t(history)), fq_len.push_back(kl);
+      history += kl;
     }
-    num_pages = pages + 2;
-    std::vector<int32_t> perm(static_cast<size_t>(num_pages));
-    std::iota(perm.begin(), perm.end(), 0);
-    std::shuffle(perm.begin(), perm.end(), Rng());
-    page_table.assign(perm.begin(), perm.begin() + pages);
-    tokens = q, history = h;
-    batch = {.num_seqs = int(seqs.size()), .page_size = page_size, .q_start = q_start,
-             .q_len = q_len, .kv_len = kv_len, .page_start = page_start, .page_table = page_table};
     full = batch;
     full.q_start = fq_start;
     full.q_len = fq_len;
@@ -493,43 +484,6 @@ TEST(MlaCacheWriteOp, FusedNormRopeMatchesRef) {
 
 // ---- MLA -----------------------------------------------------------------------------------
 
-struct MlaBatch {
-  std::vector<int32_t> q_start, q_len, kv_len, page_start, page_table;
-  AttentionBatch batch;
-  int64_t num_pages = 0, tokens = 0;
-  MlaBatch(const std::vector<std::pair<int, int>>& seqs, int page_size) {
-    int32_t q = 0, pages = 0;
-    for (auto [ql, kl] : seqs) {
-      q_start.push_back(q);
-      q_len.push_back(ql);
-      kv_len.push_back(kl);
-      page_start.push_back(pages);
-      q += ql;
-      pages += (kl + page_size - 1) / page_size;
-    }
-    num_pages = pages + 3;
-    std::vector<int32_t> perm(static_cast<size_t>(num_pages));
-    std::iota(perm.begin(), perm.end(), 0);
-    std::shuffle(perm.begin(), perm.end(), Rng());
-    page_table.assign(perm.begin(), perm.begin() + pages);
-    tokens = q;
-    batch = {.num_seqs = int(seqs.size()), .page_size = page_size, .q_start = q_start,
-             .q_len = q_len, .kv_len = kv_len, .page_start = page_start,
-             .page_table = page_table};
-  }
-  // The same sequences as one "prefill of the whole history" batch (q_len = kv_len).
-  AttentionBatch Full(std::vector<int32_t>& qs, std::vector<int32_t>& ql) const {
-    int32_t q = 0;
-    qs.clear();
-    ql.clear();
-    for (int32_t kl : kv_len) qs.push_back(q), ql.push_back(kl), q += kl;
-    AttentionBatch b = batch;
-    b.q_start = qs;
-    b.q_len = ql;
-    return b;
-  }
-};
-
 struct MlaCase {
   int heads, nope, rope, v, rank, page_size;
   std::vector<std::pair<int, int>> seqs;  // (q_len, kv_len)
@@ -545,7 +499,7 @@ TEST(MlaAttentionOp, ExpandedMatchesAttentionOverExpandedCacheAndAbsorbedMatches
   for (const MlaCase& c : cases) {
     SCOPED_TRACE(fmt::format("heads {} nope {} rope {} v {} rank {} page {}", c.heads, c.nope,
                              c.rope, c.v, c.rank, c.page_size));
-    MlaBatch mb(c.seqs, c.page_size);
+    Batch mb(c.seqs, c.page_size, /*spare_pages=*/3);
     const int64_t qk = c.nope + c.rope, latent_dim = c.rank + c.rope;
     const int64_t half = MlaCacheHalfDim(c.rank, c.rope);
     Tensor kc(DType::kF32, {mb.num_pages, c.page_size, 1, half}),
@@ -554,10 +508,8 @@ TEST(MlaAttentionOp, ExpandedMatchesAttentionOverExpandedCacheAndAbsorbedMatches
     FillNormal(vc);
     KvCacheView cache{kc.view(), vc.view()};
     // Write the whole history of each sequence (as earlier steps would have).
-    std::vector<int32_t> fqs, fql;
-    AttentionBatch full = mb.Full(fqs, fql);
-    int64_t hist = 0;
-    for (int32_t kl : mb.kv_len) hist += kl;
+    const AttentionBatch& full = mb.full;
+    const int64_t hist = mb.history;
     Tensor latent = F32({hist, latent_dim});
     MlaCacheWrite({.latent = latent.view(), .cache = cache, .batch = &full});
     Tensor wkvb = F32({c.heads * (c.nope + c.v), c.rank}, 0.3f);
@@ -614,7 +566,7 @@ TEST(MlaAttentionOp, ExpandedMatchesAttentionOverExpandedCacheAndAbsorbedMatches
 }
 
 TEST(MlaAttentionOp, RejectsMismatchedCache) {
-  MlaBatch mb({{2, 4}}, 4);
+  Batch mb({{2, 4}}, 4, /*spare_pages=*/3);
   Tensor kc(DType::kF32, {mb.num_pages, 4, 1, 10}), vc(DType::kF32, {mb.num_pages, 4, 1, 10});
   Tensor q = F32({2, 2, 12}), out(DType::kF32, {2, 2, 8}), w = F32({2 * (8 + 8), 16});
   // latent 16 + 4 = 20 -> half 10: fine; rank 17 -> half 11: mismatched.

@@ -1,5 +1,5 @@
 // Paged-cache helpers of the attention harness cases (decode_attention_test.cpp,
-// fused_attention_test.cpp): a batch on shuffled pages, fp8 quantisation of a cache, per-head
+// fused_attention_test.cpp, rowwise_test.cpp, mla_ops_test.cpp): a batch on shuffled pages, fp8 quantisation of a cache, per-head
 // norm weights and an element-wise closeness check.
 #pragma once
 
@@ -16,13 +16,14 @@
 
 namespace pg::ops::testing {
 
-// A batch of sequences on shuffled pages (2 spare pages).
+// A batch of sequences (q_len, kv_len) on a shuffled page pool holding `spare_pages` pages
+// that no sequence owns (a kernel must leave them untouched).
 struct PagedBatch {
   std::vector<int32_t> q_start, q_len, kv_len, page_start, page_table;
   int tokens = 0;
   int64_t num_pages = 0;
   AttentionBatch batch;
-  PagedBatch(const std::vector<std::pair<int, int>>& seqs, int page_size) {
+  PagedBatch(const std::vector<std::pair<int, int>>& seqs, int page_size, int spare_pages = 2) {
     int pages = 0;
     for (auto [ql, kl] : seqs) {
       q_start.push_back(tokens), q_len.push_back(ql), kv_len.push_back(kl);
@@ -30,7 +31,7 @@ struct PagedBatch {
       tokens += ql;
       pages += (kl + page_size - 1) / page_size;
     }
-    num_pages = pages + 2;
+    num_pages = pages + spare_pages;
     std::vector<int32_t> perm(static_cast<size_t>(num_pages));
     std::iota(perm.begin(), perm.end(), 0);
     std::shuffle(perm.begin(), perm.end(), Rng());

@@ -7,6 +7,7 @@
 
 #include "core/quant.h"
 #include "op_test_util.h"
+#include "paged_test_util.h"
 
 namespace pg::ops::testing {
 namespace {
@@ -207,36 +208,12 @@ TEST(AddOp, EveryBackendIsExact) {
   cov.Check<AddParams>();
 }
 
-// A batch over a shuffled page pool: seq lengths chosen so prefixes are not page-aligned.
-struct PagedBatch {
-  std::vector<int32_t> q_start, q_len, kv_len, page_start, page_table;
-  AttentionBatch batch;
-  int64_t num_pages = 0;
-  PagedBatch(const std::vector<std::pair<int, int>>& seqs /*(q_len, kv_len)*/, int page_size) {
-    int32_t q = 0, pages = 0;
-    for (auto [ql, kl] : seqs) {
-      q_start.push_back(q);
-      q_len.push_back(ql);
-      kv_len.push_back(kl);
-      page_start.push_back(pages);
-      q += ql;
-      pages += (kl + page_size - 1) / page_size;
-    }
-    num_pages = pages + 3;  // spare pages that must stay untouched
-    std::vector<int32_t> perm(static_cast<size_t>(num_pages));
-    std::iota(perm.begin(), perm.end(), 0);
-    std::shuffle(perm.begin(), perm.end(), Rng());
-    page_table.assign(perm.begin(), perm.begin() + pages);
-    batch = {int(seqs.size()), page_size, q_start, q_len, kv_len, page_start, page_table};
-  }
-};
-
 TEST(KvWriteOp, EveryBackendWritesTheSameSlots) {
   PG_SEED_TRACE();
   Coverage cov;
   for (int page_size : {16, 7})
     for (auto [kvh, d] : {std::pair{2, 64}, std::pair{3, 80}}) {
-      PagedBatch pb({{1, 100}, {37, 50}, {19, 19}, {5, 21}}, page_size);
+      PagedBatch pb({{1, 100}, {37, 50}, {19, 19}, {5, 21}}, page_size, /*spare_pages=*/3);
       const int64_t tokens = pb.batch.num_tokens();
       Tensor k(DType::kF32, {tokens, kvh, d}), v(DType::kF32, {tokens, kvh, d});
       FillNormal(k);
