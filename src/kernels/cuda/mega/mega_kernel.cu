@@ -325,19 +325,7 @@ __global__ void __launch_bounds__(kMegaThreads, 1) MegaKernel(const __grid_const
 
 // Blocks of one launch: one per SM, if the kernel fits one block per SM (else 0).
 int MegaMaxBlocks() {
-  static const int blocks = [] {
-    if (cudaFuncSetAttribute(MegaKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             kMegaSmemBytes) != cudaSuccess)
-      return 0;
-    int per_sm = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, MegaKernel, kMegaThreads,
-                                                      kMegaSmemBytes) != cudaSuccess)
-      return 0;
-    int dev = 0, sms = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    return per_sm >= 1 ? sms : 0;
-  }();
+  static const int blocks = mega::PersistentMaxBlocks(MegaKernel, kMegaThreads, kMegaSmemBytes);
   return blocks;
 }
 

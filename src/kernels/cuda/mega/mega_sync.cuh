@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/common/context.h"  // MultiprocessorCount
 #include "kernels/cuda/mega/mega_params.h"
 
 namespace pg::cuda::mega {
@@ -103,6 +104,20 @@ __device__ __forceinline__ void WaitCounter(const uint32_t* counter, uint32_t ta
     __threadfence();
   }
   ConsumerSync();
+}
+
+// Blocks of one persistent launch: one per SM when `kernel` fits one block of `threads`
+// threads and `smem` dynamic shared memory per SM (opting in to that much), else 0.
+template <typename Args>
+inline int PersistentMaxBlocks(void (*kernel)(Args), int threads, int smem) {
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) !=
+      cudaSuccess)
+    return 0;
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, size_t(smem)) !=
+      cudaSuccess)
+    return 0;
+  return per_sm >= 1 ? MultiprocessorCount() : 0;
 }
 
 // Launches one of the persistent kernels: `blocks` blocks of `threads` threads (at most the

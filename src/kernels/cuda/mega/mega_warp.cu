@@ -192,19 +192,7 @@ __global__ void __launch_bounds__(kWarpThreads, 1) MegaWarpKernel(const __grid_c
 
 // Blocks of a warp-mode launch: one per SM when the kernel fits one 1024-thread block per SM.
 int MegaWarpMaxBlocks() {
-  static const int blocks = [] {
-    if (cudaFuncSetAttribute(MegaWarpKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             kMegaMaxK * 2) != cudaSuccess)
-      return 0;
-    int per_sm = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, MegaWarpKernel, kWarpThreads,
-                                                      kMegaMaxK * 2) != cudaSuccess)
-      return 0;
-    int dev = 0, sms = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    return per_sm >= 1 ? sms : 0;
-  }();
+  static const int blocks = mega::PersistentMaxBlocks(MegaWarpKernel, kWarpThreads, kMegaMaxK * 2);
   return blocks;
 }
 
