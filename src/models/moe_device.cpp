@@ -269,19 +269,26 @@ void RunDeviceMoeFfn(const DeviceMoeFfn& w, const MoeModelConfig& c, const Tenso
   // Routing inside the experts op; mode 1 with the router matmul (+ the RMSNorm, when it has
   // no residual and no separate shared MLP needs the normed x first) too.
   const bool route_matmul = self_route == 1 && !shared_apart && !(norm && norm->residual.data);
-  if (self_route > 0) {
-    if (route_matmul) {
-      rp.x = norm ? norm->x : x;
-      rp.router = w.router;
-      if (norm) {
-        rp.norm_weight = norm->weight;
-        rp.normed = x;
-        rp.norm_eps = norm->eps;
-      }
-    } else {
-      if (norm) ops::RmsNorm(np);
-      ops::Matmul({.x = x, .w = w.router, .out = logits});
+  // The router op's own input: (RMSNorm +) router matmul inside it (residual: empty when
+  // route_matmul, by its condition).
+  auto router_takes_input = [&] {
+    rp.x = norm ? norm->x : x;
+    rp.router = w.router;
+    if (norm) {
+      rp.norm_weight = norm->weight;
+      rp.normed = x;
+      rp.residual = norm->residual;
+      rp.norm_eps = norm->eps;
     }
+  };
+  // Or the logits from their own ops.
+  auto norm_then_logits = [&] {
+    if (norm) ops::RmsNorm(np);
+    ops::Matmul({.x = x, .w = w.router, .out = logits});
+  };
+  if (self_route > 0) {
+    if (route_matmul) router_takes_input();
+    else norm_then_logits();
     ep.route = &rp;
     if (ops::Registry::Global().Selected(ep) == nullptr) {
       ops::MoeRouter(rp);  // the same routing as its own op
@@ -291,24 +298,14 @@ void RunDeviceMoeFfn(const DeviceMoeFfn& w, const MoeModelConfig& c, const Tenso
     // (RMSNorm +) router matmul + routing in one op (one kernel on CUDA) when fused.
     bool fused = false;
     if (decode && FuseRouter()) {
-      rp.x = norm ? norm->x : x;
-      rp.router = w.router;
-      if (norm) {
-        rp.norm_weight = norm->weight;
-        rp.normed = x;
-        rp.residual = norm->residual;
-        rp.norm_eps = norm->eps;
-      }
+      router_takes_input();
       fused = ops::Registry::Global().Selected(rp) != nullptr;
     }
-    if (fused) {
-      ops::MoeRouter(rp);
-    } else {
-      if (norm) ops::RmsNorm(np);
+    if (!fused) {
       rp.x = rp.router = rp.norm_weight = rp.normed = rp.residual = TensorView{};
-      ops::Matmul({.x = x, .w = w.router, .out = logits});
-      ops::MoeRouter(rp);
+      norm_then_logits();
     }
+    ops::MoeRouter(rp);
   }
   if (shared_apart) RunDeviceMlp(w.shared, x, out, s, accumulate);
   ep.accumulate = accumulate || shared_apart;
