@@ -111,4 +111,13 @@ void RunMoeFfn(const MoeFfnWeights& w, const MoeModelConfig& c, const TensorView
                    .out = out, .accumulate = shared});
 }
 
+float RunHostLayerTail(const HostLayerTail& t, const MoeModelConfig& c, FfnScratch& s) {
+  ops::Matmul({.x = t.attn, .w = t.wo, .out = t.o});
+  ops::RmsNorm({.x = t.o, .weight = t.ffn_norm, .out = t.hn, .residual = t.x, .eps = t.eps});
+  float margin = std::numeric_limits<float>::infinity();
+  if (t.moe) RunMoeFfn(*t.moe, c, t.hn, t.ffn, s, &margin);
+  else RunMlp(*t.mlp, t.hn, t.ffn, s);
+  return margin;
+}
+
 }  // namespace pg::models

@@ -51,6 +51,20 @@ void RunMlp(const MlpWeights& w, const TensorView& x, const TensorView& out, Ffn
 void RunMoeFfn(const MoeFfnWeights& w, const MoeModelConfig& c, const TensorView& x,
                const TensorView& out, FfnScratch& s, float* last_row_margin = nullptr);
 
+// The rest of a host (f32) decoder layer after its attention, as both MoE models run it:
+// o = attn · woᵀ; hn = RmsNorm(o + x) with x updated to o + x (the residual stream); ffn = the
+// layer's feed-forward block of hn (the routed MoE block with `moe`, else the dense `mlp`).
+// Returns the batch's last-row routing margin (+inf for a dense layer).
+struct HostLayerTail {
+  TensorView attn, wo, o;        // [n, heads * v_dim], [hidden, heads * v_dim], [n, hidden]
+  TensorView x, hn, ffn;         // [n, hidden] each
+  TensorView ffn_norm;           // [hidden]
+  float eps = 1e-6f;
+  const MoeFfnWeights* moe = nullptr;
+  const MlpWeights* mlp = nullptr;  // used when moe is null
+};
+float RunHostLayerTail(const HostLayerTail& t, const MoeModelConfig& c, FfnScratch& s);
+
 // How close one token's expert choice is to a tie, from its router logits [num_experts]
 // (ops_moe.h's choice scores: softmax or sigmoid, plus the bias): the smaller of the gap
 // between the topk_groups-th and the next group score and the gap between the top_k-th and

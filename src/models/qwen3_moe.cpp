@@ -196,12 +196,12 @@ class Qwen3MoeModel final : public Model {
       const ops::KvCacheView& cache = kv.layers[size_t(li)];
       ops::KvWrite({.k = k3, .v = v3, .cache = cache, .batch = fb.attention});
       ops::Attention({.q = q3, .out = attn3, .cache = cache, .batch = fb.attention, .scale = scale_});
-      ops::Matmul({.x = attn, .w = L.wo, .out = o});
-      ops::RmsNorm({.x = o, .weight = L.ffn_norm, .out = hn, .residual = x, .eps = b.rms_norm_eps});
-      float margin = std::numeric_limits<float>::infinity();
-      if (L.moe) RunMoeFfn(L.moe_ffn, c_, hn, ffn, scratch_, &margin);
-      else RunMlp(L.mlp, hn, ffn, scratch_);
-      routing_margin = std::min(routing_margin, margin);
+      routing_margin = std::min(
+          routing_margin,
+          RunHostLayerTail({.attn = attn, .wo = L.wo, .o = o, .x = x, .hn = hn, .ffn = ffn,
+                            .ffn_norm = L.ffn_norm, .eps = b.rms_norm_eps,
+                            .moe = L.moe ? &L.moe_ffn : nullptr, .mlp = &L.mlp},
+                           c_, scratch_));
     }
     last_routing_margin_ = routing_margin;
     RunLogitHead({.residual = x, .last = ffn, .logit_rows = fb.logit_rows,
