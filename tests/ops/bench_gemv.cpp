@@ -11,6 +11,8 @@
 // Every number is taken twice in the same process: gemv.cu's warp kernel ("warp") and the
 // ring GEMV ("ring", gemv_ring.cu), through cuda::SetGemvRingMode; the single matrices also
 // cover Qwen3-30B-A3B's (hidden 2048) attention projections, MoE router and lm_head.
+//  4. fp8 e4m3 weights (Llama per-tensor, DeepSeek-V3 128x128 blocks) at 1 / 4 / 8 rows: the
+//     f32-FMA GEMV against the tensor-core variants (cuda::SetFp8GemvVariant), same process.
 // Also linked into tests/models' gemv_gpu_check (--bench-gemv) with PG_GEMV_BENCH_NO_MAIN.
 #include <cuda_runtime.h>
 #include <fmt/format.h>
@@ -20,9 +22,11 @@
 #include <vector>
 
 #include "bench_timing.h"
+#include "core/env.h"
 #include "kernels/cuda/ceilings.h"
 #include "kernels/cuda/common/context.h"
 #include "kernels/cuda/gemm/gemv_ring.h"
+#include "kernels/cuda/moe/moe_params.h"
 #include "kernels/ops.h"
 #include "kernels/ops_fused.h"
 
@@ -88,7 +92,10 @@ int RunGemvBench() {
                            {"q3moe lm_head 151936x2048 +norm", 151936, 2048, Matrix::kNorm}};
     fmt::print("\n{:<32} {:>5} {:>9} {:>9} {:>9} {:>10} {:>10} {:>9}\n", "matrix (model's op)",
                "batch", "warp_us", "ring_us", "floor_us", "warp/floor", "ring/floor", "GB/s ring");
+    // PEREGRINE_BENCH_GEMV_FP8_ONLY=1: the fp8 table alone (bf16 matrices and the stack skipped).
+    const bool fp8_only = EnvFlag("PEREGRINE_BENCH_GEMV_FP8_ONLY", false);
     for (const Matrix& mt : mats) {
+      if (fp8_only) break;
       const size_t wbytes = size_t(mt.m * mt.k * 2);
       const int copies = int(std::max<size_t>(1, (size_t(256) << 20) / wbytes + 1));
       std::vector<std::unique_ptr<DeviceBuf>> ws;
@@ -129,17 +136,42 @@ int RunGemvBench() {
       }
     }
 
-    // ---- fp8 e4m3 weights (per-tensor scale), the model's unfused Matmul ----------------------
+    // ---- fp8 e4m3 weights: LaunchFp8Gemv's f32-FMA kernel vs its tensor-core variants ------
+    // Llama-3.1-8B's projections with one per-tensor scale (cuda_fp8_gemv), DeepSeek-V3's
+    // dense fp8 projections with 128x128 block scales (cuda_fp8_block), through ops::Matmul,
+    // the kernel chosen by cuda::SetFp8GemvVariant (at 8 rows with the f32 variant Llama's
+    // per-tensor Matmul takes cuBLASLt, as before the tensor-core GEMV). Floor: weight + scale
+    // + x + out bytes.
     {
-      DeviceBuf scale(16);
-      const float one = 1.0f;
-      PG_CUDA_CHECK(cudaMemcpy(scale.p, &one, 4, cudaMemcpyHostToDevice));
-      const TensorView sv = TensorView::Contiguous(scale.p, DType::kF32, {1}, Device::kCuda);
-      const Matrix fp8[] = {{"fp8 qkv 6144x4096", kQkv, kHidden, Matrix::kNone},
-                            {"fp8 o 4096x4096 +=", kHidden, kHidden, Matrix::kAccumulate},
-                            {"fp8 gate_up 28672x4096", 2 * kInter, kHidden, Matrix::kNone},
-                            {"fp8 down 4096x14336 +=", kHidden, kInter, Matrix::kAccumulate}};
-      for (const Matrix& mt : fp8) {
+      struct Fp8Matrix {
+        const char* name;
+        int64_t m, k;
+        bool acc, block;
+      };
+      const Fp8Matrix fp8[] = {{"fp8 qkv 6144x4096", kQkv, kHidden, false, false},
+                               {"fp8 o 4096x4096 +=", kHidden, kHidden, true, false},
+                               {"fp8 gate_up 28672x4096", 2 * kInter, kHidden, false, false},
+                               {"fp8 down 4096x14336 +=", kHidden, kInter, true, false},
+                               {"v3 q_a+kv_a 2112x7168 blk", 2112, 7168, false, true},
+                               {"v3 q_b 24576x1536 blk", 24576, 1536, false, true},
+                               {"v3 o 7168x16384 += blk", 7168, 16384, true, true},
+                               {"v3 gate 18432x7168 blk", 18432, 7168, false, true},
+                               {"v3 down 7168x18432 += blk", 7168, 18432, true, true},
+                               {"v3 sh.down 7168x2048 += blk", 7168, 2048, true, true}};
+      struct Named {
+        const char* name;
+        pg::cuda::Fp8GemvVariant v;
+      };
+      const Named variants[] = {{"f32", {false, 4, false, true}},   {"u4r", {true, 4, false, true}},
+                                {"u4", {true, 4, false, false}},    {"u8", {true, 8, false, false}},
+                                {"u8r", {true, 8, false, true}},    {"u4r+rb", {true, 4, true, true}}};
+      const pg::cuda::Fp8GemvVariant saved = pg::cuda::GetFp8GemvVariant();
+      fmt::print("\nfp8 GEMV, us per call (f32 = the f32-FMA kernel; uN = tensor cores, N steps in "
+                 "flight, r = x in the register ring, rb = rebias); floor/t of f32 and of the best\n");
+      fmt::print("{:<30} {:>5}", "matrix", "batch");
+      for (const Named& v : variants) fmt::print(" {:>8}", v.name);
+      fmt::print(" {:>9} {:>8} {:>8} {:>8}\n", "floor_us", "f32/fl", "best/fl", "best");
+      for (const Fp8Matrix& mt : fp8) {
         const size_t wbytes = size_t(mt.m * mt.k);
         const int copies = int(std::max<size_t>(1, (size_t(256) << 20) / wbytes + 1));
         std::vector<std::unique_ptr<DeviceBuf>> ws;
@@ -147,28 +179,43 @@ int RunGemvBench() {
           ws.push_back(std::make_unique<DeviceBuf>(wbytes));
           bench::FillBf16(ws.back()->p, mt.m * mt.k / 2, 20 + c, 0.02f);
         }
-        for (int64_t n : {1, 4}) {
+        const int64_t sm = mt.block ? (mt.m + 127) / 128 : 1, sk = mt.block ? (mt.k + 127) / 128 : 1;
+        DeviceBuf scale(size_t(sm * sk * 4));
+        const std::vector<float> ones(size_t(sm * sk), 1.0f);
+        PG_CUDA_CHECK(cudaMemcpy(scale.p, ones.data(), ones.size() * 4, cudaMemcpyHostToDevice));
+        const TensorView sv = mt.block
+                                  ? TensorView::Contiguous(scale.p, DType::kF32, {sm, sk}, Device::kCuda)
+                                  : TensorView::Contiguous(scale.p, DType::kF32, {1}, Device::kCuda);
+        for (int64_t n : {1, 4, 8}) {  // Llama at 8 rows: f32 = the old path, cuBLASLt
           DeviceBuf x(size_t(n * mt.k * 2)), out(size_t(n * mt.m * 2));
           bench::FillBf16(x.p, n * mt.k, 7, 1.0f);
           bench::FillBf16(out.p, n * mt.m, 8, 1.0f);
-          const bool acc = mt.fuse == Matrix::kAccumulate;
-          const auto [warp_ms, ring_ms] = WarpAndRing([&] {
-            return GraphMedianMs([&](int i) {
+          const double bytes = double(wbytes) + double(sm * sk * 4) + double(n * mt.k * 2) +
+                               double(n * mt.m * 2) * (mt.acc ? 2 : 1);
+          const double floor_ms = bytes / bw * 1e3;
+          fmt::print("{:<30} {:>5}", mt.name, n);
+          double f32_ms = 0, best_ms = 1e30;
+          const char* best = "";
+          for (const Named& v : variants) {
+            pg::cuda::SetFp8GemvVariant(v.v);
+            const double ms = GraphMedianMs([&](int i) {
               ops::Matmul({.x = Dev(x.p, {n, mt.k}),
                            .w = TensorView::Contiguous(ws[size_t(i % copies)]->p, DType::kF8E4M3,
                                                        {mt.m, mt.k}, Device::kCuda),
-                           .out = Dev(out.p, {n, mt.m}), .w_scale = sv, .accumulate = acc});
+                           .out = Dev(out.p, {n, mt.m}), .w_scale = sv, .accumulate = mt.acc});
             });
-          });
-          const double bytes = double(wbytes) + double(n * mt.k * 2) + double(n * mt.m * 2) * (acc ? 2 : 1);
-          const double floor_ms = bytes / bw * 1e3;
-          fmt::print("{:<32} {:>5} {:>9.2f} {:>9.2f} {:>9.2f} {:>9.1f}% {:>9.1f}% {:>9.0f}\n", mt.name, n,
-                     warp_ms * 1e3, ring_ms * 1e3, floor_ms * 1e3, 100 * floor_ms / warp_ms,
-                     100 * floor_ms / ring_ms, bytes / (ring_ms * 1e-3) / 1e9);
+            if (!v.v.mma) f32_ms = ms;
+            else if (ms < best_ms) best_ms = ms, best = v.name;
+            fmt::print(" {:>8.2f}", ms * 1e3);
+          }
+          fmt::print(" {:>9.2f} {:>7.1f}% {:>7.1f}% {:>8}\n", floor_ms * 1e3, 100 * floor_ms / f32_ms,
+                     100 * floor_ms / best_ms, best);
         }
       }
+      pg::cuda::SetFp8GemvVariant(saved);
     }
 
+    if (fp8_only) return 0;
     // ---- the 32-layer projection stack -------------------------------------------------------
     struct Layer { std::unique_ptr<DeviceBuf> qkv, o, gate_up, down; };
     std::vector<Layer> layers(kLayers);

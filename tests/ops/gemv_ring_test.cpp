@@ -9,7 +9,9 @@
 // 96 / 1000 / 2048 / 2600 (a short last chunk) / 4096 / 14336, strided rows, a long slice per
 // block (the ring wraps many times); options: bias, accumulate, f32 out, RMSNorm prologue
 // (f32 and bf16 norm weights), SwiGLU epilogue; and fp8 e4m3 weights (per-tensor / per-row
-// scales) against cuda/moe's fp8 GEMV.
+// scales) against cuda/moe's f32 fp8 GEMV (LaunchFp8GemvF32).
+// Also cuda/moe's tensor-core fp8 GEMV (Fp8GemvMmaKernel, LaunchFp8Gemv's default) against ref
+// in every scale mode and kernel variant, 1-11 rows, and the variants against each other.
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -204,7 +206,9 @@ TEST(GemvRing, MatchesTheReferenceAndTheWarpKernelBitwise) {
 }
 
 // fp8 e4m3 weights (the dense fp8 Matmul at <= 4 rows): the ring against ref (Matmul with
-// w_scale) and bitwise against cuda/moe's Fp8GemvKernel; per-tensor and per-row scales.
+// w_scale) and bitwise against cuda/moe's f32 Fp8GemvKernel (LaunchFp8GemvF32; the tensor-core
+// kernel sums in another order: checked against ref here and in Fp8Gemv.* below);
+// per-tensor and per-row scales.
 struct Fp8Case {
   int64_t n, k, m;
   bool per_row = false, bias = false, accumulate = false;
@@ -263,15 +267,16 @@ TEST(GemvRing, Fp8MatchesTheReferenceAndTheWarpKernelBitwise) {
     a.bias = c.bias ? static_cast<const float*>(dbias.p) : nullptr;
     a.n = c.n, a.k = c.k, a.m = c.m, a.ldx = c.k, a.ldw = c.k, a.ldo = c.m;
     a.accumulate = c.accumulate;
-    std::vector<float> got[2];
+    std::vector<float> got[3];
     const cuda::GemvRingMode mode = cuda::GetGemvRingMode();
     cuda::SetGemvRingMode(cuda::GemvRingMode::kOn);
     EXPECT_TRUE(cuda::Fp8GemvRingTake(a));
     cuda::SetGemvRingMode(mode);
-    for (int ring = 0; ring < 2; ++ring) {
+    for (int ring = 0; ring < 3; ++ring) {  // f32 kernel, ring, LaunchFp8Gemv (tensor cores)
       PG_TEST_CUDA(cudaMemcpy(dout.p, ib.data(), ib.size() * 2, cudaMemcpyHostToDevice));
-      if (ring) cuda::LaunchFp8GemvRing(a, nullptr);
-      else cuda::LaunchFp8Gemv(a, nullptr);
+      if (ring == 1) cuda::LaunchFp8GemvRing(a, nullptr);
+      else if (ring == 2) cuda::LaunchFp8Gemv(a, nullptr);
+      else cuda::LaunchFp8GemvF32(a, nullptr);
       PG_TEST_CUDA(cudaGetLastError());
       PG_TEST_CUDA(cudaDeviceSynchronize());
       std::vector<uint16_t> h(ib.size());
@@ -281,8 +286,130 @@ TEST(GemvRing, Fp8MatchesTheReferenceAndTheWarpKernelBitwise) {
     }
     ExpectClose(ref.data<float>(), got[1].data(), ref.numel(), kBf16, "fp8 ring vs ref " + c.Name());
     ExpectClose(ref.data<float>(), got[0].data(), ref.numel(), kBf16, "fp8 warp vs ref " + c.Name());
+    ExpectClose(ref.data<float>(), got[2].data(), ref.numel(), kBf16, "fp8 mma vs ref " + c.Name());
     ExpectExact(got[0].data(), got[1].data(), ref.numel(), "fp8 ring vs warp kernel " + c.Name());
   }
+}
+
+// The tensor-core fp8 GEMV (cuda/moe/fp8_gemv.cu Fp8GemvMmaKernel) against ref, every scale
+// mode (per tensor, per row, 128x128 blocks), 1-11 activation rows (passes of 8), k from one
+// 64-column step to 18432 (split k over 1, 2, 4 and 8 warps; block mode with a half last
+// block), m not a multiple of 16, bias, accumulate, strided x; every kernel variant
+// (Fp8GemvVariant: unroll 4 / 8, rebias, x in the ring), which must agree BITWISE (same
+// summation order; rebias only moves every product by 2^120). Weights: e4m3 of N(0, 1), or
+// (`subnormal`) only the 16 subnormal / zero patterns (|w| <= 7 * 2^-9, a bf16 subnormal times
+// 2^-120 in the default variant: a tensor core flushing them would give nmse ~1), or
+// (`all_codes`) uniform over all 254 finite codes.
+struct MmaCase {
+  int64_t n, k, m;
+  cuda::ScaleMode mode;
+  bool bias = false, accumulate = false, subnormal = false, all_codes = false;
+  int64_t xpad = 0;
+  std::string Name() const {
+    return fmt::format("mma n={} k={} m={} {}{}{}{}{}{}", n, k, m,
+                       mode == cuda::ScaleMode::kTensor ? "tensor" : mode == cuda::ScaleMode::kChannel ? "row" : "block",
+                       bias ? " bias" : "", accumulate ? " +=" : "", subnormal ? " subnormal" : "",
+                       all_codes ? " all-codes" : "", xpad ? " xpad" : "");
+  }
+};
+
+TEST(Fp8Gemv, MmaKernelMatchesTheReferenceInEveryVariant) {
+  PG_SEED_TRACE();
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) GTEST_FAIL() << "no CUDA device";
+  using M = cuda::ScaleMode;
+  std::vector<MmaCase> cases;
+  for (M mode : {M::kTensor, M::kChannel, M::kBlock}) {
+    for (int64_t n : {1, 2, 3, 4, 8}) {
+      cases.push_back({n, 64, 37, mode});
+      cases.push_back({n, 576, 129, mode, true});
+      cases.push_back({n, 1536, 333, mode, false, true});
+      cases.push_back({n, 4096, 1000, mode, true, true, false, false, 8});
+    }
+    cases.push_back({1, 7168, 2112, mode});
+    cases.push_back({4, 18432, 300, mode, false, true});
+    cases.push_back({11, 2048, 200, mode, true});
+    cases.push_back({1, 512, 4099, mode});
+    cases.push_back({2, 4096, 64, mode, false, false, true});
+    cases.push_back({3, 1024, 77, mode, false, false, false, true});
+  }
+  const cuda::Fp8GemvVariant saved = cuda::GetFp8GemvVariant();
+  for (const MmaCase& c : cases) {
+    SCOPED_TRACE(c.Name());
+    const int64_t ldx = c.k + c.xpad;
+    Tensor x(DType::kF32, {c.n, c.k}), bias(DType::kF32, {c.m});
+    FillNormal(x);
+    RoundToBf16(x);
+    FillNormal(bias);
+    Tensor w(DType::kF8E4M3, {c.m, c.k});
+    if (c.subnormal || c.all_codes) {
+      uint8_t* p = w.data<uint8_t>();
+      for (int64_t i = 0; i < c.m * c.k; ++i) {
+        uint8_t v = c.subnormal ? uint8_t(RandInt(0, 7) | (RandInt(0, 1) << 7)) : uint8_t(RandInt(0, 253));
+        if (!c.subnormal && (v & 0x7F) == 0x7F) v ^= 1;  // the two NaN codes -> +-448
+        p[i] = v;
+      }
+    } else {
+      Tensor wf(DType::kF32, {c.m, c.k});
+      FillNormal(wf, 0.0f, 1.0f);
+      for (int64_t r = 0; r < c.m; ++r)
+        quant::QuantizeRow(DType::kF8E4M3, wf.data<float>() + r * c.k, w.view().row_ptr(r), c.k);
+    }
+    Tensor scale = c.mode == M::kTensor    ? Tensor(DType::kF32, {1})
+                   : c.mode == M::kChannel ? Tensor(DType::kF32, {c.m})
+                                           : Tensor(DType::kF32, {(c.m + 127) / 128, (c.k + 127) / 128});
+    if (c.subnormal) FillUniform(scale, 1.0f, 2.0f);
+    else FillUniform(scale, 0.01f, 0.03f);
+    Tensor out_init(DType::kF32, {c.n, c.m});
+    FillNormal(out_init);
+    RoundToBf16(out_init);
+    Tensor ref(DType::kF32, {c.n, c.m});
+    Restore(ref, Copy(out_init));
+    MatmulParams p{.x = x.view(), .w = w.view(), .out = ref.view(), .w_scale = scale.view()};
+    if (c.bias) p.bias = bias.view();
+    p.accumulate = c.accumulate;
+    RunWith(RefImpl<MatmulParams>(), p);
+
+    const std::vector<uint16_t> xb = Bf16Rows(x.data<float>(), c.n, c.k, ldx);
+    const std::vector<uint16_t> ib = Bf16Rows(out_init.data<float>(), c.n, c.m, c.m);
+    Dev dx(xb.data(), xb.size() * 2), dw(w.data<uint8_t>(), size_t(c.m * c.k));
+    Dev dscale(scale.data<float>(), size_t(scale.numel()) * 4), dbias(bias.data<float>(), size_t(c.m) * 4);
+    Dev dout(ib.size() * 2);
+    cuda::Fp8GemvArgs a{};
+    a.x = static_cast<const cuda::bf16*>(dx.p);
+    a.w = static_cast<const uint8_t*>(dw.p);
+    a.scale = static_cast<const float*>(dscale.p);
+    a.scale_mode = c.mode;
+    a.scale_ld = int((c.k + 127) / 128);
+    a.out = static_cast<cuda::bf16*>(dout.p);
+    a.bias = c.bias ? static_cast<const float*>(dbias.p) : nullptr;
+    a.n = c.n, a.k = c.k, a.m = c.m, a.ldx = ldx, a.ldw = c.k, a.ldo = c.m;
+    a.accumulate = c.accumulate;
+    std::vector<float> first;
+    for (int vi = 0; vi < 9; ++vi) {  // 8 tensor-core variants, then the f32 kernel
+      cuda::Fp8GemvVariant v;
+      v.mma = vi < 8;
+      v.unroll = vi & 1 ? 8 : 4;
+      v.rebias = (vi & 2) != 0;
+      v.x_ring = (vi & 4) != 0;
+      const std::string what = vi < 8 ? fmt::format("mma unroll {} rebias {} x_ring {} ", v.unroll,
+                                                    int(v.rebias), int(v.x_ring))
+                                      : std::string("f32 kernel ");
+      cuda::SetFp8GemvVariant(v);
+      PG_TEST_CUDA(cudaMemcpy(dout.p, ib.data(), ib.size() * 2, cudaMemcpyHostToDevice));
+      cuda::LaunchFp8Gemv(a, nullptr);
+      PG_TEST_CUDA(cudaGetLastError());
+      PG_TEST_CUDA(cudaDeviceSynchronize());
+      std::vector<uint16_t> h(ib.size());
+      PG_TEST_CUDA(cudaMemcpy(h.data(), dout.p, h.size() * 2, cudaMemcpyDeviceToHost));
+      std::vector<float> got(h.size());
+      for (size_t i = 0; i < h.size(); ++i) got[i] = Bf16ToF32(h[i]);
+      ExpectClose(ref.data<float>(), got.data(), ref.numel(), kBf16, what + "vs ref");
+      if (vi == 0) first = got;
+      else if (vi < 8) ExpectExact(first.data(), got.data(), ref.numel(), what + "vs variant 0");
+    }
+  }
+  cuda::SetFp8GemvVariant(saved);
 }
 
 TEST(GemvRing, RefusesWhatItCannotStage) {

@@ -105,7 +105,10 @@ std::vector<Case> Cases() {
   // fp8 e4m3 with scales: GEMV sizes (n <= 4, k multiple of 16 and not), GEMM sizes, odd m.
   const int64_t f8shapes[][3] = {{1, 96, 111}, {3, 200, 67}, {4, 576, 129}, {5, 96, 37},
                                  {19, 256, 45}, {64, 160, 200}, {2, 300, 257},
-                                 {33, 512, 256}, {128, 1024, 384}};
+                                 {33, 512, 256}, {128, 1024, 384},
+                                 // k % 64 == 0: cuda/moe's tensor-core GEMV (n <= 8; block
+                                 // scales n <= 16 in passes of 8)
+                                 {1, 1024, 77}, {4, 2048, 300}, {6, 4096, 130}, {16, 512, 200}};
   for (Scale sc : {Scale::kTensor, Scale::kChannel, Scale::kBlock})
     for (auto& s : f8shapes) cases.push_back({DType::kF8E4M3, s[0], s[1], s[2], false, false, false, sc});
   cases.push_back({DType::kF8E4M3, 1, 96, 111, true, true, true, Scale::kChannel});

@@ -1,8 +1,9 @@
 // The fp8 e4m3 Matmul with per-tensor / per-output-channel scales (MatmulParams::w_scale of
 // shape [1] or [m]); 128x128 block scales are cuda/moe's "cuda_fp8_block".
-//   cuda_fp8_gemv: n <= kFp8GemvMaxRows — the weight streamed once (16-byte fp8 loads,
-//                  f32 accumulation), bf16 activations as they are (cuda/moe/fp8_gemv.cu).
-//   cuda_fp8_lt:   n >  kFp8GemvMaxRows — activations quantized to e4m3 with one dynamic
+//   cuda_fp8_gemv: n <= kFp8GemvMaxRows, or n <= kFp8GemvMmaRows where cuda/moe's tensor-core
+//                  GEMV takes the shape (k % 64 == 0) — the weight streamed once, bf16
+//                  activations as they are, f32 accumulation (cuda/moe/fp8_gemv.cu).
+//   cuda_fp8_lt:   above — activations quantized to e4m3 with one dynamic
 //                  scale (fp8_quant.cu), then cuBLASLt's fp8 GEMM with the scales as device
 //                  pointers; when cuBLASLt has no algorithm for the shape: GEMV passes up to
 //                  kFp8GemvPassRows rows, cuda/moe's tiled GEMM above (bf16 activations x fp8
@@ -21,6 +22,10 @@ namespace pg::ops {
 namespace {
 
 constexpr int64_t kFp8GemvMaxRows = 4;    // cuda_fp8_gemv's rows; cuda_fp8_lt above
+// The tensor-core GEMV costs the same at 1-8 rows (one pass, the MMA's 8 columns), so it
+// keeps up to 8 (cuBLASLt at 8 rows quantizes the activations and took 95.5 us a Llama-3.1-8B
+// layer vs 69.9 for the f32 GEMV at one row: docs/PERF.md "fp8 e4m3 weights").
+constexpr int64_t kFp8GemvMmaRows = 8;
 constexpr int64_t kFp8GemvPassRows = 32;  // cuda_fp8_lt without cuBLASLt: GEMV passes up to here
 
 bool On(const TensorView& t, DType d) { return t.device == Device::kCuda && t.dtype == d; }
@@ -28,6 +33,12 @@ bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 cuda::ScaleMode ModeOf(const MatmulParams& p) {
   return p.w_scale.dim(0) == 1 && p.w.dim(0) != 1 ? cuda::ScaleMode::kTensor
                                                   : cuda::ScaleMode::kChannel;
+}
+
+bool GemvRows(const MatmulParams& p) {
+  const int64_t n = p.x.dim(0);
+  return n <= kFp8GemvMaxRows ||
+         (n <= kFp8GemvMmaRows && p.x.dim(1) % 64 == 0 && cuda::GetFp8GemvVariant().mma);
 }
 
 bool Fp8Supports(const MatmulParams& p) {
@@ -134,11 +145,11 @@ void RunGemm(const MatmulParams& p) {
 void RegisterCudaFp8MatmulKernels(Registry& r) {
   r.Register(KernelImpl<MatmulParams>{
       "cuda_fp8_gemv", Device::kCuda, kPriorityCuda,
-      [](const MatmulParams& p) { return Fp8Supports(p) && p.x.dim(0) <= kFp8GemvMaxRows; },
+      [](const MatmulParams& p) { return Fp8Supports(p) && GemvRows(p); },
       &fp8::RunGemv});
   r.Register(KernelImpl<MatmulParams>{
       "cuda_fp8_lt", Device::kCuda, kPriorityCuda,
-      [](const MatmulParams& p) { return Fp8Supports(p) && p.x.dim(0) > kFp8GemvMaxRows; },
+      [](const MatmulParams& p) { return Fp8Supports(p) && !GemvRows(p); },
       &fp8::RunGemm});
 }
 

@@ -210,5 +210,21 @@ struct Fp8GemvArgs {
   bool accumulate;
 };
 void LaunchFp8Gemv(const Fp8GemvArgs& a, cudaStream_t stream);
+// The f32-FMA warp kernel alone (the reference twin of gemv_ring.cu's fp8 path, bitwise).
+void LaunchFp8GemvF32(const Fp8GemvArgs& a, cudaStream_t stream);
+// LaunchFp8Gemv's kernel choice (fp8_gemv.cu; tests and benchmarks switch it in-process):
+// mma = the bf16 tensor-core kernel where the shape allows (k % 64 == 0, aligned rows), else
+// the f32-FMA kernel; unroll = weight steps (1 KB a warp) in flight, 4 or 8; rebias = widen
+// the weights to their exact bf16 values (one multiply a pair) instead of folding 2^120 into
+// the scale; x_ring = the activations ride in the weights' register ring (else read as each
+// step starts). Defaults from PEREGRINE_FP8_GEMV_MMA / _UNROLL / _REBIAS / _XRING.
+struct Fp8GemvVariant {
+  bool mma = true;
+  int unroll = 4;
+  bool rebias = false;
+  bool x_ring = true;
+};
+void SetFp8GemvVariant(const Fp8GemvVariant& v);
+Fp8GemvVariant GetFp8GemvVariant();
 
 }  // namespace pg::cuda
