@@ -162,12 +162,14 @@ int RunGemvBench() {
         const char* name;
         pg::cuda::Fp8GemvVariant v;
       };
-      const Named variants[] = {{"f32", {false, 4, false, true}},   {"u4r", {true, 4, false, true}},
-                                {"u4", {true, 4, false, false}},    {"u8", {true, 8, false, false}},
-                                {"u8r", {true, 8, false, true}},    {"u4r+rb", {true, 4, true, true}}};
+      const Named variants[] = {{"f32", {false, 4, false, true, 0}}, {"u4r", {true, 4, false, true, 0}},
+                                {"u4", {true, 4, false, false, 0}},  {"u8", {true, 8, false, false, 0}},
+                                {"s4", {true, 4, false, false, 4}},  {"s6", {true, 4, false, false, 6}},
+                                {"s8", {true, 4, false, false, 8}},  {"s6rb", {true, 4, true, false, 6}}};
       const pg::cuda::Fp8GemvVariant saved = pg::cuda::GetFp8GemvVariant();
       fmt::print("\nfp8 GEMV, us per call (f32 = the f32-FMA kernel; uN = tensor cores, N steps in "
-                 "flight, r = x in the register ring, rb = rebias); floor/t of f32 and of the best\n");
+                 "flight, r = x in the register ring, sN = shared-memory ring N steps deep, rb = rebias); floor/t "
+                 "of f32 and of the best\n");
       fmt::print("{:<30} {:>5}", "matrix", "batch");
       for (const Named& v : variants) fmt::print(" {:>8}", v.name);
       fmt::print(" {:>9} {:>8} {:>8} {:>8}\n", "floor_us", "f32/fl", "best/fl", "best");

@@ -295,7 +295,8 @@ TEST(GemvRing, Fp8MatchesTheReferenceAndTheWarpKernelBitwise) {
 // mode (per tensor, per row, 128x128 blocks), 1-11 activation rows (passes of 8), k from one
 // 64-column step to 18432 (split k over 1, 2, 4 and 8 warps; block mode with a half last
 // block), m not a multiple of 16, bias, accumulate, strided x; every kernel variant
-// (Fp8GemvVariant: unroll 4 / 8, rebias, x in the ring), which must agree BITWISE (same
+// (Fp8GemvVariant: unroll 4 / 8, rebias, x in the ring, shared-memory ring 4 / 6 / 8 deep),
+// which must agree BITWISE (same
 // summation order; rebias only moves every product by 2^120). Weights: e4m3 of N(0, 1), or
 // (`subnormal`) only the 16 subnormal / zero patterns (|w| <= 7 * 2^-9, a bf16 subnormal times
 // 2^-120 in the default variant: a tensor core flushing them would give nmse ~1), or
@@ -386,15 +387,17 @@ TEST(Fp8Gemv, MmaKernelMatchesTheReferenceInEveryVariant) {
     a.n = c.n, a.k = c.k, a.m = c.m, a.ldx = ldx, a.ldw = c.k, a.ldo = c.m;
     a.accumulate = c.accumulate;
     std::vector<float> first;
-    for (int vi = 0; vi < 9; ++vi) {  // 8 tensor-core variants, then the f32 kernel
+    constexpr int kVariants = 12;  // 8 register-ring variants, 3 shared-memory ones, f32
+    for (int vi = 0; vi < kVariants; ++vi) {
       cuda::Fp8GemvVariant v;
-      v.mma = vi < 8;
+      v.mma = vi < kVariants - 1;
       v.unroll = vi & 1 ? 8 : 4;
       v.rebias = (vi & 2) != 0;
       v.x_ring = (vi & 4) != 0;
-      const std::string what = vi < 8 ? fmt::format("mma unroll {} rebias {} x_ring {} ", v.unroll,
-                                                    int(v.rebias), int(v.x_ring))
-                                      : std::string("f32 kernel ");
+      if (vi >= 8 && v.mma) v.smem_depth = 4 + 2 * (vi - 8), v.rebias = vi == 9;
+      const std::string what = v.mma ? fmt::format("mma unroll {} rebias {} x_ring {} smem {} ", v.unroll,
+                                                   int(v.rebias), int(v.x_ring), v.smem_depth)
+                                     : std::string("f32 kernel ");
       cuda::SetFp8GemvVariant(v);
       PG_TEST_CUDA(cudaMemcpy(dout.p, ib.data(), ib.size() * 2, cudaMemcpyHostToDevice));
       cuda::LaunchFp8Gemv(a, nullptr);
@@ -406,7 +409,7 @@ TEST(Fp8Gemv, MmaKernelMatchesTheReferenceInEveryVariant) {
       for (size_t i = 0; i < h.size(); ++i) got[i] = Bf16ToF32(h[i]);
       ExpectClose(ref.data<float>(), got.data(), ref.numel(), kBf16, what + "vs ref");
       if (vi == 0) first = got;
-      else if (vi < 8) ExpectExact(first.data(), got.data(), ref.numel(), what + "vs variant 0");
+      else if (v.mma) ExpectExact(first.data(), got.data(), ref.numel(), what + "vs variant 0");
     }
   }
   cuda::SetFp8GemvVariant(saved);

@@ -226,6 +226,104 @@ __global__ void __launch_bounds__(kMmaWarps * 32) Fp8GemvMmaKernel(Fp8GemvArgs a
   }
 }
 
+// ---- the same MMA walk with the weights staged through shared memory -----------------------
+// Each lane copies its own two 16-byte pieces of a step (rows g and g + 8) into its warp's
+// ring of D steps in shared memory (cp.async.cg: L2 only, no registers held), waits for the
+// oldest step's group and reads back exactly what it copied, so no barrier is needed between
+// lanes. Bytes in flight: D KB a warp, without the register cost of the register ring (a
+// block of 8 warps holds 8·D KB of shared memory; three or four blocks an SM keep ~190 KB in
+// flight, which the TMA-ring measurements found necessary on the H200). The first D steps
+// are requested before PdlWait (weights only). Same summation order as Fp8GemvMmaKernel.
+__device__ __forceinline__ void CpAsync16(uint4* dst, const uint4* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(
+                   static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
+               "l"(src)
+               : "memory");
+}
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+template <int D, bool kRebias>
+__global__ void __launch_bounds__(kMmaWarps * 32) Fp8GemvMmaSmemKernel(Fp8GemvArgs a, int64_t row0,
+                                                                       int rows, int split) {
+  extern __shared__ uint4 ring[];  // [kMmaWarps][D][2 rows][32 lanes]
+  __shared__ float partial[kMmaWarps][32][4];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, q = lane % 4;
+  const int64_t j0 = (int64_t(blockIdx.x) * (kMmaWarps / split) + warp / split) * 16;
+  const int part = warp % split;
+  const int64_t steps = a.k / kStepCols;
+  const int64_t s0 = j0 < a.m ? steps * part / split : 0;
+  const int64_t s1 = j0 < a.m ? steps * (part + 1) / split : 0;
+  const int64_t ra = j0 + g < a.m ? j0 + g : a.m - 1, rb = j0 + g + 8 < a.m ? j0 + g + 8 : a.m - 1;
+  const uint4* wa = reinterpret_cast<const uint4*>(a.w + ra * a.ldw) + q;
+  const uint4* wb = reinterpret_cast<const uint4*>(a.w + rb * a.ldw) + q;
+  const bool has_x = g < rows;
+  const uint4* xr = reinterpret_cast<const uint4*>(a.x + (row0 + (has_x ? g : 0)) * a.ldx) + 2 * q;
+  uint4* mine = ring + warp * D * 64 + lane;  // step slot d: mine[64 d] (row g), mine[64 d + 32]
+#pragma unroll
+  for (int d = 0; d < D; ++d) {  // one commit group per slot, empty past s1
+    if (s0 + d < s1) CpAsync16(mine + 64 * d, wa + 4 * (s0 + d)), CpAsync16(mine + 64 * d + 32, wb + 4 * (s0 + d));
+    CpAsyncCommit();
+  }
+  PdlWait();
+  PdlTrigger();
+  const float* blocks = a.scale_mode == ScaleMode::kBlock && j0 < a.m
+                            ? a.scale + (j0 >> 7) * a.scale_ld : nullptr;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int64_t s = s0; s < s1; s += D) {
+#pragma unroll
+    for (int d = 0; d < D; ++d) {
+      const int64_t st = s + d;
+      if (st < s1) {
+        uint4 x0 = zero, x1 = zero;
+        if (has_x) x0 = __ldg(xr + 8 * st), x1 = __ldg(xr + 8 * st + 1);
+        CpAsyncWait<D - 1>();  // the group of step st (the oldest of D outstanding)
+        const uint4 w0 = mine[64 * d], w1 = mine[64 * d + 32];
+        const int64_t nx = st + D;
+        if (nx < s1) CpAsync16(mine + 64 * d, wa + 4 * nx), CpAsync16(mine + 64 * d + 32, wb + 4 * nx);
+        CpAsyncCommit();
+        if (blocks) {
+          float dd[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          MmaStep<kRebias>(w0, w1, x0, x1, dd);
+          const float sc = __ldg(blocks + (st >> 1));
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[e] = fmaf(dd[e], sc, acc[e]);
+        } else {
+          MmaStep<kRebias>(w0, w1, x0, x1, acc);
+        }
+      }
+    }
+  }
+  CpAsyncWait<0>();
+  if (split > 1) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) partial[warp][lane][e] = acc[e];
+    __syncthreads();
+    if (part != 0) return;
+    for (int p = 1; p < split; ++p)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[e] += partial[warp + p][lane][e];
+  }
+  if (j0 >= a.m) return;
+  const float unbias = kRebias ? 1.0f : 0x1p120f;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const int64_t j = j0 + g + 8 * (e / 2);
+    const int r = 2 * q + e % 2;
+    if (j >= a.m || r >= rows) continue;
+    float v = acc[e] * unbias * moe::ScaleOfRow(a.scale, a.scale_mode, a.scale_ld, j).row;
+    if (a.bias) v += a.bias[j];
+    bf16* o = a.out + (row0 + r) * a.ldo + j;
+    if (a.accumulate) v += __bfloat162float(*o);
+    *o = __float2bfloat16_rn(v);
+  }
+}
+
 bool MmaFits(const Fp8GemvArgs& a) {
   return a.k % kStepCols == 0 && a.ldw % 16 == 0 && a.ldx % 8 == 0 &&
          ((reinterpret_cast<uintptr_t>(a.x) | reinterpret_cast<uintptr_t>(a.w)) & 15) == 0;
@@ -238,6 +336,8 @@ Fp8GemvVariant& VariantRef() {
     d.unroll = EnvInt("PEREGRINE_FP8_GEMV_UNROLL", 4) >= 8 ? 8 : 4;
     d.rebias = EnvFlag("PEREGRINE_FP8_GEMV_REBIAS", false);
     d.x_ring = EnvFlag("PEREGRINE_FP8_GEMV_XRING", true);
+    const int depth = EnvInt("PEREGRINE_FP8_GEMV_SMEM", 0);
+    d.smem_depth = depth >= 8 ? 8 : depth >= 6 ? 6 : depth >= 4 ? 4 : 0;
     return d;
   }();
   return v;
@@ -256,10 +356,26 @@ void LaunchMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVariant& 
        {Fp8GemvMmaKernel<4, true, false>, Fp8GemvMmaKernel<4, true, true>}},
       {{Fp8GemvMmaKernel<8, false, false>, Fp8GemvMmaKernel<8, false, true>},
        {Fp8GemvMmaKernel<8, true, false>, Fp8GemvMmaKernel<8, true, true>}}};
-  const Kernel kernel = kKernels[v.unroll == 8][v.rebias][v.x_ring];
+  Kernel kernel = kKernels[v.unroll == 8][v.rebias][v.x_ring];
+  size_t smem = 0;
+  if (v.smem_depth > 0) {
+    static constexpr Kernel kSmem[3][2] = {  // [depth 4 / 6 / 8][rebias]
+        {Fp8GemvMmaSmemKernel<4, false>, Fp8GemvMmaSmemKernel<4, true>},
+        {Fp8GemvMmaSmemKernel<6, false>, Fp8GemvMmaSmemKernel<6, true>},
+        {Fp8GemvMmaSmemKernel<8, false>, Fp8GemvMmaSmemKernel<8, true>}};
+    const int di = v.smem_depth >= 8 ? 2 : v.smem_depth >= 6 ? 1 : 0;
+    kernel = kSmem[di][v.rebias];
+    smem = size_t(kMmaWarps) * size_t(4 + 2 * di) * 1024;
+    // Above 48 KB needs the opt-in, once per kernel.
+    static bool opted[3][2] = {};
+    if (!opted[di][v.rebias]) {
+      (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+      opted[di][v.rebias] = true;
+    }
+  }
   for (int64_t row0 = 0; row0 < a.n; row0 += 8) {
     const int rows = int(a.n - row0 < 8 ? a.n - row0 : 8);
-    (void)LaunchPdl(kernel, dim3(blocks), dim3(kMmaWarps * 32), 0, stream, a, row0, rows, split);
+    (void)LaunchPdl(kernel, dim3(blocks), dim3(kMmaWarps * 32), smem, stream, a, row0, rows, split);
   }
 }
 

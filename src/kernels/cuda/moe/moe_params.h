@@ -217,12 +217,15 @@ void LaunchFp8GemvF32(const Fp8GemvArgs& a, cudaStream_t stream);
 // the f32-FMA kernel; unroll = weight steps (1 KB a warp) in flight, 4 or 8; rebias = widen
 // the weights to their exact bf16 values (one multiply a pair) instead of folding 2^120 into
 // the scale; x_ring = the activations ride in the weights' register ring (else read as each
-// step starts). Defaults from PEREGRINE_FP8_GEMV_MMA / _UNROLL / _REBIAS / _XRING.
+// step starts); smem_depth 4 / 6 / 8 = the weights staged through a shared-memory ring of that
+// many 1 KB steps a warp (cp.async) instead of registers (0: registers). Defaults from
+// PEREGRINE_FP8_GEMV_MMA / _UNROLL / _REBIAS / _XRING / _SMEM.
 struct Fp8GemvVariant {
   bool mma = true;
   int unroll = 4;
   bool rebias = false;
   bool x_ring = true;
+  int smem_depth = 0;
 };
 void SetFp8GemvVariant(const Fp8GemvVariant& v);
 Fp8GemvVariant GetFp8GemvVariant();
