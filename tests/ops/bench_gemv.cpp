@@ -165,10 +165,13 @@ int RunGemvBench() {
       const Named variants[] = {{"f32", {false, 4, false, true, 0}}, {"u4r", {true, 4, false, true, 0}},
                                 {"u4", {true, 4, false, false, 0}},  {"u8", {true, 8, false, false, 0}},
                                 {"s4", {true, 4, false, false, 4}},  {"s6", {true, 4, false, false, 6}},
-                                {"s8", {true, 4, false, false, 8}},  {"s6rb", {true, 4, true, false, 6}}};
+                                {"s8", {true, 4, false, false, 8}},  {"s6rb", {true, 4, true, false, 6}},
+                                {"s6w12", {true, 4, false, false, 6, 12}},
+                                {"s6w48", {true, 4, false, false, 6, 48}}};
       const pg::cuda::Fp8GemvVariant saved = pg::cuda::GetFp8GemvVariant();
       fmt::print("\nfp8 GEMV, us per call (f32 = the f32-FMA kernel; uN = tensor cores, N steps in "
-                 "flight, r = x in the register ring, sN = shared-memory ring N steps deep, rb = rebias); floor/t "
+                 "flight, r = x in the register ring, sN = shared-memory ring N steps deep, rb = rebias, wN = "
+                 "k split for N warps an SM, else 24); floor/t "
                  "of f32 and of the best\n");
       fmt::print("{:<30} {:>5}", "matrix", "batch");
       for (const Named& v : variants) fmt::print(" {:>8}", v.name);

@@ -13,9 +13,14 @@
 //   16-column MMA are summed by the tensor core in f32 (products exact: bf16 x bf16), MMAs
 //   accumulate in k order within a warp's range, ranges in warp order; block scales multiply
 //   each 64-column step's sum. Not bitwise the f32 kernel; both are checked against ref.
+//   e4m3's NaN codes (0x7F, 0xFF) read as +-480 here (weights hold none: quantizers saturate).
+//   Variants (Fp8GemvVariant, for A/B runs): steps in flight held in registers (U = 4 / 8,
+//   the activations in the ring or not) or in a per-warp cp.async shared-memory ring
+//   (Fp8GemvMmaSmemKernel, 4 / 6 / 8 steps); all sum in the same order (bitwise equal).
 // Fp8GemvKernel (f32 FMA; fallback and reference twin of gemv_ring.cu's fp8 path): one warp
 //   per output feature j, 16-byte loads (16 elements), each chunk's partial dot scaled by its
 //   128-column block scale (block mode) or the row's scale at the end.
+#include "kernels/cuda/common/context.h"
 #include "kernels/cuda/common/pdl.cuh"
 #include "core/env.h"
 #include "kernels/cuda/moe/moe_device.cuh"
@@ -83,8 +88,8 @@ __global__ void __launch_bounds__(kWarps * 32) Fp8GemvKernel(Fp8GemvArgs a, int6
 
 
 // ---- tensor-core kernel ----------------------------------------------------------------------
-constexpr int kMmaWarps = 8;
-constexpr int kStepCols = 64;  // a warp step: 16 rows x 64 e4m3 columns = 1 KB
+constexpr int kMmaMaxWarps = 16;  // a block: max(8, split) warps
+constexpr int kStepCols = 64;     // a warp step: 16 rows x 64 e4m3 columns = 1 KB
 
 // 4 e4m3 values (the bytes of q, first element in the low byte) as two bf16x2 words, lo =
 // (e0, e1) and hi = (e2, e3), each value times 2^-120 exactly: the e4m3 exponent and mantissa
@@ -135,8 +140,8 @@ __device__ __forceinline__ void MmaStep(const uint4& wa, const uint4& wb, const 
   }
 }
 
-// Block (blockIdx.x): kMmaWarps / split groups of 16 weight rows; warp w takes group
-// w / split and k-range w % split (steps [S·r / split, S·(r + 1) / split), S = k / 64).
+// Block (blockIdx.x) of nw = blockDim.x / 32 warps (8, or 16 with split 16): nw / split groups
+// of 16 weight rows; warp w takes group w / split and k-range w % split (steps [S·r / split, S·(r + 1) / split), S = k / 64).
 // Activation rows row0 .. row0 + rows - 1 (rows <= 8). Requires k % 64 == 0, ldw % 16 == 0,
 // ldx % 8 == 0, w and x 16-byte aligned (LaunchFp8Gemv checks). Per lane, U steps of weights
 // (and with kXRing the activations: 16 registers a step instead of 8) are in flight, a ring of
@@ -144,12 +149,12 @@ __device__ __forceinline__ void MmaStep(const uint4& wa, const uint4& wb, const 
 // (L1 / L2 hits) as the step starts. The first U steps' weights are requested before PdlWait
 // (weights only: pdl.cuh's contract).
 template <int U, bool kRebias, bool kXRing>
-__global__ void __launch_bounds__(kMmaWarps * 32) Fp8GemvMmaKernel(Fp8GemvArgs a, int64_t row0,
-                                                                   int rows, int split) {
-  __shared__ float partial[kMmaWarps][32][4];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+__global__ void __launch_bounds__(kMmaMaxWarps * 32) Fp8GemvMmaKernel(Fp8GemvArgs a, int64_t row0,
+                                                                      int rows, int split) {
+  __shared__ float partial[kMmaMaxWarps][32][4];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
   const int g = lane / 4, q = lane % 4;
-  const int64_t j0 = (int64_t(blockIdx.x) * (kMmaWarps / split) + warp / split) * 16;
+  const int64_t j0 = (int64_t(blockIdx.x) * (nw / split) + warp / split) * 16;
   const int part = warp % split;
   const int64_t steps = a.k / kStepCols;
   const int64_t s0 = j0 < a.m ? steps * part / split : 0;
@@ -231,8 +236,8 @@ __global__ void __launch_bounds__(kMmaWarps * 32) Fp8GemvMmaKernel(Fp8GemvArgs a
 // ring of D steps in shared memory (cp.async.cg: L2 only, no registers held), waits for the
 // oldest step's group and reads back exactly what it copied, so no barrier is needed between
 // lanes. Bytes in flight: D KB a warp, without the register cost of the register ring (a
-// block of 8 warps holds 8·D KB of shared memory; three or four blocks an SM keep ~190 KB in
-// flight, which the TMA-ring measurements found necessary on the H200). The first D steps
+// block of nw warps holds nw·D KB of shared memory; a few blocks an SM keep ~190 KB in flight,
+// which the TMA-ring measurements found necessary on the H200). The first D steps
 // are requested before PdlWait (weights only). Same summation order as Fp8GemvMmaKernel.
 __device__ __forceinline__ void CpAsync16(uint4* dst, const uint4* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(
@@ -247,13 +252,12 @@ __device__ __forceinline__ void CpAsyncWait() {
 }
 
 template <int D, bool kRebias>
-__global__ void __launch_bounds__(kMmaWarps * 32) Fp8GemvMmaSmemKernel(Fp8GemvArgs a, int64_t row0,
-                                                                       int rows, int split) {
-  extern __shared__ uint4 ring[];  // [kMmaWarps][D][2 rows][32 lanes]
-  __shared__ float partial[kMmaWarps][32][4];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+__global__ void __launch_bounds__(kMmaMaxWarps * 32) Fp8GemvMmaSmemKernel(Fp8GemvArgs a, int64_t row0,
+                                                                          int rows, int split) {
+  extern __shared__ uint4 ring[];  // [nw][D][2 rows][32 lanes]; after the walk, [nw][32] float4
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
   const int g = lane / 4, q = lane % 4;
-  const int64_t j0 = (int64_t(blockIdx.x) * (kMmaWarps / split) + warp / split) * 16;
+  const int64_t j0 = (int64_t(blockIdx.x) * (nw / split) + warp / split) * 16;
   const int part = warp % split;
   const int64_t steps = a.k / kStepCols;
   const int64_t s0 = j0 < a.m ? steps * part / split : 0;
@@ -300,14 +304,15 @@ __global__ void __launch_bounds__(kMmaWarps * 32) Fp8GemvMmaSmemKernel(Fp8GemvAr
     }
   }
   CpAsyncWait<0>();
-  if (split > 1) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) partial[warp][lane][e] = acc[e];
+  if (split > 1) {  // partial sums in each warp's own (drained) ring slot 0
+    float4* partial = reinterpret_cast<float4*>(ring);
+    partial[warp * D * 64 + lane] = make_float4(acc[0], acc[1], acc[2], acc[3]);
     __syncthreads();
     if (part != 0) return;
-    for (int p = 1; p < split; ++p)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[e] += partial[warp + p][lane][e];
+    for (int p = 1; p < split; ++p) {
+      const float4 o = partial[(warp + p) * D * 64 + lane];
+      acc[0] += o.x, acc[1] += o.y, acc[2] += o.z, acc[3] += o.w;
+    }
   }
   if (j0 >= a.m) return;
   const float unbias = kRebias ? 1.0f : 0x1p120f;
@@ -338,17 +343,23 @@ Fp8GemvVariant& VariantRef() {
     d.x_ring = EnvFlag("PEREGRINE_FP8_GEMV_XRING", true);
     const int depth = EnvInt("PEREGRINE_FP8_GEMV_SMEM", 0);
     d.smem_depth = depth >= 8 ? 8 : depth >= 6 ? 6 : depth >= 4 ? 4 : 0;
+    d.warps_per_sm = EnvInt("PEREGRINE_FP8_GEMV_WARPS_PER_SM", d.warps_per_sm);
     return d;
   }();
   return v;
 }
 
 void LaunchMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVariant& v) {
-  // split: warps sharing 16 rows, the largest of 8, 4, 2, 1 leaving a warp >= 4 steps (4 KB).
-  const int64_t steps = a.k / kStepCols;
-  int split = 8;
-  while (split > 1 && steps < 4 * split) split /= 2;
-  const int64_t groups = (a.m + 15) / 16, per_block = kMmaWarps / split;
+  // split: warps sharing 16 rows (1, 2, 4, 8, 16), doubled while the grid has fewer than
+  // v.warps_per_sm warps an SM and each warp keeps >= 4 steps (4 KB); blocks of max(8, split)
+  // warps. At 24 an SM (132 SMs): Llama qkv / o 16 (4 steps a warp), gate_up 2, down 16;
+  // DeepSeek-V3 q_a + kv_a 16, q_b (k = 1536) 4, o 8, gate 4, down 8.
+  const int64_t steps = a.k / kStepCols, groups = (a.m + 15) / 16;
+  const int64_t want = int64_t(v.warps_per_sm) * MultiprocessorCount();
+  int split = 1;
+  while (split < kMmaMaxWarps && groups * split < want && steps >= 8 * split) split *= 2;
+  const int nw = split > 8 ? split : 8;
+  const int64_t per_block = nw / split;
   const unsigned blocks = unsigned((groups + per_block - 1) / per_block);
   using Kernel = void (*)(Fp8GemvArgs, int64_t, int, int);
   static constexpr Kernel kKernels[2][2][2] = {  // [unroll 8][rebias][x_ring]
@@ -365,17 +376,18 @@ void LaunchMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVariant& 
         {Fp8GemvMmaSmemKernel<8, false>, Fp8GemvMmaSmemKernel<8, true>}};
     const int di = v.smem_depth >= 8 ? 2 : v.smem_depth >= 6 ? 1 : 0;
     kernel = kSmem[di][v.rebias];
-    smem = size_t(kMmaWarps) * size_t(4 + 2 * di) * 1024;
-    // Above 48 KB needs the opt-in, once per kernel.
+    smem = size_t(nw) * size_t(4 + 2 * di) * 1024;
+    // Above 48 KB needs the opt-in, once per kernel (for the largest block, 16 warps).
     static bool opted[3][2] = {};
     if (!opted[di][v.rebias]) {
-      (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+      (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 kMmaMaxWarps * (4 + 2 * di) * 1024);
       opted[di][v.rebias] = true;
     }
   }
   for (int64_t row0 = 0; row0 < a.n; row0 += 8) {
     const int rows = int(a.n - row0 < 8 ? a.n - row0 : 8);
-    (void)LaunchPdl(kernel, dim3(blocks), dim3(kMmaWarps * 32), smem, stream, a, row0, rows, split);
+    (void)LaunchPdl(kernel, dim3(blocks), dim3(nw * 32), smem, stream, a, row0, rows, split);
   }
 }
 

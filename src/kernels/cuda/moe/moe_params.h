@@ -218,14 +218,16 @@ void LaunchFp8GemvF32(const Fp8GemvArgs& a, cudaStream_t stream);
 // the weights to their exact bf16 values (one multiply a pair) instead of folding 2^120 into
 // the scale; x_ring = the activations ride in the weights' register ring (else read as each
 // step starts); smem_depth 4 / 6 / 8 = the weights staged through a shared-memory ring of that
-// many 1 KB steps a warp (cp.async) instead of registers (0: registers). Defaults from
-// PEREGRINE_FP8_GEMV_MMA / _UNROLL / _REBIAS / _XRING / _SMEM.
+// many 1 KB steps a warp (cp.async) instead of registers (0: registers); warps_per_sm = the
+// k split's target (more warps per 16 rows until the grid has this many an SM). Defaults
+// from PEREGRINE_FP8_GEMV_MMA / _UNROLL / _REBIAS / _XRING / _SMEM / _WARPS_PER_SM.
 struct Fp8GemvVariant {
   bool mma = true;
   int unroll = 4;
   bool rebias = false;
   bool x_ring = true;
   int smem_depth = 0;
+  int warps_per_sm = 24;
 };
 void SetFp8GemvVariant(const Fp8GemvVariant& v);
 Fp8GemvVariant GetFp8GemvVariant();
