@@ -20,7 +20,8 @@
 // GEMV"): 1-2 KB pieces and per-warp slots are 2x slower than 4 KB pieces in 32 KB slots.
 // Summation order: a lane sums the 16-byte chunks lane, lane + 32, ... of its row in order
 // across the pieces (a piece is a multiple of 32 x 16 bytes), so the outputs are bitwise
-// those of gemv.cu (bf16) and cuda/moe's Fp8GemvKernel (fp8).
+// those of gemv.cu (bf16) and cuda/moe's f32 Fp8GemvKernel (fp8, LaunchFp8GemvF32; the dense
+// fp8 Matmul's default is now cuda/moe's tensor-core GEMV, which sums in another order).
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -270,7 +271,9 @@ bool Supported(const GemvArgs& a) {
 bool ShapeWantsRing(const GemvArgs& a) { return a.n == 1 && a.k >= 4096; }
 
 // fp8: the consumers widen 16 e4m3 weights and 16 activations per 16 bytes and are issue-bound
-// on 8 warps (Llama-3.1-8B fp8 qkv 21.3 vs 11.0 us at one row): nowhere.
+// on 8 warps (Llama-3.1-8B fp8 qkv 21.3 vs 11.0 us at one row): nowhere. (cuda/moe's
+// tensor-core fp8 GEMV, LaunchFp8Gemv's default, is what the dense fp8 Matmul runs; its
+// shared-memory variant takes this ring's bytes-in-flight idea with per-lane cp.async.)
 bool ShapeWantsRingFp8(const Fp8GemvArgs& f) {
   (void)f;
   return false;

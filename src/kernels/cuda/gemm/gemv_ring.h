@@ -19,7 +19,8 @@ namespace pg::cuda {
 bool GemvRingTake(const GemvArgs& a);
 void LaunchGemvRing(const GemvArgs& a, cudaStream_t stream);
 // The same kernel on fp8 e4m3 weights with a per-tensor or per-row scale (the dense fp8
-// Matmul at <= 4 rows, fp8_matmul.cpp): bitwise the sums of cuda/moe's Fp8GemvKernel. Takes
+// Matmul at <= 4 rows, fp8_matmul.cpp): bitwise the sums of cuda/moe's f32 Fp8GemvKernel
+// (LaunchFp8GemvF32). Takes
 // 1 <= n <= 4, k % 16 == 0, ldw % 16 == 0, ldx % 8 == 0, 16-byte aligned x and w.
 bool Fp8GemvRingTake(const Fp8GemvArgs& a);
 void LaunchFp8GemvRing(const Fp8GemvArgs& a, cudaStream_t stream);
