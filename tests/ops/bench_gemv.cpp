@@ -162,19 +162,21 @@ int RunGemvBench() {
         const char* name;
         pg::cuda::Fp8GemvVariant v;
       };
-      const Named variants[] = {{"f32", {false, 4, false, true, 0}}, {"u4r", {true, 4, false, true, 0}},
-                                {"u4", {true, 4, false, false, 0}},  {"u8", {true, 8, false, false, 0}},
-                                {"s4", {true, 4, false, false, 4}},  {"s6", {true, 4, false, false, 6}},
-                                {"s8", {true, 4, false, false, 8}},  {"s6rb", {true, 4, true, false, 6}},
-                                {"s6w12", {true, 4, false, false, 6, 12}},
-                                {"s6w48", {true, 4, false, false, 6, 48}}};
+      // {mma, depth, chunk, interleave, warps_per_sm, prefetch}
+      const Named variants[] = {
+          {"f32", {false, 6, 1, false, 24, 0}},    {"d6c1", {true, 6, 1, false, 24, 0}},
+          {"d6c1i", {true, 6, 1, true, 24, 0}},    {"d4c1i", {true, 4, 1, true, 24, 0}},
+          {"d3c2", {true, 3, 2, false, 24, 0}},    {"d3c2i", {true, 3, 2, true, 24, 0}},
+          {"d6c2i", {true, 6, 2, true, 24, 0}},    {"d6c1p8", {true, 6, 1, false, 24, 8}},
+          {"d3c2p4", {true, 3, 2, false, 24, 4}},  {"d3c2ip4", {true, 3, 2, true, 24, 4}},
+          {"d6c1iw48", {true, 6, 1, true, 48, 0}}, {"d6c1w12", {true, 6, 1, false, 12, 0}}};
       const pg::cuda::Fp8GemvVariant saved = pg::cuda::GetFp8GemvVariant();
-      fmt::print("\nfp8 GEMV, us per call (f32 = the f32-FMA kernel; uN = tensor cores, N steps in "
-                 "flight, r = x in the register ring, sN = shared-memory ring N steps deep, rb = rebias, wN = "
-                 "k split for N warps an SM, else 24); floor/t "
-                 "of f32 and of the best\n");
+      fmt::print("\nfp8 GEMV, us per call (f32 = the f32-FMA kernel; dNcM = tensor cores, N steps of M "
+                 "KB in flight a warp, i = interleaved steps, pN = N steps prefetched to L2 beyond, wN = k split "
+                 "for N warps an SM, else 24); "
+                 "floor/t of f32 and of the best\n");
       fmt::print("{:<30} {:>5}", "matrix", "batch");
-      for (const Named& v : variants) fmt::print(" {:>8}", v.name);
+      for (const Named& v : variants) fmt::print(" {:>9}", v.name);
       fmt::print(" {:>9} {:>8} {:>8} {:>8}\n", "floor_us", "f32/fl", "best/fl", "best");
       for (const Fp8Matrix& mt : fp8) {
         const size_t wbytes = size_t(mt.m * mt.k);
@@ -211,7 +213,7 @@ int RunGemvBench() {
             });
             if (!v.v.mma) f32_ms = ms;
             else if (ms < best_ms) best_ms = ms, best = v.name;
-            fmt::print(" {:>8.2f}", ms * 1e3);
+            fmt::print(" {:>9.2f}", ms * 1e3);
           }
           fmt::print(" {:>9.2f} {:>7.1f}% {:>7.1f}% {:>8}\n", floor_ms * 1e3, 100 * floor_ms / f32_ms,
                      100 * floor_ms / best_ms, best);

@@ -295,12 +295,11 @@ TEST(GemvRing, Fp8MatchesTheReferenceAndTheWarpKernelBitwise) {
 // mode (per tensor, per row, 128x128 blocks), 1-11 activation rows (passes of 8), k from one
 // 64-column step to 18432 (split k over 1, 2, 4 and 8 warps; block mode with a half last
 // block), m not a multiple of 16, bias, accumulate, strided x; every kernel variant
-// (Fp8GemvVariant: unroll 4 / 8, rebias, x in the ring, shared-memory ring 4 / 6 / 8 deep),
-// which must agree BITWISE (same
-// summation order; rebias only moves every product by 2^120). Weights: e4m3 of N(0, 1), or
-// (`subnormal`) only the 16 subnormal / zero patterns (|w| <= 7 * 2^-9, a bf16 subnormal times
-// 2^-120 in the default variant: a tensor core flushing them would give nmse ~1), or
-// (`all_codes`) uniform over all 254 finite codes.
+// (Fp8GemvVariant: depth 3 / 4 / 6, chunk 1 / 2, interleaved steps or ranges), the depths
+// BITWISE equal (same summation order). Weights: e4m3 of N(0, 1), or (`subnormal`) only the
+// 16 subnormal / zero patterns (|w| <= 7 * 2^-9: a bf16 subnormal times 2^-120 in the kernel;
+// a tensor core flushing them would give nmse ~1), or (`all_codes`) uniform over all 254
+// finite codes.
 struct MmaCase {
   int64_t n, k, m;
   cuda::ScaleMode mode;
@@ -386,17 +385,18 @@ TEST(Fp8Gemv, MmaKernelMatchesTheReferenceInEveryVariant) {
     a.bias = c.bias ? static_cast<const float*>(dbias.p) : nullptr;
     a.n = c.n, a.k = c.k, a.m = c.m, a.ldx = ldx, a.ldw = c.k, a.ldo = c.m;
     a.accumulate = c.accumulate;
-    std::vector<float> first;
-    constexpr int kVariants = 12;  // 8 register-ring variants, 3 shared-memory ones, f32
-    for (int vi = 0; vi < kVariants; ++vi) {
+    // Variants: depth 3 / 4 / 6 x chunk 1 / 2 x interleave, then the f32 kernel. The depth
+    // does not change the summation: bitwise equal within a (chunk, interleave) pair.
+    std::vector<float> first[2][2];
+    for (int vi = 0; vi <= 14; ++vi) {  // 12, 13: with L2 prefetch (chunk 1 / 2); 14: f32
       cuda::Fp8GemvVariant v;
-      v.mma = vi < kVariants - 1;
-      v.unroll = vi & 1 ? 8 : 4;
-      v.rebias = (vi & 2) != 0;
-      v.x_ring = (vi & 4) != 0;
-      if (vi >= 8 && v.mma) v.smem_depth = 4 + 2 * (vi - 8), v.rebias = vi == 9;
-      const std::string what = v.mma ? fmt::format("mma unroll {} rebias {} x_ring {} smem {} ", v.unroll,
-                                                   int(v.rebias), int(v.x_ring), v.smem_depth)
+      v.mma = vi < 14;
+      v.depth = vi % 3 == 0 ? 3 : vi % 3 == 1 ? 4 : 6;
+      v.chunk = (vi / 3) % 2 + 1;
+      v.interleave = vi / 6 == 1;
+      if (vi >= 12) v.depth = 4, v.chunk = vi - 11, v.interleave = false, v.prefetch = 8;
+      const std::string what = v.mma ? fmt::format("mma depth {} chunk {} interleave {} prefetch {} ",
+                                                   v.depth, v.chunk, int(v.interleave), v.prefetch)
                                      : std::string("f32 kernel ");
       cuda::SetFp8GemvVariant(v);
       PG_TEST_CUDA(cudaMemcpy(dout.p, ib.data(), ib.size() * 2, cudaMemcpyHostToDevice));
@@ -408,8 +408,10 @@ TEST(Fp8Gemv, MmaKernelMatchesTheReferenceInEveryVariant) {
       std::vector<float> got(h.size());
       for (size_t i = 0; i < h.size(); ++i) got[i] = Bf16ToF32(h[i]);
       ExpectClose(ref.data<float>(), got.data(), ref.numel(), kBf16, what + "vs ref");
-      if (vi == 0) first = got;
-      else if (v.mma) ExpectExact(first.data(), got.data(), ref.numel(), what + "vs variant 0");
+      if (!v.mma) continue;
+      std::vector<float>& f = first[v.chunk - 1][v.interleave];
+      if (f.empty()) f = got;
+      else ExpectExact(f.data(), got.data(), ref.numel(), what + "vs depth 3");
     }
   }
   cuda::SetFp8GemvVariant(saved);

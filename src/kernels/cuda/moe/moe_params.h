@@ -214,20 +214,19 @@ void LaunchFp8Gemv(const Fp8GemvArgs& a, cudaStream_t stream);
 void LaunchFp8GemvF32(const Fp8GemvArgs& a, cudaStream_t stream);
 // LaunchFp8Gemv's kernel choice (fp8_gemv.cu; tests and benchmarks switch it in-process):
 // mma = the bf16 tensor-core kernel where the shape allows (k % 64 == 0, aligned rows), else
-// the f32-FMA kernel; unroll = weight steps (1 KB a warp) in flight, 4 or 8; rebias = widen
-// the weights to their exact bf16 values (one multiply a pair) instead of folding 2^120 into
-// the scale; x_ring = the activations ride in the weights' register ring (else read as each
-// step starts); smem_depth 4 / 6 / 8 = the weights staged through a shared-memory ring of that
-// many 1 KB steps a warp (cp.async) instead of registers (0: registers); warps_per_sm = the
-// k split's target (more warps per 16 rows until the grid has this many an SM). Defaults
-// from PEREGRINE_FP8_GEMV_MMA / _UNROLL / _REBIAS / _XRING / _SMEM / _WARPS_PER_SM.
+// the f32-FMA kernel; depth = steps a warp keeps in flight (3, 4 or 6), chunk = KB of a step
+// (16 rows x 64·chunk columns, 1 or 2), interleave = a block's split warps walk consecutive
+// steps together (else each a contiguous k range), warps_per_sm = the k split's target (more
+// warps per 16 rows until the grid has this many an SM), prefetch = steps a warp also
+// prefetches into L2 beyond its ring (0: none). Defaults from PEREGRINE_FP8_GEMV_MMA / _DEPTH
+// / _CHUNK / _INTERLEAVE / _WARPS_PER_SM / _PREFETCH.
 struct Fp8GemvVariant {
   bool mma = true;
-  int unroll = 4;
-  bool rebias = false;
-  bool x_ring = true;
-  int smem_depth = 0;
+  int depth = 6;
+  int chunk = 1;
+  bool interleave = false;
   int warps_per_sm = 24;
+  int prefetch = 0;
 };
 void SetFp8GemvVariant(const Fp8GemvVariant& v);
 Fp8GemvVariant GetFp8GemvVariant();
