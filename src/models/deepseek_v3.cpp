@@ -5,6 +5,7 @@
 #include <limits>
 #include <string>
 
+#include "core/env.h"
 #include "core/status.h"
 #include "kernels/ops_fused.h"
 #include "models/logit_head.h"
@@ -324,15 +325,25 @@ class DeepseekV3Model final : public Model {
     // x is the residual stream throughout: the attention output projection and the FFN
     // accumulate into it (one bf16 rounding of x + y each), and the FFN's RMSNorm runs inside
     // the MoE block (at decode sizes the router kernel's prologue: moe_device.h).
+    static const bool norm_fused = EnvFlag("PEREGRINE_DSV3_NORM_FUSE", true);
     ops::Embedding({.table = d_embed_, .ids = fb.device_tokens, .out = x});
     for (int li = 0; li < b.num_layers; ++li) {
       const DeviceLayer& L = d_layers_[size_t(li)];
-      ops::RmsNorm({.x = x, .weight = L.attn_norm, .out = hn, .eps = b.rms_norm_eps});
+      // input_layernorm + the first projections: the norm inside the projection
+      // (FusedMatmul: one kernel at GEMV sizes; without the fused matrix each projection
+      // recomputes the row norm, as Llama's separate q/k/v), or (PEREGRINE_DSV3_NORM_FUSE=0,
+      // for A/B) RmsNorm then the plain projections.
+      if (!norm_fused) ops::RmsNorm({.x = x, .weight = L.attn_norm, .out = hn, .eps = b.rms_norm_eps});
+      auto first_proj = [&](const DeviceMatrix& w, const TensorView& out) {
+        if (!norm_fused) return DeviceMatmul(hn, w, out);
+        ops::FusedMatmul({.x = x, .norm_weight = L.attn_norm, .eps = b.rms_norm_eps, .w = w.w,
+                          .w_scale = w.scale, .out = out, .normed = hn});
+      };
       if (fused_qkva_) {
-        DeviceMatmul(hn, L.wq_kva, q_kva);
+        first_proj(L.wq_kva, q_kva);
       } else {
-        DeviceMatmul(hn, c_.q_lora_rank > 0 ? L.wq_a : L.wq, c_.q_lora_rank > 0 ? qa : q);
-        DeviceMatmul(hn, L.wkv_a, kva);
+        first_proj(c_.q_lora_rank > 0 ? L.wq_a : L.wq, c_.q_lora_rank > 0 ? qa : q);
+        first_proj(L.wkv_a, kva);
       }
       if (c_.q_lora_rank > 0)  // q_a_layernorm + q_b_proj (one kernel at GEMV sizes; the
                                // composition normalises qa in place)

@@ -20,6 +20,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "bench_timing.h"
@@ -150,12 +151,14 @@ void BenchDecode(const Ceilings& ceil, int heads, int q_len, int batch, int ctx,
   auto time_plan = [&](const cuda::MlaDecodePlan& pl) {
     a.row_groups = pl.row_groups;
     a.num_splits = pl.num_splits;
+    a.min_chunk = pl.min_chunk;
     return GraphMs([&](int i) {
       a.batch = batches[size_t(i % copies)]->plan.view();
       cudaStream_t st = cuda::CurrentStream();
       cuda::LaunchMlaDecode(a, st);
       if (a.num_splits > 1)
-        cuda::LaunchMlaCombine({a.partial_acc, a.partial_ml, a.o_lat, a.batch, heads, a.num_splits}, st);
+        cuda::LaunchMlaCombine(
+            {a.partial_acc, a.partial_ml, a.o_lat, a.batch, heads, a.num_splits, a.min_chunk}, st);
     });
   };
   const double kernel_ms = time_plan(plan);
@@ -186,6 +189,84 @@ void BenchDecode(const Ceilings& ceil, int heads, int q_len, int batch, int ctx,
     ops::MlaAttention(p);
   });
 
+  // The op as the models run it at decode: q RoPE and the step's cache write (kv_a norm +
+  // k_pe RoPE + latent write) fused in (at <= 4 tokens: three kernels in all).
+  Buf lat(size_t(T * cuda::kMlaLatent * 2)), nw(size_t(cuda::kMlaRank * 4)), pos(size_t(T * 4));
+  bench::FillBf16(lat.p, T * cuda::kMlaLatent, 12, 1.0f);
+  {
+    const std::vector<float> ones(cuda::kMlaRank, 1.0f);
+    std::vector<int32_t> positions;
+    for (int s = 0; s < batch; ++s)
+      for (int i = 0; i < q_len; ++i) positions.push_back(ctx - q_len + i);
+    PG_CUDA_CHECK(cudaMemcpy(nw.p, ones.data(), ones.size() * 4, cudaMemcpyHostToDevice));
+    PG_CUDA_CHECK(cudaMemcpy(pos.p, positions.data(), positions.size() * 4, cudaMemcpyHostToDevice));
+  }
+  ops::RopeConfig rope_cfg{};
+  rope_cfg.rotary_dim = cuda::kMlaRope;
+  ops::MlaCacheWriteParams wp{
+      .latent = TensorView::Contiguous(lat.p, DType::kBF16, {T, cuda::kMlaLatent}, Device::kCuda),
+      .cache = p.cache,
+      .norm_weight = TensorView::Contiguous(nw.p, DType::kF32, {cuda::kMlaRank}, Device::kCuda),
+      .kv_lora_rank = cuda::kMlaRank,
+      .positions = TensorView::Contiguous(pos.p, DType::kI32, {T}, Device::kCuda),
+      .rope = rope_cfg};
+  const double op_write_ms = GraphMs([&](int i) {
+    p.w_kv_b = TensorView::Contiguous(w.as<bf16>() + (i % kWCopies) * w_elems, DType::kBF16,
+                                      {int64_t(heads) * (kNope + kV), cuda::kMlaRank}, Device::kCuda);
+    p.batch = wp.batch = &batches[size_t(i % copies)]->host;
+    p.positions = wp.positions;
+    p.rope = rope_cfg;
+    p.write = &wp;
+    ops::MlaAttention(p);
+  });
+  p.write = nullptr;
+  p.positions = TensorView{};
+
+  // At <= 4 tokens, each of the op's three kernels alone (graph of 20 calls of one kernel:
+  // its latency as a chain, PDL overlapping its own prologue): q-absorb with the kv prep,
+  // the decode kernel, merge + W_UV (reading the decode's partials).
+  std::string breakdown;
+  if (T <= cuda::kMlaFoldMaxTokens) {
+    Buf q_lat2(size_t(T * heads * cuda::kMlaLatent * 2));
+    cuda::MlaQAbsorbArgs qa{};
+    qa.q = q.as<bf16>(), qa.w = w.as<bf16>(), qa.q_lat = q_lat2.as<bf16>();
+    qa.positions = pos.as<int32_t>();
+    qa.q_stride = int64_t(heads) * kQk, qa.ldw = cuda::kMlaRank, qa.w_head = kNope + kV;
+    qa.tokens = int(T), qa.heads = heads, qa.nope = kNope, qa.rope = cuda::kMlaRope,
+    qa.rank = cuda::kMlaRank, qa.neox = true;
+    for (int i = 0; i < cuda::kMlaRope / 2; ++i) qa.inv_freq[i] = std::pow(10000.0f, -2.0f * i / cuda::kMlaRope);
+    qa.with_prep = true;
+    cuda::MlaKvPrepArgs& pr = qa.prep;
+    pr.write = {lat.as<bf16>(), kc.p, vc.p, batches[0]->plan.view(), cuda::kMlaLatent,
+                cuda::kMlaLatent, cuda::kMlaHalf,
+                fp8 ? cuda::MlaCacheType::kFP8 : cuda::MlaCacheType::kBF16, 1.0f, 1.0f};
+    pr.norm_weight = nw.p, pr.norm_type = cuda::WeightType::kF32, pr.eps = 1e-6f;
+    pr.positions = pos.as<int32_t>(), pr.rank = cuda::kMlaRank, pr.neox = true;
+    std::copy(qa.inv_freq, qa.inv_freq + cuda::kMlaRope / 2, pr.inv_freq);
+    const double qabs_ms = GraphMs([&](int i) {
+      qa.w = w.as<bf16>() + (i % kWCopies) * w_elems;
+      qa.prep.write.batch = batches[size_t(i % copies)]->plan.view();
+      PG_ENSURE(cuda::LaunchMlaQAbsorb(qa, cuda::CurrentStream()), kInternal, "q-absorb refused");
+    });
+    a.row_groups = plan.row_groups, a.num_splits = plan.num_splits, a.min_chunk = plan.min_chunk;
+    const double dec_ms = GraphMs([&](int i) {
+      a.batch = batches[size_t(i % copies)]->plan.view();
+      cuda::LaunchMlaDecode(a, cuda::CurrentStream());
+    });
+    cuda::MlaCombineApplyArgs ca{{a.partial_acc, a.partial_ml, a.o_lat, a.batch, heads, a.num_splits,
+                                  a.min_chunk},
+                                 nullptr, out.as<bf16>(), cuda::kMlaRank, kNope + kV,
+                                 int64_t(heads) * kV, int(T), kV};
+    const double apply_ms = GraphMs([&](int i) {
+      ca.w = w.as<bf16>() + (i % kWCopies) * w_elems + int64_t(kNope) * cuda::kMlaRank;
+      ca.combine.batch = batches[size_t(i % copies)]->plan.view();
+      PG_ENSURE(cuda::LaunchMlaCombineApply(ca, cuda::CurrentStream()), kInternal, "apply refused");
+    });
+    PG_CUDA_CHECK(cudaGetLastError());
+    breakdown = fmt::format(" | alone: q-absorb+prep {:.1f}, decode {:.1f}, merge+W_UV {:.1f} us",
+                            qabs_ms * 1e3, dec_ms * 1e3, apply_ms * 1e3);
+  }
+
   // Causal keys per row: q_len rows at positions ctx - q_len .. ctx - 1.
   const double keys = double(batch) * heads * (double(q_len) * ctx - q_len * (q_len - 1) / 2.0);
   const double flops = 2.0 * keys * (cuda::kMlaLatent + cuda::kMlaRank);
@@ -195,12 +276,12 @@ void BenchDecode(const Ceilings& ceil, int heads, int q_len, int batch, int ctx,
   const double op_floor_ms = double(latent_bytes + w_elems * 2) / (ceil.bw_gbs * 1e9) * 1e3;
   fmt::print(
       "decode heads {:3} q_len {} batch {:2} ctx {:5} {}: kernel {:8.1f} us (floor {:7.1f} us = max(bytes {:.1f}, "
-      "flops {:.1f}); {:5.1f}% ; {:.0f} GB/s {:.0f} TFLOP/s; splits {}; 2x target: {} splits {:.1f} us) | op {:8.1f} us (bytes floor {:.1f} us, {:5.1f}%)\n",
+      "flops {:.1f}); {:5.1f}% ; {:.0f} GB/s {:.0f} TFLOP/s; splits {}; 2x target: {} splits {:.1f} us) | op {:8.1f} us (bytes floor {:.1f} us, {:5.1f}%) | op+write {:.1f} us{}\n",
       heads, q_len, batch, ctx, fp8 ? "fp8 " : "bf16", kernel_ms * 1e3, floor_ms * 1e3,
       bytes_floor_ms * 1e3, flop_floor_ms * 1e3, 100.0 * floor_ms / kernel_ms,
       double(latent_bytes) / (kernel_ms * 1e-3) / 1e9, flops / (kernel_ms * 1e-3) / 1e12,
       plan.num_splits, plan2.num_splits, kernel2_ms * 1e3, op_ms * 1e3, op_floor_ms * 1e3,
-      100.0 * op_floor_ms / op_ms);
+      100.0 * op_floor_ms / op_ms, op_write_ms * 1e3, breakdown);
 }
 
 void BenchPrefill(const Ceilings& ceil, int heads, int seqs, int q_len, int kv_len) {
@@ -284,21 +365,36 @@ int RunMlaBench(int argc, char** argv) {
       BenchPrefill(c, 128, 1, 4096, 4096);
       return 0;
     }
-    // --decode-only: no prefill rows; --heads N: only that head count.
-    bool decode_only = false;
-    std::vector<int> head_counts = {128, 16};
+    // --decode-only: no prefill rows; --heads, --batch, --ctx, --q-len (comma lists), --bf16:
+    // only those decode shapes.
+    auto list = [](const char* v) {
+      std::vector<int> out;
+      for (const char* c = v; *c;) {
+        out.push_back(std::atoi(c));
+        while (*c && *c != ',') ++c;
+        if (*c == ',') ++c;
+      }
+      return out;
+    };
+    bool decode_only = false, bf16_only = false;
+    std::vector<int> head_counts = {128, 16}, q_lens = {1, 4};
+    std::vector<int> batches = quick ? std::vector<int>{1, 32} : std::vector<int>{1, 8, 32};
+    std::vector<int> ctxs = quick ? std::vector<int>{1024, 32768} : std::vector<int>{1024, 8192, 32768};
     for (int i = 1; i < argc; ++i) {
+      const bool has = i + 1 < argc;
       if (std::strcmp(argv[i], "--decode-only") == 0) decode_only = true;
-      if (std::strcmp(argv[i], "--heads") == 0 && i + 1 < argc) head_counts = {std::atoi(argv[i + 1])};
+      if (std::strcmp(argv[i], "--bf16") == 0) bf16_only = true;
+      if (std::strcmp(argv[i], "--heads") == 0 && has) head_counts = list(argv[i + 1]);
+      if (std::strcmp(argv[i], "--batch") == 0 && has) batches = list(argv[i + 1]);
+      if (std::strcmp(argv[i], "--ctx") == 0 && has) ctxs = list(argv[i + 1]);
+      if (std::strcmp(argv[i], "--q-len") == 0 && has) q_lens = list(argv[i + 1]);
     }
-    const std::vector<int> batches = quick ? std::vector<int>{1, 32} : std::vector<int>{1, 8, 32};
-    const std::vector<int> ctxs = quick ? std::vector<int>{1024, 32768} : std::vector<int>{1024, 8192, 32768};
     for (int heads : head_counts)
-      for (int q_len : {1, 4})
+      for (int q_len : q_lens)
         for (int batch : batches)
           for (int ctx : ctxs)
             for (bool fp8 : {false, true}) {
-              if (quick && fp8 && ctx != 32768) continue;
+              if ((quick && fp8 && ctx != 32768) || (bf16_only && fp8)) continue;
               BenchDecode(c, heads, q_len, batch, ctx, fp8);
             }
     for (int heads : head_counts) {

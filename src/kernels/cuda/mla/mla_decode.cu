@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/env.h"
 #include "kernels/cuda/common/pdl.cuh"
 #include "kernels/cuda/mla/mla_params.h"
 #include "kernels/cuda/mla/mma_util.cuh"
@@ -131,8 +132,15 @@ __device__ __forceinline__ void WidenTile(const MlaDecodeArgs& a, const uint8_t 
   }
 }
 
-template <bool kFp8>
-__global__ void __launch_bounds__(kThreads, 1) MlaDecodeKernel(const MlaDecodeArgs a) {
+// Registers: capped (kSlim, the default) at kMlaDecodeRegs so that a decode block leaves room
+// in the SM's register file (64K) for a q-absorb block (64 x 256 threads) or a merge + W_UV
+// block (kMlaApplyRegs x 256) beside it: PDL can then start the decode's prologue (page table,
+// first tiles) while q-absorb still runs, and merge + W_UV's weight loads while the decode
+// runs. Uncapped (PEREGRINE_MLA_SLIM=0, for A/B) it takes 196 and nothing fits beside it.
+// No spills at the cap (ptxas, sm_90a).
+template <bool kFp8, bool kSlim>
+__global__ void __launch_bounds__(kThreads, 1) __maxnreg__(kSlim ? kMlaDecodeRegs : 255)
+    MlaDecodeKernel(const MlaDecodeArgs a) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
   uint8_t(*stage)[kMlaLatent] = kFp8 ? reinterpret_cast<SmemFp8*>(smem_raw)->stage : nullptr;
@@ -143,7 +151,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaDecodeKernel(const MlaDecodeAr
   const DeviceBatchView& b = a.batch;
   const int s = blockIdx.z, split = blockIdx.y;
   const int q_len = b.q_len[s], kv_len = b.kv_len[s];
-  const int chunk = MlaSplitChunk(kv_len, a.num_splits);
+  const int chunk = MlaSplitChunk(kv_len, a.num_splits, a.min_chunk);
   const int rows_total = q_len * a.heads;
   const int r0 = blockIdx.x * kRows;
   const int k_begin = split * chunk;
@@ -164,9 +172,14 @@ __global__ void __launch_bounds__(kThreads, 1) MlaDecodeKernel(const MlaDecodeAr
 #pragma unroll
     for (int i = 0; i < S; ++i) sm.slot[i][tid] = SlotOf(pages, b.page_size, k_begin + i * kKeys + tid, k_end);
   __syncthreads();
-  // Tile 0: rows of earlier steps' keys now, this step's (row >= new_row) after PdlWait.
+  // Tiles 0 (and 1 when triple-buffered): rows of earlier steps' keys now, this step's
+  // (row >= new_row) after PdlWait.
   const int new_row = min(max(kv_len - q_len - k_begin, 0), kKeys);
+  const int new_row1 = min(max(kv_len - q_len - k_begin - kKeys, 0), kKeys);
   if (num_tiles > 0) LoadTile<kFp8>(a, sm.slot[0], sm.k[0], stage, new_row, true);
+  if constexpr (S == 3) {
+    if (num_tiles > 1) LoadTile<kFp8>(a, sm.slot[1], sm.k[1], stage, new_row1, true);
+  }
   CpAsyncCommit();
   PdlWait();
   PdlTrigger();  // the combine may launch now (and stream its weights meanwhile)
@@ -178,7 +191,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaDecodeKernel(const MlaDecodeAr
   if (num_tiles > 0 && new_row < kKeys) LoadTile<kFp8>(a, sm.slot[0], sm.k[0], stage, new_row, false);
   CpAsyncCommit();
   if constexpr (S == 3) {  // tile 1 in flight too
-    if (num_tiles > 1) LoadTile<kFp8>(a, sm.slot[1], sm.k[1], stage);
+    if (num_tiles > 1 && new_row1 < kKeys) LoadTile<kFp8>(a, sm.slot[1], sm.k[1], stage, new_row1, false);
     CpAsyncCommit();
   }
   if (tid < kRows) {
@@ -348,54 +361,62 @@ __global__ void __launch_bounds__(kThreads, 1) MlaDecodeKernel(const MlaDecodeAr
   }
 }
 
-// One block per (token, head) row, 4 warps: warp w sums splits w, w + 4, ... (lane: 4 float4
-// columns), so a row with many splits (batch 1, long context) has 16 loads in flight per lane
-// step instead of a serial walk; the 4 partial sums meet in shared memory.
+// One block per (token, head) row, 4 warps: warp w merges splits w, w + 4, ... (MlaMergeWarp:
+// lane holds 4 float4 columns, a group of splits loaded at once), so a row with many splits
+// (batch 1, long context) has many loads in flight instead of a serial walk; the 4 warps'
+// results meet in shared memory.
 __global__ void __launch_bounds__(128) MlaCombineKernel(const MlaCombineArgs a) {
   __shared__ __align__(16) float red[4][kMlaRank];
-  PdlWait();
-  PdlTrigger();
+  __shared__ float m_s[4], l_s[4];
   const int64_t row = blockIdx.x;
   const int token = int(row / a.heads);
-  const int s = a.batch.token_seq[token];
+  const int s = a.batch.token_seq[token];  // the batch plan: readable before PdlWait
   const int kv_len = a.batch.kv_len[s];
-  const int n = MlaUsedSplits(kv_len, a.num_splits);
+  const int n = MlaUsedSplits(kv_len, a.num_splits, a.min_chunk);
+  PdlWait();
+  PdlTrigger();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const float* ml = a.partial_ml + row * a.num_splits * 2;
-  const float mx = MlaSplitMax(ml, n, lane);
-  const float l = MlaSplitDenominator(ml, n, mx, lane);
   float4 acc[4];
-  MlaAccumulateSplits(ml, a.partial_acc + row * a.num_splits * kMlaRank, n, mx, warp, 4, lane, acc);
+  float m, l;
+  MlaMergeWarp(a.partial_ml + row * a.num_splits * 2, a.partial_acc + row * a.num_splits * kMlaRank,
+               n, warp, 4, lane, acc, m, l);
 #pragma unroll
   for (int q = 0; q < 4; ++q) reinterpret_cast<float4*>(red[warp])[q * 32 + lane] = acc[q];
+  if (lane == 0) m_s[warp] = m, l_s[warp] = l;
   __syncthreads();
-  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
   const int c = threadIdx.x * 4;
   float o[4];
 #pragma unroll
-  for (int e = 0; e < 4; ++e) o[e] = (red[0][c + e] + red[1][c + e] + red[2][c + e] + red[3][c + e]) * inv;
+  for (int e = 0; e < 4; ++e) o[e] = MlaMergeWarps(&red[0][0], m_s, l_s, 4, c + e);
   bf16* dst = a.o_lat + row * kMlaRank + c;
   reinterpret_cast<__nv_bfloat162*>(dst)[0] = __floats2bfloat162_rn(o[0], o[1]);
   reinterpret_cast<__nv_bfloat162*>(dst)[1] = __floats2bfloat162_rn(o[2], o[3]);
 }
 
-template <bool kFp8>
+template <bool kFp8, bool kSlim>
 void Launch(const MlaDecodeArgs& a, cudaStream_t stream) {
   const size_t smem = kFp8 ? sizeof(SmemFp8) : sizeof(Smem);
   static bool configured = false;  // per specialisation; idempotent, so a race is harmless
   if (!configured) {
-    cudaFuncSetAttribute(MlaDecodeKernel<kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cudaFuncSetAttribute(MlaDecodeKernel<kFp8, kSlim>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                          int(smem));
+    if (EnvFlag("PEREGRINE_MLA_CARVEOUT", false))  // A/B knob (mla_fused.cu MaybeMaxCarveout)
+      cudaFuncSetAttribute(MlaDecodeKernel<kFp8, kSlim>,
+                           cudaFuncAttributePreferredSharedMemoryCarveout, 100);
     configured = true;
   }
   const dim3 grid(a.row_groups, a.num_splits, a.batch.num_seqs);
-  LaunchPdl(MlaDecodeKernel<kFp8>, grid, dim3(kThreads), smem, stream, a);
+  LaunchPdl(MlaDecodeKernel<kFp8, kSlim>, grid, dim3(kThreads), smem, stream, a);
 }
 
 }  // namespace
 
+bool MlaSlimRegisters() { return EnvFlag("PEREGRINE_MLA_SLIM", true); }
+
 MlaDecodePlan PlanMlaDecode(int num_seqs, int max_q_len, int max_kv_len, int heads, int num_sms) {
   MlaDecodePlan p{};
+  static const int min_tiles = std::clamp(EnvInt("PEREGRINE_MLA_MIN_TILES", kMlaMinChunk / kKeys), 1, 2);
+  p.min_chunk = min_tiles * kKeys;
   p.row_groups = int((int64_t(std::max(max_q_len, 1)) * heads + kRows - 1) / kRows);
   const int64_t base_blocks = int64_t(std::max(num_seqs, 1)) * p.row_groups;
   const int64_t kv = std::max(max_kv_len, 1);
@@ -403,18 +424,19 @@ MlaDecodePlan PlanMlaDecode(int num_seqs, int max_q_len, int max_kv_len, int hea
   // a few blocks doubles the time; measured on the H200, docs/PERF.md "CUDA MLA").
   int64_t splits = 1;
   if (base_blocks < num_sms)
-    splits = std::min<int64_t>(num_sms / base_blocks, (kv + 2 * kKeys - 1) / (2 * kKeys));
+    splits = std::min<int64_t>(num_sms / base_blocks, (kv + p.min_chunk - 1) / p.min_chunk);
   splits = std::clamp<int64_t>(splits, 1, 256);
   // Splits the longest sequence actually fills (MlaSplitChunk rounds chunks up to tiles).
-  const int chunk = MlaSplitChunk(int(kv), int(splits));
+  const int chunk = MlaSplitChunk(int(kv), int(splits), p.min_chunk);
   p.num_splits = int((kv + chunk - 1) / chunk);
   return p;
 }
 
 void LaunchMlaDecode(const MlaDecodeArgs& a, cudaStream_t stream) {
   if (a.batch.num_seqs == 0 || a.row_groups == 0) return;
-  if (a.cache_type == MlaCacheType::kFP8) Launch<true>(a, stream);
-  else Launch<false>(a, stream);
+  static const bool slim = MlaSlimRegisters();
+  if (a.cache_type == MlaCacheType::kFP8) slim ? Launch<true, true>(a, stream) : Launch<true, false>(a, stream);
+  else slim ? Launch<false, true>(a, stream) : Launch<false, false>(a, stream);
 }
 
 void LaunchMlaCombine(const MlaCombineArgs& a, cudaStream_t stream) {

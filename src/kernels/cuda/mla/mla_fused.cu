@@ -13,6 +13,7 @@
 
 #include <algorithm>
 
+#include "core/env.h"
 #include "kernels/cuda/common/pdl.cuh"
 #include "kernels/cuda/common/rope_device.cuh"
 #include "kernels/cuda/mla/mla_params.h"
@@ -70,20 +71,34 @@ __device__ __forceinline__ void StoreLatent(const MlaCacheWriteArgs& w, int64_t 
   }
 }
 
-// Token t's kv prep by one block of kPrepThreads threads.
+// Token t's kv prep by one block of kPrepThreads threads. The batch plan and the positions
+// are uploaded by the host before the step (no kernel of the step writes them, as the decode
+// kernel's plan reads): the slot and position are looked up before PdlWait, and the rope pair
+// is loaded with the norm elements, so one round trip to the latent row remains after it.
+static_assert(kMaxRopePairs <= kPrepThreads, "one rope pair per thread");
 __device__ void KvPrepRow(const MlaKvPrepArgs& a, int t) {
   const MlaCacheWriteArgs& w = a.write;
   const int tid = threadIdx.x;
-  PdlWait();
-  PdlTrigger();
   const DeviceBatchView& b = w.batch;
   const int s = b.token_seq[t];
   const int pos = b.kv_len[s] - b.q_len[s] + (t - b.q_start[s]);
   const int page = b.page_table[b.page_start[s] + pos / b.page_size];
   const int64_t slot = int64_t(page) * b.page_size + pos % b.page_size;
+  const float p = a.positions ? float(a.positions[t]) : 0.0f;
+  PdlWait();
+  PdlTrigger();
   // The latent row is rewritten in place (normed / rotated), as RmsNorm and Rope would.
   bf16* row = const_cast<bf16*>(w.latent) + int64_t(t) * w.latent_stride;
-  const int rank = a.rank, L = w.latent_dim;
+  const int rank = a.rank, L = w.latent_dim, half_pairs = (L - rank) / 2;
+  // This thread's rope pair (tid < half_pairs), loaded before the norm's reduction.
+  const bool has_pair = a.positions != nullptr && tid < half_pairs;
+  int i0 = 0, i1 = 0;
+  float x0 = 0.0f, x1 = 0.0f;
+  if (has_pair) {
+    RopePairIndex(a.neox, tid, half_pairs, i0, i1);
+    x0 = Bf(row[rank + i0]);
+    x1 = Bf(row[rank + i1]);
+  }
 
   if (a.norm_weight) {
     float ss = 0.0f;
@@ -102,13 +117,8 @@ __device__ void KvPrepRow(const MlaKvPrepArgs& a, int t) {
     for (int e = tid; e < rank; e += kPrepThreads) StoreLatent(w, slot, e, Bf(row[e]));
   }
   if (a.positions) {
-    const int half_pairs = (L - rank) / 2;
-    const float p = float(a.positions[t]);
-    for (int i = tid; i < half_pairs; i += kPrepThreads) {
-      int i0, i1;
-      RopePairIndex(a.neox, i, half_pairs, i0, i1);
-      float x0 = Bf(row[rank + i0]), x1 = Bf(row[rank + i1]);
-      RopeRotate(x0, x1, a.inv_freq[i], p);
+    if (has_pair) {
+      RopeRotate(x0, x1, a.inv_freq[tid], p);
       const bf16 b0 = __float2bfloat16_rn(x0), b1 = __float2bfloat16_rn(x1);
       row[rank + i0] = b0;
       row[rank + i1] = b1;
@@ -132,39 +142,58 @@ static_assert(kFoldThreads == kPrepThreads, "the fused kv prep runs in q-absorb 
 constexpr int kFoldRowIters = kMlaFoldMaxNope / kFoldRowGroups;  // 4
 
 // One unit of q_pe of (token t, head h): pair i rotated in place in q (rounded as the Rope
-// kernel) and written to q_lat[t, h, rank:], or (no positions) element i copied. Units per
-// head: QPeUnits.
+// kernel) to position p and written to q_lat[t, h, rank:], or (no positions) element i
+// copied. Units per head: QPeUnits. QPeLoad reads the unit (x1 unused when copying), QPeStore
+// finishes it (split so that a kernel can issue its other loads in between); QPe does both.
 __device__ __forceinline__ int QPeUnits(const MlaQAbsorbArgs& a) { return a.positions ? a.rope / 2 : a.rope; }
-__device__ __forceinline__ void QPe(const MlaQAbsorbArgs& a, int t, int h, int i) {
-  const int qk = a.nope + a.rope, L = a.rank + a.rope, half_pairs = a.rope / 2;
-  bf16* qp = a.q + int64_t(t) * a.q_stride + int64_t(h) * qk + a.nope;
-  bf16* ql = a.q_lat + (int64_t(t) * a.heads + h) * L + a.rank;
+__device__ __forceinline__ bf16* QPeRow(const MlaQAbsorbArgs& a, int t, int h) {
+  return a.q + int64_t(t) * a.q_stride + int64_t(h) * (a.nope + a.rope) + a.nope;
+}
+__device__ __forceinline__ void QPeLoad(const MlaQAbsorbArgs& a, int t, int h, int i, float& x0, float& x1) {
+  const bf16* qp = QPeRow(a, t, h);
   if (!a.positions) {
-    ql[i] = qp[i];
+    x0 = Bf(qp[i]);
     return;
   }
   int i0, i1;
-  RopePairIndex(a.neox, i, half_pairs, i0, i1);
-  float x0 = Bf(qp[i0]), x1 = Bf(qp[i1]);
-  RopeRotate(x0, x1, a.inv_freq[i], float(a.positions[t]));
+  RopePairIndex(a.neox, i, a.rope / 2, i0, i1);
+  x0 = Bf(qp[i0]);
+  x1 = Bf(qp[i1]);
+}
+__device__ __forceinline__ void QPeStore(const MlaQAbsorbArgs& a, int t, int h, int i, float p, float x0, float x1) {
+  bf16* qp = QPeRow(a, t, h);
+  bf16* ql = a.q_lat + (int64_t(t) * a.heads + h) * (a.rank + a.rope) + a.rank;
+  if (!a.positions) {
+    ql[i] = __float2bfloat16_rn(x0);  // exact: x0 came from bf16
+    return;
+  }
+  int i0, i1;
+  RopePairIndex(a.neox, i, a.rope / 2, i0, i1);
+  RopeRotate(x0, x1, a.inv_freq[i], p);
   const bf16 b0 = __float2bfloat16_rn(x0), b1 = __float2bfloat16_rn(x1);
   qp[i0] = b0;
   qp[i1] = b1;
   ql[i0] = b0;
   ql[i1] = b1;
 }
+__device__ __forceinline__ void QPe(const MlaQAbsorbArgs& a, int t, int h, int i, float p) {
+  float x0 = 0.0f, x1 = 0.0f;
+  QPeLoad(a, t, h, i, x0, x1);
+  QPeStore(a, t, h, i, p, x0, x1);
+}
 
 __global__ void __launch_bounds__(kFoldThreads) MlaQAbsorbKernel(const __grid_constant__ MlaQAbsorbArgs a) {
   __shared__ float q_s[kMlaFoldMaxTokens][kMlaFoldMaxNope];
-  __shared__ float red[kFoldRowGroups][kMlaFoldMaxTokens][kFoldCols + 4];
+  __shared__ float red[kFoldThreads / 32][kMlaFoldMaxTokens][kFoldCols];  // per-warp sums
   if (blockIdx.y == a.heads) {  // the fused cache write: block x preps token x
     if (blockIdx.x < a.tokens) KvPrepRow(a.prep, blockIdx.x);
     return;
   }
   const int h = blockIdx.y, c0 = blockIdx.x * kFoldCols;
   if (c0 >= a.rank) return;  // grid.x covers the tokens of the kv prep (tiny ranks)
-  const int tid = threadIdx.x, cg = tid % 8, rg = tid / 8;
-  // Weights first (no upstream kernel writes them): this block's W_UK_h slice.
+  const int tid = threadIdx.x, cg = tid % 8, rg = tid / 8, warp = tid / 32, lane = tid % 32;
+  // Weights first (no upstream kernel writes them): this block's W_UK_h slice; and the
+  // positions (host-uploaded with the batch plan) of block 0's q_pe work.
   const bf16* wh = a.w + int64_t(h) * a.w_head * a.ldw + c0 + cg * 8;
   uint4 wv[kFoldRowIters];
 #pragma unroll
@@ -173,12 +202,36 @@ __global__ void __launch_bounds__(kFoldThreads) MlaQAbsorbKernel(const __grid_co
     wv[k] = i < a.nope ? __ldg(reinterpret_cast<const uint4*>(wh + int64_t(i) * a.ldw))
                        : make_uint4(0, 0, 0, 0);
   }
+  const int T = a.tokens, qk = a.nope + a.rope, L = a.rank + a.rope;
+  const int units = QPeUnits(a);
+  // Block 0's q_pe unit of this thread (T * units <= kFoldThreads when positions: 4 x 32).
+  const int pe_t = tid / max(units, 1), pe_i = tid % max(units, 1);
+  const bool pe_one = blockIdx.x == 0 && units > 0 && T * units <= kFoldThreads && pe_t < T;
+  const float pe_p = pe_one && a.positions ? float(a.positions[pe_t]) : 0.0f;
   PdlWait();
   PdlTrigger();
-  const int T = a.tokens, qk = a.nope + a.rope, L = a.rank + a.rope;
-  for (int idx = tid; idx < T * a.nope; idx += kFoldThreads) {
-    const int t = idx / a.nope, i = idx % a.nope;
-    q_s[t][i] = Bf(a.q[int64_t(t) * a.q_stride + int64_t(h) * qk + i]);
+  // Every load first (this thread's q_nope elements, block 0's q_pe unit: one round trip),
+  // then the stores (q_pe rotated in place in q: after the loads, which it may alias).
+  constexpr int kQnPer = kMlaFoldMaxTokens * kMlaFoldMaxNope / kFoldThreads;  // 2
+  float qn[kQnPer];
+#pragma unroll
+  for (int k = 0; k < kQnPer; ++k) {
+    const int idx = tid + k * kFoldThreads, t = idx / a.nope, i = idx % a.nope;
+    qn[k] = idx < T * a.nope ? Bf(a.q[int64_t(t) * a.q_stride + int64_t(h) * qk + i]) : 0.0f;
+  }
+  float pe0 = 0.0f, pe1 = 0.0f;
+  if (pe_one) QPeLoad(a, pe_t, h, pe_i, pe0, pe1);
+#pragma unroll
+  for (int k = 0; k < kQnPer; ++k) {
+    const int idx = tid + k * kFoldThreads;
+    if (idx < T * a.nope) q_s[idx / a.nope][idx % a.nope] = qn[k];
+  }
+  if (pe_one) QPeStore(a, pe_t, h, pe_i, pe_p, pe0, pe1);
+  if (blockIdx.x == 0 && T * units > kFoldThreads) {  // (not at DeepSeek's shapes)
+    for (int idx = tid; idx < T * units; idx += kFoldThreads) {
+      const int t = idx / units;
+      QPe(a, t, h, idx % units, a.positions ? float(a.positions[t]) : 0.0f);
+    }
   }
   __syncthreads();
   float acc[kMlaFoldMaxTokens][8];
@@ -200,23 +253,27 @@ __global__ void __launch_bounds__(kFoldThreads) MlaQAbsorbKernel(const __grid_co
       for (int j = 0; j < 8; ++j) acc[t][j] = fmaf(qv, wf[j], acc[t][j]);
     }
   }
+  // A warp holds row groups 4 * warp .. + 3 (lanes cg, cg + 8, cg + 16, cg + 24): summed by
+  // shuffles, then the 8 warps' sums in shared memory.
 #pragma unroll
   for (int t = 0; t < kMlaFoldMaxTokens; ++t) {
     if (t >= T) break;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) red[rg][t][cg * 8 + j] = acc[t][j];
+    for (int j = 0; j < 8; ++j) {
+      float v = acc[t][j];
+      v += __shfl_xor_sync(0xffffffffu, v, 8);
+      v += __shfl_xor_sync(0xffffffffu, v, 16);
+      if (lane < 8) red[warp][t][cg * 8 + j] = v;
+    }
   }
   __syncthreads();
   for (int o = tid; o < T * kFoldCols; o += kFoldThreads) {
     const int t = o / kFoldCols, c = o % kFoldCols;
     float sum = 0.0f;
-#pragma unroll 8
-    for (int r = 0; r < kFoldRowGroups; ++r) sum += red[r][t][c];
+#pragma unroll
+    for (int w = 0; w < kFoldThreads / 32; ++w) sum += red[w][t][c];
     a.q_lat[(int64_t(t) * a.heads + h) * L + c0 + c] = __float2bfloat16_rn(sum);
   }
-  if (blockIdx.x != 0) return;
-  const int units = QPeUnits(a);
-  for (int idx = tid; idx < T * units; idx += kFoldThreads) QPe(a, idx / units, h, idx % units);
 }
 
 // q_pe of every token for the unfused (many-token) path: grid (ceil(heads * units / 256),
@@ -227,7 +284,8 @@ __global__ void __launch_bounds__(kFoldThreads) MlaQPeKernel(const __grid_consta
   PdlTrigger();
   const int units = QPeUnits(a);
   const int idx = blockIdx.x * kFoldThreads + threadIdx.x;
-  if (idx < a.heads * units) QPe(a, blockIdx.y, idx / units, idx % units);
+  const int t = blockIdx.y;
+  if (idx < a.heads * units) QPe(a, t, idx / units, idx % units, a.positions ? float(a.positions[t]) : 0.0f);
 }
 
 // ---- combine + W_UV ---------------------------------------------------------------------------
@@ -236,7 +294,9 @@ __global__ void __launch_bounds__(kFoldThreads) MlaQPeKernel(const __grid_consta
 constexpr int kApplyThreads = 256, kApplyRowsPerWarp = 4, kApplyRows = 32;
 static_assert(kMlaRank == 2 * 32 * 8, "combine-apply: two 16-byte loads per lane per row");
 
-__global__ void __launch_bounds__(kApplyThreads) MlaCombineApplyKernel(const __grid_constant__ MlaCombineApplyArgs a) {
+template <bool kSlim>  // kMlaApplyRegs registers (a few bytes spill) or uncapped
+__global__ void __launch_bounds__(kApplyThreads) __maxnreg__(kSlim ? kMlaApplyRegs : 255)
+    MlaCombineApplyKernel(const __grid_constant__ MlaCombineApplyArgs a) {
   __shared__ __align__(16) float o_s[kMlaFoldMaxTokens][kMlaRank];
   __shared__ __align__(16) float red[kApplyThreads / 32][kMlaRank];  // per-warp split sums
   const MlaCombineArgs& cb = a.combine;
@@ -250,14 +310,21 @@ __global__ void __launch_bounds__(kApplyThreads) MlaCombineApplyKernel(const __g
     wv[k][0] = j < a.v ? __ldg(reinterpret_cast<const uint4*>(wr)) : make_uint4(0, 0, 0, 0);
     wv[k][1] = j < a.v ? __ldg(reinterpret_cast<const uint4*>(wr + 256)) : make_uint4(0, 0, 0, 0);
   }
+  // Merge roles (below): token t of this warp, sub-index u of wpt; the used splits of its row
+  // from the batch plan (readable before PdlWait).
+  const int wpt = (kApplyThreads / 32) / a.tokens, t_mine = warp / wpt, u = warp % wpt;
+  const int n_mine = t_mine < a.tokens && cb.num_splits > 1
+                         ? MlaUsedSplits(cb.batch.kv_len[cb.batch.token_seq[t_mine]],
+                                         cb.num_splits, cb.min_chunk)
+                         : 0;
   PdlWait();
   PdlTrigger();
   const int T = a.tokens;
   // o_s[t] = the merged latent output of row (t, h), normalised (f32). All tokens merge at
-  // once: token t gets warps t * wpt .. + wpt (wpt = 8 / T), warp sub-index u takes splits
-  // u, u + wpt, ... with 4 float4 columns per lane, so a row's merge has many loads in flight
-  // instead of a serial walk over the splits (batch 1 at 8K keys has ~128 splits).
-  __shared__ float l_s[kMlaFoldMaxTokens];
+  // once: token t gets warps t * wpt .. + wpt (wpt = 8 / T), warp sub-index u merges splits
+  // u, u + wpt, ... (MlaMergeWarp: groups of splits loaded at once), so a row's merge has many
+  // loads in flight instead of a serial walk over the splits (batch 1 at 8K keys has ~128).
+  __shared__ float m_s[kApplyThreads / 32], l_s[kApplyThreads / 32];
   if (cb.num_splits == 1) {
     for (int i = tid; i < T * kMlaRank / 2; i += kApplyThreads) {
       const int t = i / (kMlaRank / 2), c = (i % (kMlaRank / 2)) * 2;
@@ -267,30 +334,21 @@ __global__ void __launch_bounds__(kApplyThreads) MlaCombineApplyKernel(const __g
       o_s[t][c + 1] = __high2float(v);
     }
   } else {
-    const int wpt = (kApplyThreads / 32) / T, t = warp / wpt, u = warp % wpt;
-    if (t < T) {
-      const int64_t row = int64_t(t) * cb.heads + h;
-      const int kv_len = cb.batch.kv_len[cb.batch.token_seq[t]];
-      const int n = MlaUsedSplits(kv_len, cb.num_splits);
-      const float* ml = cb.partial_ml + row * cb.num_splits * 2;
-      const float mx = MlaSplitMax(ml, n, lane);
-      if (u == 0) {
-        const float l = MlaSplitDenominator(ml, n, mx, lane);
-        if (lane == 0) l_s[t] = l;
-      }
+    if (t_mine < T) {
+      const int64_t row = int64_t(t_mine) * cb.heads + h;
       float4 acc[4];
-      MlaAccumulateSplits(ml, cb.partial_acc + row * cb.num_splits * kMlaRank, n, mx, u, wpt, lane,
-                          acc);
+      float m, l;
+      MlaMergeWarp(cb.partial_ml + row * cb.num_splits * 2,
+                   cb.partial_acc + row * cb.num_splits * kMlaRank, n_mine, u, wpt, lane, acc,
+                   m, l);
 #pragma unroll
       for (int q = 0; q < 4; ++q) reinterpret_cast<float4*>(red[warp])[q * 32 + lane] = acc[q];
+      if (lane == 0) m_s[warp] = m, l_s[warp] = l;
     }
     __syncthreads();
     for (int i = tid; i < T * kMlaRank; i += kApplyThreads) {
       const int tt = i / kMlaRank, c = i % kMlaRank;
-      float sum = 0.0f;
-      for (int w = 0; w < wpt; ++w) sum += red[tt * wpt + w][c];
-      const float l = l_s[tt];
-      o_s[tt][c] = l > 0.0f ? sum / l : 0.0f;
+      o_s[tt][c] = MlaMergeWarps(&red[tt * wpt][0], &m_s[tt * wpt], &l_s[tt * wpt], wpt, c);
     }
   }
   __syncthreads();
@@ -318,6 +376,17 @@ __global__ void __launch_bounds__(kApplyThreads) MlaCombineApplyKernel(const __g
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// PEREGRINE_MLA_CARVEOUT=1 (A/B knob): the kernel asks for the largest shared-memory carveout,
+// so that an SM running its blocks can also take a decode block (~170 KB of shared memory)
+// that PDL launched early, without draining to reconfigure. Once per kernel.
+template <typename Kernel>
+void MaybeMaxCarveout(Kernel kernel, bool& done) {
+  static const bool on = EnvFlag("PEREGRINE_MLA_CARVEOUT", false);
+  if (done) return;
+  done = true;
+  if (on) cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+}
+
 }  // namespace
 
 void LaunchMlaKvPrep(const MlaKvPrepArgs& a, cudaStream_t stream) {
@@ -331,6 +400,8 @@ bool LaunchMlaQAbsorb(const MlaQAbsorbArgs& a, cudaStream_t stream) {
       a.rank % kFoldCols != 0 || a.ldw % 8 != 0 || !Aligned16(a.w) || a.rope % 2 != 0)
     return false;
   const int gx = a.with_prep ? std::max(a.rank / kFoldCols, a.tokens) : a.rank / kFoldCols;
+  static bool carveout = false;
+  MaybeMaxCarveout(MlaQAbsorbKernel, carveout);
   LaunchPdl(MlaQAbsorbKernel, dim3(unsigned(gx), unsigned(a.heads + (a.with_prep ? 1 : 0))),
             dim3(kFoldThreads), 0, stream, a);
   return true;
@@ -346,8 +417,11 @@ void LaunchMlaQPe(const MlaQAbsorbArgs& a, cudaStream_t stream) {
 bool LaunchMlaCombineApply(const MlaCombineApplyArgs& a, cudaStream_t stream) {
   if (a.tokens < 1 || a.tokens > kMlaFoldMaxTokens || a.ldw % 8 != 0 || !Aligned16(a.w))
     return false;
-  LaunchPdl(MlaCombineApplyKernel,
-            dim3(unsigned((a.v + kApplyRows - 1) / kApplyRows), unsigned(a.combine.heads)),
+  static const bool slim = MlaSlimRegisters();
+  static bool carveout = false;
+  auto kernel = slim ? MlaCombineApplyKernel<true> : MlaCombineApplyKernel<false>;
+  MaybeMaxCarveout(kernel, carveout);
+  LaunchPdl(kernel, dim3(unsigned((a.v + kApplyRows - 1) / kApplyRows), unsigned(a.combine.heads)),
             dim3(kApplyThreads), 0, stream, a);
   return true;
 }

@@ -52,11 +52,15 @@ struct MlaGatherArgs {
 
 // Key positions of one split of a sequence of kv_len keys over num_splits splits: read from the
 // device batch by the decode kernel and the combines alike, so one captured graph (fixed
-// num_splits) serves every length. A multiple of the key tile (32), at least two tiles.
-__host__ __device__ inline int MlaSplitChunk(int kv_len, int num_splits) {
+// num_splits) serves every length. A multiple of the key tile (32), at least min_chunk keys
+// (MlaDecodePlan::min_chunk, a multiple of 32: one or two tiles).
+// Default one tile: batch 1 at 1K keys then runs 32 splits of one tile instead of 16 of two
+// (V2-Lite step 1948 -> 1924 us, docs/PERF.md "CUDA MLA").
+inline constexpr int kMlaMinChunk = 32;
+__host__ __device__ inline int MlaSplitChunk(int kv_len, int num_splits, int min_chunk) {
   const int per = (kv_len + num_splits - 1) / num_splits;
   const int chunk = (per + 31) / 32 * 32;
-  return chunk < 64 ? 64 : chunk;
+  return chunk < min_chunk ? min_chunk : chunk;
 }
 
 // Absorbed attention over the latents. Query rows of sequence s are its (position i, head h)
@@ -76,6 +80,7 @@ struct MlaDecodeArgs {
   int heads;
   int row_groups;      // blocks per sequence along the rows: ceil(max q_len * heads / rows)
   int num_splits;      // splits per sequence (chunk from each sequence's kv_len on the device)
+  int min_chunk = kMlaMinChunk;  // MlaSplitChunk's floor (the plan's)
   float logit_scale_log2;  // softmax scale * log2(e)
   MlaCacheType cache_type;
   float k_scale, v_scale;
@@ -130,6 +135,7 @@ struct MlaCombineArgs {
   bf16* o_lat;
   DeviceBatchView batch;
   int heads, num_splits;
+  int min_chunk = kMlaMinChunk;  // as MlaDecodeArgs::min_chunk
 };
 
 // ---- fused decode-path kernels (mla_fused.cu), all launched with PDL -----------------------
@@ -189,13 +195,20 @@ void LaunchMlaCacheWrite(const MlaCacheWriteArgs& a, cudaStream_t stream);
 void LaunchMlaHistStart(const DeviceBatchView& b, int32_t* hist_start, cudaStream_t stream);
 void LaunchMlaGather(const MlaGatherArgs& a, cudaStream_t stream);
 // Grid of the decode kernel for a batch: row groups per sequence, and split-K (about one
-// block per SM: a block holds ~120 KB of shared memory; splits of >= 2 key tiles of the
+// block per SM: a block holds ~170 KB of shared memory; splits of >= min_chunk keys of the
 // longest sequence, max_kv_len; each sequence's chunk is MlaSplitChunk of its own length).
+// min_chunk: kMlaMinChunk (one tile), or 64 (two tiles, the earlier default) with
+// PEREGRINE_MLA_MIN_TILES=2 (A/B knob).
 struct MlaDecodePlan {
-  int row_groups, num_splits;
+  int row_groups, num_splits, min_chunk;
 };
 MlaDecodePlan PlanMlaDecode(int num_seqs, int max_q_len, int max_kv_len, int heads, int num_sms);
 void LaunchMlaDecode(const MlaDecodeArgs& a, cudaStream_t stream);
+// Register caps of the decode and merge + W_UV kernels (on by default; PEREGRINE_MLA_SLIM=0
+// lifts them, for A/B): 168 x 256 + 88 x 256 (or + q-absorb's 64 x 256) fit one SM's 64K, so
+// PDL can overlap each kernel's prologue with its predecessor (mla_decode.cu).
+inline constexpr int kMlaDecodeRegs = 168, kMlaApplyRegs = 88;
+bool MlaSlimRegisters();
 void LaunchMlaCombine(const MlaCombineArgs& a, cudaStream_t stream);
 void LaunchMlaKvPrep(const MlaKvPrepArgs& a, cudaStream_t stream);
 // Return false (nothing launched) for shapes the kernels do not cover (the caller falls back

@@ -197,6 +197,7 @@ void RunAbsorbed(const MlaAttentionParams& p, const MlaShape& sh, cudaStream_t s
         cuda::PlanMlaDecode(b.num_seqs, max_q, max_kv, int(H), cuda::MultiprocessorCount());
     a.row_groups = plan.row_groups;
     a.num_splits = plan.num_splits;
+    a.min_chunk = plan.min_chunk;
   } else {
     a.num_splits = 1;
   }
@@ -264,7 +265,7 @@ void RunAbsorbed(const MlaAttentionParams& p, const MlaShape& sh, cudaStream_t s
     cuda::LaunchMlaDecode(a, stream);
     PG_CUDA_CHECK_LAUNCH();
     const cuda::MlaCombineArgs combine{a.partial_acc, a.partial_ml, o_lat, a.batch, a.heads,
-                                       a.num_splits};
+                                       a.num_splits, a.min_chunk};
     // A few tokens: split merge + W_UV in one kernel (it reads o_lat when there is one split).
     cuda::MlaCombineApplyArgs ca{combine, w + sh.nope * ldw, Bf(p.out), ldw, per_head,
                                  p.out.strides[0], int(T), int(sh.v)};
