@@ -468,14 +468,15 @@ bool DecodeFusedSupports(int head_dim, int group, KvType) {
   return MmaFusedSupports(head_dim, group);
 }
 
-// The fused kernel's keys per active split, from the model-step A/B grid (H200, GPU request 4
-// of the fused work, docs/PERF.md "Single-kernel decode attention"): 16 with >= 8 kv heads
-// (Llama-3.1-8B 1K x 1: 4510 us per step vs 5000 at 64), else 64 (Qwen3-30B-A3B 1K x 1: 3509
-// vs 3798 at 16). Not by length: the engine captures its decode graphs at the longest context
+// The fused kernel's keys per active split, from the model-step A/B grids (H200, docs/PERF.md
+// "Single-kernel decode attention" and "Decode attention keys per split, session 5"): 32 with
+// >= 8 kv heads (Llama-3.1-8B 1K x 1: 4510 us per step at 16 vs 5000 at 64; then 4255-4258 at
+// 32 vs 4296-4301 at 16 in one call, equal at 8 x 1K and at 32K), else 64 (Qwen3-30B-A3B 1K x
+// 1: 3509 vs 3798 at 16; 2992 at 32 vs 2995 at 64, 3229 at 128). Not by length: the engine captures its decode graphs at the longest context
 // and replays them at every shorter one. (fp8 at 8 x 32K with 16 keys per split: 13452 vs
 // 11827 us at 64 — the CUDA registration leaves that shape to the unfused kernels.) The host
 // plan and the device args must use the same value (RunFusedAttention sets it in both).
-int DecodeFusedMinSplitKeys(int kv_heads, int64_t /*max_len*/) { return kv_heads >= 8 ? 16 : 64; }
+int DecodeFusedMinSplitKeys(int kv_heads, int64_t /*max_len*/) { return kv_heads >= 8 ? 32 : 64; }
 
 // The fused kernel's A/B knobs over the decode kernel's (ApplyKnobs): PG_FUSED_MIN_SPLIT_KEYS
 // (keys per active split), PG_FUSED_PDL_LATE (1: PDL trigger after the key loop; default 0,
