@@ -132,12 +132,13 @@ __device__ __forceinline__ void WidenTile(const MlaDecodeArgs& a, const uint8_t 
   }
 }
 
-// Registers: capped (kSlim, the default) at kMlaDecodeRegs so that a decode block leaves room
-// in the SM's register file (64K) for a q-absorb block (64 x 256 threads) or a merge + W_UV
+// Registers: capped (kSlim; off by default, PEREGRINE_MLA_SLIM=1) at kMlaDecodeRegs so that a
+// decode block leaves room in the SM's register file (64K) for a q-absorb block (64 x 256 threads) or a merge + W_UV
 // block (kMlaApplyRegs x 256) beside it: PDL can then start the decode's prologue (page table,
 // first tiles) while q-absorb still runs, and merge + W_UV's weight loads while the decode
-// runs. Uncapped (PEREGRINE_MLA_SLIM=0, for A/B) it takes 196 and nothing fits beside it.
-// No spills at the cap (ptxas, sm_90a).
+// runs. Uncapped it takes 196 and nothing fits beside it. No spills at the cap (ptxas), but
+// measured slower on the H200 (V2-Lite b1 step 1916 -> 1949 us at 1K, 2096 -> 2178 at 8K;
+// docs/PERF.md "CUDA MLA"), so the uncapped kernels are the default.
 template <bool kFp8, bool kSlim>
 __global__ void __launch_bounds__(kThreads, 1) __maxnreg__(kSlim ? kMlaDecodeRegs : 255)
     MlaDecodeKernel(const MlaDecodeArgs a) {
@@ -411,7 +412,7 @@ void Launch(const MlaDecodeArgs& a, cudaStream_t stream) {
 
 }  // namespace
 
-bool MlaSlimRegisters() { return EnvFlag("PEREGRINE_MLA_SLIM", true); }
+bool MlaSlimRegisters() { return EnvFlag("PEREGRINE_MLA_SLIM", false); }
 
 MlaDecodePlan PlanMlaDecode(int num_seqs, int max_q_len, int max_kv_len, int heads, int num_sms) {
   MlaDecodePlan p{};

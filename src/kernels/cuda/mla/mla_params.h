@@ -204,9 +204,9 @@ struct MlaDecodePlan {
 };
 MlaDecodePlan PlanMlaDecode(int num_seqs, int max_q_len, int max_kv_len, int heads, int num_sms);
 void LaunchMlaDecode(const MlaDecodeArgs& a, cudaStream_t stream);
-// Register caps of the decode and merge + W_UV kernels (on by default; PEREGRINE_MLA_SLIM=0
-// lifts them, for A/B): 168 x 256 + 88 x 256 (or + q-absorb's 64 x 256) fit one SM's 64K, so
-// PDL can overlap each kernel's prologue with its predecessor (mla_decode.cu).
+// Register caps of the decode and merge + W_UV kernels (PEREGRINE_MLA_SLIM=1; off by default:
+// measured slower): 168 x 256 + 88 x 256 (or + q-absorb's 64 x 256) fit one SM's 64K, so PDL
+// could overlap each kernel's prologue with its predecessor (mla_decode.cu).
 inline constexpr int kMlaDecodeRegs = 168, kMlaApplyRegs = 88;
 bool MlaSlimRegisters();
 void LaunchMlaCombine(const MlaCombineArgs& a, cudaStream_t stream);
