@@ -80,6 +80,26 @@ std::vector<uint16_t> Bf16Rows(const float* v, int64_t rows, int64_t cols, int64
   return out;
 }
 
+// An fp8 case's reference: out_init (normal values rounded to bf16, the device output's
+// initial contents) and ref = the reference Matmul of x, w, scale (and bias) onto a copy of it
+// (accumulate) or in its place.
+struct Fp8Ref {
+  Tensor out_init, ref;
+};
+Fp8Ref Fp8Reference(const Tensor& x, const Tensor& w, const Tensor& scale, const Tensor* bias,
+                    bool accumulate) {
+  const int64_t n = x.view().dim(0), m = w.view().dim(0);
+  Fp8Ref r{Tensor(DType::kF32, {n, m}), Tensor(DType::kF32, {n, m})};
+  FillNormal(r.out_init);
+  RoundToBf16(r.out_init);
+  Restore(r.ref, Copy(r.out_init));
+  MatmulParams p{.x = x.view(), .w = w.view(), .out = r.ref.view(), .w_scale = scale.view()};
+  if (bias) p.bias = bias->view();
+  p.accumulate = accumulate;
+  RunWith(RefImpl<MatmulParams>(), p);
+  return r;
+}
+
 struct Outputs {
   std::vector<float> ring, warp;  // [n, out_m], widened
   int64_t ring_launches = 0;
@@ -243,15 +263,8 @@ TEST(GemvRing, Fp8MatchesTheReferenceAndTheWarpKernelBitwise) {
       quant::QuantizeRow(DType::kF8E4M3, wf.data<float>() + r * c.k, w.view().row_ptr(r), c.k);
     Tensor scale(DType::kF32, {c.per_row ? c.m : 1});
     FillUniform(scale, 0.01f, 0.03f);
-    Tensor out_init(DType::kF32, {c.n, c.m});
-    FillNormal(out_init);
-    RoundToBf16(out_init);
-    Tensor ref(DType::kF32, {c.n, c.m});
-    Restore(ref, Copy(out_init));
-    MatmulParams p{.x = x.view(), .w = w.view(), .out = ref.view(), .w_scale = scale.view()};
-    if (c.bias) p.bias = bias.view();
-    p.accumulate = c.accumulate;
-    RunWith(RefImpl<MatmulParams>(), p);
+    const Fp8Ref fr = Fp8Reference(x, w, scale, c.bias ? &bias : nullptr, c.accumulate);
+    const Tensor &out_init = fr.out_init, &ref = fr.ref;
 
     const std::vector<uint16_t> xb = Bf16Rows(x.data<float>(), c.n, c.k, c.k);
     const std::vector<uint16_t> ib = Bf16Rows(out_init.data<float>(), c.n, c.m, c.m);
@@ -360,15 +373,8 @@ TEST(Fp8Gemv, MmaKernelMatchesTheReferenceInEveryVariant) {
                                            : Tensor(DType::kF32, {(c.m + 127) / 128, (c.k + 127) / 128});
     if (c.subnormal) FillUniform(scale, 1.0f, 2.0f);
     else FillUniform(scale, 0.01f, 0.03f);
-    Tensor out_init(DType::kF32, {c.n, c.m});
-    FillNormal(out_init);
-    RoundToBf16(out_init);
-    Tensor ref(DType::kF32, {c.n, c.m});
-    Restore(ref, Copy(out_init));
-    MatmulParams p{.x = x.view(), .w = w.view(), .out = ref.view(), .w_scale = scale.view()};
-    if (c.bias) p.bias = bias.view();
-    p.accumulate = c.accumulate;
-    RunWith(RefImpl<MatmulParams>(), p);
+    const Fp8Ref fr = Fp8Reference(x, w, scale, c.bias ? &bias : nullptr, c.accumulate);
+    const Tensor &out_init = fr.out_init, &ref = fr.ref;
 
     const std::vector<uint16_t> xb = Bf16Rows(x.data<float>(), c.n, c.k, ldx);
     const std::vector<uint16_t> ib = Bf16Rows(out_init.data<float>(), c.n, c.m, c.m);
