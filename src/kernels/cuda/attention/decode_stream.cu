@@ -52,6 +52,7 @@ using bulk::SmemAddr;
 
 constexpr int kTK = 16;                 // keys per tile (the PV MMA's k)
 constexpr int kMaxConsumerWarps = 8;
+constexpr int kMaxThreads = (kMaxConsumerWarps + 1) * 32;
 constexpr int kMaxStages = 32;
 constexpr int kBarBytes = 2 * kMaxStages * 8;  // full[kMaxStages], empty[kMaxStages]
 constexpr int kMaxSmem = 227 * 1024;           // sm_90 opt-in dynamic shared memory per block
@@ -83,10 +84,10 @@ struct StreamGeo {
   static_assert(D % 64 == 0, "head_dim 64 or 128");
 };
 
-// One block an SM (the ring takes the shared memory): up to 9 warps x 224 registers fit the
-// SM's 64K (head_dim 128 needs ~213: o, q and the K vectors live in registers).
+// One block an SM (the ring takes the shared memory). 9 warps: one SM sub-partition holds 3
+// of them in its 16K registers, so at most 168 a thread (launch bounds).
 template <int D, bool kF8>
-__global__ void __maxnreg__(224)
+__global__ void __launch_bounds__(kMaxThreads, 1)
     DecodeStreamKernel(const __grid_constant__ AttentionArgs a, const __grid_constant__ StreamPlan p) {
   using G = StreamGeo<D, kF8>;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -188,33 +189,32 @@ __global__ void __maxnreg__(224)
     const int k_slot = (2 * i) % p.stages, v_slot = (2 * i + 1) % p.stages;
     MbarWait(full0 + 8 * k_slot, uint32_t((2 * i) / p.stages) & 1u);
     const unsigned char* kt = ring + int64_t(k_slot) * p.stage_bytes + head * G::kRowBytes;
-    uint4 kr[2][G::kNvt];
-#pragma unroll
-    for (int bb = 0; bb < 2; ++bb)
-#pragma unroll
-      for (int v = 0; v < G::kNvt; ++v)
-        kr[bb][v] = *reinterpret_cast<const uint4*>(kt + (bb * 8 + g) * slot_bytes + v * 64 + t * 16);
-    __syncwarp();
-    if (lane == 0) MbarArrive(empty0 + 8 * k_slot);  // this head is done with the K stage
-
+    // Each vector feeds its MMAs as it arrives (no K tile in registers: 9 warps share an
+    // SM sub-partition's registers 3 : 2 : 2 : 2, so a thread has at most 168).
     float sc[2][4];
 #pragma unroll
-    for (int bb = 0; bb < 2; ++bb) {
-      sc[bb][0] = sc[bb][1] = sc[bb][2] = sc[bb][3] = 0.0f;
+    for (int bb = 0; bb < 2; ++bb) sc[bb][0] = sc[bb][1] = sc[bb][2] = sc[bb][3] = 0.0f;
 #pragma unroll
-      for (int v = 0; v < G::kNvt; ++v)
+    for (int v = 0; v < G::kNvt; ++v)
+#pragma unroll
+      for (int bb = 0; bb < 2; ++bb) {
+        const uint4 kv =
+            *reinterpret_cast<const uint4*>(kt + (bb * 8 + g) * slot_bytes + v * 64 + t * 16);
 #pragma unroll
         for (int sub = 0; sub < G::kCpv; ++sub) {
           uint32_t b0, b1;
           if constexpr (kF8) {
-            const uint32_t w = Word(kr[bb][v], sub);  // dims +0..3 as e4m3
+            const uint32_t w = Word(kv, sub);  // dims +0..3 as e4m3
             b0 = F8x2ToH2(w), b1 = F8x2ToH2(w >> 16);
           } else {
-            b0 = Word(kr[bb][v], 2 * sub), b1 = Word(kr[bb][v], 2 * sub + 1);
+            b0 = Word(kv, 2 * sub), b1 = Word(kv, 2 * sub + 1);
           }
           MmaT<kF8>(sc[bb], qa[v * G::kCpv + sub], b0, b1);
         }
-    }
+      }
+    __syncwarp();
+    if (lane == 0) MbarArrive(empty0 + 8 * k_slot);  // this head is done with the K stage
+
     // Scores in log2 units; keys past the split's end masked (a select: stale bytes may be
     // NaN).
 #pragma unroll
@@ -397,18 +397,22 @@ const void* KernelFor(const AttentionArgs& a) {
 
 // Resident blocks per SM for this plan (sets the kernel's shared-memory opt-in first; cached
 // per (head_dim, cache type, kv_heads): the plan is a function of those and the env knobs).
+// 0: the block does not fit an SM (registers, shared memory): StreamSupports says no.
 int StreamOccupancy(const AttentionArgs& a, const StreamPlan& p) {
-  static int cached[2][2][kMaxConsumerWarps + 1] = {};
+  static int cached[2][2][kMaxConsumerWarps + 1] = {};  // occupancy + 1; 0: not asked yet
   int& c = cached[a.head_dim == 128][a.kv_type == KvType::kF8E4M3][a.kv_heads];
   if (c == 0) {
     const void* k = KernelFor(a);
-    cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem);
     int n = 0;
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, (p.consumer_warps + 1) * 32,
-                                                  size_t(p.smem_bytes));
-    c = n > 0 ? n : 1;
+    if (cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, (p.consumer_warps + 1) * 32,
+                                                      size_t(p.smem_bytes)) != cudaSuccess) {
+      (void)cudaGetLastError();  // not sticky: clear it for the next launch's check
+      n = 0;
+    }
+    c = n + 1;
   }
-  return c;
+  return c - 1;
 }
 
 }  // namespace
@@ -419,7 +423,7 @@ bool StreamSupports(const AttentionArgs& a) {
   const int group = a.heads / a.kv_heads;
   if (group < 1 || group > 16) return false;
   const StreamPlan p = StreamPlanOf(a);
-  return p.smem_bytes <= kMaxSmem && p.stages >= 2;
+  return p.smem_bytes <= kMaxSmem && p.stages >= 2 && StreamOccupancy(a, p) > 0;
 }
 
 int StreamMinSplitKeys() {
@@ -429,7 +433,7 @@ int StreamMinSplitKeys() {
 
 MmaShape StreamLaunchShape(const AttentionArgs& a) {
   const StreamPlan p = StreamPlanOf(a);
-  return {1, p.consumer_warps + 1, StreamOccupancy(a, p), a.heads};
+  return {1, p.consumer_warps + 1, std::max(1, StreamOccupancy(a, p)), a.heads};
 }
 
 void LaunchStream(const AttentionArgs& a, int num_seqs, cudaStream_t stream) {
