@@ -6,7 +6,8 @@
 // graph = per-call time from replaying a CUDA graph of 20 calls (median of 10 replays): what
 // decode under CUDA graphs pays; eager = one call timed with events (host dispatch included).
 // Caches rotate over >= 1 GiB of pages so that L2 does not hold them; pages are shuffled.
-// Usage: bench_decode [--quick | --batches=1,32] (quick: batch 1 and 8 only); also in
+// Usage: bench_decode [--quick | --batches=1,32] [--contexts=1024,8192] [--fused] (quick: batch
+// 1 and 8 only; --fused: also RopeKvWrite + Attention against RopeKvWriteAttention); also in
 // decode_gpu_check (decode_gpu_main.cpp) as `decode_gpu_check --bench [--quick]`.
 #include <cuda_runtime.h>
 #include <fmt/format.h>
@@ -72,16 +73,25 @@ int RunDecodeBench(int argc, char** argv) {
   try {
     // --quick: batch 1 and 8; --batches=a,b,...: those batches. --fused (any position): each
     // row also times RopeKvWrite + Attention (two kernels) against RopeKvWriteAttention (one).
-    const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
-    bool fused_rows = false;
-    for (int i = 1; i < argc; ++i) fused_rows = fused_rows || std::strcmp(argv[i], "--fused") == 0;
-    std::vector<int> only;
-    if (argc > 1 && std::strncmp(argv[1], "--batches=", 10) == 0)
-      for (const char* c = argv[1] + 10; *c;) {
-        only.push_back(std::atoi(c));
+    // --contexts=a,b,...: those context lengths (default 1024, 32768). Flags in any order.
+    bool quick = false, fused_rows = false;
+    std::vector<int> only, contexts;
+    auto ints = [](const char* c) {
+      std::vector<int> v;
+      while (*c) {
+        v.push_back(std::atoi(c));
         while (*c && *c != ',') ++c;
         if (*c == ',') ++c;
       }
+      return v;
+    };
+    for (int i = 1; i < argc; ++i) {
+      quick = quick || std::strcmp(argv[i], "--quick") == 0;
+      fused_rows = fused_rows || std::strcmp(argv[i], "--fused") == 0;
+      if (std::strncmp(argv[i], "--batches=", 10) == 0) only = ints(argv[i] + 10);
+      if (std::strncmp(argv[i], "--contexts=", 11) == 0) contexts = ints(argv[i] + 11);
+    }
+    if (contexts.empty()) contexts = {1024, 32768};
     cudaDeviceProp prop{};
     PG_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     const double bw = cuda::MeasureHbmBytesPerS();
@@ -95,7 +105,7 @@ int RunDecodeBench(int argc, char** argv) {
                                              : std::vector<int>{1, 8, 32, 128};
     for (DType dt : {DType::kBF16, DType::kF8E4M3}) {
       const size_t esize = dt == DType::kBF16 ? 2 : 1;
-      for (int ctx : {1024, 32768}) {
+      for (int ctx : contexts) {
         for (int batch : batches) {
           const int64_t pages_per_seq = (ctx + page - 1) / page;
           const size_t kv_bytes_step = size_t(batch) * size_t(ctx) * kv_heads * d * esize * 2;

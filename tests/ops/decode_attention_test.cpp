@@ -16,7 +16,10 @@
 #if defined(PEREGRINE_HAVE_CUDA)
 #include <cuda_runtime.h>
 
+#include "core/env.h"
 #include "kernels/cuda/batch_plan.h"
+#include "kernels/cuda/common/context.h"
+#include "kernels/cuda/common/device_params.h"
 #endif
 
 namespace pg::ops::testing {
@@ -122,6 +125,63 @@ TEST(DecodeAttention, EveryBackendMatchesReferenceBf16AndFp8) {
   cov.Check<AttentionParams>();
 }
 
+// Shapes of the streaming decode kernel (cuda/attention/decode_stream.cu: a block per
+// (sequence, split) over every kv head, a bulk-copy ring of 16-key tiles, warps_per_head =
+// 8 / kv_heads consumer warps per head): kv heads 1 / 2 / 4 / 6 / 8, groups 1-16, pages
+// 8 / 16 / 24 / 32 (tiles straddling pages: one copy per page run), batches past 8 with
+// mixed lengths at every tile and page edge, kv_len 1, and long histories (many splits).
+std::vector<DecodeCase> StreamCases() {
+  return {
+      // Qwen3-30B-A3B geometry (4 kv heads, group 8: two warps a head).
+      {32, 4, 128, 16, {1, 16, 17, 4095, 9000}},
+      // 19 rows, Llama-3-8B geometry: past the fused kernel's batch 8.
+      {32, 8, 128, 16, {1, 2, 3, 15, 16, 17, 31, 32, 33, 100, 255, 256, 257, 1000, 1023,
+                        1024, 1025, 2048, 3001}},
+      {32, 8, 128, 32, {1, 31, 32, 33, 700}},           // page 32: two tiles a page
+      {32, 8, 128, 8, {7, 8, 9, 500}},                  // page 8: two copies a tile
+      {16, 8, 64, 24, {23, 24, 25, 600}},               // page 24: tiles straddle pages
+      {16, 1, 128, 16, {1, 100, 2000}},                 // group 16, one kv head: 8 warps
+      {14, 2, 64, 16, {5, 300, 1500}},                  // group 7, 4 warps a head
+      {12, 6, 128, 16, {40, 900}},                      // 6 kv heads: 6 consumer warps
+      {8, 8, 128, 16, {1, 64, 1000}},                   // MHA (group 1)
+      {32, 8, 128, 16, {1, 700, 2049}, 100},            // sliding window (unaligned splits)
+      {16, 4, 64, 16, {1, 333}, 0, 30.0f},              // softcap
+  };
+}
+
+TEST(DecodeAttention, StreamKernelShapesMatchReference) {
+  PG_SEED_TRACE();
+  Coverage cov;
+  for (const DecodeCase& c : StreamCases()) {
+    SCOPED_TRACE(c.Name());
+#if defined(PEREGRINE_HAVE_CUDA)
+    if (cuda::DeviceCount() > 0 && EnvInt("PG_DECODE_STREAM", 1) != 0) {
+      cuda::AttentionArgs a{};
+      a.heads = c.heads, a.kv_heads = c.kv_heads, a.head_dim = c.head_dim;
+      for (cuda::KvType kt : {cuda::KvType::kBF16, cuda::KvType::kF8E4M3}) {
+        a.kv_type = kt;
+        EXPECT_TRUE(cuda::DecodeStreamRuns(a)) << "not the streaming kernel's shape";
+      }
+    }
+#endif
+    std::vector<std::pair<int, int>> seqs;
+    for (int kl : c.kv_lens) seqs.push_back({1, kl});
+    const PagedBatch pb(seqs, c.page_size);
+    Tensor q(DType::kF32, {pb.tokens, c.heads, c.head_dim});
+    Tensor kc(DType::kF32, {pb.num_pages, c.page_size, c.kv_heads, c.head_dim});
+    Tensor vc(DType::kF32, {pb.num_pages, c.page_size, c.kv_heads, c.head_dim});
+    FillNormal(q);
+    FillNormal(kc, 0.0f, 0.5f);
+    FillNormal(vc, 0.0f, 2.0f);
+    for (const Tensor* t : {&q, &kc, &vc}) RoundToBf16(*t);
+    const std::vector<float> f32 = CheckDecodeCase(c, DType::kF32, cov, q, kc, vc, pb, 1, 1);
+    const std::vector<float> f8 =
+        CheckDecodeCase(c, DType::kF8E4M3, cov, q, kc, vc, pb, 0.5f / 64, 2.0f / 64);
+    ExpectClose(f32.data(), f8.data(), int64_t(f8.size()), kFp8VsF32, "ref fp8 vs f32 cache");
+  }
+  cov.Check<AttentionParams>();
+}
+
 #if defined(PEREGRINE_HAVE_CUDA)
 // A split plan made for longer contexts than the batch holds, as a decode graph captured at
 // 32K and replayed at shorter lengths: the host batch the launcher plans from says
@@ -144,6 +204,11 @@ TEST(DecodeAttention, SplitPlanForLongerContexts) {
       {{16, 4, 64, 16, {33, 200, 4000}}, 8192},
       {{10, 2, 80, 16, {3, 100, 129, 700}}, 16384},          // CUDA-core kernel (d 80)
       {{32, 8, 128, 16, {1, 700, 2049}, 100}, 32768},        // sliding window
+      // Streaming kernel shapes: 4 kv heads, and 19 rows planned for 32K.
+      {{32, 4, 128, 16, {1, 100, 5000, 9000}}, 32768},
+      {{32, 8, 128, 16, {1, 5, 16, 17, 64, 65, 100, 1000, 1024, 2000, 3000, 4096, 5000, 17,
+                         300, 1, 2, 8000, 20000}},
+       32768},
   };
   Coverage cov;
   for (const PlanCase& pc : cases) {

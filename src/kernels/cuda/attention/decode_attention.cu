@@ -396,16 +396,26 @@ bool UseMma(const AttentionArgs& a) {
   return !simt && MmaSupports(a.head_dim, a.heads / a.kv_heads, a.kv_type);
 }
 
+// The streaming kernel (decode_stream.cu) where it applies, before the tensor-core kernel
+// (PG_DECODE_STREAM=0: off, the A/B switch; PG_DECODE_SIMT=1 turns it off too).
+bool UseStream(const AttentionArgs& a) {
+  static const bool on = EnvFlag("PG_DECODE_STREAM", true) && !EnvFlag("PG_DECODE_SIMT", false);
+  return on && StreamSupports(a);
+}
+
 // A/B knobs over the args' defaults: PG_DECODE_MIN_SPLIT_KEYS (keys per active split),
 // PG_DECODE_PDL_LATE (0: PDL trigger at the kernels' start, not after the key loop) and
 // PG_DECODE_L2_PREFETCH (tensor-core kernel: tiles of L2 prefetch ahead of the ring; -1: no
-// prefetch, not even of the first tiles before the PDL wait).
-static void ApplyKnobs(AttentionArgs& a) {
+// prefetch, not even of the first tiles before the PDL wait). stream: the launch runs the
+// streaming kernel, whose splits take at least StreamMinSplitKeys keys (unless
+// PG_DECODE_MIN_SPLIT_KEYS says otherwise).
+static void ApplyKnobs(AttentionArgs& a, bool stream = false) {
   static const int min_keys = EnvInt("PG_DECODE_MIN_SPLIT_KEYS", 0);
   static const int prefetch = EnvInt("PG_DECODE_L2_PREFETCH", -2);
   static const int late = EnvInt("PG_DECODE_PDL_LATE", -1);
   if (late >= 0) a.pdl_late_trigger = late != 0;
   if (min_keys > 0) a.min_split_keys = min_keys;
+  else if (stream) a.min_split_keys = std::max(a.min_split_keys, StreamMinSplitKeys());
   if (prefetch >= -1) a.l2_prefetch_tiles = prefetch;
   a.min_split_keys = std::max(1, a.min_split_keys);
 }
@@ -424,6 +434,9 @@ static GridShape ShapeOf(const AttentionArgs& a, int num_seqs, bool fused = fals
   int per_sm = 1, grid_rows = 0;
   if (fused) {
     const MmaShape sh = MmaFusedShape(a);
+    per_sm = sh.per_sm, grid_rows = sh.grid_rows;
+  } else if (UseStream(a)) {
+    const MmaShape sh = StreamLaunchShape(a);
     per_sm = sh.per_sm, grid_rows = sh.grid_rows;
   } else if (UseMma(a)) {
     const MmaShape sh = MmaLaunchShape(a);
@@ -445,7 +458,7 @@ static GridShape ShapeOf(const AttentionArgs& a, int num_seqs, bool fused = fals
 
 static int PlanSplits(const AttentionArgs& args, int num_seqs, int64_t max_len, bool fused) {
   AttentionArgs a = args;
-  ApplyKnobs(a);
+  ApplyKnobs(a, !fused && UseStream(a));
   const auto [capacity, base] = ShapeOf(a, num_seqs, fused);
   const int64_t max_splits = std::max<int64_t>(
       1, std::min<int64_t>(kCombineMaxSplits, max_len / a.min_split_keys));
@@ -492,6 +505,15 @@ static AttentionArgs FusedKnobs(const AttentionArgs& args) {
   return a;
 }
 
+bool DecodeStreamRuns(const AttentionArgs& a) { return UseStream(a); }
+
+// Long decode batches of <= 8 rows: RopeKvWrite + the streaming kernel instead of the fused
+// kernel from PG_DSTREAM_FUSED_MIN_KEYS keys (planned longest causal range; default 8192).
+bool DecodeStreamPreferred(const AttentionArgs& a, int64_t max_len) {
+  static const int min_keys = EnvInt("PG_DSTREAM_FUSED_MIN_KEYS", 8192);
+  return min_keys > 0 && max_len >= min_keys && UseStream(a);
+}
+
 int DecodeFusedSplits(const AttentionArgs& a, int num_seqs, int64_t max_len) {
   return PlanSplits(FusedKnobs(a), num_seqs, max_len, /*fused=*/true);
 }
@@ -516,13 +538,17 @@ int64_t FusedCombineBytes() {
 void LaunchDecodeAttention(const AttentionArgs& args, cudaStream_t stream) {
   if (args.batch.num_seqs == 0) return;
   AttentionArgs a = args;
-  ApplyKnobs(a);
+  const bool use_stream = UseStream(a);
+  ApplyKnobs(a, use_stream);
   {
     const auto [capacity, base] = ShapeOf(a, a.batch.num_seqs);
     a.wave_splits = int(std::clamp<int64_t>(capacity / base, 1, kCombineMaxSplits));
   }
   const int group = a.heads / a.kv_heads;
-  if (UseMma(a)) {
+  if (use_stream) {
+    a.split_counters = nullptr;  // the combine kernel merges (one block would read 32 heads)
+    LaunchStream(a, a.batch.num_seqs, stream);
+  } else if (UseMma(a)) {
     const MmaShape sh = MmaLaunchShape(a);
     if (int64_t(a.num_splits) * sh.heads_per_block * a.head_dim * 4 > FusedCombineBytes())
       a.split_counters = nullptr;

@@ -175,6 +175,14 @@ struct MmaShape {
 };
 MmaShape MmaLaunchShape(const AttentionArgs& a);
 void LaunchMma(const AttentionArgs& a, int num_seqs, cudaStream_t stream);
+// Streaming decode kernel (decode_stream.cu): a block per (sequence, split) over every kv
+// head, a producer warp's bulk-copy ring; bf16 / fp8, head_dim 64 / 128, group <= 16,
+// kv_heads <= 8. Its splits are merged by the combine kernel (no split counters). Launch
+// shape: grid_rows 1, warps (consumers + producer), per_sm, heads_per_block = heads.
+bool StreamSupports(const AttentionArgs& a);
+int StreamMinSplitKeys();  // keys per active split at least (PG_DSTREAM_MIN_SPLIT_KEYS)
+MmaShape StreamLaunchShape(const AttentionArgs& a);
+void LaunchStream(const AttentionArgs& a, int num_seqs, cudaStream_t stream);
 // The fused decode attention (RopeKvWrite + Attention, decode_fused.cuh): the round-robin
 // layout (a block per (sequence, kv head, split), 4 warps), splits merged in the kernel (needs
 // a.split_counters); rope.q / rope.kv.k / rope.kv.v: the raw new rows, not modified.

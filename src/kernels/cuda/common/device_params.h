@@ -212,6 +212,10 @@ bool DecodeAttentionSupports(int head_dim, int group, KvType kv_type);
 // (keys) the launch will see (it bounds useful splits at >= min_split_keys keys each).
 int DecodeAttentionSplits(const AttentionArgs& a, int num_seqs, int64_t max_len);
 void LaunchDecodeAttention(const AttentionArgs& a, cudaStream_t stream);
+// Whether LaunchDecodeAttention runs the streaming kernel (attention/decode_stream.cu) for
+// the shape of `a` (heads, kv_heads, head_dim, kv_type) under this process's switches (tests
+// check that the cases meant for it reach it).
+bool DecodeStreamRuns(const AttentionArgs& a);
 // The calling thread's zeroed split counters (AttentionArgs::split_counters) for `count`
 // entries; allocated (and zeroed) on first use or growth, which is refused (nullptr) while
 // `stream` is capturing a graph.

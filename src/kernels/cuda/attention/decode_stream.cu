@@ -1,0 +1,455 @@
+// Streaming decode attention (bf16 or fp8 e4m3 KV, head_dim 64 / 128, GQA group <= 16,
+// kv_heads <= 8): the FlashAttention-3 split of roles over the paged cache. Same outputs and
+// split plan as the tensor-core kernel (decode_attention_mma.cu); decode_attention.cu
+// dispatches (PG_DECODE_STREAM=0 turns it off: A/B).
+//
+// Block = (sequence, split) over ALL kv heads (grid (num_seqs, num_splits)). The cache is
+// token-major in a page ([page_size][kv_heads][head_dim], ops.h KvCacheView), so the K (or V)
+// rows of 16 consecutive keys for every head are one contiguous run per page they touch.
+//   * Producer (the last warp, lane 0): streams stage after stage into a ring of
+//     `stages` slots of shared memory, stage 2i = K of the split's 16-key tile i, stage 2i + 1
+//     = its V, with 1-D bulk copies (one per page run, common/bulk_copy.cuh), counted in bytes
+//     on the slot's full mbarrier; it reuses a slot once its empty mbarrier has kv_heads
+//     arrivals (every head's reader of that tile). Keys below the sequence's new position were
+//     written by earlier steps (decode: the only key a step writes is kv_len - 1, by the
+//     previous kernel, RopeKvWrite / KvWrite), so the producer fills the ring before PdlWait
+//     and waits only before the first tile holding the new key or once the ring is full.
+//   * Consumers: warps_per_head warps per kv head (kv_heads * warps_per_head <= 8), warp
+//     (head, j) takes tiles j, j + warps_per_head, ...: QK with mma.sync (the kv head's query
+//     heads as the 16 A rows, rows >= group zero; the K B-fragments read as 16-byte vectors
+//     straight from the stage, decode_attention_mma.cu's dim permutation), online softmax in
+//     fp32 and log2 units, then V copied (fp8: widened to f16) from the stage into the warp's
+//     swizzled 16-bit tile (conflict-free ldmatrix.trans; keys past the split's end zeroed, so
+//     stale ring bytes never reach an MMA), the stage released, PV.
+// Warps of one head merge through shared memory; one active split writes the bf16 output,
+// else a partial that decode_attention.cu's combine kernel merges (the in-kernel merge of
+// the last split block is not used: one block would read every split of 32 heads).
+// Stale ring bytes: K rows past the split's end give garbage scores that are masked by a
+// select (NaN-safe), V rows are zeroed in the copy.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <algorithm>
+
+#include "core/env.h"
+#include "kernels/cuda/attention/decode_common.cuh"
+#include "kernels/cuda/attention/decode_mma_util.cuh"
+#include "kernels/cuda/common/bulk_copy.cuh"
+#include "kernels/cuda/common/context.h"
+#include "kernels/cuda/mla/mma_util.cuh"
+
+namespace pg::cuda::decode {
+namespace {
+
+using bulk::BulkLoad;
+using bulk::EvictFirstPolicy;
+using bulk::MbarArrive;
+using bulk::MbarArriveExpectTx;
+using bulk::MbarInit;
+using bulk::MbarWait;
+using bulk::SmemAddr;
+
+constexpr int kTK = 16;                 // keys per tile (the PV MMA's k)
+constexpr int kMaxConsumerWarps = 8;
+constexpr int kMaxThreads = (kMaxConsumerWarps + 1) * 32;
+constexpr int kMaxStages = 32;
+constexpr int kBarBytes = 2 * kMaxStages * 8;  // full[kMaxStages], empty[kMaxStages]
+constexpr int kMaxSmem = 227 * 1024;           // sm_90 opt-in dynamic shared memory per block
+
+// Launch geometry, fixed per launch on the host (StreamPlanOf).
+struct StreamPlan {
+  int stages;          // ring slots, 2..kMaxStages
+  int stage_bytes;     // one stage: 16 keys x kv_heads x head_dim x element bytes
+  int warps_per_head;  // consumer warps per kv head
+  int consumer_warps;  // kv_heads * warps_per_head (the producer is warp consumer_warps)
+  int tile_offset;     // bytes: the consumer warps' V tiles (after the barriers and the ring)
+  int smem_bytes;
+};
+
+template <int D, bool kF8>
+struct StreamGeo {
+  static constexpr int kElem = kF8 ? 1 : 2;     // cache bytes per element
+  static constexpr int kVe = 16 / kElem;        // dims per 16-byte K vector
+  static constexpr int kCpv = kVe / 4;          // QK k-chunks per K vector
+  static constexpr int kNvt = D / (4 * kVe);    // K vectors per lane per key
+  static constexpr int kKc = D / 16;            // QK k-chunks
+  static constexpr int kNb = D / 8;             // PV n-blocks (= 16-bit V chunks per key)
+  static constexpr int kVc = D * kElem / 16;    // raw 16-byte V chunks per key row
+  static constexpr int kRowBytes = D * kElem;   // one (key, head) row
+  static constexpr int kVKeys = 32 / kVc;       // keys a warp's V copy covers per step
+  static constexpr int kTileBytes = kTK * kNb * 16;  // a warp's 16-bit V tile [16 keys][kNb]
+  // A warp's merge record per lane: o [kNb][4], m0, m1, l0, l1 (floats, lane-minor).
+  static constexpr int kMergeFloats = kNb * 4 + 4;
+  static_assert(D % 64 == 0, "head_dim 64 or 128");
+};
+
+// One block an SM (the ring takes the shared memory). 9 warps: one SM sub-partition holds 3
+// of them in its 16K registers, so at most 168 a thread (launch bounds).
+template <int D, bool kF8>
+__global__ void __launch_bounds__(kMaxThreads, 1)
+    DecodeStreamKernel(const __grid_constant__ AttentionArgs a, const __grid_constant__ StreamPlan p) {
+  using G = StreamGeo<D, kF8>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const DeviceBatchView& b = a.batch;  // uploaded before the step: readable before PdlWait
+  const int s = blockIdx.x;
+  if (b.q_len[s] != 1) return;  // a multi-token sequence: another kernel's (block-uniform)
+  const int split = blockIdx.y, num_splits = gridDim.y;
+  const int active_splits = ActiveSplits(a, s, num_splits);
+  if (split >= active_splits) return;  // surplus split of a graph planned for longer contexts
+  const SplitRange r = SplitOf(a, s, split, active_splits);
+  const int tiles = (max(0, r.end - r.begin) + kTK - 1) / kTK;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t slot_bytes = int64_t(a.kv_heads) * G::kRowBytes;  // one key, every head
+  const uint32_t full0 = SmemAddr(smem), empty0 = full0 + kMaxStages * 8;
+  const uint32_t ring0 = full0 + kBarBytes;
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < p.stages; ++i) {
+      MbarInit(full0 + 8 * i, 1);                        // the producer's arrive + the bytes
+      MbarInit(empty0 + 8 * i, uint32_t(a.kv_heads));    // one reader warp per kv head
+    }
+    bulk::FenceMbarInit();
+  }
+  __syncthreads();
+  if (!a.pdl_late_trigger) PdlTrigger();
+
+  if (warp == p.consumer_warps) {  // ---- producer ----
+    if (lane == 0) {
+      const uint64_t policy = EvictFirstPolicy();
+      const int32_t* pages = b.page_table + b.page_start[s];
+      const int ps = b.page_size;
+      const int new_pos = b.kv_len[s] - 1;
+      const char* kc = static_cast<const char*>(a.k_cache);
+      const char* vc = static_cast<const char*>(a.v_cache);
+      bool waited = false;
+      for (int st = 0; st < 2 * tiles; ++st) {
+        const int k0 = r.begin + (st / 2) * kTK, k1 = min(k0 + kTK, r.end);
+        // PdlWait before the first read of the new key (the previous kernel writes it); the
+        // keys below it are earlier steps' (readable before the wait).
+        if (!waited && k1 > new_pos) PdlWait(), waited = true;
+        const int slot = st % p.stages;
+        if (st >= p.stages) MbarWait(empty0 + 8 * slot, uint32_t(st / p.stages - 1) & 1u);
+        const uint32_t full = full0 + 8 * slot;
+        MbarArriveExpectTx(full, uint32_t((k1 - k0) * slot_bytes));
+        const uint32_t dst = ring0 + uint32_t(slot) * uint32_t(p.stage_bytes);
+        const char* base = st % 2 ? vc : kc;
+        for (int k = k0; k < k1;) {  // one copy per page run
+          const int off = k % ps, n = min(k1 - k, ps - off);
+          BulkLoad(dst + uint32_t((k - k0) * slot_bytes),
+                   base + (int64_t(pages[k / ps]) * ps + off) * slot_bytes,
+                   uint32_t(n * slot_bytes), full, policy);
+          k += n;
+        }
+      }
+    }
+    // The late PDL trigger comes from the consumers (one thread of a block suffices).
+    return;
+  }
+
+  // ---- consumers ----
+  const int head = warp / p.warps_per_head, j = warp % p.warps_per_head;
+  const int g = lane / 4, t = lane % 4;
+  const int group = a.heads / a.kv_heads;
+  const int row = b.q_start[s];
+  const int h0 = head * group;
+  const unsigned char* ring = smem + kBarBytes;
+  uint4* vtile = reinterpret_cast<uint4*>(smem + p.tile_offset + warp * G::kTileBytes);
+  PdlWait();  // q (RoPE'd by the previous kernel) is visible from here; writes come after
+  const float qscale = a.logit_scale * (a.softcap > 0.0f ? 1.0f : kLog2e);
+
+  // Q as A fragments: rows g and g + 8 = heads h0 + g, h0 + g + 8 (zero past the group).
+  // Chunk c of lane (g, t) holds dims base(c) + 0..3, base(c) = v * 4 kVe + t kVe + sub * 4
+  // (v = c / kCpv, sub = c % kCpv): the K vector layout below (decode_attention_mma.cu).
+  uint32_t qa[G::kKc][4];
+  {
+    const bf16* q = a.q + int64_t(row) * a.q_stride + int64_t(h0) * D;
+#pragma unroll
+    for (int c = 0; c < G::kKc; ++c) {
+      const int base = (c / G::kCpv) * 4 * G::kVe + t * G::kVe + (c % G::kCpv) * 4;
+      const uint2 z = make_uint2(0, 0);
+      uint2 lo = g < group ? *reinterpret_cast<const uint2*>(q + g * D + base) : z;
+      uint2 hi = g + 8 < group ? *reinterpret_cast<const uint2*>(q + (g + 8) * D + base) : z;
+      if constexpr (kF8) {
+        lo = make_uint2(Bf2ToH2(lo.x), Bf2ToH2(lo.y));
+        hi = make_uint2(Bf2ToH2(hi.x), Bf2ToH2(hi.y));
+      }
+      qa[c][0] = lo.x, qa[c][1] = hi.x, qa[c][2] = lo.y, qa[c][3] = hi.y;
+    }
+  }
+
+  float o[G::kNb][4];
+#pragma unroll
+  for (int nb = 0; nb < G::kNb; ++nb) o[nb][0] = o[nb][1] = o[nb][2] = o[nb][3] = 0.0f;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;  // rows g and g + 8
+
+  for (int i = j; i < tiles; i += p.warps_per_head) {
+    const int key0 = r.begin + i * kTK;
+    // K: stage 2i. Lane (g, t) reads key g of each 8-key half, 16-byte vectors at bytes
+    // v * 64 + t * 16 of the head's row (2-way bank conflicts: rows are slot_bytes apart).
+    const int k_slot = (2 * i) % p.stages, v_slot = (2 * i + 1) % p.stages;
+    MbarWait(full0 + 8 * k_slot, uint32_t((2 * i) / p.stages) & 1u);
+    const unsigned char* kt = ring + int64_t(k_slot) * p.stage_bytes + head * G::kRowBytes;
+    // Each vector feeds its MMAs as it arrives (no K tile in registers: 9 warps share an
+    // SM sub-partition's registers 3 : 2 : 2 : 2, so a thread has at most 168).
+    float sc[2][4];
+#pragma unroll
+    for (int bb = 0; bb < 2; ++bb) sc[bb][0] = sc[bb][1] = sc[bb][2] = sc[bb][3] = 0.0f;
+#pragma unroll
+    for (int v = 0; v < G::kNvt; ++v)
+#pragma unroll
+      for (int bb = 0; bb < 2; ++bb) {
+        const uint4 kv =
+            *reinterpret_cast<const uint4*>(kt + (bb * 8 + g) * slot_bytes + v * 64 + t * 16);
+#pragma unroll
+        for (int sub = 0; sub < G::kCpv; ++sub) {
+          uint32_t b0, b1;
+          if constexpr (kF8) {
+            const uint32_t w = Word(kv, sub);  // dims +0..3 as e4m3
+            b0 = F8x2ToH2(w), b1 = F8x2ToH2(w >> 16);
+          } else {
+            b0 = Word(kv, 2 * sub), b1 = Word(kv, 2 * sub + 1);
+          }
+          MmaT<kF8>(sc[bb], qa[v * G::kCpv + sub], b0, b1);
+        }
+      }
+    __syncwarp();
+    if (lane == 0) MbarArrive(empty0 + 8 * k_slot);  // this head is done with the K stage
+
+    // Scores in log2 units; keys past the split's end masked (a select: stale bytes may be
+    // NaN).
+#pragma unroll
+    for (int bb = 0; bb < 2; ++bb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = sc[bb][e] * qscale;
+        if (a.softcap > 0.0f) x = a.softcap * tanhf(x / a.softcap) * kLog2e;
+        sc[bb][e] = key0 + bb * 8 + 2 * t + (e & 1) < r.end ? x : -INFINITY;
+      }
+    float mx0 = fmaxf(fmaxf(sc[0][0], sc[0][1]), fmaxf(sc[1][0], sc[1][1]));
+    float mx1 = fmaxf(fmaxf(sc[0][2], sc[0][3]), fmaxf(sc[1][2], sc[1][3]));
+#pragma unroll
+    for (int off = 1; off <= 2; off <<= 1) {  // the quad holds the row's 16 keys
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
+    }
+    if (mx0 > m0) {  // the running max grew: rescale (quad-uniform)
+      const float c = Exp2Or0(m0, mx0);
+      l0 *= c;
+#pragma unroll
+      for (int nb = 0; nb < G::kNb; ++nb) o[nb][0] *= c, o[nb][1] *= c;
+      m0 = mx0;
+    }
+    if (mx1 > m1) {
+      const float c = Exp2Or0(m1, mx1);
+      l1 *= c;
+#pragma unroll
+      for (int nb = 0; nb < G::kNb; ++nb) o[nb][2] *= c, o[nb][3] *= c;
+      m1 = mx1;
+    }
+#pragma unroll
+    for (int bb = 0; bb < 2; ++bb) {
+      sc[bb][0] = Exp2Or0(sc[bb][0], m0), sc[bb][1] = Exp2Or0(sc[bb][1], m0);
+      sc[bb][2] = Exp2Or0(sc[bb][2], m1), sc[bb][3] = Exp2Or0(sc[bb][3], m1);
+      l0 += sc[bb][0] + sc[bb][1];
+      l1 += sc[bb][2] + sc[bb][3];
+    }
+    auto pack = [](float lo, float hi) { return kF8 ? PackH2(lo, hi) : mla::PackBf16(lo, hi); };
+    const uint32_t pa[4] = {pack(sc[0][0], sc[0][1]), pack(sc[0][2], sc[0][3]),
+                            pack(sc[1][0], sc[1][1]), pack(sc[1][2], sc[1][3])};
+
+    // V: stage 2i + 1 -> the warp's tile [key][chunk ^ key % 8] (16-bit chunks of 8 dims).
+    // Lanes kVc * q .. + kVc - 1 copy one key's row (contiguous: conflict-free reads).
+    MbarWait(full0 + 8 * v_slot, uint32_t((2 * i + 1) / p.stages) & 1u);
+    __syncwarp();  // every lane's ldmatrix of the previous tile is done
+    {
+      const unsigned char* vt = ring + int64_t(v_slot) * p.stage_bytes + head * G::kRowBytes;
+      const int c = lane % G::kVc;
+#pragma unroll
+      for (int it = 0; it < kTK / G::kVKeys; ++it) {
+        const int key = it * G::kVKeys + lane / G::kVc;
+        const bool live = key0 + key < r.end;
+        uint4 raw = make_uint4(0, 0, 0, 0);
+        if (live) raw = *reinterpret_cast<const uint4*>(vt + key * slot_bytes + c * 16);
+        if constexpr (kF8) {  // 16 e4m3 -> two f16 chunks 2c, 2c + 1
+          const uint4 w0 = make_uint4(F8x2ToH2(raw.x), F8x2ToH2(raw.x >> 16), F8x2ToH2(raw.y), F8x2ToH2(raw.y >> 16));
+          const uint4 w1 = make_uint4(F8x2ToH2(raw.z), F8x2ToH2(raw.z >> 16), F8x2ToH2(raw.w), F8x2ToH2(raw.w >> 16));
+          vtile[key * G::kNb + ((2 * c) ^ (key % 8))] = w0;
+          vtile[key * G::kNb + ((2 * c + 1) ^ (key % 8))] = w1;
+        } else {
+          vtile[key * G::kNb + (c ^ (key % 8))] = raw;
+        }
+      }
+    }
+    __syncwarp();  // the tile is complete; the V stage is read
+    if (lane == 0) MbarArrive(empty0 + 8 * v_slot);
+    const int lk = lane % 8 + ((lane / 8) % 2) * 8;  // ldmatrix row (key) this lane addresses
+#pragma unroll
+    for (int np = 0; np < G::kNb / 2; ++np) {
+      const int chunk = 2 * np + lane / 16;
+      uint32_t vb[4];
+      mla::Ldmatrix4Trans(vb, vtile + lk * G::kNb + (chunk ^ (lk % 8)));
+      MmaT<kF8>(o[2 * np], pa, vb[0], vb[1]);
+      MmaT<kF8>(o[2 * np + 1], pa, vb[2], vb[3]);
+    }
+  }
+  if (a.pdl_late_trigger) PdlTrigger();
+
+  // Row sums over the quad.
+#pragma unroll
+  for (int off = 1; off <= 2; off <<= 1) {
+    l0 += __shfl_xor_sync(0xffffffffu, l0, off);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, off);
+  }
+  if (p.warps_per_head > 1) {
+    // Warps j > 0 publish (o, m, l) in the ring (free once every consumer is past its last
+    // tile: every stage the producer filled has been waited on), warp j = 0 merges.
+    const int nthreads = p.consumer_warps * 32;
+    asm volatile("bar.sync 1, %0;" ::"r"(nthreads) : "memory");
+    float* rec = reinterpret_cast<float*>(smem + kBarBytes);  // [warp][kMergeFloats][32]
+    if (j > 0) {
+      float* w = rec + warp * G::kMergeFloats * 32 + lane;
+#pragma unroll
+      for (int nb = 0; nb < G::kNb; ++nb)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) w[(nb * 4 + e) * 32] = o[nb][e];
+      w[(G::kNb * 4 + 0) * 32] = m0, w[(G::kNb * 4 + 1) * 32] = m1;
+      w[(G::kNb * 4 + 2) * 32] = l0, w[(G::kNb * 4 + 3) * 32] = l1;
+    }
+    asm volatile("bar.sync 1, %0;" ::"r"(nthreads) : "memory");
+    if (j > 0) return;
+    for (int jj = 1; jj < p.warps_per_head; ++jj) {
+      const float* w = rec + (warp + jj) * G::kMergeFloats * 32 + lane;
+      const float om0 = w[(G::kNb * 4 + 0) * 32], om1 = w[(G::kNb * 4 + 1) * 32];
+      const float nm0 = fmaxf(m0, om0), nm1 = fmaxf(m1, om1);
+      const float ca0 = Exp2Or0(m0, nm0), cb0 = Exp2Or0(om0, nm0);
+      const float ca1 = Exp2Or0(m1, nm1), cb1 = Exp2Or0(om1, nm1);
+      l0 = l0 * ca0 + w[(G::kNb * 4 + 2) * 32] * cb0;
+      l1 = l1 * ca1 + w[(G::kNb * 4 + 3) * 32] * cb1;
+#pragma unroll
+      for (int nb = 0; nb < G::kNb; ++nb) {
+        o[nb][0] = o[nb][0] * ca0 + w[(nb * 4 + 0) * 32] * cb0;
+        o[nb][1] = o[nb][1] * ca0 + w[(nb * 4 + 1) * 32] * cb0;
+        o[nb][2] = o[nb][2] * ca1 + w[(nb * 4 + 2) * 32] * cb1;
+        o[nb][3] = o[nb][3] * ca1 + w[(nb * 4 + 3) * 32] * cb1;
+      }
+      m0 = nm0, m1 = nm1;
+    }
+  }
+  // Rows g, g + 8 of the head's query heads: the output (one active split) or the partial.
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int rr = g + 8 * hr;
+    if (rr >= group) continue;
+    const int h = h0 + rr;
+    const float m = hr ? m1 : m0, l = hr ? l1 : l0;
+    if (active_splits == 1) {
+      const float inv = l > 0.0f ? a.v_scale / l : 0.0f;
+      bf16* out = a.out + int64_t(row) * a.out_stride + int64_t(h) * D + 2 * t;
+#pragma unroll
+      for (int nb = 0; nb < G::kNb; ++nb)
+        *reinterpret_cast<__nv_bfloat162*>(out + nb * 8) =
+            __floats2bfloat162_rn(o[nb][2 * hr] * inv, o[nb][2 * hr + 1] * inv);
+    } else {
+      const int64_t base = (int64_t(row) * a.heads + h) * num_splits + split;
+      float* acc = a.partial_acc + base * D + 2 * t;
+#pragma unroll
+      for (int nb = 0; nb < G::kNb; ++nb)
+        *reinterpret_cast<float2*>(acc + nb * 8) = make_float2(o[nb][2 * hr], o[nb][2 * hr + 1]);
+      if (t == 0) a.partial_ml[2 * base] = m, a.partial_ml[2 * base + 1] = l;
+    }
+  }
+}
+
+// Ring bytes a block asks for (PG_DSTREAM_RING_KB, default 192: one block an SM with the
+// V tiles); the stage count is what fits, at least 2.
+int RingBudgetBytes() {
+  static const int kb = EnvInt("PG_DSTREAM_RING_KB", 192);
+  return std::max(8, kb) * 1024;
+}
+
+StreamPlan StreamPlanOf(const AttentionArgs& a) {
+  StreamPlan p{};
+  const int elem = a.kv_type == KvType::kF8E4M3 ? 1 : 2;
+  p.stage_bytes = kTK * a.kv_heads * a.head_dim * elem;
+  p.warps_per_head = std::max(1, kMaxConsumerWarps / std::max(1, a.kv_heads));
+  p.consumer_warps = a.kv_heads * p.warps_per_head;
+  const int tile_bytes = kTK * (a.head_dim / 8) * 16;
+  const int merge_bytes = p.warps_per_head > 1 ? p.consumer_warps * (a.head_dim / 2 + 4) * 32 * 4 : 0;
+  const int fixed = kBarBytes + p.consumer_warps * tile_bytes;
+  const int max_stages = (kMaxSmem - fixed) / p.stage_bytes;
+  p.stages = std::clamp(RingBudgetBytes() / p.stage_bytes, 2, std::min(kMaxStages, max_stages));
+  const int ring_bytes = std::max(p.stages * p.stage_bytes, merge_bytes);
+  p.tile_offset = kBarBytes + ring_bytes;
+  p.smem_bytes = p.tile_offset + p.consumer_warps * tile_bytes;
+  return p;
+}
+
+template <int D, bool kF8>
+const void* KernelPtr() {
+  return reinterpret_cast<const void*>(&DecodeStreamKernel<D, kF8>);
+}
+
+const void* KernelFor(const AttentionArgs& a) {
+  const bool f8 = a.kv_type == KvType::kF8E4M3;
+  if (a.head_dim == 64) return f8 ? KernelPtr<64, true>() : KernelPtr<64, false>();
+  return f8 ? KernelPtr<128, true>() : KernelPtr<128, false>();
+}
+
+// Resident blocks per SM for this plan (sets the kernel's shared-memory opt-in first; cached
+// per (head_dim, cache type, kv_heads): the plan is a function of those and the env knobs).
+// 0: the block does not fit an SM (registers, shared memory): StreamSupports says no.
+int StreamOccupancy(const AttentionArgs& a, const StreamPlan& p) {
+  static int cached[2][2][kMaxConsumerWarps + 1] = {};  // occupancy + 1; 0: not asked yet
+  int& c = cached[a.head_dim == 128][a.kv_type == KvType::kF8E4M3][a.kv_heads];
+  if (c == 0) {
+    const void* k = KernelFor(a);
+    int n = 0;
+    if (cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, (p.consumer_warps + 1) * 32,
+                                                      size_t(p.smem_bytes)) != cudaSuccess) {
+      (void)cudaGetLastError();  // not sticky: clear it for the next launch's check
+      n = 0;
+    }
+    c = n + 1;
+  }
+  return c - 1;
+}
+
+}  // namespace
+
+bool StreamSupports(const AttentionArgs& a) {
+  if (a.head_dim != 64 && a.head_dim != 128) return false;
+  if (a.kv_heads < 1 || a.kv_heads > kMaxConsumerWarps || a.heads % a.kv_heads != 0) return false;
+  const int group = a.heads / a.kv_heads;
+  if (group < 1 || group > 16) return false;
+  const StreamPlan p = StreamPlanOf(a);
+  return p.smem_bytes <= kMaxSmem && p.stages >= 2 && StreamOccupancy(a, p) > 0;
+}
+
+int StreamMinSplitKeys() {
+  static const int keys = EnvInt("PG_DSTREAM_MIN_SPLIT_KEYS", 64);
+  return std::max(kTK, keys);
+}
+
+MmaShape StreamLaunchShape(const AttentionArgs& a) {
+  const StreamPlan p = StreamPlanOf(a);
+  return {1, p.consumer_warps + 1, std::max(1, StreamOccupancy(a, p)), a.heads};
+}
+
+void LaunchStream(const AttentionArgs& a, int num_seqs, cudaStream_t stream) {
+  const StreamPlan p = StreamPlanOf(a);
+  (void)StreamOccupancy(a, p);  // sets the shared-memory attribute
+  const dim3 grid(unsigned(num_seqs), unsigned(a.num_splits));
+  const dim3 block(unsigned((p.consumer_warps + 1) * 32));
+  const bool f8 = a.kv_type == KvType::kF8E4M3;
+  const size_t sm = size_t(p.smem_bytes);
+  if (a.head_dim == 64) {
+    if (f8) LaunchPdl(DecodeStreamKernel<64, true>, grid, block, sm, stream, a, p);
+    else LaunchPdl(DecodeStreamKernel<64, false>, grid, block, sm, stream, a, p);
+  } else {
+    if (f8) LaunchPdl(DecodeStreamKernel<128, true>, grid, block, sm, stream, a, p);
+    else LaunchPdl(DecodeStreamKernel<128, false>, grid, block, sm, stream, a, p);
+  }
+}
+
+}  // namespace pg::cuda::decode
