@@ -162,19 +162,19 @@ int RunGemvBench() {
         const char* name;
         pg::cuda::Fp8GemvVariant v;
       };
-      // {mma, depth, chunk, interleave, warps_per_sm, prefetch}
+      // {mma, depth, chunk, interleave, warps_per_sm, prefetch, split, ring, ring_piece_kb,
+      // ring_depth}: f32 kernel, the per-warp cp.async tensor-core kernel (d4c1i, the default
+      // before the ring), the ring tensor-core kernel (gemm/fp8_ring_mma.cu; rN = N KB row
+      // pieces, dN = N slots, else as many as fit).
       const Named variants[] = {
-          {"f32", {false, 6, 1, false, 24, 0}},    {"d6c1", {true, 6, 1, false, 24, 0}},
-          {"d6c1i", {true, 6, 1, true, 24, 0}},    {"d4c1i", {true, 4, 1, true, 24, 0}},
-          {"d3c2", {true, 3, 2, false, 24, 0}},    {"d3c2i", {true, 3, 2, true, 24, 0}},
-          {"d6c2i", {true, 6, 2, true, 24, 0}},    {"d6c1p8", {true, 6, 1, false, 24, 8}},
-          {"d3c2p4", {true, 3, 2, false, 24, 4}},  {"d3c2ip4", {true, 3, 2, true, 24, 4}},
-          {"d6c1iw48", {true, 6, 1, true, 48, 0}}, {"d6c1w12", {true, 6, 1, false, 12, 0}}};
+          {"f32", {false, 6, 1, false, 24, 0, 0, 0, 4, 0}},  {"d4c1i", {true, 4, 1, true, 24, 0, 0, 0, 4, 0}},
+          {"r4", {true, 4, 1, true, 24, 0, 0, 1, 4, 0}},     {"r2", {true, 4, 1, true, 24, 0, 0, 1, 2, 0}},
+          {"r1", {true, 4, 1, true, 24, 0, 0, 1, 1, 0}},     {"r4d2", {true, 4, 1, true, 24, 0, 0, 1, 4, 2}},
+          {"r2d4", {true, 4, 1, true, 24, 0, 0, 1, 2, 4}}};
       const pg::cuda::Fp8GemvVariant saved = pg::cuda::GetFp8GemvVariant();
-      fmt::print("\nfp8 GEMV, us per call (f32 = the f32-FMA kernel; dNcM = tensor cores, N steps of M "
-                 "KB in flight a warp, i = interleaved steps, pN = N steps prefetched to L2 beyond, wN = k split "
-                 "for N warps an SM, else 24); "
-                 "floor/t of f32 and of the best\n");
+      fmt::print("\nfp8 GEMV, us per call (f32 = the f32-FMA kernel; d4c1i = per-warp cp.async tensor "
+                 "cores, 4 steps of 1 KB a warp, interleaved; rN(dM) = ring tensor cores, N KB row pieces "
+                 "(M slots)); floor/t of f32 and of the best\n");
       fmt::print("{:<30} {:>5}", "matrix", "batch");
       for (const Named& v : variants) fmt::print(" {:>9}", v.name);
       fmt::print(" {:>9} {:>8} {:>8} {:>8}\n", "floor_us", "f32/fl", "best/fl", "best");

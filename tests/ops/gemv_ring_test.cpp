@@ -22,6 +22,7 @@
 #include "kernels/cuda/gemm/gemv_ring.h"
 #include "kernels/cuda/moe/moe_params.h"
 #include "kernels/ops_fused.h"
+#include "gemv_test_util.h"
 #include "op_test_util.h"
 
 namespace pg::ops::testing {
@@ -58,46 +59,6 @@ std::vector<RingCase> RingCases() {
   cases.push_back({3, 4096, 9001, false});
   cases.push_back({4, 14336, 1025, false, false, false, true});
   return cases;
-}
-
-// Device copy of a host buffer.
-struct Dev {
-  void* p = nullptr;
-  explicit Dev(size_t bytes) { PG_TEST_CUDA(cudaMalloc(&p, bytes)); }
-  Dev(const void* host, size_t bytes) : Dev(bytes) {
-    PG_TEST_CUDA(cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice));
-  }
-  ~Dev() { cudaFree(p); }
-  Dev(const Dev&) = delete;
-  Dev& operator=(const Dev&) = delete;
-};
-
-// bf16 bits of an f32 [rows, cols] matrix, rows `ld` apart.
-std::vector<uint16_t> Bf16Rows(const float* v, int64_t rows, int64_t cols, int64_t ld) {
-  std::vector<uint16_t> out(size_t(rows * ld), 0);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) out[size_t(r * ld + c)] = F32ToBf16(v[r * cols + c]);
-  return out;
-}
-
-// An fp8 case's reference: out_init (normal values rounded to bf16, the device output's
-// initial contents) and ref = the reference Matmul of x, w, scale (and bias) onto a copy of it
-// (accumulate) or in its place.
-struct Fp8Ref {
-  Tensor out_init, ref;
-};
-Fp8Ref Fp8Reference(const Tensor& x, const Tensor& w, const Tensor& scale, const Tensor* bias,
-                    bool accumulate) {
-  const int64_t n = x.view().dim(0), m = w.view().dim(0);
-  Fp8Ref r{Tensor(DType::kF32, {n, m}), Tensor(DType::kF32, {n, m})};
-  FillNormal(r.out_init);
-  RoundToBf16(r.out_init);
-  Restore(r.ref, Copy(r.out_init));
-  MatmulParams p{.x = x.view(), .w = w.view(), .out = r.ref.view(), .w_scale = scale.view()};
-  if (bias) p.bias = bias->view();
-  p.accumulate = accumulate;
-  RunWith(RefImpl<MatmulParams>(), p);
-  return r;
 }
 
 struct Outputs {
@@ -396,6 +357,7 @@ TEST(Fp8Gemv, MmaKernelMatchesTheReferenceInEveryVariant) {
     std::vector<float> first[2][2];
     for (int vi = 0; vi <= 14; ++vi) {  // 12, 13: with L2 prefetch (chunk 1 / 2); 14: f32
       cuda::Fp8GemvVariant v;
+      v.ring = 0;  // this kernel, not gemm/fp8_ring_mma.cu's (fp8_ring_mma_test.cpp)
       v.mma = vi < 14;
       v.depth = vi % 3 == 0 ? 3 : vi % 3 == 1 ? 4 : 6;
       v.chunk = (vi / 3) % 2 + 1;

@@ -30,6 +30,7 @@
 #include <cstdlib>
 
 #include "core/env.h"
+#include "kernels/cuda/common/bulk_copy.cuh"
 #include "kernels/cuda/common/context.h"
 #include "kernels/cuda/common/pdl.cuh"
 #include "kernels/cuda/gemm/gemv_device.cuh"
@@ -58,49 +59,15 @@ struct RingPlan {
   bool scale_per_row = false;      // w_scale[row] (per output channel), else w_scale[0]
 };
 
-// ---- mbarrier / bulk-copy primitives (sm_90) ------------------------------------------------
-__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void MbarInit(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void MbarArrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void MbarArriveExpectTx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
-// Returns once the barrier's phase of parity `parity` has completed.
-__device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        " selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-// bytes (multiple of 16, 16-byte aligned ends) from global to shared, counted on `bar`;
-// weights are read once: L2 evict-first.
-__device__ __forceinline__ void BulkLoad(uint32_t dst, const void* src, uint32_t bytes,
-                                         uint32_t bar, uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
-      " [%0], [%1], %2, [%3], %4;" ::"r"(dst),
-      "l"(src), "r"(bytes), "r"(bar), "l"(policy)
-      : "memory");
-}
-__device__ __forceinline__ uint64_t EvictFirstPolicy() {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-  return policy;
-}
+using ring::BulkLoad;
+using ring::EvictFirstPolicy;
+using ring::MbarArrive;
+using ring::MbarArriveExpectTx;
+using ring::MbarInit;
+using ring::MbarWait;
+using ring::SmemAddr;
 __device__ __forceinline__ void ConsumerBarrier() {  // the consumer warps only (named barrier 1)
-  asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32) : "memory");
+  ring::NamedBarrier<kConsumerWarps * 32>(1);
 }
 
 // kFp8: w holds fp8 e4m3 bytes (a.w reinterpreted; a.ldw in bytes) scaled by p.w_scale
@@ -136,7 +103,7 @@ __global__ void __launch_bounds__(kThreads, 2) GemvRingKernel(GemvArgs a, RingPl
       MbarInit(full0 + 8 * s, 1);         // the producer's arrive (+ the bytes)
       MbarInit(empty0 + 8 * s, p.group);  // one arrive per consumer warp of the group
     }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    ring::MbarInitFence();
   }
   __syncthreads();
 

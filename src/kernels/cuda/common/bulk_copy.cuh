@@ -1,0 +1,64 @@
+// mbarrier and 1-D bulk-copy (cp.async.bulk) primitives of the shared-memory ring kernels
+// (sm_90): gemv_ring.cu (bf16 / f32-FMA fp8 consumers) and fp8_ring_mma.cu (tensor-core fp8
+// consumers). A ring slot has a "full" barrier (count 1: the producer's arrive, plus the
+// slot's bytes as transaction count) and an "empty" barrier (one arrive per consumer warp).
+// Addresses are shared-memory (cvta) addresses; bytes are multiples of 16 with 16-byte aligned
+// ends.
+#pragma once
+
+#include <cstdint>
+
+namespace pg::cuda::ring {
+
+__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void MbarInit(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+// Makes the inits visible to the async proxy (the bulk copies' complete_tx).
+__device__ __forceinline__ void MbarInitFence() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+__device__ __forceinline__ void MbarArrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void MbarArriveExpectTx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+// Returns once the barrier's phase of parity `parity` has completed (a fresh barrier counts
+// as having completed the phase of parity 1).
+__device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        " selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+// bytes from global to shared, counted on `bar`'s transaction count, with an L2 policy.
+__device__ __forceinline__ void BulkLoad(uint32_t dst, const void* src, uint32_t bytes,
+                                         uint32_t bar, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1], %2, [%3], %4;" ::"r"(dst),
+      "l"(src), "r"(bytes), "r"(bar), "l"(policy)
+      : "memory");
+}
+// Weights are read once a step: L2 evict-first.
+__device__ __forceinline__ uint64_t EvictFirstPolicy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
+// Barrier `id` (1..15; 0 is __syncthreads) over `threads` threads (a multiple of 32).
+template <int kThreads>
+__device__ __forceinline__ void NamedBarrier(int id) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "n"(kThreads) : "memory");
+}
+
+}  // namespace pg::cuda::ring

@@ -1,0 +1,284 @@
+// Ring tensor-core fp8 GEMV: out[r, j] = (accumulate ? out[r, j] : 0) + sum_i x[r, i] *
+// w[j, i] * scale(j, i) (+ bias[j]) for up to 8 activation rows r a pass (Fp8GemvArgs), with
+// the fused options of FusedMatmul: RMSNorm prologue (kNorm: the consumers stage the
+// normalised rows in shared memory after PdlWait, gemv_device.cuh StageRowsOf) and SwiGLU
+// epilogue (kSwiGlu: a group is 8 gate rows j0.. in slot rows 0-7 and their up rows m + j0..
+// in slot rows 8-15, so a lane holds gate and up of the same output, whose sums it rounds to
+// bf16 before silu(gate) * up, as the composition Matmul -> SwiGlu rounds).
+//
+// One block per SM (grid = min(SMs, m)); block b owns the contiguous output rows
+// [m b / grid, m (b + 1) / grid) (any row count: the slices balance bytes, not 16-row
+// groups) and walks them in groups of 16 rows (the last one shorter). A producer warp (the
+// last) bulk-copies, for each group and each `chunk`-column piece of k, the group's rows
+// into one ring slot (cp.async.bulk, one copy of `chunk` bytes per row, completion counted
+// in bytes on the slot's full mbarrier, L2 evict-first), starting before PdlWait (weights
+// only: pdl.cuh's contract), so the first stages x 64 KB an SM are in flight while the
+// previous kernel drains. kConsumerWarps consumer warps wait for each slot, take its 64-column
+// steps t = warp, warp + 8, ... (16 rows x 64 columns: 4 MMAs m16n8k16 a lane pair-row, the
+// weights widened e4m3 -> bf16 by bit operations, fp8_mma.cuh), and give it back on its empty
+// mbarrier (one arrive per consumer warp). Activations are read from global (L1 / L2 hits):
+// lane (g, q) of the MMA reads row g's 32 bytes of the step (zero for g >= rows).
+//
+// Shared memory: [full mbarriers kMaxStages][empty kMaxStages][reduction 2 x 8 warps x 32
+// lanes float4][ring: stages x 16 rows x row_stride bytes][kNorm: rows x (k / 8 + 1) 16-byte
+// chunks of normalised x; the pad chunk makes the fragment reads conflict-free]. A slot row is padded to
+// row_stride = round_up(chunk, 128) + 64 bytes, so the 8 lanes of a quarter-warp (rows g,
+// g + 1, columns 16q) hit 8 different 16-byte bank groups in their 16-byte loads.
+//
+// Summation order (bitwise that of Fp8GemvMmaKernel with split 8, interleaved, 1 KB steps):
+// a warp sums its steps (global step index = warp mod 8, in k order: chunk is a multiple of
+// 8 steps or all of k) into its accumulators (block scales: each step's 4-MMA sum times the
+// step's scale, fmaf), then one warp adds the 8 warps' sums in warp order 0..7 and writes
+// acc * 2^120 * row scale (+ bias, + out) rounded to bf16.
+#include <algorithm>
+
+#include "core/env.h"
+#include "kernels/cuda/common/bulk_copy.cuh"
+#include "kernels/cuda/common/context.h"
+#include "kernels/cuda/common/pdl.cuh"
+#include "kernels/cuda/gemm/fp8_ring_mma.h"
+#include "kernels/cuda/gemm/gemv_device.cuh"
+#include "kernels/cuda/moe/fp8_mma.cuh"
+#include "kernels/cuda/moe/moe_device.cuh"
+
+namespace pg::cuda {
+namespace {
+
+constexpr int kConsumerWarps = 8;
+constexpr int kThreads = (kConsumerWarps + 1) * 32;  // + the producer warp (the last)
+constexpr int kGroupRows = 16;                       // weight rows a slot (the MMA's M)
+constexpr int kMaxStages = 16;
+constexpr int kBarBytes = 2 * kMaxStages * 8;
+constexpr int kRedBytes = 2 * kConsumerWarps * 32 * 16;  // two buffers of [warp][lane] float4
+constexpr int kRowPad = 64;
+constexpr int64_t kMaxStagedBytes = 120 * 1024;  // kNorm: the staged rows of a pass, at most
+
+// kNorm: bytes of a pass's staged rows, [min(n, 8)][k / 8 + 1] 16-byte chunks.
+int64_t StagedBytes(const Fp8GemvArgs& a) { return (a.n < 8 ? a.n : 8) * (a.k / 8 + 1) * 16; }
+
+// Launch geometry, fixed per pass on the host.
+struct RingMmaPlan {
+  int64_t row0;     // first activation row of this pass
+  int rows;         // activation rows of this pass, 1..8
+  int chunk;        // columns (= bytes) of a row piece: a multiple of 512, or k
+  int row_stride;   // bytes between a slot's rows
+  int slot_bytes;   // kGroupRows * row_stride
+  int stages;       // ring slots, <= kMaxStages
+  int x_offset;     // kNorm: byte offset of the staged rows
+};
+
+template <bool kBlock, bool kNorm, bool kSwiGlu>
+__global__ void __launch_bounds__(kThreads, 1) Fp8RingMmaKernel(Fp8GemvArgs a, RingMmaPlan p) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  constexpr int kOutRows = kSwiGlu ? kGroupRows / 2 : kGroupRows;  // output rows a group
+  PdlTrigger();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t jb = a.m * blockIdx.x / gridDim.x, je = a.m * (blockIdx.x + 1) / gridDim.x;
+  const int64_t groups = (je - jb + kOutRows - 1) / kOutRows;
+  const int64_t chunks = (a.k + p.chunk - 1) / p.chunk;
+  const uint32_t full0 = ring::SmemAddr(smem), empty0 = full0 + kMaxStages * 8;
+  const int ring_offset = kBarBytes + kRedBytes;
+  // Weight row of slot row r (< 16) in the group starting at output row j0; valid when
+  // r % kOutRows < je - j0.
+  auto w_row = [&](int64_t j0, int r) -> int64_t {
+    return kSwiGlu ? (r < kOutRows ? j0 + r : a.m + j0 + r - kOutRows) : j0 + r;
+  };
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < p.stages; ++s) {
+      ring::MbarInit(full0 + 8 * s, 1);
+      ring::MbarInit(empty0 + 8 * s, kConsumerWarps);
+    }
+    ring::MbarInitFence();
+  }
+  __syncthreads();
+
+  if (warp == kConsumerWarps) {  // ---- producer: slot s = (group s / chunks, piece s % chunks)
+    const uint64_t policy = ring::EvictFirstPolicy();
+    const uint32_t ring0 = ring::SmemAddr(smem + ring_offset);
+    const int64_t total = groups * chunks;
+    for (int64_t s = 0; s < total; ++s) {
+      const int slot = int(s % p.stages);
+      const uint32_t round = uint32_t(s / p.stages) & 1;
+      const int64_t j0 = jb + kOutRows * (s / chunks), k0 = (s % chunks) * p.chunk;
+      const int nout = int(je - j0 < kOutRows ? je - j0 : kOutRows);
+      const uint32_t piece = uint32_t(a.k - k0 < p.chunk ? a.k - k0 : p.chunk);
+      if (lane == 0) {
+        ring::MbarWait(empty0 + 8 * slot, round ^ 1);
+        ring::MbarArriveExpectTx(full0 + 8 * slot, uint32_t(kGroupRows / kOutRows * nout) * piece);
+      }
+      __syncwarp();
+      if (lane < kGroupRows && lane % kOutRows < nout)
+        ring::BulkLoad(ring0 + uint32_t(slot) * p.slot_bytes + uint32_t(lane) * p.row_stride,
+                       a.w + w_row(j0, lane) * a.ldw + k0, piece, full0 + 8 * slot, policy);
+    }
+    return;
+  }
+
+  // ---- consumers ---------------------------------------------------------------------------
+  PdlWait();
+  float4* red = reinterpret_cast<float4*>(smem + kBarBytes);
+  const int g = lane / 4, q = lane % 4;
+  const bool has_x = g < p.rows;
+  // Row g's 16 columns of this lane in step 0 (+ 8 uint4 a 64-column step): the staged
+  // normalised rows (kNorm) or x in global memory.
+  const uint4* xr;
+  if constexpr (kNorm) {
+    uint4* staged = reinterpret_cast<uint4*>(smem + p.x_offset);
+    const int64_t ld = a.k / 8 + 1;
+    const gemv::StageSource src{a.x + p.row0 * a.ldx, a.ldx, a.k, a.norm_weight, a.norm_type, a.norm_eps};
+    gemv::StageRowsOf<kConsumerWarps>(src, p.rows, staged, ld, threadIdx.x, reinterpret_cast<float*>(red),
+                                      [] { ring::NamedBarrier<kConsumerWarps * 32>(1); });
+    xr = staged + (has_x ? g : 0) * ld + 2 * q;
+  } else {
+    xr = reinterpret_cast<const uint4*>(a.x + (p.row0 + (has_x ? g : 0)) * a.ldx) + 2 * q;
+  }
+  const unsigned char* ring = smem + ring_offset;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  int64_t s = 0;
+  for (int64_t gi = 0; gi < groups; ++gi) {
+    const int64_t j0 = jb + kOutRows * gi;
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // slot rows g (0, 1) and g + 8 (2, 3)
+    const float* sa = nullptr;
+    const float* sb = nullptr;
+    if constexpr (kBlock) {  // the 128x128 scale rows of this lane's two weight rows
+      const int64_t rows_w = kSwiGlu ? 2 * a.m : a.m;
+      const int64_t ra = w_row(j0, g), rb = w_row(j0, g + 8);
+      sa = a.scale + ((ra < rows_w ? ra : rows_w - 1) >> 7) * a.scale_ld;
+      sb = a.scale + ((rb < rows_w ? rb : rows_w - 1) >> 7) * a.scale_ld;
+    }
+    for (int64_t c = 0; c < chunks; ++c, ++s) {
+      const int slot = int(s % p.stages);
+      ring::MbarWait(full0 + 8 * slot, uint32_t(s / p.stages) & 1);
+      const int64_t k0 = c * p.chunk;
+      const int steps = int((a.k - k0 < p.chunk ? a.k - k0 : p.chunk) / 64);
+      const unsigned char* base = ring + int64_t(slot) * p.slot_bytes;
+      const uint4* wa = reinterpret_cast<const uint4*>(base + g * p.row_stride) + q;  // + 4 a step
+      const uint4* wb = reinterpret_cast<const uint4*>(base + (g + 8) * p.row_stride) + q;
+      const uint4* xs = xr + k0 / 8;
+#pragma unroll 4
+      for (int t = warp; t < steps; t += kConsumerWarps) {
+        uint4 x0 = zero, x1 = zero;
+        if (has_x) {
+          if constexpr (kNorm) x0 = xs[8 * t], x1 = xs[8 * t + 1];
+          else x0 = __ldg(xs + 8 * t), x1 = __ldg(xs + 8 * t + 1);
+        }
+        const uint4 va = wa[4 * t], vb = wb[4 * t];
+        if constexpr (kBlock) {
+          float dd[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          fp8mma::Mma16(va, vb, x0, x1, dd);
+          const int64_t cb = (k0 + 64 * t) >> 7;
+          const float sca = __ldg(sa + cb), scb = __ldg(sb + cb);
+          acc[0] = fmaf(dd[0], sca, acc[0]);
+          acc[1] = fmaf(dd[1], sca, acc[1]);
+          acc[2] = fmaf(dd[2], scb, acc[2]);
+          acc[3] = fmaf(dd[3], scb, acc[3]);
+        } else {
+          fp8mma::Mma16(va, vb, x0, x1, acc);
+        }
+      }
+      __syncwarp();
+      if (lane == 0) ring::MbarArrive(empty0 + 8 * slot);
+    }
+    // The 8 warps' sums meet in buffer gi % 2; warp gi % 8 adds them in warp order and stores.
+    // (A buffer is rewritten two groups later, after a barrier the reading warp has passed.)
+    float4* buf = red + (gi & 1) * kConsumerWarps * 32;
+    buf[warp * 32 + lane] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+    ring::NamedBarrier<kConsumerWarps * 32>(1);
+    if (warp != int(gi % kConsumerWarps)) continue;
+    float4 v4 = buf[lane];
+    for (int w = 1; w < kConsumerWarps; ++w) {
+      const float4 o = buf[w * 32 + lane];
+      v4.x += o.x, v4.y += o.y, v4.z += o.z, v4.w += o.w;
+    }
+    const float sum[4] = {v4.x, v4.y, v4.z, v4.w};
+    // sum[e]: slot row g + 8 (e / 2), activation row row0 + 2q + e % 2. The projection's
+    // value of weight row jw: sum * 2^120 (the widening's exponent shift) * its row scale.
+    auto value = [&](int e, int64_t jw) {
+      float v = sum[e] * 0x1p120f * moe::ScaleOfRow(a.scale, a.scale_mode, a.scale_ld, jw).row;
+      if (a.bias) v += a.bias[jw];
+      return v;
+    };
+    if constexpr (kSwiGlu) {
+      const int64_t j = j0 + g;
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int r = 2 * q + e;
+        if (j >= je || r >= p.rows) continue;
+        a.out[(p.row0 + r) * a.ldo + j] = SiluMul(ToF(ToB(value(e, j))), ToF(ToB(value(e + 2, a.m + j))));
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t j = j0 + g + 8 * (e / 2);
+        const int r = 2 * q + e % 2;
+        if (j >= je || r >= p.rows) continue;
+        float v = value(e, j);
+        bf16* o = a.out + (p.row0 + r) * a.ldo + j;
+        if (a.accumulate) v += __bfloat162float(*o);
+        *o = __float2bfloat16_rn(v);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+bool Fp8RingMmaFits(const Fp8GemvArgs& a) {
+  if (a.swiglu && a.accumulate) return false;
+  if (a.norm_weight && StagedBytes(a) > kMaxStagedBytes) return false;
+  return a.n >= 1 && a.m >= 1 && a.k >= 64 && a.k % 64 == 0 && a.ldw % 16 == 0 &&
+         a.ldx % 8 == 0 && a.out != nullptr && a.scale_mode != ScaleMode::kNone &&
+         ((reinterpret_cast<uintptr_t>(a.x) | reinterpret_cast<uintptr_t>(a.w)) & 15) == 0;
+}
+
+// By shape: not measured yet, so everywhere it fits (the bench and the whole-step A/B of
+// docs/PERF.md decide).
+bool Fp8RingMmaWants(const Fp8GemvArgs& a) { return a.n <= 8; }
+
+void LaunchFp8RingMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVariant& v) {
+  if (a.n == 0 || a.m == 0) return;
+  using Kernel = void (*)(Fp8GemvArgs, RingMmaPlan);
+  static constexpr Kernel kKernels[2][2][2] = {  // [block][norm][swiglu]
+      {{Fp8RingMmaKernel<false, false, false>, Fp8RingMmaKernel<false, false, true>},
+       {Fp8RingMmaKernel<false, true, false>, Fp8RingMmaKernel<false, true, true>}},
+      {{Fp8RingMmaKernel<true, false, false>, Fp8RingMmaKernel<true, false, true>},
+       {Fp8RingMmaKernel<true, true, false>, Fp8RingMmaKernel<true, true, true>}}};
+  const Kernel kernel =
+      kKernels[a.scale_mode == ScaleMode::kBlock][a.norm_weight != nullptr][a.swiglu];
+  // The opt-in shared memory maximum (the kernels have no static shared memory), set once.
+  static const int smem_limit = [] {
+    int dev = 0, optin = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+      return 48 * 1024;
+    for (const Kernel* k = &kKernels[0][0][0]; k != &kKernels[0][0][0] + 8; ++k)
+      (void)cudaFuncSetAttribute(*k, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
+    return optin;
+  }();
+  const int staged = a.norm_weight ? int(StagedBytes(a)) : 0;
+  const int room = smem_limit - kBarBytes - kRedBytes - staged;
+  RingMmaPlan p{};
+  // Pieces of piece_kb KB a row (a multiple of 8 steps of 64 columns: the summation order),
+  // halved while fewer than 2 slots fit.
+  int piece_kb = v.ring_piece_kb == 1 || v.ring_piece_kb == 2 ? v.ring_piece_kb : 4;
+  for (;;) {
+    p.chunk = piece_kb * 1024 < a.k ? piece_kb * 1024 : int(a.k);
+    p.row_stride = (p.chunk + 127) / 128 * 128 + kRowPad;
+    p.slot_bytes = kGroupRows * p.row_stride;
+    p.stages = std::min(kMaxStages, room / p.slot_bytes);
+    if (p.stages >= 2 || piece_kb == 1) break;
+    piece_kb /= 2;
+  }
+  if (v.ring_depth > 0) p.stages = std::min(p.stages, v.ring_depth);
+  p.stages = std::max(p.stages, 1);
+  p.x_offset = kBarBytes + kRedBytes + p.stages * p.slot_bytes;
+  const size_t smem = size_t(p.x_offset) + size_t(staged);
+  const int64_t blocks = std::min<int64_t>(MultiprocessorCount(), a.m);
+  for (int64_t row0 = 0; row0 < a.n; row0 += 8) {
+    p.row0 = row0;
+    p.rows = int(a.n - row0 < 8 ? a.n - row0 : 8);
+    (void)LaunchPdl(kernel, dim3(unsigned(blocks)), dim3(kThreads), smem, stream, a, p);
+  }
+}
+
+}  // namespace pg::cuda
