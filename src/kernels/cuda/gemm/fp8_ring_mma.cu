@@ -138,6 +138,18 @@ __global__ void __launch_bounds__(kThreads, 1) Fp8RingMmaKernel(Fp8GemvArgs a, R
   for (int64_t gi = 0; gi < groups; ++gi) {
     const int64_t j0 = jb + kOutRows * gi;
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // slot rows g (0, 1) and g + 8 (2, 3)
+    // The group's epilogue warp reads the outputs it accumulates onto now, not after the
+    // walk (their latency would add to the kernel's tail).
+    const bool epilogue = warp == int(gi % kConsumerWarps);
+    float prev[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (!kSwiGlu && epilogue && a.accumulate) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t j = j0 + g + 8 * (e / 2);
+        const int r = 2 * q + e % 2;
+        if (j < je && r < p.rows) prev[e] = __bfloat162float(a.out[(p.row0 + r) * a.ldo + j]);
+      }
+    }
     const float* sa = nullptr;
     const float* sb = nullptr;
     if constexpr (kBlock) {  // the 128x128 scale rows of this lane's two weight rows
@@ -184,7 +196,7 @@ __global__ void __launch_bounds__(kThreads, 1) Fp8RingMmaKernel(Fp8GemvArgs a, R
     float4* buf = red + (gi & 1) * kConsumerWarps * 32;
     buf[warp * 32 + lane] = make_float4(acc[0], acc[1], acc[2], acc[3]);
     ring::NamedBarrier<kConsumerWarps * 32>(1);
-    if (warp != int(gi % kConsumerWarps)) continue;
+    if (!epilogue) continue;
     float4 v4 = buf[lane];
     for (int w = 1; w < kConsumerWarps; ++w) {
       const float4 o = buf[w * 32 + lane];
@@ -213,9 +225,8 @@ __global__ void __launch_bounds__(kThreads, 1) Fp8RingMmaKernel(Fp8GemvArgs a, R
         const int r = 2 * q + e % 2;
         if (j >= je || r >= p.rows) continue;
         float v = value(e, j);
-        bf16* o = a.out + (p.row0 + r) * a.ldo + j;
-        if (a.accumulate) v += __bfloat162float(*o);
-        *o = __float2bfloat16_rn(v);
+        if (a.accumulate) v += prev[e];
+        a.out[(p.row0 + r) * a.ldo + j] = __float2bfloat16_rn(v);
       }
     }
   }
