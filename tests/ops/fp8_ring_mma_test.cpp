@@ -7,7 +7,8 @@
 //    interleave, chunk 1, ring 0}) BITWISE: both sum a weight row's 64-column steps warp by
 //    warp (step mod 8), in k order, and the 8 warps' sums in warp order, so any difference is
 //    a wrong slot, row, piece or step of the ring.
-// In every ring layout (pieces of 1 / 2 / 4 KB a row, 2 slots or as many as fit), every scale
+// In every ring layout (pieces of 1 / 2 / 4 KB a row, 2 slots or as many as fit; x from global
+// or staged in shared memory where it fits), every scale
 // mode (per tensor, per row, 128x128 blocks, with m and k not multiples of 128), 1-8 and 11
 // activation rows (11: passes of 8), k from one 64-column step to 18432 (a 64-column last
 // piece, k < a piece), m below the SM count (blocks of 1 row) and m = 20000 (~10 groups a
@@ -132,7 +133,9 @@ TEST(Fp8RingMma, MatchesTheReferenceAndTheMmaKernelBitwise) {
       for (int depth : {0, 2}) {
         cuda::Fp8GemvVariant v;
         v.ring_piece_kb = piece_kb, v.ring_depth = depth;
-        const std::string what = fmt::format("ring piece {} KB depth {} ", piece_kb, depth);
+        v.ring_stage_x = depth == 0 ? 0 : 1;  // x read from global / staged in shared memory
+        const std::string what = fmt::format("ring piece {} KB depth {} stage x {} ", piece_kb, depth,
+                                             v.ring_stage_x);
         const std::vector<float> got = run([&] { cuda::LaunchFp8RingMma(a, nullptr, v); });
         ExpectClose(fr.ref.data<float>(), got.data(), fr.ref.numel(), kBf16, what + "vs ref");
         ExpectExact(want.data(), got.data(), fr.ref.numel(), what + "vs split-8 mma kernel");

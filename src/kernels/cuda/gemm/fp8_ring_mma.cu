@@ -1,7 +1,8 @@
 // Ring tensor-core fp8 GEMV: out[r, j] = (accumulate ? out[r, j] : 0) + sum_i x[r, i] *
 // w[j, i] * scale(j, i) (+ bias[j]) for up to 8 activation rows r a pass (Fp8GemvArgs), with
-// the fused options of FusedMatmul: RMSNorm prologue (kNorm: the consumers stage the
-// normalised rows in shared memory after PdlWait, gemv_device.cuh StageRowsOf) and SwiGLU
+// the fused options of FusedMatmul: RMSNorm prologue (the consumers stage the normalised
+// rows in shared memory after PdlWait, kStageX, gemv_device.cuh StageRowsOf; without the norm
+// kStageX stages x as it is, Fp8GemvVariant::ring_stage_x) and SwiGLU
 // epilogue (kSwiGlu: a group is 8 gate rows j0.. in slot rows 0-7 and their up rows m + j0..
 // in slot rows 8-15, so a lane holds gate and up of the same output, whose sums it rounds to
 // bf16 before silu(gate) * up, as the composition Matmul -> SwiGlu rounds).
@@ -20,8 +21,8 @@
 // lane (g, q) of the MMA reads row g's 32 bytes of the step (zero for g >= rows).
 //
 // Shared memory: [full mbarriers kMaxStages][empty kMaxStages][reduction 2 x 8 warps x 32
-// lanes float4][ring: stages x 16 rows x row_stride bytes][kNorm: rows x (k / 8 + 1) 16-byte
-// chunks of normalised x; the pad chunk makes the fragment reads conflict-free]. A slot row is padded to
+// lanes float4][ring: stages x 16 rows x row_stride bytes][kStageX: rows x (k / 8 + 1) 16-byte
+// chunks of (normalised) x; the pad chunk makes the fragment reads conflict-free]. A slot row is padded to
 // row_stride = round_up(chunk, 128) + 64 bytes, so the 8 lanes of a quarter-warp (rows g,
 // g + 1, columns 16q) hit 8 different 16-byte bank groups in their 16-byte loads.
 //
@@ -51,9 +52,9 @@ constexpr int kMaxStages = 16;
 constexpr int kBarBytes = 2 * kMaxStages * 8;
 constexpr int kRedBytes = 2 * kConsumerWarps * 32 * 16;  // two buffers of [warp][lane] float4
 constexpr int kRowPad = 64;
-constexpr int64_t kMaxStagedBytes = 120 * 1024;  // kNorm: the staged rows of a pass, at most
+constexpr int64_t kMaxStagedBytes = 120 * 1024;  // kStageX: the staged rows of a pass, at most
 
-// kNorm: bytes of a pass's staged rows, [min(n, 8)][k / 8 + 1] 16-byte chunks.
+// kStageX: bytes of a pass's staged rows, [min(n, 8)][k / 8 + 1] 16-byte chunks.
 int64_t StagedBytes(const Fp8GemvArgs& a) { return (a.n < 8 ? a.n : 8) * (a.k / 8 + 1) * 16; }
 
 // Launch geometry, fixed per pass on the host.
@@ -64,10 +65,10 @@ struct RingMmaPlan {
   int row_stride;   // bytes between a slot's rows
   int slot_bytes;   // kGroupRows * row_stride
   int stages;       // ring slots, <= kMaxStages
-  int x_offset;     // kNorm: byte offset of the staged rows
+  int x_offset;     // kStageX: byte offset of the staged rows
 };
 
-template <bool kBlock, bool kNorm, bool kSwiGlu>
+template <bool kBlock, bool kStageX, bool kSwiGlu>
 __global__ void __launch_bounds__(kThreads, 1) Fp8RingMmaKernel(Fp8GemvArgs a, RingMmaPlan p) {
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr int kOutRows = kSwiGlu ? kGroupRows / 2 : kGroupRows;  // output rows a group
@@ -120,9 +121,9 @@ __global__ void __launch_bounds__(kThreads, 1) Fp8RingMmaKernel(Fp8GemvArgs a, R
   const int g = lane / 4, q = lane % 4;
   const bool has_x = g < p.rows;
   // Row g's 16 columns of this lane in step 0 (+ 8 uint4 a 64-column step): the staged
-  // normalised rows (kNorm) or x in global memory.
+  // (normalised with a.norm_weight) rows, or x in global memory.
   const uint4* xr;
-  if constexpr (kNorm) {
+  if constexpr (kStageX) {
     uint4* staged = reinterpret_cast<uint4*>(smem + p.x_offset);
     const int64_t ld = a.k / 8 + 1;
     const gemv::StageSource src{a.x + p.row0 * a.ldx, a.ldx, a.k, a.norm_weight, a.norm_type, a.norm_eps};
@@ -171,7 +172,7 @@ __global__ void __launch_bounds__(kThreads, 1) Fp8RingMmaKernel(Fp8GemvArgs a, R
       for (int t = warp; t < steps; t += kConsumerWarps) {
         uint4 x0 = zero, x1 = zero;
         if (has_x) {
-          if constexpr (kNorm) x0 = xs[8 * t], x1 = xs[8 * t + 1];
+          if constexpr (kStageX) x0 = xs[8 * t], x1 = xs[8 * t + 1];
           else x0 = __ldg(xs + 8 * t), x1 = __ldg(xs + 8 * t + 1);
         }
         const uint4 va = wa[4 * t], vb = wb[4 * t];
@@ -232,6 +233,15 @@ __global__ void __launch_bounds__(kThreads, 1) Fp8RingMmaKernel(Fp8GemvArgs a, R
   }
 }
 
+// Whether the pass stages x in shared memory: always with the norm; else when asked
+// (ring_stage_x 1, or 2 from 4 rows: 8 rows of the MMA's fragment reads re-read x from
+// L1 / L2 once per 16 weight rows) and the rows fit.
+bool StageX(const Fp8GemvArgs& a, const Fp8GemvVariant& v) {
+  if (a.norm_weight) return true;
+  if (StagedBytes(a) > kMaxStagedBytes) return false;
+  return v.ring_stage_x == 1 || (v.ring_stage_x == 2 && a.n >= 4);
+}
+
 }  // namespace
 
 bool Fp8RingMmaFits(const Fp8GemvArgs& a) {
@@ -249,13 +259,13 @@ bool Fp8RingMmaWants(const Fp8GemvArgs& a) { return a.n <= 8; }
 void LaunchFp8RingMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVariant& v) {
   if (a.n == 0 || a.m == 0) return;
   using Kernel = void (*)(Fp8GemvArgs, RingMmaPlan);
-  static constexpr Kernel kKernels[2][2][2] = {  // [block][norm][swiglu]
+  static constexpr Kernel kKernels[2][2][2] = {  // [block][stage x][swiglu]
       {{Fp8RingMmaKernel<false, false, false>, Fp8RingMmaKernel<false, false, true>},
        {Fp8RingMmaKernel<false, true, false>, Fp8RingMmaKernel<false, true, true>}},
       {{Fp8RingMmaKernel<true, false, false>, Fp8RingMmaKernel<true, false, true>},
        {Fp8RingMmaKernel<true, true, false>, Fp8RingMmaKernel<true, true, true>}}};
   const Kernel kernel =
-      kKernels[a.scale_mode == ScaleMode::kBlock][a.norm_weight != nullptr][a.swiglu];
+      kKernels[a.scale_mode == ScaleMode::kBlock][StageX(a, v)][a.swiglu];
   // The opt-in shared memory maximum (the kernels have no static shared memory), set once.
   static const int smem_limit = [] {
     int dev = 0, optin = 0;
@@ -266,7 +276,7 @@ void LaunchFp8RingMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVa
       (void)cudaFuncSetAttribute(*k, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
     return optin;
   }();
-  const int staged = a.norm_weight ? int(StagedBytes(a)) : 0;
+  const int staged = StageX(a, v) ? int(StagedBytes(a)) : 0;
   const int room = smem_limit - kBarBytes - kRedBytes - staged;
   RingMmaPlan p{};
   // Pieces of piece_kb KB a row (a multiple of 8 steps of 64 columns: the summation order),
