@@ -66,69 +66,21 @@ TEST(Fp8RingMma, MatchesTheReferenceAndTheMmaKernelBitwise) {
   PG_SEED_TRACE();
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) GTEST_FAIL() << "no CUDA device";
-  using M = cuda::ScaleMode;
   const cuda::Fp8GemvVariant saved = cuda::GetFp8GemvVariant();
   for (const RingMmaCase& c : Cases()) {
     SCOPED_TRACE(c.Name());
-    const int64_t ldx = c.k + c.xpad;
-    Tensor x(DType::kF32, {c.n, c.k}), bias(DType::kF32, {c.m});
-    FillNormal(x);
-    RoundToBf16(x);
-    FillNormal(bias);
-    Tensor w(DType::kF8E4M3, {c.m, c.k});
-    if (c.all_codes) {  // uniform over the 254 finite codes
-      uint8_t* pw = w.data<uint8_t>();
-      for (int64_t i = 0; i < c.m * c.k; ++i) {
-        uint8_t v = uint8_t(RandInt(0, 253));
-        if ((v & 0x7F) == 0x7F) v ^= 1;  // the two NaN codes -> +-448
-        pw[i] = v;
-      }
-    } else {
-      Tensor wf(DType::kF32, {c.m, c.k});
-      FillNormal(wf, 0.0f, 1.0f);
-      for (int64_t r = 0; r < c.m; ++r)
-        quant::QuantizeRow(DType::kF8E4M3, wf.data<float>() + r * c.k, w.view().row_ptr(r), c.k);
-    }
-    Tensor scale = c.mode == M::kTensor    ? Tensor(DType::kF32, {1})
-                   : c.mode == M::kChannel ? Tensor(DType::kF32, {c.m})
-                                           : Tensor(DType::kF32, {(c.m + 127) / 128, (c.k + 127) / 128});
-    FillUniform(scale, 0.01f, 0.03f);
-    const Fp8Ref fr = Fp8Reference(x, w, scale, c.bias ? &bias : nullptr, c.accumulate);
-
-    const std::vector<uint16_t> xb = Bf16Rows(x.data<float>(), c.n, c.k, ldx);
-    const std::vector<uint16_t> ib = Bf16Rows(fr.out_init.data<float>(), c.n, c.m, c.m);
-    Dev dx(xb.data(), xb.size() * 2), dw(w.data<uint8_t>(), size_t(c.m * c.k));
-    Dev dscale(scale.data<float>(), size_t(scale.numel()) * 4), dbias(bias.data<float>(), size_t(c.m) * 4);
-    Dev dout(ib.size() * 2);
-    cuda::Fp8GemvArgs a{};
-    a.x = static_cast<const cuda::bf16*>(dx.p);
-    a.w = static_cast<const uint8_t*>(dw.p);
-    a.scale = static_cast<const float*>(dscale.p);
-    a.scale_mode = c.mode;
-    a.scale_ld = int((c.k + 127) / 128);
-    a.out = static_cast<cuda::bf16*>(dout.p);
-    a.bias = c.bias ? static_cast<const float*>(dbias.p) : nullptr;
-    a.n = c.n, a.k = c.k, a.m = c.m, a.ldx = ldx, a.ldw = c.k, a.ldo = c.m;
-    a.accumulate = c.accumulate;
+    const auto pr = MakeFp8Problem({c.n, c.k, c.m, c.mode, c.bias, c.accumulate, c.xpad,
+                                    c.all_codes ? Fp8Weights::kAllCodes : Fp8Weights::kNormal});
+    const cuda::Fp8GemvArgs& a = pr->args;
+    const Tensor& ref = pr->ref.ref;
     ASSERT_TRUE(cuda::Fp8RingMmaFits(a));
-    auto run = [&](auto&& launch) {
-      PG_TEST_CUDA(cudaMemcpy(dout.p, ib.data(), ib.size() * 2, cudaMemcpyHostToDevice));
-      launch();
-      PG_TEST_CUDA(cudaGetLastError());
-      PG_TEST_CUDA(cudaDeviceSynchronize());
-      std::vector<uint16_t> h(ib.size());
-      PG_TEST_CUDA(cudaMemcpy(h.data(), dout.p, h.size() * 2, cudaMemcpyDeviceToHost));
-      std::vector<float> got(h.size());
-      for (size_t i = 0; i < h.size(); ++i) got[i] = Bf16ToF32(h[i]);
-      return got;
-    };
     // The twin: the per-warp cp.async kernel, 8 warps interleaving 1 KB steps.
     cuda::Fp8GemvVariant twin;
     twin.mma = true, twin.depth = 4, twin.chunk = 1, twin.interleave = true, twin.split = 8;
     twin.ring = 0;
     cuda::SetFp8GemvVariant(twin);
-    const std::vector<float> want = run([&] { cuda::LaunchFp8Gemv(a, nullptr); });
-    ExpectClose(fr.ref.data<float>(), want.data(), fr.ref.numel(), kBf16, "split-8 mma vs ref");
+    const std::vector<float> want = pr->Run([&] { cuda::LaunchFp8Gemv(a, nullptr); });
+    ExpectClose(ref.data<float>(), want.data(), ref.numel(), kBf16, "split-8 mma vs ref");
     for (int piece_kb : {4, 2, 1}) {
       for (int depth : {0, 2}) {
         cuda::Fp8GemvVariant v;
@@ -136,16 +88,16 @@ TEST(Fp8RingMma, MatchesTheReferenceAndTheMmaKernelBitwise) {
         v.ring_stage_x = depth == 0 ? 0 : 1;  // x read from global / staged in shared memory
         const std::string what = fmt::format("ring piece {} KB depth {} stage x {} ", piece_kb, depth,
                                              v.ring_stage_x);
-        const std::vector<float> got = run([&] { cuda::LaunchFp8RingMma(a, nullptr, v); });
-        ExpectClose(fr.ref.data<float>(), got.data(), fr.ref.numel(), kBf16, what + "vs ref");
-        ExpectExact(want.data(), got.data(), fr.ref.numel(), what + "vs split-8 mma kernel");
+        const std::vector<float> got = pr->Run([&] { cuda::LaunchFp8RingMma(a, nullptr, v); });
+        ExpectClose(ref.data<float>(), got.data(), ref.numel(), kBf16, what + "vs ref");
+        ExpectExact(want.data(), got.data(), ref.numel(), what + "vs split-8 mma kernel");
       }
     }
     cuda::Fp8GemvVariant on;  // LaunchFp8Gemv's dispatch, ring forced on
     on.ring = 1;
     cuda::SetFp8GemvVariant(on);
-    const std::vector<float> got = run([&] { cuda::LaunchFp8Gemv(a, nullptr); });
-    ExpectExact(want.data(), got.data(), fr.ref.numel(), "LaunchFp8Gemv ring=1 vs split-8 mma kernel");
+    const std::vector<float> got = pr->Run([&] { cuda::LaunchFp8Gemv(a, nullptr); });
+    ExpectExact(want.data(), got.data(), ref.numel(), "LaunchFp8Gemv ring=1 vs split-8 mma kernel");
   }
   cuda::SetFp8GemvVariant(saved);
 }
