@@ -223,18 +223,18 @@ int RunGemvBench() {
       };
       // {mma, depth, chunk, interleave, warps_per_sm, prefetch, split, ring, ring_piece_kb,
       // ring_depth, ring_stage_x}: f32 kernel, the per-warp cp.async tensor-core kernel (d4c1i, the default
-      // before the ring), the ring tensor-core kernel (gemm/fp8_ring_mma.cu; rN = N KB row
-      // pieces, dN = N slots, else as many as fit; x = x staged in shared memory).
+      // before the ring), the ring tensor-core kernel (gemm/fp8_ring_mma.cu; ra = whole 16-row
+      // groups a copy where they fit, else <= 6 KB row pieces; rN = N KB row pieces; dN = N
+      // slots, else as many as fit; x = x staged in shared memory).
       const Named variants[] = {
-          {"f32", {false, 6, 1, false, 24, 0, 0, 0, 4, 0}},  {"d4c1i", {true, 4, 1, true, 24, 0, 0, 0, 4, 0}},
-          {"r4", {true, 4, 1, true, 24, 0, 0, 1, 4, 0}},     {"r2", {true, 4, 1, true, 24, 0, 0, 1, 2, 0}},
-          {"r1", {true, 4, 1, true, 24, 0, 0, 1, 1, 0}},     {"r4d2", {true, 4, 1, true, 24, 0, 0, 1, 4, 2}},
-          {"r2d4", {true, 4, 1, true, 24, 0, 0, 1, 2, 4}},   {"r4x", {true, 4, 1, true, 24, 0, 0, 1, 4, 0, 1}},
-          {"r2x", {true, 4, 1, true, 24, 0, 0, 1, 2, 0, 1}}};
+          {"f32", {false, 6, 1, false, 24, 0, 0, 0, 0, 0}},   {"d4c1i", {true, 4, 1, true, 24, 0, 0, 0, 0, 0}},
+          {"ra", {true, 4, 1, true, 24, 0, 0, 1, 0, 0}},      {"rad2", {true, 4, 1, true, 24, 0, 0, 1, 0, 2}},
+          {"rax", {true, 4, 1, true, 24, 0, 0, 1, 0, 0, 1}},  {"r4", {true, 4, 1, true, 24, 0, 0, 1, 4, 0}},
+          {"r2d4", {true, 4, 1, true, 24, 0, 0, 1, 2, 4}}};
       const pg::cuda::Fp8GemvVariant saved = pg::cuda::GetFp8GemvVariant();
       fmt::print("\nfp8 GEMV, us per call (f32 = the f32-FMA kernel; d4c1i = per-warp cp.async tensor "
-                 "cores, 4 steps of 1 KB a warp, interleaved; rN(dM) = ring tensor cores, N KB row pieces "
-                 "(M slots), x = x staged in shared memory); floor/t of f32 and of the best\n");
+                 "cores, 4 steps of 1 KB a warp, interleaved; ra / rN(dM) = ring tensor cores, auto / N KB row "
+                 "pieces (M slots), x = x staged in shared memory); floor/t of f32 and of the best\n");
       fmt::print("{:<30} {:>5}", "matrix", "batch");
       for (const Named& v : variants) fmt::print(" {:>9}", v.name);
       fmt::print(" {:>9} {:>8} {:>8} {:>8}\n", "floor_us", "f32/fl", "best/fl", "best");

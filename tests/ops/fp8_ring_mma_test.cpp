@@ -7,8 +7,8 @@
 //    interleave, chunk 1, ring 0}) BITWISE: both sum a weight row's 64-column steps warp by
 //    warp (step mod 8), in k order, and the 8 warps' sums in warp order, so any difference is
 //    a wrong slot, row, piece or step of the ring.
-// In every ring layout (pieces of 1 / 2 / 4 KB a row, 2 slots or as many as fit; x from global
-// or staged in shared memory where it fits), every scale
+// In every ring layout (whole 16-row groups in one copy, pieces of 1 / 4 / 6 KB a row; 2 slots
+// or as many as fit; x from global or staged in shared memory where it fits), every scale
 // mode (per tensor, per row, 128x128 blocks, with m and k not multiples of 128), 1-8 and 11
 // activation rows (11: passes of 8), k from one 64-column step to 18432 (a 64-column last
 // piece, k < a piece), m below the SM count (blocks of 1 row) and m = 20000 (~10 groups a
@@ -44,18 +44,22 @@ struct RingMmaCase {
 std::vector<RingMmaCase> Cases() {
   using M = cuda::ScaleMode;
   std::vector<RingMmaCase> cases;
+  // (The CPU reference costs ~70 ns a multiply-add: ~250 M in all.)
   for (M mode : {M::kTensor, M::kChannel, M::kBlock}) {
     for (int64_t n : {1, 2, 3, 4, 5, 6, 7, 8}) {
       cases.push_back({n, 64, 37, mode});
       cases.push_back({n, 576, 129, mode, true});
+    }
+    for (int64_t n : {1, 3, 8}) {
       cases.push_back({n, 4160, 333, mode, false, true});  // a 64-column last piece
-      cases.push_back({n, 4096, 1000, mode, true, true, false, 8});
+      cases.push_back({n, 4096, 300, mode, true, true, false, 8});
     }
     cases.push_back({1, 7168, 2112, mode});
-    cases.push_back({4, 18432, 300, mode, false, true});
+    cases.push_back({2, 18432, 200, mode, false, true});  // 3 pieces of 6 KB a row
+    cases.push_back({5, 14336, 131, mode, true});        // 3 pieces of 5 KB, the last 4 KB
     cases.push_back({11, 2048, 200, mode, true});
     cases.push_back({1, 512, 4099, mode});
-    cases.push_back({2, 1536, 20000, mode, false, true});
+    cases.push_back({2, 512, 20000, mode, false, true});
     cases.push_back({8, 1024, 5, mode, true, true, true});
     cases.push_back({3, 1024, 77, mode, false, false, true});
   }
@@ -81,7 +85,7 @@ TEST(Fp8RingMma, MatchesTheReferenceAndTheMmaKernelBitwise) {
     cuda::SetFp8GemvVariant(twin);
     const std::vector<float> want = pr->Run([&] { cuda::LaunchFp8Gemv(a, nullptr); });
     ExpectClose(ref.data<float>(), want.data(), ref.numel(), kBf16, "split-8 mma vs ref");
-    for (int piece_kb : {4, 2, 1}) {
+    for (int piece_kb : {0, 6, 4, 1}) {  // 0: whole groups where they fit, else <= 6 KB pieces
       for (int depth : {0, 2}) {
         cuda::Fp8GemvVariant v;
         v.ring_piece_kb = piece_kb, v.ring_depth = depth;
@@ -128,13 +132,16 @@ TEST(Fp8RingMma, FusedMatchesTheComposition) {
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) GTEST_FAIL() << "no CUDA device";
   using M = cuda::ScaleMode;
   std::vector<FusedCase> cases;
-  for (M mode : {M::kTensor, M::kChannel, M::kBlock})
+  for (M mode : {M::kTensor, M::kChannel, M::kBlock}) {
     for (int64_t n : {1, 2, 3, 4, 5, 8}) {
       cases.push_back({n, 576, 333, mode, true, false, n == 3});
-      cases.push_back({n, 4096, 2 * 389, mode, true, true, n == 2, n == 4 ? DType::kBF16 : DType::kF32});
       cases.push_back({n, 1024, 2 * 130, mode, false, true, true});
-      cases.push_back({n, 7168, 2112, mode, true, false, false, DType::kBF16});
     }
+    for (int64_t n : {1, 4, 8})
+      cases.push_back({n, 4096, 2 * 389, mode, true, true, n == 4, n == 4 ? DType::kBF16 : DType::kF32});
+    cases.push_back({1, 7168, 2112, mode, true, false, false, DType::kBF16});
+    cases.push_back({8, 7168, 256, mode, true, false, true});  // 112 KB staged: 1.5 KB pieces
+  }
   const KernelImpl<FusedMatmulParams>* ring = Registry::Global().table<FusedMatmulParams>().Find("cuda_fp8_ring");
   ASSERT_NE(ring, nullptr);
   for (const FusedCase& c : cases) {

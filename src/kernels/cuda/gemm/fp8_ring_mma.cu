@@ -65,6 +65,8 @@ struct RingMmaPlan {
   int row_stride;   // bytes between a slot's rows
   int slot_bytes;   // kGroupRows * row_stride
   int stages;       // ring slots, <= kMaxStages
+  bool whole;       // chunk == k == ldw: a group's rows are one contiguous run (two with
+                    // swiglu), copied with one bulk copy each (row_stride = k, no pad)
   int x_offset;     // kStageX: byte offset of the staged rows
 };
 
@@ -108,7 +110,12 @@ __global__ void __launch_bounds__(kThreads, 1) Fp8RingMmaKernel(Fp8GemvArgs a, R
         ring::MbarArriveExpectTx(full0 + 8 * slot, uint32_t(kGroupRows / kOutRows * nout) * piece);
       }
       __syncwarp();
-      if (lane < kGroupRows && lane % kOutRows < nout)
+      if (p.whole) {  // lane 0: rows w_row(j0, 0) .. + nout; swiglu, lane 1: the up rows
+        if (lane < kGroupRows / kOutRows)
+          ring::BulkLoad(ring0 + uint32_t(slot) * p.slot_bytes + uint32_t(lane * kOutRows) * p.row_stride,
+                         a.w + w_row(j0, lane * kOutRows) * a.ldw, uint32_t(nout) * piece,
+                         full0 + 8 * slot, policy);
+      } else if (lane < kGroupRows && lane % kOutRows < nout)
         ring::BulkLoad(ring0 + uint32_t(slot) * p.slot_bytes + uint32_t(lane) * p.row_stride,
                        a.w + w_row(j0, lane) * a.ldw + k0, piece, full0 + 8 * slot, policy);
     }
@@ -279,16 +286,34 @@ void LaunchFp8RingMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVa
   const int staged = StageX(a, v) ? int(StagedBytes(a)) : 0;
   const int room = smem_limit - kBarBytes - kRedBytes - staged;
   RingMmaPlan p{};
-  // Pieces of piece_kb KB a row (a multiple of 8 steps of 64 columns: the summation order),
+  // The bulk copies cost about the same per copy up to several KB (docs/PERF.md "TMA-ring
+  // decode GEMV": 1 -> 2 -> 4 KB pieces, 2x faster each), so copies are as large as fit.
+  // ring_piece_kb 0 (auto): whole groups (one copy of 16 rows when rows are contiguous and two
+  // such slots fit), else k cut into the fewest near-equal pieces of <= 6 KB a row (multiples
+  // of 512 columns: the summation order). 1 / 2 / 4 / 6 / 8: pieces of that many KB a row,
   // halved while fewer than 2 slots fit.
-  int piece_kb = v.ring_piece_kb == 1 || v.ring_piece_kb == 2 ? v.ring_piece_kb : 4;
-  for (;;) {
-    p.chunk = piece_kb * 1024 < a.k ? piece_kb * 1024 : int(a.k);
+  auto plan_pieces = [&](int chunk) {
+    p.chunk = chunk < a.k ? chunk : int(a.k);
     p.row_stride = (p.chunk + 127) / 128 * 128 + kRowPad;
     p.slot_bytes = kGroupRows * p.row_stride;
     p.stages = std::min(kMaxStages, room / p.slot_bytes);
-    if (p.stages >= 2 || piece_kb == 1) break;
-    piece_kb /= 2;
+  };
+  const int piece_kb = v.ring_piece_kb;
+  if (piece_kb == 1 || piece_kb == 2 || piece_kb == 4 || piece_kb == 6 || piece_kb == 8) {
+    for (int kb = piece_kb;; kb = kb > 2 ? kb / 2 : kb - 1) {
+      plan_pieces(kb * 1024);
+      if (p.stages >= 2 || kb == 1) break;
+    }
+  } else if (a.ldw == a.k && 2 * kGroupRows * a.k <= room) {
+    p.whole = true;
+    p.chunk = int(a.k);
+    p.row_stride = int(a.k);
+    p.slot_bytes = kGroupRows * p.row_stride;
+    p.stages = std::min(kMaxStages, room / p.slot_bytes);
+  } else {
+    const int64_t pieces = (a.k + 6143) / 6144;
+    plan_pieces(int((a.k + pieces - 1) / pieces + 511) / 512 * 512);
+    while (p.stages < 2 && p.chunk > 512) plan_pieces(p.chunk / 2 / 512 * 512 > 512 ? p.chunk / 2 / 512 * 512 : 512);
   }
   if (v.ring_depth > 0) p.stages = std::min(p.stages, v.ring_depth);
   p.stages = std::max(p.stages, 1);

@@ -244,9 +244,10 @@ struct Fp8GemvVariant {
   // The ring tensor-core GEMV (gemm/fp8_ring_mma.cu: a producer warp bulk-copies 16-row
   // tiles into a shared-memory ring, 8 consumer warps run the MMAs): 0 never, 1 wherever it
   // fits, 2 where it measured faster (by shape). ring_piece_kb: KB of one weight row a slot
-  // holds (1, 2 or 4); ring_depth: slots (0: as many as fit).
+  // holds (1, 2, 4, 6 or 8; 0: whole 16-row groups in one copy where they fit, else <= 6 KB);
+  // ring_depth: slots (0: as many as fit).
   int ring = 2;
-  int ring_piece_kb = 4;
+  int ring_piece_kb = 0;
   int ring_depth = 0;
   int ring_stage_x = 0;  // x rows staged in shared memory: 0 never (but with the norm), 1
                          // where they fit, 2 from 4 rows where they fit
