@@ -8,7 +8,8 @@
 //    warp (step mod 8), in k order, and the 8 warps' sums in warp order, so any difference is
 //    a wrong slot, row, piece or step of the ring.
 // In every ring layout (whole 16-row groups in one copy, pieces of 1 / 4 / 6 KB a row; 2 slots
-// or as many as fit; x from global or staged in shared memory where it fits), every scale
+// or as many as fit; x from global or staged in shared memory where it fits; 8 consumer warps,
+// and 16 against the 16-split twin), every scale
 // mode (per tensor, per row, 128x128 blocks, with m and k not multiples of 128), 1-8 and 11
 // activation rows (11: passes of 8), k from one 64-column step to 18432 (a 64-column last
 // piece, k < a piece), m below the SM count (blocks of 1 row) and m = 20000 (~10 groups a
@@ -96,6 +97,19 @@ TEST(Fp8RingMma, MatchesTheReferenceAndTheMmaKernelBitwise) {
         ExpectClose(ref.data<float>(), got.data(), ref.numel(), kBf16, what + "vs ref");
         ExpectExact(want.data(), got.data(), ref.numel(), what + "vs split-8 mma kernel");
       }
+    }
+    // 16 consumer warps: the twin with 16 split warps.
+    twin.split = 16;
+    cuda::SetFp8GemvVariant(twin);
+    const std::vector<float> want16 = pr->Run([&] { cuda::LaunchFp8Gemv(a, nullptr); });
+    ExpectClose(ref.data<float>(), want16.data(), ref.numel(), kBf16, "split-16 mma vs ref");
+    for (int piece_kb : {0, 4}) {
+      cuda::Fp8GemvVariant v;
+      v.ring_warps = 16, v.ring_piece_kb = piece_kb, v.ring_stage_x = piece_kb == 4;
+      const std::string what = fmt::format("ring 16 warps piece {} KB stage x {} ", piece_kb, v.ring_stage_x);
+      const std::vector<float> got = pr->Run([&] { cuda::LaunchFp8RingMma(a, nullptr, v); });
+      ExpectClose(ref.data<float>(), got.data(), ref.numel(), kBf16, what + "vs ref");
+      ExpectExact(want16.data(), got.data(), ref.numel(), what + "vs split-16 mma kernel");
     }
     cuda::Fp8GemvVariant on;  // LaunchFp8Gemv's dispatch, ring forced on
     on.ring = 1;

@@ -9,28 +9,32 @@
 //
 // One block per SM (grid = min(SMs, m)); block b owns the contiguous output rows
 // [m b / grid, m (b + 1) / grid) (any row count: the slices balance bytes, not 16-row
-// groups) and walks them in groups of 16 rows (the last one shorter). A producer warp (the
-// last) bulk-copies, for each group and each `chunk`-column piece of k, the group's rows
-// into one ring slot (cp.async.bulk, one copy of `chunk` bytes per row, completion counted
-// in bytes on the slot's full mbarrier, L2 evict-first), starting before PdlWait (weights
-// only: pdl.cuh's contract), so the first stages x 64 KB an SM are in flight while the
-// previous kernel drains. kConsumerWarps consumer warps wait for each slot, take its 64-column
-// steps t = warp, warp + 8, ... (16 rows x 64 columns: 4 MMAs m16n8k16 a lane pair-row, the
-// weights widened e4m3 -> bf16 by bit operations, fp8_mma.cuh), and give it back on its empty
-// mbarrier (one arrive per consumer warp). Activations are read from global (L1 / L2 hits):
-// lane (g, q) of the MMA reads row g's 32 bytes of the step (zero for g >= rows).
+// groups) and walks them in groups of 16 weight rows (the last one shorter). A producer warp
+// (the last) bulk-copies each group, in `chunk`-column pieces of k, into ring slots
+// (cp.async.bulk, completion counted in bytes on the slot's full mbarrier, L2 evict-first),
+// starting before PdlWait (weights only: pdl.cuh's contract), so the ring (up to ~200 KB an
+// SM) is in flight while the previous kernel drains. The copies cost about the same per
+// copy up to several KB (request 1: 1 KB pieces 1.7x slower than 4 KB), so they are as large
+// as fit: with contiguous rows and chunk == k one copy a group ("whole"), else one a row
+// piece. kCw (8 or 16) consumer warps wait for each slot, take its 64-column steps t = warp,
+// warp + kCw, ... (16 rows x 64 columns: 4 MMAs m16n8k16, the weights widened e4m3 -> bf16 by
+// bit operations, fp8_mma.cuh), and give it back on its empty mbarrier (one arrive per
+// consumer warp). Activations: lane (g, q) of the MMA reads row g's 32 bytes of the step
+// (zero for g >= rows) from global (L1 / L2 hits) or from the staged rows.
 //
-// Shared memory: [full mbarriers kMaxStages][empty kMaxStages][reduction 2 x 8 warps x 32
+// Shared memory: [full mbarriers kMaxStages][empty kMaxStages][reduction 2 x kCw warps x 32
 // lanes float4][ring: stages x 16 rows x row_stride bytes][kStageX: rows x (k / 8 + 1) 16-byte
-// chunks of (normalised) x; the pad chunk makes the fragment reads conflict-free]. A slot row is padded to
-// row_stride = round_up(chunk, 128) + 64 bytes, so the 8 lanes of a quarter-warp (rows g,
-// g + 1, columns 16q) hit 8 different 16-byte bank groups in their 16-byte loads.
+// chunks of (normalised) x; the pad chunk makes the fragment reads conflict-free]. Row pieces
+// are padded to row_stride = round_up(chunk, 128) + 64 bytes, so the 8 lanes of a quarter-warp
+// (rows g, g + 1, columns 16q) hit 8 different 16-byte bank groups in their 16-byte loads;
+// whole groups are not (row_stride = k: a 2-way conflict when k % 128 == 0, measured cheaper
+// than the copies it saves).
 //
-// Summation order (bitwise that of Fp8GemvMmaKernel with split 8, interleaved, 1 KB steps):
-// a warp sums its steps (global step index = warp mod 8, in k order: chunk is a multiple of
-// 8 steps or all of k) into its accumulators (block scales: each step's 4-MMA sum times the
-// step's scale, fmaf), then one warp adds the 8 warps' sums in warp order 0..7 and writes
-// acc * 2^120 * row scale (+ bias, + out) rounded to bf16.
+// Summation order (bitwise that of Fp8GemvMmaKernel with split kCw, interleaved, 1 KB steps):
+// a warp sums its steps (global step index = warp mod kCw, in k order: chunk is a multiple of
+// 8 steps of 64 columns or all of k; 16 warps: of 16 steps) into its accumulators (block
+// scales: each step's 4-MMA sum times the step's scale, fmaf), then one warp adds the warps'
+// sums in warp order and writes acc * 2^120 * row scale (+ bias, + out) rounded to bf16.
 #include <algorithm>
 
 #include "core/env.h"
@@ -45,12 +49,14 @@
 namespace pg::cuda {
 namespace {
 
-constexpr int kConsumerWarps = 8;
-constexpr int kThreads = (kConsumerWarps + 1) * 32;  // + the producer warp (the last)
+// Consumer warps: kCw = 8 (default) or 16 (Fp8GemvVariant::ring_warps); + the producer warp.
+template <int kCw>
+constexpr int kThreadsOf = (kCw + 1) * 32;
 constexpr int kGroupRows = 16;                       // weight rows a slot (the MMA's M)
 constexpr int kMaxStages = 16;
 constexpr int kBarBytes = 2 * kMaxStages * 8;
-constexpr int kRedBytes = 2 * kConsumerWarps * 32 * 16;  // two buffers of [warp][lane] float4
+// Two buffers of [warp][lane] float4 (the warps' partial sums).
+__host__ __device__ constexpr int RedBytes(int consumer_warps) { return 2 * consumer_warps * 32 * 16; }
 constexpr int kRowPad = 64;
 constexpr int64_t kMaxStagedBytes = 120 * 1024;  // kStageX: the staged rows of a pass, at most
 
@@ -61,7 +67,7 @@ int64_t StagedBytes(const Fp8GemvArgs& a) { return (a.n < 8 ? a.n : 8) * (a.k / 
 struct RingMmaPlan {
   int64_t row0;     // first activation row of this pass
   int rows;         // activation rows of this pass, 1..8
-  int chunk;        // columns (= bytes) of a row piece: a multiple of 512, or k
+  int chunk;        // columns (= bytes) of a row piece: a multiple of 64 x consumer warps, or k
   int row_stride;   // bytes between a slot's rows
   int slot_bytes;   // kGroupRows * row_stride
   int stages;       // ring slots, <= kMaxStages
@@ -70,8 +76,9 @@ struct RingMmaPlan {
   int x_offset;     // kStageX: byte offset of the staged rows
 };
 
-template <bool kBlock, bool kStageX, bool kSwiGlu>
-__global__ void __launch_bounds__(kThreads, 1) Fp8RingMmaKernel(Fp8GemvArgs a, RingMmaPlan p) {
+template <int kCw, bool kBlock, bool kStageX, bool kSwiGlu>
+__global__ void __launch_bounds__(kThreadsOf<kCw>, 1) Fp8RingMmaKernel(Fp8GemvArgs a, RingMmaPlan p) {
+  constexpr int kConsumerWarps = kCw;
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr int kOutRows = kSwiGlu ? kGroupRows / 2 : kGroupRows;  // output rows a group
   PdlTrigger();
@@ -80,7 +87,7 @@ __global__ void __launch_bounds__(kThreads, 1) Fp8RingMmaKernel(Fp8GemvArgs a, R
   const int64_t groups = (je - jb + kOutRows - 1) / kOutRows;
   const int64_t chunks = (a.k + p.chunk - 1) / p.chunk;
   const uint32_t full0 = ring::SmemAddr(smem), empty0 = full0 + kMaxStages * 8;
-  const int ring_offset = kBarBytes + kRedBytes;
+  const int ring_offset = kBarBytes + RedBytes(kCw);
   // Weight row of slot row r (< 16) in the group starting at output row j0; valid when
   // r % kOutRows < je - j0.
   auto w_row = [&](int64_t j0, int r) -> int64_t {
@@ -199,7 +206,7 @@ __global__ void __launch_bounds__(kThreads, 1) Fp8RingMmaKernel(Fp8GemvArgs a, R
       __syncwarp();
       if (lane == 0) ring::MbarArrive(empty0 + 8 * slot);
     }
-    // The 8 warps' sums meet in buffer gi % 2; warp gi % 8 adds them in warp order and stores.
+    // The warps' sums meet in buffer gi % 2; warp gi % kCw adds them in warp order and stores.
     // (A buffer is rewritten two groups later, after a barrier the reading warp has passed.)
     float4* buf = red + (gi & 1) * kConsumerWarps * 32;
     buf[warp * 32 + lane] = make_float4(acc[0], acc[1], acc[2], acc[3]);
@@ -266,31 +273,34 @@ bool Fp8RingMmaWants(const Fp8GemvArgs& a) { return a.n <= 8; }
 void LaunchFp8RingMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVariant& v) {
   if (a.n == 0 || a.m == 0) return;
   using Kernel = void (*)(Fp8GemvArgs, RingMmaPlan);
-  static constexpr Kernel kKernels[2][2][2] = {  // [block][stage x][swiglu]
-      {{Fp8RingMmaKernel<false, false, false>, Fp8RingMmaKernel<false, false, true>},
-       {Fp8RingMmaKernel<false, true, false>, Fp8RingMmaKernel<false, true, true>}},
-      {{Fp8RingMmaKernel<true, false, false>, Fp8RingMmaKernel<true, false, true>},
-       {Fp8RingMmaKernel<true, true, false>, Fp8RingMmaKernel<true, true, true>}}};
-  const Kernel kernel =
-      kKernels[a.scale_mode == ScaleMode::kBlock][StageX(a, v)][a.swiglu];
+#define PG_RING_MMA_KERNELS(W)                                                                  \
+  {{{Fp8RingMmaKernel<W, false, false, false>, Fp8RingMmaKernel<W, false, false, true>},        \
+    {Fp8RingMmaKernel<W, false, true, false>, Fp8RingMmaKernel<W, false, true, true>}},         \
+   {{Fp8RingMmaKernel<W, true, false, false>, Fp8RingMmaKernel<W, true, false, true>},          \
+    {Fp8RingMmaKernel<W, true, true, false>, Fp8RingMmaKernel<W, true, true, true>}}}
+  static constexpr Kernel kKernels[2][2][2][2] = {  // [16 warps][block][stage x][swiglu]
+      PG_RING_MMA_KERNELS(8), PG_RING_MMA_KERNELS(16)};
+#undef PG_RING_MMA_KERNELS
+  const Kernel kernel = kKernels[v.ring_warps == 16][a.scale_mode == ScaleMode::kBlock][StageX(a, v)][a.swiglu];
   // The opt-in shared memory maximum (the kernels have no static shared memory), set once.
   static const int smem_limit = [] {
     int dev = 0, optin = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
       return 48 * 1024;
-    for (const Kernel* k = &kKernels[0][0][0]; k != &kKernels[0][0][0] + 8; ++k)
+    for (const Kernel* k = &kKernels[0][0][0][0]; k != &kKernels[0][0][0][0] + 16; ++k)
       (void)cudaFuncSetAttribute(*k, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
     return optin;
   }();
   const int staged = StageX(a, v) ? int(StagedBytes(a)) : 0;
-  const int room = smem_limit - kBarBytes - kRedBytes - staged;
+  const int cw = v.ring_warps == 16 ? 16 : 8;
+  const int room = smem_limit - kBarBytes - RedBytes(cw) - staged;
   RingMmaPlan p{};
   // The bulk copies cost about the same per copy up to several KB (docs/PERF.md "TMA-ring
   // decode GEMV": 1 -> 2 -> 4 KB pieces, 2x faster each), so copies are as large as fit.
   // ring_piece_kb 0 (auto): whole groups (one copy of 16 rows when rows are contiguous and two
   // such slots fit), else k cut into the fewest near-equal pieces of <= 6 KB a row (multiples
-  // of 512 columns: the summation order). 1 / 2 / 4 / 6 / 8: pieces of that many KB a row,
+  // of 64 x consumer-warp columns: the summation order). 1 / 2 / 4 / 6 / 8: pieces of that many KB a row,
   // halved while fewer than 2 slots fit.
   auto plan_pieces = [&](int chunk) {
     p.chunk = chunk < a.k ? chunk : int(a.k);
@@ -311,19 +321,20 @@ void LaunchFp8RingMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVa
     p.slot_bytes = kGroupRows * p.row_stride;
     p.stages = std::min(kMaxStages, room / p.slot_bytes);
   } else {
+    const int unit = 64 * cw;  // a step for each consumer warp
     const int64_t pieces = (a.k + 6143) / 6144;
-    plan_pieces(int((a.k + pieces - 1) / pieces + 511) / 512 * 512);
-    while (p.stages < 2 && p.chunk > 512) plan_pieces(p.chunk / 2 / 512 * 512 > 512 ? p.chunk / 2 / 512 * 512 : 512);
+    plan_pieces(int(((a.k + pieces - 1) / pieces + unit - 1) / unit * unit));
+    while (p.stages < 2 && p.chunk > unit) plan_pieces(std::max(unit, p.chunk / 2 / unit * unit));
   }
   if (v.ring_depth > 0) p.stages = std::min(p.stages, v.ring_depth);
   p.stages = std::max(p.stages, 1);
-  p.x_offset = kBarBytes + kRedBytes + p.stages * p.slot_bytes;
+  p.x_offset = kBarBytes + RedBytes(cw) + p.stages * p.slot_bytes;
   const size_t smem = size_t(p.x_offset) + size_t(staged);
   const int64_t blocks = std::min<int64_t>(MultiprocessorCount(), a.m);
   for (int64_t row0 = 0; row0 < a.n; row0 += 8) {
     p.row0 = row0;
     p.rows = int(a.n - row0 < 8 ? a.n - row0 : 8);
-    (void)LaunchPdl(kernel, dim3(unsigned(blocks)), dim3(kThreads), smem, stream, a, p);
+    (void)LaunchPdl(kernel, dim3(unsigned(blocks)), dim3(unsigned(32 * (cw + 1))), smem, stream, a, p);
   }
 }
 

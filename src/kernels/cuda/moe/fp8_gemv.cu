@@ -247,6 +247,7 @@ Fp8GemvVariant& VariantRef() {
     d.ring_piece_kb = EnvInt("PEREGRINE_FP8_GEMV_RING_PIECE_KB", d.ring_piece_kb);
     d.ring_depth = EnvInt("PEREGRINE_FP8_GEMV_RING_DEPTH", d.ring_depth);
     d.ring_stage_x = EnvInt("PEREGRINE_FP8_GEMV_RING_STAGE_X", d.ring_stage_x);
+    d.ring_warps = EnvInt("PEREGRINE_FP8_GEMV_RING_WARPS", d.ring_warps);
     return d;
   }();
   return v;
