@@ -69,6 +69,65 @@ std::pair<double, double> WarpAndRing(F&& fn) {
 
 namespace pg::bench {
 
+// Llama-3.1-8B's fused fp8 projections (FusedMatmul, per-tensor scale): "old" = the
+// composition with the previous GEMV (Fp8GemvVariant::ring 0: RmsNorm, Fp8GemvMmaKernel,
+// SwiGlu), "ring" = the composition with the ring GEMV (RunFusedMatmulComposed), "fused" =
+// the ring kernel with the norm prologue / SwiGLU epilogue (cuda_fp8_ring). Floor: weight +
+// x + out bytes.
+static void RunFp8FusedBench(double bw, void* norm_w) {
+  struct Fused {
+    const char* name;
+    int64_t m, k;
+    bool swiglu;
+  };
+  const Fused mats[] = {{"fp8 qkv 6144x4096 +norm", kQkv, kHidden, false},
+                        {"fp8 gate_up 28672x4096 +norm+swiglu", 2 * kInter, kHidden, true}};
+  const pg::cuda::Fp8GemvVariant saved = pg::cuda::GetFp8GemvVariant();
+  fmt::print("\nfp8 fused projections, us per call (old = RmsNorm + d4c1i GEMV (+ SwiGlu); ring = the "
+             "same composition on the ring GEMV; fused = one ring kernel)\n");
+  fmt::print("{:<36} {:>5} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8}\n", "matrix", "batch", "old", "ring",
+             "fused", "floor_us", "old/fl", "fused/fl");
+  for (const Fused& mt : mats) {
+    const size_t wbytes = size_t(mt.m * mt.k);
+    const int copies = int(std::max<size_t>(1, (size_t(256) << 20) / wbytes + 1));
+    std::vector<std::unique_ptr<DeviceBuf>> ws;
+    for (int c = 0; c < copies; ++c) {
+      ws.push_back(std::make_unique<DeviceBuf>(wbytes));
+      FillBf16(ws.back()->p, mt.m * mt.k / 2, 40 + c, 0.02f);
+    }
+    DeviceBuf scale(4);
+    const float one = 1.0f;
+    PG_CUDA_CHECK(cudaMemcpy(scale.p, &one, 4, cudaMemcpyHostToDevice));
+    const TensorView sv = TensorView::Contiguous(scale.p, DType::kF32, {1}, Device::kCuda);
+    const int64_t out_m = mt.swiglu ? mt.m / 2 : mt.m;
+    for (int64_t n : {1, 4, 8}) {
+      DeviceBuf x(size_t(n * mt.k * 2)), out(size_t(n * out_m * 2)), normed(size_t(n * mt.k * 2)),
+          proj(size_t(n * mt.m * 2));
+      FillBf16(x.p, n * mt.k, 7, 1.0f);
+      auto params = [&](int i) {
+        return ops::FusedMatmulParams{
+            .x = Dev(x.p, {n, mt.k}), .norm_weight = Dev(norm_w, {mt.k}),
+            .w = TensorView::Contiguous(ws[size_t(i % copies)]->p, DType::kF8E4M3, {mt.m, mt.k}, Device::kCuda),
+            .w_scale = sv, .swiglu = mt.swiglu, .out = Dev(out.p, {n, out_m}),
+            .normed = Dev(normed.p, {n, mt.k}), .projected = Dev(proj.p, {n, mt.m})};
+      };
+      pg::cuda::Fp8GemvVariant v = saved;
+      v.ring = 0;
+      pg::cuda::SetFp8GemvVariant(v);
+      const double old_ms = GraphMedianMs([&](int i) { ops::RunFusedMatmulComposed(params(i), false); });
+      v.ring = 2;
+      pg::cuda::SetFp8GemvVariant(v);
+      const double ring_ms = GraphMedianMs([&](int i) { ops::RunFusedMatmulComposed(params(i), false); });
+      const double fused_ms = GraphMedianMs([&](int i) { ops::FusedMatmul(params(i)); });
+      const double floor_ms = (double(wbytes) + double(n * mt.k * 2) + double(n * out_m * 2)) / bw * 1e3;
+      fmt::print("{:<36} {:>5} {:>9.2f} {:>9.2f} {:>9.2f} {:>9.2f} {:>7.1f}% {:>7.1f}%\n", mt.name, n,
+                 old_ms * 1e3, ring_ms * 1e3, fused_ms * 1e3, floor_ms * 1e3, 100 * floor_ms / old_ms,
+                 100 * floor_ms / fused_ms);
+    }
+  }
+  pg::cuda::SetFp8GemvVariant(saved);
+}
+
 int RunGemvBench() {
   try {
     cudaDeviceProp prop{};
@@ -162,19 +221,21 @@ int RunGemvBench() {
         const char* name;
         pg::cuda::Fp8GemvVariant v;
       };
-      // {mma, depth, chunk, interleave, warps_per_sm, prefetch}
+      // {mma, depth, chunk, interleave, warps_per_sm, prefetch, split, ring, ring_piece_kb,
+      // ring_depth, ring_stage_x, ring_warps}: f32 kernel, the per-warp cp.async tensor-core kernel (d4c1i, the default
+      // before the ring), the ring tensor-core kernel (gemm/fp8_ring_mma.cu; ra = whole 16-row
+      // groups a copy where they fit, else <= 6 KB row pieces; rN = N KB row pieces; dN = N
+      // slots, else as many as fit; x = x staged in shared memory; 16 = 16 consumer warps).
       const Named variants[] = {
-          {"f32", {false, 6, 1, false, 24, 0}},    {"d6c1", {true, 6, 1, false, 24, 0}},
-          {"d6c1i", {true, 6, 1, true, 24, 0}},    {"d4c1i", {true, 4, 1, true, 24, 0}},
-          {"d3c2", {true, 3, 2, false, 24, 0}},    {"d3c2i", {true, 3, 2, true, 24, 0}},
-          {"d6c2i", {true, 6, 2, true, 24, 0}},    {"d6c1p8", {true, 6, 1, false, 24, 8}},
-          {"d3c2p4", {true, 3, 2, false, 24, 4}},  {"d3c2ip4", {true, 3, 2, true, 24, 4}},
-          {"d6c1iw48", {true, 6, 1, true, 48, 0}}, {"d6c1w12", {true, 6, 1, false, 12, 0}}};
+          {"f32", {false, 6, 1, false, 24, 0, 0, 0, 0, 0}},   {"d4c1i", {true, 4, 1, true, 24, 0, 0, 0, 0, 0}},
+          {"ra", {true, 4, 1, true, 24, 0, 0, 1, 0, 0}},      {"rad2", {true, 4, 1, true, 24, 0, 0, 1, 0, 2}},
+          {"rax", {true, 4, 1, true, 24, 0, 0, 1, 0, 0, 1}},  {"r4", {true, 4, 1, true, 24, 0, 0, 1, 4, 0}},
+          {"r2d4", {true, 4, 1, true, 24, 0, 0, 1, 2, 4}},   {"ra16", {true, 4, 1, true, 24, 0, 0, 1, 0, 0, 0, 16}},
+          {"rax16", {true, 4, 1, true, 24, 0, 0, 1, 0, 0, 1, 16}}};
       const pg::cuda::Fp8GemvVariant saved = pg::cuda::GetFp8GemvVariant();
-      fmt::print("\nfp8 GEMV, us per call (f32 = the f32-FMA kernel; dNcM = tensor cores, N steps of M "
-                 "KB in flight a warp, i = interleaved steps, pN = N steps prefetched to L2 beyond, wN = k split "
-                 "for N warps an SM, else 24); "
-                 "floor/t of f32 and of the best\n");
+      fmt::print("\nfp8 GEMV, us per call (f32 = the f32-FMA kernel; d4c1i = per-warp cp.async tensor "
+                 "cores, 4 steps of 1 KB a warp, interleaved; ra / rN(dM) = ring tensor cores, auto / N KB row "
+                 "pieces (M slots), x = x staged in shared memory); floor/t of f32 and of the best\n");
       fmt::print("{:<30} {:>5}", "matrix", "batch");
       for (const Named& v : variants) fmt::print(" {:>9}", v.name);
       fmt::print(" {:>9} {:>8} {:>8} {:>8}\n", "floor_us", "f32/fl", "best/fl", "best");
@@ -221,6 +282,7 @@ int RunGemvBench() {
       }
       pg::cuda::SetFp8GemvVariant(saved);
     }
+    RunFp8FusedBench(bw, norm_w.p);
 
     if (fp8_only) return 0;
     // ---- the 32-layer projection stack -------------------------------------------------------

@@ -22,6 +22,7 @@
 #include "kernels/cuda/gemm/gemv_ring.h"
 #include "kernels/cuda/moe/moe_params.h"
 #include "kernels/ops_fused.h"
+#include "gemv_test_util.h"
 #include "op_test_util.h"
 
 namespace pg::ops::testing {
@@ -58,46 +59,6 @@ std::vector<RingCase> RingCases() {
   cases.push_back({3, 4096, 9001, false});
   cases.push_back({4, 14336, 1025, false, false, false, true});
   return cases;
-}
-
-// Device copy of a host buffer.
-struct Dev {
-  void* p = nullptr;
-  explicit Dev(size_t bytes) { PG_TEST_CUDA(cudaMalloc(&p, bytes)); }
-  Dev(const void* host, size_t bytes) : Dev(bytes) {
-    PG_TEST_CUDA(cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice));
-  }
-  ~Dev() { cudaFree(p); }
-  Dev(const Dev&) = delete;
-  Dev& operator=(const Dev&) = delete;
-};
-
-// bf16 bits of an f32 [rows, cols] matrix, rows `ld` apart.
-std::vector<uint16_t> Bf16Rows(const float* v, int64_t rows, int64_t cols, int64_t ld) {
-  std::vector<uint16_t> out(size_t(rows * ld), 0);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) out[size_t(r * ld + c)] = F32ToBf16(v[r * cols + c]);
-  return out;
-}
-
-// An fp8 case's reference: out_init (normal values rounded to bf16, the device output's
-// initial contents) and ref = the reference Matmul of x, w, scale (and bias) onto a copy of it
-// (accumulate) or in its place.
-struct Fp8Ref {
-  Tensor out_init, ref;
-};
-Fp8Ref Fp8Reference(const Tensor& x, const Tensor& w, const Tensor& scale, const Tensor* bias,
-                    bool accumulate) {
-  const int64_t n = x.view().dim(0), m = w.view().dim(0);
-  Fp8Ref r{Tensor(DType::kF32, {n, m}), Tensor(DType::kF32, {n, m})};
-  FillNormal(r.out_init);
-  RoundToBf16(r.out_init);
-  Restore(r.ref, Copy(r.out_init));
-  MatmulParams p{.x = x.view(), .w = w.view(), .out = r.ref.view(), .w_scale = scale.view()};
-  if (bias) p.bias = bias->view();
-  p.accumulate = accumulate;
-  RunWith(RefImpl<MatmulParams>(), p);
-  return r;
 }
 
 struct Outputs {
@@ -253,50 +214,18 @@ TEST(GemvRing, Fp8MatchesTheReferenceAndTheWarpKernelBitwise) {
   cases.push_back({1, 4096, 20000, true});
   for (const Fp8Case& c : cases) {
     SCOPED_TRACE(c.Name());
-    Tensor x(DType::kF32, {c.n, c.k}), bias(DType::kF32, {c.m}), wf(DType::kF32, {c.m, c.k});
-    FillNormal(x);
-    RoundToBf16(x);
-    FillNormal(bias);
-    FillNormal(wf, 0.0f, 1.0f);
-    Tensor w(DType::kF8E4M3, {c.m, c.k});
-    for (int64_t r = 0; r < c.m; ++r)
-      quant::QuantizeRow(DType::kF8E4M3, wf.data<float>() + r * c.k, w.view().row_ptr(r), c.k);
-    Tensor scale(DType::kF32, {c.per_row ? c.m : 1});
-    FillUniform(scale, 0.01f, 0.03f);
-    const Fp8Ref fr = Fp8Reference(x, w, scale, c.bias ? &bias : nullptr, c.accumulate);
-    const Tensor &out_init = fr.out_init, &ref = fr.ref;
-
-    const std::vector<uint16_t> xb = Bf16Rows(x.data<float>(), c.n, c.k, c.k);
-    const std::vector<uint16_t> ib = Bf16Rows(out_init.data<float>(), c.n, c.m, c.m);
-    Dev dx(xb.data(), xb.size() * 2), dw(w.data<uint8_t>(), size_t(c.m * c.k));
-    Dev dscale(scale.data<float>(), size_t(scale.numel()) * 4), dbias(bias.data<float>(), size_t(c.m) * 4);
-    Dev dout(ib.size() * 2);
-    cuda::Fp8GemvArgs a{};
-    a.x = static_cast<const cuda::bf16*>(dx.p);
-    a.w = static_cast<const uint8_t*>(dw.p);
-    a.scale = static_cast<const float*>(dscale.p);
-    a.scale_mode = c.per_row ? cuda::ScaleMode::kChannel : cuda::ScaleMode::kTensor;
-    a.out = static_cast<cuda::bf16*>(dout.p);
-    a.bias = c.bias ? static_cast<const float*>(dbias.p) : nullptr;
-    a.n = c.n, a.k = c.k, a.m = c.m, a.ldx = c.k, a.ldw = c.k, a.ldo = c.m;
-    a.accumulate = c.accumulate;
-    std::vector<float> got[3];
+    const auto pr = MakeFp8Problem({c.n, c.k, c.m, c.per_row ? cuda::ScaleMode::kChannel : cuda::ScaleMode::kTensor,
+                                    c.bias, c.accumulate});
+    const cuda::Fp8GemvArgs& a = pr->args;
+    const Tensor& ref = pr->ref.ref;
     const cuda::GemvRingMode mode = cuda::GetGemvRingMode();
     cuda::SetGemvRingMode(cuda::GemvRingMode::kOn);
     EXPECT_TRUE(cuda::Fp8GemvRingTake(a));
     cuda::SetGemvRingMode(mode);
-    for (int ring = 0; ring < 3; ++ring) {  // f32 kernel, ring, LaunchFp8Gemv (tensor cores)
-      PG_TEST_CUDA(cudaMemcpy(dout.p, ib.data(), ib.size() * 2, cudaMemcpyHostToDevice));
-      if (ring == 1) cuda::LaunchFp8GemvRing(a, nullptr);
-      else if (ring == 2) cuda::LaunchFp8Gemv(a, nullptr);
-      else cuda::LaunchFp8GemvF32(a, nullptr);
-      PG_TEST_CUDA(cudaGetLastError());
-      PG_TEST_CUDA(cudaDeviceSynchronize());
-      std::vector<uint16_t> h(ib.size());
-      PG_TEST_CUDA(cudaMemcpy(h.data(), dout.p, h.size() * 2, cudaMemcpyDeviceToHost));
-      got[ring].resize(h.size());
-      for (size_t i = 0; i < h.size(); ++i) got[ring][i] = Bf16ToF32(h[i]);
-    }
+    std::vector<float> got[3];  // f32 kernel, ring, LaunchFp8Gemv (tensor cores)
+    got[0] = pr->Run([&] { cuda::LaunchFp8GemvF32(a, nullptr); });
+    got[1] = pr->Run([&] { cuda::LaunchFp8GemvRing(a, nullptr); });
+    got[2] = pr->Run([&] { cuda::LaunchFp8Gemv(a, nullptr); });
     ExpectClose(ref.data<float>(), got[1].data(), ref.numel(), kBf16, "fp8 ring vs ref " + c.Name());
     ExpectClose(ref.data<float>(), got[0].data(), ref.numel(), kBf16, "fp8 warp vs ref " + c.Name());
     ExpectClose(ref.data<float>(), got[2].data(), ref.numel(), kBf16, "fp8 mma vs ref " + c.Name());
@@ -349,53 +278,18 @@ TEST(Fp8Gemv, MmaKernelMatchesTheReferenceInEveryVariant) {
   const cuda::Fp8GemvVariant saved = cuda::GetFp8GemvVariant();
   for (const MmaCase& c : cases) {
     SCOPED_TRACE(c.Name());
-    const int64_t ldx = c.k + c.xpad;
-    Tensor x(DType::kF32, {c.n, c.k}), bias(DType::kF32, {c.m});
-    FillNormal(x);
-    RoundToBf16(x);
-    FillNormal(bias);
-    Tensor w(DType::kF8E4M3, {c.m, c.k});
-    if (c.subnormal || c.all_codes) {
-      uint8_t* p = w.data<uint8_t>();
-      for (int64_t i = 0; i < c.m * c.k; ++i) {
-        uint8_t v = c.subnormal ? uint8_t(RandInt(0, 7) | (RandInt(0, 1) << 7)) : uint8_t(RandInt(0, 253));
-        if (!c.subnormal && (v & 0x7F) == 0x7F) v ^= 1;  // the two NaN codes -> +-448
-        p[i] = v;
-      }
-    } else {
-      Tensor wf(DType::kF32, {c.m, c.k});
-      FillNormal(wf, 0.0f, 1.0f);
-      for (int64_t r = 0; r < c.m; ++r)
-        quant::QuantizeRow(DType::kF8E4M3, wf.data<float>() + r * c.k, w.view().row_ptr(r), c.k);
-    }
-    Tensor scale = c.mode == M::kTensor    ? Tensor(DType::kF32, {1})
-                   : c.mode == M::kChannel ? Tensor(DType::kF32, {c.m})
-                                           : Tensor(DType::kF32, {(c.m + 127) / 128, (c.k + 127) / 128});
-    if (c.subnormal) FillUniform(scale, 1.0f, 2.0f);
-    else FillUniform(scale, 0.01f, 0.03f);
-    const Fp8Ref fr = Fp8Reference(x, w, scale, c.bias ? &bias : nullptr, c.accumulate);
-    const Tensor &out_init = fr.out_init, &ref = fr.ref;
-
-    const std::vector<uint16_t> xb = Bf16Rows(x.data<float>(), c.n, c.k, ldx);
-    const std::vector<uint16_t> ib = Bf16Rows(out_init.data<float>(), c.n, c.m, c.m);
-    Dev dx(xb.data(), xb.size() * 2), dw(w.data<uint8_t>(), size_t(c.m * c.k));
-    Dev dscale(scale.data<float>(), size_t(scale.numel()) * 4), dbias(bias.data<float>(), size_t(c.m) * 4);
-    Dev dout(ib.size() * 2);
-    cuda::Fp8GemvArgs a{};
-    a.x = static_cast<const cuda::bf16*>(dx.p);
-    a.w = static_cast<const uint8_t*>(dw.p);
-    a.scale = static_cast<const float*>(dscale.p);
-    a.scale_mode = c.mode;
-    a.scale_ld = int((c.k + 127) / 128);
-    a.out = static_cast<cuda::bf16*>(dout.p);
-    a.bias = c.bias ? static_cast<const float*>(dbias.p) : nullptr;
-    a.n = c.n, a.k = c.k, a.m = c.m, a.ldx = ldx, a.ldw = c.k, a.ldo = c.m;
-    a.accumulate = c.accumulate;
+    const auto pr = MakeFp8Problem(
+        {c.n, c.k, c.m, c.mode, c.bias, c.accumulate, c.xpad,
+         c.subnormal ? Fp8Weights::kSubnormal : c.all_codes ? Fp8Weights::kAllCodes : Fp8Weights::kNormal,
+         c.subnormal ? 1.0f : 0.01f, c.subnormal ? 2.0f : 0.03f});
+    const cuda::Fp8GemvArgs& a = pr->args;
+    const Tensor& ref = pr->ref.ref;
     // Variants: depth 3 / 4 / 6 x chunk 1 / 2 x interleave, then the f32 kernel. The depth
     // does not change the summation: bitwise equal within a (chunk, interleave) pair.
     std::vector<float> first[2][2];
     for (int vi = 0; vi <= 14; ++vi) {  // 12, 13: with L2 prefetch (chunk 1 / 2); 14: f32
       cuda::Fp8GemvVariant v;
+      v.ring = 0;  // this kernel, not gemm/fp8_ring_mma.cu's (fp8_ring_mma_test.cpp)
       v.mma = vi < 14;
       v.depth = vi % 3 == 0 ? 3 : vi % 3 == 1 ? 4 : 6;
       v.chunk = (vi / 3) % 2 + 1;
@@ -405,14 +299,7 @@ TEST(Fp8Gemv, MmaKernelMatchesTheReferenceInEveryVariant) {
                                                    v.depth, v.chunk, int(v.interleave), v.prefetch)
                                      : std::string("f32 kernel ");
       cuda::SetFp8GemvVariant(v);
-      PG_TEST_CUDA(cudaMemcpy(dout.p, ib.data(), ib.size() * 2, cudaMemcpyHostToDevice));
-      cuda::LaunchFp8Gemv(a, nullptr);
-      PG_TEST_CUDA(cudaGetLastError());
-      PG_TEST_CUDA(cudaDeviceSynchronize());
-      std::vector<uint16_t> h(ib.size());
-      PG_TEST_CUDA(cudaMemcpy(h.data(), dout.p, h.size() * 2, cudaMemcpyDeviceToHost));
-      std::vector<float> got(h.size());
-      for (size_t i = 0; i < h.size(); ++i) got[i] = Bf16ToF32(h[i]);
+      const std::vector<float> got = pr->Run([&] { cuda::LaunchFp8Gemv(a, nullptr); });
       ExpectClose(ref.data<float>(), got.data(), ref.numel(), kBf16, what + "vs ref");
       if (!v.mma) continue;
       std::vector<float>& f = first[v.chunk - 1][v.interleave];

@@ -1,13 +1,13 @@
 // mbarrier and 1-D bulk-copy (cp.async.bulk, "TMA without a tensor map") primitives of the
-// producer / consumer shared-memory rings (sm_90): gemm/gemv_ring.cu's weight ring and
-// attention/decode_stream.cu's KV ring. A ring slot has a "full" barrier (the producer's
-// arrive.expect_tx of the slot's bytes; the copies complete the transaction count) and an
-// "empty" barrier (one arrive per consumer warp that read the slot). Waits take the parity of
-// the phase they wait for: use n of a slot (n = 0, 1, ...) waits for parity n & 1 of full,
-// and the producer's (n + 1)-th fill waits for parity n & 1 of empty.
+// producer / consumer shared-memory rings (sm_90): gemm/gemv_ring.cu (bf16 / f32-FMA fp8
+// consumers), gemm/fp8_ring_mma.cu (tensor-core fp8 consumers) and attention/decode_stream.cu
+// (the KV ring). A ring slot has a "full" barrier (count 1: the producer's arrive, plus the
+// slot's bytes as transaction count) and an "empty" barrier (one arrive per consumer warp).
+// Addresses are shared-memory (cvta) addresses; bytes are multiples of 16 with 16-byte aligned
+// ends. Waits take the parity of the phase they wait for: use n of a slot (n = 0, 1, ...)
+// waits for parity n & 1 of full, and the producer's (n + 1)-th fill waits for parity n & 1 of
+// empty.
 #pragma once
-
-#include <cuda_runtime.h>
 
 #include <cstdint>
 
@@ -19,7 +19,7 @@ __device__ __forceinline__ uint32_t SmemAddr(const void* p) {
 __device__ __forceinline__ void MbarInit(uint32_t bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
 }
-// After the inits, before any other thread uses the barriers (then __syncthreads).
+// Makes the inits visible to the async proxy (the bulk copies' complete_tx).
 __device__ __forceinline__ void FenceMbarInit() {
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
@@ -30,7 +30,8 @@ __device__ __forceinline__ void MbarArriveExpectTx(uint32_t bar, uint32_t bytes)
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
                : "memory");
 }
-// Returns once the barrier's phase of parity `parity` has completed.
+// Returns once the barrier's phase of parity `parity` has completed (a fresh barrier counts
+// as having completed the phase of parity 1).
 __device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
   uint32_t done = 0;
   do {
@@ -42,7 +43,7 @@ __device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
         : "memory");
   } while (!done);
 }
-// bytes (multiple of 16, 16-byte aligned ends) from global to shared, counted on `bar`.
+// bytes from global to shared, counted on `bar`'s transaction count, with an L2 policy.
 __device__ __forceinline__ void BulkLoad(uint32_t dst, const void* src, uint32_t bytes,
                                          uint32_t bar, uint64_t policy) {
   asm volatile(
@@ -56,6 +57,11 @@ __device__ __forceinline__ uint64_t EvictFirstPolicy() {
   uint64_t policy;
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
   return policy;
+}
+// Barrier `id` (1..15; 0 is __syncthreads) over `threads` threads (a multiple of 32).
+template <int kThreads>
+__device__ __forceinline__ void NamedBarrier(int id) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "n"(kThreads) : "memory");
 }
 
 }  // namespace pg::cuda::bulk

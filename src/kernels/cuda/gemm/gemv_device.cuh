@@ -38,50 +38,71 @@ __device__ __forceinline__ float SumSq8(const uint4& v) {
   return s;
 }
 
+// The rows to stage (StageRowsOf): x's rows (row stride ldx, k columns, k % 8 == 0) and,
+// with norm_weight, RmsNorm's parameters.
+struct StageSource {
+  const bf16* x;
+  int64_t ldx, k;
+  const void* norm_weight;  // null: copy as is
+  WeightType norm_type;
+  float norm_eps;
+};
+
+// Stages `rows` rows of src into `staged` (row r at staged + r * ld, k / 8 16-byte chunks),
+// as RmsNorm's bf16 output when src.norm_weight is set. Threads tid in [0, kWarps * 32) take
+// part; partial holds rows * kWarps floats of shared memory; sync() is a barrier over exactly
+// those threads (called once, or twice with the norm). Each row's sum of squares: a thread's
+// chunks in order, the warp's xor butterfly, then the warps' sums in warp order.
+template <int kWarps, typename Sync>
+__device__ __forceinline__ void StageRowsOf(const StageSource& src, int rows, uint4* staged, int64_t ld,
+                                            int tid, float* partial, Sync sync) {
+  constexpr int kThreads = kWarps * 32;
+  const int warp = tid / 32, lane = tid % 32;
+  const int64_t nv = src.k / 8;
+  const bool norm = src.norm_weight != nullptr;
+  for (int r = 0; r < rows; ++r) {
+    float ss = 0.0f;
+    const uint4* xr = reinterpret_cast<const uint4*>(src.x + r * src.ldx);
+    for (int64_t i = tid; i < nv; i += kThreads) {
+      const uint4 v = xr[i];
+      staged[r * ld + i] = v;
+      if (norm) ss += SumSq8(v);
+    }
+    if (norm) {
+      for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+      if (lane == 0) partial[r * kWarps + warp] = ss;
+    }
+  }
+  sync();
+  if (!norm) return;
+  for (int r = 0; r < rows; ++r) {
+    float total = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) total += partial[r * kWarps + w];
+    const float inv = InvRms(total, src.k, src.norm_eps);
+    // Each thread rescales the chunks it staged above (same i): no barrier in between.
+    for (int64_t i = tid; i < nv; i += kThreads) {
+      uint4 v = staged[r * ld + i];
+      bf16* e = reinterpret_cast<bf16*>(&v);
+#pragma unroll
+      for (int q = 0; q < 8; ++q)
+        e[q] = NormElement(ToF(e[q]), inv, LoadNormWeight(src.norm_weight, src.norm_type, i * 8 + q));
+      staged[r * ld + i] = v;
+    }
+  }
+  sync();
+}
+
 // Stages rows row0 .. row0 + NB - 1 of x into `staged` ([NB][k / 8] 16-byte chunks), as
 // RmsNorm's bf16 output when `norm` (a.norm_weight). Threads tid in [0, kWarps * 32) take
 // part; sync() is a barrier over exactly those threads (called once, or twice with norm).
 template <int NB, int kWarps, typename Sync>
 __device__ __forceinline__ void StageRows(const GemvArgs& a, int64_t row0, uint4* staged, int tid,
                                           bool norm, Sync sync) {
-  __shared__ float partial[NB][kWarps];
-  constexpr int kThreads = kWarps * 32;
-  const int warp = tid / 32, lane = tid % 32;
-  const int64_t nv = a.k / 8;
-  float ss[NB];
-#pragma unroll
-  for (int r = 0; r < NB; ++r) {
-    ss[r] = 0.0f;
-    const uint4* xr = reinterpret_cast<const uint4*>(a.x + (row0 + r) * a.ldx);
-    for (int64_t i = tid; i < nv; i += kThreads) {
-      const uint4 v = xr[i];
-      staged[r * nv + i] = v;
-      if (norm) ss[r] += SumSq8(v);
-    }
-    if (norm) {
-      for (int o = 16; o > 0; o >>= 1) ss[r] += __shfl_xor_sync(0xffffffffu, ss[r], o);
-      if (lane == 0) partial[r][warp] = ss[r];
-    }
-  }
-  sync();
-  if (!norm) return;
-#pragma unroll
-  for (int r = 0; r < NB; ++r) {
-    float total = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) total += partial[r][w];
-    const float inv = InvRms(total, a.k, a.norm_eps);
-    // Each thread rescales the chunks it staged above (same i): no barrier in between.
-    for (int64_t i = tid; i < nv; i += kThreads) {
-      uint4 v = staged[r * nv + i];
-      bf16* e = reinterpret_cast<bf16*>(&v);
-#pragma unroll
-      for (int q = 0; q < 8; ++q)
-        e[q] = NormElement(ToF(e[q]), inv, LoadNormWeight(a.norm_weight, a.norm_type, i * 8 + q));
-      staged[r * nv + i] = v;
-    }
-  }
-  sync();
+  __shared__ float partial[NB * kWarps];
+  const StageSource src{a.x + row0 * a.ldx, a.ldx, a.k, norm ? a.norm_weight : nullptr,
+                        a.norm_type, a.norm_eps};
+  StageRowsOf<kWarps>(src, NB, staged, a.k / 8, tid, partial, sync);
 }
 
 // The warp's epilogue for output feature j: reduces acc[q][r] (weight row q of the warp:

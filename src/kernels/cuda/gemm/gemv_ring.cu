@@ -68,7 +68,7 @@ using bulk::MbarInit;
 using bulk::MbarWait;
 using bulk::SmemAddr;
 __device__ __forceinline__ void ConsumerBarrier() {  // the consumer warps only (named barrier 1)
-  asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32) : "memory");
+  bulk::NamedBarrier<kConsumerWarps * 32>(1);
 }
 
 // kFp8: w holds fp8 e4m3 bytes (a.w reinterpreted; a.ldw in bytes) scaled by p.w_scale
@@ -104,7 +104,7 @@ __global__ void __launch_bounds__(kThreads, 2) GemvRingKernel(GemvArgs a, RingPl
       MbarInit(full0 + 8 * s, 1);         // the producer's arrive (+ the bytes)
       MbarInit(empty0 + 8 * s, p.group);  // one arrive per consumer warp of the group
     }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    bulk::FenceMbarInit();
   }
   __syncthreads();
 

@@ -12,18 +12,24 @@
 //   count (<= 8), and the MMA does the products. Not bitwise the f32 kernel (another
 //   summation order, see the kernel); both are checked against ref. e4m3's NaN codes (0x7F,
 //   0xFF) read as +-480 here (weights hold none: quantizers saturate).
+// LaunchFp8Gemv runs gemm/fp8_ring_mma.cu's ring tensor-core kernel instead where
+// Fp8GemvVariant::ring selects it (PEREGRINE_FP8_GEMV_RING: 0 never, 1 where it fits, unset
+// = 2 by shape).
 // Fp8GemvKernel (f32 FMA; fallback and reference twin of gemv_ring.cu's fp8 path): one warp
 //   per output feature j, 16-byte loads (16 elements), each chunk's partial dot scaled by its
 //   128-column block scale (block mode) or the row's scale at the end.
 #include "kernels/cuda/common/context.h"
 #include "kernels/cuda/common/pdl.cuh"
 #include "core/env.h"
+#include "kernels/cuda/gemm/fp8_ring_mma.h"
+#include "kernels/cuda/moe/fp8_mma.cuh"
 #include "kernels/cuda/moe/moe_device.cuh"
 
 namespace pg::cuda {
 namespace {
 
 constexpr int kWarps = 8;
+using fp8mma::Mma16;
 
 template <int NB>
 __global__ void __launch_bounds__(kWarps * 32) Fp8GemvKernel(Fp8GemvArgs a, int64_t row0, bool vec) {
@@ -84,46 +90,6 @@ __global__ void __launch_bounds__(kWarps * 32) Fp8GemvKernel(Fp8GemvArgs a, int6
 
 // ---- tensor-core kernel ----------------------------------------------------------------------
 constexpr int kMmaMaxWarps = 16;  // a block: max(8, split) warps
-
-// 4 e4m3 values (the bytes of q, first element in the low byte) as two bf16x2 words, lo =
-// (e0, e1) and hi = (e2, e3), each value times 2^-120 exactly: the e4m3 exponent and mantissa
-// bits land in the low bits of bf16's exponent and the top of its mantissa (bias 7 read as
-// 127), so normal e4m3 become normal bf16 and subnormal e4m3 subnormal bf16, same mantissa
-// (the H200's tensor cores keep bf16 subnormals: Fp8Gemv.* checks weights of only subnormal
-// codes, request 1 also bitwise against widening to the exact values with a bf16 multiply).
-// 4 integer instructions a pair (byte permute, shift, mask, merge the sign).
-__device__ __forceinline__ void E4m3x4ToBf16x2(uint32_t q, uint32_t& lo, uint32_t& hi) {
-  const uint32_t l = __byte_perm(q, 0u, 0x1404);  // [e1 0 e0 0]: a value in each lane's high byte
-  const uint32_t h = __byte_perm(q, 0u, 0x3424);  // [e3 0 e2 0]
-  lo = (l & 0x80008000u) | ((l >> 4) & 0x07F007F0u);
-  hi = (h & 0x80008000u) | ((h >> 4) & 0x07F007F0u);
-}
-
-// d += A (16 x 16 bf16, row-major fragment) * B (16 x 8 bf16, column fragment), f32.
-__device__ __forceinline__ void MmaBf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                        uint32_t a3, uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// 16 columns of a lane: wa / wb hold 16 weights of rows g and g + 8 (g = lane / 4), x0 / x1 the
-// same 16 columns of activation row g (zero for g >= rows). Four MMAs, MMA i on the lane's
-// columns 4i .. 4i + 3: the fragment's k positions (2q, 2q + 1) hold columns +0, +1 and
-// (2q + 8, 2q + 9) columns +2, +3, q = lane % 4 (any k order works when A and B agree).
-__device__ __forceinline__ void Mma16(const uint4& wa, const uint4& wb, const uint4& x0,
-                                      const uint4& x1, float (&d)[4]) {
-  const uint32_t wav[4] = {wa.x, wa.y, wa.z, wa.w}, wbv[4] = {wb.x, wb.y, wb.z, wb.w};
-  const uint32_t xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    uint32_t a0, a2, a1, a3;
-    E4m3x4ToBf16x2(wav[i], a0, a2);
-    E4m3x4ToBf16x2(wbv[i], a1, a3);
-    MmaBf16(d, a0, a1, a2, a3, xv[2 * i], xv[2 * i + 1]);
-  }
-}
 
 __device__ __forceinline__ void CpAsync16(uint4* dst, const uint4* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(
@@ -276,6 +242,12 @@ Fp8GemvVariant& VariantRef() {
     d.interleave = EnvFlag("PEREGRINE_FP8_GEMV_INTERLEAVE", d.interleave);
     d.warps_per_sm = EnvInt("PEREGRINE_FP8_GEMV_WARPS_PER_SM", d.warps_per_sm);
     d.prefetch = EnvInt("PEREGRINE_FP8_GEMV_PREFETCH", d.prefetch);
+    d.split = EnvInt("PEREGRINE_FP8_GEMV_SPLIT", d.split);
+    d.ring = EnvInt("PEREGRINE_FP8_GEMV_RING", d.ring);
+    d.ring_piece_kb = EnvInt("PEREGRINE_FP8_GEMV_RING_PIECE_KB", d.ring_piece_kb);
+    d.ring_depth = EnvInt("PEREGRINE_FP8_GEMV_RING_DEPTH", d.ring_depth);
+    d.ring_stage_x = EnvInt("PEREGRINE_FP8_GEMV_RING_STAGE_X", d.ring_stage_x);
+    d.ring_warps = EnvInt("PEREGRINE_FP8_GEMV_RING_WARPS", d.ring_warps);
     return d;
   }();
   return v;
@@ -289,7 +261,9 @@ void LaunchMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVariant& 
   const int64_t steps = a.k / (64 * C), groups = (a.m + 15) / 16;
   const int64_t want = int64_t(v.warps_per_sm) * MultiprocessorCount();
   int split = 1;
-  while (split < kMmaMaxWarps && groups * split < want && steps >= 8 * split) split *= 2;
+  if (v.split == 1 || v.split == 2 || v.split == 4 || v.split == 8 || v.split == 16) split = v.split;
+  else
+    while (split < kMmaMaxWarps && groups * split < want && steps >= 8 * split) split *= 2;
   const int nw = split > 8 ? split : 8;
   const int64_t per_block = nw / split;
   const unsigned blocks = unsigned((groups + per_block - 1) / per_block);
@@ -340,7 +314,10 @@ void LaunchFp8GemvF32(const Fp8GemvArgs& a, cudaStream_t stream) {
 void LaunchFp8Gemv(const Fp8GemvArgs& a, cudaStream_t stream) {
   if (a.n == 0 || a.m == 0) return;
   const Fp8GemvVariant v = VariantRef();
-  if (v.mma && MmaFits(a)) LaunchMma(a, stream, v);
+  if (a.norm_weight || a.swiglu) LaunchFp8RingMma(a, stream, v);  // only it fuses (moe_params.h)
+  else if (v.mma && v.ring != 0 && Fp8RingMmaFits(a) && (v.ring == 1 || Fp8RingMmaWants(a)))
+    LaunchFp8RingMma(a, stream, v);  // gemm/fp8_ring_mma.cu
+  else if (v.mma && MmaFits(a)) LaunchMma(a, stream, v);
   else LaunchFp8GemvF32(a, stream);
 }
 

@@ -11,6 +11,8 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/common/device_params.h"  // WeightType
+
 namespace pg::cuda {
 
 using bf16 = __nv_bfloat16;
@@ -208,6 +210,16 @@ struct Fp8GemvArgs {
   const float* bias;      // optional [m]
   int64_t n, k, m, ldx, ldw, ldo;
   bool accumulate;
+  // Fused decode options (ops_fused.h FusedMatmul with fp8 weights): only the ring kernel
+  // (gemm/fp8_ring_mma.cu, launched directly) takes them; LaunchFp8Gemv requires them unset.
+  //  * norm_weight: x's rows are RMS-normalised first, rounded to bf16 as RmsNorm's output
+  //    (staged in shared memory), so x is the norm's input;
+  //  * swiglu: w has 2m rows (gate [0, m), up [m, 2m)), scale / bias 2m entries (per row) and
+  //    out[r, j] = silu(bf16(y[r, j])) * bf16(y[r, m + j]) rounded to bf16, j < m; no accumulate.
+  const void* norm_weight;  // optional [k] of norm_type
+  WeightType norm_type;
+  float norm_eps;
+  bool swiglu;
 };
 void LaunchFp8Gemv(const Fp8GemvArgs& a, cudaStream_t stream);
 // The f32-FMA warp kernel alone (the reference twin of gemv_ring.cu's fp8 path, bitwise).
@@ -219,7 +231,8 @@ void LaunchFp8GemvF32(const Fp8GemvArgs& a, cudaStream_t stream);
 // steps together (else each a contiguous k range), warps_per_sm = the k split's target (more
 // warps per 16 rows until the grid has this many an SM), prefetch = steps a warp also
 // prefetches into L2 beyond its ring (0: none). Defaults from PEREGRINE_FP8_GEMV_MMA / _DEPTH
-// / _CHUNK / _INTERLEAVE / _WARPS_PER_SM / _PREFETCH.
+// / _CHUNK / _INTERLEAVE / _WARPS_PER_SM / _PREFETCH / _SPLIT / _RING / _RING_PIECE_KB /
+// _RING_DEPTH / _RING_WARPS / _RING_STAGE_X.
 struct Fp8GemvVariant {
   bool mma = true;
   int depth = 4;        // request 2 (H200): d4 interleaved was the fastest on 8 of 10 shapes
@@ -227,6 +240,18 @@ struct Fp8GemvVariant {
   bool interleave = true;
   int warps_per_sm = 24;
   int prefetch = 0;
+  int split = 0;        // warps sharing 16 rows, forced (1, 2, 4, 8, 16; 0: by the grid, above)
+  // The ring tensor-core GEMV (gemm/fp8_ring_mma.cu: a producer warp bulk-copies 16-row
+  // tiles into a shared-memory ring, 8 consumer warps run the MMAs): 0 never, 1 wherever it
+  // fits, 2 where it measured faster (by shape). ring_piece_kb: KB of one weight row a slot
+  // holds (1, 2, 4, 6 or 8; 0: whole 16-row groups in one copy where they fit, else <= 6 KB);
+  // ring_depth: slots (0: as many as fit).
+  int ring = 2;
+  int ring_piece_kb = 0;
+  int ring_depth = 0;
+  int ring_stage_x = 0;  // x rows staged in shared memory: 0 never (but with the norm), 1
+                         // where they fit, 2 from 4 rows where they fit
+  int ring_warps = 8;    // consumer warps of the ring kernel: 8 or 16
 };
 void SetFp8GemvVariant(const Fp8GemvVariant& v);
 Fp8GemvVariant GetFp8GemvVariant();

@@ -1,0 +1,341 @@
+// Ring tensor-core fp8 GEMV: out[r, j] = (accumulate ? out[r, j] : 0) + sum_i x[r, i] *
+// w[j, i] * scale(j, i) (+ bias[j]) for up to 8 activation rows r a pass (Fp8GemvArgs), with
+// the fused options of FusedMatmul: RMSNorm prologue (the consumers stage the normalised
+// rows in shared memory after PdlWait, kStageX, gemv_device.cuh StageRowsOf; without the norm
+// kStageX stages x as it is, Fp8GemvVariant::ring_stage_x) and SwiGLU
+// epilogue (kSwiGlu: a group is 8 gate rows j0.. in slot rows 0-7 and their up rows m + j0..
+// in slot rows 8-15, so a lane holds gate and up of the same output, whose sums it rounds to
+// bf16 before silu(gate) * up, as the composition Matmul -> SwiGlu rounds).
+//
+// One block per SM (grid = min(SMs, m)); block b owns the contiguous output rows
+// [m b / grid, m (b + 1) / grid) (any row count: the slices balance bytes, not 16-row
+// groups) and walks them in groups of 16 weight rows (the last one shorter). A producer warp
+// (the last) bulk-copies each group, in `chunk`-column pieces of k, into ring slots
+// (cp.async.bulk, completion counted in bytes on the slot's full mbarrier, L2 evict-first),
+// starting before PdlWait (weights only: pdl.cuh's contract), so the ring (up to ~200 KB an
+// SM) is in flight while the previous kernel drains. The copies cost about the same per
+// copy up to several KB (request 1: 1 KB pieces 1.7x slower than 4 KB), so they are as large
+// as fit: with contiguous rows and chunk == k one copy a group ("whole"), else one a row
+// piece. kCw (8 or 16) consumer warps wait for each slot, take its 64-column steps t = warp,
+// warp + kCw, ... (16 rows x 64 columns: 4 MMAs m16n8k16, the weights widened e4m3 -> bf16 by
+// bit operations, fp8_mma.cuh), and give it back on its empty mbarrier (one arrive per
+// consumer warp). Activations: lane (g, q) of the MMA reads row g's 32 bytes of the step
+// (zero for g >= rows) from global (L1 / L2 hits) or from the staged rows.
+//
+// Shared memory: [full mbarriers kMaxStages][empty kMaxStages][reduction 2 x kCw warps x 32
+// lanes float4][ring: stages x 16 rows x row_stride bytes][kStageX: rows x (k / 8 + 1) 16-byte
+// chunks of (normalised) x; the pad chunk makes the fragment reads conflict-free]. Row pieces
+// are padded to row_stride = round_up(chunk, 128) + 64 bytes, so the 8 lanes of a quarter-warp
+// (rows g, g + 1, columns 16q) hit 8 different 16-byte bank groups in their 16-byte loads;
+// whole groups are not (row_stride = k: a 2-way conflict when k % 128 == 0, measured cheaper
+// than the copies it saves).
+//
+// Summation order (bitwise that of Fp8GemvMmaKernel with split kCw, interleaved, 1 KB steps):
+// a warp sums its steps (global step index = warp mod kCw, in k order: chunk is a multiple of
+// 8 steps of 64 columns or all of k; 16 warps: of 16 steps) into its accumulators (block
+// scales: each step's 4-MMA sum times the step's scale, fmaf), then one warp adds the warps'
+// sums in warp order and writes acc * 2^120 * row scale (+ bias, + out) rounded to bf16.
+#include <algorithm>
+
+#include "core/env.h"
+#include "kernels/cuda/common/bulk_copy.cuh"
+#include "kernels/cuda/common/context.h"
+#include "kernels/cuda/common/pdl.cuh"
+#include "kernels/cuda/gemm/fp8_ring_mma.h"
+#include "kernels/cuda/gemm/gemv_device.cuh"
+#include "kernels/cuda/moe/fp8_mma.cuh"
+#include "kernels/cuda/moe/moe_device.cuh"
+
+namespace pg::cuda {
+namespace {
+
+// Consumer warps: kCw = 8 (default) or 16 (Fp8GemvVariant::ring_warps); + the producer warp.
+template <int kCw>
+constexpr int kThreadsOf = (kCw + 1) * 32;
+constexpr int kGroupRows = 16;                       // weight rows a slot (the MMA's M)
+constexpr int kMaxStages = 16;
+constexpr int kBarBytes = 2 * kMaxStages * 8;
+// Two buffers of [warp][lane] float4 (the warps' partial sums).
+__host__ __device__ constexpr int RedBytes(int consumer_warps) { return 2 * consumer_warps * 32 * 16; }
+constexpr int kRowPad = 64;
+constexpr int64_t kMaxStagedBytes = 120 * 1024;  // kStageX: the staged rows of a pass, at most
+
+// kStageX: bytes of a pass's staged rows, [min(n, 8)][k / 8 + 1] 16-byte chunks.
+int64_t StagedBytes(const Fp8GemvArgs& a) { return (a.n < 8 ? a.n : 8) * (a.k / 8 + 1) * 16; }
+
+// Launch geometry, fixed per pass on the host.
+struct RingMmaPlan {
+  int64_t row0;     // first activation row of this pass
+  int rows;         // activation rows of this pass, 1..8
+  int chunk;        // columns (= bytes) of a row piece: a multiple of 64 x consumer warps, or k
+  int row_stride;   // bytes between a slot's rows
+  int slot_bytes;   // kGroupRows * row_stride
+  int stages;       // ring slots, <= kMaxStages
+  bool whole;       // chunk == k == ldw: a group's rows are one contiguous run (two with
+                    // swiglu), copied with one bulk copy each (row_stride = k, no pad)
+  int x_offset;     // kStageX: byte offset of the staged rows
+};
+
+template <int kCw, bool kBlock, bool kStageX, bool kSwiGlu>
+__global__ void __launch_bounds__(kThreadsOf<kCw>, 1) Fp8RingMmaKernel(Fp8GemvArgs a, RingMmaPlan p) {
+  constexpr int kConsumerWarps = kCw;
+  extern __shared__ __align__(128) unsigned char smem[];
+  constexpr int kOutRows = kSwiGlu ? kGroupRows / 2 : kGroupRows;  // output rows a group
+  PdlTrigger();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t jb = a.m * blockIdx.x / gridDim.x, je = a.m * (blockIdx.x + 1) / gridDim.x;
+  const int64_t groups = (je - jb + kOutRows - 1) / kOutRows;
+  const int64_t chunks = (a.k + p.chunk - 1) / p.chunk;
+  const uint32_t full0 = bulk::SmemAddr(smem), empty0 = full0 + kMaxStages * 8;
+  const int ring_offset = kBarBytes + RedBytes(kCw);
+  // Weight row of slot row r (< 16) in the group starting at output row j0; valid when
+  // r % kOutRows < je - j0.
+  auto w_row = [&](int64_t j0, int r) -> int64_t {
+    return kSwiGlu ? (r < kOutRows ? j0 + r : a.m + j0 + r - kOutRows) : j0 + r;
+  };
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < p.stages; ++s) {
+      bulk::MbarInit(full0 + 8 * s, 1);
+      bulk::MbarInit(empty0 + 8 * s, kConsumerWarps);
+    }
+    bulk::FenceMbarInit();
+  }
+  __syncthreads();
+
+  if (warp == kConsumerWarps) {  // ---- producer: slot s = (group s / chunks, piece s % chunks)
+    const uint64_t policy = bulk::EvictFirstPolicy();
+    const uint32_t ring0 = bulk::SmemAddr(smem + ring_offset);
+    const int64_t total = groups * chunks;
+    for (int64_t s = 0; s < total; ++s) {
+      const int slot = int(s % p.stages);
+      const uint32_t round = uint32_t(s / p.stages) & 1;
+      const int64_t j0 = jb + kOutRows * (s / chunks), k0 = (s % chunks) * p.chunk;
+      const int nout = int(je - j0 < kOutRows ? je - j0 : kOutRows);
+      const uint32_t piece = uint32_t(a.k - k0 < p.chunk ? a.k - k0 : p.chunk);
+      if (lane == 0) {
+        bulk::MbarWait(empty0 + 8 * slot, round ^ 1);
+        bulk::MbarArriveExpectTx(full0 + 8 * slot, uint32_t(kGroupRows / kOutRows * nout) * piece);
+      }
+      __syncwarp();
+      if (p.whole) {  // lane 0: rows w_row(j0, 0) .. + nout; swiglu, lane 1: the up rows
+        if (lane < kGroupRows / kOutRows)
+          bulk::BulkLoad(ring0 + uint32_t(slot) * p.slot_bytes + uint32_t(lane * kOutRows) * p.row_stride,
+                         a.w + w_row(j0, lane * kOutRows) * a.ldw, uint32_t(nout) * piece,
+                         full0 + 8 * slot, policy);
+      } else if (lane < kGroupRows && lane % kOutRows < nout)
+        bulk::BulkLoad(ring0 + uint32_t(slot) * p.slot_bytes + uint32_t(lane) * p.row_stride,
+                       a.w + w_row(j0, lane) * a.ldw + k0, piece, full0 + 8 * slot, policy);
+    }
+    return;
+  }
+
+  // ---- consumers ---------------------------------------------------------------------------
+  PdlWait();
+  float4* red = reinterpret_cast<float4*>(smem + kBarBytes);
+  const int g = lane / 4, q = lane % 4;
+  const bool has_x = g < p.rows;
+  // Row g's 16 columns of this lane in step 0 (+ 8 uint4 a 64-column step): the staged
+  // (normalised with a.norm_weight) rows, or x in global memory.
+  const uint4* xr;
+  if constexpr (kStageX) {
+    uint4* staged = reinterpret_cast<uint4*>(smem + p.x_offset);
+    const int64_t ld = a.k / 8 + 1;
+    const gemv::StageSource src{a.x + p.row0 * a.ldx, a.ldx, a.k, a.norm_weight, a.norm_type, a.norm_eps};
+    gemv::StageRowsOf<kConsumerWarps>(src, p.rows, staged, ld, threadIdx.x, reinterpret_cast<float*>(red),
+                                      [] { bulk::NamedBarrier<kConsumerWarps * 32>(1); });
+    xr = staged + (has_x ? g : 0) * ld + 2 * q;
+  } else {
+    xr = reinterpret_cast<const uint4*>(a.x + (p.row0 + (has_x ? g : 0)) * a.ldx) + 2 * q;
+  }
+  const unsigned char* ring = smem + ring_offset;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  int64_t s = 0;
+  for (int64_t gi = 0; gi < groups; ++gi) {
+    const int64_t j0 = jb + kOutRows * gi;
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // slot rows g (0, 1) and g + 8 (2, 3)
+    // The group's epilogue warp reads the outputs it accumulates onto now, not after the
+    // walk (their latency would add to the kernel's tail).
+    const bool epilogue = warp == int(gi % kConsumerWarps);
+    float prev[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (!kSwiGlu && epilogue && a.accumulate) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t j = j0 + g + 8 * (e / 2);
+        const int r = 2 * q + e % 2;
+        if (j < je && r < p.rows) prev[e] = __bfloat162float(a.out[(p.row0 + r) * a.ldo + j]);
+      }
+    }
+    const float* sa = nullptr;
+    const float* sb = nullptr;
+    if constexpr (kBlock) {  // the 128x128 scale rows of this lane's two weight rows
+      const int64_t rows_w = kSwiGlu ? 2 * a.m : a.m;
+      const int64_t ra = w_row(j0, g), rb = w_row(j0, g + 8);
+      sa = a.scale + ((ra < rows_w ? ra : rows_w - 1) >> 7) * a.scale_ld;
+      sb = a.scale + ((rb < rows_w ? rb : rows_w - 1) >> 7) * a.scale_ld;
+    }
+    for (int64_t c = 0; c < chunks; ++c, ++s) {
+      const int slot = int(s % p.stages);
+      bulk::MbarWait(full0 + 8 * slot, uint32_t(s / p.stages) & 1);
+      const int64_t k0 = c * p.chunk;
+      const int steps = int((a.k - k0 < p.chunk ? a.k - k0 : p.chunk) / 64);
+      const unsigned char* base = ring + int64_t(slot) * p.slot_bytes;
+      const uint4* wa = reinterpret_cast<const uint4*>(base + g * p.row_stride) + q;  // + 4 a step
+      const uint4* wb = reinterpret_cast<const uint4*>(base + (g + 8) * p.row_stride) + q;
+      const uint4* xs = xr + k0 / 8;
+#pragma unroll 4
+      for (int t = warp; t < steps; t += kConsumerWarps) {
+        uint4 x0 = zero, x1 = zero;
+        if (has_x) {
+          if constexpr (kStageX) x0 = xs[8 * t], x1 = xs[8 * t + 1];
+          else x0 = __ldg(xs + 8 * t), x1 = __ldg(xs + 8 * t + 1);
+        }
+        const uint4 va = wa[4 * t], vb = wb[4 * t];
+        if constexpr (kBlock) {
+          float dd[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          fp8mma::Mma16(va, vb, x0, x1, dd);
+          const int64_t cb = (k0 + 64 * t) >> 7;
+          const float sca = __ldg(sa + cb), scb = __ldg(sb + cb);
+          acc[0] = fmaf(dd[0], sca, acc[0]);
+          acc[1] = fmaf(dd[1], sca, acc[1]);
+          acc[2] = fmaf(dd[2], scb, acc[2]);
+          acc[3] = fmaf(dd[3], scb, acc[3]);
+        } else {
+          fp8mma::Mma16(va, vb, x0, x1, acc);
+        }
+      }
+      __syncwarp();
+      if (lane == 0) bulk::MbarArrive(empty0 + 8 * slot);
+    }
+    // The warps' sums meet in buffer gi % 2; warp gi % kCw adds them in warp order and stores.
+    // (A buffer is rewritten two groups later, after a barrier the reading warp has passed.)
+    float4* buf = red + (gi & 1) * kConsumerWarps * 32;
+    buf[warp * 32 + lane] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+    bulk::NamedBarrier<kConsumerWarps * 32>(1);
+    if (!epilogue) continue;
+    float4 v4 = buf[lane];
+    for (int w = 1; w < kConsumerWarps; ++w) {
+      const float4 o = buf[w * 32 + lane];
+      v4.x += o.x, v4.y += o.y, v4.z += o.z, v4.w += o.w;
+    }
+    const float sum[4] = {v4.x, v4.y, v4.z, v4.w};
+    // sum[e]: slot row g + 8 (e / 2), activation row row0 + 2q + e % 2. The projection's
+    // value of weight row jw: sum * 2^120 (the widening's exponent shift) * its row scale.
+    auto value = [&](int e, int64_t jw) {
+      float v = sum[e] * 0x1p120f * moe::ScaleOfRow(a.scale, a.scale_mode, a.scale_ld, jw).row;
+      if (a.bias) v += a.bias[jw];
+      return v;
+    };
+    if constexpr (kSwiGlu) {
+      const int64_t j = j0 + g;
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int r = 2 * q + e;
+        if (j >= je || r >= p.rows) continue;
+        a.out[(p.row0 + r) * a.ldo + j] = SiluMul(ToF(ToB(value(e, j))), ToF(ToB(value(e + 2, a.m + j))));
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t j = j0 + g + 8 * (e / 2);
+        const int r = 2 * q + e % 2;
+        if (j >= je || r >= p.rows) continue;
+        float v = value(e, j);
+        if (a.accumulate) v += prev[e];
+        a.out[(p.row0 + r) * a.ldo + j] = __float2bfloat16_rn(v);
+      }
+    }
+  }
+}
+
+// Whether the pass stages x in shared memory: always with the norm; else when asked
+// (ring_stage_x 1, or 2 from 4 rows: 8 rows of the MMA's fragment reads re-read x from
+// L1 / L2 once per 16 weight rows) and the rows fit.
+bool StageX(const Fp8GemvArgs& a, const Fp8GemvVariant& v) {
+  if (a.norm_weight) return true;
+  if (StagedBytes(a) > kMaxStagedBytes) return false;
+  return v.ring_stage_x == 1 || (v.ring_stage_x == 2 && a.n >= 4);
+}
+
+}  // namespace
+
+bool Fp8RingMmaFits(const Fp8GemvArgs& a) {
+  if (a.swiglu && a.accumulate) return false;
+  if (a.norm_weight && StagedBytes(a) > kMaxStagedBytes) return false;
+  return a.n >= 1 && a.m >= 1 && a.k >= 64 && a.k % 64 == 0 && a.ldw % 16 == 0 &&
+         a.ldx % 8 == 0 && a.out != nullptr && a.scale_mode != ScaleMode::kNone &&
+         ((reinterpret_cast<uintptr_t>(a.x) | reinterpret_cast<uintptr_t>(a.w)) & 15) == 0;
+}
+
+// By shape: not measured yet, so everywhere it fits (the bench and the whole-step A/B of
+// docs/PERF.md decide).
+bool Fp8RingMmaWants(const Fp8GemvArgs& a) { return a.n <= 8; }
+
+void LaunchFp8RingMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVariant& v) {
+  if (a.n == 0 || a.m == 0) return;
+  using Kernel = void (*)(Fp8GemvArgs, RingMmaPlan);
+#define PG_RING_MMA_KERNELS(W)                                                                  \
+  {{{Fp8RingMmaKernel<W, false, false, false>, Fp8RingMmaKernel<W, false, false, true>},        \
+    {Fp8RingMmaKernel<W, false, true, false>, Fp8RingMmaKernel<W, false, true, true>}},         \
+   {{Fp8RingMmaKernel<W, true, false, false>, Fp8RingMmaKernel<W, true, false, true>},          \
+    {Fp8RingMmaKernel<W, true, true, false>, Fp8RingMmaKernel<W, true, true, true>}}}
+  static constexpr Kernel kKernels[2][2][2][2] = {  // [16 warps][block][stage x][swiglu]
+      PG_RING_MMA_KERNELS(8), PG_RING_MMA_KERNELS(16)};
+#undef PG_RING_MMA_KERNELS
+  const Kernel kernel = kKernels[v.ring_warps == 16][a.scale_mode == ScaleMode::kBlock][StageX(a, v)][a.swiglu];
+  // The opt-in shared memory maximum (the kernels have no static shared memory), set once.
+  static const int smem_limit = [] {
+    int dev = 0, optin = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+      return 48 * 1024;
+    for (const Kernel* k = &kKernels[0][0][0][0]; k != &kKernels[0][0][0][0] + 16; ++k)
+      (void)cudaFuncSetAttribute(*k, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
+    return optin;
+  }();
+  const int staged = StageX(a, v) ? int(StagedBytes(a)) : 0;
+  const int cw = v.ring_warps == 16 ? 16 : 8;
+  const int room = smem_limit - kBarBytes - RedBytes(cw) - staged;
+  RingMmaPlan p{};
+  // The bulk copies cost about the same per copy up to several KB (docs/PERF.md "TMA-ring
+  // decode GEMV": 1 -> 2 -> 4 KB pieces, 2x faster each), so copies are as large as fit.
+  // ring_piece_kb 0 (auto): whole groups (one copy of 16 rows when rows are contiguous and two
+  // such slots fit), else k cut into the fewest near-equal pieces of <= 6 KB a row (multiples
+  // of 64 x consumer-warp columns: the summation order). 1 / 2 / 4 / 6 / 8: pieces of that many KB a row,
+  // halved while fewer than 2 slots fit.
+  auto plan_pieces = [&](int chunk) {
+    p.chunk = chunk < a.k ? chunk : int(a.k);
+    p.row_stride = (p.chunk + 127) / 128 * 128 + kRowPad;
+    p.slot_bytes = kGroupRows * p.row_stride;
+    p.stages = std::min(kMaxStages, room / p.slot_bytes);
+  };
+  const int piece_kb = v.ring_piece_kb;
+  if (piece_kb == 1 || piece_kb == 2 || piece_kb == 4 || piece_kb == 6 || piece_kb == 8) {
+    for (int kb = piece_kb;; kb = kb > 2 ? kb / 2 : kb - 1) {
+      plan_pieces(kb * 1024);
+      if (p.stages >= 2 || kb == 1) break;
+    }
+  } else if (a.ldw == a.k && 2 * kGroupRows * a.k <= room) {
+    p.whole = true;
+    p.chunk = int(a.k);
+    p.row_stride = int(a.k);
+    p.slot_bytes = kGroupRows * p.row_stride;
+    p.stages = std::min(kMaxStages, room / p.slot_bytes);
+  } else {
+    const int unit = 64 * cw;  // a step for each consumer warp
+    const int64_t pieces = (a.k + 6143) / 6144;
+    plan_pieces(int(((a.k + pieces - 1) / pieces + unit - 1) / unit * unit));
+    while (p.stages < 2 && p.chunk > unit) plan_pieces(std::max(unit, p.chunk / 2 / unit * unit));
+  }
+  if (v.ring_depth > 0) p.stages = std::min(p.stages, v.ring_depth);
+  p.stages = std::max(p.stages, 1);
+  p.x_offset = kBarBytes + RedBytes(cw) + p.stages * p.slot_bytes;
+  const size_t smem = size_t(p.x_offset) + size_t(staged);
+  const int64_t blocks = std::min<int64_t>(MultiprocessorCount(), a.m);
+  for (int64_t row0 = 0; row0 < a.n; row0 += 8) {
+    p.row0 = row0;
+    p.rows = int(a.n - row0 < 8 ? a.n - row0 : 8);
+    (void)LaunchPdl(kernel, dim3(unsigned(blocks)), dim3(unsigned(32 * (cw + 1))), smem, stream, a, p);
+  }
+}
+
+}  // namespace pg::cuda
