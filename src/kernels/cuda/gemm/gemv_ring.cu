@@ -328,6 +328,13 @@ void Launch(const GemvArgs& a, cudaStream_t stream, const float* w_scale = nullp
       return 48 * 1024;
     const int limit = optin - int(fa.sharedSizeBytes);
     (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, limit);
+    // The largest L1 / shared carveout (PEREGRINE_GEMV_RING_CARVEOUT, percent; -1: the
+    // driver's choice): an SM keeps its split until it drains, so a block of 137-173 KB alone
+    // may leave the SM at a 164 / 196 KB split, with no room for the small decode attention's
+    // blocks (decode_attention_mma.cu kSmallStages) that PDL launches beside it.
+    static const int carveout = EnvInt("PEREGRINE_GEMV_RING_CARVEOUT", 100);
+    if (carveout >= 0)
+      (void)cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, carveout);
     return limit;
   }();
   RingPlan p = PlanOf(a, kW, kFp8 ? 1 : 2);
