@@ -30,6 +30,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <utility>
 
@@ -549,6 +550,11 @@ void LaunchDecodeFused(const AttentionArgs& args, const RopeKvWriteArgs& rope, c
   a.wave_splits = int(std::clamp<int64_t>(capacity / base, 1, kCombineMaxSplits));
   const bool small = FusedSmall(a, max_len);
   if (small) g_small_launches.fetch_add(1, std::memory_order_relaxed);
+  static const bool log = EnvFlag("PG_FUSED_SMALL_LOG", false);
+  if (log)
+    std::fprintf(stderr, "fused attention: %s variant, %d splits, max_len %lld, worst keys a split %lld\n",
+                 small ? "small" : "3-stage", a.num_splits, (long long)max_len,
+                 (long long)WorstSplitKeys(a, max_len));
   LaunchMmaFused(a, rope, a.batch.num_seqs, small, stream);
 }
 
