@@ -551,7 +551,9 @@ void LaunchDecodeFused(const AttentionArgs& args, const RopeKvWriteArgs& rope, c
   const bool small = FusedSmall(a, max_len);
   if (small) g_small_launches.fetch_add(1, std::memory_order_relaxed);
   static const bool log = EnvFlag("PG_FUSED_SMALL_LOG", false);
-  if (log)
+  static int64_t last_logged = -1;  // (variant, splits, max_len) of the last line: one a change
+  const int64_t key = (max_len * 512 + a.num_splits) * 2 + small;
+  if (log && key != std::exchange(last_logged, key))
     std::fprintf(stderr, "fused attention: %s variant, %d splits, max_len %lld, worst keys a split %lld\n",
                  small ? "small" : "3-stage", a.num_splits, (long long)max_len,
                  (long long)WorstSplitKeys(a, max_len));
