@@ -157,12 +157,13 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
     for (const auto* kb : Backends<RopeKvWriteAttentionParams>()) {
       if (c.plan_len > 0 && !OnDevice(*kb)) continue;
       // Twice: the fused kernel's split counters must be back at zero after a launch; on
-      // CUDA twice more with the small-shared-memory variant forced on (runs 2, 3: one ring
-      // stage a warp, so every split of more than 64 keys takes its tiles in turns).
+      // CUDA twice more with the small-shared-memory variant forced on (run 2: 3 warps a
+      // block, run 3: 4; one ring stage a warp, so a warp with more than one tile takes them
+      // in turns).
       for (int rep = 0; rep < (kb->backend == "cuda" ? 4 : 1); ++rep) {
 #if defined(PEREGRINE_HAVE_CUDA)
         const int64_t small0 = cuda::DecodeFusedSmallLaunches();
-        const int mode0 = cuda::SetDecodeFusedSmallMode(kb->backend == "cuda" && rep >= 2 ? 1 : 0);
+        const int mode0 = cuda::SetDecodeFusedSmallMode(kb->backend != "cuda" || rep < 2 ? 0 : rep + 1);
 #endif
         Restore(q, q0), Restore(k, k0);
         Tensor bk = fresh(kc0), bv = fresh(vc0);
@@ -176,8 +177,9 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
         const bool ran = RunBackend(*kb, bp);
 #if defined(PEREGRINE_HAVE_CUDA)
         cuda::SetDecodeFusedSmallMode(mode0);
-        if (ran && kb->backend == "cuda")
+        if (ran && kb->backend == "cuda") {
           EXPECT_EQ(cuda::DecodeFusedSmallLaunches() - small0, rep >= 2 ? 1 : 0) << "run " << rep;
+        }
 #endif
         if (!ran) continue;
         cov.Ran(kb->backend);

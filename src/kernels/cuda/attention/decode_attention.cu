@@ -500,9 +500,10 @@ int DecodeFusedSplits(const AttentionArgs& a, int num_seqs, int64_t max_len) {
 }
 
 // The small-shared-memory variant (decode_fused.h): mode from PG_FUSED_SMALL (-1 / unset: by
-// plan, 0 off, 1 on) unless a test set it; "by plan" takes it when no warp of any split block
-// gets more than PG_FUSED_SMALL_MAX_TILES (default 1) 16-key tiles at any length the plan
-// serves.
+// plan, 0 off, 1 on, 3 / 4 on with that many warps a block) unless a test set it; "by plan"
+// takes it when no warp of a 4-warp split block gets more than PG_FUSED_SMALL_MAX_TILES
+// (default 1) 16-key tiles at any length the plan serves, and 3 warps when those do not either
+// (smaller blocks: two fit beside the 173 KB ring GEMV, gemv_ring.cu).
 static int& FusedSmallModeRef() {
   static int mode = EnvInt("PG_FUSED_SMALL", -1);
   return mode;
@@ -528,13 +529,15 @@ static int64_t WorstSplitKeys(const AttentionArgs& a, int64_t max_len) {
                    chunk_at(std::min(max_len, msk))});
 }
 
-static bool FusedSmall(const AttentionArgs& a, int64_t max_len) {
-  static const int max_tiles = EnvInt("PG_FUSED_SMALL_MAX_TILES", 1);
+// Warps a block of the small variant (3 or 4), or 0: the 3-stage kernel.
+static int FusedSmall(const AttentionArgs& a, int64_t max_len) {
+  static const int max_tiles = std::max(1, EnvInt("PG_FUSED_SMALL_MAX_TILES", 1));
   const int mode = FusedSmallModeRef();
-  if (mode >= 0) return mode != 0;
-  if (max_len <= 0) return false;  // no plan length
-  const int64_t tiles = (WorstSplitKeys(a, max_len) + 15) / 16;
-  return (tiles + kWarps - 1) / kWarps <= max_tiles;
+  if (mode == 0 || (mode < 0 && max_len <= 0)) return 0;  // off, or no plan length
+  if (mode == 3 || mode == 4) return mode;
+  const int64_t tiles = (WorstSplitKeys(a, std::max<int64_t>(1, max_len)) + 15) / 16;
+  if ((tiles + 2) / 3 <= max_tiles) return 3;
+  return mode > 0 || (tiles + 3) / 4 <= max_tiles ? 4 : 0;
 }
 
 int SetDecodeFusedSmallMode(int mode) { return std::exchange(FusedSmallModeRef(), mode); }
@@ -548,14 +551,14 @@ void LaunchDecodeFused(const AttentionArgs& args, const RopeKvWriteArgs& rope, c
   AttentionArgs a = FusedKnobs(args);
   const auto [capacity, base] = ShapeOf(a, a.batch.num_seqs, /*fused=*/true);
   a.wave_splits = int(std::clamp<int64_t>(capacity / base, 1, kCombineMaxSplits));
-  const bool small = FusedSmall(a, max_len);
+  const int small = FusedSmall(a, max_len);
   if (small) g_small_launches.fetch_add(1, std::memory_order_relaxed);
   static const bool log = EnvFlag("PG_FUSED_SMALL_LOG", false);
   static int64_t last_logged = -1;  // (variant, splits, max_len) of the last line: one a change
-  const int64_t key = (max_len * 512 + a.num_splits) * 2 + small;
+  const int64_t key = (max_len * 512 + a.num_splits) * 8 + small;
   if (log && key != std::exchange(last_logged, key))
-    std::fprintf(stderr, "fused attention: %s variant, %d splits, max_len %lld, worst keys a split %lld\n",
-                 small ? "small" : "3-stage", a.num_splits, (long long)max_len,
+    std::fprintf(stderr, "fused attention: %s variant (%d warps), %d splits, max_len %lld, worst keys a split %lld\n",
+                 small ? "small" : "3-stage", small ? small : kWarps, a.num_splits, (long long)max_len,
                  (long long)WorstSplitKeys(a, max_len));
   LaunchMmaFused(a, rope, a.batch.num_seqs, small, stream);
 }
