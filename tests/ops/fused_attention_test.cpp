@@ -157,9 +157,9 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
     for (const auto* kb : Backends<RopeKvWriteAttentionParams>()) {
       if (c.plan_len > 0 && !OnDevice(*kb)) continue;
       // Twice: the fused kernel's split counters must be back at zero after a launch; on
-      // CUDA twice more with the small-shared-memory variant forced on (run 2: 3 warps a
-      // block, run 3: 4; one ring stage a warp, so a warp with more than one tile takes them
-      // in turns).
+      // CUDA twice more with the small-shared-memory variant forced on (run 2: 3 tile warps,
+      // run 3: 4; one ring stage a warp, so a warp with more than one tile takes them in
+      // turns).
       for (int rep = 0; rep < (kb->backend == "cuda" ? 4 : 1); ++rep) {
 #if defined(PEREGRINE_HAVE_CUDA)
         const int64_t small0 = cuda::DecodeFusedSmallLaunches();

@@ -500,9 +500,9 @@ int DecodeFusedSplits(const AttentionArgs& a, int num_seqs, int64_t max_len) {
 }
 
 // The small-shared-memory variant (decode_fused.h): mode from PG_FUSED_SMALL (-1 / unset: by
-// plan, 0 off, 1 on, 3 / 4 on with that many warps a block) unless a test set it; "by plan"
-// takes it when no warp of a 4-warp split block gets more than PG_FUSED_SMALL_MAX_TILES
-// (default 1) 16-key tiles at any length the plan serves, and 3 warps when those do not either
+// plan, 0 off, 1 on, 3 / 4 on with that many tile warps) unless a test set it; "by plan" takes
+// it when no warp of a 4-warp split block gets more than PG_FUSED_SMALL_MAX_TILES (default 1)
+// 16-key tiles at any length the plan serves, and 3 tile warps when those do not either
 // (smaller blocks: two fit beside the 173 KB ring GEMV, gemv_ring.cu).
 static int& FusedSmallModeRef() {
   static int mode = EnvInt("PG_FUSED_SMALL", -1);
@@ -529,7 +529,7 @@ static int64_t WorstSplitKeys(const AttentionArgs& a, int64_t max_len) {
                    chunk_at(std::min(max_len, msk))});
 }
 
-// Warps a block of the small variant (3 or 4), or 0: the 3-stage kernel.
+// Tile warps of the small variant (3 or 4), or 0: the 3-stage kernel.
 static int FusedSmall(const AttentionArgs& a, int64_t max_len) {
   static const int max_tiles = std::max(1, EnvInt("PG_FUSED_SMALL_MAX_TILES", 1));
   const int mode = FusedSmallModeRef();
@@ -557,7 +557,7 @@ void LaunchDecodeFused(const AttentionArgs& args, const RopeKvWriteArgs& rope, c
   static int64_t last_logged = -1;  // (variant, splits, max_len) of the last line: one a change
   const int64_t key = (max_len * 512 + a.num_splits) * 8 + small;
   if (log && key != std::exchange(last_logged, key))
-    std::fprintf(stderr, "fused attention: %s variant (%d warps), %d splits, max_len %lld, worst keys a split %lld\n",
+    std::fprintf(stderr, "fused attention: %s variant (%d tile warps), %d splits, max_len %lld, worst keys a split %lld\n",
                  small ? "small" : "3-stage", small ? small : kWarps, a.num_splits, (long long)max_len,
                  (long long)WorstSplitKeys(a, max_len));
   LaunchMmaFused(a, rope, a.batch.num_seqs, small, stream);

@@ -35,11 +35,13 @@ namespace {
 constexpr int kStages = 3;
 constexpr int kTK = 16;  // keys per warp tile
 // The fused kernel's small-shared-memory variant (kSt = kSmallStages; decode_fused.h
-// SetDecodeFusedSmallMode): one ring stage a warp, 3 or 4 warps (kNW), the new token's scratch
-// and the merge sized by the GQA group: 27-37 KB a block at d 128 instead of ~102 KB, so two of
-// its blocks sit on an SM beside a ring GEMV block (gemv_ring.cu, 137-173 KB; 3 warps beside
-// the 173 KB one): the GEMV before it (qkv) and after it (o) overlap it instead of waiting for
-// its blocks to exit. Its first tile is issued before PdlWait as the 3-stage kernel's first
+// SetDecodeFusedSmallMode): one ring stage a warp, 3 or 4 of the block's 4 warps taking tiles
+// (kTW: a fourth warp without a ring still shares the new token's preparation and the merges,
+// whose latency chains measured 2.7 us slower on 3 warps), the new token's scratch and the
+// merge sized by the GQA group: 27-36 KB a block at d 128 instead of ~102 KB, so two of its
+// blocks sit on an SM beside a ring GEMV block (gemv_ring.cu, 137-173 KB; kTW 3 beside the
+// 173 KB one): the GEMV before it (qkv) and after it (o) overlap it instead of waiting for its
+// blocks to exit. Its first tile is issued before PdlWait as the 3-stage kernel's first
 // two; with more than one tile a warp the loads of tile i + 1 wait for tile i's math (the plan
 // picks it only where each warp gets at most PG_FUSED_SMALL_MAX_TILES tiles).
 constexpr int kSmallStages = 1;
@@ -82,16 +84,16 @@ __host__ __device__ constexpr int MergeRows(int group) {
   return S == kStages ? 16 : (group < 16 ? group : 16);
 }
 
-// Dynamic shared memory of the small fused variant with kNW warps: the ring + new-token
-// scratch, or the merge (kNW x rows x (D + 2) floats, then rows x num_splits split weights) if
-// larger (the merge overlays both after the key loop). d 128 bf16, group 4 (Llama-3.1-8B), 3
-// warps: 24576 + 2624 = 27200 bytes.
-template <int D, bool kF8, int kNW>
+// Dynamic shared memory of the small fused variant with kTW tile warps: their rings + the
+// new-token scratch, or the merge (kWarps x rows x (D + 2) floats, then rows x num_splits split
+// weights) if larger (the merge overlays both after the key loop). d 128 bf16, group 4
+// (Llama-3.1-8B), kTW 3: 24576 + 2624 = 27200 bytes.
+template <int D, bool kF8, int kTW>
 constexpr int FusedSmallSmemBytes(int group, int num_splits) {
   using M = MmaGeo<D, kF8, kSmallStages>;
   const int rows = MergeRows<kSmallStages>(group);
-  const int merge = (kNW * rows * (D + 2) + rows * num_splits) * 4;
-  const int ring = kNW * M::kWarpU4 * 16 + FusedScratch<D>::Bytes(rows);
+  const int merge = (kWarps * rows * (D + 2) + rows * num_splits) * 4;
+  const int ring = kTW * M::kWarpU4 * 16 + FusedScratch<D>::Bytes(rows);
   return (ring > merge ? ring : merge + 15) / 16 * 16;
 }
 
@@ -142,14 +144,15 @@ __device__ __forceinline__ void MmaT(float (&c)[4], const uint32_t (&a)[4], uint
 // kSt: ring stages a warp (kStages; kSmallStages: the fused small variant only). The first
 // kLead tiles go into the ring before the loop (before PdlWait when fused), then tile
 // i + kSt - 1 at the top of iteration i (kSt 1: tile i, into the stage tile i - 1 freed).
-// kNW: warps a block of the round-robin layout (kWarps; 3 or 4 for the small variant).
-template <int D, bool kF8, bool kHeadWarps, bool kFused, int kSt = kStages, int kNW = kWarps>
+// kTW: warps of the round-robin layout that take tiles (and own a ring): kWarps, or 3 / 4 for
+// the small variant (its block still has kWarps warps; warp 3 of kTW 3 takes no tile).
+template <int D, bool kF8, bool kHeadWarps, bool kFused, int kSt = kStages, int kTW = kWarps>
 __global__ void __launch_bounds__(256)
     DecodeMmaKernel(const __grid_constant__ AttentionArgs a,
                     const __grid_constant__ std::conditional_t<kFused, RopeKvWriteArgs, NoFusion> f) {
   static_assert(!(kFused && kHeadWarps), "the fused kernel uses the round-robin layout");
   static_assert(kSt == kStages || (kFused && kSt == kSmallStages), "small variant: fused only");
-  static_assert(kSt == kSmallStages ? (kNW == 3 || kNW == 4) : kNW == kWarps, "warps a block");
+  static_assert(kSt == kSmallStages ? (kTW == 3 || kTW == 4) : kTW == kWarps, "tile warps");
   constexpr int kLead = kSt > 1 ? kSt - 1 : 1;  // tiles in the ring before the loop
   using M = MmaGeo<D, kF8, kSt>;
   using KvT = std::conditional_t<kF8, kv::fp8, bf16>;
@@ -162,10 +165,11 @@ __global__ void __launch_bounds__(256)
   const int active_splits = ActiveSplits(a, s, num_splits);
   if (split >= active_splits) return;  // surplus split of a graph planned for longer contexts
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int warps = kHeadWarps ? int(blockDim.x) / 32 : kNW;
+  const int warps = kHeadWarps ? int(blockDim.x) / 32 : kWarps;
   const int kvh = kHeadWarps ? int(blockIdx.y) * warps + warp : int(blockIdx.y);
   const bool active = kvh < a.kv_heads;  // a trailing head warp may have no head
-  const int first_tile = kHeadWarps ? 0 : warp, tile_step = kHeadWarps ? 1 : kNW;
+  const int first_tile = kHeadWarps ? 0 : warp, tile_step = kHeadWarps ? 1 : kTW;
+  const bool tile_warp = kHeadWarps || warp < kTW;  // takes tiles (has a ring)
   const int row = b.q_start[s];
   const int h0 = (active ? kvh : 0) * group;
   const SplitRange r = SplitOf(a, s, split, active_splits);
@@ -178,8 +182,8 @@ __global__ void __launch_bounds__(256)
   const int kv_end = kFused ? min(r.end, new_pos) : r.end;
   const int keys = max(0, kv_end - r.begin);
   const int tiles = (keys + kTK - 1) / kTK;
-  const int my_tiles =
-      active && first_tile < tiles ? (tiles - first_tile + tile_step - 1) / tile_step : 0;
+  const int my_tiles = active && tile_warp && first_tile < tiles
+                           ? (tiles - first_tile + tile_step - 1) / tile_step : 0;
   const char* kc = static_cast<const char*>(a.k_cache);
   const char* vc = static_cast<const char*>(a.v_cache);
   const int64_t row_bytes = int64_t(D) * M::kElem;
@@ -240,14 +244,14 @@ __global__ void __launch_bounds__(256)
   const float qscale = a.logit_scale * (a.softcap > 0.0f ? 1.0f : kLog2e);
   if constexpr (kFused)
     PrepareNewToken<D, KvT>(f, a, s, row, kvh, group, owner, qscale,
-                            FusedScratch<D>(smem + kNW * M::kWarpU4, MergeRows<kSt>(group)));
+                            FusedScratch<D>(smem + kTW * M::kWarpU4, MergeRows<kSt>(group)));
 
   // Q as A fragments: rows g and g + 8 = heads h0 + g, h0 + g + 8 (zero past the group).
   // Chunk c of lane (g, t) holds dims base(c) + 0..3, base(c) = v * 4 kVe + t kVe + sub * 4
   // (v = c / kCpv, sub = c % kCpv): the K vector layout below.
   uint32_t qa[M::kKc][4];
   {
-    const bf16* q = kFused ? FusedScratch<D>(smem + kNW * M::kWarpU4, MergeRows<kSt>(group)).q
+    const bf16* q = kFused ? FusedScratch<D>(smem + kTW * M::kWarpU4, MergeRows<kSt>(group)).q
                            : a.q + int64_t(row) * a.q_stride + int64_t(h0) * D;
 #pragma unroll
     for (int c = 0; c < M::kKc; ++c) {
@@ -270,7 +274,7 @@ __global__ void __launch_bounds__(256)
 
   if constexpr (kFused) {  // the new token first: warp 0 holds it (p = 1 at its own max)
     if (owner && warp == 0) {
-      const FusedScratch<D> fs(smem + kNW * M::kWarpU4, MergeRows<kSt>(group));
+      const FusedScratch<D> fs(smem + kTW * M::kWarpU4, MergeRows<kSt>(group));
       // l is summed over the quad's 4 lanes at the end: the key's p = 1 counts in lane t 0.
       if (g < group) {
         m0 = fs.score[g], l0 = t == 0 ? 1.0f : 0.0f;
@@ -431,9 +435,9 @@ __global__ void __launch_bounds__(256)
   }
   __syncthreads();
   const int mrows = MergeRows<kSt>(group);           // rows >= group are never stored
-  float* sm_acc = reinterpret_cast<float*>(smem);  // [kNW][mrows][D]
-  float* sm_m = sm_acc + kNW * mrows * D;          // [kNW][mrows]
-  float* sm_l = sm_m + kNW * mrows;
+  float* sm_acc = reinterpret_cast<float*>(smem);  // [kWarps][mrows][D]
+  float* sm_m = sm_acc + kWarps * mrows * D;       // [kWarps][mrows]
+  float* sm_l = sm_m + kWarps * mrows;
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
     const int rr = g + 8 * hr;
@@ -444,10 +448,10 @@ __global__ void __launch_bounds__(256)
     for (int nb = 0; nb < M::kNb; ++nb) dst[nb * 8] = o[nb][2 * hr], dst[nb * 8 + 1] = o[nb][2 * hr + 1];
   }
   __syncthreads();
-  MergeWarpsAndStore<kNW>(a, sm_acc, sm_m, sm_l, mrows, min(group, 16), D, row, h0, split,
-                          active_splits, /*finish=*/!kFused);
+  MergeWarpsAndStore(a, sm_acc, sm_m, sm_l, mrows, min(group, 16), D, row, h0, split,
+                     active_splits, /*finish=*/!kFused);
   if constexpr (kFused)  // split weights [min(group, 16)][active] after the merge buffers
-    FusedFinishSplits(a, row, h0, min(group, 16), active_splits, sm_l + kNW * mrows);
+    FusedFinishSplits(a, row, h0, min(group, 16), active_splits, sm_l + kWarps * mrows);
 }
 
 // Resident blocks per SM of one instantiation at `warps` warps per block (opts into the
@@ -480,12 +484,12 @@ void Launch(const AttentionArgs& a, dim3 grid, int warps, cudaStream_t stream) {
 // carveout, so that an SM that runs a ring GEMV block can take two of its blocks (the SM's
 // L1 / shared split changes only when it drains; PG_FUSED_SMALL_CARVEOUT=-1 leaves it to the
 // driver, A/B).
-template <int D, bool kF8, int kNW>
+template <int D, bool kF8, int kTW>
 void PrepareSmall() {
   static const bool done = [] {
-    const void* k = reinterpret_cast<const void*>(&DecodeMmaKernel<D, kF8, false, true, kSmallStages, kNW>);
+    const void* k = reinterpret_cast<const void*>(&DecodeMmaKernel<D, kF8, false, true, kSmallStages, kTW>);
     cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         FusedSmallSmemBytes<D, kF8, kNW>(16, 256));
+                         FusedSmallSmemBytes<D, kF8, kTW>(16, 256));
     const int carveout = EnvInt("PG_FUSED_SMALL_CARVEOUT", 100);
     if (carveout >= 0) cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, carveout);
     return true;
@@ -493,15 +497,15 @@ void PrepareSmall() {
   (void)done;
 }
 
-template <int D, bool kF8, int kNW>
+template <int D, bool kF8, int kTW>
 void LaunchSmall(const AttentionArgs& a, const RopeKvWriteArgs& rope, dim3 grid, cudaStream_t stream) {
-  PrepareSmall<D, kF8, kNW>();
-  const int smem = FusedSmallSmemBytes<D, kF8, kNW>(a.heads / a.kv_heads, a.num_splits);
-  LaunchPdl(DecodeMmaKernel<D, kF8, false, true, kSmallStages, kNW>, grid, dim3(unsigned(kNW * 32)),
+  PrepareSmall<D, kF8, kTW>();
+  const int smem = FusedSmallSmemBytes<D, kF8, kTW>(a.heads / a.kv_heads, a.num_splits);
+  LaunchPdl(DecodeMmaKernel<D, kF8, false, true, kSmallStages, kTW>, grid, dim3(unsigned(kWarps * 32)),
             size_t(smem), stream, a, rope);
 }
 
-// small_warps: 0 the 3-stage kernel, 3 / 4 the small variant with that many warps a block.
+// small_warps: 0 the 3-stage kernel, 3 / 4 the small variant with that many tile warps.
 template <int D, bool kF8>
 void LaunchFused(const AttentionArgs& a, const RopeKvWriteArgs& rope, dim3 grid, int small_warps,
                  cudaStream_t stream) {

@@ -133,23 +133,22 @@ __device__ __forceinline__ void FinishSplits(const AttentionArgs& a, int t, int 
     CombineSplits(a, t, h0 + g, active, threadIdx.x % 32, 32);
 }
 
-// After __syncthreads: merges the kW warps' (max, sum, acc) of `ng` heads from shared memory
-// (sm_acc [kW][rows][D], sm_m / sm_l [kW][rows]; maxima in log2 units) and writes query row
-// t's heads h0.. : the bf16 output (one active split) or the split's partial (layout
-// [row][head][a.num_splits][...]), then (finish) FinishSplits. The block's threads stride.
-template <int kW = kWarps>
+// After __syncthreads: merges the warps' (max, sum, acc) of `ng` heads from shared memory
+// (sm_acc [kWarps][rows][D], sm_m / sm_l [kWarps][rows]; maxima in log2 units) and writes
+// query row t's heads h0.. : the bf16 output (one active split) or the split's partial
+// (layout [row][head][a.num_splits][...]), then (finish) FinishSplits.
 __device__ __forceinline__ void MergeWarpsAndStore(const AttentionArgs& a, const float* sm_acc,
                                                    const float* sm_m, const float* sm_l,
                                                    int rows, int ng, int D, int t, int h0,
                                                    int split, int active, bool finish = true) {
-  for (int idx = threadIdx.x; idx < ng * D; idx += blockDim.x) {
+  for (int idx = threadIdx.x; idx < ng * D; idx += kThreads) {
     const int g = idx / D, e = idx % D;
     float mx = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < kW; ++w) mx = fmaxf(mx, sm_m[w * rows + g]);
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, sm_m[w * rows + g]);
     float sum = 0.0f, val = 0.0f;
 #pragma unroll
-    for (int w = 0; w < kW; ++w) {
+    for (int w = 0; w < kWarps; ++w) {
       const float c = Exp2Or0(sm_m[w * rows + g], mx);
       sum += sm_l[w * rows + g] * c;
       val += sm_acc[(w * rows + g) * D + e] * c;
@@ -180,8 +179,8 @@ void LaunchMma(const AttentionArgs& a, int num_seqs, cudaStream_t stream);
 // layout (a block per (sequence, kv head, split), 4 warps), splits merged in the kernel (needs
 // a.split_counters); rope.q / rope.kv.k / rope.kv.v: the raw new rows, not modified.
 // MmaFusedShape: the 3-stage kernel's (the split plan uses it for both variants); small: 0 that
-// kernel, 3 / 4 the one-stage variant with that many warps a block (27-37 KB of shared memory
-// a block at d 128 instead of ~102 KB).
+// kernel, 3 / 4 the one-stage variant with that many tile warps (27-36 KB of shared memory a
+// block at d 128 instead of ~102 KB).
 bool MmaFusedSupports(int head_dim, int group);
 MmaShape MmaFusedShape(const AttentionArgs& a);
 void LaunchMmaFused(const AttentionArgs& a, const RopeKvWriteArgs& rope, int num_seqs, int small,
