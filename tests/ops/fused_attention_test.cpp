@@ -19,6 +19,7 @@
 #if defined(PEREGRINE_HAVE_CUDA)
 #include <cuda_runtime.h>
 
+#include "kernels/cuda/attention/decode_fused.h"
 #include "kernels/cuda/batch_plan.h"
 #endif
 
@@ -71,6 +72,7 @@ std::vector<FusedCase> Cases() {
       {32, 8, 128, 16, {9, 1, 40, 300, 17, 1000, 2, 64, 65}},  // 9 rows: composition only
       {32, 8, 128, 16, {1024, 5, 3000}, DType::kF32, false, 0, 0.0f, 32768},  // 32K graph plan
       {32, 4, 128, 16, {1024, 1, 100, 5000}, f8, true, 0, 0.0f, 16384},
+      {32, 2, 128, 16, {333, 70, 1}},                          // group 16 (the largest)
   };
 }
 
@@ -154,8 +156,15 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
 #endif
     for (const auto* kb : Backends<RopeKvWriteAttentionParams>()) {
       if (c.plan_len > 0 && !OnDevice(*kb)) continue;
-      // Twice: the fused kernel's split counters must be back at zero after a launch.
-      for (int rep = 0; rep < (kb->backend == "cuda" ? 2 : 1); ++rep) {
+      // Twice: the fused kernel's split counters must be back at zero after a launch; on
+      // CUDA twice more with the small-shared-memory variant forced on (run 2: 3 tile warps,
+      // run 3: 4; one ring stage a warp, so a warp with more than one tile takes them in
+      // turns).
+      for (int rep = 0; rep < (kb->backend == "cuda" ? 4 : 1); ++rep) {
+#if defined(PEREGRINE_HAVE_CUDA)
+        const int64_t small0 = cuda::DecodeFusedSmallLaunches();
+        const int mode0 = cuda::SetDecodeFusedSmallMode(kb->backend != "cuda" || rep < 2 ? 0 : rep + 1);
+#endif
         Restore(q, q0), Restore(k, k0);
         Tensor bk = fresh(kc0), bv = fresh(vc0);
         Tensor out(DType::kF32, {pb.tokens, c.heads, c.head_dim});
@@ -165,7 +174,14 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
 #if defined(PEREGRINE_HAVE_CUDA)
         if (c.plan_len > 0) bp.rope.batch = &plan;
 #endif
-        if (!RunBackend(*kb, bp)) continue;
+        const bool ran = RunBackend(*kb, bp);
+#if defined(PEREGRINE_HAVE_CUDA)
+        cuda::SetDecodeFusedSmallMode(mode0);
+        if (ran && kb->backend == "cuda") {
+          EXPECT_EQ(cuda::DecodeFusedSmallLaunches() - small0, rep >= 2 ? 1 : 0) << "run " << rep;
+        }
+#endif
+        if (!ran) continue;
         cov.Ran(kb->backend);
         fused_runs += kb->backend == "cuda";
         const std::string what = fmt::format("{} (run {})", kb->backend, rep);
@@ -188,9 +204,9 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
   }
   cov.Check<RopeKvWriteAttentionParams>();
 #if defined(PEREGRINE_HAVE_CUDA)
-  // Every case but the 9-row one fits the fused kernel (2 runs each).
+  // Every case but the 9-row one fits the fused kernel (4 runs each).
   if (Registry::Global().table<RopeKvWriteAttentionParams>().Find("cuda") != nullptr) {
-    EXPECT_EQ(fused_runs, 2 * (int(Cases().size()) - 1)) << "the fused kernel declined a case";
+    EXPECT_EQ(fused_runs, 4 * (int(Cases().size()) - 1)) << "the fused kernel declined a case";
   }
 #endif
 }

@@ -444,7 +444,7 @@ void RunFusedAttention(const RopeKvWriteAttentionParams& p) {
     a.partial_acc = ws;
     a.partial_ml = ws + per * size_t(a.head_dim);
   }
-  cuda::LaunchDecodeFused(a, RopeKvWriteArgsOf(p.rope, stream), stream);
+  cuda::LaunchDecodeFused(a, RopeKvWriteArgsOf(p.rope, stream), stream, max_len);
   CheckLaunch();
 }
 

@@ -28,8 +28,11 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <utility>
 
 #include "core/env.h"
 #include "kernels/cuda/attention/decode_common.cuh"
@@ -518,12 +521,68 @@ int DecodeFusedSplits(const AttentionArgs& a, int num_seqs, int64_t max_len) {
   return PlanSplits(FusedKnobs(a), num_seqs, max_len, /*fused=*/true);
 }
 
-void LaunchDecodeFused(const AttentionArgs& args, const RopeKvWriteArgs& rope, cudaStream_t stream) {
+// The small-shared-memory variant (decode_fused.h): mode from PG_FUSED_SMALL (-1 / unset: by
+// plan, 0 off, 1 on, 3 / 4 on with that many tile warps) unless a test set it; "by plan" takes
+// it when no warp of a 4-warp split block gets more than PG_FUSED_SMALL_MAX_TILES (default 1)
+// 16-key tiles at any length the plan serves, and 3 tile warps when those do not either
+// (smaller blocks: two fit beside the 173 KB ring GEMV, gemv_ring.cu).
+static int& FusedSmallModeRef() {
+  static int mode = EnvInt("PG_FUSED_SMALL", -1);
+  return mode;
+}
+
+// The most cache keys one split block gets at any causal length n <= max_len under the plan in
+// `a` (num_splits, min_split_keys, wave_splits): ActiveSplits / SplitOf of decode_common.cuh
+// replayed on the host, since a graph captured at max_len replays at every shorter length.
+// chunk(n) is at most round16(min(n, min_split_keys)) while a sequence uses one split per
+// min_split_keys keys, and grows with n once the cap binds (wave_splits below 8 *
+// num_splits * min_split_keys keys, num_splits above): the three candidates bound it.
+static int64_t WorstSplitKeys(const AttentionArgs& a, int64_t max_len) {
+  const int64_t msk = std::max(1, a.min_split_keys), splits = a.num_splits;
+  auto chunk_at = [&](int64_t n) {
+    int64_t cap = splits;
+    if (a.wave_splits > 0 && n < splits * 8 * msk) cap = std::min<int64_t>(cap, a.wave_splits);
+    const int64_t active = std::max<int64_t>(1, std::min(cap, (n + msk - 1) / msk));
+    const int64_t c = (n + active - 1) / active;
+    return (c + kSplitGranule - 1) / kSplitGranule * kSplitGranule;
+  };
+  max_len = std::max<int64_t>(1, max_len);
+  return std::max({chunk_at(max_len), chunk_at(std::clamp<int64_t>(splits * 8 * msk - 1, 1, max_len)),
+                   chunk_at(std::min(max_len, msk))});
+}
+
+// Tile warps of the small variant (3 or 4), or 0: the 3-stage kernel.
+static int FusedSmall(const AttentionArgs& a, int64_t max_len) {
+  static const int max_tiles = std::max(1, EnvInt("PG_FUSED_SMALL_MAX_TILES", 1));
+  const int mode = FusedSmallModeRef();
+  if (mode == 0 || (mode < 0 && max_len <= 0)) return 0;  // off, or no plan length
+  if (mode == 3 || mode == 4) return mode;
+  const int64_t tiles = (WorstSplitKeys(a, std::max<int64_t>(1, max_len)) + 15) / 16;
+  if ((tiles + 2) / 3 <= max_tiles) return 3;
+  return mode > 0 || (tiles + 3) / 4 <= max_tiles ? 4 : 0;
+}
+
+int SetDecodeFusedSmallMode(int mode) { return std::exchange(FusedSmallModeRef(), mode); }
+
+static std::atomic<int64_t> g_small_launches{0};
+int64_t DecodeFusedSmallLaunches() { return g_small_launches.load(std::memory_order_relaxed); }
+
+void LaunchDecodeFused(const AttentionArgs& args, const RopeKvWriteArgs& rope, cudaStream_t stream,
+                       int64_t max_len) {
   if (args.batch.num_seqs == 0) return;
   AttentionArgs a = FusedKnobs(args);
   const auto [capacity, base] = ShapeOf(a, a.batch.num_seqs, /*fused=*/true);
   a.wave_splits = int(std::clamp<int64_t>(capacity / base, 1, kCombineMaxSplits));
-  LaunchMmaFused(a, rope, a.batch.num_seqs, stream);
+  const int small = FusedSmall(a, max_len);
+  if (small) g_small_launches.fetch_add(1, std::memory_order_relaxed);
+  static const bool log = EnvFlag("PG_FUSED_SMALL_LOG", false);
+  static int64_t last_logged = -1;  // (variant, splits, max_len) of the last line: one a change
+  const int64_t key = (max_len * 512 + a.num_splits) * 8 + small;
+  if (log && key != std::exchange(last_logged, key))
+    std::fprintf(stderr, "fused attention: %s variant (%d tile warps), %d splits, max_len %lld, worst keys a split %lld\n",
+                 small ? "small" : "3-stage", small ? small : kWarps, a.num_splits, (long long)max_len,
+                 (long long)WorstSplitKeys(a, max_len));
+  LaunchMmaFused(a, rope, a.batch.num_seqs, small, stream);
 }
 
 // The last split block may merge a row's splits itself when its partials are at most

@@ -35,10 +35,22 @@ namespace {
 
 constexpr int kStages = 3;
 constexpr int kTK = 16;  // keys per warp tile
+// The fused kernel's small-shared-memory variant (kSt = kSmallStages; decode_fused.h
+// SetDecodeFusedSmallMode): one ring stage a warp, 3 or 4 of the block's 4 warps taking tiles
+// (kTW: a fourth warp without a ring still shares the new token's preparation and the merges,
+// whose latency chains measured 2.7 us slower on 3 warps), the new token's scratch and the
+// merge sized by the GQA group: 27-36 KB a block at d 128 instead of ~102 KB, so two of its
+// blocks sit on an SM beside a ring GEMV block (gemv_ring.cu, 137-173 KB; kTW 3 beside the
+// 173 KB one): the GEMV before it (qkv) and after it (o) overlap it instead of waiting for its
+// blocks to exit. Its first tile is issued before PdlWait as the 3-stage kernel's first
+// two; with more than one tile a warp the loads of tile i + 1 wait for tile i's math (the plan
+// picks it only where each warp gets at most PG_FUSED_SMALL_MAX_TILES tiles).
+constexpr int kSmallStages = 1;
 
 // kF8: fp8 e4m3 cache; K and V are widened to f16 (exact) and the products run in f16 (q, p
 // rounded to f16: more mantissa than bf16); bf16 caches run bf16 products.
-template <int D, bool kF8>
+// S: ring stages a warp (kStages; kSmallStages for the fused small variant).
+template <int D, bool kF8, int S = kStages>
 struct MmaGeo {
   static constexpr int kElem = kF8 ? 1 : 2;          // cache bytes per element
   static constexpr int kVe = 16 / kElem;             // dims per 16-byte vector
@@ -51,16 +63,40 @@ struct MmaGeo {
   static constexpr int kVU4 = kTK * kVc;             // raw V uint4 per stage
   static constexpr int kStageU4 = kKU4 + kVU4;
   static constexpr int kTileU4 = kF8 ? kTK * kNb : 0;  // fp8: the warp's widened f16 V tile
-  static constexpr int kWarpU4 = kStages * kStageU4 + kTileU4;
+  static constexpr int kWarpU4 = S * kStageU4 + kTileU4;
   static constexpr int kSmemBytes = kWarps * kWarpU4 * 16;
   // The fused kernel: the ring, then the new token's scratch (decode_fused.cuh).
   static constexpr int kFusedSmemBytes = kSmemBytes + FusedScratch<D>::kBytes;
   static_assert(D % 64 == 0, "head_dim 64 or 128");
-  static_assert(kWarps * 16 * (D + 2) * 4 <= kSmemBytes, "merge does not fit the ring");
-  // The fused merge's split weights ([16][<= 256] floats) after the warps' merge buffers.
-  static_assert(kWarps * 16 * (D + 2) * 4 + 16 * 256 * 4 <= kFusedSmemBytes,
+  // kStages: the warps' merge buffers ([kWarps][16 rows][D + 2] floats) fit the ring, and the
+  // fused merge's split weights ([16][<= 256] floats) after them. The small variant's merge
+  // uses `group` rows and num_splits weights a row: its launcher sizes the shared memory
+  // (FusedSmallSmemBytes).
+  static_assert(S != kStages || kWarps * 16 * (D + 2) * 4 <= kSmemBytes, "merge does not fit the ring");
+  static_assert(S != kStages || kWarps * 16 * (D + 2) * 4 + 16 * 256 * 4 <= kFusedSmemBytes,
                 "fused split weights do not fit");
 };
+
+// Rows a warp of the kernel with S stages keeps in shared memory (merge buffers, the new
+// token's q scratch): 16 (the MMA's A rows) for the 3-stage kernels, the GQA group for the
+// small variant.
+template <int S>
+__host__ __device__ constexpr int MergeRows(int group) {
+  return S == kStages ? 16 : (group < 16 ? group : 16);
+}
+
+// Dynamic shared memory of the small fused variant with kTW tile warps: their rings + the
+// new-token scratch, or the merge (kWarps x rows x (D + 2) floats, then rows x num_splits split
+// weights) if larger (the merge overlays both after the key loop). d 128 bf16, group 4
+// (Llama-3.1-8B), kTW 3: 24576 + 2624 = 27200 bytes.
+template <int D, bool kF8, int kTW>
+constexpr int FusedSmallSmemBytes(int group, int num_splits) {
+  using M = MmaGeo<D, kF8, kSmallStages>;
+  const int rows = MergeRows<kSmallStages>(group);
+  const int merge = (kWarps * rows * (D + 2) + rows * num_splits) * 4;
+  const int ring = kTW * M::kWarpU4 * 16 + FusedScratch<D>::Bytes(rows);
+  return (ring > merge ? ring : merge + 15) / 16 * 16;
+}
 
 struct NoFusion {};  // the unfused kernel's (empty) second parameter
 
@@ -74,12 +110,20 @@ struct NoFusion {};  // the unfused kernel's (empty) second parameter
 // K/V rows of all its heads together (contiguous 2 KB per token at 8 x 128 bf16; the cache
 // is token-major within a page), and each warp writes its own heads. Otherwise 4 warps share
 // one kv head, take its tiles round robin and merge through shared memory.
-template <int D, bool kF8, bool kHeadWarps, bool kFused>
+// kSt: ring stages a warp (kStages; kSmallStages: the fused small variant only). The first
+// kLead tiles go into the ring before the loop (before PdlWait when fused), then tile
+// i + kSt - 1 at the top of iteration i (kSt 1: tile i, into the stage tile i - 1 freed).
+// kTW: warps of the round-robin layout that take tiles (and own a ring): kWarps, or 3 / 4 for
+// the small variant (its block still has kWarps warps; warp 3 of kTW 3 takes no tile).
+template <int D, bool kF8, bool kHeadWarps, bool kFused, int kSt = kStages, int kTW = kWarps>
 __global__ void __launch_bounds__(256)
     DecodeMmaKernel(const __grid_constant__ AttentionArgs a,
                     const __grid_constant__ std::conditional_t<kFused, RopeKvWriteArgs, NoFusion> f) {
   static_assert(!(kFused && kHeadWarps), "the fused kernel uses the round-robin layout");
-  using M = MmaGeo<D, kF8>;
+  static_assert(kSt == kStages || (kFused && kSt == kSmallStages), "small variant: fused only");
+  static_assert(kSt == kSmallStages ? (kTW == 3 || kTW == 4) : kTW == kWarps, "tile warps");
+  constexpr int kLead = kSt > 1 ? kSt - 1 : 1;  // tiles in the ring before the loop
+  using M = MmaGeo<D, kF8, kSt>;
   using KvT = std::conditional_t<kF8, kv::fp8, bf16>;
   extern __shared__ uint4 smem[];
   const DeviceBatchView& b = a.batch;  // uploaded before the step: readable before PdlWait
@@ -93,7 +137,8 @@ __global__ void __launch_bounds__(256)
   const int warps = kHeadWarps ? int(blockDim.x) / 32 : kWarps;
   const int kvh = kHeadWarps ? int(blockIdx.y) * warps + warp : int(blockIdx.y);
   const bool active = kvh < a.kv_heads;  // a trailing head warp may have no head
-  const int first_tile = kHeadWarps ? 0 : warp, tile_step = kHeadWarps ? 1 : kWarps;
+  const int first_tile = kHeadWarps ? 0 : warp, tile_step = kHeadWarps ? 1 : kTW;
+  const bool tile_warp = kHeadWarps || warp < kTW;  // takes tiles (has a ring)
   const int row = b.q_start[s];
   const int h0 = (active ? kvh : 0) * group;
   const SplitRange r = SplitOf(a, s, split, active_splits);
@@ -106,8 +151,8 @@ __global__ void __launch_bounds__(256)
   const int kv_end = kFused ? min(r.end, new_pos) : r.end;
   const int keys = max(0, kv_end - r.begin);
   const int tiles = (keys + kTK - 1) / kTK;
-  const int my_tiles =
-      active && first_tile < tiles ? (tiles - first_tile + tile_step - 1) / tile_step : 0;
+  const int my_tiles = active && tile_warp && first_tile < tiles
+                           ? (tiles - first_tile + tile_step - 1) / tile_step : 0;
   const char* kc = static_cast<const char*>(a.k_cache);
   const char* vc = static_cast<const char*>(a.v_cache);
   const int64_t row_bytes = int64_t(D) * M::kElem;
@@ -126,11 +171,11 @@ __global__ void __launch_bounds__(256)
     }
   };
   uint4* ring = smem + warp * M::kWarpU4;
-  uint4* vtile = ring + kStages * M::kStageU4;  // fp8 only: widened V [key][chunk], swizzled
+  uint4* vtile = ring + kSt * M::kStageU4;  // fp8 only: widened V [key][chunk], swizzled
   const int vk = lane / 2;  // the key whose V chunks 2 i2 + lane % 2 this lane copies
 
   auto issue = [&](int i) {
-    uint4* st = ring + (i % kStages) * M::kStageU4;
+    uint4* st = ring + (i % kSt) * M::kStageU4;
     const int key0 = r.begin + (first_tile + i * tile_step) * kTK;
 #pragma unroll
     for (int bb = 0; bb < 2; ++bb) {  // K: key g of each 8-key half, this lane's vectors
@@ -156,26 +201,26 @@ __global__ void __launch_bounds__(256)
   // ring (every key read is below the new position: decode_fused.cuh invariants).
   if constexpr (kFused) {
 #pragma unroll
-    for (int i = 0; i < kStages - 1; ++i) {
+    for (int i = 0; i < kLead; ++i) {
       if (i < my_tiles) issue(i);
       CpAsyncCommit();
     }
   }
-  const int warm = a.l2_prefetch_tiles < 0 ? 0 : min(my_tiles, kStages - 1 + a.l2_prefetch_tiles);
-  for (int i = kFused ? kStages - 1 : 0; i < warm; ++i) prefetch_tile(i);
+  const int warm = a.l2_prefetch_tiles < 0 ? 0 : min(my_tiles, kLead + a.l2_prefetch_tiles);
+  for (int i = kFused ? kLead : 0; i < warm; ++i) prefetch_tile(i);
   if (!a.pdl_late_trigger) PdlTrigger();
   PdlWait();  // q and the new token's K/V (rotated in place unless fused) are visible from here
   const float qscale = a.logit_scale * (a.softcap > 0.0f ? 1.0f : kLog2e);
   if constexpr (kFused)
     PrepareNewToken<D, KvT>(f, a, s, row, kvh, group, owner, qscale,
-                            FusedScratch<D>(smem + kWarps * M::kWarpU4));
+                            FusedScratch<D>(smem + kTW * M::kWarpU4, MergeRows<kSt>(group)));
 
   // Q as A fragments: rows g and g + 8 = heads h0 + g, h0 + g + 8 (zero past the group).
   // Chunk c of lane (g, t) holds dims base(c) + 0..3, base(c) = v * 4 kVe + t kVe + sub * 4
   // (v = c / kCpv, sub = c % kCpv): the K vector layout below.
   uint32_t qa[M::kKc][4];
   {
-    const bf16* q = kFused ? FusedScratch<D>(smem + kWarps * M::kWarpU4).q
+    const bf16* q = kFused ? FusedScratch<D>(smem + kTW * M::kWarpU4, MergeRows<kSt>(group)).q
                            : a.q + int64_t(row) * a.q_stride + int64_t(h0) * D;
 #pragma unroll
     for (int c = 0; c < M::kKc; ++c) {
@@ -198,7 +243,7 @@ __global__ void __launch_bounds__(256)
 
   if constexpr (kFused) {  // the new token first: warp 0 holds it (p = 1 at its own max)
     if (owner && warp == 0) {
-      const FusedScratch<D> fs(smem + kWarps * M::kWarpU4);
+      const FusedScratch<D> fs(smem + kTW * M::kWarpU4, MergeRows<kSt>(group));
       // l is summed over the quad's 4 lanes at the end: the key's p = 1 counts in lane t 0.
       if (g < group) {
         m0 = fs.score[g], l0 = t == 0 ? 1.0f : 0.0f;
@@ -215,19 +260,23 @@ __global__ void __launch_bounds__(256)
 
   if constexpr (!kFused) {
 #pragma unroll
-    for (int i = 0; i < kStages - 1; ++i) {
+    for (int i = 0; i < kLead; ++i) {
       if (i < my_tiles) issue(i);
       CpAsyncCommit();
     }
   }
   for (int i = 0; i < my_tiles; ++i) {
     __syncwarp();  // every lane is done reading the stage (and tile) about to be overwritten
-    if (i + kStages - 1 < my_tiles) issue(i + kStages - 1);
-    if (a.l2_prefetch_tiles > 0 && i + kStages - 1 + a.l2_prefetch_tiles < my_tiles)
-      prefetch_tile(i + kStages - 1 + a.l2_prefetch_tiles);
+    // Tile i + kSt - 1 goes into the stage tile i - 1 used (kSt 1: tile i itself, unless it is
+    // one of the kLead tiles already issued). Groups committed so far: one per tile <= i +
+    // kSt - 1 (empty ones past my_tiles), so waiting for all but kSt - 1 leaves tile i landed.
+    const int next = i + kSt - 1;
+    if (next >= kLead && next < my_tiles) issue(next);
+    if (a.l2_prefetch_tiles > 0 && next + a.l2_prefetch_tiles < my_tiles)
+      prefetch_tile(next + a.l2_prefetch_tiles);
     CpAsyncCommit();
-    CpAsyncWait<kStages - 1>();
-    const uint4* st = ring + (i % kStages) * M::kStageU4;
+    CpAsyncWait<kSt - 1>();
+    const uint4* st = ring + (i % kSt) * M::kStageU4;
     const uint4* sv = st + M::kKU4;
     if constexpr (kF8) {  // widen this lane's raw V chunks into the f16 tile
       sv = vtile;
@@ -354,23 +403,24 @@ __global__ void __launch_bounds__(256)
     return;
   }
   __syncthreads();
-  float* sm_acc = reinterpret_cast<float*>(smem);  // [kWarps][16][D]
-  float* sm_m = sm_acc + kWarps * 16 * D;          // [kWarps][16]
-  float* sm_l = sm_m + kWarps * 16;
+  const int mrows = MergeRows<kSt>(group);           // rows >= group are never stored
+  float* sm_acc = reinterpret_cast<float*>(smem);  // [kWarps][mrows][D]
+  float* sm_m = sm_acc + kWarps * mrows * D;       // [kWarps][mrows]
+  float* sm_l = sm_m + kWarps * mrows;
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
     const int rr = g + 8 * hr;
     if (rr >= group) continue;
-    if (t == 0) sm_m[warp * 16 + rr] = hr ? m1 : m0, sm_l[warp * 16 + rr] = hr ? l1 : l0;
-    float* dst = sm_acc + (warp * 16 + rr) * D + 2 * t;
+    if (t == 0) sm_m[warp * mrows + rr] = hr ? m1 : m0, sm_l[warp * mrows + rr] = hr ? l1 : l0;
+    float* dst = sm_acc + (warp * mrows + rr) * D + 2 * t;
 #pragma unroll
     for (int nb = 0; nb < M::kNb; ++nb) dst[nb * 8] = o[nb][2 * hr], dst[nb * 8 + 1] = o[nb][2 * hr + 1];
   }
   __syncthreads();
-  MergeWarpsAndStore(a, sm_acc, sm_m, sm_l, 16, min(group, 16), D, row, h0, split, active_splits,
-                     /*finish=*/!kFused);
-  if constexpr (kFused)
-    FusedFinishSplits(a, row, h0, min(group, 16), active_splits, sm_l + kWarps * 16);
+  MergeWarpsAndStore(a, sm_acc, sm_m, sm_l, mrows, min(group, 16), D, row, h0, split,
+                     active_splits, /*finish=*/!kFused);
+  if constexpr (kFused)  // split weights [min(group, 16)][active] after the merge buffers
+    FusedFinishSplits(a, row, h0, min(group, 16), active_splits, sm_l + kWarps * mrows);
 }
 
 // Resident blocks per SM of one instantiation at `warps` warps per block (opts into the
@@ -398,8 +448,38 @@ void Launch(const AttentionArgs& a, dim3 grid, int warps, cudaStream_t stream) {
             size_t(warps) * MmaGeo<D, kF8>::kWarpU4 * 16, stream, a, NoFusion{});
 }
 
+// The small variant's attributes, once per instantiation: room for the largest merge any
+// launch asks (group 16, 256 splits: DecodeFusedSplits' cap) and the largest shared-memory
+// carveout, so that an SM that runs a ring GEMV block can take two of its blocks (the SM's
+// L1 / shared split changes only when it drains; PG_FUSED_SMALL_CARVEOUT=-1 leaves it to the
+// driver, A/B).
+template <int D, bool kF8, int kTW>
+void PrepareSmall() {
+  static const bool done = [] {
+    const void* k = reinterpret_cast<const void*>(&DecodeMmaKernel<D, kF8, false, true, kSmallStages, kTW>);
+    cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         FusedSmallSmemBytes<D, kF8, kTW>(16, 256));
+    const int carveout = EnvInt("PG_FUSED_SMALL_CARVEOUT", 100);
+    if (carveout >= 0) cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, carveout);
+    return true;
+  }();
+  (void)done;
+}
+
+template <int D, bool kF8, int kTW>
+void LaunchSmall(const AttentionArgs& a, const RopeKvWriteArgs& rope, dim3 grid, cudaStream_t stream) {
+  PrepareSmall<D, kF8, kTW>();
+  const int smem = FusedSmallSmemBytes<D, kF8, kTW>(a.heads / a.kv_heads, a.num_splits);
+  LaunchPdl(DecodeMmaKernel<D, kF8, false, true, kSmallStages, kTW>, grid, dim3(unsigned(kWarps * 32)),
+            size_t(smem), stream, a, rope);
+}
+
+// small_warps: 0 the 3-stage kernel, 3 / 4 the small variant with that many tile warps.
 template <int D, bool kF8>
-void LaunchFused(const AttentionArgs& a, const RopeKvWriteArgs& rope, dim3 grid, cudaStream_t stream) {
+void LaunchFused(const AttentionArgs& a, const RopeKvWriteArgs& rope, dim3 grid, int small_warps,
+                 cudaStream_t stream) {
+  if (small_warps == 3) return LaunchSmall<D, kF8, 3>(a, rope, grid, stream);
+  if (small_warps == 4) return LaunchSmall<D, kF8, 4>(a, rope, grid, stream);
   (void)Occupancy<D, kF8, false, true>(kWarps);  // sets the shared-memory attribute
   LaunchPdl(DecodeMmaKernel<D, kF8, false, true>, grid, dim3(unsigned(kWarps * 32)),
             size_t(MmaGeo<D, kF8>::kFusedSmemBytes), stream, a, rope);
@@ -465,12 +545,14 @@ MmaShape MmaFusedShape(const AttentionArgs& a) {
   return {a.kv_heads, kWarps, per_sm, a.heads / a.kv_heads};
 }
 
-void LaunchMmaFused(const AttentionArgs& a, const RopeKvWriteArgs& rope, int num_seqs,
+void LaunchMmaFused(const AttentionArgs& a, const RopeKvWriteArgs& rope, int num_seqs, int small,
                     cudaStream_t stream) {
   const dim3 grid(unsigned(num_seqs), unsigned(a.kv_heads), unsigned(a.num_splits));
   const bool f8 = a.kv_type == KvType::kF8E4M3;
-  if (a.head_dim == 64) f8 ? LaunchFused<64, true>(a, rope, grid, stream) : LaunchFused<64, false>(a, rope, grid, stream);
-  else f8 ? LaunchFused<128, true>(a, rope, grid, stream) : LaunchFused<128, false>(a, rope, grid, stream);
+  if (a.head_dim == 64)
+    f8 ? LaunchFused<64, true>(a, rope, grid, small, stream) : LaunchFused<64, false>(a, rope, grid, small, stream);
+  else
+    f8 ? LaunchFused<128, true>(a, rope, grid, small, stream) : LaunchFused<128, false>(a, rope, grid, small, stream);
 }
 
 }  // namespace pg::cuda::decode

@@ -186,9 +186,12 @@ void LaunchStream(const AttentionArgs& a, int num_seqs, cudaStream_t stream);
 // The fused decode attention (RopeKvWrite + Attention, decode_fused.cuh): the round-robin
 // layout (a block per (sequence, kv head, split), 4 warps), splits merged in the kernel (needs
 // a.split_counters); rope.q / rope.kv.k / rope.kv.v: the raw new rows, not modified.
+// MmaFusedShape: the 3-stage kernel's (the split plan uses it for both variants); small: 0 that
+// kernel, 3 / 4 the one-stage variant with that many tile warps (27-36 KB of shared memory a
+// block at d 128 instead of ~102 KB).
 bool MmaFusedSupports(int head_dim, int group);
 MmaShape MmaFusedShape(const AttentionArgs& a);
-void LaunchMmaFused(const AttentionArgs& a, const RopeKvWriteArgs& rope, int num_seqs,
+void LaunchMmaFused(const AttentionArgs& a, const RopeKvWriteArgs& rope, int num_seqs, int small,
                     cudaStream_t stream);
 
 }  // namespace pg::cuda::decode

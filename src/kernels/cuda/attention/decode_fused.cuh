@@ -25,20 +25,22 @@
 namespace pg::cuda::decode {
 
 // Shared scratch of the new token's preparation, per block (head_dim D, group <= 16 rows).
+// q_rows: the q rows it holds (kRows, or the group: the small kernel variant's smaller scratch).
 template <int D>
 struct FusedScratch {
   static constexpr int kRows = 16;
-  static constexpr int kBytes = kRows * D * 2 + 3 * D * 4 + kRows * 4;
-  static_assert(kBytes % 16 == 0, "scratch keeps 16-byte alignment");
-  bf16* q;       // [kRows][D] normalised + rotated q of the group, bf16
+  static constexpr int Bytes(int q_rows) { return q_rows * D * 2 + 3 * D * 4 + kRows * 4; }
+  static constexpr int kBytes = Bytes(kRows);
+  static_assert(D * 2 % 16 == 0 && kBytes % 16 == 0, "scratch keeps 16-byte alignment");
+  bf16* q;       // [q_rows][D] normalised + rotated q of the group, bf16
   float* k;      // [D] the new k as stored in the cache, widened (before the k scale)
   float* v;      // [D] the new v as stored, widened (before the v scale)
   float* cs;     // [D] (cos, sin) of each rotary pair
   float* score;  // [kRows] the new token's logit per head row, log2 units (as the MMA loop's)
-  __device__ explicit FusedScratch(void* base) {
+  __device__ explicit FusedScratch(void* base, int q_rows = kRows) {
     char* p = static_cast<char*>(base);
     q = reinterpret_cast<bf16*>(p);
-    k = reinterpret_cast<float*>(p + kRows * D * 2);
+    k = reinterpret_cast<float*>(p + q_rows * D * 2);
     v = k + D, cs = v + D, score = cs + D;
   }
 };

@@ -25,7 +25,18 @@ int DecodeFusedSplits(const AttentionArgs& a, int num_seqs, int64_t max_len);
 bool DecodeStreamPreferred(const AttentionArgs& a, int64_t max_len);
 // One launch: a (attention; a.q unused, a.split_counters required when a.num_splits > 1) and
 // rope (the new rows q / kv.k / kv.v as the projection wrote them: read, never modified; the
-// cache pointers and scales as a's).
-void LaunchDecodeFused(const AttentionArgs& a, const RopeKvWriteArgs& rope, cudaStream_t stream);
+// cache pointers and scales as a's). max_len: the longest causal range the plan was made for
+// (DecodeFusedSplits' max_len; 0: unknown), which picks the kernel variant below — from the
+// plan, never from the live lengths, because a captured graph replays at shorter ones.
+void LaunchDecodeFused(const AttentionArgs& a, const RopeKvWriteArgs& rope, cudaStream_t stream,
+                       int64_t max_len = 0);
+// The small-shared-memory variant (one ring stage a warp, 3 or 4 of the 4 warps taking tiles,
+// 27-36 KB a block at d 128: two blocks fit on an SM beside a ring GEMV's, so the GEMVs around
+// the attention overlap it). Mode: -1 by plan (at most PG_FUSED_SMALL_MAX_TILES tiles a warp at
+// any length <= max_len; 3 tile warps where that holds with 3), 0 never, 1 always (tile warps
+// by plan), 3 / 4 always with that many tile warps; the process default from PG_FUSED_SMALL (tests set it here; returns
+// the previous mode). DecodeFusedSmallLaunches: launches of the variant by this process.
+int SetDecodeFusedSmallMode(int mode);
+int64_t DecodeFusedSmallLaunches();
 
 }  // namespace pg::cuda
