@@ -424,7 +424,8 @@ void RunFusedAttention(const RopeKvWriteAttentionParams& p) {
   }
   // Long contexts: RopeKvWrite + the streaming decode kernel (fixed at capture by the
   // planned length, as the split plan).
-  if (cuda::DecodeStreamPreferred(a, max_len)) return RunRopeKvWriteAttentionComposed(p, /*reference=*/false);
+  if (cuda::DecodeStreamPreferred(a, b.num_seqs, max_len))
+    return RunRopeKvWriteAttentionComposed(p, /*reference=*/false);
   a.min_split_keys = cuda::DecodeFusedMinSplitKeys(a.kv_heads, max_len);
   a.num_splits = cuda::DecodeFusedSplits(a, b.num_seqs, max_len);
   if (a.num_splits > 1) {

@@ -185,32 +185,45 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   for (int i = j; i < tiles; i += p.warps_per_head) {
     const int key0 = r.begin + i * kTK;
     // K: stage 2i. Lane (g, t) reads key g of each 8-key half, 16-byte vectors at bytes
-    // v * 64 + t * 16 of the head's row (2-way bank conflicts: rows are slot_bytes apart).
+    // v * 64 + t * 16 of the head's row. Rows are slot_bytes (a multiple of 128) apart, so
+    // the two keys of an 8-lane phase would hit the same banks: odd keys read the vectors of
+    // a pair (v, v + 1) in the other order (conflict-free), a select puts them back.
     const int k_slot = (2 * i) % p.stages, v_slot = (2 * i + 1) % p.stages;
     MbarWait(full0 + 8 * k_slot, uint32_t((2 * i) / p.stages) & 1u);
     const unsigned char* kt = ring + int64_t(k_slot) * p.stage_bytes + head * G::kRowBytes;
-    // Each vector feeds its MMAs as it arrives (no K tile in registers: 9 warps share an
-    // SM sub-partition's registers 3 : 2 : 2 : 2, so a thread has at most 168).
+    // Each vector pair feeds its MMAs as it arrives (no K tile in registers: 9 warps share
+    // an SM sub-partition's registers 3 : 2 : 2 : 2, so a thread has at most 168).
+    constexpr int kPair = G::kNvt % 2 == 0 ? 2 : 1;
+    const bool odd = (g & 1) != 0 && kPair == 2;
     float sc[2][4];
 #pragma unroll
     for (int bb = 0; bb < 2; ++bb) sc[bb][0] = sc[bb][1] = sc[bb][2] = sc[bb][3] = 0.0f;
 #pragma unroll
-    for (int v = 0; v < G::kNvt; ++v)
+    for (int v = 0; v < G::kNvt; v += kPair)
 #pragma unroll
       for (int bb = 0; bb < 2; ++bb) {
-        const uint4 kv =
-            *reinterpret_cast<const uint4*>(kt + (bb * 8 + g) * slot_bytes + v * 64 + t * 16);
-#pragma unroll
-        for (int sub = 0; sub < G::kCpv; ++sub) {
-          uint32_t b0, b1;
-          if constexpr (kF8) {
-            const uint32_t w = Word(kv, sub);  // dims +0..3 as e4m3
-            b0 = F8x2ToH2(w), b1 = F8x2ToH2(w >> 16);
-          } else {
-            b0 = Word(kv, 2 * sub), b1 = Word(kv, 2 * sub + 1);
-          }
-          MmaT<kF8>(sc[bb], qa[v * G::kCpv + sub], b0, b1);
+        const unsigned char* kp = kt + (bb * 8 + g) * slot_bytes + t * 16;
+        uint4 kv[kPair];
+        if constexpr (kPair == 2) {
+          const uint4 x = *reinterpret_cast<const uint4*>(kp + (v + (odd ? 1 : 0)) * 64);
+          const uint4 y = *reinterpret_cast<const uint4*>(kp + (v + (odd ? 0 : 1)) * 64);
+          kv[0] = odd ? y : x, kv[1] = odd ? x : y;
+        } else {
+          kv[0] = *reinterpret_cast<const uint4*>(kp + v * 64);
         }
+#pragma unroll
+        for (int u = 0; u < kPair; ++u)
+#pragma unroll
+          for (int sub = 0; sub < G::kCpv; ++sub) {
+            uint32_t b0, b1;
+            if constexpr (kF8) {
+              const uint32_t w = Word(kv[u], sub);  // dims +0..3 as e4m3
+              b0 = F8x2ToH2(w), b1 = F8x2ToH2(w >> 16);
+            } else {
+              b0 = Word(kv[u], 2 * sub), b1 = Word(kv[u], 2 * sub + 1);
+            }
+            MmaT<kF8>(sc[bb], qa[(v + u) * G::kCpv + sub], b0, b1);
+          }
       }
     __syncwarp();
     if (lane == 0) MbarArrive(empty0 + 8 * k_slot);  // this head is done with the K stage
@@ -273,8 +286,11 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
         if constexpr (kF8) {  // 16 e4m3 -> two f16 chunks 2c, 2c + 1
           const uint4 w0 = make_uint4(F8x2ToH2(raw.x), F8x2ToH2(raw.x >> 16), F8x2ToH2(raw.y), F8x2ToH2(raw.y >> 16));
           const uint4 w1 = make_uint4(F8x2ToH2(raw.z), F8x2ToH2(raw.z >> 16), F8x2ToH2(raw.w), F8x2ToH2(raw.w >> 16));
-          vtile[key * G::kNb + ((2 * c) ^ (key % 8))] = w0;
-          vtile[key * G::kNb + ((2 * c + 1) ^ (key % 8))] = w1;
+          // Lanes c >= 4 store their second chunk first: an 8-lane phase then hits 8
+          // different 16-byte bank groups.
+          const int sw = (c / 4) & 1;
+          vtile[key * G::kNb + ((2 * c + sw) ^ (key % 8))] = sw ? w1 : w0;
+          vtile[key * G::kNb + ((2 * c + 1 - sw) ^ (key % 8))] = sw ? w0 : w1;
         } else {
           vtile[key * G::kNb + (c ^ (key % 8))] = raw;
         }
