@@ -55,7 +55,8 @@ constexpr int kMaxConsumerWarps = 8;
 constexpr int kMaxThreads = (kMaxConsumerWarps + 1) * 32;
 constexpr int kMaxStages = 32;
 constexpr int kBarBytes = 2 * kMaxStages * 8;  // full[kMaxStages], empty[kMaxStages]
-constexpr int kMaxSmem = 227 * 1024;           // sm_90 opt-in dynamic shared memory per block
+// sm_90's opt-in shared memory per block is 227 KB; 1 KB of it is left to static __shared__.
+constexpr int kMaxSmem = 226 * 1024;
 
 // Launch geometry, fixed per launch on the host (StreamPlanOf).
 struct StreamPlan {
@@ -63,6 +64,7 @@ struct StreamPlan {
   int stage_bytes;     // one stage: 16 keys x kv_heads x head_dim x element bytes
   int warps_per_head;  // consumer warps per kv head
   int consumer_warps;  // kv_heads * warps_per_head (the producer is warp consumer_warps)
+  int mergers;         // > 0: the last blocks of a row merge its splits (MergeSplitsInKernel)
   int tile_offset;     // bytes: the consumer warps' V tiles (after the barriers and the ring)
   int smem_bytes;
 };
@@ -83,6 +85,43 @@ struct StreamGeo {
   static constexpr int kMergeFloats = kNb * 4 + 4;
   static_assert(D % 64 == 0, "head_dim 64 or 128");
 };
+
+__device__ __forceinline__ int AcquireLoad(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// The in-kernel merge of row `row`'s `active` split partials (p.mergers > 0; the consumer
+// threads, after their partial stores). Each block takes a ticket on the row's arrival counter
+// (a.split_counters[row]); the last hm = min(p.mergers, active / 2) (>= 1) blocks to arrive
+// wait until every block has arrived, then merge heads k, k + hm, ... (k = their rank among the
+// last), the combine kernel's work spread over them without a kernel boundary. The host keeps
+// num_seqs * p.mergers below the resident block slots, so waiting blocks never hold every SM
+// while a block of the launch is still unscheduled (no deadlock); the PDL dependents launch
+// only after every block has started. The last merger resets the counter and the done count
+// (a.split_counters[num_tokens + row]) for the next launch. scratch: the (free) ring.
+template <typename Sync>
+__device__ __forceinline__ void MergeSplitsInKernel(const AttentionArgs& a, const StreamPlan& p,
+                                                    int row, int active, int tid, int nthreads,
+                                                    float* scratch, Sync sync) {
+  __shared__ int ticket;
+  int* count = a.split_counters + row;
+  int* done = a.split_counters + a.batch.num_tokens + row;
+  __threadfence();  // this thread's partial stores, device-visible before the arrival
+  sync();
+  if (tid == 0) ticket = atomicAdd(count, 1);
+  sync();
+  const int hm = max(1, min(p.mergers, active / 2));
+  const int k = ticket - (active - hm);
+  if (k < 0) return;
+  if (tid == 0)
+    while (AcquireLoad(count) < active) __nanosleep(64);
+  sync();  // every split's partials are visible from here (acquire, then the barrier)
+  float4* red = reinterpret_cast<float4*>(scratch + 3 * kCombineMaxSplits);
+  for (int h = k; h < a.heads; h += hm) CombineSplitsBlock(a, row, h, active, tid, nthreads, scratch, red, sync);
+  if (tid == 0 && atomicAdd(done, 1) == hm - 1) *count = 0, *done = 0;
+}
 
 // One block an SM (the ring takes the shared memory). 9 warps: one SM sub-partition holds 3
 // of them in its 16K registers, so at most 168 a thread (launch bounds).
@@ -316,11 +355,12 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
     l0 += __shfl_xor_sync(0xffffffffu, l0, off);
     l1 += __shfl_xor_sync(0xffffffffu, l1, off);
   }
+  const int nthreads = p.consumer_warps * 32;  // the consumers (named barrier 1)
+  auto consumer_sync = [nthreads] { asm volatile("bar.sync 1, %0;" ::"r"(nthreads) : "memory"); };
   if (p.warps_per_head > 1) {
     // Warps j > 0 publish (o, m, l) in the ring (free once every consumer is past its last
     // tile: every stage the producer filled has been waited on), warp j = 0 merges.
-    const int nthreads = p.consumer_warps * 32;
-    asm volatile("bar.sync 1, %0;" ::"r"(nthreads) : "memory");
+    consumer_sync();
     float* rec = reinterpret_cast<float*>(smem + kBarBytes);  // [warp][kMergeFloats][32]
     if (j > 0) {
       float* w = rec + warp * G::kMergeFloats * 32 + lane;
@@ -331,9 +371,8 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
       w[(G::kNb * 4 + 0) * 32] = m0, w[(G::kNb * 4 + 1) * 32] = m1;
       w[(G::kNb * 4 + 2) * 32] = l0, w[(G::kNb * 4 + 3) * 32] = l1;
     }
-    asm volatile("bar.sync 1, %0;" ::"r"(nthreads) : "memory");
-    if (j > 0) return;
-    for (int jj = 1; jj < p.warps_per_head; ++jj) {
+    consumer_sync();
+    for (int jj = 1; jj < p.warps_per_head && j == 0; ++jj) {
       const float* w = rec + (warp + jj) * G::kMergeFloats * 32 + lane;
       const float om0 = w[(G::kNb * 4 + 0) * 32], om1 = w[(G::kNb * 4 + 1) * 32];
       const float nm0 = fmaxf(m0, om0), nm1 = fmaxf(m1, om1);
@@ -355,7 +394,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
     const int rr = g + 8 * hr;
-    if (rr >= group) continue;
+    if (rr >= group || j > 0) continue;
     const int h = h0 + rr;
     const float m = hr ? m1 : m0, l = hr ? l1 : l0;
     if (active_splits == 1) {
@@ -374,6 +413,9 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
       if (t == 0) a.partial_ml[2 * base] = m, a.partial_ml[2 * base + 1] = l;
     }
   }
+  if (active_splits == 1 || p.mergers == 0) return;  // (the combine kernel merges)
+  MergeSplitsInKernel(a, p, row, active_splits, int(threadIdx.x), nthreads,
+                      reinterpret_cast<float*>(smem + kBarBytes), consumer_sync);
 }
 
 // Ring bytes a block asks for (PG_DSTREAM_RING_KB, default 192: one block an SM with the
@@ -390,7 +432,9 @@ StreamPlan StreamPlanOf(const AttentionArgs& a) {
   p.warps_per_head = std::max(1, kMaxConsumerWarps / std::max(1, a.kv_heads));
   p.consumer_warps = a.kv_heads * p.warps_per_head;
   const int tile_bytes = kTK * (a.head_dim / 8) * 16;
-  const int merge_bytes = p.warps_per_head > 1 ? p.consumer_warps * (a.head_dim / 2 + 4) * 32 * 4 : 0;
+  const int merge_bytes = std::max(
+      p.warps_per_head > 1 ? p.consumer_warps * (a.head_dim / 2 + 4) * 32 * 4 : 0,
+      3 * kCombineMaxSplits * 4 + p.consumer_warps * 32 * 16);  // MergeSplitsInKernel
   const int fixed = kBarBytes + p.consumer_warps * tile_bytes;
   const int max_stages = (kMaxSmem - fixed) / p.stage_bytes;
   p.stages = std::clamp(RingBudgetBytes() / p.stage_bytes, 2, std::min(kMaxStages, max_stages));
@@ -452,8 +496,17 @@ MmaShape StreamLaunchShape(const AttentionArgs& a) {
   return {1, p.consumer_warps + 1, std::max(1, StreamOccupancy(a, p)), a.heads};
 }
 
-void LaunchStream(const AttentionArgs& a, int num_seqs, cudaStream_t stream) {
+int StreamMergers(const AttentionArgs& a, int num_seqs) {
+  static const bool on = EnvFlag("PG_DSTREAM_MERGE", true);
+  if (!on || a.heads < 2 || num_seqs < 1) return 0;  // counters: 2 per row (<= heads per row)
   const StreamPlan p = StreamPlanOf(a);
+  const int capacity = MultiprocessorCount() * std::max(1, StreamOccupancy(a, p));
+  return std::clamp((capacity - 1) / num_seqs, 0, a.heads);
+}
+
+void LaunchStream(const AttentionArgs& a, int num_seqs, int mergers, cudaStream_t stream) {
+  StreamPlan p = StreamPlanOf(a);
+  p.mergers = a.split_counters != nullptr ? mergers : 0;
   (void)StreamOccupancy(a, p);  // sets the shared-memory attribute
   const dim3 grid(unsigned(num_seqs), unsigned(a.num_splits));
   const dim3 block(unsigned((p.consumer_warps + 1) * 32));
