@@ -31,10 +31,12 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "core/env.h"
 #include "kernels/cuda/attention/decode_common.cuh"
 #include "kernels/cuda/attention/decode_mma_util.cuh"
+#include "kernels/cuda/attention/decode_stream_fused.cuh"
 #include "kernels/cuda/common/bulk_copy.cuh"
 #include "kernels/cuda/common/context.h"
 #include "kernels/cuda/mla/mma_util.cuh"
@@ -125,10 +127,18 @@ __device__ __forceinline__ void MergeSplitsInKernel(const AttentionArgs& a, cons
 
 // One block an SM (the ring takes the shared memory). 9 warps: one SM sub-partition holds 3
 // of them in its 16K registers, so at most 168 a thread (launch bounds).
-template <int D, bool kF8>
+struct StreamNoFusion {};  // the unfused kernel's (empty) third parameter
+
+// kFused: ops_fused_attention.h RopeKvWriteAttention (decode_stream_fused.cuh): the block's
+// cache range stops below the new position (the producer never waits for PDL), the consumers
+// prepare the new token of every head after PdlWait (the owner split writes its slot and
+// attends to it first, from shared memory aliasing the V tiles).
+template <int D, bool kF8, bool kFused>
 __global__ void __launch_bounds__(kMaxThreads, 1)
-    DecodeStreamKernel(const __grid_constant__ AttentionArgs a, const __grid_constant__ StreamPlan p) {
+    DecodeStreamKernel(const __grid_constant__ AttentionArgs a, const __grid_constant__ StreamPlan p,
+                       const __grid_constant__ std::conditional_t<kFused, RopeKvWriteArgs, StreamNoFusion> f) {
   using G = StreamGeo<D, kF8>;
+  using KvT = std::conditional_t<kF8, kv::fp8, bf16>;
   extern __shared__ __align__(128) unsigned char smem[];
   const DeviceBatchView& b = a.batch;  // uploaded before the step: readable before PdlWait
   const int s = blockIdx.x;
@@ -137,7 +147,11 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   const int active_splits = ActiveSplits(a, s, num_splits);
   if (split >= active_splits) return;  // surplus split of a graph planned for longer contexts
   const SplitRange r = SplitOf(a, s, split, active_splits);
-  const int tiles = (max(0, r.end - r.begin) + kTK - 1) / kTK;
+  // Cache keys [r.begin, kv_end): the fused kernel's stop below the new position.
+  const int new_pos = b.kv_len[s] - 1;
+  const bool owner = kFused && r.begin <= new_pos && new_pos < r.end;
+  const int kv_end = kFused ? min(r.end, new_pos) : r.end;
+  const int tiles = (max(0, kv_end - r.begin) + kTK - 1) / kTK;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t slot_bytes = int64_t(a.kv_heads) * G::kRowBytes;  // one key, every head
   const uint32_t full0 = SmemAddr(smem), empty0 = full0 + kMaxStages * 8;
@@ -157,15 +171,14 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
       const uint64_t policy = EvictFirstPolicy();
       const int32_t* pages = b.page_table + b.page_start[s];
       const int ps = b.page_size;
-      const int new_pos = b.kv_len[s] - 1;
       const char* kc = static_cast<const char*>(a.k_cache);
       const char* vc = static_cast<const char*>(a.v_cache);
       bool waited = false;
       for (int st = 0; st < 2 * tiles; ++st) {
-        const int k0 = r.begin + (st / 2) * kTK, k1 = min(k0 + kTK, r.end);
+        const int k0 = r.begin + (st / 2) * kTK, k1 = min(k0 + kTK, kv_end);
         // PdlWait before the first read of the new key (the previous kernel writes it); the
         // keys below it are earlier steps' (readable before the wait).
-        if (!waited && k1 > new_pos) PdlWait(), waited = true;
+        if (!kFused && !waited && k1 > new_pos) PdlWait(), waited = true;
         const int slot = st % p.stages;
         if (st >= p.stages) MbarWait(empty0 + 8 * slot, uint32_t(st / p.stages - 1) & 1u);
         const uint32_t full = full0 + 8 * slot;
@@ -193,15 +206,22 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   const int h0 = head * group;
   const unsigned char* ring = smem + kBarBytes;
   uint4* vtile = reinterpret_cast<uint4*>(smem + p.tile_offset + warp * G::kTileBytes);
+  const int nthreads = p.consumer_warps * 32;  // the consumers (named barrier 1)
+  auto consumer_sync = [nthreads] { asm volatile("bar.sync 1, %0;" ::"r"(nthreads) : "memory"); };
   PdlWait();  // q (RoPE'd by the previous kernel) is visible from here; writes come after
   const float qscale = a.logit_scale * (a.softcap > 0.0f ? 1.0f : kLog2e);
+  // Fused: the new token's scratch aliases the V tiles (dead until the key loop).
+  const StreamFusedScratch<D> fs(smem + p.tile_offset, a.heads, a.kv_heads);
+  if constexpr (kFused)
+    PrepareNewTokenAllHeads<D, KvT>(f, a, s, row, owner, qscale, fs, int(threadIdx.x), nthreads,
+                                    consumer_sync);
 
   // Q as A fragments: rows g and g + 8 = heads h0 + g, h0 + g + 8 (zero past the group).
   // Chunk c of lane (g, t) holds dims base(c) + 0..3, base(c) = v * 4 kVe + t kVe + sub * 4
   // (v = c / kCpv, sub = c % kCpv): the K vector layout below (decode_attention_mma.cu).
   uint32_t qa[G::kKc][4];
   {
-    const bf16* q = a.q + int64_t(row) * a.q_stride + int64_t(h0) * D;
+    const bf16* q = kFused ? fs.q + h0 * D : a.q + int64_t(row) * a.q_stride + int64_t(h0) * D;
 #pragma unroll
     for (int c = 0; c < G::kKc; ++c) {
       const int base = (c / G::kCpv) * 4 * G::kVe + t * G::kVe + (c % G::kCpv) * 4;
@@ -220,6 +240,23 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
 #pragma unroll
   for (int nb = 0; nb < G::kNb; ++nb) o[nb][0] = o[nb][1] = o[nb][2] = o[nb][3] = 0.0f;
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;  // rows g and g + 8
+  if constexpr (kFused) {
+    if (owner && j == 0) {  // the new token first (p = 1 at its own max; l summed over the quad)
+      if (g < group) {
+        m0 = fs.score[h0 + g], l0 = t == 0 ? 1.0f : 0.0f;
+#pragma unroll
+        for (int nb = 0; nb < G::kNb; ++nb)
+          o[nb][0] = fs.v[head * D + nb * 8 + 2 * t], o[nb][1] = fs.v[head * D + nb * 8 + 2 * t + 1];
+      }
+      if (g + 8 < group) {
+        m1 = fs.score[h0 + g + 8], l1 = t == 0 ? 1.0f : 0.0f;
+#pragma unroll
+        for (int nb = 0; nb < G::kNb; ++nb)
+          o[nb][2] = fs.v[head * D + nb * 8 + 2 * t], o[nb][3] = fs.v[head * D + nb * 8 + 2 * t + 1];
+      }
+    }
+    consumer_sync();  // every warp has read the scratch before the V tiles overwrite it
+  }
 
   for (int i = j; i < tiles; i += p.warps_per_head) {
     const int key0 = r.begin + i * kTK;
@@ -275,7 +312,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
       for (int e = 0; e < 4; ++e) {
         float x = sc[bb][e] * qscale;
         if (a.softcap > 0.0f) x = a.softcap * tanhf(x / a.softcap) * kLog2e;
-        sc[bb][e] = key0 + bb * 8 + 2 * t + (e & 1) < r.end ? x : -INFINITY;
+        sc[bb][e] = key0 + bb * 8 + 2 * t + (e & 1) < kv_end ? x : -INFINITY;
       }
     float mx0 = fmaxf(fmaxf(sc[0][0], sc[0][1]), fmaxf(sc[1][0], sc[1][1]));
     float mx1 = fmaxf(fmaxf(sc[0][2], sc[0][3]), fmaxf(sc[1][2], sc[1][3]));
@@ -319,7 +356,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
 #pragma unroll
       for (int it = 0; it < kTK / G::kVKeys; ++it) {
         const int key = it * G::kVKeys + lane / G::kVc;
-        const bool live = key0 + key < r.end;
+        const bool live = key0 + key < kv_end;
         uint4 raw = make_uint4(0, 0, 0, 0);
         if (live) raw = *reinterpret_cast<const uint4*>(vt + key * slot_bytes + c * 16);
         if constexpr (kF8) {  // 16 e4m3 -> two f16 chunks 2c, 2c + 1
@@ -355,8 +392,6 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
     l0 += __shfl_xor_sync(0xffffffffu, l0, off);
     l1 += __shfl_xor_sync(0xffffffffu, l1, off);
   }
-  const int nthreads = p.consumer_warps * 32;  // the consumers (named barrier 1)
-  auto consumer_sync = [nthreads] { asm volatile("bar.sync 1, %0;" ::"r"(nthreads) : "memory"); };
   if (p.warps_per_head > 1) {
     // Warps j > 0 publish (o, m, l) in the ring (free once every consumer is past its last
     // tile: every stage the producer filled has been waited on), warp j = 0 merges.
@@ -435,34 +470,40 @@ StreamPlan StreamPlanOf(const AttentionArgs& a) {
   const int merge_bytes = std::max(
       p.warps_per_head > 1 ? p.consumer_warps * (a.head_dim / 2 + 4) * 32 * 4 : 0,
       3 * kCombineMaxSplits * 4 + p.consumer_warps * 32 * 16);  // MergeSplitsInKernel
-  const int fixed = kBarBytes + p.consumer_warps * tile_bytes;
+  // The V tiles; the fused kernel's new-token scratch aliases them (both kernels, one plan).
+  const int fused_bytes = a.head_dim == 64 ? StreamFusedScratch<64>::Bytes(a.heads, a.kv_heads)
+                                           : StreamFusedScratch<128>::Bytes(a.heads, a.kv_heads);
+  const int tiles_bytes = std::max(p.consumer_warps * tile_bytes, fused_bytes);
+  const int fixed = kBarBytes + tiles_bytes;
   const int max_stages = (kMaxSmem - fixed) / p.stage_bytes;
   p.stages = std::clamp(RingBudgetBytes() / p.stage_bytes, 2, std::min(kMaxStages, max_stages));
   const int ring_bytes = std::max(p.stages * p.stage_bytes, merge_bytes);
   p.tile_offset = kBarBytes + ring_bytes;
-  p.smem_bytes = p.tile_offset + p.consumer_warps * tile_bytes;
+  p.smem_bytes = p.tile_offset + tiles_bytes;
   return p;
 }
 
-template <int D, bool kF8>
+template <int D, bool kF8, bool kFused>
 const void* KernelPtr() {
-  return reinterpret_cast<const void*>(&DecodeStreamKernel<D, kF8>);
+  return reinterpret_cast<const void*>(&DecodeStreamKernel<D, kF8, kFused>);
 }
 
+template <bool kFused>
 const void* KernelFor(const AttentionArgs& a) {
   const bool f8 = a.kv_type == KvType::kF8E4M3;
-  if (a.head_dim == 64) return f8 ? KernelPtr<64, true>() : KernelPtr<64, false>();
-  return f8 ? KernelPtr<128, true>() : KernelPtr<128, false>();
+  if (a.head_dim == 64) return f8 ? KernelPtr<64, true, kFused>() : KernelPtr<64, false, kFused>();
+  return f8 ? KernelPtr<128, true, kFused>() : KernelPtr<128, false, kFused>();
 }
 
 // Resident blocks per SM for this plan (sets the kernel's shared-memory opt-in first; cached
 // per (head_dim, cache type, kv_heads): the plan is a function of those and the env knobs).
 // 0: the block does not fit an SM (registers, shared memory): StreamSupports says no.
+template <bool kFused = false>
 int StreamOccupancy(const AttentionArgs& a, const StreamPlan& p) {
   static int cached[2][2][kMaxConsumerWarps + 1] = {};  // occupancy + 1; 0: not asked yet
   int& c = cached[a.head_dim == 128][a.kv_type == KvType::kF8E4M3][a.kv_heads];
   if (c == 0) {
-    const void* k = KernelFor(a);
+    const void* k = KernelFor<kFused>(a);
     int n = 0;
     if (cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem) != cudaSuccess ||
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, (p.consumer_warps + 1) * 32,
@@ -504,21 +545,40 @@ int StreamMergers(const AttentionArgs& a, int num_seqs) {
   return std::clamp((capacity - 1) / num_seqs, 0, a.heads);
 }
 
-void LaunchStream(const AttentionArgs& a, int num_seqs, int mergers, cudaStream_t stream) {
+namespace {
+
+template <int D, bool kF8, bool kFused, typename F>
+void LaunchOne(const AttentionArgs& a, const StreamPlan& p, const F& f, int num_seqs,
+               cudaStream_t stream) {
+  (void)StreamOccupancy<kFused>(a, p);  // sets the shared-memory attribute
+  const dim3 grid(unsigned(num_seqs), unsigned(a.num_splits));
+  LaunchPdl(DecodeStreamKernel<D, kF8, kFused>, grid, dim3(unsigned((p.consumer_warps + 1) * 32)),
+            size_t(p.smem_bytes), stream, a, p, f);
+}
+
+template <bool kFused, typename F>
+void LaunchAny(const AttentionArgs& a, const F& f, int num_seqs, int mergers, cudaStream_t stream) {
   StreamPlan p = StreamPlanOf(a);
   p.mergers = a.split_counters != nullptr ? mergers : 0;
-  (void)StreamOccupancy(a, p);  // sets the shared-memory attribute
-  const dim3 grid(unsigned(num_seqs), unsigned(a.num_splits));
-  const dim3 block(unsigned((p.consumer_warps + 1) * 32));
   const bool f8 = a.kv_type == KvType::kF8E4M3;
-  const size_t sm = size_t(p.smem_bytes);
   if (a.head_dim == 64) {
-    if (f8) LaunchPdl(DecodeStreamKernel<64, true>, grid, block, sm, stream, a, p);
-    else LaunchPdl(DecodeStreamKernel<64, false>, grid, block, sm, stream, a, p);
+    if (f8) LaunchOne<64, true, kFused>(a, p, f, num_seqs, stream);
+    else LaunchOne<64, false, kFused>(a, p, f, num_seqs, stream);
   } else {
-    if (f8) LaunchPdl(DecodeStreamKernel<128, true>, grid, block, sm, stream, a, p);
-    else LaunchPdl(DecodeStreamKernel<128, false>, grid, block, sm, stream, a, p);
+    if (f8) LaunchOne<128, true, kFused>(a, p, f, num_seqs, stream);
+    else LaunchOne<128, false, kFused>(a, p, f, num_seqs, stream);
   }
+}
+
+}  // namespace
+
+void LaunchStream(const AttentionArgs& a, int num_seqs, int mergers, cudaStream_t stream) {
+  LaunchAny<false>(a, StreamNoFusion{}, num_seqs, mergers, stream);
+}
+
+void LaunchStreamFused(const AttentionArgs& a, const RopeKvWriteArgs& rope, int num_seqs,
+                       int mergers, cudaStream_t stream) {
+  LaunchAny<true>(a, rope, num_seqs, mergers, stream);
 }
 
 }  // namespace pg::cuda::decode
