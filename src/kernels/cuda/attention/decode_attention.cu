@@ -481,11 +481,14 @@ bool DecodeStreamRuns(const AttentionArgs& a) { return UseStream(a); }
 
 // Decode batches of <= 8 rows: RopeKvWrite + the streaming kernel instead of the fused kernel
 // from PG_DSTREAM_FUSED_MIN_KEYS keys in the plan (sequences x longest causal range; default
-// 32768). Measured (H200, request 2, bf16, us per op): 1 x 8K fused 21.8 vs 27.4, 1 x 32K
-// 60.5 vs 50.5, 8 x 4K 59.6 vs 47.3, 8 x 8K 111.7 vs 79.0 (docs/PERF.md "Streaming decode
-// attention"). 0: never.
+// 16384 with bf16 caches, 32768 with fp8: the fused op already declines fp8 plans past 16K
+// keys, and below that fp8 fused is faster). Measured (H200, requests 2-3, us per op, fused
+// vs composed): bf16 1 x 8K 21.8 vs 27.4, 4 x 2K 23.5 vs 25.5, 8 x 2K 36.2 vs 34.6, 1 x 16K
+// 35.6 vs 33.9, 2 x 16K 64.6 vs 47.7, 1 x 32K 60.5 vs 50.5, 8 x 8K 111.7 vs 79.0; fp8 1 x 16K
+// 26.9 vs 32.5, 8 x 2K 26.6 vs 32.0 (docs/PERF.md "Streaming decode attention"). 0: never.
 bool DecodeStreamPreferred(const AttentionArgs& a, int num_seqs, int64_t max_len) {
-  static const int min_keys = EnvInt("PG_DSTREAM_FUSED_MIN_KEYS", 32768);
+  static const int env_keys = EnvInt("PG_DSTREAM_FUSED_MIN_KEYS", -1);
+  const int64_t min_keys = env_keys >= 0 ? env_keys : (a.kv_type == KvType::kF8E4M3 ? 32768 : 16384);
   return min_keys > 0 && int64_t(num_seqs) * max_len >= min_keys && UseStream(a);
 }
 

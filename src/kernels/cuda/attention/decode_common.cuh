@@ -110,10 +110,15 @@ constexpr int kCombineMaxSplits = 256;  // DecodeAttentionSplits never plans mor
 // 16-byte loads, the groups meet in shared memory. scratch: [3 * kCombineMaxSplits] floats,
 // red: [nthreads] float4 (shared); sync(): a barrier of the nthreads threads. Partials written
 // by other blocks are read through L2 (__ldcg). Ends with sync() (scratch reusable).
+// live = false: the threads only take part in the barriers (a team with no head this round).
 template <typename Sync>
 __device__ __forceinline__ void CombineSplitsBlock(const AttentionArgs& a, int t, int h, int S,
                                                    int tid, int nthreads, float* scratch,
-                                                   float4* red, Sync sync) {
+                                                   float4* red, Sync sync, bool live = true) {
+  if (!live) {
+    sync(), sync(), sync(), sync();  // as many barriers as a live team's
+    return;
+  }
   const int D = a.head_dim;
   const int64_t base = (int64_t(t) * a.heads + h) * a.num_splits;
   float* m_s = scratch;

@@ -96,9 +96,10 @@ __device__ __forceinline__ int AcquireLoad(const int* p) {
 
 // The in-kernel merge of row `row`'s `active` split partials (p.mergers > 0; the consumer
 // threads, after their partial stores). Each block takes a ticket on the row's arrival counter
-// (a.split_counters[row]); the last hm = min(p.mergers, active / 2) (>= 1) blocks to arrive
-// wait until every block has arrived, then merge heads k, k + hm, ... (k = their rank among the
-// last), the combine kernel's work spread over them without a kernel boundary. The host keeps
+// (a.split_counters[row]); the last hm = min(p.mergers, active) blocks to arrive wait until
+// every block has arrived, then merge heads k, k + hm, ... (k = their rank among the last):
+// the combine kernel's work spread over them without a kernel boundary, a block's heads merged
+// at once by teams of its threads (a team: a multiple of head_dim / 4 threads). The host keeps
 // num_seqs * p.mergers below the resident block slots, so waiting blocks never hold every SM
 // while a block of the launch is still unscheduled (no deadlock); the PDL dependents launch
 // only after every block has started. The last merger resets the counter and the done count
@@ -114,19 +115,28 @@ __device__ __forceinline__ void MergeSplitsInKernel(const AttentionArgs& a, cons
   sync();
   if (tid == 0) ticket = atomicAdd(count, 1);
   sync();
-  const int hm = max(1, min(p.mergers, active / 2));
+  const int hm = max(1, min(p.mergers, active));
   const int k = ticket - (active - hm);
   if (k < 0) return;
   if (tid == 0)
-    while (AcquireLoad(count) < active) __nanosleep(64);
+    while (AcquireLoad(count) < active) __nanosleep(32);
   sync();  // every split's partials are visible from here (acquire, then the barrier)
-  float4* red = reinterpret_cast<float4*>(scratch + 3 * kCombineMaxSplits);
-  for (int h = k; h < a.heads; h += hm) CombineSplitsBlock(a, row, h, active, tid, nthreads, scratch, red, sync);
+  const int my_heads = (a.heads - k + hm - 1) / hm;  // heads k, k + hm, ...
+  const int vecs = a.head_dim / 4;
+  const int team_threads = max(vecs, nthreads / max(1, my_heads) / vecs * vecs);
+  const int teams = nthreads / team_threads, team = tid / team_threads;
+  const int team_floats = 3 * kCombineMaxSplits + 4 * team_threads;  // scratch + red
+  float* ts = scratch + team * team_floats;
+  float4* red = reinterpret_cast<float4*>(ts + 3 * kCombineMaxSplits);
+  for (int r0 = 0; r0 < my_heads; r0 += teams) {  // rounds: every thread, every barrier
+    const int idx = r0 + team;
+    const bool live = team < teams && idx < my_heads;
+    CombineSplitsBlock(a, row, k + (live ? idx : 0) * hm, active, tid % team_threads,
+                       team_threads, ts, red, sync, live);
+  }
   if (tid == 0 && atomicAdd(done, 1) == hm - 1) *count = 0, *done = 0;
 }
 
-// One block an SM (the ring takes the shared memory). 9 warps: one SM sub-partition holds 3
-// of them in its 16K registers, so at most 168 a thread (launch bounds).
 struct StreamNoFusion {};  // the unfused kernel's (empty) third parameter
 
 // kFused: ops_fused_attention.h RopeKvWriteAttention (decode_stream_fused.cuh): the block's
@@ -467,9 +477,12 @@ StreamPlan StreamPlanOf(const AttentionArgs& a) {
   p.warps_per_head = std::max(1, kMaxConsumerWarps / std::max(1, a.kv_heads));
   p.consumer_warps = a.kv_heads * p.warps_per_head;
   const int tile_bytes = kTK * (a.head_dim / 8) * 16;
+  // The merges' scratch (in the ring): the warps' records, MergeSplitsInKernel's teams (at
+  // most nthreads / (head_dim / 4), each 3 * kCombineMaxSplits floats + its float4s).
+  const int nthreads = p.consumer_warps * 32;
   const int merge_bytes = std::max(
       p.warps_per_head > 1 ? p.consumer_warps * (a.head_dim / 2 + 4) * 32 * 4 : 0,
-      3 * kCombineMaxSplits * 4 + p.consumer_warps * 32 * 16);  // MergeSplitsInKernel
+      nthreads / (a.head_dim / 4) * 3 * kCombineMaxSplits * 4 + nthreads * 16);
   // The V tiles; the fused kernel's new-token scratch aliases them (both kernels, one plan).
   const int fused_bytes = a.head_dim == 64 ? StreamFusedScratch<64>::Bytes(a.heads, a.kv_heads)
                                            : StreamFusedScratch<128>::Bytes(a.heads, a.kv_heads);
