@@ -143,7 +143,7 @@ struct StreamNoFusion {};  // the unfused kernel's (empty) third parameter
 // cache range stops below the new position (the producer never waits for PDL), the consumers
 // prepare the new token of every head after PdlWait (the owner split writes its slot and
 // attends to it first, from shared memory aliasing the V tiles).
-template <int D, bool kF8, bool kFused, int kT>
+template <int D, bool kF8, bool kFused>
 __global__ void __launch_bounds__(kMaxThreads, 1)
     DecodeStreamKernel(const __grid_constant__ AttentionArgs a, const __grid_constant__ StreamPlan p,
                        const __grid_constant__ std::conditional_t<kFused, RopeKvWriteArgs, StreamNoFusion> f) {
@@ -268,76 +268,66 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
     consumer_sync();  // every warp has read the scratch before the V tiles overwrite it
   }
 
-  // kT tiles an iteration (one online-softmax update for their 16 kT keys: the QK chains of
-  // the tiles overlap, the rescale and the quad reductions are paid once).
-  constexpr int kPair = G::kNvt % 2 == 0 ? 2 : 1;  // K vectors read as pairs (below)
-  const bool odd = (g & 1) != 0 && kPair == 2;
-  for (int i = j * kT; i < tiles; i += p.warps_per_head * kT) {
-    const int nt = min(kT, tiles - i);  // warp-uniform
-    // K: stage 2 (i + u). Lane (g, t) reads key g of each 8-key half, 16-byte vectors at
-    // bytes v * 64 + t * 16 of the head's row. Rows are slot_bytes (a multiple of 128) apart,
-    // so the two keys of an 8-lane phase would hit the same banks: odd keys read the vectors
-    // of a pair (v, v + 1) in the other order (conflict-free), a select puts them back. Each
-    // pair feeds its MMAs as it arrives (no K tile in registers: 9 warps share an SM
-    // sub-partition's registers 3 : 2 : 2 : 2, so a thread has at most 168).
-    float sc[kT][2][4];
+  for (int i = j; i < tiles; i += p.warps_per_head) {
+    const int key0 = r.begin + i * kTK;
+    // K: stage 2i. Lane (g, t) reads key g of each 8-key half, 16-byte vectors at bytes
+    // v * 64 + t * 16 of the head's row. Rows are slot_bytes (a multiple of 128) apart, so
+    // the two keys of an 8-lane phase would hit the same banks: odd keys read the vectors of
+    // a pair (v, v + 1) in the other order (conflict-free), a select puts them back.
+    const int k_slot = (2 * i) % p.stages, v_slot = (2 * i + 1) % p.stages;
+    MbarWait(full0 + 8 * k_slot, uint32_t((2 * i) / p.stages) & 1u);
+    const unsigned char* kt = ring + int64_t(k_slot) * p.stage_bytes + head * G::kRowBytes;
+    // Each vector pair feeds its MMAs as it arrives (no K tile in registers: 9 warps share
+    // an SM sub-partition's registers 3 : 2 : 2 : 2, so a thread has at most 168).
+    constexpr int kPair = G::kNvt % 2 == 0 ? 2 : 1;
+    const bool odd = (g & 1) != 0 && kPair == 2;
+    float sc[2][4];
 #pragma unroll
-    for (int u = 0; u < kT; ++u) {
+    for (int bb = 0; bb < 2; ++bb) sc[bb][0] = sc[bb][1] = sc[bb][2] = sc[bb][3] = 0.0f;
 #pragma unroll
-      for (int bb = 0; bb < 2; ++bb) sc[u][bb][0] = sc[u][bb][1] = sc[u][bb][2] = sc[u][bb][3] = 0.0f;
-      if (u >= nt) continue;
-      const int k_slot = (2 * (i + u)) % p.stages;
-      MbarWait(full0 + 8 * k_slot, uint32_t((2 * (i + u)) / p.stages) & 1u);
-      const unsigned char* kt = ring + int64_t(k_slot) * p.stage_bytes + head * G::kRowBytes;
+    for (int v = 0; v < G::kNvt; v += kPair)
 #pragma unroll
-      for (int v = 0; v < G::kNvt; v += kPair)
+      for (int bb = 0; bb < 2; ++bb) {
+        const unsigned char* kp = kt + (bb * 8 + g) * slot_bytes + t * 16;
+        uint4 kv[kPair];
+        if constexpr (kPair == 2) {
+          const uint4 x = *reinterpret_cast<const uint4*>(kp + (v + (odd ? 1 : 0)) * 64);
+          const uint4 y = *reinterpret_cast<const uint4*>(kp + (v + (odd ? 0 : 1)) * 64);
+          kv[0] = odd ? y : x, kv[1] = odd ? x : y;
+        } else {
+          kv[0] = *reinterpret_cast<const uint4*>(kp + v * 64);
+        }
 #pragma unroll
-        for (int bb = 0; bb < 2; ++bb) {
-          const unsigned char* kp = kt + (bb * 8 + g) * slot_bytes + t * 16;
-          uint4 kv[kPair];
-          if constexpr (kPair == 2) {
-            const uint4 x = *reinterpret_cast<const uint4*>(kp + (v + (odd ? 1 : 0)) * 64);
-            const uint4 y = *reinterpret_cast<const uint4*>(kp + (v + (odd ? 0 : 1)) * 64);
-            kv[0] = odd ? y : x, kv[1] = odd ? x : y;
-          } else {
-            kv[0] = *reinterpret_cast<const uint4*>(kp + v * 64);
-          }
+        for (int u = 0; u < kPair; ++u)
 #pragma unroll
-          for (int w = 0; w < kPair; ++w)
-#pragma unroll
-            for (int sub = 0; sub < G::kCpv; ++sub) {
-              uint32_t b0, b1;
-              if constexpr (kF8) {
-                const uint32_t x = Word(kv[w], sub);  // dims +0..3 as e4m3
-                b0 = F8x2ToH2(x), b1 = F8x2ToH2(x >> 16);
-              } else {
-                b0 = Word(kv[w], 2 * sub), b1 = Word(kv[w], 2 * sub + 1);
-              }
-              MmaT<kF8>(sc[u][bb], qa[(v + w) * G::kCpv + sub], b0, b1);
+          for (int sub = 0; sub < G::kCpv; ++sub) {
+            uint32_t b0, b1;
+            if constexpr (kF8) {
+              const uint32_t w = Word(kv[u], sub);  // dims +0..3 as e4m3
+              b0 = F8x2ToH2(w), b1 = F8x2ToH2(w >> 16);
+            } else {
+              b0 = Word(kv[u], 2 * sub), b1 = Word(kv[u], 2 * sub + 1);
             }
-        }
-      __syncwarp();
-      if (lane == 0) MbarArrive(empty0 + 8 * k_slot);  // this head is done with the K stage
-    }
+            MmaT<kF8>(sc[bb], qa[(v + u) * G::kCpv + sub], b0, b1);
+          }
+      }
+    __syncwarp();
+    if (lane == 0) MbarArrive(empty0 + 8 * k_slot);  // this head is done with the K stage
 
-    // Scores in log2 units; keys past the split's end (and of a missing second tile) masked
-    // (a select: stale bytes may be NaN).
-    float mx0 = -INFINITY, mx1 = -INFINITY;
+    // Scores in log2 units; keys past the split's end masked (a select: stale bytes may be
+    // NaN).
 #pragma unroll
-    for (int u = 0; u < kT; ++u)
+    for (int bb = 0; bb < 2; ++bb)
 #pragma unroll
-      for (int bb = 0; bb < 2; ++bb)
+      for (int e = 0; e < 4; ++e) {
+        float x = sc[bb][e] * qscale;
+        if (a.softcap > 0.0f) x = a.softcap * tanhf(x / a.softcap) * kLog2e;
+        sc[bb][e] = key0 + bb * 8 + 2 * t + (e & 1) < kv_end ? x : -INFINITY;
+      }
+    float mx0 = fmaxf(fmaxf(sc[0][0], sc[0][1]), fmaxf(sc[1][0], sc[1][1]));
+    float mx1 = fmaxf(fmaxf(sc[0][2], sc[0][3]), fmaxf(sc[1][2], sc[1][3]));
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float x = sc[u][bb][e] * qscale;
-          if (a.softcap > 0.0f) x = a.softcap * tanhf(x / a.softcap) * kLog2e;
-          x = r.begin + (i + u) * kTK + bb * 8 + 2 * t + (e & 1) < kv_end ? x : -INFINITY;
-          sc[u][bb][e] = x;
-          if (e < 2) mx0 = fmaxf(mx0, x);
-          else mx1 = fmaxf(mx1, x);
-        }
-#pragma unroll
-    for (int off = 1; off <= 2; off <<= 1) {  // the quad holds the row's keys
+    for (int off = 1; off <= 2; off <<= 1) {  // the quad holds the row's 16 keys
       mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
       mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
     }
@@ -356,60 +346,52 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
       m1 = mx1;
     }
 #pragma unroll
-    for (int u = 0; u < kT; ++u)
-#pragma unroll
-      for (int bb = 0; bb < 2; ++bb) {
-        sc[u][bb][0] = Exp2Or0(sc[u][bb][0], m0), sc[u][bb][1] = Exp2Or0(sc[u][bb][1], m0);
-        sc[u][bb][2] = Exp2Or0(sc[u][bb][2], m1), sc[u][bb][3] = Exp2Or0(sc[u][bb][3], m1);
-        l0 += sc[u][bb][0] + sc[u][bb][1];
-        l1 += sc[u][bb][2] + sc[u][bb][3];
-      }
+    for (int bb = 0; bb < 2; ++bb) {
+      sc[bb][0] = Exp2Or0(sc[bb][0], m0), sc[bb][1] = Exp2Or0(sc[bb][1], m0);
+      sc[bb][2] = Exp2Or0(sc[bb][2], m1), sc[bb][3] = Exp2Or0(sc[bb][3], m1);
+      l0 += sc[bb][0] + sc[bb][1];
+      l1 += sc[bb][2] + sc[bb][3];
+    }
+    auto pack = [](float lo, float hi) { return kF8 ? PackH2(lo, hi) : mla::PackBf16(lo, hi); };
+    const uint32_t pa[4] = {pack(sc[0][0], sc[0][1]), pack(sc[0][2], sc[0][3]),
+                            pack(sc[1][0], sc[1][1]), pack(sc[1][2], sc[1][3])};
 
+    // V: stage 2i + 1 -> the warp's tile [key][chunk ^ key % 8] (16-bit chunks of 8 dims).
+    // Lanes kVc * q .. + kVc - 1 copy one key's row (contiguous: conflict-free reads).
+    MbarWait(full0 + 8 * v_slot, uint32_t((2 * i + 1) / p.stages) & 1u);
+    __syncwarp();  // every lane's ldmatrix of the previous tile is done
+    {
+      const unsigned char* vt = ring + int64_t(v_slot) * p.stage_bytes + head * G::kRowBytes;
+      const int c = lane % G::kVc;
 #pragma unroll
-    for (int u = 0; u < kT; ++u) {
-      if (u >= nt) continue;
-      const int key0 = r.begin + (i + u) * kTK;
-      auto pack = [](float lo, float hi) { return kF8 ? PackH2(lo, hi) : mla::PackBf16(lo, hi); };
-      const uint32_t pa[4] = {pack(sc[u][0][0], sc[u][0][1]), pack(sc[u][0][2], sc[u][0][3]),
-                              pack(sc[u][1][0], sc[u][1][1]), pack(sc[u][1][2], sc[u][1][3])};
-      // V: stage 2 (i + u) + 1 -> the warp's tile [key][chunk ^ key % 8] (16-bit chunks of 8
-      // dims). Lanes kVc * q .. + kVc - 1 copy one key's row (contiguous: conflict-free).
-      const int v_slot = (2 * (i + u) + 1) % p.stages;
-      MbarWait(full0 + 8 * v_slot, uint32_t((2 * (i + u) + 1) / p.stages) & 1u);
-      __syncwarp();  // every lane's ldmatrix of the previous tile is done
-      {
-        const unsigned char* vt = ring + int64_t(v_slot) * p.stage_bytes + head * G::kRowBytes;
-        const int c = lane % G::kVc;
-#pragma unroll
-        for (int it = 0; it < kTK / G::kVKeys; ++it) {
-          const int key = it * G::kVKeys + lane / G::kVc;
-          const bool live = key0 + key < kv_end;
-          uint4 raw = make_uint4(0, 0, 0, 0);
-          if (live) raw = *reinterpret_cast<const uint4*>(vt + key * slot_bytes + c * 16);
-          if constexpr (kF8) {  // 16 e4m3 -> two f16 chunks 2c, 2c + 1
-            const uint4 w0 = make_uint4(F8x2ToH2(raw.x), F8x2ToH2(raw.x >> 16), F8x2ToH2(raw.y), F8x2ToH2(raw.y >> 16));
-            const uint4 w1 = make_uint4(F8x2ToH2(raw.z), F8x2ToH2(raw.z >> 16), F8x2ToH2(raw.w), F8x2ToH2(raw.w >> 16));
-            // Lanes c >= 4 store their second chunk first: an 8-lane phase then hits 8
-            // different 16-byte bank groups.
-            const int sw = (c / 4) & 1;
-            vtile[key * G::kNb + ((2 * c + sw) ^ (key % 8))] = sw ? w1 : w0;
-            vtile[key * G::kNb + ((2 * c + 1 - sw) ^ (key % 8))] = sw ? w0 : w1;
-          } else {
-            vtile[key * G::kNb + (c ^ (key % 8))] = raw;
-          }
+      for (int it = 0; it < kTK / G::kVKeys; ++it) {
+        const int key = it * G::kVKeys + lane / G::kVc;
+        const bool live = key0 + key < kv_end;
+        uint4 raw = make_uint4(0, 0, 0, 0);
+        if (live) raw = *reinterpret_cast<const uint4*>(vt + key * slot_bytes + c * 16);
+        if constexpr (kF8) {  // 16 e4m3 -> two f16 chunks 2c, 2c + 1
+          const uint4 w0 = make_uint4(F8x2ToH2(raw.x), F8x2ToH2(raw.x >> 16), F8x2ToH2(raw.y), F8x2ToH2(raw.y >> 16));
+          const uint4 w1 = make_uint4(F8x2ToH2(raw.z), F8x2ToH2(raw.z >> 16), F8x2ToH2(raw.w), F8x2ToH2(raw.w >> 16));
+          // Lanes c >= 4 store their second chunk first: an 8-lane phase then hits 8
+          // different 16-byte bank groups.
+          const int sw = (c / 4) & 1;
+          vtile[key * G::kNb + ((2 * c + sw) ^ (key % 8))] = sw ? w1 : w0;
+          vtile[key * G::kNb + ((2 * c + 1 - sw) ^ (key % 8))] = sw ? w0 : w1;
+        } else {
+          vtile[key * G::kNb + (c ^ (key % 8))] = raw;
         }
       }
-      __syncwarp();  // the tile is complete; the V stage is read
-      if (lane == 0) MbarArrive(empty0 + 8 * v_slot);
-      const int lk = lane % 8 + ((lane / 8) % 2) * 8;  // ldmatrix row (key) this lane addresses
+    }
+    __syncwarp();  // the tile is complete; the V stage is read
+    if (lane == 0) MbarArrive(empty0 + 8 * v_slot);
+    const int lk = lane % 8 + ((lane / 8) % 2) * 8;  // ldmatrix row (key) this lane addresses
 #pragma unroll
-      for (int np = 0; np < G::kNb / 2; ++np) {
-        const int chunk = 2 * np + lane / 16;
-        uint32_t vb[4];
-        mla::Ldmatrix4Trans(vb, vtile + lk * G::kNb + (chunk ^ (lk % 8)));
-        MmaT<kF8>(o[2 * np], pa, vb[0], vb[1]);
-        MmaT<kF8>(o[2 * np + 1], pa, vb[2], vb[3]);
-      }
+    for (int np = 0; np < G::kNb / 2; ++np) {
+      const int chunk = 2 * np + lane / 16;
+      uint32_t vb[4];
+      mla::Ldmatrix4Trans(vb, vtile + lk * G::kNb + (chunk ^ (lk % 8)));
+      MmaT<kF8>(o[2 * np], pa, vb[0], vb[1]);
+      MmaT<kF8>(o[2 * np + 1], pa, vb[2], vb[3]);
     }
   }
   if (a.pdl_late_trigger) PdlTrigger();
@@ -514,16 +496,9 @@ StreamPlan StreamPlanOf(const AttentionArgs& a) {
   return p;
 }
 
-// Tiles per consumer iteration (PG_DSTREAM_PAIR=1: two; A/B).
-bool PairTiles() {
-  static const bool on = EnvFlag("PG_DSTREAM_PAIR", false);
-  return on;
-}
-
 template <int D, bool kF8, bool kFused>
 const void* KernelPtr() {
-  return PairTiles() ? reinterpret_cast<const void*>(&DecodeStreamKernel<D, kF8, kFused, 2>)
-                     : reinterpret_cast<const void*>(&DecodeStreamKernel<D, kF8, kFused, 1>);
+  return reinterpret_cast<const void*>(&DecodeStreamKernel<D, kF8, kFused>);
 }
 
 template <bool kFused>
@@ -590,11 +565,8 @@ void LaunchOne(const AttentionArgs& a, const StreamPlan& p, const F& f, int num_
                cudaStream_t stream) {
   (void)StreamOccupancy<kFused>(a, p);  // sets the shared-memory attribute
   const dim3 grid(unsigned(num_seqs), unsigned(a.num_splits));
-  const dim3 block(unsigned((p.consumer_warps + 1) * 32));
-  if (PairTiles())
-    LaunchPdl(DecodeStreamKernel<D, kF8, kFused, 2>, grid, block, size_t(p.smem_bytes), stream, a, p, f);
-  else
-    LaunchPdl(DecodeStreamKernel<D, kF8, kFused, 1>, grid, block, size_t(p.smem_bytes), stream, a, p, f);
+  LaunchPdl(DecodeStreamKernel<D, kF8, kFused>, grid, dim3(unsigned((p.consumer_warps + 1) * 32)),
+            size_t(p.smem_bytes), stream, a, p, f);
 }
 
 template <bool kFused, typename F>
