@@ -239,8 +239,9 @@ void LaunchMma(const AttentionArgs& a, int num_seqs, cudaStream_t stream);
 bool StreamSupports(const AttentionArgs& a);
 int StreamMinSplitKeys();  // keys per active split at least (PG_DSTREAM_MIN_SPLIT_KEYS)
 MmaShape StreamLaunchShape(const AttentionArgs& a);
-// Blocks per row that merge its splits inside the kernel (0: the combine kernel does;
-// PG_DSTREAM_MERGE=0 forces that); a.split_counters must then hold 2 * num_tokens counters.
+// Blocks per row that merge its splits inside the kernel (0, the default: the combine kernel
+// does; PG_DSTREAM_MERGE=1 asks for the in-kernel merge); a.split_counters must then hold
+// 2 * num_tokens counters.
 int StreamMergers(const AttentionArgs& a, int num_seqs);
 void LaunchStream(const AttentionArgs& a, int num_seqs, int mergers, cudaStream_t stream);
 // Its fused form (RopeKvWrite inside, decode_stream_fused.cuh): rope.q / kv.k / kv.v the raw
