@@ -424,7 +424,22 @@ void RunFusedAttention(const RopeKvWriteAttentionParams& p) {
   }
   // Long contexts: RopeKvWrite + the streaming decode kernel (fixed at capture by the
   // planned length, as the split plan).
-  if (cuda::DecodeStreamPreferred(a, max_len)) return RunRopeKvWriteAttentionComposed(p, /*reference=*/false);
+  if (cuda::DecodeStreamPreferred(a, b.num_seqs, max_len)) {
+    static const bool one_kernel = EnvFlag("PG_DSTREAM_FUSED_KERNEL", false);
+    if (!one_kernel) return RunRopeKvWriteAttentionComposed(p, /*reference=*/false);
+    a.num_splits = cuda::DecodeAttentionSplits(a, b.num_seqs, max_len);
+    if (a.num_splits > 1) {
+      const size_t per = size_t(p.out.dim(0)) * size_t(a.heads) * size_t(a.num_splits);
+      float* ws = static_cast<float*>(cuda::Scratch(cuda::ScratchSlot::kAttentionPartials,
+                                                    per * size_t(a.head_dim + 2) * sizeof(float)));
+      a.partial_acc = ws;
+      a.partial_ml = ws + per * size_t(a.head_dim);
+      a.split_counters = cuda::DecodeSplitCounters(p.out.dim(0) * a.heads, stream);  // may be null
+    }
+    cuda::LaunchDecodeStreamFused(a, RopeKvWriteArgsOf(p.rope, stream), stream);
+    CheckLaunch();
+    return;
+  }
   a.min_split_keys = cuda::DecodeFusedMinSplitKeys(a.kv_heads, max_len);
   a.num_splits = cuda::DecodeFusedSplits(a, b.num_seqs, max_len);
   if (a.num_splits > 1) {

@@ -268,14 +268,13 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(const __grid_constant__
 // block's threads are (4-float vector v of head_dim) x (split group), each group sums every
 // G-th split with independent 16-byte loads; the groups meet in shared memory.
 constexpr int kCombineThreads = 256;
-constexpr int kCombineMaxSplits = 256;  // DecodeAttentionSplits never plans more
 int CombineThreads(int head_dim) {
   const int vecs = head_dim / 4;
   return vecs * std::max(1, kCombineThreads / vecs);
 }
 
 __global__ void __launch_bounds__(kCombineThreads) DecodeCombineKernel(const __grid_constant__ AttentionArgs a) {
-  const int t = blockIdx.x, h = blockIdx.y, D = a.head_dim;
+  const int t = blockIdx.x, h = blockIdx.y;
   PdlTrigger();
   // Every block waits (PDL), even one with nothing to merge: this kernel must not complete
   // before the attention kernel did (the next kernel reads rows it wrote directly).
@@ -284,37 +283,10 @@ __global__ void __launch_bounds__(kCombineThreads) DecodeCombineKernel(const __g
   if (a.batch.q_len[s_row] != 1) return;  // not a decode row
   const int S = ActiveSplits(a, s_row, a.num_splits);  // partials of this row
   if (S == 1) return;  // the attention block wrote the output
-  const int64_t base = (int64_t(t) * a.heads + h) * a.num_splits;
-  __shared__ float m_s[kCombineMaxSplits], l_s[kCombineMaxSplits], w[kCombineMaxSplits];
+  __shared__ float scratch[3 * kCombineMaxSplits];
   __shared__ float4 red[kCombineThreads];
-  const float* ml = a.partial_ml + 2 * base;
-  for (int i = threadIdx.x; i < S; i += blockDim.x) m_s[i] = __ldcg(ml + 2 * i), l_s[i] = __ldcg(ml + 2 * i + 1);
-  __syncthreads();
-  float mx = -INFINITY;
-  for (int i = 0; i < S; ++i) mx = fmaxf(mx, m_s[i]);
-  for (int i = threadIdx.x; i < S; i += blockDim.x) w[i] = Exp2Or0(m_s[i], mx);
-  __syncthreads();
-  float sum = 0.0f;
-  for (int i = 0; i < S; ++i) sum += w[i] * l_s[i];
-  const int vecs = D / 4, groups = int(blockDim.x) / vecs;
-  const int v = threadIdx.x % vecs, grp = threadIdx.x / vecs;
-  float4 acc = make_float4(0, 0, 0, 0);
-#pragma unroll 4
-  for (int i = grp; i < S; i += groups) {
-    const float4 p = __ldcg(reinterpret_cast<const float4*>(a.partial_acc + (base + i) * D) + v);
-    acc.x += w[i] * p.x, acc.y += w[i] * p.y, acc.z += w[i] * p.z, acc.w += w[i] * p.w;
-  }
-  red[threadIdx.x] = acc;
-  __syncthreads();
-  if (grp != 0) return;
-  for (int k = 1; k < groups; ++k) {
-    const float4 p = red[k * vecs + v];
-    acc.x += p.x, acc.y += p.y, acc.z += p.z, acc.w += p.w;
-  }
-  const float inv = sum > 0.0f ? a.v_scale / sum : 0.0f;
-  bf16* out = a.out + int64_t(t) * a.out_stride + int64_t(h) * D + 4 * v;
-  out[0] = __float2bfloat16_rn(acc.x * inv), out[1] = __float2bfloat16_rn(acc.y * inv);
-  out[2] = __float2bfloat16_rn(acc.z * inv), out[3] = __float2bfloat16_rn(acc.w * inv);
+  CombineSplitsBlock(a, t, h, S, int(threadIdx.x), int(blockDim.x), scratch, red,
+                     [] { __syncthreads(); });
 }
 
 // GP: query heads per block (1 for MHA, else 4; larger groups take several blocks).
@@ -510,11 +482,32 @@ static AttentionArgs FusedKnobs(const AttentionArgs& args) {
 
 bool DecodeStreamRuns(const AttentionArgs& a) { return UseStream(a); }
 
-// Long decode batches of <= 8 rows: RopeKvWrite + the streaming kernel instead of the fused
-// kernel from PG_DSTREAM_FUSED_MIN_KEYS keys (planned longest causal range; default 8192).
-bool DecodeStreamPreferred(const AttentionArgs& a, int64_t max_len) {
-  static const int min_keys = EnvInt("PG_DSTREAM_FUSED_MIN_KEYS", 8192);
-  return min_keys > 0 && max_len >= min_keys && UseStream(a);
+// Decode batches of <= 8 rows: RopeKvWrite + the streaming kernel instead of the fused kernel
+// from PG_DSTREAM_FUSED_MIN_KEYS keys in the plan (sequences x longest causal range; default
+// 16384 with bf16 caches, 32768 with fp8: the fused op already declines fp8 plans past 16K
+// keys, and below that fp8 fused is faster). Measured (H200, requests 2-3, us per op, fused
+// vs composed): bf16 1 x 8K 21.8 vs 27.4, 4 x 2K 23.5 vs 25.5, 8 x 2K 36.2 vs 34.6, 1 x 16K
+// 35.6 vs 33.9, 2 x 16K 64.6 vs 47.7, 1 x 32K 60.5 vs 50.5, 8 x 8K 111.7 vs 79.0; fp8 1 x 16K
+// 26.9 vs 32.5, 8 x 2K 26.6 vs 32.0 (docs/PERF.md "Streaming decode attention"). 0: never.
+bool DecodeStreamPreferred(const AttentionArgs& a, int num_seqs, int64_t max_len) {
+  static const int env_keys = EnvInt("PG_DSTREAM_FUSED_MIN_KEYS", -1);
+  const int64_t min_keys = env_keys >= 0 ? env_keys : (a.kv_type == KvType::kF8E4M3 ? 32768 : 16384);
+  return min_keys > 0 && int64_t(num_seqs) * max_len >= min_keys && UseStream(a);
+}
+
+void LaunchDecodeStreamFused(const AttentionArgs& args, const RopeKvWriteArgs& rope,
+                             cudaStream_t stream) {
+  if (args.batch.num_seqs == 0) return;
+  AttentionArgs a = args;
+  ApplyKnobs(a, /*stream=*/true);
+  const auto [capacity, base] = ShapeOf(a, a.batch.num_seqs);
+  a.wave_splits = int(std::clamp<int64_t>(capacity / base, 1, kCombineMaxSplits));
+  const int mergers = StreamMergers(a, a.batch.num_seqs);
+  if (mergers == 0) a.split_counters = nullptr;
+  LaunchStreamFused(a, rope, a.batch.num_seqs, mergers, stream);
+  if (a.num_splits > 1 && a.split_counters == nullptr)
+    LaunchPdl(DecodeCombineKernel, dim3(unsigned(a.batch.num_tokens), unsigned(a.heads)),
+              dim3(unsigned(CombineThreads(a.head_dim))), 0, stream, a);
 }
 
 int DecodeFusedSplits(const AttentionArgs& a, int num_seqs, int64_t max_len) {
@@ -605,8 +598,9 @@ void LaunchDecodeAttention(const AttentionArgs& args, cudaStream_t stream) {
   }
   const int group = a.heads / a.kv_heads;
   if (use_stream) {
-    a.split_counters = nullptr;  // the combine kernel merges (one block would read 32 heads)
-    LaunchStream(a, a.batch.num_seqs, stream);
+    const int mergers = StreamMergers(a, a.batch.num_seqs);
+    if (mergers == 0) a.split_counters = nullptr;  // the combine kernel merges
+    LaunchStream(a, a.batch.num_seqs, mergers, stream);
   } else if (UseMma(a)) {
     const MmaShape sh = MmaLaunchShape(a);
     if (int64_t(a.num_splits) * sh.heads_per_block * a.head_dim * 4 > FusedCombineBytes())

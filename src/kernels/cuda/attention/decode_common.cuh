@@ -102,6 +102,62 @@ __device__ __forceinline__ void CombineSplits(const AttentionArgs& a, int t, int
   }
 }
 
+constexpr int kCombineMaxSplits = 256;  // DecodeAttentionSplits never plans more
+
+// Merges the first S (<= kCombineMaxSplits) split partials of (row t, head h) into the bf16
+// output with `nthreads` threads (ids tid; a multiple of head_dim / 4): threads are (4-float
+// vector v of head_dim) x (split group), each group sums every G-th split with independent
+// 16-byte loads, the groups meet in shared memory. scratch: [3 * kCombineMaxSplits] floats,
+// red: [nthreads] float4 (shared); sync(): a barrier of the nthreads threads. Partials written
+// by other blocks are read through L2 (__ldcg). Ends with sync() (scratch reusable).
+// live = false: the threads only take part in the barriers (a team with no head this round).
+template <typename Sync>
+__device__ __forceinline__ void CombineSplitsBlock(const AttentionArgs& a, int t, int h, int S,
+                                                   int tid, int nthreads, float* scratch,
+                                                   float4* red, Sync sync, bool live = true) {
+  if (!live) {
+    sync(), sync(), sync(), sync();  // as many barriers as a live team's
+    return;
+  }
+  const int D = a.head_dim;
+  const int64_t base = (int64_t(t) * a.heads + h) * a.num_splits;
+  float* m_s = scratch;
+  float* l_s = scratch + kCombineMaxSplits;
+  float* w = scratch + 2 * kCombineMaxSplits;
+  const float* ml = a.partial_ml + 2 * base;
+  for (int i = tid; i < S; i += nthreads) m_s[i] = __ldcg(ml + 2 * i), l_s[i] = __ldcg(ml + 2 * i + 1);
+  sync();
+  float mx = -INFINITY;
+  for (int i = 0; i < S; ++i) mx = fmaxf(mx, m_s[i]);
+  for (int i = tid; i < S; i += nthreads) w[i] = Exp2Or0(m_s[i], mx);
+  sync();
+  float sum = 0.0f;
+  for (int i = 0; i < S; ++i) sum += w[i] * l_s[i];
+  const int vecs = D / 4, groups = nthreads / vecs;
+  const int v = tid % vecs, grp = tid / vecs;
+  float4 acc = make_float4(0, 0, 0, 0);
+  if (grp < groups) {
+#pragma unroll 4
+    for (int i = grp; i < S; i += groups) {
+      const float4 p = __ldcg(reinterpret_cast<const float4*>(a.partial_acc + (base + i) * D) + v);
+      acc.x += w[i] * p.x, acc.y += w[i] * p.y, acc.z += w[i] * p.z, acc.w += w[i] * p.w;
+    }
+  }
+  red[tid] = acc;
+  sync();
+  if (grp == 0) {
+    for (int k = 1; k < groups; ++k) {
+      const float4 p = red[k * vecs + v];
+      acc.x += p.x, acc.y += p.y, acc.z += p.z, acc.w += p.w;
+    }
+    const float inv = sum > 0.0f ? a.v_scale / sum : 0.0f;
+    bf16* out = a.out + int64_t(t) * a.out_stride + int64_t(h) * D + 4 * v;
+    out[0] = __float2bfloat16_rn(acc.x * inv), out[1] = __float2bfloat16_rn(acc.y * inv);
+    out[2] = __float2bfloat16_rn(acc.z * inv), out[3] = __float2bfloat16_rn(acc.w * inv);
+  }
+  sync();
+}
+
 // After a block wrote its split's partials of row t's heads [h0, h0 + ng): the last of the
 // row's `active` split blocks (same blockIdx.y) to arrive merges the splits
 // (threadFenceReduction) and resets the arrival counter. No-op without counters (a combine
@@ -177,12 +233,21 @@ MmaShape MmaLaunchShape(const AttentionArgs& a);
 void LaunchMma(const AttentionArgs& a, int num_seqs, cudaStream_t stream);
 // Streaming decode kernel (decode_stream.cu): a block per (sequence, split) over every kv
 // head, a producer warp's bulk-copy ring; bf16 / fp8, head_dim 64 / 128, group <= 16,
-// kv_heads <= 8. Its splits are merged by the combine kernel (no split counters). Launch
+// kv_heads <= 8. Its splits are merged in the kernel by a row's last blocks (split counters)
+// or by the combine kernel (no counters). Launch
 // shape: grid_rows 1, warps (consumers + producer), per_sm, heads_per_block = heads.
 bool StreamSupports(const AttentionArgs& a);
 int StreamMinSplitKeys();  // keys per active split at least (PG_DSTREAM_MIN_SPLIT_KEYS)
 MmaShape StreamLaunchShape(const AttentionArgs& a);
-void LaunchStream(const AttentionArgs& a, int num_seqs, cudaStream_t stream);
+// Blocks per row that merge its splits inside the kernel (0, the default: the combine kernel
+// does; PG_DSTREAM_MERGE=1 asks for the in-kernel merge); a.split_counters must then hold
+// 2 * num_tokens counters.
+int StreamMergers(const AttentionArgs& a, int num_seqs);
+void LaunchStream(const AttentionArgs& a, int num_seqs, int mergers, cudaStream_t stream);
+// Its fused form (RopeKvWrite inside, decode_stream_fused.cuh): rope.q / kv.k / kv.v the raw
+// new rows (read, never modified); a's plan and scratch as LaunchStream's.
+void LaunchStreamFused(const AttentionArgs& a, const RopeKvWriteArgs& rope, int num_seqs,
+                       int mergers, cudaStream_t stream);
 // The fused decode attention (RopeKvWrite + Attention, decode_fused.cuh): the round-robin
 // layout (a block per (sequence, kv head, split), 4 warps), splits merged in the kernel (needs
 // a.split_counters); rope.q / rope.kv.k / rope.kv.v: the raw new rows, not modified.

@@ -19,10 +19,15 @@ int DecodeFusedMinSplitKeys(int kv_heads, int64_t max_len);
 // The split count for this batch shape (as DecodeAttentionSplits, for the fused kernel's
 // block layout: one block per (sequence, kv head, split)).
 int DecodeFusedSplits(const AttentionArgs& a, int num_seqs, int64_t max_len);
-// Whether a decode batch whose longest causal range is max_len keys runs faster as
-// RopeKvWrite + Attention on the streaming kernel (decode_stream.cu) than fused (the
-// caller then runs the composition). a: the attention args (shape and cache type).
-bool DecodeStreamPreferred(const AttentionArgs& a, int64_t max_len);
+// Whether a decode batch of num_seqs rows whose longest causal range is max_len keys runs
+// faster as RopeKvWrite + Attention on the streaming kernel (decode_stream.cu) than fused
+// (the caller then runs the composition). a: the attention args (shape and cache type).
+bool DecodeStreamPreferred(const AttentionArgs& a, int num_seqs, int64_t max_len);
+// RopeKvWrite + Attention in the streaming kernel (decode_stream_fused.cuh), for the batches
+// DecodeStreamPreferred picks (PG_DSTREAM_FUSED_KERNEL=1; else the two ops run): a planned
+// by DecodeAttentionSplits (the streaming kernel's shape), its partials scratch when
+// a.num_splits > 1, split counters optional (2 per row; none: the combine kernel merges).
+void LaunchDecodeStreamFused(const AttentionArgs& a, const RopeKvWriteArgs& rope, cudaStream_t stream);
 // One launch: a (attention; a.q unused, a.split_counters required when a.num_splits > 1) and
 // rope (the new rows q / kv.k / kv.v as the projection wrote them: read, never modified; the
 // cache pointers and scales as a's). max_len: the longest causal range the plan was made for
