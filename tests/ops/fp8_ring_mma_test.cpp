@@ -111,6 +111,12 @@ TEST(Fp8RingMma, MatchesTheReferenceAndTheMmaKernelBitwise) {
       ExpectClose(ref.data<float>(), got.data(), ref.numel(), kBf16, what + "vs ref");
       ExpectExact(want16.data(), got.data(), ref.numel(), what + "vs split-16 mma kernel");
     }
+    {  // two blocks an SM (half the shared memory each): the same sums
+      cuda::Fp8GemvVariant v;
+      v.ring_blocks = 2;
+      const std::vector<float> got = pr->Run([&] { cuda::LaunchFp8RingMma(a, nullptr, v); });
+      ExpectExact(want.data(), got.data(), ref.numel(), "ring 2 blocks an SM vs split-8 mma kernel");
+    }
     cuda::Fp8GemvVariant on;  // LaunchFp8Gemv's dispatch, ring forced on
     on.ring = 1;
     cuda::SetFp8GemvVariant(on);

@@ -77,7 +77,9 @@ struct RingMmaPlan {
 };
 
 template <int kCw, bool kBlock, bool kStageX, bool kSwiGlu>
-__global__ void __launch_bounds__(kThreadsOf<kCw>, 1) Fp8RingMmaKernel(Fp8GemvArgs a, RingMmaPlan p) {
+// 8 consumer warps: registers for two blocks an SM (Fp8GemvVariant::ring_blocks 2).
+__global__ void __launch_bounds__(kThreadsOf<kCw>, kCw == 8 ? 2 : 1)
+    Fp8RingMmaKernel(Fp8GemvArgs a, RingMmaPlan p) {
   constexpr int kConsumerWarps = kCw;
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr int kOutRows = kSwiGlu ? kGroupRows / 2 : kGroupRows;  // output rows a group
@@ -266,9 +268,18 @@ bool Fp8RingMmaFits(const Fp8GemvArgs& a) {
          ((reinterpret_cast<uintptr_t>(a.x) | reinterpret_cast<uintptr_t>(a.w)) & 15) == 0;
 }
 
-// By shape: not measured yet, so everywhere it fits (the bench and the whole-step A/B of
-// docs/PERF.md decide).
-bool Fp8RingMmaWants(const Fp8GemvArgs& a) { return a.n <= 8; }
+// By shape, from request 2 (H200, bench_gemv, same run, us ring vs Fp8GemvMmaKernel d4c1i):
+// plain GEMVs at one row with k in [4096, 8192] and m >= 6144 (Llama qkv 11.7 vs 11.9, gate_up
+// 33.9 vs 35.1, V3 gate 43.8 vs 51.5); not o 4096x4096 (8.5 vs 8.0), Llama down (20.4 vs
+// 19.6), V3 q_a 2112x7168 (8.6 vs 8.5), small k (V3 q_b 1536: 23.0 vs 14.6), large k (V3 o /
+// down: 43.6 / 47.7 vs 36.3 / 40.0), nor at 4 / 8 rows (slower nearly everywhere). Fused
+// (norm / swiglu; the alternative is RmsNorm + GEMV (+ SwiGlu)) at <= 4 rows and k >= 4096
+// (gate_up + norm + swiglu 35.0 / 38.9 vs 43.6 / 43.1 at 1 / 4 rows, qkv + norm 12.9 / 15.1
+// vs 14.6 / 15.3; at 8 rows 18.7 vs 15.5).
+bool Fp8RingMmaWants(const Fp8GemvArgs& a) {
+  if (a.norm_weight || a.swiglu) return a.n <= 4 && a.k >= 4096;
+  return a.n == 1 && a.k >= 4096 && a.k <= 8192 && a.m >= 6144;
+}
 
 void LaunchFp8RingMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVariant& v) {
   if (a.n == 0 || a.m == 0) return;
@@ -282,18 +293,32 @@ void LaunchFp8RingMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVa
       PG_RING_MMA_KERNELS(8), PG_RING_MMA_KERNELS(16)};
 #undef PG_RING_MMA_KERNELS
   const Kernel kernel = kKernels[v.ring_warps == 16][a.scale_mode == ScaleMode::kBlock][StageX(a, v)][a.swiglu];
-  // The opt-in shared memory maximum (the kernels have no static shared memory), set once.
-  static const int smem_limit = [] {
-    int dev = 0, optin = 0;
+  // Shared memory a block: the opt-in maximum (the kernels have no static shared memory), or
+  // with two blocks an SM (ring_blocks 2, 8 warps) half the SM's less the per-block reserve.
+  struct Limits {
+    int one = 48 * 1024, two = 48 * 1024;
+  };
+  static const Limits limits = [] {
+    Limits l;
+    int dev = 0, optin = 0, per_sm = 0, reserved = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
-      return 48 * 1024;
-    for (const Kernel* k = &kKernels[0][0][0][0]; k != &kKernels[0][0][0][0] + 16; ++k)
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev) != cudaSuccess)
+      return l;
+    for (const Kernel* k = &kKernels[0][0][0][0]; k != &kKernels[0][0][0][0] + 16; ++k) {
       (void)cudaFuncSetAttribute(*k, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
-    return optin;
+      (void)cudaFuncSetAttribute(*k, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                 int(cudaSharedmemCarveoutMaxShared));
+    }
+    l.one = optin;
+    l.two = std::min(optin, per_sm / 2 - reserved) / 128 * 128;
+    return l;
   }();
-  const int staged = StageX(a, v) ? int(StagedBytes(a)) : 0;
   const int cw = v.ring_warps == 16 ? 16 : 8;
+  const int per_sm = cw == 8 && v.ring_blocks == 2 ? 2 : 1;
+  const int smem_limit = per_sm == 2 ? limits.two : limits.one;
+  const int staged = StageX(a, v) ? int(StagedBytes(a)) : 0;
   const int room = smem_limit - kBarBytes - RedBytes(cw) - staged;
   RingMmaPlan p{};
   // The bulk copies cost about the same per copy up to several KB (docs/PERF.md "TMA-ring
@@ -330,7 +355,7 @@ void LaunchFp8RingMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVa
   p.stages = std::max(p.stages, 1);
   p.x_offset = kBarBytes + RedBytes(cw) + p.stages * p.slot_bytes;
   const size_t smem = size_t(p.x_offset) + size_t(staged);
-  const int64_t blocks = std::min<int64_t>(MultiprocessorCount(), a.m);
+  const int64_t blocks = std::min<int64_t>(int64_t(per_sm) * MultiprocessorCount(), a.m);
   for (int64_t row0 = 0; row0 < a.n; row0 += 8) {
     p.row0 = row0;
     p.rows = int(a.n - row0 < 8 ? a.n - row0 : 8);

@@ -232,7 +232,7 @@ void LaunchFp8GemvF32(const Fp8GemvArgs& a, cudaStream_t stream);
 // warps per 16 rows until the grid has this many an SM), prefetch = steps a warp also
 // prefetches into L2 beyond its ring (0: none). Defaults from PEREGRINE_FP8_GEMV_MMA / _DEPTH
 // / _CHUNK / _INTERLEAVE / _WARPS_PER_SM / _PREFETCH / _SPLIT / _RING / _RING_PIECE_KB /
-// _RING_DEPTH / _RING_WARPS / _RING_STAGE_X.
+// _RING_DEPTH / _RING_STAGE_X / _RING_WARPS / _RING_BLOCKS.
 struct Fp8GemvVariant {
   bool mma = true;
   int depth = 4;        // request 2 (H200): d4 interleaved was the fastest on 8 of 10 shapes
@@ -252,6 +252,7 @@ struct Fp8GemvVariant {
   int ring_stage_x = 0;  // x rows staged in shared memory: 0 never (but with the norm), 1
                          // where they fit, 2 from 4 rows where they fit
   int ring_warps = 8;    // consumer warps of the ring kernel: 8 or 16
+  int ring_blocks = 1;   // ring blocks an SM: 1, or 2 (8 warps; half the shared memory each)
 };
 void SetFp8GemvVariant(const Fp8GemvVariant& v);
 Fp8GemvVariant GetFp8GemvVariant();
