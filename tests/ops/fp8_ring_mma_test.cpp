@@ -164,6 +164,10 @@ TEST(Fp8RingMma, FusedMatchesTheComposition) {
   }
   const KernelImpl<FusedMatmulParams>* ring = Registry::Global().table<FusedMatmulParams>().Find("cuda_fp8_ring");
   ASSERT_NE(ring, nullptr);
+  const cuda::Fp8GemvVariant saved = cuda::GetFp8GemvVariant();
+  cuda::Fp8GemvVariant everywhere;  // the backend takes every case it fits (not by shape)
+  everywhere.ring = 1;
+  cuda::SetFp8GemvVariant(everywhere);
   for (const FusedCase& c : cases) {
     SCOPED_TRACE(c.Name());
     Tensor x(DType::kF32, {c.n, c.k}), nw(DType::kF32, {c.k}), bias(DType::kF32, {c.m});
@@ -206,6 +210,7 @@ TEST(Fp8RingMma, FusedMatchesTheComposition) {
     ExpectClose(ref_out.data<float>(), out.data<float>(), out.numel(), c.swiglu ? kSwiGluTol : kBf16,
                 "cuda_fp8_ring " + c.Name());
   }
+  cuda::SetFp8GemvVariant(saved);
 }
 
 TEST(Fp8RingMma, RefusesWhatItCannotTake) {
