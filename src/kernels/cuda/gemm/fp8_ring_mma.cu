@@ -30,11 +30,13 @@
 // whole groups are not (row_stride = k: a 2-way conflict when k % 128 == 0, measured cheaper
 // than the copies it saves).
 //
-// Summation order (bitwise that of Fp8GemvMmaKernel with split kCw, interleaved, 1 KB steps):
-// a warp sums its steps (global step index = warp mod kCw, in k order: chunk is a multiple of
-// 8 steps of 64 columns or all of k; 16 warps: of 16 steps) into its accumulators (block
-// scales: each step's 4-MMA sum times the step's scale, fmaf), then one warp adds the warps'
-// sums in warp order and writes acc * 2^120 * row scale (+ bias, + out) rounded to bf16.
+// Summation order (fixed by the consumer warp count, whatever the ring layout): a warp sums
+// each of a step's four MMAs (16 columns each) into its own accumulator over its steps
+// (global step index = warp mod kCw, in k order: chunk is a multiple of kCw steps of 64
+// columns or all of k; block scales: each MMA's sum times the step's scale, fmaf), adds the
+// four as (0 + 1) + (2 + 3), then one warp adds the warps' sums in warp order and writes
+// acc * 2^120 * row scale (+ bias, + out) rounded to bf16. (Not Fp8GemvMmaKernel's order: one
+// accumulator a warp made each step a chain of 4 dependent MMAs, the consumers' bound.)
 #include <algorithm>
 
 #include "core/env.h"
@@ -76,9 +78,9 @@ struct RingMmaPlan {
   int x_offset;     // kStageX: byte offset of the staged rows
 };
 
-template <int kCw, bool kBlock, bool kStageX, bool kSwiGlu>
-// 8 consumer warps: registers for two blocks an SM (Fp8GemvVariant::ring_blocks 2).
-__global__ void __launch_bounds__(kThreadsOf<kCw>, kCw == 8 ? 2 : 1)
+// kMinBlocks: blocks an SM the registers must allow (2: ring_blocks 2, 8 warps).
+template <int kCw, int kMinBlocks, bool kBlock, bool kStageX, bool kSwiGlu>
+__global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
     Fp8RingMmaKernel(Fp8GemvArgs a, RingMmaPlan p) {
   constexpr int kConsumerWarps = kCw;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -154,7 +156,9 @@ __global__ void __launch_bounds__(kThreadsOf<kCw>, kCw == 8 ? 2 : 1)
   int64_t s = 0;
   for (int64_t gi = 0; gi < groups; ++gi) {
     const int64_t j0 = jb + kOutRows * gi;
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // slot rows g (0, 1) and g + 8 (2, 3)
+    // acc[i][e]: MMA i of each step (its own chain: fp8_mma.cuh Mma16Split); e: slot rows g
+    // (0, 1) and g + 8 (2, 3).
+    float acc[4][4] = {};
     // The group's epilogue warp reads the outputs it accumulates onto now, not after the
     // walk (their latency would add to the kernel's tail).
     const bool epilogue = warp == int(gi % kConsumerWarps);
@@ -193,16 +197,19 @@ __global__ void __launch_bounds__(kThreadsOf<kCw>, kCw == 8 ? 2 : 1)
         }
         const uint4 va = wa[4 * t], vb = wb[4 * t];
         if constexpr (kBlock) {
-          float dd[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-          fp8mma::Mma16(va, vb, x0, x1, dd);
+          float dd[4][4] = {};
+          fp8mma::Mma16Split(va, vb, x0, x1, dd);
           const int64_t cb = (k0 + 64 * t) >> 7;
           const float sca = __ldg(sa + cb), scb = __ldg(sb + cb);
-          acc[0] = fmaf(dd[0], sca, acc[0]);
-          acc[1] = fmaf(dd[1], sca, acc[1]);
-          acc[2] = fmaf(dd[2], scb, acc[2]);
-          acc[3] = fmaf(dd[3], scb, acc[3]);
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            acc[i][0] = fmaf(dd[i][0], sca, acc[i][0]);
+            acc[i][1] = fmaf(dd[i][1], sca, acc[i][1]);
+            acc[i][2] = fmaf(dd[i][2], scb, acc[i][2]);
+            acc[i][3] = fmaf(dd[i][3], scb, acc[i][3]);
+          }
         } else {
-          fp8mma::Mma16(va, vb, x0, x1, acc);
+          fp8mma::Mma16Split(va, vb, x0, x1, acc);
         }
       }
       __syncwarp();
@@ -211,7 +218,10 @@ __global__ void __launch_bounds__(kThreadsOf<kCw>, kCw == 8 ? 2 : 1)
     // The warps' sums meet in buffer gi % 2; warp gi % kCw adds them in warp order and stores.
     // (A buffer is rewritten two groups later, after a barrier the reading warp has passed.)
     float4* buf = red + (gi & 1) * kConsumerWarps * 32;
-    buf[warp * 32 + lane] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+    float part[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) part[e] = (acc[0][e] + acc[1][e]) + (acc[2][e] + acc[3][e]);
+    buf[warp * 32 + lane] = make_float4(part[0], part[1], part[2], part[3]);
     ring::NamedBarrier<kConsumerWarps * 32>(1);
     if (!epilogue) continue;
     float4 v4 = buf[lane];
@@ -284,15 +294,19 @@ bool Fp8RingMmaWants(const Fp8GemvArgs& a) {
 void LaunchFp8RingMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVariant& v) {
   if (a.n == 0 || a.m == 0) return;
   using Kernel = void (*)(Fp8GemvArgs, RingMmaPlan);
-#define PG_RING_MMA_KERNELS(W)                                                                  \
-  {{{Fp8RingMmaKernel<W, false, false, false>, Fp8RingMmaKernel<W, false, false, true>},        \
-    {Fp8RingMmaKernel<W, false, true, false>, Fp8RingMmaKernel<W, false, true, true>}},         \
-   {{Fp8RingMmaKernel<W, true, false, false>, Fp8RingMmaKernel<W, true, false, true>},          \
-    {Fp8RingMmaKernel<W, true, true, false>, Fp8RingMmaKernel<W, true, true, true>}}}
-  static constexpr Kernel kKernels[2][2][2][2] = {  // [16 warps][block][stage x][swiglu]
-      PG_RING_MMA_KERNELS(8), PG_RING_MMA_KERNELS(16)};
+#define PG_RING_MMA_KERNELS(W, B)                                                                 \
+  {{{Fp8RingMmaKernel<W, B, false, false, false>, Fp8RingMmaKernel<W, B, false, false, true>},        \
+    {Fp8RingMmaKernel<W, B, false, true, false>, Fp8RingMmaKernel<W, B, false, true, true>}},         \
+   {{Fp8RingMmaKernel<W, B, true, false, false>, Fp8RingMmaKernel<W, B, true, false, true>},          \
+    {Fp8RingMmaKernel<W, B, true, true, false>, Fp8RingMmaKernel<W, B, true, true, true>}}}
+  // [8 warps / 8 warps, 2 blocks an SM / 16 warps][block][stage x][swiglu]
+  static constexpr Kernel kKernels[3][2][2][2] = {
+      PG_RING_MMA_KERNELS(8, 1), PG_RING_MMA_KERNELS(8, 2), PG_RING_MMA_KERNELS(16, 1)};
 #undef PG_RING_MMA_KERNELS
-  const Kernel kernel = kKernels[v.ring_warps == 16][a.scale_mode == ScaleMode::kBlock][StageX(a, v)][a.swiglu];
+  const int cw = v.ring_warps == 16 ? 16 : 8;
+  const int per_sm = cw == 8 && v.ring_blocks == 2 ? 2 : 1;
+  const int flavour = cw == 16 ? 2 : per_sm == 2 ? 1 : 0;
+  const Kernel kernel = kKernels[flavour][a.scale_mode == ScaleMode::kBlock][StageX(a, v)][a.swiglu];
   // Shared memory a block: the opt-in maximum (the kernels have no static shared memory), or
   // with two blocks an SM (ring_blocks 2, 8 warps) half the SM's less the per-block reserve.
   struct Limits {
@@ -306,7 +320,7 @@ void LaunchFp8RingMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVa
         cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev) != cudaSuccess)
       return l;
-    for (const Kernel* k = &kKernels[0][0][0][0]; k != &kKernels[0][0][0][0] + 16; ++k) {
+    for (const Kernel* k = &kKernels[0][0][0][0]; k != &kKernels[0][0][0][0] + 24; ++k) {
       (void)cudaFuncSetAttribute(*k, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
       (void)cudaFuncSetAttribute(*k, cudaFuncAttributePreferredSharedMemoryCarveout,
                                  int(cudaSharedmemCarveoutMaxShared));
@@ -315,8 +329,6 @@ void LaunchFp8RingMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVa
     l.two = std::min(optin, per_sm / 2 - reserved) / 128 * 128;
     return l;
   }();
-  const int cw = v.ring_warps == 16 ? 16 : 8;
-  const int per_sm = cw == 8 && v.ring_blocks == 2 ? 2 : 1;
   const int smem_limit = per_sm == 2 ? limits.two : limits.one;
   const int staged = StageX(a, v) ? int(StagedBytes(a)) : 0;
   const int room = smem_limit - kBarBytes - RedBytes(cw) - staged;
