@@ -159,16 +159,24 @@ __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
     // acc[i][e]: MMA i of each step (its own chain: fp8_mma.cuh Mma16Split); e: slot rows g
     // (0, 1) and g + 8 (2, 3).
     float acc[4][4] = {};
-    // The group's epilogue warp reads the outputs it accumulates onto now, not after the
-    // walk (their latency would add to the kernel's tail).
+    // The group's epilogue warp reads its operands now, not after the walk (their latency
+    // would add to every group's critical path and the kernel's tail): slot row of e = g +
+    // 8 (e / 2) -> weight row jw[e]; mul = 2^120 (the widening's exponent shift) x the row's
+    // scale (2^120 exact: sum * mul rounds as (sum * 2^120) * scale), its bias and, with
+    // accumulate, the output's old value.
     const bool epilogue = warp == int(gi % kConsumerWarps);
-    float prev[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if (!kSwiGlu && epilogue && a.accumulate) {
+    float mul[4] = {}, bias[4] = {}, prev[4] = {};
+    if (epilogue) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int64_t j = j0 + g + 8 * (e / 2);
+        const int64_t j = j0 + g + (kSwiGlu ? 0 : 8 * (e / 2));  // output row
+        const int64_t jw = w_row(j0, g + 8 * (e / 2));
         const int r = 2 * q + e % 2;
-        if (j < je && r < p.rows) prev[e] = __bfloat162float(a.out[(p.row0 + r) * a.ldo + j]);
+        if (j >= je) continue;
+        mul[e] = 0x1p120f * moe::ScaleOfRow(a.scale, a.scale_mode, a.scale_ld, jw).row;
+        if (a.bias) bias[e] = __ldg(a.bias + jw);
+        if (!kSwiGlu && a.accumulate && r < p.rows)
+          prev[e] = __bfloat162float(a.out[(p.row0 + r) * a.ldo + j]);
       }
     }
     const float* sa = nullptr;
@@ -178,6 +186,18 @@ __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
       const int64_t ra = w_row(j0, g), rb = w_row(j0, g + 8);
       sa = a.scale + ((ra < rows_w ? ra : rows_w - 1) >> 7) * a.scale_ld;
       sb = a.scale + ((rb < rows_w ? rb : rows_w - 1) >> 7) * a.scale_ld;
+      // Into L1: the scale rows of this group (first group) and of the next one, so a step's
+      // scale loads do not wait on L2 (request 2: V3 q_b, 12 groups a block, 1.9 us a group).
+      // A group's rows touch at most 2 (4 with swiglu) scale rows of scale_ld floats.
+      const int lines = (a.scale_ld + 31) / 32;
+      for (int64_t jn = gi == 0 ? j0 : j0 + kOutRows; jn <= j0 + kOutRows && jn < je; jn += kOutRows) {
+        const int64_t last = jn + kOutRows - 1 < je ? jn + kOutRows - 1 : je - 1;
+        const int64_t cand[4] = {jn, last, kSwiGlu ? a.m + jn : jn, kSwiGlu ? a.m + last : last};
+        for (int idx = lane; idx < 4 * lines; idx += 32) {
+          const float* row = a.scale + (cand[idx / lines] >> 7) * a.scale_ld;
+          asm volatile("prefetch.global.L1 [%0];" ::"l"(row + 32 * (idx % lines)));
+        }
+      }
     }
     for (int64_t c = 0; c < chunks; ++c, ++s) {
       const int slot = int(s % p.stages);
@@ -230,20 +250,15 @@ __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
       v4.x += o.x, v4.y += o.y, v4.z += o.z, v4.w += o.w;
     }
     const float sum[4] = {v4.x, v4.y, v4.z, v4.w};
-    // sum[e]: slot row g + 8 (e / 2), activation row row0 + 2q + e % 2. The projection's
-    // value of weight row jw: sum * 2^120 (the widening's exponent shift) * its row scale.
-    auto value = [&](int e, int64_t jw) {
-      float v = sum[e] * 0x1p120f * moe::ScaleOfRow(a.scale, a.scale_mode, a.scale_ld, jw).row;
-      if (a.bias) v += a.bias[jw];
-      return v;
-    };
+    // sum[e]: slot row g + 8 (e / 2), activation row row0 + 2q + e % 2.
     if constexpr (kSwiGlu) {
       const int64_t j = j0 + g;
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int r = 2 * q + e;
         if (j >= je || r >= p.rows) continue;
-        a.out[(p.row0 + r) * a.ldo + j] = SiluMul(ToF(ToB(value(e, j))), ToF(ToB(value(e + 2, a.m + j))));
+        const float gate = sum[e] * mul[e] + bias[e], up = sum[e + 2] * mul[e + 2] + bias[e + 2];
+        a.out[(p.row0 + r) * a.ldo + j] = SiluMul(ToF(ToB(gate)), ToF(ToB(up)));
       }
     } else {
 #pragma unroll
@@ -251,7 +266,8 @@ __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
         const int64_t j = j0 + g + 8 * (e / 2);
         const int r = 2 * q + e % 2;
         if (j >= je || r >= p.rows) continue;
-        float v = value(e, j);
+        float v = sum[e] * mul[e];
+        if (a.bias) v += bias[e];
         if (a.accumulate) v += prev[e];
         a.out[(p.row0 + r) * a.ldo + j] = __float2bfloat16_rn(v);
       }
