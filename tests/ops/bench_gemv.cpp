@@ -222,22 +222,20 @@ int RunGemvBench() {
         pg::cuda::Fp8GemvVariant v;
       };
       // {mma, depth, chunk, interleave, warps_per_sm, prefetch, split, ring, ring_piece_kb,
-      // ring_depth, ring_stage_x, ring_warps, ring_blocks}: f32 kernel, the per-warp cp.async tensor-core kernel (d4c1i, the default
-      // before the ring), the ring tensor-core kernel (gemm/fp8_ring_mma.cu; ra = whole 16-row
-      // groups a copy where they fit, else <= 6 KB row pieces; rN = N KB row pieces; dN = N
-      // slots, else as many as fit; x = x staged in shared memory; 16 = 16 consumer warps;
-      // 2b = two blocks an SM).
+      // ring_depth, ring_stage_x, ring_warps, ring_blocks}: f32 kernel, the per-warp cp.async
+      // tensor-core kernel (d4c1i, the default before the ring), the ring tensor-core kernel
+      // (gemm/fp8_ring_mma.cu) in its plan's layout ("ring"), with 2 KB pieces in 4 slots and x
+      // from global ("r2d4"), x always staged ("ringx"), two blocks an SM ("ring2b"), 16
+      // consumer warps ("ring16").
       const Named variants[] = {
-          {"f32", {false, 6, 1, false, 24, 0, 0, 0, 0, 0}},   {"d4c1i", {true, 4, 1, true, 24, 0, 0, 0, 0, 0}},
-          {"ra", {true, 4, 1, true, 24, 0, 0, 1, 0, 0}},      {"rad2", {true, 4, 1, true, 24, 0, 0, 1, 0, 2}},
-          {"rax", {true, 4, 1, true, 24, 0, 0, 1, 0, 0, 1}},  {"r4", {true, 4, 1, true, 24, 0, 0, 1, 4, 0}},
-          {"r2d4", {true, 4, 1, true, 24, 0, 0, 1, 2, 4}},   {"ra16", {true, 4, 1, true, 24, 0, 0, 1, 0, 0, 0, 16}},
-          {"rax16", {true, 4, 1, true, 24, 0, 0, 1, 0, 0, 1, 16}}, {"ra2b", {true, 4, 1, true, 24, 0, 0, 1, 0, 0, 0, 8, 2}},
-          {"rax2b", {true, 4, 1, true, 24, 0, 0, 1, 0, 0, 1, 8, 2}}};
+          {"f32", {false, 6, 1, false, 24, 0, 0, 0, 0, 0, 0}},   {"d4c1i", {true, 4, 1, true, 24, 0, 0, 0, 0, 0, 0}},
+          {"ring", {true, 4, 1, true, 24, 0, 0, 1, 0, 0, 2}},    {"r2d4", {true, 4, 1, true, 24, 0, 0, 1, 2, 4, 0}},
+          {"ringx", {true, 4, 1, true, 24, 0, 0, 1, 0, 0, 1}},   {"ring2b", {true, 4, 1, true, 24, 0, 0, 1, 0, 0, 2, 8, 2}},
+          {"ring16", {true, 4, 1, true, 24, 0, 0, 1, 0, 0, 2, 16, 1}}};
       const pg::cuda::Fp8GemvVariant saved = pg::cuda::GetFp8GemvVariant();
       fmt::print("\nfp8 GEMV, us per call (f32 = the f32-FMA kernel; d4c1i = per-warp cp.async tensor "
-                 "cores, 4 steps of 1 KB a warp, interleaved; ra / rN(dM) = ring tensor cores, auto / N KB row "
-                 "pieces (M slots), x = x staged in shared memory); floor/t of f32 and of the best\n");
+                 "cores, 4 steps of 1 KB a warp, interleaved; ring = ring tensor cores in the plan's layout, "
+                 "r2d4 = 2 KB pieces / 4 slots, x = x staged, 2b = 2 blocks an SM, 16 = 16 warps); floor/t of f32 and of the best\n");
       fmt::print("{:<30} {:>5}", "matrix", "batch");
       for (const Named& v : variants) fmt::print(" {:>9}", v.name);
       fmt::print(" {:>9} {:>8} {:>8} {:>8}\n", "floor_us", "f32/fl", "best/fl", "best");
