@@ -78,10 +78,17 @@ static void RunFp8FusedBench(double bw, void* norm_w) {
   struct Fused {
     const char* name;
     int64_t m, k;
-    bool swiglu;
+    bool swiglu, block;
   };
-  const Fused mats[] = {{"fp8 qkv 6144x4096 +norm", kQkv, kHidden, false},
-                        {"fp8 gate_up 28672x4096 +norm+swiglu", 2 * kInter, kHidden, true}};
+  // DeepSeek-V3's (hidden 7168, 128x128 block scales): q_a + kv_a after input_layernorm, the
+  // dense layers' gate_up + SwiGLU after post_attention_layernorm.
+  const Fused mats[] = {{"fp8 qkv 6144x4096 +norm", kQkv, kHidden, false, false},
+                        {"fp8 gate_up 28672x4096 +norm+swiglu", 2 * kInter, kHidden, true, false},
+                        {"v3 q_a+kv_a 2112x7168 +norm blk", 2112, 7168, false, true},
+                        {"v3 gate_up 36864x7168 +norm+swiglu blk", 36864, 7168, true, true}};
+  DeviceBuf norm7168(7168 * 2);
+  FillBf16(norm7168.p, 7168, 3, 1.0f);
+  (void)norm_w;
   const pg::cuda::Fp8GemvVariant saved = pg::cuda::GetFp8GemvVariant();
   fmt::print("\nfp8 fused projections, us per call (old = RmsNorm + d4c1i GEMV (+ SwiGlu); ring = the "
              "same composition on the ring GEMV; fused = one ring kernel)\n");
@@ -95,10 +102,12 @@ static void RunFp8FusedBench(double bw, void* norm_w) {
       ws.push_back(std::make_unique<DeviceBuf>(wbytes));
       FillBf16(ws.back()->p, mt.m * mt.k / 2, 40 + c, 0.02f);
     }
-    DeviceBuf scale(4);
-    const float one = 1.0f;
-    PG_CUDA_CHECK(cudaMemcpy(scale.p, &one, 4, cudaMemcpyHostToDevice));
-    const TensorView sv = TensorView::Contiguous(scale.p, DType::kF32, {1}, Device::kCuda);
+    const int64_t sm = mt.block ? (mt.m + 127) / 128 : 1, sk = mt.block ? (mt.k + 127) / 128 : 1;
+    DeviceBuf scale(size_t(sm * sk * 4));
+    const std::vector<float> ones(size_t(sm * sk), 1.0f);
+    PG_CUDA_CHECK(cudaMemcpy(scale.p, ones.data(), ones.size() * 4, cudaMemcpyHostToDevice));
+    const TensorView sv = mt.block ? TensorView::Contiguous(scale.p, DType::kF32, {sm, sk}, Device::kCuda)
+                                   : TensorView::Contiguous(scale.p, DType::kF32, {1}, Device::kCuda);
     const int64_t out_m = mt.swiglu ? mt.m / 2 : mt.m;
     for (int64_t n : {1, 4, 8}) {
       DeviceBuf x(size_t(n * mt.k * 2)), out(size_t(n * out_m * 2)), normed(size_t(n * mt.k * 2)),
@@ -106,7 +115,7 @@ static void RunFp8FusedBench(double bw, void* norm_w) {
       FillBf16(x.p, n * mt.k, 7, 1.0f);
       auto params = [&](int i) {
         return ops::FusedMatmulParams{
-            .x = Dev(x.p, {n, mt.k}), .norm_weight = Dev(norm_w, {mt.k}),
+            .x = Dev(x.p, {n, mt.k}), .norm_weight = Dev(norm7168.p, {mt.k}),
             .w = TensorView::Contiguous(ws[size_t(i % copies)]->p, DType::kF8E4M3, {mt.m, mt.k}, Device::kCuda),
             .w_scale = sv, .swiglu = mt.swiglu, .out = Dev(out.p, {n, out_m}),
             .normed = Dev(normed.p, {n, mt.k}), .projected = Dev(proj.p, {n, mt.m})};
