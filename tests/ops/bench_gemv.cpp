@@ -234,13 +234,13 @@ int RunGemvBench() {
       // ring_depth, ring_stage_x, ring_warps, ring_blocks}: f32 kernel, the per-warp cp.async
       // tensor-core kernel (d4c1i, the default before the ring), the ring tensor-core kernel
       // (gemm/fp8_ring_mma.cu) in its plan's layout ("ring"), with 2 KB pieces in 4 slots and x
-      // from global ("r2d4"), x always staged ("ringx"), two blocks an SM ("ring2b"), 16
-      // consumer warps ("ring16").
+      // from global ("r2d4"), x always staged ("ringx"), half-SM blocks ("ring2b": room for the
+      // next kernel's), two of them an SM ("ring2b2"), 16 consumer warps ("ring16").
       const Named variants[] = {
           {"f32", {false, 6, 1, false, 24, 0, 0, 0, 0, 0, 0}},   {"d4c1i", {true, 4, 1, true, 24, 0, 0, 0, 0, 0, 0}},
           {"ring", {true, 4, 1, true, 24, 0, 0, 1, 0, 0, 2}},    {"r2d4", {true, 4, 1, true, 24, 0, 0, 1, 2, 4, 0}},
           {"ringx", {true, 4, 1, true, 24, 0, 0, 1, 0, 0, 1}},   {"ring2b", {true, 4, 1, true, 24, 0, 0, 1, 0, 0, 2, 8, 2}},
-          {"ring16", {true, 4, 1, true, 24, 0, 0, 1, 0, 0, 2, 16, 1}}};
+          {"ring16", {true, 4, 1, true, 24, 0, 0, 1, 0, 0, 2, 16, 1}}, {"ring2b2", {true, 4, 1, true, 24, 0, 0, 1, 0, 0, 2, 8, 3}}};
       const pg::cuda::Fp8GemvVariant saved = pg::cuda::GetFp8GemvVariant();
       fmt::print("\nfp8 GEMV, us per call (f32 = the f32-FMA kernel; d4c1i = per-warp cp.async tensor "
                  "cores, 4 steps of 1 KB a warp, interleaved; ring = ring tensor cores in the plan's layout, "

@@ -252,7 +252,8 @@ struct Fp8GemvVariant {
   int ring_stage_x = 2;  // x rows staged in shared memory: 0 never (but with the norm), 1
                          // where they fit, 2 by the plan (fp8_ring_mma.cu StageX)
   int ring_warps = 8;    // consumer warps of the ring kernel: 8 or 16
-  int ring_blocks = 1;   // ring blocks an SM: 1, or 2 (8 warps; half the shared memory each)
+  int ring_blocks = 1;   // 2 (8 warps): blocks of half an SM's shared memory (the next
+                         // kernel's block fits beside); 3: and two of them an SM
 };
 void SetFp8GemvVariant(const Fp8GemvVariant& v);
 Fp8GemvVariant GetFp8GemvVariant();
