@@ -1,8 +1,9 @@
 // The ring tensor-core fp8 GEMV (fp8_ring_mma.cu): gemv_ring.cu's producer / bulk-copy ring
 // with cuda/moe's tensor-core consumers (fp8_mma.cuh). LaunchFp8Gemv (cuda/moe/fp8_gemv.cu)
 // runs it where Fp8GemvVariant::ring selects it; same Fp8GemvArgs (every scale mode, bias,
-// accumulate, 1-8 activation rows a pass), and bitwise the sums of Fp8GemvMmaKernel with 8
-// interleaved k-split warps (Fp8GemvVariant{split = 8, interleave, chunk 1}).
+// accumulate, 1-8 activation rows a pass) plus the fused norm / SwiGLU options (FusedMatmul's
+// cuda_fp8_ring). Its summation order depends only on the consumer warp count (8 or 16),
+// not on the ring layout.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -248,6 +248,7 @@ Fp8GemvVariant& VariantRef() {
     d.ring_depth = EnvInt("PEREGRINE_FP8_GEMV_RING_DEPTH", d.ring_depth);
     d.ring_stage_x = EnvInt("PEREGRINE_FP8_GEMV_RING_STAGE_X", d.ring_stage_x);
     d.ring_warps = EnvInt("PEREGRINE_FP8_GEMV_RING_WARPS", d.ring_warps);
+    d.ring_blocks = EnvInt("PEREGRINE_FP8_GEMV_RING_BLOCKS", d.ring_blocks);
     return d;
   }();
   return v;

@@ -48,4 +48,20 @@ __device__ __forceinline__ void Mma16(const uint4& wa, const uint4& wb, const ui
   }
 }
 
+// Mma16 with each of its four MMAs accumulating into its own d[i]: no dependency between the
+// four (the ring kernel's consumers were bound by the 4-deep accumulation chain of a step);
+// the caller adds the four at the end (another summation order than Mma16's).
+__device__ __forceinline__ void Mma16Split(const uint4& wa, const uint4& wb, const uint4& x0,
+                                           const uint4& x1, float (&d)[4][4]) {
+  const uint32_t wav[4] = {wa.x, wa.y, wa.z, wa.w}, wbv[4] = {wb.x, wb.y, wb.z, wb.w};
+  const uint32_t xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    uint32_t a0, a2, a1, a3;
+    E4m3x4ToBf16x2(wav[i], a0, a2);
+    E4m3x4ToBf16x2(wbv[i], a1, a3);
+    MmaBf16(d[i], a0, a1, a2, a3, xv[2 * i], xv[2 * i + 1]);
+  }
+}
+
 }  // namespace pg::cuda::fp8mma
