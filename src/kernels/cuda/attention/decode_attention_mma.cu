@@ -146,11 +146,10 @@ __device__ __forceinline__ void MmaT(float (&c)[4], const uint32_t (&a)[4], uint
 // i + kSt - 1 at the top of iteration i (kSt 1: tile i, into the stage tile i - 1 freed).
 // kTW: warps of the round-robin layout that take tiles (and own a ring): kWarps, or 3 / 4 for
 // the small variant (its block still has kWarps warps; warp 3 of kTW 3 takes no tile).
-// The body of the kernels below (a, f: their __grid_constant__ parameters).
-template <bool kFused>
-using FusionArgs = std::conditional_t<kFused, RopeKvWriteArgs, NoFusion>;
-template <int D, bool kF8, bool kHeadWarps, bool kFused, int kSt, int kTW>
-__device__ __forceinline__ void DecodeMmaBody(const AttentionArgs& a, const FusionArgs<kFused>& f) {
+template <int D, bool kF8, bool kHeadWarps, bool kFused, int kSt = kStages, int kTW = kWarps>
+__global__ void __launch_bounds__(256)
+    DecodeMmaKernel(const __grid_constant__ AttentionArgs a,
+                    const __grid_constant__ std::conditional_t<kFused, RopeKvWriteArgs, NoFusion> f) {
   static_assert(!(kFused && kHeadWarps), "the fused kernel uses the round-robin layout");
   static_assert(kSt == kStages || (kFused && kSt == kSmallStages), "small variant: fused only");
   static_assert(kSt == kSmallStages ? (kTW == 3 || kTW == 4) : kTW == kWarps, "tile warps");
@@ -455,25 +454,6 @@ __device__ __forceinline__ void DecodeMmaBody(const AttentionArgs& a, const Fusi
     FusedFinishSplits(a, row, h0, min(group, 16), active_splits, sm_l + kWarps * mrows);
 }
 
-template <int D, bool kF8, bool kHeadWarps, bool kFused, int kSt = kStages, int kTW = kWarps>
-__global__ void __launch_bounds__(256)
-    DecodeMmaKernel(const __grid_constant__ AttentionArgs a, const __grid_constant__ FusionArgs<kFused> f) {
-  DecodeMmaBody<D, kF8, kHeadWarps, kFused, kSt, kTW>(a, f);
-}
-
-// The small variant with at most kSmallMaxRegs registers a thread (163-165 uncapped at d 128).
-// Registers are allocated per SM sub-partition (16K of the 64K each; a block's warps spread
-// over the four): beside a ring GEMV block (9 warps of 64 registers, 3 of them on one
-// sub-partition: 6144 of its 16384) two 4-warp blocks of 168 registers (5376 a warp) do not
-// fit that sub-partition, two of 160 (5120) do.
-constexpr int kSmallMaxRegs = 160;
-template <int D, bool kF8, int kTW>
-__global__ void __maxnreg__(kSmallMaxRegs)
-    DecodeMmaSmallCappedKernel(const __grid_constant__ AttentionArgs a,
-                               const __grid_constant__ RopeKvWriteArgs f) {
-  DecodeMmaBody<D, kF8, false, true, kSmallStages, kTW>(a, f);
-}
-
 // Resident blocks per SM of one instantiation at `warps` warps per block (opts into the
 // shared memory once; cached per warp count).
 template <int D, bool kF8, bool kHeadWarps, bool kFused = false>
@@ -507,13 +487,11 @@ void Launch(const AttentionArgs& a, dim3 grid, int warps, cudaStream_t stream) {
 template <int D, bool kF8, int kTW>
 void PrepareSmall() {
   static const bool done = [] {
+    const void* k = reinterpret_cast<const void*>(&DecodeMmaKernel<D, kF8, false, true, kSmallStages, kTW>);
+    cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         FusedSmallSmemBytes<D, kF8, kTW>(16, 256));
     const int carveout = EnvInt("PG_FUSED_SMALL_CARVEOUT", 100);
-    for (const void* k : {reinterpret_cast<const void*>(&DecodeMmaKernel<D, kF8, false, true, kSmallStages, kTW>),
-                          reinterpret_cast<const void*>(&DecodeMmaSmallCappedKernel<D, kF8, kTW>)}) {
-      cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           FusedSmallSmemBytes<D, kF8, kTW>(16, 256));
-      if (carveout >= 0) cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, carveout);
-    }
+    if (carveout >= 0) cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, carveout);
     return true;
   }();
   (void)done;
@@ -522,12 +500,9 @@ void PrepareSmall() {
 template <int D, bool kF8, int kTW>
 void LaunchSmall(const AttentionArgs& a, const RopeKvWriteArgs& rope, dim3 grid, cudaStream_t stream) {
   PrepareSmall<D, kF8, kTW>();
-  // PG_FUSED_SMALL_MAXNREG=0: the uncapped kernel (A/B).
-  static const bool capped = EnvFlag("PG_FUSED_SMALL_MAXNREG", true);
   const int smem = FusedSmallSmemBytes<D, kF8, kTW>(a.heads / a.kv_heads, a.num_splits);
-  auto* kernel = capped ? DecodeMmaSmallCappedKernel<D, kF8, kTW>
-                        : DecodeMmaKernel<D, kF8, false, true, kSmallStages, kTW>;
-  LaunchPdl(kernel, grid, dim3(unsigned(kWarps * 32)), size_t(smem), stream, a, rope);
+  LaunchPdl(DecodeMmaKernel<D, kF8, false, true, kSmallStages, kTW>, grid, dim3(unsigned(kWarps * 32)),
+            size_t(smem), stream, a, rope);
 }
 
 // small_warps: 0 the 3-stage kernel, 3 / 4 the small variant with that many tile warps.
