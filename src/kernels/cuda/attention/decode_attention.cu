@@ -38,6 +38,7 @@
 #include "kernels/cuda/attention/decode_common.cuh"
 #include "kernels/cuda/attention/decode_fused.h"
 #include "kernels/cuda/attention/kv_types.cuh"
+#include "kernels/cuda/common/context.h"
 #include "kernels/cuda/common/device_params.h"
 
 namespace pg::cuda {
@@ -518,7 +519,11 @@ int DecodeFusedSplits(const AttentionArgs& a, int num_seqs, int64_t max_len) {
 // plan, 0 off, 1 on, 3 / 4 on with that many tile warps) unless a test set it; "by plan" takes
 // it when no warp of a 4-warp split block gets more than PG_FUSED_SMALL_MAX_TILES (default 1)
 // 16-key tiles at any length the plan serves, and 3 tile warps when those do not either
-// (smaller blocks: two fit beside the 173 KB ring GEMV, gemv_ring.cu).
+// (smaller blocks: two fit beside the 173 KB ring GEMV, gemv_ring.cu) — and only when the
+// plan's grid at max_len has at least PG_FUSED_SMALL_MIN_BLOCKS blocks (default: one per SM).
+// Measured (docs/PERF.md "Decode attention beside the ring GEMVs"): Llama-3.1-8B 1K x 1 (256
+// blocks) 4118-4130 vs 4204-4212 us a step; Qwen3-30B-A3B 1K x 1 (64 blocks on 132 SMs: the
+// 3-stage kernel already leaves whole SMs to its neighbours) 3049-3051 vs 2974 us.
 static int& FusedSmallModeRef() {
   static int mode = EnvInt("PG_FUSED_SMALL", -1);
   return mode;
@@ -547,9 +552,18 @@ static int64_t WorstSplitKeys(const AttentionArgs& a, int64_t max_len) {
 // Tile warps of the small variant (3 or 4), or 0: the 3-stage kernel.
 static int FusedSmall(const AttentionArgs& a, int64_t max_len) {
   static const int max_tiles = std::max(1, EnvInt("PG_FUSED_SMALL_MAX_TILES", 1));
+  static const int min_blocks = EnvInt("PG_FUSED_SMALL_MIN_BLOCKS", MultiprocessorCount());
   const int mode = FusedSmallModeRef();
   if (mode == 0 || (mode < 0 && max_len <= 0)) return 0;  // off, or no plan length
   if (mode == 3 || mode == 4) return mode;
+  if (mode < 0) {  // the plan's blocks at max_len (ActiveSplits of decode_common.cuh)
+    const int64_t msk = std::max(1, a.min_split_keys);
+    int64_t cap = a.num_splits;
+    if (a.wave_splits > 0 && max_len < int64_t(a.num_splits) * 8 * msk)
+      cap = std::min<int64_t>(cap, a.wave_splits);
+    const int64_t active = std::max<int64_t>(1, std::min(cap, (max_len + msk - 1) / msk));
+    if (int64_t(a.batch.num_seqs) * a.kv_heads * active < min_blocks) return 0;
+  }
   const int64_t tiles = (WorstSplitKeys(a, std::max<int64_t>(1, max_len)) + 15) / 16;
   if ((tiles + 2) / 3 <= max_tiles) return 3;
   return mode > 0 || (tiles + 3) / 4 <= max_tiles ? 4 : 0;

@@ -52,10 +52,6 @@ __device__ __forceinline__ void BulkLoad(uint32_t dst, const void* src, uint32_t
       "l"(src), "r"(bytes), "r"(bar), "l"(policy)
       : "memory");
 }
-// Asks L2 for `bytes` (multiple of 16) at src; no data comes to the SM.
-__device__ __forceinline__ void BulkPrefetchL2(const void* src, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
-}
 // L2 policy for data read once per launch (weights, KV pages): evict first.
 __device__ __forceinline__ uint64_t EvictFirstPolicy() {
   uint64_t policy;

@@ -57,12 +57,10 @@ struct RingPlan {
   bool stage_x;     // x rows in shared memory (always with the norm); else read from global
   const float* w_scale = nullptr;  // fp8 weights: dequantization scale(s)
   bool scale_per_row = false;      // w_scale[row] (per output channel), else w_scale[0]
-  int l2_ahead = 0;  // > 0: the producer asks L2 for slot s + l2_ahead's pieces as it fills slot s
 };
 
 // ---- mbarrier / bulk-copy primitives (sm_90): common/bulk_copy.cuh -------------------------
 using bulk::BulkLoad;
-using bulk::BulkPrefetchL2;
 using bulk::EvictFirstPolicy;
 using bulk::MbarArrive;
 using bulk::MbarArriveExpectTx;
@@ -117,24 +115,7 @@ __global__ void __launch_bounds__(kThreads, 2) GemvRingKernel(GemvArgs a, RingPl
     // Lane l < group * kW copies the slot's piece l: warp group * gi + l / kW, its row l % kW.
     const int lw = lane / kW, q = lane % kW;
     const int64_t total = rows_of_warp(0) * chunks * ng;  // warp 0 has the most rows
-    // Slot s's piece of this lane: its bytes and source, false if it copies none.
-    auto piece_of = [&](int64_t s, uint32_t& bytes, const unsigned char*& src) {
-      const int gi = int(s % ng);
-      const int64_t u = s / ng, t = u / chunks, k0 = (u % chunks) * p.chunk;
-      const int64_t j = jb + gi * p.group + lw + int64_t(kConsumerWarps) * t;
-      if (t >= rows_of_warp(gi * p.group) || lane >= p.group * kW || j >= je) return false;
-      bytes = uint32_t(a.k - k0 < p.chunk ? a.k - k0 : p.chunk) * kWb;
-      src = wbytes + (row_of(j, q) * a.ldw + k0) * kWb;
-      return true;
-    };
     for (int64_t s = 0; s < total; ++s) {
-      // L2 window (PEREGRINE_GEMV_RING_L2_AHEAD): the pieces l2_ahead slots ahead go to L2 now,
-      // so bytes beyond the ring are in flight too (prefill: while the consumers wait on PDL).
-      if (p.l2_ahead > 0 && s + p.l2_ahead < total) {
-        uint32_t pb;
-        const unsigned char* ps;
-        if (piece_of(s + p.l2_ahead, pb, ps)) BulkPrefetchL2(ps, pb);
-      }
       const int gi = int(s % ng);
       const int64_t u = s / ng, t = u / chunks, k0 = (u % chunks) * p.chunk;
       if (t >= rows_of_warp(gi * p.group)) continue;  // the group's rows are done (tail only)
@@ -325,9 +306,6 @@ void Launch(const GemvArgs& a, cudaStream_t stream, const float* w_scale = nullp
     return limit;
   }();
   RingPlan p = PlanOf(a, kW, kFp8 ? 1 : 2);
-  // Slots of L2 prefetch ahead of the ring (A/B knob; 0 = none, the measured default).
-  static const int l2_ahead = std::clamp(EnvInt("PEREGRINE_GEMV_RING_L2_AHEAD", 0), 0, 64);
-  p.l2_ahead = l2_ahead;
   p.w_scale = w_scale;
   p.scale_per_row = scale_per_row;
   const size_t smem = size_t(p.x_offset) + (p.stage_x ? size_t(a.n * a.k * 2) : 0);
