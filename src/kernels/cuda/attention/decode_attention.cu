@@ -571,8 +571,9 @@ static int FusedSmall(const AttentionArgs& a, int64_t max_len) {
 
 int SetDecodeFusedSmallMode(int mode) { return std::exchange(FusedSmallModeRef(), mode); }
 
-static std::atomic<int64_t> g_small_launches{0};
+static std::atomic<int64_t> g_small_launches{0}, g_fused_launches{0};
 int64_t DecodeFusedSmallLaunches() { return g_small_launches.load(std::memory_order_relaxed); }
+int64_t DecodeFusedLaunches() { return g_fused_launches.load(std::memory_order_relaxed); }
 
 void LaunchDecodeFused(const AttentionArgs& args, const RopeKvWriteArgs& rope, cudaStream_t stream,
                        int64_t max_len) {
@@ -581,6 +582,7 @@ void LaunchDecodeFused(const AttentionArgs& args, const RopeKvWriteArgs& rope, c
   const auto [capacity, base] = ShapeOf(a, a.batch.num_seqs, /*fused=*/true);
   a.wave_splits = int(std::clamp<int64_t>(capacity / base, 1, kCombineMaxSplits));
   const int small = FusedSmall(a, max_len);
+  g_fused_launches.fetch_add(1, std::memory_order_relaxed);
   if (small) g_small_launches.fetch_add(1, std::memory_order_relaxed);
   static const bool log = EnvFlag("PG_FUSED_SMALL_LOG", false);
   static int64_t last_logged = -1;  // (variant, splits, max_len) of the last line: one a change

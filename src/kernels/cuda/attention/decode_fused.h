@@ -40,8 +40,11 @@ void LaunchDecodeFused(const AttentionArgs& a, const RopeKvWriteArgs& rope, cuda
 // the attention overlap it). Mode: -1 by plan (at most PG_FUSED_SMALL_MAX_TILES tiles a warp at
 // any length <= max_len; 3 tile warps where that holds with 3), 0 never, 1 always (tile warps
 // by plan), 3 / 4 always with that many tile warps; the process default from PG_FUSED_SMALL (tests set it here; returns
-// the previous mode). DecodeFusedSmallLaunches: launches of the variant by this process.
+// the previous mode). DecodeFusedSmallLaunches: launches of the variant by this process;
+// DecodeFusedLaunches: launches of the fused tensor-core kernel (either variant), so a test can
+// tell them from the calls routed to RopeKvWrite + the streaming kernel (DecodeStreamPreferred).
 int SetDecodeFusedSmallMode(int mode);
 int64_t DecodeFusedSmallLaunches();
+int64_t DecodeFusedLaunches();
 
 }  // namespace pg::cuda
