@@ -299,10 +299,12 @@ bool Fp8RingMmaFits(const Fp8GemvArgs& a) {
 // 49.4 vs 36.8 / 40.4): there the old kernel's many warps an SM win. Fused (norm / swiglu,
 // against RmsNorm + GEMV (+ SwiGlu)) at <= 4 rows (request 2: gate_up + norm + swiglu 35.0 /
 // 38.9 vs 43.6 / 43.1 at 1 / 4 rows, qkv + norm 12.9 / 15.1 vs 14.6 / 15.3; 8 rows: qkv 18.7
-// vs 15.5).
+// vs 15.5), and with k > 4096 at one row only (request 4: DeepSeek-V3 5L at 4 rows, whose only
+// ring kernels were the fused q_a + kv_a and dense gate_up at k = 7168, took 2584 vs 2370 us a
+// step; at one row 1694 vs 1725).
 bool Fp8RingMmaWants(const Fp8GemvArgs& a) {
   if (a.k < 4096 || a.k > 14336) return false;
-  if (a.norm_weight || a.swiglu) return a.n <= 4;
+  if (a.norm_weight || a.swiglu) return a.n <= (a.k <= 4096 ? 4 : 1);
   return a.n <= 8 && !(a.n == 8 && a.m <= 4096);
 }
 
