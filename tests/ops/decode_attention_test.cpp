@@ -30,10 +30,13 @@ constexpr Tolerance kAttention{1e-4, 1e-9};  // f32 backends (as attention_test.
 // Attention output through quantized k (logit error) and v: nmse <= (2u)^2, max_rel <= 8u.
 constexpr double kE4m3U = 1.0 / 16;
 constexpr Tolerance kFp8VsF32{8 * kE4m3U, 4 * kE4m3U * kE4m3U};
-// With prefill rows: a prefill's first rows attend to a few keys, so their |out| reaches
-// several times rms(out) and the max error relative to rms doubles (seen: 0.548 > 8u, seed
-// 1412776836); nmse stays the tight check.
-constexpr Tolerance kFp8VsF32Prefill{16 * kE4m3U, 4 * kE4m3U * kE4m3U};
+// Rows attending to a few keys (a prefill's first rows; decode rows of kv_len 1-3, where out
+// is one or a few v rows): |out| reaches max|v| ~ 10-14x rms(out) of a batch whose other rows
+// average thousands of keys, and such a row's error is up to u |out|, so the max error
+// relative to rms reaches ~14u (seen: 0.548 with prefill rows, seed 1412776836; 0.717 =
+// |-9.5 -> -10| / 0.698 on a kv_len-1 stream case, seed 3965970594): 16u. nmse stays (2u)^2,
+// the tight check.
+constexpr Tolerance kFp8VsF32FewKeys{16 * kE4m3U, 4 * kE4m3U * kE4m3U};
 
 
 
@@ -177,7 +180,7 @@ TEST(DecodeAttention, StreamKernelShapesMatchReference) {
     const std::vector<float> f32 = CheckDecodeCase(c, DType::kF32, cov, q, kc, vc, pb, 1, 1);
     const std::vector<float> f8 =
         CheckDecodeCase(c, DType::kF8E4M3, cov, q, kc, vc, pb, 0.5f / 64, 2.0f / 64);
-    ExpectClose(f32.data(), f8.data(), int64_t(f8.size()), kFp8VsF32, "ref fp8 vs f32 cache");
+    ExpectClose(f32.data(), f8.data(), int64_t(f8.size()), kFp8VsF32FewKeys, "ref fp8 vs f32 cache");
   }
   cov.Check<AttentionParams>();
 }
@@ -281,7 +284,7 @@ TEST(DecodeAttention, Fp8CacheWithPrefillRows) {
     const std::vector<float> f32 = CheckDecodeCase(c, DType::kF32, cov, q, kc, vc, pb, 1, 1);
     const std::vector<float> f8 =
         CheckDecodeCase(c, DType::kF8E4M3, cov, q, kc, vc, pb, 0.5f / 64, 2.0f / 64);
-    ExpectClose(f32.data(), f8.data(), int64_t(f8.size()), kFp8VsF32Prefill, "ref fp8 vs f32 cache");
+    ExpectClose(f32.data(), f8.data(), int64_t(f8.size()), kFp8VsF32FewKeys, "ref fp8 vs f32 cache");
   }
   cov.Check<AttentionParams>();
 }
