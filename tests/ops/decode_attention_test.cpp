@@ -104,26 +104,32 @@ std::vector<float> CheckDecodeCase(const DecodeCase& c, DType cache_dtype, Cover
   return Copy(ref);
 }
 
+// One decode case with random bf16-valued q / K / V, checked with an f32 cache and an fp8
+// cache (scales that put the values well inside e4m3's range), then the two reference outputs
+// against each other within `fp8_vs_f32`.
+void CheckDecodeCaseBothCaches(const DecodeCase& c, Coverage& cov, const Tolerance& fp8_vs_f32) {
+  std::vector<std::pair<int, int>> seqs;
+  for (int kl : c.kv_lens) seqs.push_back({1, kl});
+  const PagedBatch pb(seqs, c.page_size);
+  Tensor q(DType::kF32, {pb.tokens, c.heads, c.head_dim});
+  Tensor kc(DType::kF32, {pb.num_pages, c.page_size, c.kv_heads, c.head_dim});
+  Tensor vc(DType::kF32, {pb.num_pages, c.page_size, c.kv_heads, c.head_dim});
+  FillNormal(q);
+  FillNormal(kc, 0.0f, 0.5f);
+  FillNormal(vc, 0.0f, 2.0f);
+  for (const Tensor* t : {&q, &kc, &vc}) RoundToBf16(*t);
+  const std::vector<float> f32 = CheckDecodeCase(c, DType::kF32, cov, q, kc, vc, pb, 1, 1);
+  const std::vector<float> f8 =
+      CheckDecodeCase(c, DType::kF8E4M3, cov, q, kc, vc, pb, 0.5f / 64, 2.0f / 64);
+  ExpectClose(f32.data(), f8.data(), int64_t(f8.size()), fp8_vs_f32, "ref fp8 vs f32 cache");
+}
+
 TEST(DecodeAttention, EveryBackendMatchesReferenceBf16AndFp8) {
   PG_SEED_TRACE();
   Coverage cov;
   for (const DecodeCase& c : DecodeCases()) {
     SCOPED_TRACE(c.Name());
-    std::vector<std::pair<int, int>> seqs;
-    for (int kl : c.kv_lens) seqs.push_back({1, kl});
-    const PagedBatch pb(seqs, c.page_size);
-    Tensor q(DType::kF32, {pb.tokens, c.heads, c.head_dim});
-    Tensor kc(DType::kF32, {pb.num_pages, c.page_size, c.kv_heads, c.head_dim});
-    Tensor vc(DType::kF32, {pb.num_pages, c.page_size, c.kv_heads, c.head_dim});
-    FillNormal(q);
-    FillNormal(kc, 0.0f, 0.5f);
-    FillNormal(vc, 0.0f, 2.0f);
-    for (const Tensor* t : {&q, &kc, &vc}) RoundToBf16(*t);
-    const std::vector<float> f32 = CheckDecodeCase(c, DType::kF32, cov, q, kc, vc, pb, 1, 1);
-    // fp8 caches (scales that put the values well inside e4m3's range).
-    const std::vector<float> f8 =
-        CheckDecodeCase(c, DType::kF8E4M3, cov, q, kc, vc, pb, 0.5f / 64, 2.0f / 64);
-    ExpectClose(f32.data(), f8.data(), int64_t(f8.size()), kFp8VsF32, "ref fp8 vs f32 cache");
+    CheckDecodeCaseBothCaches(c, cov, kFp8VsF32);
   }
   cov.Check<AttentionParams>();
 }
@@ -167,20 +173,7 @@ TEST(DecodeAttention, StreamKernelShapesMatchReference) {
       }
     }
 #endif
-    std::vector<std::pair<int, int>> seqs;
-    for (int kl : c.kv_lens) seqs.push_back({1, kl});
-    const PagedBatch pb(seqs, c.page_size);
-    Tensor q(DType::kF32, {pb.tokens, c.heads, c.head_dim});
-    Tensor kc(DType::kF32, {pb.num_pages, c.page_size, c.kv_heads, c.head_dim});
-    Tensor vc(DType::kF32, {pb.num_pages, c.page_size, c.kv_heads, c.head_dim});
-    FillNormal(q);
-    FillNormal(kc, 0.0f, 0.5f);
-    FillNormal(vc, 0.0f, 2.0f);
-    for (const Tensor* t : {&q, &kc, &vc}) RoundToBf16(*t);
-    const std::vector<float> f32 = CheckDecodeCase(c, DType::kF32, cov, q, kc, vc, pb, 1, 1);
-    const std::vector<float> f8 =
-        CheckDecodeCase(c, DType::kF8E4M3, cov, q, kc, vc, pb, 0.5f / 64, 2.0f / 64);
-    ExpectClose(f32.data(), f8.data(), int64_t(f8.size()), kFp8VsF32FewKeys, "ref fp8 vs f32 cache");
+    CheckDecodeCaseBothCaches(c, cov, kFp8VsF32FewKeys);
   }
   cov.Check<AttentionParams>();
 }
