@@ -78,10 +78,17 @@ static void RunFp8FusedBench(double bw, void* norm_w) {
   struct Fused {
     const char* name;
     int64_t m, k;
-    bool swiglu;
+    bool swiglu, block;
   };
-  const Fused mats[] = {{"fp8 qkv 6144x4096 +norm", kQkv, kHidden, false},
-                        {"fp8 gate_up 28672x4096 +norm+swiglu", 2 * kInter, kHidden, true}};
+  // DeepSeek-V3's (hidden 7168, 128x128 block scales): q_a + kv_a after input_layernorm, the
+  // dense layers' gate_up + SwiGLU after post_attention_layernorm.
+  const Fused mats[] = {{"fp8 qkv 6144x4096 +norm", kQkv, kHidden, false, false},
+                        {"fp8 gate_up 28672x4096 +norm+swiglu", 2 * kInter, kHidden, true, false},
+                        {"v3 q_a+kv_a 2112x7168 +norm blk", 2112, 7168, false, true},
+                        {"v3 gate_up 36864x7168 +norm+swiglu blk", 36864, 7168, true, true}};
+  DeviceBuf norm7168(7168 * 2);
+  FillBf16(norm7168.p, 7168, 3, 1.0f);
+  (void)norm_w;
   const pg::cuda::Fp8GemvVariant saved = pg::cuda::GetFp8GemvVariant();
   fmt::print("\nfp8 fused projections, us per call (old = RmsNorm + d4c1i GEMV (+ SwiGlu); ring = the "
              "same composition on the ring GEMV; fused = one ring kernel)\n");
@@ -95,10 +102,12 @@ static void RunFp8FusedBench(double bw, void* norm_w) {
       ws.push_back(std::make_unique<DeviceBuf>(wbytes));
       FillBf16(ws.back()->p, mt.m * mt.k / 2, 40 + c, 0.02f);
     }
-    DeviceBuf scale(4);
-    const float one = 1.0f;
-    PG_CUDA_CHECK(cudaMemcpy(scale.p, &one, 4, cudaMemcpyHostToDevice));
-    const TensorView sv = TensorView::Contiguous(scale.p, DType::kF32, {1}, Device::kCuda);
+    const int64_t sm = mt.block ? (mt.m + 127) / 128 : 1, sk = mt.block ? (mt.k + 127) / 128 : 1;
+    DeviceBuf scale(size_t(sm * sk * 4));
+    const std::vector<float> ones(size_t(sm * sk), 1.0f);
+    PG_CUDA_CHECK(cudaMemcpy(scale.p, ones.data(), ones.size() * 4, cudaMemcpyHostToDevice));
+    const TensorView sv = mt.block ? TensorView::Contiguous(scale.p, DType::kF32, {sm, sk}, Device::kCuda)
+                                   : TensorView::Contiguous(scale.p, DType::kF32, {1}, Device::kCuda);
     const int64_t out_m = mt.swiglu ? mt.m / 2 : mt.m;
     for (int64_t n : {1, 4, 8}) {
       DeviceBuf x(size_t(n * mt.k * 2)), out(size_t(n * out_m * 2)), normed(size_t(n * mt.k * 2)),
@@ -106,7 +115,7 @@ static void RunFp8FusedBench(double bw, void* norm_w) {
       FillBf16(x.p, n * mt.k, 7, 1.0f);
       auto params = [&](int i) {
         return ops::FusedMatmulParams{
-            .x = Dev(x.p, {n, mt.k}), .norm_weight = Dev(norm_w, {mt.k}),
+            .x = Dev(x.p, {n, mt.k}), .norm_weight = Dev(norm7168.p, {mt.k}),
             .w = TensorView::Contiguous(ws[size_t(i % copies)]->p, DType::kF8E4M3, {mt.m, mt.k}, Device::kCuda),
             .w_scale = sv, .swiglu = mt.swiglu, .out = Dev(out.p, {n, out_m}),
             .normed = Dev(normed.p, {n, mt.k}), .projected = Dev(proj.p, {n, mt.m})};
@@ -222,22 +231,20 @@ int RunGemvBench() {
         pg::cuda::Fp8GemvVariant v;
       };
       // {mma, depth, chunk, interleave, warps_per_sm, prefetch, split, ring, ring_piece_kb,
-      // ring_depth, ring_stage_x, ring_warps, ring_blocks}: f32 kernel, the per-warp cp.async tensor-core kernel (d4c1i, the default
-      // before the ring), the ring tensor-core kernel (gemm/fp8_ring_mma.cu; ra = whole 16-row
-      // groups a copy where they fit, else <= 6 KB row pieces; rN = N KB row pieces; dN = N
-      // slots, else as many as fit; x = x staged in shared memory; 16 = 16 consumer warps;
-      // 2b = two blocks an SM).
+      // ring_depth, ring_stage_x, ring_warps, ring_blocks}: f32 kernel, the per-warp cp.async
+      // tensor-core kernel (d4c1i, the default before the ring), the ring tensor-core kernel
+      // (gemm/fp8_ring_mma.cu) in its plan's layout ("ring"), with 2 KB pieces in 4 slots and x
+      // from global ("r2d4"), x always staged ("ringx"), half-SM blocks ("ring2b": room for the
+      // next kernel's), two of them an SM ("ring2b2"), 16 consumer warps ("ring16").
       const Named variants[] = {
-          {"f32", {false, 6, 1, false, 24, 0, 0, 0, 0, 0}},   {"d4c1i", {true, 4, 1, true, 24, 0, 0, 0, 0, 0}},
-          {"ra", {true, 4, 1, true, 24, 0, 0, 1, 0, 0}},      {"rad2", {true, 4, 1, true, 24, 0, 0, 1, 0, 2}},
-          {"rax", {true, 4, 1, true, 24, 0, 0, 1, 0, 0, 1}},  {"r4", {true, 4, 1, true, 24, 0, 0, 1, 4, 0}},
-          {"r2d4", {true, 4, 1, true, 24, 0, 0, 1, 2, 4}},   {"ra16", {true, 4, 1, true, 24, 0, 0, 1, 0, 0, 0, 16}},
-          {"rax16", {true, 4, 1, true, 24, 0, 0, 1, 0, 0, 1, 16}}, {"ra2b", {true, 4, 1, true, 24, 0, 0, 1, 0, 0, 0, 8, 2}},
-          {"rax2b", {true, 4, 1, true, 24, 0, 0, 1, 0, 0, 1, 8, 2}}};
+          {"f32", {false, 6, 1, false, 24, 0, 0, 0, 0, 0, 0}},   {"d4c1i", {true, 4, 1, true, 24, 0, 0, 0, 0, 0, 0}},
+          {"ring", {true, 4, 1, true, 24, 0, 0, 1, 0, 0, 2}},    {"r2d4", {true, 4, 1, true, 24, 0, 0, 1, 2, 4, 0}},
+          {"ringx", {true, 4, 1, true, 24, 0, 0, 1, 0, 0, 1}},   {"ring2b", {true, 4, 1, true, 24, 0, 0, 1, 0, 0, 2, 8, 2}},
+          {"ring16", {true, 4, 1, true, 24, 0, 0, 1, 0, 0, 2, 16, 1}}, {"ring2b2", {true, 4, 1, true, 24, 0, 0, 1, 0, 0, 2, 8, 3}}};
       const pg::cuda::Fp8GemvVariant saved = pg::cuda::GetFp8GemvVariant();
       fmt::print("\nfp8 GEMV, us per call (f32 = the f32-FMA kernel; d4c1i = per-warp cp.async tensor "
-                 "cores, 4 steps of 1 KB a warp, interleaved; ra / rN(dM) = ring tensor cores, auto / N KB row "
-                 "pieces (M slots), x = x staged in shared memory); floor/t of f32 and of the best\n");
+                 "cores, 4 steps of 1 KB a warp, interleaved; ring = ring tensor cores in the plan's layout, "
+                 "r2d4 = 2 KB pieces / 4 slots, x = x staged, 2b = 2 blocks an SM, 16 = 16 warps); floor/t of f32 and of the best\n");
       fmt::print("{:<30} {:>5}", "matrix", "batch");
       for (const Named& v : variants) fmt::print(" {:>9}", v.name);
       fmt::print(" {:>9} {:>8} {:>8} {:>8}\n", "floor_us", "f32/fl", "best/fl", "best");

@@ -88,9 +88,9 @@ TEST(Fp8RingMma, MatchesTheReferenceAndTheMmaKernelBitwise) {
     struct Layout {
       int piece_kb, depth, stage_x, warps, blocks;
     };
-    const Layout layouts[] = {{0, 0, 0, 8, 1},  {0, 2, 1, 8, 1},  {6, 0, 0, 8, 1}, {4, 2, 1, 8, 1},
-                              {1, 0, 0, 8, 1},  {1, 2, 1, 8, 1},  {0, 0, 0, 8, 2}, {0, 0, 1, 8, 2},
-                              {0, 0, 0, 16, 1}, {4, 2, 1, 16, 1}, {6, 0, 0, 16, 1}};
+    const Layout layouts[] = {{0, 0, 2, 8, 1},  {0, 2, 1, 8, 1},  {6, 0, 0, 8, 1}, {4, 2, 1, 8, 1},
+                              {1, 0, 0, 8, 1},  {2, 4, 0, 8, 1},  {0, 0, 2, 8, 2}, {0, 0, 1, 8, 3},
+                              {0, 0, 2, 16, 1}, {4, 2, 1, 16, 1}, {6, 0, 0, 16, 1}};
     std::vector<float> first[2];  // [16 warps]
     for (const Layout& l : layouts) {
       cuda::Fp8GemvVariant v;

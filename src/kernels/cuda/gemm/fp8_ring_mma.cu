@@ -31,12 +31,13 @@
 // than the copies it saves).
 //
 // Summation order (fixed by the consumer warp count, whatever the ring layout): a warp sums
-// each of a step's four MMAs (16 columns each) into its own accumulator over its steps
-// (global step index = warp mod kCw, in k order: chunk is a multiple of kCw steps of 64
-// columns or all of k; block scales: each MMA's sum times the step's scale, fmaf), adds the
-// four as (0 + 1) + (2 + 3), then one warp adds the warps' sums in warp order and writes
-// acc * 2^120 * row scale (+ bias, + out) rounded to bf16. (Not Fp8GemvMmaKernel's order: one
-// accumulator a warp made each step a chain of 4 dependent MMAs, the consumers' bound.)
+// its steps (global step index = warp mod kCw, in k order: chunk is a multiple of kCw steps
+// of 64 columns or all of k): without block scales each of a step's four MMAs (16 columns)
+// into its own accumulator, the four added as (0 + 1) + (2 + 3) at the end (request 4: as
+// fast as one chain, kept); with block scales the step's four MMAs in one chain, times the
+// step's scale (fmaf; split chains measured slower there: V3 q_b 28.0 vs 23.0 us). Then one
+// warp adds the warps' sums in warp order and writes acc * 2^120 * row scale (+ bias, + out)
+// rounded to bf16. (Block scales: bitwise Fp8GemvMmaKernel with split kCw, interleaved.)
 #include <algorithm>
 
 #include "core/env.h"
@@ -156,8 +157,9 @@ __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
   int64_t s = 0;
   for (int64_t gi = 0; gi < groups; ++gi) {
     const int64_t j0 = jb + kOutRows * gi;
-    // acc[i][e]: MMA i of each step (its own chain: fp8_mma.cuh Mma16Split); e: slot rows g
-    // (0, 1) and g + 8 (2, 3).
+    // acc[i][e]: MMA i of each step (its own chain: fp8_mma.cuh Mma16Split; block scales:
+    // acc[0] only, each step's chained 4-MMA sum times its scale); e: slot rows g (0, 1) and
+    // g + 8 (2, 3).
     float acc[4][4] = {};
     // The group's epilogue warp reads its operands now, not after the walk (their latency
     // would add to every group's critical path and the kernel's tail): slot row of e = g +
@@ -186,18 +188,6 @@ __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
       const int64_t ra = w_row(j0, g), rb = w_row(j0, g + 8);
       sa = a.scale + ((ra < rows_w ? ra : rows_w - 1) >> 7) * a.scale_ld;
       sb = a.scale + ((rb < rows_w ? rb : rows_w - 1) >> 7) * a.scale_ld;
-      // Into L1: the scale rows of this group (first group) and of the next one, so a step's
-      // scale loads do not wait on L2 (request 2: V3 q_b, 12 groups a block, 1.9 us a group).
-      // A group's rows touch at most 2 (4 with swiglu) scale rows of scale_ld floats.
-      const int lines = (a.scale_ld + 31) / 32;
-      for (int64_t jn = gi == 0 ? j0 : j0 + kOutRows; jn <= j0 + kOutRows && jn < je; jn += kOutRows) {
-        const int64_t last = jn + kOutRows - 1 < je ? jn + kOutRows - 1 : je - 1;
-        const int64_t cand[4] = {jn, last, kSwiGlu ? a.m + jn : jn, kSwiGlu ? a.m + last : last};
-        for (int idx = lane; idx < 4 * lines; idx += 32) {
-          const float* row = a.scale + (cand[idx / lines] >> 7) * a.scale_ld;
-          asm volatile("prefetch.global.L1 [%0];" ::"l"(row + 32 * (idx % lines)));
-        }
-      }
     }
     for (int64_t c = 0; c < chunks; ++c, ++s) {
       const int slot = int(s % p.stages);
@@ -216,18 +206,15 @@ __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
           else x0 = __ldg(xs + 8 * t), x1 = __ldg(xs + 8 * t + 1);
         }
         const uint4 va = wa[4 * t], vb = wb[4 * t];
-        if constexpr (kBlock) {
-          float dd[4][4] = {};
-          fp8mma::Mma16Split(va, vb, x0, x1, dd);
+        if constexpr (kBlock) {  // the step's sum (one chain), times its scale, into acc[0]
+          float dd[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          fp8mma::Mma16(va, vb, x0, x1, dd);
           const int64_t cb = (k0 + 64 * t) >> 7;
           const float sca = __ldg(sa + cb), scb = __ldg(sb + cb);
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            acc[i][0] = fmaf(dd[i][0], sca, acc[i][0]);
-            acc[i][1] = fmaf(dd[i][1], sca, acc[i][1]);
-            acc[i][2] = fmaf(dd[i][2], scb, acc[i][2]);
-            acc[i][3] = fmaf(dd[i][3], scb, acc[i][3]);
-          }
+          acc[0][0] = fmaf(dd[0], sca, acc[0][0]);
+          acc[0][1] = fmaf(dd[1], sca, acc[0][1]);
+          acc[0][2] = fmaf(dd[2], scb, acc[0][2]);
+          acc[0][3] = fmaf(dd[3], scb, acc[0][3]);
         } else {
           fp8mma::Mma16Split(va, vb, x0, x1, acc);
         }
@@ -240,7 +227,8 @@ __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
     float4* buf = red + (gi & 1) * kConsumerWarps * 32;
     float part[4];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) part[e] = (acc[0][e] + acc[1][e]) + (acc[2][e] + acc[3][e]);
+    for (int e = 0; e < 4; ++e)
+      part[e] = kBlock ? acc[0][e] : (acc[0][e] + acc[1][e]) + (acc[2][e] + acc[3][e]);
     buf[warp * 32 + lane] = make_float4(part[0], part[1], part[2], part[3]);
     bulk::NamedBarrier<kConsumerWarps * 32>(1);
     if (!epilogue) continue;
@@ -275,13 +263,21 @@ __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
   }
 }
 
-// Whether the pass stages x in shared memory: always with the norm; else when asked
-// (ring_stage_x 1, or 2 from 4 rows: 8 rows of the MMA's fragment reads re-read x from
-// L1 / L2 once per 16 weight rows) and the rows fit.
-bool StageX(const Fp8GemvArgs& a, const Fp8GemvVariant& v) {
+// Groups of 16 weight rows (8 outputs with swiglu) the busiest block walks.
+int64_t GroupsPerBlock(const Fp8GemvArgs& a, int64_t blocks) {
+  const int64_t rows = (a.m + blocks - 1) / blocks, out_rows = a.swiglu ? kGroupRows / 2 : kGroupRows;
+  return (rows + out_rows - 1) / out_rows;
+}
+
+// Whether the pass stages x in shared memory: always with the norm; else when the rows fit
+// and ring_stage_x asks (1), or (2, the default) the blocks walk more than kFewGroups groups
+// (x re-read from L1 / L2 for every 16 weight rows; request 4: gate_up at 4 rows 34.0 vs 42.2
+// us, V3 gate 46.1 vs 62.1; a few groups: the staging costs more than it saves).
+constexpr int64_t kFewGroups = 4;
+bool StageX(const Fp8GemvArgs& a, const Fp8GemvVariant& v, int64_t groups) {
   if (a.norm_weight) return true;
   if (StagedBytes(a) > kMaxStagedBytes) return false;
-  return v.ring_stage_x == 1 || (v.ring_stage_x == 2 && a.n >= 4);
+  return v.ring_stage_x == 1 || (v.ring_stage_x == 2 && groups > kFewGroups);
 }
 
 }  // namespace
@@ -294,20 +290,22 @@ bool Fp8RingMmaFits(const Fp8GemvArgs& a) {
          ((reinterpret_cast<uintptr_t>(a.x) | reinterpret_cast<uintptr_t>(a.w)) & 15) == 0;
 }
 
-// By shape, from request 2 (H200, bench_gemv, same run, us ring vs Fp8GemvMmaKernel d4c1i):
-// plain GEMVs at one row with k in [4096, 8192] and m >= 6144 (Llama qkv 11.7 vs 11.9, gate_up
-// 33.9 vs 35.1, V3 gate 43.8 vs 51.5); not o 4096x4096 (8.5 vs 8.0), Llama down (20.4 vs
-// 19.6), V3 q_a 2112x7168 (8.6 vs 8.5), small k (V3 q_b 1536: 23.0 vs 14.6), large k (V3 o /
-// down: 43.6 / 47.7 vs 36.3 / 40.0), nor at 4 / 8 rows (slower nearly everywhere). Fused
-// (norm / swiglu; the alternative is RmsNorm + GEMV (+ SwiGlu)) at <= 4 rows and k >= 4096
-// (gate_up + norm + swiglu 35.0 / 38.9 vs 43.6 / 43.1 at 1 / 4 rows, qkv + norm 12.9 / 15.1
-// vs 14.6 / 15.3; at 8 rows 18.7 vs 15.5), and with k > 4096 at one row only: in request 4
-// DeepSeek-V3 5L at 4 rows, whose only ring kernels were its fused k = 7168 projections
-// (q_a + kv_a + norm, dense gate_up + norm + SwiGLU), took 2584.1 vs 2369.5 us a step with
-// the ring off; at one row 1693.7 vs 1724.5. (Llama, k = 4096, unchanged by that rule.)
+// By shape, from request 4 (H200, bench_gemv, same run, us, the plan's layouts vs
+// Fp8GemvMmaKernel d4c1i at 1 / 4 / 8 rows): k in [4096, 14336] (Llama qkv 10.1 / 10.8 / 11.5
+// vs 11.9 / 12.2 / 12.3, o 7.8 / 8.5 vs 8.0 / 8.6, gate_up 32.5 / 34.0 / 35.8 vs 37.1 / 36.7 /
+// 37.7, down 19.2 / 20.1 vs 19.8 / 20.7, V3 q_a 8.0 / 8.3 / 8.5 vs 8.4 / 8.8 / 8.8, V3 gate
+// 44.9 / 46.1 vs 52.7 / 54.1), but not o at 8 rows (9.1 vs 8.9); not small k (V3 q_b 1536:
+// 23.8 vs 14.7, shared down 2048: 10.0 vs 7.5) nor large k (V3 o / down 16384 / 18432: 43.2 /
+// 49.4 vs 36.8 / 40.4): there the old kernel's many warps an SM win. Fused (norm / swiglu,
+// against RmsNorm + GEMV (+ SwiGlu)) at <= 4 rows (request 2: gate_up + norm + swiglu 35.0 /
+// 38.9 vs 43.6 / 43.1 at 1 / 4 rows, qkv + norm 12.9 / 15.1 vs 14.6 / 15.3; 8 rows: qkv 18.7
+// vs 15.5), and with k > 4096 at one row only (request 4: DeepSeek-V3 5L at 4 rows, whose only
+// ring kernels were the fused q_a + kv_a and dense gate_up at k = 7168, took 2584 vs 2370 us a
+// step; at one row 1694 vs 1725).
 bool Fp8RingMmaWants(const Fp8GemvArgs& a) {
-  if (a.norm_weight || a.swiglu) return a.k >= 4096 && a.n <= (a.k <= 4096 ? 4 : 1);
-  return a.n == 1 && a.k >= 4096 && a.k <= 8192 && a.m >= 6144;
+  if (a.k < 4096 || a.k > 14336) return false;
+  if (a.norm_weight || a.swiglu) return a.n <= (a.k <= 4096 ? 4 : 1);
+  return a.n <= 8 && !(a.n == 8 && a.m <= 4096);
 }
 
 void LaunchFp8RingMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVariant& v) {
@@ -323,9 +321,16 @@ void LaunchFp8RingMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVa
       PG_RING_MMA_KERNELS(8, 1), PG_RING_MMA_KERNELS(8, 2), PG_RING_MMA_KERNELS(16, 1)};
 #undef PG_RING_MMA_KERNELS
   const int cw = v.ring_warps == 16 ? 16 : 8;
-  const int per_sm = cw == 8 && v.ring_blocks == 2 ? 2 : 1;
+  // ring_blocks 2 (8 warps): half an SM's shared memory and registers a block; 3 (request
+  // 4's 2: 38-44% slower at 8 rows) also twice the grid, else one block an SM whose half
+  // leaves room for the next kernel's block to start streaming (PDL) while this one drains.
+  const int per_sm = cw == 8 && (v.ring_blocks == 2 || v.ring_blocks == 3) ? 2 : 1;
   const int flavour = cw == 16 ? 2 : per_sm == 2 ? 1 : 0;
-  const Kernel kernel = kKernels[flavour][a.scale_mode == ScaleMode::kBlock][StageX(a, v)][a.swiglu];
+  const int64_t blocks =
+      std::min<int64_t>(int64_t(v.ring_blocks == 3 && cw == 8 ? 2 : 1) * MultiprocessorCount(), a.m);
+  const int64_t groups = GroupsPerBlock(a, blocks);
+  const bool stage_x = StageX(a, v, groups);
+  const Kernel kernel = kKernels[flavour][a.scale_mode == ScaleMode::kBlock][stage_x][a.swiglu];
   // Shared memory a block: the opt-in maximum (the kernels have no static shared memory), or
   // with two blocks an SM (ring_blocks 2, 8 warps) half the SM's less the per-block reserve.
   struct Limits {
@@ -349,15 +354,18 @@ void LaunchFp8RingMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVa
     return l;
   }();
   const int smem_limit = per_sm == 2 ? limits.two : limits.one;
-  const int staged = StageX(a, v) ? int(StagedBytes(a)) : 0;
+  const int staged = stage_x ? int(StagedBytes(a)) : 0;
   const int room = smem_limit - kBarBytes - RedBytes(cw) - staged;
   RingMmaPlan p{};
-  // The bulk copies cost about the same per copy up to several KB (docs/PERF.md "TMA-ring
-  // decode GEMV": 1 -> 2 -> 4 KB pieces, 2x faster each), so copies are as large as fit.
-  // ring_piece_kb 0 (auto): whole groups (one copy of 16 rows when rows are contiguous and two
-  // such slots fit), else k cut into the fewest near-equal pieces of <= 6 KB a row (multiples
-  // of 64 x consumer-warp columns: the summation order). 1 / 2 / 4 / 6 / 8: pieces of that many KB a row,
-  // halved while fewer than 2 slots fit.
+  // ring_piece_kb 0 (auto, request 4's fastest layouts): blocks with at most kFewGroups
+  // groups take 2 KB row pieces in 4 slots (qkv 10.1 vs 11.5 us whole, o 7.8 vs 8.5, down 19.2
+  // vs 21.0, V3 q_a 8.0 vs 8.6: a slot is consumed once all of it has landed, so small slots
+  // shorten the tail); more groups a block take whole 16-row groups (one copy a group where
+  // rows are contiguous) in 2 slots (gate_up 32.5 vs 37.6 us with 2 KB pieces), else k in the
+  // fewest near-equal pieces of <= 6 KB a row (multiples of 64 x consumer-warp columns: the
+  // summation order). 1 / 2 / 4 / 6 / 8: pieces of that many KB a row, halved while fewer
+  // than 2 slots fit. ring_depth 0: 4 slots for 2 KB pieces, 2 for whole groups, else as
+  // many as fit.
   auto plan_pieces = [&](int chunk) {
     p.chunk = chunk < a.k ? chunk : int(a.k);
     p.row_stride = (p.chunk + 127) / 128 * 128 + kRowPad;
@@ -365,28 +373,32 @@ void LaunchFp8RingMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVa
     p.stages = std::min(kMaxStages, room / p.slot_bytes);
   };
   const int piece_kb = v.ring_piece_kb;
+  int depth = v.ring_depth;
   if (piece_kb == 1 || piece_kb == 2 || piece_kb == 4 || piece_kb == 6 || piece_kb == 8) {
     for (int kb = piece_kb;; kb = kb > 2 ? kb / 2 : kb - 1) {
       plan_pieces(kb * 1024);
       if (p.stages >= 2 || kb == 1) break;
     }
+  } else if (groups <= kFewGroups && a.k > 2048) {
+    plan_pieces(2048);  // (2048 columns: a multiple of 64 x 16 warps)
+    if (depth == 0) depth = 4;
   } else if (a.ldw == a.k && 2 * kGroupRows * a.k <= room) {
     p.whole = true;
     p.chunk = int(a.k);
     p.row_stride = int(a.k);
     p.slot_bytes = kGroupRows * p.row_stride;
     p.stages = std::min(kMaxStages, room / p.slot_bytes);
+    if (depth == 0) depth = 2;
   } else {
     const int unit = 64 * cw;  // a step for each consumer warp
     const int64_t pieces = (a.k + 6143) / 6144;
     plan_pieces(int(((a.k + pieces - 1) / pieces + unit - 1) / unit * unit));
     while (p.stages < 2 && p.chunk > unit) plan_pieces(std::max(unit, p.chunk / 2 / unit * unit));
   }
-  if (v.ring_depth > 0) p.stages = std::min(p.stages, v.ring_depth);
+  if (depth > 0) p.stages = std::min(p.stages, depth);
   p.stages = std::max(p.stages, 1);
   p.x_offset = kBarBytes + RedBytes(cw) + p.stages * p.slot_bytes;
   const size_t smem = size_t(p.x_offset) + size_t(staged);
-  const int64_t blocks = std::min<int64_t>(int64_t(per_sm) * MultiprocessorCount(), a.m);
   for (int64_t row0 = 0; row0 < a.n; row0 += 8) {
     p.row0 = row0;
     p.rows = int(a.n - row0 < 8 ? a.n - row0 : 8);

@@ -244,15 +244,16 @@ struct Fp8GemvVariant {
   // The ring tensor-core GEMV (gemm/fp8_ring_mma.cu: a producer warp bulk-copies 16-row
   // tiles into a shared-memory ring, 8 consumer warps run the MMAs): 0 never, 1 wherever it
   // fits, 2 where it measured faster (by shape). ring_piece_kb: KB of one weight row a slot
-  // holds (1, 2, 4, 6 or 8; 0: whole 16-row groups in one copy where they fit, else <= 6 KB);
-  // ring_depth: slots (0: as many as fit).
+  // holds (1, 2, 4, 6 or 8; 0: by the plan, fp8_ring_mma.cu); ring_depth: slots (0: by the
+  // plan).
   int ring = 2;
   int ring_piece_kb = 0;
   int ring_depth = 0;
-  int ring_stage_x = 0;  // x rows staged in shared memory: 0 never (but with the norm), 1
-                         // where they fit, 2 from 4 rows where they fit
+  int ring_stage_x = 2;  // x rows staged in shared memory: 0 never (but with the norm), 1
+                         // where they fit, 2 by the plan (fp8_ring_mma.cu StageX)
   int ring_warps = 8;    // consumer warps of the ring kernel: 8 or 16
-  int ring_blocks = 1;   // ring blocks an SM: 1, or 2 (8 warps; half the shared memory each)
+  int ring_blocks = 1;   // 2 (8 warps): blocks of half an SM's shared memory (the next
+                         // kernel's block fits beside); 3: and two of them an SM
 };
 void SetFp8GemvVariant(const Fp8GemvVariant& v);
 Fp8GemvVariant GetFp8GemvVariant();
