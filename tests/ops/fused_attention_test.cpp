@@ -88,7 +88,7 @@ std::vector<float> Decoded(const Tensor& t, float scale) {
 TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
   PG_SEED_TRACE();
   // The CUDA backend's performance policy fuses fp8 caches only up to PG_FUSED_MAX_FP8_KEYS
-  // planned keys (read once, at its first call): the harness checks the kernel at every length.
+  // planned keys (read at every call): the harness checks the kernel at every length.
   setenv("PG_FUSED_MAX_FP8_KEYS", "1000000000", /*overwrite=*/0);
   Coverage cov;
   int fused_runs = 0;
@@ -160,11 +160,14 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
       // Twice: the fused kernel's split counters must be back at zero after a launch; on
       // CUDA twice more with the small-shared-memory variant forced on (run 2: 3 tile warps,
       // run 3: 4; one ring stage a warp, so a warp with more than one tile takes them in
-      // turns).
-      for (int rep = 0; rep < (kb->backend == "cuda" ? 4 : 1); ++rep) {
+      // turns), then the 3-stage kernel with its register latency paths forced on (run 4) and
+      // off (run 5): the default picks them by the rows (q / k norm).
+      for (int rep = 0; rep < (kb->backend == "cuda" ? 6 : 1); ++rep) {
 #if defined(PEREGRINE_HAVE_CUDA)
         const int64_t small0 = cuda::DecodeFusedSmallLaunches(), mma0 = cuda::DecodeFusedLaunches();
-        const int mode0 = cuda::SetDecodeFusedSmallMode(kb->backend != "cuda" || rep < 2 ? 0 : rep + 1);
+        const bool small_run = kb->backend == "cuda" && (rep == 2 || rep == 3);
+        const int mode0 = cuda::SetDecodeFusedSmallMode(small_run ? rep + 1 : 0);
+        const int prep0 = cuda::SetDecodeFusedPrepMode(rep == 4 ? 1 : rep == 5 ? 0 : -1);
 #endif
         Restore(q, q0), Restore(k, k0);
         Tensor bk = fresh(kc0), bv = fresh(vc0);
@@ -178,11 +181,12 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
         const bool ran = RunBackend(*kb, bp);
 #if defined(PEREGRINE_HAVE_CUDA)
         cuda::SetDecodeFusedSmallMode(mode0);
+        cuda::SetDecodeFusedPrepMode(prep0);
         if (ran && kb->backend == "cuda") {
           // Forced on (runs 2, 3), the small variant runs wherever the fused tensor-core kernel
           // does; long plans go to RopeKvWrite + the streaming kernel instead (no fused launch).
           const int64_t small = cuda::DecodeFusedSmallLaunches() - small0;
-          EXPECT_EQ(small, rep >= 2 ? cuda::DecodeFusedLaunches() - mma0 : 0) << "run " << rep;
+          EXPECT_EQ(small, small_run ? cuda::DecodeFusedLaunches() - mma0 : 0) << "run " << rep;
           small_runs += small;
         }
 #endif
@@ -209,9 +213,9 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
   }
   cov.Check<RopeKvWriteAttentionParams>();
 #if defined(PEREGRINE_HAVE_CUDA)
-  // Every case but the 9-row one fits the fused kernel (4 runs each).
+  // Every case but the 9-row one fits the fused kernel (6 runs each).
   if (Registry::Global().table<RopeKvWriteAttentionParams>().Find("cuda") != nullptr) {
-    EXPECT_EQ(fused_runs, 4 * (int(Cases().size()) - 1)) << "the fused kernel declined a case";
+    EXPECT_EQ(fused_runs, 6 * (int(Cases().size()) - 1)) << "the fused kernel declined a case";
     EXPECT_GT(small_runs, 0) << "no case reached the small-shared-memory variant";
   }
 #endif

@@ -373,17 +373,16 @@ void RunAttention(const AttentionParams& p) {
 
 // ---- fused decode attention (ops_fused_attention.h) --------------------------------------
 // The fused kernel takes decode batches (every sequence q_len 1) of at most this many
-// sequences (larger ones and prefill rows run the composition); with fp8 caches and 16 keys
-// per split (>= 8 kv heads) at most PG_FUSED_MAX_FP8_KEYS (default 16K) keys in the batch's
+// sequences (larger ones and prefill rows run the composition); with fp8 caches and fewer
+// than 64 keys per split (every shape since session 7) at most PG_FUSED_MAX_FP8_KEYS (default 16K) keys in the batch's
 // plan (sequences x longest kv length): Llama-3.1-8B fp8 8 x 32K measured 13452 us per step
 // fused vs 12052 unfused, 1 x 32K +16 / +135 us (two runs); the other Llama-3.1-8B /
 // Qwen3-30B-A3B step cells (1K / 32K x 1 / 8, bf16 / fp8 KV) measured faster fused or equal
 // (docs/PERF.md "Single-kernel decode attention").
 constexpr int kFusedAttentionMaxSeqs = 8;
-int64_t FusedAttentionMaxFp8Keys() {
-  static const int64_t keys = EnvInt("PG_FUSED_MAX_FP8_KEYS", 16384);
-  return keys;
-}
+// Read at every call (eager dispatch only; a captured graph keeps its choice), so a test can
+// set the variable whatever ran before it.
+int64_t FusedAttentionMaxFp8Keys() { return EnvInt("PG_FUSED_MAX_FP8_KEYS", 16384); }
 
 bool RopeKvWriteSupported(const RopeKvWriteParams& p) {
   return DevBf16(p.q) && DevBf16(p.k) && DevBf16(p.v) && DevKv(p.cache.k_cache) &&

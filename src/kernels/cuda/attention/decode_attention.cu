@@ -458,29 +458,30 @@ bool DecodeFusedSupports(int head_dim, int group, KvType) {
 }
 
 // The fused kernel's keys per active split, from the model-step A/B grids (H200, docs/PERF.md
-// "Single-kernel decode attention" and "Decode attention keys per split, session 5"): 32 with
-// >= 8 kv heads (Llama-3.1-8B 1K x 1: 4510 us per step at 16 vs 5000 at 64; then 4255-4258 at
-// 32 vs 4296-4301 at 16 in one call, equal at 8 x 1K and at 32K), else 64 (Qwen3-30B-A3B 1K x
-// 1: 3509 vs 3798 at 16; 2992 at 32 vs 2995 at 64, 3229 at 128). Not by length: the engine captures its decode graphs at the longest context
-// and replays them at every shorter one. (fp8 at 8 x 32K with 16 keys per split: 13452 vs
-// 11827 us at 64 — the CUDA registration leaves that shape to the unfused kernels.) The host
-// plan and the device args must use the same value (RunFusedAttention sets it in both).
-int DecodeFusedMinSplitKeys(int kv_heads, int64_t /*max_len*/) { return kv_heads >= 8 ? 32 : 64; }
+// "Single-kernel decode attention", "Decode attention keys per split, session 5" and "Fused
+// decode attention latency paths, session 7"): 32 (Llama-3.1-8B 1K x 1: 4510 us per step at 16
+// vs 5000 at 64, then 4255-4258 at 32 vs 4296-4301 at 16, equal at 8 x 1K and at 32K;
+// Qwen3-30B-A3B 1K x 1: 2992 at 32 vs 2995 at 64 with the shared-memory merge, and with the
+// one-round merge of <= 32 splits 2920-2925 vs 2971-2980 at 64, three runs each, equal at 4
+// and 8 rows). Not by length: a captured graph replays its plan at every shorter length. (fp8
+// at 8 x 32K with 16 keys per split: 13452 vs 11827 us at 64 — the CUDA registration leaves
+// that shape to the unfused kernels.) The host plan and the device args must use the same
+// value (RunFusedAttention sets it in both).
+int DecodeFusedMinSplitKeys(int /*kv_heads*/, int64_t /*max_len*/) { return 32; }
 
 // The fused kernel's A/B knobs over the decode kernel's (ApplyKnobs): PG_FUSED_MIN_SPLIT_KEYS
-// (keys per active split), PG_FUSED_PREP_REGS (0: the new token's norm + RoPE through shared
-// memory, after the PDL wait), PG_FUSED_PDL_LATE (1: PDL trigger after the key loop; default 0,
+// (keys per active split), PG_FUSED_PREP_REGS (0 / 1: the new token's preparation and the
+// few-split merge through shared memory / in registers; default by the rows, LaunchDecodeFused),
+// PG_FUSED_PDL_LATE (1: PDL trigger after the key loop; default 0,
 // at the start: the next kernel streams its weights during the attention, measured 6146 vs
 // 6894 us per Llama-3.1-8B step at 32K x 1 and equal or better in every other cell).
 static AttentionArgs FusedKnobs(const AttentionArgs& args) {
   static const int min_keys = EnvInt("PG_FUSED_MIN_SPLIT_KEYS", 0);
   static const int late = EnvInt("PG_FUSED_PDL_LATE", 0);
-  static const int prep_regs = EnvInt("PG_FUSED_PREP_REGS", 1);
   AttentionArgs a = args;
   ApplyKnobs(a);
   if (min_keys > 0) a.min_split_keys = min_keys;
   a.pdl_late_trigger = late != 0;
-  a.fused_prep_registers = prep_regs != 0;
   return a;
 }
 
@@ -527,6 +528,13 @@ int DecodeFusedSplits(const AttentionArgs& a, int num_seqs, int64_t max_len) {
 // Measured (docs/PERF.md "Decode attention beside the ring GEMVs"): Llama-3.1-8B 1K x 1 (256
 // blocks) 4118-4130 vs 4204-4212 us a step; Qwen3-30B-A3B 1K x 1 (64 blocks on 132 SMs: the
 // 3-stage kernel already leaves whole SMs to its neighbours) 3049-3051 vs 2974 us.
+// SetDecodeFusedPrepMode: -1 by the rows (LaunchDecodeFused), 0 / 1 forced.
+static int& FusedPrepModeRef() {
+  static int mode = EnvInt("PG_FUSED_PREP_REGS", -1);
+  return mode;
+}
+int SetDecodeFusedPrepMode(int mode) { return std::exchange(FusedPrepModeRef(), mode); }
+
 static int& FusedSmallModeRef() {
   static int mode = EnvInt("PG_FUSED_SMALL", -1);
   return mode;
@@ -581,7 +589,15 @@ int64_t DecodeFusedLaunches() { return g_fused_launches.load(std::memory_order_r
 void LaunchDecodeFused(const AttentionArgs& args, const RopeKvWriteArgs& rope, cudaStream_t stream,
                        int64_t max_len) {
   if (args.batch.num_seqs == 0) return;
-  AttentionArgs a = FusedKnobs(args);
+  AttentionArgs pre = args;
+  // The register paths where the new rows carry a per-head q / k norm (Qwen3: its old steps
+  // were five barriers and three load rounds long); rows without one keep the old steps
+  // (session 7, H200, three interleaved runs each: Qwen3-30B-A3B 1K x 1 / 4 / 8 -118 / -115 /
+  // -40 us a step; Llama-3.1-8B 1K x 8 +61, 1K x 1 -9, 4K x 1 -22 us). PG_FUSED_PREP_REGS=0/1
+  // overrides.
+  const int prep = FusedPrepModeRef();
+  pre.fused_prep_registers = prep >= 0 ? prep != 0 : rope.q_norm != nullptr;
+  AttentionArgs a = FusedKnobs(pre);
   const auto [capacity, base] = ShapeOf(a, a.batch.num_seqs, /*fused=*/true);
   a.wave_splits = int(std::clamp<int64_t>(capacity / base, 1, kCombineMaxSplits));
   const int small = FusedSmall(a, max_len);

@@ -44,6 +44,10 @@ void LaunchDecodeFused(const AttentionArgs& a, const RopeKvWriteArgs& rope, cuda
 // DecodeFusedLaunches: launches of the fused tensor-core kernel (either variant), so a test can
 // tell them from the calls routed to RopeKvWrite + the streaming kernel (DecodeStreamPreferred).
 int SetDecodeFusedSmallMode(int mode);
+// The fused kernel's latency paths (AttentionArgs::fused_prep_registers): -1 by the rows (on
+// where they carry a q / k norm: measured faster there, not without), 0 off, 1 on; the process
+// default from PG_FUSED_PREP_REGS (tests force both; returns the previous mode).
+int SetDecodeFusedPrepMode(int mode);
 int64_t DecodeFusedSmallLaunches();
 int64_t DecodeFusedLaunches();
 

@@ -189,7 +189,8 @@ struct AttentionArgs {
   // The fused decode kernel's latency paths (decode_fused.cuh): the new token's q / k / v rows
   // go through norm + RoPE in registers with their inputs loaded before the PDL wait
   // (PrepareNewTokenFast, where the rotation layout allows), and a merge of <= 32 splits loads
-  // every partial in one round; false: the shared-memory steps (PG_FUSED_PREP_REGS=0, A/B).
+  // every partial in one round; false: the shared-memory steps. LaunchDecodeFused sets it by
+  // the rows (q / k norm) unless PG_FUSED_PREP_REGS says.
   bool fused_prep_registers = true;
 };
 
