@@ -528,6 +528,7 @@ void GpuRunner::Decode(std::span<const StepSeq> seqs, std::span<float> logits) {
 
 void GpuRunner::ReplayStaged(int padded_size) {
   Impl& I = *impl_;
+  PG_ENSURE(I.staged_set < I.graph_sets.size(), kInvalidArgument, "gpu runner: no decode graphs captured");
   I.graph_sets[I.staged_set].second.Replay(padded_size, stream_.get());
 }
 
