@@ -85,6 +85,10 @@ struct MoeExpertsParams {
   // only computes the logits (and the normed rows), and every gate/up block of the experts
   // routes its token itself (one kernel less); otherwise MoeRouter's kernel runs first.
   const MoeRouterParams* route = nullptr;
+  // Optional hint, no effect on results: bytes a later op reads (the next layer's first
+  // weight matrix), which CUDA's walking gate/up kernel prefetches into L2 before its PDL
+  // wait, while the routing runs and HBM is otherwise idle.
+  TensorView l2_prefetch;
 };
 void MoeExperts(const MoeExpertsParams& p);
 

@@ -366,7 +366,11 @@ class DeepseekV3Model final : public Model {
                          .positions = rope_pos, .rope = rope_cfg, .write = &write});
       DeviceMatmul(attn, L.wo, x, /*accumulate=*/true);
       const FfnNorm ffn_norm{.x = x, .weight = L.ffn_norm, .eps = b.rms_norm_eps};  // -> hn
-      if (L.moe) RunDeviceMoeFfn(L.moe_ffn, c_, hn, x, A.ffn_scratch, &ffn_norm, /*accumulate=*/true);
+      // The next layer's first projection as the experts' L2 prefetch hint.
+      const TensorView next = li + 1 < b.num_layers && fused_qkva_
+                                  ? d_layers_[size_t(li) + 1].wq_kva.w : TensorView{};
+      if (L.moe)
+        RunDeviceMoeFfn(L.moe_ffn, c_, hn, x, A.ffn_scratch, &ffn_norm, /*accumulate=*/true, next);
       else RunDeviceMlp(L.mlp, hn, x, A.ffn_scratch, /*accumulate=*/true, &ffn_norm);
     }
     RunLogitHead({.residual = x, .logit_rows = fb.logit_rows,

@@ -62,6 +62,12 @@ int SelfRoute() {
   static const int mode = EnvInt("PEREGRINE_MOE_SELF_ROUTE", 1);
   return mode;
 }
+// PEREGRINE_MOE_L2_NEXT=1: at one token the experts op L2-prefetches the weight matrix the
+// next layer reads first (RunDeviceMoeFfn's l2_next) while the routing runs.
+bool L2Next() {
+  static const bool on = EnvFlag("PEREGRINE_MOE_L2_NEXT", false);
+  return on;
+}
 
 }  // namespace
 
@@ -241,7 +247,7 @@ void RunDeviceMlp(const DeviceMlp& w, const TensorView& x, const TensorView& out
 
 void RunDeviceMoeFfn(const DeviceMoeFfn& w, const MoeModelConfig& c, const TensorView& x,
                      const TensorView& out, const DeviceFfnScratch& s, const FfnNorm* norm,
-                     bool accumulate) {
+                     bool accumulate, const TensorView& l2_next) {
   const int64_t n = x.dim(0);
   const TensorView logits = Flat(s.router_logits, n, c.num_experts);
   const TensorView weights = Flat(s.topk_weights, n, c.top_k);
@@ -257,6 +263,7 @@ void RunDeviceMoeFfn(const DeviceMoeFfn& w, const MoeModelConfig& c, const Tenso
   ops::MoeExpertsParams ep{.x = x, .topk_ids = ids, .topk_weights = weights,
                            .experts = w.experts, .out = out, .accumulate = accumulate};
   const bool decode = n <= kMoeDecodeFuseMaxTokens;
+  if (decode && L2Next()) ep.l2_prefetch = l2_next;
   const bool shared = w.shared.inter > 0;
   if (shared && decode && FuseShared()) {
     // The shared expert inside the experts op (CUDA: extra slots of the walking kernels),

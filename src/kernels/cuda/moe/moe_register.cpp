@@ -25,14 +25,21 @@ namespace pg::cuda {
 namespace {
 // The process's initial tuning: defaults, with PEREGRINE_MOE_DOWN_ROWS (walk_down_rows: the
 // walking down kernel's form), PEREGRINE_MOE_DOWN_PRELOAD (walk_down_preload),
-// PEREGRINE_MOE_GU_ROUTES (walk_self_route) and PEREGRINE_MOE_FP8_WALK_MAX
-// (walk_max_tokens_fp8), for A/B runs of whole models, read once.
+// PEREGRINE_MOE_GU_ROUTES (walk_self_route), PEREGRINE_MOE_FP8_WALK_MAX
+// (walk_max_tokens_fp8), PEREGRINE_MOE_CLUSTER_ROUTER (walk_cluster_router) and
+// PEREGRINE_MOE_GU_TABLE (walk_gu_table), PEREGRINE_MOE_DOWN_WARPS / _GU_UNROLL / _WALK_WARPS
+// (walk_down_warps, walk_gu_unroll, walk_warps), for A/B runs of whole models, read once.
 MoeTuning InitialTuning() {
   MoeTuning t;
   t.walk_down_rows = EnvInt("PEREGRINE_MOE_DOWN_ROWS", t.walk_down_rows);
   t.walk_down_preload = EnvFlag("PEREGRINE_MOE_DOWN_PRELOAD", t.walk_down_preload);
   t.walk_self_route = EnvFlag("PEREGRINE_MOE_GU_ROUTES", t.walk_self_route);
   t.walk_max_tokens_fp8 = EnvInt("PEREGRINE_MOE_FP8_WALK_MAX", t.walk_max_tokens_fp8);
+  t.walk_cluster_router = EnvFlag("PEREGRINE_MOE_CLUSTER_ROUTER", t.walk_cluster_router);
+  t.walk_gu_table = EnvFlag("PEREGRINE_MOE_GU_TABLE", t.walk_gu_table);
+  t.walk_down_warps = EnvInt("PEREGRINE_MOE_DOWN_WARPS", t.walk_down_warps);
+  t.walk_gu_unroll = EnvInt("PEREGRINE_MOE_GU_UNROLL", t.walk_gu_unroll);
+  t.walk_warps = EnvInt("PEREGRINE_MOE_WALK_WARPS", t.walk_warps);
   return t;
 }
 MoeTuning g_tuning = InitialTuning();
@@ -316,6 +323,11 @@ void LaunchWalk(const MoeExpertsParams& p, const cuda::MoeWeightLayout& L,
   // Preloading with self-routing makes every down block route too: one wave of blocks at one
   // token, several above (measured slower at 4 tokens on the H200).
   a.down_preload = tune.walk_down_preload && tune.walk_phases == 3 && (route == nullptr || n == 1);
+  if (p.l2_prefetch.data) {
+    a.l2_pre = static_cast<const char*>(p.l2_prefetch.data);
+    a.l2_pre_bytes = int64_t(p.l2_prefetch.nbytes());
+  }
+  a.gu_table = tune.walk_gu_table && route == nullptr && slots_k > 0 && p.experts.size() <= 256;
   if (route) {
     a.self_route = true;
     a.route = *route;
@@ -364,12 +376,18 @@ void RunExperts(const MoeExpertsParams& p) {
       // The fused router kernel stops after the logits and normed rows (no counter); the
       // router kernel routes from the logits; the walk reads the routes.
       cuda::MoeRouterArgs ra = RouterArgsOf(*p.route, stream, /*defer_route=*/true);
-      cuda::LaunchMoeRouter(ra, stream);
-      PG_CUDA_CHECK_LAUNCH();
-      ra.x = nullptr;
-      ra.defer_route = false;
-      cuda::LaunchMoeRouter(ra, stream);
-      PG_CUDA_CHECK_LAUNCH();
+      if (tune.walk_cluster_router && cuda::MoeRouterClusterFits(ra)) {
+        // One cluster kernel: (norm +) logits + routing.
+        cuda::LaunchMoeRouterCluster(ra, stream);
+        PG_CUDA_CHECK_LAUNCH();
+      } else {
+        cuda::LaunchMoeRouter(ra, stream);
+        PG_CUDA_CHECK_LAUNCH();
+        ra.x = nullptr;
+        ra.defer_route = false;
+        cuda::LaunchMoeRouter(ra, stream);
+        PG_CUDA_CHECK_LAUNCH();
+      }
     } else {
       RunRouter(*p.route);
     }

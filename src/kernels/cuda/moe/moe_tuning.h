@@ -43,6 +43,14 @@ struct MoeTuning {
   // its PDL wait, overlapping the gate/up kernel's tail (moe_walk_down.cu kPre). H200, one
   // token: DeepSeek-V2-Lite step 2284 -> 2161 us, Moonlight 2357 -> 2255 us.
   bool walk_down_preload = true;
+  // One-token routing inside MoeExperts (router matmul + optional RMSNorm, no residual): one
+  // cluster kernel norms, computes the logits and routes (moe_router_cluster.cu) instead of
+  // NormLogitsKernel + the logits-form router kernel.
+  bool walk_cluster_router = false;
+  // The walking gate/up kernel copies the expert table into shared memory before its PDL
+  // wait, so after it the slot's matrices are one shared-memory read from its id (not a second
+  // dependent global load).
+  bool walk_gu_table = false;
 };
 void SetMoeTuning(const MoeTuning& t);
 const MoeTuning& GetMoeTuning();
