@@ -147,6 +147,7 @@ struct MoeWalkArgs {
   // its share of the lines (MoeExpertsParams::l2_prefetch; 0 bytes: none).
   const char* l2_pre;
   int64_t l2_pre_bytes;
+  bool l2_pre_last;  // with the evict-last priority (moe_tuning.h walk_l2_evict_last)
 };
 void LaunchMoeWalk(const MoeWalkArgs& a, cudaStream_t stream);
 // Kernel 2 alone in its tiled form (down_rows >= 2; vector layout, checked by LaunchMoeWalk).

@@ -37,6 +37,7 @@ MoeTuning InitialTuning() {
   t.walk_max_tokens_fp8 = EnvInt("PEREGRINE_MOE_FP8_WALK_MAX", t.walk_max_tokens_fp8);
   t.walk_cluster_router = EnvFlag("PEREGRINE_MOE_CLUSTER_ROUTER", t.walk_cluster_router);
   t.walk_gu_table = EnvFlag("PEREGRINE_MOE_GU_TABLE", t.walk_gu_table);
+  t.walk_l2_evict_last = EnvFlag("PEREGRINE_MOE_L2_EVICT_LAST", t.walk_l2_evict_last);
   t.walk_down_warps = EnvInt("PEREGRINE_MOE_DOWN_WARPS", t.walk_down_warps);
   t.walk_gu_unroll = EnvInt("PEREGRINE_MOE_GU_UNROLL", t.walk_gu_unroll);
   t.walk_warps = EnvInt("PEREGRINE_MOE_WALK_WARPS", t.walk_warps);
@@ -326,6 +327,7 @@ void LaunchWalk(const MoeExpertsParams& p, const cuda::MoeWeightLayout& L,
   if (p.l2_prefetch.data) {
     a.l2_pre = static_cast<const char*>(p.l2_prefetch.data);
     a.l2_pre_bytes = int64_t(p.l2_prefetch.nbytes());
+    a.l2_pre_last = tune.walk_l2_evict_last;
   }
   a.gu_table = tune.walk_gu_table && route == nullptr && slots_k > 0 && p.experts.size() <= 256;
   if (route) {

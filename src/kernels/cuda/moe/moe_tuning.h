@@ -51,6 +51,8 @@ struct MoeTuning {
   // wait, so after it the slot's matrices are one shared-memory read from its id (not a second
   // dependent global load).
   bool walk_gu_table = false;
+  // MoeExpertsParams::l2_prefetch lines prefetched with the evict-last priority.
+  bool walk_l2_evict_last = false;
 };
 void SetMoeTuning(const MoeTuning& t);
 const MoeTuning& GetMoeTuning();

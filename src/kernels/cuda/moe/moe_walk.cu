@@ -26,6 +26,10 @@ constexpr int kLine = 128;  // bytes per L2 prefetch
 __device__ __forceinline__ void PrefetchL2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
+// The same with the evict-last priority (lines a later kernel reads: kept over streamed ones).
+__device__ __forceinline__ void PrefetchL2Last(const void* p) {
+  asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(p));
+}
 
 // Prefetches lines [first, first + count * stride) of [base, base + bytes), step `stride`.
 __device__ __forceinline__ void PrefetchSpan(const char* base, int64_t bytes, int64_t first,
@@ -141,7 +145,10 @@ __global__ void __launch_bounds__(kWarps * 32, (U == 2 ? 24 : 16) / kWarps) Gate
     const int64_t nb = int64_t(gridDim.x) * gridDim.y, b = int64_t(blockIdx.y) * gridDim.x + blockIdx.x;
     const int64_t lines = (a.l2_pre_bytes + kLine - 1) / kLine;
     const int64_t lo = lines * b / nb, hi = lines * (b + 1) / nb;
-    for (int64_t l = lo + threadIdx.x; l < hi; l += kWarps * 32) PrefetchL2(a.l2_pre + l * kLine);
+    for (int64_t l = lo + threadIdx.x; l < hi; l += kWarps * 32) {
+      if (a.l2_pre_last) PrefetchL2Last(a.l2_pre + l * kLine);
+      else PrefetchL2(a.l2_pre + l * kLine);
+    }
   }
   // gu_table (routed slots): the expert table (weights' addresses, constant) into shared
   // memory before the wait; 48-byte entries copied as 16-byte words.
