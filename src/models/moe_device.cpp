@@ -62,11 +62,12 @@ int SelfRoute() {
   static const int mode = EnvInt("PEREGRINE_MOE_SELF_ROUTE", 1);
   return mode;
 }
-// PEREGRINE_MOE_L2_NEXT=1: at one token the experts op L2-prefetches the weight matrix the
-// next layer reads first (RunDeviceMoeFfn's l2_next) while the routing runs.
-bool L2Next() {
-  static const bool on = EnvFlag("PEREGRINE_MOE_L2_NEXT", false);
-  return on;
+// PEREGRINE_MOE_L2_NEXT (bits): at one token the experts op L2-prefetches the next layer's
+// weights (RunDeviceMoeFfn's l2_next): bit 0 the matrix read first, while the routing runs;
+// bit 1 the attention output projection, after the down kernel's work (0: off).
+int L2Next() {
+  static const int mode = EnvInt("PEREGRINE_MOE_L2_NEXT", 0);
+  return mode;
 }
 
 }  // namespace
@@ -247,7 +248,7 @@ void RunDeviceMlp(const DeviceMlp& w, const TensorView& x, const TensorView& out
 
 void RunDeviceMoeFfn(const DeviceMoeFfn& w, const MoeModelConfig& c, const TensorView& x,
                      const TensorView& out, const DeviceFfnScratch& s, const FfnNorm* norm,
-                     bool accumulate, const TensorView& l2_next) {
+                     bool accumulate, const NextLayerWeights& l2_next) {
   const int64_t n = x.dim(0);
   const TensorView logits = Flat(s.router_logits, n, c.num_experts);
   const TensorView weights = Flat(s.topk_weights, n, c.top_k);
@@ -263,7 +264,8 @@ void RunDeviceMoeFfn(const DeviceMoeFfn& w, const MoeModelConfig& c, const Tenso
   ops::MoeExpertsParams ep{.x = x, .topk_ids = ids, .topk_weights = weights,
                            .experts = w.experts, .out = out, .accumulate = accumulate};
   const bool decode = n <= kMoeDecodeFuseMaxTokens;
-  if (decode && L2Next()) ep.l2_prefetch = l2_next;
+  if (decode && (L2Next() & 1)) ep.l2_prefetch = l2_next.first;
+  if (decode && (L2Next() & 2)) ep.l2_prefetch_late = l2_next.o_proj;
   const bool shared = w.shared.inter > 0;
   if (shared && decode && FuseShared()) {
     // The shared expert inside the experts op (CUDA: extra slots of the walking kernels),

@@ -148,6 +148,10 @@ struct MoeWalkArgs {
   const char* l2_pre;
   int64_t l2_pre_bytes;
   bool l2_pre_last;  // with the evict-last priority (moe_tuning.h walk_l2_evict_last)
+  // Kernel 2's blocks prefetch [l2_late, l2_late + l2_late_bytes) into L2 after their store
+  // (MoeExpertsParams::l2_prefetch_late), each its share of the lines.
+  const char* l2_late;
+  int64_t l2_late_bytes;
 };
 void LaunchMoeWalk(const MoeWalkArgs& a, cudaStream_t stream);
 // Kernel 2 alone in its tiled form (down_rows >= 2; vector layout, checked by LaunchMoeWalk).

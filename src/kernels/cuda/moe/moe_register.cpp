@@ -329,6 +329,10 @@ void LaunchWalk(const MoeExpertsParams& p, const cuda::MoeWeightLayout& L,
     a.l2_pre_bytes = int64_t(p.l2_prefetch.nbytes());
     a.l2_pre_last = tune.walk_l2_evict_last;
   }
+  if (p.l2_prefetch_late.data) {
+    a.l2_late = static_cast<const char*>(p.l2_prefetch_late.data);
+    a.l2_late_bytes = int64_t(p.l2_prefetch_late.nbytes());
+  }
   a.gu_table = tune.walk_gu_table && route == nullptr && slots_k > 0 && p.experts.size() <= 256;
   if (route) {
     a.self_route = true;
