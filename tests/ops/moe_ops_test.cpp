@@ -124,7 +124,8 @@ int ExpectDeviceExpertsMatch(const KernelImpl<MoeExpertsParams>& k, MoeExpertsPa
     int down_rows = 0;    // walk: the down kernel's form (0 default; 1 one warp per row; 2/8 tiles)
     int down_warps = 0;   // walk, tiled down kernel: warps per block (0 default)
     bool preload = false; // walk, tiled down kernel: routes + first loads before its PDL wait
-    bool table = false;   // walk: the gate/up kernel's expert table in shared memory
+    bool table = false;   // walk: the gate/up kernel's expert table in shared memory and
+                          // both L2 prefetch hints set (no effect on results)
   };
   const Variant variants[] = {{"auto", 0, 0},          {"walk", 1, 0},
                               {"walk rows1", 1, 0, 1}, {"walk rows2 w8", 1, 0, 2, 8},
@@ -148,6 +149,8 @@ int ExpectDeviceExpertsMatch(const KernelImpl<MoeExpertsParams>& k, MoeExpertsPa
 #endif
     Restore(got, init);
     p.out = got.view();
+    p.l2_prefetch = v.table ? p.experts[0].gate : TensorView{};
+    p.l2_prefetch_late = v.table ? p.experts.back().down : TensorView{};
     const bool ran = RunBackend(k, p);
 #if defined(PEREGRINE_HAVE_CUDA)
     cuda::SetMoeTuning({});
