@@ -431,14 +431,15 @@ TEST(MoeExpertsOp, RouteInsideMatchesRouterThenExperts) {
       ExpectExact(o.out.data<float>(), ref.out.data<float>(), o.out.numel(), "ref out");
     }
     for (const auto* k : Backends<MoeExpertsParams>()) {
-      // self_route 3: router first, as one cluster kernel where it fits, and the gate/up
-      // kernel's expert table in shared memory; 4: the cluster router without the preload.
+      // self_route 3: router first, as one cluster kernel (form 1) where it fits, and the
+      // gate/up kernel's expert table in shared memory; 4: the cluster router's form 2 without
+      // the preload.
       for (int self_route = 0; self_route < 5; ++self_route) {
 #if defined(PEREGRINE_HAVE_CUDA)
         cuda::MoeTuning t;
         t.walk_self_route = self_route == 1 || self_route == 2;
         t.walk_down_preload = self_route == 2 || self_route == 3;
-        t.walk_cluster_router = self_route >= 3;
+        t.walk_cluster_router = self_route >= 3 ? self_route - 2 : 0;
         t.walk_gu_table = self_route == 3;
         cuda::SetMoeTuning(t);
 #else

@@ -65,8 +65,9 @@ void LaunchMoeRouter(const MoeRouterArgs& a, cudaStream_t stream);
 // RouterKernel on them (bitwise). Ignores defer_route: it always routes.
 inline constexpr int kRouterClusterMaxTokens = 4;
 inline constexpr int kRouterClusterMaxExperts = 128;
+// form 1: at most 8 blocks (16 warps each at E = 128); 2: at most 8 warps a block (16 blocks).
 bool MoeRouterClusterFits(const MoeRouterArgs& a);
-void LaunchMoeRouterCluster(const MoeRouterArgs& a, cudaStream_t stream);
+void LaunchMoeRouterCluster(const MoeRouterArgs& a, int form, cudaStream_t stream);
 
 // ---- expert weights -------------------------------------------------------------------------
 // How an fp8 weight's scale is looked up for element (row r, col c):

@@ -35,7 +35,7 @@ MoeTuning InitialTuning() {
   t.walk_down_preload = EnvFlag("PEREGRINE_MOE_DOWN_PRELOAD", t.walk_down_preload);
   t.walk_self_route = EnvFlag("PEREGRINE_MOE_GU_ROUTES", t.walk_self_route);
   t.walk_max_tokens_fp8 = EnvInt("PEREGRINE_MOE_FP8_WALK_MAX", t.walk_max_tokens_fp8);
-  t.walk_cluster_router = EnvFlag("PEREGRINE_MOE_CLUSTER_ROUTER", t.walk_cluster_router);
+  t.walk_cluster_router = EnvInt("PEREGRINE_MOE_CLUSTER_ROUTER", t.walk_cluster_router);
   t.walk_gu_table = EnvFlag("PEREGRINE_MOE_GU_TABLE", t.walk_gu_table);
   t.walk_l2_evict_last = EnvFlag("PEREGRINE_MOE_L2_EVICT_LAST", t.walk_l2_evict_last);
   t.walk_down_warps = EnvInt("PEREGRINE_MOE_DOWN_WARPS", t.walk_down_warps);
@@ -384,7 +384,7 @@ void RunExperts(const MoeExpertsParams& p) {
       cuda::MoeRouterArgs ra = RouterArgsOf(*p.route, stream, /*defer_route=*/true);
       if (tune.walk_cluster_router && cuda::MoeRouterClusterFits(ra)) {
         // One cluster kernel: (norm +) logits + routing.
-        cuda::LaunchMoeRouterCluster(ra, stream);
+        cuda::LaunchMoeRouterCluster(ra, tune.walk_cluster_router, stream);
         PG_CUDA_CHECK_LAUNCH();
       } else {
         cuda::LaunchMoeRouter(ra, stream);

@@ -3,8 +3,9 @@
 // logits-form RouterKernel (moe_router.cu) — one kernel boundary less on the critical path in
 // front of the walking gate/up kernel.
 //
-// Shape: one cluster of CS = ceil(E / W) <= 8 blocks of W warps (W = 4, 8 or 16 by E <= 32 / 64
-// / 128); warp w of block b owns expert e = b * W + w. Everything of NormLogitsKernel's
+// Shape: one cluster of CS = ceil(E / W) blocks of W warps; warp w of block b owns expert
+// e = b * W + w. Form 1: CS <= 8 (W = 4, 8 or 16 by E <= 32 / 64 / 128); form 2: W <= 8, so
+// E = 128 runs 16 blocks (a non-portable cluster size). Everything of NormLogitsKernel's
 // register form is kept: the router row lives in registers (kPre 16-byte chunks per lane,
 // hidden <= 2048), loaded before PdlWait, as is the norm weight (here in shared memory, 8 KB,
 // so 16 warps a block still fit in the register file). Per token every warp loads the whole x
@@ -30,8 +31,10 @@ constexpr int kPre = 8;         // 16-byte chunks of a row per lane: hidden <= 8
 constexpr int kMaxHidden = 8 * 32 * kPre;
 constexpr int kMaxCluster = 8;  // portable cluster size
 
+// <= 128 registers a thread (W = 16: one block fills an SM's register file; W <= 8: two fit,
+// so a block finds room beside the previous kernel's blocks under PDL).
 template <int W>
-__global__ void __launch_bounds__(W * 32, 1) ClusterRouterKernel(MoeRouterArgs a) {
+__global__ void __launch_bounds__(W * 32, W >= 16 ? 1 : 2) ClusterRouterKernel(MoeRouterArgs a) {
   __shared__ __align__(16) float s_g[kMaxHidden];                     // norm weight
   __shared__ float s_lg[kRouterClusterMaxTokens][kRouterClusterMaxExperts];  // block 0: logits
   __shared__ float s_choice[kRouterClusterMaxTokens][kRouterClusterMaxExperts];
@@ -56,11 +59,9 @@ __global__ void __launch_bounds__(W * 32, 1) ClusterRouterKernel(MoeRouterArgs a
   float* lg0 = cluster.map_shared_rank(&s_lg[0][0], 0);  // block 0's logits table
   float* logits = static_cast<float*>(const_cast<void*>(a.logits));
   for (int64_t t = 0; t < a.num_tokens; ++t) {
+    // x is read twice (sum of squares, then the dot; the second time from L1), so only the
+    // router row stays in registers across the norm.
     const uint4* x4 = reinterpret_cast<const uint4*>(a.x + t * a.ldx);
-    uint4 xr[kPre];
-#pragma unroll
-    for (int q = 0; q < kPre; ++q)
-      if (lane + 32 * q < nc) xr[q] = __ldg(x4 + lane + 32 * q);
     float inv = 1.0f;
     if (a.norm_w) {
       float ss = 0.0f;
@@ -68,7 +69,7 @@ __global__ void __launch_bounds__(W * 32, 1) ClusterRouterKernel(MoeRouterArgs a
       for (int q = 0; q < kPre; ++q) {
         if (lane + 32 * q >= nc) continue;
         float f[8];
-        moe::Widen<false>(xr[q], f);
+        moe::Widen<false>(__ldg(x4 + lane + 32 * q), f);
 #pragma unroll
         for (int i = 0; i < 8; ++i) ss = fmaf(f[i], f[i], ss);
       }
@@ -81,7 +82,7 @@ __global__ void __launch_bounds__(W * 32, 1) ClusterRouterKernel(MoeRouterArgs a
       const int c = lane + 32 * q;
       if (c >= nc) continue;
       float f[8], wf[8];
-      moe::Widen<false>(xr[q], f);
+      moe::Widen<false>(__ldg(x4 + c), f);
       if (a.norm_w) {
         const float4 g0 = reinterpret_cast<const float4*>(s_g)[2 * c];
         const float4 g1 = reinterpret_cast<const float4*>(s_g)[2 * c + 1];
@@ -125,6 +126,12 @@ __global__ void __launch_bounds__(W * 32, 1) ClusterRouterKernel(MoeRouterArgs a
 template <int W>
 cudaError_t LaunchCluster(const MoeRouterArgs& a, cudaStream_t stream) {
   const int blocks = (a.num_experts + W - 1) / W;
+  if (blocks > kMaxCluster) {
+    // 9-16 blocks: a non-portable cluster size (Hopper allows 16).
+    static const cudaError_t once = cudaFuncSetAttribute(
+        ClusterRouterKernel<W>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    if (once != cudaSuccess) return once;
+  }
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(unsigned(blocks));
   config.blockDim = dim3(W * 32);
@@ -154,10 +161,12 @@ bool MoeRouterClusterFits(const MoeRouterArgs& a) {
          !a.logits_bf16 && a.top_k <= 32;
 }
 
-void LaunchMoeRouterCluster(const MoeRouterArgs& a, cudaStream_t stream) {
-  // W: the fewest warps a block with ceil(E / W) <= 8 blocks (more SMs share the router rows).
+void LaunchMoeRouterCluster(const MoeRouterArgs& a, int form, cudaStream_t stream) {
+  // form 1: W = the fewest warps a block with ceil(E / W) <= 8 blocks (more SMs share the
+  // router rows); form 2: at most 8 warps a block (two blocks fit an SM), up to 16 blocks.
+  const int max_warps = form >= 2 ? 8 : 16;
   if (a.num_experts <= 4 * kMaxCluster) (void)LaunchCluster<4>(a, stream);
-  else if (a.num_experts <= 8 * kMaxCluster) (void)LaunchCluster<8>(a, stream);
+  else if (a.num_experts <= 8 * kMaxCluster || max_warps == 8) (void)LaunchCluster<8>(a, stream);
   else (void)LaunchCluster<16>(a, stream);
   // Launch errors: the caller checks cudaGetLastError (PG_CUDA_CHECK_LAUNCH).
 }

@@ -45,8 +45,9 @@ struct MoeTuning {
   bool walk_down_preload = true;
   // One-token routing inside MoeExperts (router matmul + optional RMSNorm, no residual): one
   // cluster kernel norms, computes the logits and routes (moe_router_cluster.cu) instead of
-  // NormLogitsKernel + the logits-form router kernel.
-  bool walk_cluster_router = false;
+  // NormLogitsKernel + the logits-form router kernel. 0: off; 1: <= 8 blocks of up to 16
+  // warps; 2: blocks of <= 8 warps (16 blocks at 128 experts).
+  int walk_cluster_router = 0;
   // The walking gate/up kernel copies the expert table into shared memory before its PDL
   // wait, so after it the slot's matrices are one shared-memory read from its id (not a second
   // dependent global load).
