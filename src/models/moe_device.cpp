@@ -264,8 +264,10 @@ void RunDeviceMoeFfn(const DeviceMoeFfn& w, const MoeModelConfig& c, const Tenso
   ops::MoeExpertsParams ep{.x = x, .topk_ids = ids, .topk_weights = weights,
                            .experts = w.experts, .out = out, .accumulate = accumulate};
   const bool decode = n <= kMoeDecodeFuseMaxTokens;
-  if (decode && (L2Next() & 1)) ep.l2_prefetch = l2_next.first;
-  if (decode && (L2Next() & 2)) ep.l2_prefetch_late = l2_next.o_proj;
+  // Hints of at most 32 MiB each (L2 is 50 MB; DeepSeek-V3's o projection is 117 MB).
+  auto fits = [](const TensorView& t) { return t.data && t.nbytes() <= (int64_t(32) << 20); };
+  if (decode && (L2Next() & 1) && fits(l2_next.first)) ep.l2_prefetch = l2_next.first;
+  if (decode && (L2Next() & 2) && fits(l2_next.o_proj)) ep.l2_prefetch_late = l2_next.o_proj;
   const bool shared = w.shared.inter > 0;
   if (shared && decode && FuseShared()) {
     // The shared expert inside the experts op (CUDA: extra slots of the walking kernels),
