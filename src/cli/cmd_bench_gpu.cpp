@@ -51,6 +51,15 @@ void AddBenchGpuDecodeCommand(CLI::App& bench) {
                   "projection weights: bf16 | fp8 (e4m3, per-tensor scale; dense models)")
       ->check(CLI::IsMember({"bf16", "fp8"}));
   cmd->add_option("--json", flags->json_out, "also write the results as JSON here");
+  cmd->add_option("--capture-context", flags->o.capture_context,
+                  "capture the decode graphs as the engine does: kv lengths up to this, one set "
+                  "per default kv bucket (0: one set at each point's context)");
+  cmd->add_option("--kv-buckets", flags->o.kv_buckets,
+                  "with --capture-context: the kv lengths of the extra graph sets (0: none; default "
+                  "the engine's)");
+  cmd->add_option("--skip-op", flags->o.skip_ops,
+                  "measurement only: per value, a set of ops (registry names joined by '+', e.g. "
+                  "RopeKvWriteAttention+Matmul) left out of an extra graph, timed beside the full step");
   cmd->add_flag("--profile", flags->o.profile,
                 "per-op GPU times of one eager step per point (events behind a spin kernel)");
   cmd->callback([flags] {

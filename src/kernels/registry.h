@@ -121,6 +121,9 @@ class OpObserver {
   virtual ~OpObserver() = default;
   virtual void Begin(std::string_view op) = 0;
   virtual void End(std::string_view op) = 0;
+  // Measurement only (`bench gpu-decode --skip-op`): true leaves the op out entirely (its
+  // outputs keep whatever they held), so a captured step's time can be taken by difference.
+  virtual bool Skip(std::string_view) { return false; }
 };
 // The calling thread's observer slot (null: none, the default). The setter owns nothing.
 OpObserver*& CurrentOpObserver();
@@ -151,6 +154,7 @@ class Registry {
     const KernelImpl<P>* k = table<P>().Select(p, device);
     if (!k) ThrowNoKernel(OpName(p), device);
     if (OpObserver* o = CurrentOpObserver()) {
+      if (o->Skip(OpName(p))) return;
       o->Begin(OpName(p));
       k->run(p);
       o->End(OpName(p));

@@ -349,6 +349,39 @@ TEST(GpuRunner, BatchedDecodeMatchesSingle) {
   EXPECT_GT(row_diff, 0.1);
 }
 
+// Decode graphs captured per kv bucket (16, 64 and the full 256) replay the set of the
+// shortest bucket that holds the step and give the logits an eager step gives at that position
+// (each bucket's plan is a different split layout: same values within bf16 sum-order noise).
+TEST(GpuRunner, KvBucketGraphsMatchEager) {
+  ASSERT_GT(cuda::DeviceCount(), 0);
+  GpuModel g = Place("tests/data/models/tiny-llama");
+  const int sizes[] = {1, 3}, buckets[] = {64, 16, 999};  // unsorted; >= max ignored
+  g.runner->CaptureDecode(sizes, kMaxContext, buckets);
+  EXPECT_EQ(g.runner->decode_kv_buckets(), (std::vector<int>{16, 64, kMaxContext}));
+  const int vocab = g.model->config().vocab_size;
+  std::vector<int32_t> prompt(10);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 37 + 5) % vocab);
+  Prefill(*g.runner, vocab, 0, prompt);
+  std::vector<float> graph(static_cast<size_t>(vocab)), eager(static_cast<size_t>(vocab));
+  int pos = int(prompt.size());
+  for (int target : {12, 15, 16, 40, 63, 64, 100, 200}) {  // around each bucket's edge
+    for (; pos < target; ++pos) {  // grow the sequence eagerly to target tokens
+      const int32_t t = int32_t((pos * 13 + 1) % vocab);
+      rt::StepSeq s{0, pos, std::span<const int32_t>(&t, 1)};
+      g.runner->Step(std::span<const rt::StepSeq>(&s, 1), eager);
+    }
+    const int32_t t = int32_t((pos * 13 + 1) % vocab);
+    rt::StepSeq s{0, pos, std::span<const int32_t>(&t, 1)};  // kv length pos + 1
+    g.runner->Decode(std::span<const rt::StepSeq>(&s, 1), graph);
+    g.runner->Step(std::span<const rt::StepSeq>(&s, 1), eager);  // same slot, same values
+    double max_diff = 0;
+    for (int i = 0; i < vocab; ++i)
+      max_diff = std::max(max_diff, double(std::fabs(graph[size_t(i)] - eager[size_t(i)])));
+    EXPECT_LE(max_diff, 0.02) << "kv length " << pos + 1;
+    ++pos;
+  }
+}
+
 TEST(GpuRunner, RequestsThatDoNotFitFailAlone) {
   ASSERT_GT(cuda::DeviceCount(), 0);
   GpuModel g = Place("tests/data/models/tiny-llama");

@@ -82,9 +82,9 @@ void CudaStepExecutor::Attach(std::unique_ptr<models::Model> model, int max_cont
     for (int& s : sizes) s = std::clamp(s, 1, std::min(options_.max_running, options_.max_step_tokens));
     std::sort(sizes.begin(), sizes.end());
     sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
-    runner_->CaptureDecode(sizes, max_context);
-    PG_LOG_INFO("gpu: decode graphs for batch sizes {} at kv lengths up to {}",
-                fmt::join(sizes, ","), max_context);
+    runner_->CaptureDecode(sizes, max_context, options_.graph_kv_buckets);
+    PG_LOG_INFO("gpu: decode graphs for batch sizes {}, one set per kv length bucket {}",
+                fmt::join(sizes, ","), fmt::join(runner_->decode_kv_buckets(), ","));
   }
 }
 

@@ -36,6 +36,11 @@ struct CudaExecutorOptions {
   int64_t max_kv_pages = 0;            // > 0: a pool of exactly this many pages (tests)
   bool graphs = true;                  // decode steps through CUDA graphs
   std::vector<int> graph_sizes;        // padded decode batch sizes; empty = 1, 2, 4, ... max_running
+  // Decode graphs are captured once per kv length here below the model's context (and once
+  // at it), so a step whose longest sequence fits a bucket replays an attention plan made
+  // for that length (GpuRunner::CaptureDecode); empty = one set at the full context.
+  std::vector<int> graph_kv_buckets{std::begin(runtime::cuda::kDefaultDecodeKvBuckets),
+                                    std::end(runtime::cuda::kDefaultDecodeKvBuckets)};
   uint64_t dummy_seed = 0;
 };
 

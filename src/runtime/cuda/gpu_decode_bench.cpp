@@ -25,6 +25,35 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// GpuDecodeBenchOptions::skip_ops: this thread's op observer for a scope, leaving the named
+// ops out (an inner observer, if any, is replaced for the scope: --profile runs outside it).
+class SkipOps final : public ops::OpObserver {
+ public:
+  // names: one --skip-op set, split at '+'.
+  explicit SkipOps(const std::string& set) : prev_(ops::CurrentOpObserver()) {
+    for (size_t b = 0; b <= set.size();) {
+      const size_t e = std::min(set.find('+', b), set.size());
+      if (e > b) names_.push_back(set.substr(b, e - b));
+      b = e + 1;
+    }
+    if (!names_.empty()) ops::CurrentOpObserver() = this;
+  }
+  ~SkipOps() override {
+    if (!names_.empty()) ops::CurrentOpObserver() = prev_;
+  }
+  SkipOps(const SkipOps&) = delete;
+  SkipOps& operator=(const SkipOps&) = delete;
+  void Begin(std::string_view) override {}
+  void End(std::string_view) override {}
+  bool Skip(std::string_view op) override {
+    return std::find(names_.begin(), names_.end(), op) != names_.end();
+  }
+
+ private:
+  std::vector<std::string> names_;
+  ops::OpObserver* prev_;
+};
+
 double UsSince(Clock::time_point t0) {
   return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
 }
@@ -121,7 +150,7 @@ GpuDecodeBenchReport RunGpuDecodeBench(const GpuDecodeBenchOptions& o,
       };
       set_floor(double(report.streamed_weight_bytes));
       try {
-        runner.ConfigureKv(batch, ctx);
+        runner.ConfigureKv(batch, std::max(ctx, o.capture_context));
       } catch (const Error& e) {
         row.note = e.what();
         if (on_row) on_row(row);
@@ -146,8 +175,18 @@ GpuDecodeBenchReport RunGpuDecodeBench(const GpuDecodeBenchOptions& o,
       row.eager_step_us = UsSince(t0) / eager_iters;
       // Graph: captured for this batch and context.
       const int sizes[] = {batch};
-      runner.CaptureDecode(sizes, ctx);
+      const int cap = std::max(ctx, o.capture_context);
+      auto capture = [&] {
+        if (o.capture_context > 0) runner.CaptureDecode(sizes, cap, o.kv_buckets);
+        else runner.CaptureDecode(sizes, ctx);
+      };
+      capture();
       for (int i = 0; i < 3; ++i) runner.Decode(seqs, {});
+      for (int len : runner.decode_kv_buckets())
+        if (len >= ctx) {
+          row.graph_kv_len = len;
+          break;
+        }
       PG_CUDA_CHECK(cudaStreamSynchronize(runner.stream()));
       Event e0, e1;
       e0.Record(runner.stream());
@@ -186,6 +225,19 @@ GpuDecodeBenchReport RunGpuDecodeBench(const GpuDecodeBenchOptions& o,
         row.profile_calls = prof.Calls();
         if (row.profile_calls.size() > 48) row.profile_calls.resize(48);
       }
+      for (const std::string& set : o.skip_ops) {  // after everything else: recaptures
+        {
+          SkipOps skip(set);
+          capture();
+        }
+        runner.Decode(seqs, {});  // stages the bench's batch again (capture staged its own)
+        Event s0, s1;
+        s0.Record(runner.stream());
+        for (int i = 0; i < o.iters; ++i) runner.ReplayStaged(batch);
+        s1.Record(runner.stream());
+        s1.Synchronize();
+        row.skip_graph_us.emplace_back(set, double(s1.ElapsedMsSince(s0)) * 1e3 / o.iters);
+      }
       if (on_row) on_row(row);
       report.rows.push_back(row);
     }
@@ -218,13 +270,26 @@ std::string FormatGpuDecodeProfile(const GpuDecodeBenchRow& w) {
   return s;
 }
 
+namespace {
+// --skip-op rows: each set's graph time and what leaving it out saved.
+std::string FormatSkips(const GpuDecodeBenchRow& w) {
+  std::string s;
+  for (const auto& [set, us] : w.skip_graph_us)
+    s += fmt::format("\n      without {}: graph {:.1f} us ({:+.1f} us, measurement only)", set, us,
+                     us - w.graph_step_us);
+  return s;
+}
+}  // namespace
+
 std::string FormatGpuDecodeRow(const GpuDecodeBenchRow& w) {
   if (!w.fits)
     return fmt::format("{:>5} {:>7}   skipped: {}", w.batch, w.context, w.note);
   return fmt::format(
       "{:>5} {:>7} {:>11.1f} {:>11.1f} {:>11.1f} {:>11.1f} {:>7.1f}% {:>10.0f} {:>9.3f}", w.batch,
       w.context, w.graph_step_us, w.loop_step_us, w.eager_step_us, w.floor_us,
-      100.0 * w.ratio(), w.batch * 1e6 / w.graph_step_us, w.weight_bytes / 1e9);
+      100.0 * w.ratio(), w.batch * 1e6 / w.graph_step_us, w.weight_bytes / 1e9) +
+         (w.graph_kv_len != w.context ? fmt::format("  (graph set of kv length {})", w.graph_kv_len) : "") +
+         FormatSkips(w);
 }
 
 }  // namespace pg::runtime::cuda

@@ -49,6 +49,16 @@ struct GpuDecodeBenchOptions {
   DType weight_dtype = DType::kBF16; // dense projections: bf16 or fp8 e4m3 (--weight-dtype)
   uint64_t seed = 1;
   bool profile = false;              // per-op GPU times of one eager step per point (--profile)
+  // Measurement only (--skip-op): sets of ops (registry names joined by '+') each left out of
+  // a graph captured after the full step's measurements; its back-to-back replay time next to
+  // the full graph's is the set's in-graph cost (by difference, same process and KV). Eager
+  // steps run every op first, so what a skipped op leaves behind is a real step's output.
+  std::vector<std::string> skip_ops;
+  // > 0 (--capture-context): the graphs are captured as the engine captures them, for kv
+  // lengths up to this with kv_buckets (--kv-buckets; default kDefaultDecodeKvBuckets, 0: none),
+  // and the step replays the set its context falls in; 0: one set at the point's context.
+  int capture_context = 0;
+  std::vector<int> kv_buckets{std::begin(kDefaultDecodeKvBuckets), std::end(kDefaultDecodeKvBuckets)};
 };
 
 struct GpuDecodeBenchRow {
@@ -64,6 +74,8 @@ struct GpuDecodeBenchRow {
   double floor_us = 0;               // bytes_per_step / HBM bandwidth
   std::vector<OpTime> profile;       // --profile: per op name, descending GPU time
   std::vector<OpTime> profile_calls; // --profile: the step's first ops in order
+  std::vector<std::pair<std::string, double>> skip_graph_us;  // --skip-op: set, graph µs
+  int graph_kv_len = 0;              // kv length the replayed graph set was captured for
   double ratio() const { return graph_step_us > 0 ? floor_us / graph_step_us : 0; }
 };
 

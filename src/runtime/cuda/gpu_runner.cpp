@@ -67,7 +67,10 @@ struct GpuRunner::Impl {
   std::vector<int32_t> tokens, positions, q_start, q_len, kv_len, page_start, page_table, rows;
   ops::AttentionBatch batch;
   pg::cuda::DeviceBatchPlan plan;
-  DecodeGraphs graphs;
+  // Decode graph sets by the longest kv length each serves, ascending; staged: the set the
+  // last Decode (or CaptureDecode: the longest) chose.
+  std::vector<std::pair<int, DecodeGraphs>> graph_sets;
+  size_t staged_set = 0;
 
   Impl(size_t bytes, cudaStream_t s) : arena(bytes), memory(arena, s) {}
 };
@@ -120,7 +123,7 @@ void GpuRunner::AllocateKv(int count_rows, int64_t num_pages, int max_context) {
   Impl& I = *impl_;
   PG_CHECK(I.model != nullptr, "gpu runner: Attach a model first");
   PG_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
-  I.graphs = DecodeGraphs{};
+  I.graph_sets.clear();
   captured_max_kv_len_ = 0;
   captured_max_batch_ = 0;
   I.kv.layers.clear();
@@ -431,7 +434,8 @@ void GpuRunner::Step(std::span<const StepSeq> seqs, std::span<float> logits) {
   ReadLogits(logits, int(seqs.size()));
 }
 
-void GpuRunner::CaptureDecode(std::span<const int> batch_sizes, int max_kv_len) {
+void GpuRunner::CaptureDecode(std::span<const int> batch_sizes, int max_kv_len,
+                              std::span<const int> kv_buckets) {
   Impl& I = *impl_;
   PG_ENSURE(max_kv_len > 0 && max_kv_len <= I.layout.max_context, kInvalidArgument,
             "capture kv length {} outside (0, {}]", max_kv_len, I.layout.max_context);
@@ -441,6 +445,33 @@ void GpuRunner::CaptureDecode(std::span<const int> batch_sizes, int max_kv_len) 
                 sizes.back() <= options_.max_batch_tokens,
             kInvalidArgument, "decode graph sizes must be in [1, {}]",
             std::min(I.layout.num_slots, options_.max_batch_tokens));
+  std::vector<int> lens;
+  for (int b : kv_buckets)
+    if (b > 0 && b < max_kv_len) lens.push_back(b);
+  lens.push_back(max_kv_len);
+  std::sort(lens.begin(), lens.end());
+  lens.erase(std::unique(lens.begin(), lens.end()), lens.end());
+  I.graph_sets.clear();
+  captured_max_kv_len_ = 0;
+  // Longest first: the scratch buffers grow to their largest before any shorter capture.
+  for (auto it = lens.rbegin(); it != lens.rend(); ++it) {
+    DecodeGraphs graphs;
+    CaptureDecodeSet(sizes, *it, graphs);
+    I.graph_sets.emplace(I.graph_sets.begin(), *it, std::move(graphs));
+  }
+  I.staged_set = I.graph_sets.size() - 1;
+  captured_max_kv_len_ = max_kv_len;
+  captured_max_batch_ = sizes.back();
+}
+
+std::vector<int> GpuRunner::decode_kv_buckets() const {
+  std::vector<int> v;
+  for (const auto& [len, g] : impl_->graph_sets) v.push_back(len);
+  return v;
+}
+
+void GpuRunner::CaptureDecodeSet(std::span<const int> sizes, int max_kv_len, DecodeGraphs& graphs) {
+  Impl& I = *impl_;
   // Capture batches: slots 0..size-1, one token each, kv_len = max_kv_len (this fixes the
   // split-K layout to one that covers every shorter length). Writes land at position
   // max_kv_len - 1 of those slots (the caller's KV state there is clobbered).
@@ -465,17 +496,15 @@ void GpuRunner::CaptureDecode(std::span<const int> batch_sizes, int max_kv_len) 
     RunForward();
     PG_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
     const int one[] = {size};
-    I.graphs.CaptureAll(stream_.get(), one, [&](int) { RunForward(); });
+    graphs.CaptureAll(stream_.get(), one, [&](int) { RunForward(); });
   }
   paged_capture_ = false;
-  captured_max_kv_len_ = max_kv_len;
-  captured_max_batch_ = sizes.back();
 }
 
 void GpuRunner::Decode(std::span<const StepSeq> seqs, std::span<float> logits) {
   Impl& I = *impl_;
   PG_ENSURE(has_graphs(), kInvalidArgument, "gpu runner: no decode graphs captured");
-  const int padded = I.graphs.PaddedSize(int(seqs.size()));
+  const int padded = I.graph_sets.back().second.PaddedSize(int(seqs.size()));
   PG_ENSURE(padded > 0, kInvalidArgument, "decode batch of {} exceeds every graph size",
             seqs.size());
   for (const StepSeq& q : seqs) {
@@ -488,13 +517,18 @@ void GpuRunner::Decode(std::span<const StepSeq> seqs, std::span<float> logits) {
               "token id {} outside vocab [0, {})", q.tokens[0], vocab);
   }
   last_num_seqs_ = int(seqs.size());
+  int longest = 1;
+  for (const StepSeq& q : seqs) longest = std::max(longest, q.start + 1);
+  I.staged_set = 0;
+  while (I.graph_sets[I.staged_set].first < longest) ++I.staged_set;  // the last holds every length
   Prepare(seqs, padded, 0);
-  I.graphs.Replay(padded, stream_.get());
+  I.graph_sets[I.staged_set].second.Replay(padded, stream_.get());
   ReadLogits(logits, int(seqs.size()));
 }
 
 void GpuRunner::ReplayStaged(int padded_size) {
-  impl_->graphs.Replay(padded_size, stream_.get());
+  Impl& I = *impl_;
+  I.graph_sets[I.staged_set].second.Replay(padded_size, stream_.get());
 }
 
 }  // namespace pg::runtime::cuda

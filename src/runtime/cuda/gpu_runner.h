@@ -30,6 +30,12 @@
 
 namespace pg::runtime::cuda {
 
+// Decode graph sets' kv lengths below the longest (GpuRunner::CaptureDecode's kv_buckets) that
+// the engine captures by default: the attention plans change with the planned length (the
+// fused kernel's small variant up to 2K, the streaming kernel from 16K keys at batch 1, the
+// split counts), and a graph replays the plan of the length it was captured at.
+inline constexpr int kDefaultDecodeKvBuckets[] = {2048, 8192, 32768};
+
 struct GpuRunnerOptions {
   double gpu_memory_utilization = 0.9;
   int max_batch_tokens = 512;  // tokens per step (prefill chunk, or decode batch incl. padding)
@@ -104,12 +110,18 @@ class GpuRunner {
   void Step(std::span<const StepSeq> seqs, std::span<float> logits);
 
   // Decode graphs: one token per sequence, padded to each of `batch_sizes`, captured for
-  // kv lengths up to `max_kv_len` (the split-K layout of attention is fixed at capture).
-  // Warms every size up eagerly first.
-  void CaptureDecode(std::span<const int> batch_sizes, int max_kv_len);
-  // A decode step through the captured graph of the smallest size >= seqs.size(); every
-  // seq has exactly one token. logits as in Step (may be empty: no read-back, for timing).
+  // kv lengths up to `max_kv_len` and, as further sets, up to each of `kv_buckets` below it
+  // (the attention's plan — split layout, kernel variant — is fixed at capture for the
+  // longest length a set serves, so short contexts replay a plan made for them rather than
+  // one made for max_kv_len). Warms every size up eagerly first.
+  void CaptureDecode(std::span<const int> batch_sizes, int max_kv_len,
+                     std::span<const int> kv_buckets = {});
+  // A decode step through the captured graph of the smallest size >= seqs.size(), from the
+  // set of the shortest kv bucket that holds every seq's kv length; every seq has exactly
+  // one token. logits as in Step (may be empty: no read-back, for timing).
   void Decode(std::span<const StepSeq> seqs, std::span<float> logits);
+  // The kv lengths of the captured graph sets, ascending (the last is max_kv_len).
+  std::vector<int> decode_kv_buckets() const;
   bool has_graphs() const { return captured_max_kv_len_ > 0; }
 
   // Samples one token per sequence of the last Step / Decode from its logits on the device
@@ -124,8 +136,9 @@ class GpuRunner {
   int max_graph_batch() const { return captured_max_batch_; }
   // Sets a slot's token counts (penalties) to a new request's prompt: nothing generated.
   void ResetTokenCounts(int slot, std::span<const int32_t> prompt);
-  // Replays the graph of `padded_size` on the batch the last Decode/CaptureDecode staged, with
-  // no host work in between (benchmarks: back-to-back replays measure the GPU's step time).
+  // Replays the graph of `padded_size` (of the set the last Decode chose; after CaptureDecode:
+  // the max_kv_len set) on the batch the last Decode/CaptureDecode staged, with no host work
+  // in between (benchmarks: back-to-back replays measure the GPU's step time).
   void ReplayStaged(int padded_size);
 
  private:
@@ -136,6 +149,8 @@ class GpuRunner {
   // Carves count rows and `num_pages` KV pages (+ the padding page) after the io buffers.
   void AllocateKv(int count_rows, int64_t num_pages, int max_context);
   void RunForward();
+  // One graph set of CaptureDecode: every size (ascending) at kv length max_kv_len.
+  void CaptureDecodeSet(std::span<const int> sizes, int max_kv_len, DecodeGraphs& graphs);
   void ReadLogits(std::span<float> logits, int num_seqs);
 
   GpuRunnerOptions options_;

@@ -468,16 +468,19 @@ bool DecodeFusedSupports(int head_dim, int group, KvType) {
 int DecodeFusedMinSplitKeys(int kv_heads, int64_t /*max_len*/) { return kv_heads >= 8 ? 32 : 64; }
 
 // The fused kernel's A/B knobs over the decode kernel's (ApplyKnobs): PG_FUSED_MIN_SPLIT_KEYS
-// (keys per active split), PG_FUSED_PDL_LATE (1: PDL trigger after the key loop; default 0,
+// (keys per active split), PG_FUSED_PREP_REGS (0: the new token's norm + RoPE through shared
+// memory, after the PDL wait), PG_FUSED_PDL_LATE (1: PDL trigger after the key loop; default 0,
 // at the start: the next kernel streams its weights during the attention, measured 6146 vs
 // 6894 us per Llama-3.1-8B step at 32K x 1 and equal or better in every other cell).
 static AttentionArgs FusedKnobs(const AttentionArgs& args) {
   static const int min_keys = EnvInt("PG_FUSED_MIN_SPLIT_KEYS", 0);
   static const int late = EnvInt("PG_FUSED_PDL_LATE", 0);
+  static const int prep_regs = EnvInt("PG_FUSED_PREP_REGS", 1);
   AttentionArgs a = args;
   ApplyKnobs(a);
   if (min_keys > 0) a.min_split_keys = min_keys;
   a.pdl_late_trigger = late != 0;
+  a.fused_prep_registers = prep_regs != 0;
   return a;
 }
 

@@ -209,11 +209,20 @@ __global__ void __launch_bounds__(256)
   const int warm = a.l2_prefetch_tiles < 0 ? 0 : min(my_tiles, kLead + a.l2_prefetch_tiles);
   for (int i = kFused ? kLead : 0; i < warm; ++i) prefetch_tile(i);
   if (!a.pdl_late_trigger) PdlTrigger();
+  // The new token's inputs no kernel of the step writes (decode_fused.cuh NewTokenInputs),
+  // after the trigger: their loads stall this thread (the angles need the position), and the
+  // next kernel's launch must not wait for them (measured: Llama-3.1-8B 1 x 1K +28 us a step).
+  [[maybe_unused]] NewTokenInputs<D> nti;
+  if constexpr (kFused) nti = LoadNewTokenInputs<D>(f, a, s, row, kvh);
   PdlWait();  // q and the new token's K/V (rotated in place unless fused) are visible from here
   const float qscale = a.logit_scale * (a.softcap > 0.0f ? 1.0f : kLog2e);
-  if constexpr (kFused)
-    PrepareNewToken<D, KvT>(f, a, s, row, kvh, group, owner, qscale,
-                            FusedScratch<D>(smem + kTW * M::kWarpU4, MergeRows<kSt>(group)));
+  if constexpr (kFused) {
+    const FusedScratch<D> fs(smem + kTW * M::kWarpU4, MergeRows<kSt>(group));
+    if (nti.fast && a.fused_prep_registers)
+      PrepareNewTokenFast<D, KvT>(f, row, kvh, group, owner, qscale, a.softcap, nti, fs);
+    else
+      PrepareNewToken<D, KvT>(f, a, s, row, kvh, group, owner, qscale, fs);
+  }
 
   // Q as A fragments: rows g and g + 8 = heads h0 + g, h0 + g + 8 (zero past the group).
   // Chunk c of lane (g, t) holds dims base(c) + 0..3, base(c) = v * 4 kVe + t kVe + sub * 4

@@ -149,6 +149,149 @@ __device__ void PrepareNewToken(const RopeKvWriteArgs& f, const AttentionArgs& a
   __syncthreads();
 }
 
+// The new token's inputs that no kernel of the step writes, loaded before PdlWait (the batch
+// plan and positions are uploaded before the step; norm weights and inv_freq are the model's):
+// per lane, for its dims e = lane + 32 j (j < kV): the rotation's (cos, sin) and the q / k
+// norm weights; and the new slot's element offset. fast: the rotation pairs a lane's dims with
+// its own (neox with half a multiple of 32) or with lane ^ 1's (interleaved), so
+// PrepareNewTokenFast holds every row in registers; otherwise PrepareNewToken runs.
+template <int D>
+struct NewTokenInputs {
+  static constexpr int kV = D / 32;
+  float c[kV], sn[kV], qw[kV], kw[kV];
+  int64_t slot;
+  bool fast;
+};
+
+template <int D>
+__device__ __forceinline__ NewTokenInputs<D> LoadNewTokenInputs(const RopeKvWriteArgs& f,
+                                                                const AttentionArgs& a, int s,
+                                                                int row, int kvh) {
+  constexpr int kV = D / 32;
+  NewTokenInputs<D> in;
+  const int lane = threadIdx.x % 32, half = f.rotary_dim / 2;
+  in.fast = f.neox ? half % 32 == 0 : f.rotary_dim % 2 == 0;
+  const float pos = float(f.positions[row]);
+#pragma unroll
+  for (int j = 0; j < kV; ++j) {
+    const int e = lane + 32 * j;
+    in.c[j] = 1.0f, in.sn[j] = 0.0f;
+    if (e < f.rotary_dim) RopeRotate(in.c[j], in.sn[j], f.inv_freq[f.neox ? e % half : e / 2], pos);
+    in.qw[j] = f.q_norm != nullptr ? FusedNormWeight(f.q_norm, f.norm_type, e) : 1.0f;
+    in.kw[j] = f.k_norm != nullptr ? FusedNormWeight(f.k_norm, f.norm_type, e) : 1.0f;
+  }
+  const DeviceBatchView& b = a.batch;
+  const int p = b.kv_len[s] - 1;
+  in.slot = (int64_t(b.page_table[b.page_start[s] + p / b.page_size]) * b.page_size +
+             p % b.page_size) * int64_t(f.kv.kv_heads) * D + int64_t(kvh) * D;
+  return in;
+}
+
+// One head row held by a lane at dims lane + 32 j: (RMSNorm,) RoPE and the bf16 roundings of
+// PrepareNewToken, in the same order (the sums run over j, then across lanes as its loops do).
+// x: the raw bf16 values widened; w: the norm weights (norm: whether the row is normalised).
+template <int D>
+__device__ __forceinline__ void NormRopeRow(float (&x)[D / 32], const float (&w)[D / 32], bool norm,
+                                            float eps, const RopeKvWriteArgs& f,
+                                            const NewTokenInputs<D>& in) {
+  constexpr int kV = D / 32;
+  const int lane = threadIdx.x % 32, half = f.rotary_dim / 2;
+  if (norm) {
+    float ss = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kV; ++j) ss += x[j] * x[j];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    const float inv = rsqrtf(ss / float(D) + eps);
+#pragma unroll
+    for (int j = 0; j < kV; ++j) x[j] = __bfloat162float(__float2bfloat16_rn(x[j] * inv * w[j]));
+  }
+  float y[kV];
+#pragma unroll
+  for (int j = 0; j < kV; ++j) {
+    const int e = lane + 32 * j;
+    float x0, x1;  // the pair (low, high) this dim belongs to
+    bool low;
+    if (f.neox) {
+      low = e < half;
+      const int jp = low ? j + half / 32 : j - half / 32;  // the partner dim, same lane
+      float px = 0.0f;  // x[jp] by selects (a runtime index would put x in local memory)
+#pragma unroll
+      for (int k = 0; k < kV; ++k) px = jp == k ? x[k] : px;
+      x0 = low ? x[j] : px, x1 = low ? px : x[j];
+    } else {
+      low = e % 2 == 0;
+      const float px = __shfl_xor_sync(0xffffffffu, x[j], 1);
+      x0 = low ? x[j] : px, x1 = low ? px : x[j];
+    }
+    const float c = in.c[j], sn = in.sn[j];
+    const float r0 = x0 * c - x1 * sn, r1 = x1 * c + x0 * sn;
+    y[j] = e < f.rotary_dim ? __bfloat162float(__float2bfloat16_rn(low ? r0 : r1)) : x[j];
+  }
+#pragma unroll
+  for (int j = 0; j < kV; ++j) x[j] = y[j];
+}
+
+// PrepareNewToken's work where in.fast holds (same results, same scratch contents that the
+// kernel reads: q rows, v, score): every warp loads the new k and v rows and its q rows
+// (r = warp + warps * i) in one round of loads, normalises and rotates them in registers (the
+// k row redundantly in every warp, so its q rows' logits need no barrier), warp 0 writes the
+// slot when `owner`; one __syncthreads at the end.
+template <int D, typename KvT>
+__device__ void PrepareNewTokenFast(const RopeKvWriteArgs& f, int row, int kvh, int group,
+                                    bool owner, float qscale, float softcap,
+                                    const NewTokenInputs<D>& in, const FusedScratch<D>& sc) {
+  constexpr int kV = D / 32;
+  constexpr int kMaxQ = (FusedScratch<D>::kRows + kWarps - 1) / kWarps;  // q rows a warp
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = kWarps;  // the fused block's
+  const KvWriteArgs& w = f.kv;
+  const bf16* qg = f.q + int64_t(row) * f.q_stride + int64_t(kvh * group) * D;
+  const bf16* kg = w.k + int64_t(row) * w.k_stride + int64_t(kvh) * D;
+  const bf16* vg = w.v + int64_t(row) * w.v_stride + int64_t(kvh) * D;
+  float kx[kV], vx[kV], qx[kMaxQ][kV];
+#pragma unroll
+  for (int j = 0; j < kV; ++j) kx[j] = __bfloat162float(kg[lane + 32 * j]), vx[j] = __bfloat162float(vg[lane + 32 * j]);
+#pragma unroll
+  for (int i = 0; i < kMaxQ; ++i) {
+    const int r = warp + warps * i;
+#pragma unroll
+    for (int j = 0; j < kV; ++j) qx[i][j] = r < group ? __bfloat162float(qg[r * D + lane + 32 * j]) : 0.0f;
+  }
+  const bool norm = f.q_norm != nullptr;
+  NormRopeRow<D>(kx, in.kw, norm, f.norm_eps, f, in);
+#pragma unroll
+  for (int j = 0; j < kV; ++j) {  // the cache type; the stored value widened (before the k scale)
+    const int e = lane + 32 * j;
+    const KvT ks = kv::Traits<KvT>::From(kx[j] * w.inv_k_scale);
+    const KvT vs = kv::Traits<KvT>::From(vx[j] * w.inv_v_scale);
+    if (owner && warp == 0)
+      static_cast<KvT*>(w.k_cache)[in.slot + e] = ks, static_cast<KvT*>(w.v_cache)[in.slot + e] = vs;
+    kx[j] = float(ks), vx[j] = float(vs);
+    if (warp == 0) sc.k[e] = kx[j], sc.v[e] = vx[j];
+  }
+#pragma unroll
+  for (int i = 0; i < kMaxQ; ++i) {
+    const int r = warp + warps * i;
+    if (r >= FusedScratch<D>::kRows) break;  // warp-uniform
+    float dot = 0.0f;
+    if (r < group) {
+      NormRopeRow<D>(qx[i], in.qw, norm, f.norm_eps, f, in);
+#pragma unroll
+      for (int j = 0; j < kV; ++j) {
+        const bf16 qb = __float2bfloat16_rn(qx[i][j]);  // exact: qx is a bf16 value
+        sc.q[r * D + lane + 32 * j] = qb;
+        dot += __bfloat162float(qb) * kx[j];
+      }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+    float x = dot * qscale;
+    if (softcap > 0.0f) x = softcap * tanhf(x / softcap) * kLog2e;
+    if (lane == 0) sc.score[r] = x;
+  }
+  __syncthreads();
+}
+
 // After the block stored its split's partials (MergeWarpsAndStore with finish = false) of row
 // t's heads [h0, h0 + ng): the last of the row's `active` split blocks of this kv head merges
 // the splits and resets the counter (threadFenceReduction, as FinishSplits) — spread over all
@@ -156,10 +299,49 @@ __device__ void PrepareNewToken(const RopeKvWriteArgs& f, const AttentionArgs& a
 // floats), then every thread merges 4 dims of one head with independent 16-byte loads.
 __device__ __forceinline__ void FusedFinishSplits(const AttentionArgs& a, int t, int h0, int ng,
                                                   int active, float* w) {
+  const bool registers = a.fused_prep_registers;
   if (active == 1) return;
   __shared__ float inv_sum[16];
   if (!LastSplitArrives(a, t, active)) return;
   const int lane = threadIdx.x % 32, warps = blockDim.x / 32, D = a.head_dim;
+  constexpr int kRegSplits = 32;
+  if (registers && active <= kRegSplits && D <= 128) {
+    // Up to 32 splits: a warp per head, lane v merges dims 4v..4v+3; its split partials and the
+    // (max, sum) pairs load in one round (no shared memory, no barrier). Same sums, same order.
+    for (int g = threadIdx.x / 32; g < ng; g += warps) {
+      const int64_t hb = int64_t(t) * a.heads + h0 + g;
+      const float* ml = a.partial_ml + 2 * hb * a.num_splits;
+      const float4* acc = reinterpret_cast<const float4*>(a.partial_acc + hb * a.num_splits * D) + lane;
+      const int vecs = D / 4;
+      const bool live = lane < vecs;
+      float4 p[kRegSplits];
+#pragma unroll
+      for (int i = 0; i < kRegSplits; ++i)
+        p[i] = live && i < active ? __ldcg(acc + int64_t(i) * vecs) : make_float4(0, 0, 0, 0);
+      const float mi = lane < active ? __ldcg(ml + 2 * lane) : -INFINITY;
+      const float li = lane < active ? __ldcg(ml + 2 * lane + 1) : 0.0f;
+      float mx = mi;
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      const float c = lane < active ? Exp2Or0(mi, mx) : 0.0f;
+      float sum = lane < active ? c * li : 0.0f;
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+      float4 o = make_float4(0, 0, 0, 0);
+#pragma unroll
+      for (int i = 0; i < kRegSplits; ++i) {
+        const float ci = __shfl_sync(0xffffffffu, c, i);
+        if (i < active) o.x += ci * p[i].x, o.y += ci * p[i].y, o.z += ci * p[i].z, o.w += ci * p[i].w;
+      }
+      const float inv = sum > 0.0f ? a.v_scale / sum : 0.0f;
+      if (live) {
+        bf16* out = a.out + int64_t(t) * a.out_stride + int64_t(h0 + g) * D + 4 * lane;
+        out[0] = __float2bfloat16_rn(o.x * inv), out[1] = __float2bfloat16_rn(o.y * inv);
+        out[2] = __float2bfloat16_rn(o.z * inv), out[3] = __float2bfloat16_rn(o.w * inv);
+      }
+    }
+    return;
+  }
   for (int g = threadIdx.x / 32; g < ng; g += warps) {
     const float* ml = a.partial_ml + 2 * ((int64_t(t) * a.heads + h0 + g) * a.num_splits);
     float mx = -INFINITY;

@@ -186,6 +186,11 @@ struct AttentionArgs {
   // are prefetched before the PDL wait, and this many tiles beyond the ring ahead of the
   // cp.async copies (more bytes in flight); -1: no prefetch at all.
   int l2_prefetch_tiles = 0;
+  // The fused decode kernel's latency paths (decode_fused.cuh): the new token's q / k / v rows
+  // go through norm + RoPE in registers with their inputs loaded before the PDL wait
+  // (PrepareNewTokenFast, where the rotation layout allows), and a merge of <= 32 splits loads
+  // every partial in one round; false: the shared-memory steps (PG_FUSED_PREP_REGS=0, A/B).
+  bool fused_prep_registers = true;
 };
 
 // ---- launchers (defined in the .cu files; all asynchronous on `stream`) --------------------
