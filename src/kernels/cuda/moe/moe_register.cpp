@@ -29,6 +29,7 @@ namespace {
 // (walk_max_tokens_fp8), PEREGRINE_MOE_CLUSTER_ROUTER (walk_cluster_router) and
 // PEREGRINE_MOE_GU_TABLE (walk_gu_table), PEREGRINE_MOE_DOWN_WARPS / _GU_UNROLL / _WALK_WARPS
 // (walk_down_warps, walk_gu_unroll, walk_warps), for A/B runs of whole models, read once.
+// Diagnostics (wrong results, timings by difference): PEREGRINE_MOE_WALK_PHASES, PEREGRINE_MOE_SKIP_ROUTE.
 MoeTuning InitialTuning() {
   MoeTuning t;
   t.walk_down_rows = EnvInt("PEREGRINE_MOE_DOWN_ROWS", t.walk_down_rows);
@@ -38,6 +39,8 @@ MoeTuning InitialTuning() {
   t.walk_cluster_router = EnvInt("PEREGRINE_MOE_CLUSTER_ROUTER", t.walk_cluster_router);
   t.walk_gu_table = EnvFlag("PEREGRINE_MOE_GU_TABLE", t.walk_gu_table);
   t.walk_l2_evict_last = EnvFlag("PEREGRINE_MOE_L2_EVICT_LAST", t.walk_l2_evict_last);
+  t.walk_phases = EnvInt("PEREGRINE_MOE_WALK_PHASES", t.walk_phases);     // diagnostics
+  t.walk_skip_route = EnvInt("PEREGRINE_MOE_SKIP_ROUTE", t.walk_skip_route);  // diagnostics
   t.walk_down_warps = EnvInt("PEREGRINE_MOE_DOWN_WARPS", t.walk_down_warps);
   t.walk_gu_unroll = EnvInt("PEREGRINE_MOE_GU_UNROLL", t.walk_gu_unroll);
   t.walk_warps = EnvInt("PEREGRINE_MOE_WALK_WARPS", t.walk_warps);
@@ -387,12 +390,16 @@ void RunExperts(const MoeExpertsParams& p) {
         cuda::LaunchMoeRouterCluster(ra, tune.walk_cluster_router, stream);
         PG_CUDA_CHECK_LAUNCH();
       } else {
-        cuda::LaunchMoeRouter(ra, stream);
-        PG_CUDA_CHECK_LAUNCH();
+        if (!(tune.walk_skip_route & 2)) {
+          cuda::LaunchMoeRouter(ra, stream);
+          PG_CUDA_CHECK_LAUNCH();
+        }
         ra.x = nullptr;
         ra.defer_route = false;
-        cuda::LaunchMoeRouter(ra, stream);
-        PG_CUDA_CHECK_LAUNCH();
+        if (!(tune.walk_skip_route & 1)) {
+          cuda::LaunchMoeRouter(ra, stream);
+          PG_CUDA_CHECK_LAUNCH();
+        }
       }
     } else {
       RunRouter(*p.route);

@@ -54,6 +54,10 @@ struct MoeTuning {
   bool walk_gu_table = false;
   // MoeExpertsParams::l2_prefetch lines prefetched with the evict-last priority.
   bool walk_l2_evict_last = false;
+  // Diagnostics only (wrong results: timings by difference in a whole step): the one-token
+  // routing inside MoeExperts skips its logits-form router kernel (bit 0; the walk reads the
+  // previous call's routes) and / or NormLogitsKernel (bit 1; stale logits and normed rows).
+  int walk_skip_route = 0;
 };
 void SetMoeTuning(const MoeTuning& t);
 const MoeTuning& GetMoeTuning();
