@@ -85,12 +85,6 @@ struct MoeExpertsParams {
   // only computes the logits (and the normed rows), and every gate/up block of the experts
   // routes its token itself (one kernel less); otherwise MoeRouter's kernel runs first.
   const MoeRouterParams* route = nullptr;
-  // Optional hints, no effect on results: bytes later ops read (the next layer's weights),
-  // which CUDA's walking kernels prefetch into L2 while HBM is otherwise idle: l2_prefetch by
-  // the gate/up kernel before its PDL wait (while the routing runs), l2_prefetch_late by the
-  // down kernel once its block's work is done (while the next, latency-bound ops run).
-  TensorView l2_prefetch;
-  TensorView l2_prefetch_late;
 };
 void MoeExperts(const MoeExpertsParams& p);
 

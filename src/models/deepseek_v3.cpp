@@ -366,12 +366,7 @@ class DeepseekV3Model final : public Model {
                          .positions = rope_pos, .rope = rope_cfg, .write = &write});
       DeviceMatmul(attn, L.wo, x, /*accumulate=*/true);
       const FfnNorm ffn_norm{.x = x, .weight = L.ffn_norm, .eps = b.rms_norm_eps};  // -> hn
-      // The next layer's first projection and o matrix as the experts' L2 prefetch hints.
-      NextLayerWeights next;
-      if (li + 1 < b.num_layers && fused_qkva_)
-        next = {d_layers_[size_t(li) + 1].wq_kva.w, d_layers_[size_t(li) + 1].wo.w};
-      if (L.moe)
-        RunDeviceMoeFfn(L.moe_ffn, c_, hn, x, A.ffn_scratch, &ffn_norm, /*accumulate=*/true, next);
+      if (L.moe) RunDeviceMoeFfn(L.moe_ffn, c_, hn, x, A.ffn_scratch, &ffn_norm, /*accumulate=*/true);
       else RunDeviceMlp(L.mlp, hn, x, A.ffn_scratch, /*accumulate=*/true, &ffn_norm);
     }
     RunLogitHead({.residual = x, .logit_rows = fb.logit_rows,

@@ -62,13 +62,6 @@ int SelfRoute() {
   static const int mode = EnvInt("PEREGRINE_MOE_SELF_ROUTE", 1);
   return mode;
 }
-// PEREGRINE_MOE_L2_NEXT (bits): at one token the experts op L2-prefetches the next layer's
-// weights (RunDeviceMoeFfn's l2_next): bit 0 the matrix read first, while the routing runs;
-// bit 1 the attention output projection, after the down kernel's work (0: off).
-int L2Next() {
-  static const int mode = EnvInt("PEREGRINE_MOE_L2_NEXT", 0);
-  return mode;
-}
 
 }  // namespace
 
@@ -248,7 +241,7 @@ void RunDeviceMlp(const DeviceMlp& w, const TensorView& x, const TensorView& out
 
 void RunDeviceMoeFfn(const DeviceMoeFfn& w, const MoeModelConfig& c, const TensorView& x,
                      const TensorView& out, const DeviceFfnScratch& s, const FfnNorm* norm,
-                     bool accumulate, const NextLayerWeights& l2_next) {
+                     bool accumulate) {
   const int64_t n = x.dim(0);
   const TensorView logits = Flat(s.router_logits, n, c.num_experts);
   const TensorView weights = Flat(s.topk_weights, n, c.top_k);
@@ -264,10 +257,6 @@ void RunDeviceMoeFfn(const DeviceMoeFfn& w, const MoeModelConfig& c, const Tenso
   ops::MoeExpertsParams ep{.x = x, .topk_ids = ids, .topk_weights = weights,
                            .experts = w.experts, .out = out, .accumulate = accumulate};
   const bool decode = n <= kMoeDecodeFuseMaxTokens;
-  // Hints of at most 32 MiB each (L2 is 50 MB; DeepSeek-V3's o projection is 117 MB).
-  auto fits = [](const TensorView& t) { return t.data && t.nbytes() <= (int64_t(32) << 20); };
-  if (decode && (L2Next() & 1) && fits(l2_next.first)) ep.l2_prefetch = l2_next.first;
-  if (decode && (L2Next() & 2) && fits(l2_next.o_proj)) ep.l2_prefetch_late = l2_next.o_proj;
   const bool shared = w.shared.inter > 0;
   if (shared && decode && FuseShared()) {
     // The shared expert inside the experts op (CUDA: extra slots of the walking kernels),

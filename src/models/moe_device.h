@@ -116,16 +116,9 @@ void RunDeviceMlp(const DeviceMlp& w, const TensorView& x, const TensorView& out
 inline constexpr int64_t kMoeDecodeFuseMaxTokens = 1;
 // With `norm`, x (the FFN input, [n, hidden]) is first computed as RmsNorm(*norm) into x.
 // accumulate: out += result (the residual stream as `out`; must not alias x).
-// l2_next: optional, weights of the next layer as L2 prefetch hints
-// (MoeExpertsParams::l2_prefetch / _late; used at one token as PEREGRINE_MOE_L2_NEXT says).
-struct NextLayerWeights {
-  TensorView first;   // the matrix the next layer reads first (its qkv / q+kv_a projection)
-  TensorView o_proj;  // its attention output projection
-};
 void RunDeviceMoeFfn(const DeviceMoeFfn& w, const MoeModelConfig& c, const TensorView& x,
                      const TensorView& out, const DeviceFfnScratch& s,
-                     const FfnNorm* norm = nullptr, bool accumulate = false,
-                     const NextLayerWeights& l2_next = {});
+                     const FfnNorm* norm = nullptr, bool accumulate = false);
 
 // Checks a device forward's inputs: positions and tokens agree, one KV view per layer, bf16
 // device logits [logit_rows, vocab], device tokens/positions of the batch's size, at most

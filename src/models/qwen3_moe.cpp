@@ -275,11 +275,7 @@ class Qwen3MoeModel final : public Model {
       // hn = RmsNorm(x), inside the MoE block at one token (moe_device.cpp: the router kernel).
       const FfnNorm ffn_norm{.x = x, .weight = L.ffn_norm, .eps = b.rms_norm_eps};
       if (L.moe) {
-        // The next layer's qkv (one token: fused) and o matrices as the experts' L2 hints.
-        NextLayerWeights next;
-        if (fused && li + 1 < b.num_layers)
-          next = {d_layers_[size_t(li) + 1].wqkv, d_layers_[size_t(li) + 1].wo.w};
-        RunDeviceMoeFfn(L.moe_ffn, c_, hn, x, A.ffn_scratch, &ffn_norm, /*accumulate=*/true, next);
+        RunDeviceMoeFfn(L.moe_ffn, c_, hn, x, A.ffn_scratch, &ffn_norm, /*accumulate=*/true);
       } else {
         ops::RmsNorm({.x = x, .weight = L.ffn_norm, .out = hn, .eps = b.rms_norm_eps});
         RunDeviceMlp(L.mlp, hn, x, A.ffn_scratch, /*accumulate=*/true);

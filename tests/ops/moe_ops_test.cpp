@@ -124,13 +124,10 @@ int ExpectDeviceExpertsMatch(const KernelImpl<MoeExpertsParams>& k, MoeExpertsPa
     int down_rows = 0;    // walk: the down kernel's form (0 default; 1 one warp per row; 2/8 tiles)
     int down_warps = 0;   // walk, tiled down kernel: warps per block (0 default)
     bool preload = false; // walk, tiled down kernel: routes + first loads before its PDL wait
-    bool table = false;   // walk: the gate/up kernel's expert table in shared memory and
-                          // both L2 prefetch hints set (no effect on results)
   };
   const Variant variants[] = {{"auto", 0, 0},          {"walk", 1, 0},
                               {"walk rows1", 1, 0, 1}, {"walk rows2 w8", 1, 0, 2, 8},
                               {"walk rows8", 1, 0, 8}, {"walk preload", 1, 0, 0, 0, true},
-                              {"walk table", 1, 0, 0, 0, true, true},
                               {"sorted16", 2, 16},
                               {"sorted32", 2, 32},     {"sorted64", 2, 64},
                               {"sorted128", 2, 128}};
@@ -142,15 +139,12 @@ int ExpectDeviceExpertsMatch(const KernelImpl<MoeExpertsParams>& k, MoeExpertsPa
     if (v.down_rows) t.walk_down_rows = v.down_rows;
     if (v.down_warps) t.walk_down_warps = v.down_warps;
     t.walk_down_preload = v.preload;
-    t.walk_gu_table = v.table;
     cuda::SetMoeTuning(t);
 #else
     if (v.path != 0) continue;
 #endif
     Restore(got, init);
     p.out = got.view();
-    p.l2_prefetch = v.table ? p.experts[0].gate : TensorView{};
-    p.l2_prefetch_late = v.table ? p.experts.back().down : TensorView{};
     const bool ran = RunBackend(k, p);
 #if defined(PEREGRINE_HAVE_CUDA)
     cuda::SetMoeTuning({});
@@ -431,19 +425,14 @@ TEST(MoeExpertsOp, RouteInsideMatchesRouterThenExperts) {
       ExpectExact(o.out.data<float>(), ref.out.data<float>(), o.out.numel(), "ref out");
     }
     for (const auto* k : Backends<MoeExpertsParams>()) {
-      // self_route 3: router first, as one cluster kernel (form 1) where it fits, and the
-      // gate/up kernel's expert table in shared memory; 4: the cluster router's form 2 without
-      // the preload.
-      for (int self_route = 0; self_route < 5; ++self_route) {
+      for (int self_route = 0; self_route < 3; ++self_route) {
 #if defined(PEREGRINE_HAVE_CUDA)
         cuda::MoeTuning t;
-        t.walk_self_route = self_route == 1 || self_route == 2;
-        t.walk_down_preload = self_route == 2 || self_route == 3;
-        t.walk_cluster_router = self_route >= 3 ? self_route - 2 : 0;
-        t.walk_gu_table = self_route == 3;
+        t.walk_self_route = self_route >= 1;
+        t.walk_down_preload = self_route == 2;
         cuda::SetMoeTuning(t);
 #else
-        if (self_route == 0 || self_route > 2) continue;
+        if (self_route == 0) continue;
 #endif
         Outs o = outs();
         MoeRouterParams rp;
@@ -453,9 +442,7 @@ TEST(MoeExpertsOp, RouteInsideMatchesRouterThenExperts) {
 #endif
         if (!ran) continue;
         if (OnDevice(*k)) ++device_runs;
-        const std::string name = k->backend + (self_route == 4   ? " cluster router"
-                                               : self_route == 3 ? " cluster router gu-table"
-                                               : self_route == 2 ? " self-route preload"
+        const std::string name = k->backend + (self_route == 2   ? " self-route preload"
                                                : self_route == 1 ? " self-route"
                                                                  : " router first");
         if (c.form != kLogits)

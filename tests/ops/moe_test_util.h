@@ -50,8 +50,6 @@ inline MoeExpertsParams Mirror(DeviceMirror& m, const MoeExpertsParams& p) {
   d.topk_weights = m.Raw(p.topk_weights);
   d.experts = ex;
   d.out = m.Act(p.out, true);
-  d.l2_prefetch = m.Raw(p.l2_prefetch);  // hints: device copies of the (host) tensors
-  d.l2_prefetch_late = m.Raw(p.l2_prefetch_late);
   if (p.route) {
     // The fused routing's params: one per thread, valid until the next mirror (RunBackend runs
     // the backend right after). Its ids / weights / normed alias the op's (one device copy).

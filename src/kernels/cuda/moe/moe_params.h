@@ -58,16 +58,6 @@ struct MoeRouterArgs {
   bool defer_route;
 };
 void LaunchMoeRouter(const MoeRouterArgs& a, cudaStream_t stream);
-// One-cluster form (moe_router_cluster.cu): the fused (RMSNorm +) router GEMV + routing in one
-// kernel of ceil(E / W) <= 8 blocks meeting in distributed shared memory (no counter), for
-// x != null without a residual, f32 logits, hidden <= 2048 (vector layout), E <= 128 and
-// 1..4 tokens (MoeRouterClusterFits). Same logits as NormLogitsKernel, same routes as
-// RouterKernel on them (bitwise). Ignores defer_route: it always routes.
-inline constexpr int kRouterClusterMaxTokens = 4;
-inline constexpr int kRouterClusterMaxExperts = 128;
-// form 1: at most 8 blocks (16 warps each at E = 128); 2: at most 8 warps a block (16 blocks).
-bool MoeRouterClusterFits(const MoeRouterArgs& a);
-void LaunchMoeRouterCluster(const MoeRouterArgs& a, int form, cudaStream_t stream);
 
 // ---- expert weights -------------------------------------------------------------------------
 // How an fp8 weight's scale is looked up for element (row r, col c):
@@ -141,18 +131,6 @@ struct MoeWalkArgs {
   // (moe_walk_down.cu kPre: the routes then come from the kernel before kernel 1). Only when
   // kernel 1 runs right before it (phases 3) and triggers after its own wait.
   bool down_preload;
-  // Kernel 1 (routed slots, not self-routing) copies experts[0, num_experts) into dynamic shared
-  // memory before PdlWait and takes its slot's matrices from there (num_experts <= 256).
-  bool gu_table;
-  // Kernel 1's blocks prefetch [l2_pre, l2_pre + l2_pre_bytes) into L2 before PdlWait, each
-  // its share of the lines (MoeExpertsParams::l2_prefetch; 0 bytes: none).
-  const char* l2_pre;
-  int64_t l2_pre_bytes;
-  bool l2_pre_last;  // with the evict-last priority (moe_tuning.h walk_l2_evict_last)
-  // Kernel 2's blocks prefetch [l2_late, l2_late + l2_late_bytes) into L2 after their store
-  // (MoeExpertsParams::l2_prefetch_late), each its share of the lines.
-  const char* l2_late;
-  int64_t l2_late_bytes;
 };
 void LaunchMoeWalk(const MoeWalkArgs& a, cudaStream_t stream);
 // Kernel 2 alone in its tiled form (down_rows >= 2; vector layout, checked by LaunchMoeWalk).

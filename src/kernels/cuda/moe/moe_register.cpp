@@ -26,24 +26,21 @@ namespace {
 // The process's initial tuning: defaults, with PEREGRINE_MOE_DOWN_ROWS (walk_down_rows: the
 // walking down kernel's form), PEREGRINE_MOE_DOWN_PRELOAD (walk_down_preload),
 // PEREGRINE_MOE_GU_ROUTES (walk_self_route), PEREGRINE_MOE_FP8_WALK_MAX
-// (walk_max_tokens_fp8), PEREGRINE_MOE_CLUSTER_ROUTER (walk_cluster_router) and
-// PEREGRINE_MOE_GU_TABLE (walk_gu_table), PEREGRINE_MOE_DOWN_WARPS / _GU_UNROLL / _WALK_WARPS
-// (walk_down_warps, walk_gu_unroll, walk_warps), for A/B runs of whole models, read once.
-// Diagnostics (wrong results, timings by difference): PEREGRINE_MOE_WALK_PHASES, PEREGRINE_MOE_SKIP_ROUTE.
+// (walk_max_tokens_fp8), PEREGRINE_MOE_DOWN_WARPS / _GU_UNROLL / _WALK_WARPS (walk_down_warps,
+// walk_gu_unroll, walk_warps), for A/B runs of whole models, read once. Diagnostics (wrong
+// results, timings by difference in a whole step): PEREGRINE_MOE_WALK_PHASES (walk_phases),
+// PEREGRINE_MOE_SKIP_ROUTE (walk_skip_route).
 MoeTuning InitialTuning() {
   MoeTuning t;
   t.walk_down_rows = EnvInt("PEREGRINE_MOE_DOWN_ROWS", t.walk_down_rows);
   t.walk_down_preload = EnvFlag("PEREGRINE_MOE_DOWN_PRELOAD", t.walk_down_preload);
   t.walk_self_route = EnvFlag("PEREGRINE_MOE_GU_ROUTES", t.walk_self_route);
   t.walk_max_tokens_fp8 = EnvInt("PEREGRINE_MOE_FP8_WALK_MAX", t.walk_max_tokens_fp8);
-  t.walk_cluster_router = EnvInt("PEREGRINE_MOE_CLUSTER_ROUTER", t.walk_cluster_router);
-  t.walk_gu_table = EnvFlag("PEREGRINE_MOE_GU_TABLE", t.walk_gu_table);
-  t.walk_l2_evict_last = EnvFlag("PEREGRINE_MOE_L2_EVICT_LAST", t.walk_l2_evict_last);
-  t.walk_phases = EnvInt("PEREGRINE_MOE_WALK_PHASES", t.walk_phases);     // diagnostics
-  t.walk_skip_route = EnvInt("PEREGRINE_MOE_SKIP_ROUTE", t.walk_skip_route);  // diagnostics
   t.walk_down_warps = EnvInt("PEREGRINE_MOE_DOWN_WARPS", t.walk_down_warps);
   t.walk_gu_unroll = EnvInt("PEREGRINE_MOE_GU_UNROLL", t.walk_gu_unroll);
   t.walk_warps = EnvInt("PEREGRINE_MOE_WALK_WARPS", t.walk_warps);
+  t.walk_phases = EnvInt("PEREGRINE_MOE_WALK_PHASES", t.walk_phases);
+  t.walk_skip_route = EnvInt("PEREGRINE_MOE_SKIP_ROUTE", t.walk_skip_route);
   return t;
 }
 MoeTuning g_tuning = InitialTuning();
@@ -327,16 +324,6 @@ void LaunchWalk(const MoeExpertsParams& p, const cuda::MoeWeightLayout& L,
   // Preloading with self-routing makes every down block route too: one wave of blocks at one
   // token, several above (measured slower at 4 tokens on the H200).
   a.down_preload = tune.walk_down_preload && tune.walk_phases == 3 && (route == nullptr || n == 1);
-  if (p.l2_prefetch.data) {
-    a.l2_pre = static_cast<const char*>(p.l2_prefetch.data);
-    a.l2_pre_bytes = int64_t(p.l2_prefetch.nbytes());
-    a.l2_pre_last = tune.walk_l2_evict_last;
-  }
-  if (p.l2_prefetch_late.data) {
-    a.l2_late = static_cast<const char*>(p.l2_prefetch_late.data);
-    a.l2_late_bytes = int64_t(p.l2_prefetch_late.nbytes());
-  }
-  a.gu_table = tune.walk_gu_table && route == nullptr && slots_k > 0 && p.experts.size() <= 256;
   if (route) {
     a.self_route = true;
     a.route = *route;
@@ -385,21 +372,15 @@ void RunExperts(const MoeExpertsParams& p) {
       // The fused router kernel stops after the logits and normed rows (no counter); the
       // router kernel routes from the logits; the walk reads the routes.
       cuda::MoeRouterArgs ra = RouterArgsOf(*p.route, stream, /*defer_route=*/true);
-      if (tune.walk_cluster_router && cuda::MoeRouterClusterFits(ra)) {
-        // One cluster kernel: (norm +) logits + routing.
-        cuda::LaunchMoeRouterCluster(ra, tune.walk_cluster_router, stream);
+      if (!(tune.walk_skip_route & 2)) {  // diagnostics only
+        cuda::LaunchMoeRouter(ra, stream);
         PG_CUDA_CHECK_LAUNCH();
-      } else {
-        if (!(tune.walk_skip_route & 2)) {
-          cuda::LaunchMoeRouter(ra, stream);
-          PG_CUDA_CHECK_LAUNCH();
-        }
-        ra.x = nullptr;
-        ra.defer_route = false;
-        if (!(tune.walk_skip_route & 1)) {
-          cuda::LaunchMoeRouter(ra, stream);
-          PG_CUDA_CHECK_LAUNCH();
-        }
+      }
+      ra.x = nullptr;
+      ra.defer_route = false;
+      if (!(tune.walk_skip_route & 1)) {  // diagnostics only
+        cuda::LaunchMoeRouter(ra, stream);
+        PG_CUDA_CHECK_LAUNCH();
       }
     } else {
       RunRouter(*p.route);

@@ -43,20 +43,9 @@ struct MoeTuning {
   // its PDL wait, overlapping the gate/up kernel's tail (moe_walk_down.cu kPre). H200, one
   // token: DeepSeek-V2-Lite step 2284 -> 2161 us, Moonlight 2357 -> 2255 us.
   bool walk_down_preload = true;
-  // One-token routing inside MoeExperts (router matmul + optional RMSNorm, no residual): one
-  // cluster kernel norms, computes the logits and routes (moe_router_cluster.cu) instead of
-  // NormLogitsKernel + the logits-form router kernel. 0: off; 1: <= 8 blocks of up to 16
-  // warps; 2: blocks of <= 8 warps (16 blocks at 128 experts).
-  int walk_cluster_router = 0;
-  // The walking gate/up kernel copies the expert table into shared memory before its PDL
-  // wait, so after it the slot's matrices are one shared-memory read from its id (not a second
-  // dependent global load).
-  bool walk_gu_table = false;
-  // MoeExpertsParams::l2_prefetch lines prefetched with the evict-last priority.
-  bool walk_l2_evict_last = false;
-  // Diagnostics only (wrong results: timings by difference in a whole step): the one-token
-  // routing inside MoeExperts skips its logits-form router kernel (bit 0; the walk reads the
-  // previous call's routes) and / or NormLogitsKernel (bit 1; stale logits and normed rows).
+  // Diagnostics only (wrong results; for timings by difference in a whole step): the one-token
+  // routing inside MoeExperts skips its logits-form router kernel (bit 0: the walk reads stale
+  // routes) and / or NormLogitsKernel (bit 1: stale logits and normed rows).
   int walk_skip_route = 0;
 };
 void SetMoeTuning(const MoeTuning& t);

@@ -26,10 +26,6 @@ constexpr int kLine = 128;  // bytes per L2 prefetch
 __device__ __forceinline__ void PrefetchL2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
-// The same with the evict-last priority (lines a later kernel reads: kept over streamed ones).
-__device__ __forceinline__ void PrefetchL2Last(const void* p) {
-  asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(p));
-}
 
 // Prefetches lines [first, first + count * stride) of [base, base + bytes), step `stride`.
 __device__ __forceinline__ void PrefetchSpan(const char* base, int64_t bytes, int64_t first,
@@ -99,14 +95,12 @@ struct GuSlot {
   int scale_ld = 0;
   int row0 = 0;
 };
-// e: the expert of routed slot q (ignored for shared slots); table: a.experts or its copy in
-// shared memory (MoeWalkArgs::gu_table).
-__device__ __forceinline__ GuSlot GateUpSlot(const MoeWalkArgs& a, const MoeExpertPtrs* table,
-                                             int q, int e) {
+// e: the expert of routed slot q (ignored for shared slots).
+__device__ __forceinline__ GuSlot GateUpSlot(const MoeWalkArgs& a, int q, int e) {
   GuSlot s;
   if (q < a.top_k) {
     if (e < 0 || e >= a.num_experts) return s;
-    s.w = table[e];
+    s.w = a.experts[e];
     s.ld_gate = a.layout.ld_gate, s.ld_up = a.layout.ld_up, s.scale_ld = a.layout.scale_ld_gu;
   } else {
     s.w = a.shared;
@@ -131,7 +125,7 @@ __global__ void __launch_bounds__(kWarps * 32, (U == 2 ? 24 : 16) / kWarps) Gate
   const int64_t esz = kFp8 ? 1 : 2;
   if (q >= a.top_k && i0 < a.inter) {
     // Shared slot: its rows are weights, known before the upstream kernel finishes.
-    const GuSlot s = GateUpSlot(a, a.experts, q, -1);
+    const GuSlot s = GateUpSlot(a, q, -1);
     const int rows = i0 + 1 < a.inter ? 2 : 1;
     const int64_t row_bytes = int64_t(a.hidden) * esz;
     for (int m = 0; m < rows; ++m) {
@@ -139,27 +133,6 @@ __global__ void __launch_bounds__(kWarps * 32, (U == 2 ? 24 : 16) / kWarps) Gate
       PrefetchSpan(static_cast<const char*>(s.w.gate) + row * s.ld_gate * esz, row_bytes, lane, 32);
       PrefetchSpan(static_cast<const char*>(s.w.up) + row * s.ld_up * esz, row_bytes, lane, 32);
     }
-  }
-  if (a.l2_pre_bytes > 0) {
-    // This block's share of the hinted lines (weights of a later op: no upstream writes).
-    const int64_t nb = int64_t(gridDim.x) * gridDim.y, b = int64_t(blockIdx.y) * gridDim.x + blockIdx.x;
-    const int64_t lines = (a.l2_pre_bytes + kLine - 1) / kLine;
-    const int64_t lo = lines * b / nb, hi = lines * (b + 1) / nb;
-    for (int64_t l = lo + threadIdx.x; l < hi; l += kWarps * 32) {
-      if (a.l2_pre_last) PrefetchL2Last(a.l2_pre + l * kLine);
-      else PrefetchL2(a.l2_pre + l * kLine);
-    }
-  }
-  // gu_table (routed slots): the expert table (weights' addresses, constant) into shared
-  // memory before the wait; 48-byte entries copied as 16-byte words.
-  extern __shared__ uint4 s_table[];
-  const bool use_table = a.gu_table && q < a.top_k;
-  if (use_table) {
-    static_assert(sizeof(MoeExpertPtrs) % sizeof(uint4) == 0, "table entries are 16-byte words");
-    const int words = a.num_experts * int(sizeof(MoeExpertPtrs) / sizeof(uint4));
-    const uint4* src = reinterpret_cast<const uint4*>(a.experts);
-    for (int i = threadIdx.x; i < words; i += kWarps * 32) s_table[i] = __ldg(src + i);
-    __syncthreads();
   }
   PdlWait();  // ids and x come from upstream kernels; act is read by the previous walk
   PdlTrigger();
@@ -188,8 +161,7 @@ __global__ void __launch_bounds__(kWarps * 32, (U == 2 ? 24 : 16) / kWarps) Gate
       e = a.ids[t * a.top_k + q];
     }
   }
-  const GuSlot s =
-      GateUpSlot(a, use_table ? reinterpret_cast<const MoeExpertPtrs*>(s_table) : a.experts, q, e);
+  const GuSlot s = GateUpSlot(a, q, e);
   if (!s.w.gate) return;
   const MoeWeightLayout& L = a.layout;
   if (a.prefetch_down) {
@@ -359,9 +331,8 @@ void LaunchWarps(const MoeWalkArgs& a, bool vec, cudaStream_t stream) {
   const dim3 g2(unsigned((a.hidden + kWarps - 1) / kWarps), unsigned(a.num_tokens));
   const dim3 block(kWarps * 32);
   if (a.phases & 1) {
-    const size_t smem = a.gu_table ? size_t(a.num_experts) * sizeof(MoeExpertPtrs) : 0;
-    if (a.gu_unroll >= 4) (void)LaunchPdl(GateUpKernel<kFp8, 4, kWarps>, g1, block, smem, stream, a, vec);
-    else (void)LaunchPdl(GateUpKernel<kFp8, 2, kWarps>, g1, block, smem, stream, a, vec);
+    if (a.gu_unroll >= 4) (void)LaunchPdl(GateUpKernel<kFp8, 4, kWarps>, g1, block, 0, stream, a, vec);
+    else (void)LaunchPdl(GateUpKernel<kFp8, 2, kWarps>, g1, block, 0, stream, a, vec);
   }
   if (a.phases & 2) {
     if (vec && a.down_rows >= 2) LaunchMoeWalkDownTiled(a, stream);

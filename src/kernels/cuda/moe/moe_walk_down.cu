@@ -181,14 +181,6 @@ __global__ void __launch_bounds__(kWarps * 32) DownTileKernel(MoeWalkArgs a) {
     if (a.accumulate) s += __bfloat162float(*out);
     *out = __float2bfloat16_rn(s);
   }
-  if (a.l2_late_bytes > 0) {
-    // This block's share of the hinted lines (a later op's weights), 128-byte lines.
-    const int64_t nb = int64_t(gridDim.x) * gridDim.y, b = int64_t(blockIdx.y) * gridDim.x + blockIdx.x;
-    const int64_t lines = (a.l2_late_bytes + 127) / 128;
-    const int64_t lo = lines * b / nb, hi = lines * (b + 1) / nb;
-    for (int64_t l = lo + tid; l < hi; l += T)
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(a.l2_late + l * 128));
-  }
 }
 
 template <bool kFp8, int R, int U, bool kPre>
