@@ -25,14 +25,22 @@ namespace pg::cuda {
 namespace {
 // The process's initial tuning: defaults, with PEREGRINE_MOE_DOWN_ROWS (walk_down_rows: the
 // walking down kernel's form), PEREGRINE_MOE_DOWN_PRELOAD (walk_down_preload),
-// PEREGRINE_MOE_GU_ROUTES (walk_self_route) and PEREGRINE_MOE_FP8_WALK_MAX
-// (walk_max_tokens_fp8), for A/B runs of whole models, read once.
+// PEREGRINE_MOE_GU_ROUTES (walk_self_route), PEREGRINE_MOE_FP8_WALK_MAX
+// (walk_max_tokens_fp8), PEREGRINE_MOE_DOWN_WARPS / _GU_UNROLL / _WALK_WARPS (walk_down_warps,
+// walk_gu_unroll, walk_warps), for A/B runs of whole models, read once. Diagnostics (wrong
+// results, timings by difference in a whole step): PEREGRINE_MOE_WALK_PHASES (walk_phases),
+// PEREGRINE_MOE_SKIP_ROUTE (walk_skip_route).
 MoeTuning InitialTuning() {
   MoeTuning t;
   t.walk_down_rows = EnvInt("PEREGRINE_MOE_DOWN_ROWS", t.walk_down_rows);
   t.walk_down_preload = EnvFlag("PEREGRINE_MOE_DOWN_PRELOAD", t.walk_down_preload);
   t.walk_self_route = EnvFlag("PEREGRINE_MOE_GU_ROUTES", t.walk_self_route);
   t.walk_max_tokens_fp8 = EnvInt("PEREGRINE_MOE_FP8_WALK_MAX", t.walk_max_tokens_fp8);
+  t.walk_down_warps = EnvInt("PEREGRINE_MOE_DOWN_WARPS", t.walk_down_warps);
+  t.walk_gu_unroll = EnvInt("PEREGRINE_MOE_GU_UNROLL", t.walk_gu_unroll);
+  t.walk_warps = EnvInt("PEREGRINE_MOE_WALK_WARPS", t.walk_warps);
+  t.walk_phases = EnvInt("PEREGRINE_MOE_WALK_PHASES", t.walk_phases);
+  t.walk_skip_route = EnvInt("PEREGRINE_MOE_SKIP_ROUTE", t.walk_skip_route);
   return t;
 }
 MoeTuning g_tuning = InitialTuning();
@@ -364,12 +372,16 @@ void RunExperts(const MoeExpertsParams& p) {
       // The fused router kernel stops after the logits and normed rows (no counter); the
       // router kernel routes from the logits; the walk reads the routes.
       cuda::MoeRouterArgs ra = RouterArgsOf(*p.route, stream, /*defer_route=*/true);
-      cuda::LaunchMoeRouter(ra, stream);
-      PG_CUDA_CHECK_LAUNCH();
+      if (!(tune.walk_skip_route & 2)) {  // diagnostics only
+        cuda::LaunchMoeRouter(ra, stream);
+        PG_CUDA_CHECK_LAUNCH();
+      }
       ra.x = nullptr;
       ra.defer_route = false;
-      cuda::LaunchMoeRouter(ra, stream);
-      PG_CUDA_CHECK_LAUNCH();
+      if (!(tune.walk_skip_route & 1)) {  // diagnostics only
+        cuda::LaunchMoeRouter(ra, stream);
+        PG_CUDA_CHECK_LAUNCH();
+      }
     } else {
       RunRouter(*p.route);
     }

@@ -43,6 +43,10 @@ struct MoeTuning {
   // its PDL wait, overlapping the gate/up kernel's tail (moe_walk_down.cu kPre). H200, one
   // token: DeepSeek-V2-Lite step 2284 -> 2161 us, Moonlight 2357 -> 2255 us.
   bool walk_down_preload = true;
+  // Diagnostics only (wrong results; for timings by difference in a whole step): the one-token
+  // routing inside MoeExperts skips its logits-form router kernel (bit 0: the walk reads stale
+  // routes) and / or NormLogitsKernel (bit 1: stale logits and normed rows).
+  int walk_skip_route = 0;
 };
 void SetMoeTuning(const MoeTuning& t);
 const MoeTuning& GetMoeTuning();
