@@ -85,6 +85,32 @@ TEST(Registry, ShapeMismatchThrowsBeforeAnyKernelRuns) {
   EXPECT_TRUE(log.empty());
 }
 
+// The thread's op observer sees each dispatched op (Begin / End around its kernel) and can
+// leave an op out entirely (bench gpu-decode --skip-op): the kernel does not run, Begin / End
+// are not called for it, other ops run as before; validation still comes first.
+TEST(Registry, ObserverSeesOpsAndCanSkipThem) {
+  struct Recorder final : OpObserver {
+    std::vector<std::string> seen;
+    bool skip_add = false;
+    void Begin(std::string_view op) override { seen.push_back("begin " + std::string(op)); }
+    void End(std::string_view op) override { seen.push_back("end " + std::string(op)); }
+    bool Skip(std::string_view op) override { return skip_add && op == "Add"; }
+  };
+  std::vector<std::string> log;
+  Registry r = MakeRegistry(&log);
+  Recorder rec;
+  OpObserver* prev = CurrentOpObserver();
+  CurrentOpObserver() = &rec;
+  r.Run(AddFixture(4).params());
+  rec.skip_add = true;
+  r.Run(AddFixture(4).params());  // left out
+  Tensor a(DType::kF32, {4, 3}), b(DType::kF32, {3, 4}), out(DType::kF32, {4, 3});
+  EXPECT_THROW(r.Run(AddParams{a.view(), b.view(), out.view()}), Error);  // validated first
+  CurrentOpObserver() = prev;
+  EXPECT_EQ(log, std::vector<std::string>{"low"});
+  EXPECT_EQ(rec.seen, (std::vector<std::string>{"begin Add", "end Add"}));
+}
+
 TEST(Registry, GlobalHasReferenceForEveryOpAndPicksFastCpuKernels) {
   const Registry& g = Registry::Global();
   EXPECT_NE(g.table<EmbeddingParams>().Find("ref"), nullptr);
