@@ -107,21 +107,35 @@ std::vector<float> CheckDecodeCase(const DecodeCase& c, DType cache_dtype, Cover
 // One decode case with random bf16-valued q / K / V, checked with an f32 cache and an fp8
 // cache (scales that put the values well inside e4m3's range), then the two reference outputs
 // against each other within `fp8_vs_f32`.
+// Random bf16-valued inputs of a case on batch pb: q ~ N(0, 1), the caches ~ N(0, k_std) /
+// N(0, v_std) (drawn in that order).
+struct DecodeInputs {
+  Tensor q, kc, vc;
+  DecodeInputs(const DecodeCase& c, const PagedBatch& pb, float k_std, float v_std)
+      : q(DType::kF32, {pb.tokens, c.heads, c.head_dim}),
+        kc(DType::kF32, {pb.num_pages, c.page_size, c.kv_heads, c.head_dim}),
+        vc(DType::kF32, {pb.num_pages, c.page_size, c.kv_heads, c.head_dim}) {
+    FillNormal(q);
+    FillNormal(kc, 0.0f, k_std);
+    FillNormal(vc, 0.0f, v_std);
+    for (const Tensor* t : {&q, &kc, &vc}) RoundToBf16(*t);
+  }
+};
+
+void CheckDecodeBatchBothCaches(const DecodeCase& c, const PagedBatch& pb, Coverage& cov,
+                                const Tolerance& fp8_vs_f32) {
+  const DecodeInputs in(c, pb, 0.5f, 2.0f);
+  const std::vector<float> f32 = CheckDecodeCase(c, DType::kF32, cov, in.q, in.kc, in.vc, pb, 1, 1);
+  const std::vector<float> f8 =
+      CheckDecodeCase(c, DType::kF8E4M3, cov, in.q, in.kc, in.vc, pb, 0.5f / 64, 2.0f / 64);
+  ExpectClose(f32.data(), f8.data(), int64_t(f8.size()), fp8_vs_f32, "ref fp8 vs f32 cache");
+}
+
+// The case's own batch: one decode token per kv length.
 void CheckDecodeCaseBothCaches(const DecodeCase& c, Coverage& cov, const Tolerance& fp8_vs_f32) {
   std::vector<std::pair<int, int>> seqs;
   for (int kl : c.kv_lens) seqs.push_back({1, kl});
-  const PagedBatch pb(seqs, c.page_size);
-  Tensor q(DType::kF32, {pb.tokens, c.heads, c.head_dim});
-  Tensor kc(DType::kF32, {pb.num_pages, c.page_size, c.kv_heads, c.head_dim});
-  Tensor vc(DType::kF32, {pb.num_pages, c.page_size, c.kv_heads, c.head_dim});
-  FillNormal(q);
-  FillNormal(kc, 0.0f, 0.5f);
-  FillNormal(vc, 0.0f, 2.0f);
-  for (const Tensor* t : {&q, &kc, &vc}) RoundToBf16(*t);
-  const std::vector<float> f32 = CheckDecodeCase(c, DType::kF32, cov, q, kc, vc, pb, 1, 1);
-  const std::vector<float> f8 =
-      CheckDecodeCase(c, DType::kF8E4M3, cov, q, kc, vc, pb, 0.5f / 64, 2.0f / 64);
-  ExpectClose(f32.data(), f8.data(), int64_t(f8.size()), fp8_vs_f32, "ref fp8 vs f32 cache");
+  CheckDecodeBatchBothCaches(c, PagedBatch(seqs, c.page_size), cov, fp8_vs_f32);
 }
 
 TEST(DecodeAttention, EveryBackendMatchesReferenceBf16AndFp8) {
@@ -226,15 +240,9 @@ TEST(DecodeAttention, SplitPlanForLongerContexts) {
     dev.Upload(pb.batch, nullptr);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     plan.device = &dev.view();
-    Tensor q(DType::kF32, {pb.tokens, c.heads, c.head_dim});
-    Tensor kc(DType::kF32, {pb.num_pages, c.page_size, c.kv_heads, c.head_dim});
-    Tensor vc(DType::kF32, {pb.num_pages, c.page_size, c.kv_heads, c.head_dim});
-    FillNormal(q);
-    FillNormal(kc, 0.0f, 0.5f);
-    FillNormal(vc, 0.0f, 2.0f);
-    for (const Tensor* t : {&q, &kc, &vc}) RoundToBf16(*t);
-    (void)CheckDecodeCase(c, DType::kF32, cov, q, kc, vc, pb, 1, 1, &plan);
-    (void)CheckDecodeCase(c, DType::kF8E4M3, cov, q, kc, vc, pb, 0.5f / 64, 2.0f / 64, &plan);
+    const DecodeInputs in(c, pb, 0.5f, 2.0f);
+    (void)CheckDecodeCase(c, DType::kF32, cov, in.q, in.kc, in.vc, pb, 1, 1, &plan);
+    (void)CheckDecodeCase(c, DType::kF8E4M3, cov, in.q, in.kc, in.vc, pb, 0.5f / 64, 2.0f / 64, &plan);
   }
   EXPECT_GT(cov.Runs("cuda"), 0) << "the CUDA backend ran none of the cases";
 }
@@ -246,14 +254,8 @@ TEST(DecodeAttention, MixedBatchRoutesRows) {
   Coverage cov;
   const DecodeCase c{16, 4, 128, 16, {}};
   const PagedBatch pb({{1, 500}, {40, 90}, {1, 1}, {3, 17}, {1, 64}}, c.page_size);
-  Tensor q(DType::kF32, {pb.tokens, c.heads, c.head_dim});
-  Tensor kc(DType::kF32, {pb.num_pages, c.page_size, c.kv_heads, c.head_dim});
-  Tensor vc(DType::kF32, {pb.num_pages, c.page_size, c.kv_heads, c.head_dim});
-  FillNormal(q);
-  FillNormal(kc);
-  FillNormal(vc);
-  for (const Tensor* t : {&q, &kc, &vc}) RoundToBf16(*t);
-  (void)CheckDecodeCase(c, DType::kF32, cov, q, kc, vc, pb, 1, 1);
+  const DecodeInputs in(c, pb, 1.0f, 1.0f);
+  (void)CheckDecodeCase(c, DType::kF32, cov, in.q, in.kc, in.vc, pb, 1, 1);
   cov.Check<AttentionParams>();
 }
 
@@ -266,18 +268,8 @@ TEST(DecodeAttention, Fp8CacheWithPrefillRows) {
                               DecodeCase{10, 2, 80, 8, {}}}) {
     SCOPED_TRACE(fmt::format("{}:{} d={} page={} (prefill rows)", c.heads, c.kv_heads,
                              c.head_dim, c.page_size));
-    const PagedBatch pb({{1, 300}, {37, 90}, {1, 1}, {7, 7}}, c.page_size);
-    Tensor q(DType::kF32, {pb.tokens, c.heads, c.head_dim});
-    Tensor kc(DType::kF32, {pb.num_pages, c.page_size, c.kv_heads, c.head_dim});
-    Tensor vc(DType::kF32, {pb.num_pages, c.page_size, c.kv_heads, c.head_dim});
-    FillNormal(q);
-    FillNormal(kc, 0.0f, 0.5f);
-    FillNormal(vc, 0.0f, 2.0f);
-    for (const Tensor* t : {&q, &kc, &vc}) RoundToBf16(*t);
-    const std::vector<float> f32 = CheckDecodeCase(c, DType::kF32, cov, q, kc, vc, pb, 1, 1);
-    const std::vector<float> f8 =
-        CheckDecodeCase(c, DType::kF8E4M3, cov, q, kc, vc, pb, 0.5f / 64, 2.0f / 64);
-    ExpectClose(f32.data(), f8.data(), int64_t(f8.size()), kFp8VsF32FewKeys, "ref fp8 vs f32 cache");
+    CheckDecodeBatchBothCaches(c, PagedBatch({{1, 300}, {37, 90}, {1, 1}, {7, 7}}, c.page_size),
+                               cov, kFp8VsF32FewKeys);
   }
   cov.Check<AttentionParams>();
 }

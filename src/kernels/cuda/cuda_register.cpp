@@ -165,6 +165,27 @@ const cuda::DeviceBatchView& DeviceBatch(const AttentionBatch& b, cudaStream_t s
   return plan.view();
 }
 
+// The split partials of a split-K attention launch (a.num_splits > 1; Args: the decode or the
+// prefill kernels' args): [num_tokens][heads][num_splits] accumulators of head_dim floats,
+// then their (max, sum) pairs, in the thread's partials scratch (every attention kernel of a
+// step uses it in stream order).
+template <typename Args>
+void AttachSplitPartials(Args& a, int64_t num_tokens) {
+  const size_t per = size_t(num_tokens) * size_t(a.heads) * size_t(a.num_splits);
+  float* ws = static_cast<float*>(cuda::Scratch(cuda::ScratchSlot::kAttentionPartials,
+                                                per * size_t(a.head_dim + 2) * sizeof(float)));
+  a.partial_acc = ws;
+  a.partial_ml = ws + per * size_t(a.head_dim);
+}
+
+// The longest causal key range of the batch's sequences (kv_len, capped by a sliding window;
+// at least 1): the length split plans are made for.
+int64_t LongestKeys(const AttentionBatch& b, int sliding_window) {
+  int64_t max_len = 1;
+  for (int s = 0; s < b.num_seqs; ++s) max_len = std::max<int64_t>(max_len, b.kv_len[size_t(s)]);
+  return sliding_window > 0 ? std::min<int64_t>(max_len, sliding_window) : max_len;
+}
+
 cuda::KvWriteArgs KvWriteArgsOf(const KvWriteParams& p, cudaStream_t stream) {
   cuda::KvWriteArgs a{};
   a.k = Bf(p.k);
@@ -236,11 +257,7 @@ bool RunDecodeAttention(const AttentionParams& p, const cuda::AttentionArgs& bas
   cuda::AttentionArgs a = base;
   a.num_splits = cuda::DecodeAttentionSplits(a, decode_seqs, max_len);
   if (a.num_splits > 1) {
-    const size_t per = size_t(p.q.dim(0)) * size_t(a.heads) * size_t(a.num_splits);
-    float* ws = static_cast<float*>(cuda::Scratch(cuda::ScratchSlot::kAttentionPartials,
-                                                  per * size_t(a.head_dim + 2) * sizeof(float)));
-    a.partial_acc = ws;
-    a.partial_ml = ws + per * size_t(a.head_dim);
+    AttachSplitPartials(a, p.q.dim(0));
     // Grid rows per query row: kv heads (x head chunks in the CUDA-core kernel; <= heads).
     a.split_counters = cuda::DecodeSplitCounters(p.q.dim(0) * a.heads, stream);
   }
@@ -291,13 +308,7 @@ int RunPrefillAttention(const AttentionParams& p, const cuda::DeviceBatchView& d
   a.v_scale = p.cache.v_scale;
   a.softcap = p.logit_softcap;
   a.sliding_window = p.sliding_window;
-  if (a.num_splits > 1) {
-    const size_t per = size_t(p.q.dim(0)) * size_t(a.heads) * size_t(a.num_splits);
-    float* ws = static_cast<float*>(cuda::Scratch(cuda::ScratchSlot::kAttentionPartials,
-                                                  per * size_t(a.head_dim + 2) * sizeof(float)));
-    a.partial_acc = ws;
-    a.partial_ml = ws + per * size_t(a.head_dim);
-  }
+  if (a.num_splits > 1) AttachSplitPartials(a, p.q.dim(0));
   cuda::LaunchPrefillAttention(a, stream);
   CheckLaunch();
   return a.min_q_len;
@@ -330,12 +341,7 @@ void RunAttention(const AttentionParams& p) {
   cuda::AttentionArgs a = AttentionArgsOf(p);
   // Split-K: about 8 (row, kv head, split) blocks per SM (the kernel is latency bound: more
   // warps in flight), splits of >= 64 keys.
-  int64_t max_len = 1;
-  for (int s = 0; s < b.num_seqs; ++s) {
-    int64_t len = b.kv_len[size_t(s)];
-    if (p.sliding_window > 0) len = std::min<int64_t>(len, p.sliding_window);
-    max_len = std::max(max_len, len);
-  }
+  const int64_t max_len = LongestKeys(b, p.sliding_window);
   const int64_t num_tokens = p.q.dim(0);
   const int64_t base_blocks = std::max<int64_t>(1, num_tokens * a.kv_heads);
   const int64_t target = 8 * int64_t(cuda::MultiprocessorCount());
@@ -360,13 +366,7 @@ void RunAttention(const AttentionParams& p) {
                !(a.prefill_min_q_len > 0 && ql >= a.prefill_min_q_len);
   }
   if (!any_rest) return;
-  if (a.num_splits > 1) {
-    const size_t per = size_t(num_tokens) * size_t(a.heads) * size_t(a.num_splits);
-    float* ws = static_cast<float*>(cuda::Scratch(cuda::ScratchSlot::kAttentionPartials,
-                                                  per * size_t(a.head_dim + 2) * sizeof(float)));
-    a.partial_acc = ws;
-    a.partial_ml = ws + per * size_t(a.head_dim);
-  }
+  if (a.num_splits > 1) AttachSplitPartials(a, num_tokens);
   cuda::LaunchAttention(a, stream);
   CheckLaunch();
 }
@@ -399,9 +399,7 @@ bool FusedAttentionSupported(const RopeKvWriteAttentionParams& p) {
   for (int32_t l : b.q_len)
     if (l != 1) return false;
   const int heads = int(r.q.dim(1)), kv_heads = int(r.cache.k_cache.dim(2));
-  int64_t max_len = 1;
-  for (int32_t l : b.kv_len) max_len = std::max<int64_t>(max_len, l);
-  if (p.sliding_window > 0) max_len = std::min<int64_t>(max_len, p.sliding_window);
+  const int64_t max_len = LongestKeys(b, p.sliding_window);
   if (r.cache.k_cache.dtype == DType::kF8E4M3 &&
       cuda::DecodeFusedMinSplitKeys(kv_heads, max_len) < 64 &&
       int64_t(b.num_seqs) * max_len > FusedAttentionMaxFp8Keys())
@@ -415,30 +413,11 @@ void RunFusedAttention(const RopeKvWriteAttentionParams& p) {
   const AttentionBatch& b = *ap.batch;
   cuda::AttentionArgs a = AttentionArgsOf(ap);
   a.batch = DeviceBatch(b, stream);
-  int64_t max_len = 1;
-  for (int s = 0; s < b.num_seqs; ++s) {
-    int64_t len = b.kv_len[size_t(s)];
-    if (ap.sliding_window > 0) len = std::min<int64_t>(len, ap.sliding_window);
-    max_len = std::max(max_len, len);
-  }
+  const int64_t max_len = LongestKeys(b, ap.sliding_window);
   // Long contexts: RopeKvWrite + the streaming decode kernel (fixed at capture by the
   // planned length, as the split plan).
-  if (cuda::DecodeStreamPreferred(a, b.num_seqs, max_len)) {
-    static const bool one_kernel = EnvFlag("PG_DSTREAM_FUSED_KERNEL", false);
-    if (!one_kernel) return RunRopeKvWriteAttentionComposed(p, /*reference=*/false);
-    a.num_splits = cuda::DecodeAttentionSplits(a, b.num_seqs, max_len);
-    if (a.num_splits > 1) {
-      const size_t per = size_t(p.out.dim(0)) * size_t(a.heads) * size_t(a.num_splits);
-      float* ws = static_cast<float*>(cuda::Scratch(cuda::ScratchSlot::kAttentionPartials,
-                                                    per * size_t(a.head_dim + 2) * sizeof(float)));
-      a.partial_acc = ws;
-      a.partial_ml = ws + per * size_t(a.head_dim);
-      a.split_counters = cuda::DecodeSplitCounters(p.out.dim(0) * a.heads, stream);  // may be null
-    }
-    cuda::LaunchDecodeStreamFused(a, RopeKvWriteArgsOf(p.rope, stream), stream);
-    CheckLaunch();
-    return;
-  }
+  if (cuda::DecodeStreamPreferred(a, b.num_seqs, max_len))
+    return RunRopeKvWriteAttentionComposed(p, /*reference=*/false);
   a.min_split_keys = cuda::DecodeFusedMinSplitKeys(a.kv_heads, max_len);
   a.num_splits = cuda::DecodeFusedSplits(a, b.num_seqs, max_len);
   if (a.num_splits > 1) {
@@ -452,11 +431,7 @@ void RunFusedAttention(const RopeKvWriteAttentionParams& p) {
       warned = true;
       return RunRopeKvWriteAttentionComposed(p, /*reference=*/false);
     }
-    const size_t per = size_t(p.out.dim(0)) * size_t(a.heads) * size_t(a.num_splits);
-    float* ws = static_cast<float*>(cuda::Scratch(cuda::ScratchSlot::kAttentionPartials,
-                                                  per * size_t(a.head_dim + 2) * sizeof(float)));
-    a.partial_acc = ws;
-    a.partial_ml = ws + per * size_t(a.head_dim);
+    AttachSplitPartials(a, p.out.dim(0));
   }
   cuda::LaunchDecodeFused(a, RopeKvWriteArgsOf(p.rope, stream), stream, max_len);
   CheckLaunch();

@@ -500,21 +500,6 @@ bool DecodeStreamPreferred(const AttentionArgs& a, int num_seqs, int64_t max_len
   return min_keys > 0 && int64_t(num_seqs) * max_len >= min_keys && UseStream(a);
 }
 
-void LaunchDecodeStreamFused(const AttentionArgs& args, const RopeKvWriteArgs& rope,
-                             cudaStream_t stream) {
-  if (args.batch.num_seqs == 0) return;
-  AttentionArgs a = args;
-  ApplyKnobs(a, /*stream=*/true);
-  const auto [capacity, base] = ShapeOf(a, a.batch.num_seqs);
-  a.wave_splits = int(std::clamp<int64_t>(capacity / base, 1, kCombineMaxSplits));
-  const int mergers = StreamMergers(a, a.batch.num_seqs);
-  if (mergers == 0) a.split_counters = nullptr;
-  LaunchStreamFused(a, rope, a.batch.num_seqs, mergers, stream);
-  if (a.num_splits > 1 && a.split_counters == nullptr)
-    LaunchPdl(DecodeCombineKernel, dim3(unsigned(a.batch.num_tokens), unsigned(a.heads)),
-              dim3(unsigned(CombineThreads(a.head_dim))), 0, stream, a);
-}
-
 int DecodeFusedSplits(const AttentionArgs& a, int num_seqs, int64_t max_len) {
   return PlanSplits(FusedKnobs(a), num_seqs, max_len, /*fused=*/true);
 }

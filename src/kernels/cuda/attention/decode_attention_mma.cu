@@ -224,25 +224,13 @@ __global__ void __launch_bounds__(256)
       PrepareNewToken<D, KvT>(f, a, s, row, kvh, group, owner, qscale, fs);
   }
 
-  // Q as A fragments: rows g and g + 8 = heads h0 + g, h0 + g + 8 (zero past the group).
-  // Chunk c of lane (g, t) holds dims base(c) + 0..3, base(c) = v * 4 kVe + t kVe + sub * 4
-  // (v = c / kCpv, sub = c % kCpv): the K vector layout below.
+  // Q as A fragments: rows g and g + 8 = heads h0 + g, h0 + g + 8 (zero past the group), in
+  // the K vector layout below (decode_mma_util.cuh LoadQFragments).
   uint32_t qa[M::kKc][4];
   {
     const bf16* q = kFused ? FusedScratch<D>(smem + kTW * M::kWarpU4, MergeRows<kSt>(group)).q
                            : a.q + int64_t(row) * a.q_stride + int64_t(h0) * D;
-#pragma unroll
-    for (int c = 0; c < M::kKc; ++c) {
-      const int base = (c / M::kCpv) * 4 * M::kVe + t * M::kVe + (c % M::kCpv) * 4;
-      const uint2 z = make_uint2(0, 0);
-      uint2 lo = active && g < group ? *reinterpret_cast<const uint2*>(q + g * D + base) : z;
-      uint2 hi = active && g + 8 < group ? *reinterpret_cast<const uint2*>(q + (g + 8) * D + base) : z;
-      if constexpr (kF8) {
-        lo = make_uint2(Bf2ToH2(lo.x), Bf2ToH2(lo.y));
-        hi = make_uint2(Bf2ToH2(hi.x), Bf2ToH2(hi.y));
-      }
-      qa[c][0] = lo.x, qa[c][1] = hi.x, qa[c][2] = lo.y, qa[c][3] = hi.y;
-    }
+    LoadQFragments<kF8, D, M::kKc, M::kCpv, M::kVe>(qa, q, active ? group : 0, g, t);
   }
 
   float o[M::kNb][4];
@@ -322,46 +310,9 @@ __global__ void __launch_bounds__(256)
         }
       }
     }
-    // Scores in log2 units; keys past the split's end masked.
-#pragma unroll
-    for (int bb = 0; bb < 2; ++bb)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float x = sc[bb][e] * qscale;
-        if (a.softcap > 0.0f) x = a.softcap * tanhf(x / a.softcap) * kLog2e;
-        sc[bb][e] = key0 + bb * 8 + 2 * t + (e & 1) < kv_end ? x : -INFINITY;
-      }
-    float mx0 = fmaxf(fmaxf(sc[0][0], sc[0][1]), fmaxf(sc[1][0], sc[1][1]));
-    float mx1 = fmaxf(fmaxf(sc[0][2], sc[0][3]), fmaxf(sc[1][2], sc[1][3]));
-#pragma unroll
-    for (int off = 1; off <= 2; off <<= 1) {  // the quad holds the row's 16 keys
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
-    }
-    if (mx0 > m0) {  // the running max grew: rescale (quad-uniform)
-      const float c = Exp2Or0(m0, mx0);
-      l0 *= c;
-#pragma unroll
-      for (int nb = 0; nb < M::kNb; ++nb) o[nb][0] *= c, o[nb][1] *= c;
-      m0 = mx0;
-    }
-    if (mx1 > m1) {
-      const float c = Exp2Or0(m1, mx1);
-      l1 *= c;
-#pragma unroll
-      for (int nb = 0; nb < M::kNb; ++nb) o[nb][2] *= c, o[nb][3] *= c;
-      m1 = mx1;
-    }
-#pragma unroll
-    for (int bb = 0; bb < 2; ++bb) {
-      sc[bb][0] = Exp2Or0(sc[bb][0], m0), sc[bb][1] = Exp2Or0(sc[bb][1], m0);
-      sc[bb][2] = Exp2Or0(sc[bb][2], m1), sc[bb][3] = Exp2Or0(sc[bb][3], m1);
-      l0 += sc[bb][0] + sc[bb][1];
-      l1 += sc[bb][2] + sc[bb][3];
-    }
-    auto pack = [](float lo, float hi) { return kF8 ? PackH2(lo, hi) : mla::PackBf16(lo, hi); };
-    const uint32_t pa[4] = {pack(sc[0][0], sc[0][1]), pack(sc[0][2], sc[0][3]),
-                            pack(sc[1][0], sc[1][1]), pack(sc[1][2], sc[1][3])};
+    // Scores to p in log2 units, (m, l, o) updated, p packed (decode_mma_util.cuh).
+    uint32_t pa[4];
+    SoftmaxTileStep<kF8, M::kNb>(sc, qscale, a.softcap, key0, t, kv_end, m0, m1, l0, l1, o, pa);
     const int lk = lane % 8 + ((lane / 8) % 2) * 8;  // ldmatrix row (key) this lane addresses
 #pragma unroll
     for (int np = 0; np < M::kNb / 2; ++np) {
@@ -382,30 +333,9 @@ __global__ void __launch_bounds__(256)
     l1 += __shfl_xor_sync(0xffffffffu, l1, off);
   }
   if constexpr (kHeadWarps) {  // each warp stores its own heads
-    if (active) {
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const int rr = g + 8 * hr;
-        if (rr >= group) continue;
-        const int h = h0 + rr;
-        const float m = hr ? m1 : m0, l = hr ? l1 : l0;
-        if (active_splits == 1) {
-          const float inv = l > 0.0f ? a.v_scale / l : 0.0f;
-          bf16* out = a.out + int64_t(row) * a.out_stride + int64_t(h) * D + 2 * t;
-#pragma unroll
-          for (int nb = 0; nb < M::kNb; ++nb)
-            *reinterpret_cast<__nv_bfloat162*>(out + nb * 8) =
-                __floats2bfloat162_rn(o[nb][2 * hr] * inv, o[nb][2 * hr + 1] * inv);
-        } else {
-          const int64_t base = (int64_t(row) * a.heads + h) * num_splits + split;
-          float* acc = a.partial_acc + base * D + 2 * t;
-#pragma unroll
-          for (int nb = 0; nb < M::kNb; ++nb)
-            *reinterpret_cast<float2*>(acc + nb * 8) = make_float2(o[nb][2 * hr], o[nb][2 * hr + 1]);
-          if (t == 0) a.partial_ml[2 * base] = m, a.partial_ml[2 * base + 1] = l;
-        }
-      }
-    }
+    if (active)
+      StoreWarpRows<D, M::kNb>(a, row, h0, group, split, num_splits, active_splits, g, t, m0, m1,
+                               l0, l1, o);
     const int first_kvh = int(blockIdx.y) * warps;
     FinishSplits(a, row, first_kvh * group, (min(a.kv_heads, first_kvh + warps) - first_kvh) * group,
                  active_splits);

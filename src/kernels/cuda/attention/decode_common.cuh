@@ -244,10 +244,6 @@ MmaShape StreamLaunchShape(const AttentionArgs& a);
 // 2 * num_tokens counters.
 int StreamMergers(const AttentionArgs& a, int num_seqs);
 void LaunchStream(const AttentionArgs& a, int num_seqs, int mergers, cudaStream_t stream);
-// Its fused form (RopeKvWrite inside, decode_stream_fused.cuh): rope.q / kv.k / kv.v the raw
-// new rows (read, never modified); a's plan and scratch as LaunchStream's.
-void LaunchStreamFused(const AttentionArgs& a, const RopeKvWriteArgs& rope, int num_seqs,
-                       int mergers, cudaStream_t stream);
 // The fused decode attention (RopeKvWrite + Attention, decode_fused.cuh): the round-robin
 // layout (a block per (sequence, kv head, split), 4 warps), splits merged in the kernel (needs
 // a.split_counters); rope.q / rope.kv.k / rope.kv.v: the raw new rows, not modified.

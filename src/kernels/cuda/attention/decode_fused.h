@@ -23,11 +23,6 @@ int DecodeFusedSplits(const AttentionArgs& a, int num_seqs, int64_t max_len);
 // faster as RopeKvWrite + Attention on the streaming kernel (decode_stream.cu) than fused
 // (the caller then runs the composition). a: the attention args (shape and cache type).
 bool DecodeStreamPreferred(const AttentionArgs& a, int num_seqs, int64_t max_len);
-// RopeKvWrite + Attention in the streaming kernel (decode_stream_fused.cuh), for the batches
-// DecodeStreamPreferred picks (PG_DSTREAM_FUSED_KERNEL=1; else the two ops run): a planned
-// by DecodeAttentionSplits (the streaming kernel's shape), its partials scratch when
-// a.num_splits > 1, split counters optional (2 per row; none: the combine kernel merges).
-void LaunchDecodeStreamFused(const AttentionArgs& a, const RopeKvWriteArgs& rope, cudaStream_t stream);
 // One launch: a (attention; a.q unused, a.split_counters required when a.num_splits > 1) and
 // rope (the new rows q / kv.k / kv.v as the projection wrote them: read, never modified; the
 // cache pointers and scales as a's). max_len: the longest causal range the plan was made for

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/attention/decode_common.cuh"
 #include "kernels/cuda/mla/mma_util.cuh"
 
 namespace pg::cuda::decode {
@@ -44,6 +45,112 @@ template <bool kF8>
 __device__ __forceinline__ void MmaT(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   if constexpr (kF8) MmaF16(c, a, b0, b1);
   else mla::Mma(c, a, b0, b1);
+}
+
+// One 16-key tile's online-softmax step of the tensor-core decode kernels, on S's
+// accumulators sc (rows g and g + 8 of the lane's quad, keys key0 + bb * 8 + 2t + {0, 1}):
+// scores to log2 units (softcap > 0: capped first), keys at or past kv_end masked by a select
+// (stale tile bytes may be NaN), the running maxima m0 / m1 raised with the rescale of l and
+// o (quad-uniform), p = 2^(s - m) summed into l0 / l1 and packed as the PV MMA's A fragment.
+template <bool kF8, int kNb>
+__device__ __forceinline__ void SoftmaxTileStep(float (&sc)[2][4], float qscale, float softcap,
+                                                int key0, int t, int kv_end, float& m0,
+                                                float& m1, float& l0, float& l1,
+                                                float (&o)[kNb][4], uint32_t (&pa)[4]) {
+#pragma unroll
+  for (int bb = 0; bb < 2; ++bb)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      float x = sc[bb][e] * qscale;
+      if (softcap > 0.0f) x = softcap * tanhf(x / softcap) * kLog2e;
+      sc[bb][e] = key0 + bb * 8 + 2 * t + (e & 1) < kv_end ? x : -INFINITY;
+    }
+  float mx0 = fmaxf(fmaxf(sc[0][0], sc[0][1]), fmaxf(sc[1][0], sc[1][1]));
+  float mx1 = fmaxf(fmaxf(sc[0][2], sc[0][3]), fmaxf(sc[1][2], sc[1][3]));
+#pragma unroll
+  for (int off = 1; off <= 2; off <<= 1) {  // the quad holds the row's 16 keys
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
+  }
+  if (mx0 > m0) {  // the running max grew: rescale (quad-uniform)
+    const float c = Exp2Or0(m0, mx0);
+    l0 *= c;
+#pragma unroll
+    for (int nb = 0; nb < kNb; ++nb) o[nb][0] *= c, o[nb][1] *= c;
+    m0 = mx0;
+  }
+  if (mx1 > m1) {
+    const float c = Exp2Or0(m1, mx1);
+    l1 *= c;
+#pragma unroll
+    for (int nb = 0; nb < kNb; ++nb) o[nb][2] *= c, o[nb][3] *= c;
+    m1 = mx1;
+  }
+#pragma unroll
+  for (int bb = 0; bb < 2; ++bb) {
+    sc[bb][0] = Exp2Or0(sc[bb][0], m0), sc[bb][1] = Exp2Or0(sc[bb][1], m0);
+    sc[bb][2] = Exp2Or0(sc[bb][2], m1), sc[bb][3] = Exp2Or0(sc[bb][3], m1);
+    l0 += sc[bb][0] + sc[bb][1];
+    l1 += sc[bb][2] + sc[bb][3];
+  }
+  auto pack = [](float lo, float hi) { return kF8 ? PackH2(lo, hi) : mla::PackBf16(lo, hi); };
+  pa[0] = pack(sc[0][0], sc[0][1]), pa[1] = pack(sc[0][2], sc[0][3]);
+  pa[2] = pack(sc[1][0], sc[1][1]), pa[3] = pack(sc[1][2], sc[1][3]);
+}
+
+// A warp's rows g and g + 8 (query heads h0 + g, h0 + g + 8 below h0 + group) of query row
+// `row` after its key loop: with one active split the bf16 output (o / l, times a.v_scale),
+// else its split's partial (o, and (m, l) from the quad's lane t 0) at a.partial_acc /
+// a.partial_ml, layout [row][head][num_splits][...]. D: head_dim; o: the PV accumulators.
+template <int D, int kNb>
+__device__ __forceinline__ void StoreWarpRows(const AttentionArgs& a, int row, int h0, int group,
+                                              int split, int num_splits, int active_splits,
+                                              int g, int t, float m0, float m1, float l0,
+                                              float l1, const float (&o)[kNb][4]) {
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int rr = g + 8 * hr;
+    if (rr >= group) continue;
+    const int h = h0 + rr;
+    const float m = hr ? m1 : m0, l = hr ? l1 : l0;
+    if (active_splits == 1) {
+      const float inv = l > 0.0f ? a.v_scale / l : 0.0f;
+      bf16* out = a.out + int64_t(row) * a.out_stride + int64_t(h) * D + 2 * t;
+#pragma unroll
+      for (int nb = 0; nb < kNb; ++nb)
+        *reinterpret_cast<__nv_bfloat162*>(out + nb * 8) =
+            __floats2bfloat162_rn(o[nb][2 * hr] * inv, o[nb][2 * hr + 1] * inv);
+    } else {
+      const int64_t base = (int64_t(row) * a.heads + h) * num_splits + split;
+      float* acc = a.partial_acc + base * D + 2 * t;
+#pragma unroll
+      for (int nb = 0; nb < kNb; ++nb)
+        *reinterpret_cast<float2*>(acc + nb * 8) = make_float2(o[nb][2 * hr], o[nb][2 * hr + 1]);
+      if (t == 0) a.partial_ml[2 * base] = m, a.partial_ml[2 * base + 1] = l;
+    }
+  }
+}
+
+// Q as the QK MMA's A fragments: rows g and g + 8 = q rows g, g + 8 of the head group at q
+// (row stride D; zero at rows >= rows). Chunk c of lane (g, t) holds dims base(c) + 0..3,
+// base(c) = v * 4 kVe + t kVe + sub * 4 (v = c / kCpv, sub = c % kCpv): the kernels' K vector
+// layout (kVe dims per 16-byte K vector, kCpv k-chunks per vector, kKc = D / 16 chunks). kF8:
+// widened to f16 (the products run in f16 against fp8 caches).
+template <bool kF8, int D, int kKc, int kCpv, int kVe>
+__device__ __forceinline__ void LoadQFragments(uint32_t (&qa)[kKc][4], const bf16* q, int rows,
+                                               int g, int t) {
+#pragma unroll
+  for (int c = 0; c < kKc; ++c) {
+    const int base = (c / kCpv) * 4 * kVe + t * kVe + (c % kCpv) * 4;
+    const uint2 z = make_uint2(0, 0);
+    uint2 lo = g < rows ? *reinterpret_cast<const uint2*>(q + g * D + base) : z;
+    uint2 hi = g + 8 < rows ? *reinterpret_cast<const uint2*>(q + (g + 8) * D + base) : z;
+    if constexpr (kF8) {
+      lo = make_uint2(Bf2ToH2(lo.x), Bf2ToH2(lo.y));
+      hi = make_uint2(Bf2ToH2(hi.x), Bf2ToH2(hi.y));
+    }
+    qa[c][0] = lo.x, qa[c][1] = hi.x, qa[c][2] = lo.y, qa[c][3] = hi.y;
+  }
 }
 
 }  // namespace pg::cuda::decode

@@ -24,8 +24,7 @@
 // Warps of one head merge through shared memory; one active split writes the bf16 output,
 // else a partial that decode_attention.cu's combine kernel merges (default), or, with
 // PG_DSTREAM_MERGE=1, the row's last blocks merge inside the kernel (MergeSplitsInKernel:
-// not the default, see StreamMergers). kFused: RopeKvWrite inside (decode_stream_fused.cuh;
-// PG_DSTREAM_FUSED_KERNEL=1, not measured yet).
+// not the default, see StreamMergers).
 // Stale ring bytes: K rows past the split's end give garbage scores that are masked by a
 // select (NaN-safe), V rows are zeroed in the copy.
 #include <cuda_bf16.h>
@@ -38,7 +37,6 @@
 #include "core/env.h"
 #include "kernels/cuda/attention/decode_common.cuh"
 #include "kernels/cuda/attention/decode_mma_util.cuh"
-#include "kernels/cuda/attention/decode_stream_fused.cuh"
 #include "kernels/cuda/common/bulk_copy.cuh"
 #include "kernels/cuda/common/context.h"
 #include "kernels/cuda/mla/mma_util.cuh"
@@ -139,18 +137,10 @@ __device__ __forceinline__ void MergeSplitsInKernel(const AttentionArgs& a, cons
   if (tid == 0 && atomicAdd(done, 1) == hm - 1) *count = 0, *done = 0;
 }
 
-struct StreamNoFusion {};  // the unfused kernel's (empty) third parameter
-
-// kFused: ops_fused_attention.h RopeKvWriteAttention (decode_stream_fused.cuh): the block's
-// cache range stops below the new position (the producer never waits for PDL), the consumers
-// prepare the new token of every head after PdlWait (the owner split writes its slot and
-// attends to it first, from shared memory aliasing the V tiles).
-template <int D, bool kF8, bool kFused>
+template <int D, bool kF8>
 __global__ void __launch_bounds__(kMaxThreads, 1)
-    DecodeStreamKernel(const __grid_constant__ AttentionArgs a, const __grid_constant__ StreamPlan p,
-                       const __grid_constant__ std::conditional_t<kFused, RopeKvWriteArgs, StreamNoFusion> f) {
+    DecodeStreamKernel(const __grid_constant__ AttentionArgs a, const __grid_constant__ StreamPlan p) {
   using G = StreamGeo<D, kF8>;
-  using KvT = std::conditional_t<kF8, kv::fp8, bf16>;
   extern __shared__ __align__(128) unsigned char smem[];
   const DeviceBatchView& b = a.batch;  // uploaded before the step: readable before PdlWait
   const int s = blockIdx.x;
@@ -159,10 +149,8 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   const int active_splits = ActiveSplits(a, s, num_splits);
   if (split >= active_splits) return;  // surplus split of a graph planned for longer contexts
   const SplitRange r = SplitOf(a, s, split, active_splits);
-  // Cache keys [r.begin, kv_end): the fused kernel's stop below the new position.
-  const int new_pos = b.kv_len[s] - 1;
-  const bool owner = kFused && r.begin <= new_pos && new_pos < r.end;
-  const int kv_end = kFused ? min(r.end, new_pos) : r.end;
+  const int new_pos = b.kv_len[s] - 1;  // written by the previous kernel (RopeKvWrite)
+  const int kv_end = r.end;
   const int tiles = (max(0, kv_end - r.begin) + kTK - 1) / kTK;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t slot_bytes = int64_t(a.kv_heads) * G::kRowBytes;  // one key, every head
@@ -190,7 +178,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
         const int k0 = r.begin + (st / 2) * kTK, k1 = min(k0 + kTK, kv_end);
         // PdlWait before the first read of the new key (the previous kernel writes it); the
         // keys below it are earlier steps' (readable before the wait).
-        if (!kFused && !waited && k1 > new_pos) PdlWait(), waited = true;
+        if (!waited && k1 > new_pos) PdlWait(), waited = true;
         const int slot = st % p.stages;
         if (st >= p.stages) MbarWait(empty0 + 8 * slot, uint32_t(st / p.stages - 1) & 1u);
         const uint32_t full = full0 + 8 * slot;
@@ -222,53 +210,19 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   auto consumer_sync = [nthreads] { asm volatile("bar.sync 1, %0;" ::"r"(nthreads) : "memory"); };
   PdlWait();  // q (RoPE'd by the previous kernel) is visible from here; writes come after
   const float qscale = a.logit_scale * (a.softcap > 0.0f ? 1.0f : kLog2e);
-  // Fused: the new token's scratch aliases the V tiles (dead until the key loop).
-  const StreamFusedScratch<D> fs(smem + p.tile_offset, a.heads, a.kv_heads);
-  if constexpr (kFused)
-    PrepareNewTokenAllHeads<D, KvT>(f, a, s, row, owner, qscale, fs, int(threadIdx.x), nthreads,
-                                    consumer_sync);
 
-  // Q as A fragments: rows g and g + 8 = heads h0 + g, h0 + g + 8 (zero past the group).
-  // Chunk c of lane (g, t) holds dims base(c) + 0..3, base(c) = v * 4 kVe + t kVe + sub * 4
-  // (v = c / kCpv, sub = c % kCpv): the K vector layout below (decode_attention_mma.cu).
+  // Q as A fragments: rows g and g + 8 = heads h0 + g, h0 + g + 8 (zero past the group), in
+  // the K vector layout below (decode_mma_util.cuh LoadQFragments).
   uint32_t qa[G::kKc][4];
   {
-    const bf16* q = kFused ? fs.q + h0 * D : a.q + int64_t(row) * a.q_stride + int64_t(h0) * D;
-#pragma unroll
-    for (int c = 0; c < G::kKc; ++c) {
-      const int base = (c / G::kCpv) * 4 * G::kVe + t * G::kVe + (c % G::kCpv) * 4;
-      const uint2 z = make_uint2(0, 0);
-      uint2 lo = g < group ? *reinterpret_cast<const uint2*>(q + g * D + base) : z;
-      uint2 hi = g + 8 < group ? *reinterpret_cast<const uint2*>(q + (g + 8) * D + base) : z;
-      if constexpr (kF8) {
-        lo = make_uint2(Bf2ToH2(lo.x), Bf2ToH2(lo.y));
-        hi = make_uint2(Bf2ToH2(hi.x), Bf2ToH2(hi.y));
-      }
-      qa[c][0] = lo.x, qa[c][1] = hi.x, qa[c][2] = lo.y, qa[c][3] = hi.y;
-    }
+    const bf16* q = a.q + int64_t(row) * a.q_stride + int64_t(h0) * D;
+    LoadQFragments<kF8, D, G::kKc, G::kCpv, G::kVe>(qa, q, group, g, t);
   }
 
   float o[G::kNb][4];
 #pragma unroll
   for (int nb = 0; nb < G::kNb; ++nb) o[nb][0] = o[nb][1] = o[nb][2] = o[nb][3] = 0.0f;
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;  // rows g and g + 8
-  if constexpr (kFused) {
-    if (owner && j == 0) {  // the new token first (p = 1 at its own max; l summed over the quad)
-      if (g < group) {
-        m0 = fs.score[h0 + g], l0 = t == 0 ? 1.0f : 0.0f;
-#pragma unroll
-        for (int nb = 0; nb < G::kNb; ++nb)
-          o[nb][0] = fs.v[head * D + nb * 8 + 2 * t], o[nb][1] = fs.v[head * D + nb * 8 + 2 * t + 1];
-      }
-      if (g + 8 < group) {
-        m1 = fs.score[h0 + g + 8], l1 = t == 0 ? 1.0f : 0.0f;
-#pragma unroll
-        for (int nb = 0; nb < G::kNb; ++nb)
-          o[nb][2] = fs.v[head * D + nb * 8 + 2 * t], o[nb][3] = fs.v[head * D + nb * 8 + 2 * t + 1];
-      }
-    }
-    consumer_sync();  // every warp has read the scratch before the V tiles overwrite it
-  }
 
   for (int i = j; i < tiles; i += p.warps_per_head) {
     const int key0 = r.begin + i * kTK;
@@ -316,47 +270,9 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
     __syncwarp();
     if (lane == 0) MbarArrive(empty0 + 8 * k_slot);  // this head is done with the K stage
 
-    // Scores in log2 units; keys past the split's end masked (a select: stale bytes may be
-    // NaN).
-#pragma unroll
-    for (int bb = 0; bb < 2; ++bb)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float x = sc[bb][e] * qscale;
-        if (a.softcap > 0.0f) x = a.softcap * tanhf(x / a.softcap) * kLog2e;
-        sc[bb][e] = key0 + bb * 8 + 2 * t + (e & 1) < kv_end ? x : -INFINITY;
-      }
-    float mx0 = fmaxf(fmaxf(sc[0][0], sc[0][1]), fmaxf(sc[1][0], sc[1][1]));
-    float mx1 = fmaxf(fmaxf(sc[0][2], sc[0][3]), fmaxf(sc[1][2], sc[1][3]));
-#pragma unroll
-    for (int off = 1; off <= 2; off <<= 1) {  // the quad holds the row's 16 keys
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
-    }
-    if (mx0 > m0) {  // the running max grew: rescale (quad-uniform)
-      const float c = Exp2Or0(m0, mx0);
-      l0 *= c;
-#pragma unroll
-      for (int nb = 0; nb < G::kNb; ++nb) o[nb][0] *= c, o[nb][1] *= c;
-      m0 = mx0;
-    }
-    if (mx1 > m1) {
-      const float c = Exp2Or0(m1, mx1);
-      l1 *= c;
-#pragma unroll
-      for (int nb = 0; nb < G::kNb; ++nb) o[nb][2] *= c, o[nb][3] *= c;
-      m1 = mx1;
-    }
-#pragma unroll
-    for (int bb = 0; bb < 2; ++bb) {
-      sc[bb][0] = Exp2Or0(sc[bb][0], m0), sc[bb][1] = Exp2Or0(sc[bb][1], m0);
-      sc[bb][2] = Exp2Or0(sc[bb][2], m1), sc[bb][3] = Exp2Or0(sc[bb][3], m1);
-      l0 += sc[bb][0] + sc[bb][1];
-      l1 += sc[bb][2] + sc[bb][3];
-    }
-    auto pack = [](float lo, float hi) { return kF8 ? PackH2(lo, hi) : mla::PackBf16(lo, hi); };
-    const uint32_t pa[4] = {pack(sc[0][0], sc[0][1]), pack(sc[0][2], sc[0][3]),
-                            pack(sc[1][0], sc[1][1]), pack(sc[1][2], sc[1][3])};
+    // Scores to p in log2 units, (m, l, o) updated, p packed (decode_mma_util.cuh).
+    uint32_t pa[4];
+    SoftmaxTileStep<kF8, G::kNb>(sc, qscale, a.softcap, key0, t, kv_end, m0, m1, l0, l1, o, pa);
 
     // V: stage 2i + 1 -> the warp's tile [key][chunk ^ key % 8] (16-bit chunks of 8 dims).
     // Lanes kVc * q .. + kVc - 1 copy one key's row (contiguous: conflict-free reads).
@@ -438,28 +354,9 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
     }
   }
   // Rows g, g + 8 of the head's query heads: the output (one active split) or the partial.
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    const int rr = g + 8 * hr;
-    if (rr >= group || j > 0) continue;
-    const int h = h0 + rr;
-    const float m = hr ? m1 : m0, l = hr ? l1 : l0;
-    if (active_splits == 1) {
-      const float inv = l > 0.0f ? a.v_scale / l : 0.0f;
-      bf16* out = a.out + int64_t(row) * a.out_stride + int64_t(h) * D + 2 * t;
-#pragma unroll
-      for (int nb = 0; nb < G::kNb; ++nb)
-        *reinterpret_cast<__nv_bfloat162*>(out + nb * 8) =
-            __floats2bfloat162_rn(o[nb][2 * hr] * inv, o[nb][2 * hr + 1] * inv);
-    } else {
-      const int64_t base = (int64_t(row) * a.heads + h) * num_splits + split;
-      float* acc = a.partial_acc + base * D + 2 * t;
-#pragma unroll
-      for (int nb = 0; nb < G::kNb; ++nb)
-        *reinterpret_cast<float2*>(acc + nb * 8) = make_float2(o[nb][2 * hr], o[nb][2 * hr + 1]);
-      if (t == 0) a.partial_ml[2 * base] = m, a.partial_ml[2 * base + 1] = l;
-    }
-  }
+  if (j == 0)
+    StoreWarpRows<D, G::kNb>(a, row, h0, group, split, num_splits, active_splits, g, t, m0, m1,
+                             l0, l1, o);
   if (active_splits == 1 || p.mergers == 0) return;  // (the combine kernel merges)
   MergeSplitsInKernel(a, p, row, active_splits, int(threadIdx.x), nthreads,
                       reinterpret_cast<float*>(smem + kBarBytes), consumer_sync);
@@ -485,10 +382,7 @@ StreamPlan StreamPlanOf(const AttentionArgs& a) {
   const int merge_bytes = std::max(
       p.warps_per_head > 1 ? p.consumer_warps * (a.head_dim / 2 + 4) * 32 * 4 : 0,
       nthreads / (a.head_dim / 4) * 3 * kCombineMaxSplits * 4 + nthreads * 16);
-  // The V tiles; the fused kernel's new-token scratch aliases them (both kernels, one plan).
-  const int fused_bytes = a.head_dim == 64 ? StreamFusedScratch<64>::Bytes(a.heads, a.kv_heads)
-                                           : StreamFusedScratch<128>::Bytes(a.heads, a.kv_heads);
-  const int tiles_bytes = std::max(p.consumer_warps * tile_bytes, fused_bytes);
+  const int tiles_bytes = p.consumer_warps * tile_bytes;  // the warps' V tiles
   const int fixed = kBarBytes + tiles_bytes;
   const int max_stages = (kMaxSmem - fixed) / p.stage_bytes;
   p.stages = std::clamp(RingBudgetBytes() / p.stage_bytes, 2, std::min(kMaxStages, max_stages));
@@ -498,27 +392,25 @@ StreamPlan StreamPlanOf(const AttentionArgs& a) {
   return p;
 }
 
-template <int D, bool kF8, bool kFused>
+template <int D, bool kF8>
 const void* KernelPtr() {
-  return reinterpret_cast<const void*>(&DecodeStreamKernel<D, kF8, kFused>);
+  return reinterpret_cast<const void*>(&DecodeStreamKernel<D, kF8>);
 }
 
-template <bool kFused>
 const void* KernelFor(const AttentionArgs& a) {
   const bool f8 = a.kv_type == KvType::kF8E4M3;
-  if (a.head_dim == 64) return f8 ? KernelPtr<64, true, kFused>() : KernelPtr<64, false, kFused>();
-  return f8 ? KernelPtr<128, true, kFused>() : KernelPtr<128, false, kFused>();
+  if (a.head_dim == 64) return f8 ? KernelPtr<64, true>() : KernelPtr<64, false>();
+  return f8 ? KernelPtr<128, true>() : KernelPtr<128, false>();
 }
 
 // Resident blocks per SM for this plan (sets the kernel's shared-memory opt-in first; cached
 // per (head_dim, cache type, kv_heads): the plan is a function of those and the env knobs).
 // 0: the block does not fit an SM (registers, shared memory): StreamSupports says no.
-template <bool kFused = false>
 int StreamOccupancy(const AttentionArgs& a, const StreamPlan& p) {
   static int cached[2][2][kMaxConsumerWarps + 1] = {};  // occupancy + 1; 0: not asked yet
   int& c = cached[a.head_dim == 128][a.kv_type == KvType::kF8E4M3][a.kv_heads];
   if (c == 0) {
-    const void* k = KernelFor<kFused>(a);
+    const void* k = KernelFor(a);
     int n = 0;
     if (cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem) != cudaSuccess ||
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, (p.consumer_warps + 1) * 32,
@@ -566,38 +458,27 @@ int StreamMergers(const AttentionArgs& a, int num_seqs) {
 
 namespace {
 
-template <int D, bool kF8, bool kFused, typename F>
-void LaunchOne(const AttentionArgs& a, const StreamPlan& p, const F& f, int num_seqs,
-               cudaStream_t stream) {
-  (void)StreamOccupancy<kFused>(a, p);  // sets the shared-memory attribute
+template <int D, bool kF8>
+void LaunchOne(const AttentionArgs& a, const StreamPlan& p, int num_seqs, cudaStream_t stream) {
+  (void)StreamOccupancy(a, p);  // sets the shared-memory attribute
   const dim3 grid(unsigned(num_seqs), unsigned(a.num_splits));
-  LaunchPdl(DecodeStreamKernel<D, kF8, kFused>, grid, dim3(unsigned((p.consumer_warps + 1) * 32)),
-            size_t(p.smem_bytes), stream, a, p, f);
-}
-
-template <bool kFused, typename F>
-void LaunchAny(const AttentionArgs& a, const F& f, int num_seqs, int mergers, cudaStream_t stream) {
-  StreamPlan p = StreamPlanOf(a);
-  p.mergers = a.split_counters != nullptr ? mergers : 0;
-  const bool f8 = a.kv_type == KvType::kF8E4M3;
-  if (a.head_dim == 64) {
-    if (f8) LaunchOne<64, true, kFused>(a, p, f, num_seqs, stream);
-    else LaunchOne<64, false, kFused>(a, p, f, num_seqs, stream);
-  } else {
-    if (f8) LaunchOne<128, true, kFused>(a, p, f, num_seqs, stream);
-    else LaunchOne<128, false, kFused>(a, p, f, num_seqs, stream);
-  }
+  LaunchPdl(DecodeStreamKernel<D, kF8>, grid, dim3(unsigned((p.consumer_warps + 1) * 32)),
+            size_t(p.smem_bytes), stream, a, p);
 }
 
 }  // namespace
 
 void LaunchStream(const AttentionArgs& a, int num_seqs, int mergers, cudaStream_t stream) {
-  LaunchAny<false>(a, StreamNoFusion{}, num_seqs, mergers, stream);
-}
-
-void LaunchStreamFused(const AttentionArgs& a, const RopeKvWriteArgs& rope, int num_seqs,
-                       int mergers, cudaStream_t stream) {
-  LaunchAny<true>(a, rope, num_seqs, mergers, stream);
+  StreamPlan p = StreamPlanOf(a);
+  p.mergers = a.split_counters != nullptr ? mergers : 0;
+  const bool f8 = a.kv_type == KvType::kF8E4M3;
+  if (a.head_dim == 64) {
+    if (f8) LaunchOne<64, true>(a, p, num_seqs, stream);
+    else LaunchOne<64, false>(a, p, num_seqs, stream);
+  } else {
+    if (f8) LaunchOne<128, true>(a, p, num_seqs, stream);
+    else LaunchOne<128, false>(a, p, num_seqs, stream);
+  }
 }
 
 }  // namespace pg::cuda::decode
