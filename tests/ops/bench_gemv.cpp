@@ -13,6 +13,9 @@
 // cover Qwen3-30B-A3B's (hidden 2048) attention projections, MoE router and lm_head.
 //  4. fp8 e4m3 weights (Llama per-tensor, DeepSeek-V3 128x128 blocks) at 1 / 4 / 8 rows: the
 //     f32-FMA GEMV against the tensor-core variants (cuda::SetFp8GemvVariant), same process.
+//  5. bf16 weights at 1-8 rows: the tensor-core ring GEMV (fp8_ring_mma.cu's bf16 kernel,
+//     cuda::SetBf16RingMmaMode kOn) against what runs without it (warp / ring GEMV at <= 4 rows,
+//     cuBLASLt at 5-8); PEREGRINE_BENCH_GEMV_ROWS_ONLY=1 runs this table alone.
 // Also linked into tests/models' gemv_gpu_check (--bench-gemv) with PG_GEMV_BENCH_NO_MAIN.
 #include <cuda_runtime.h>
 #include <fmt/format.h>
@@ -25,6 +28,7 @@
 #include "core/env.h"
 #include "kernels/cuda/ceilings.h"
 #include "kernels/cuda/common/context.h"
+#include "kernels/cuda/gemm/fp8_ring_mma.h"
 #include "kernels/cuda/gemm/gemv_ring.h"
 #include "kernels/cuda/moe/moe_params.h"
 #include "kernels/ops.h"
@@ -137,6 +141,63 @@ static void RunFp8FusedBench(double bw, void* norm_w) {
   pg::cuda::SetFp8GemvVariant(saved);
 }
 
+// Table 5: bf16 projections (Llama-3.1-8B, Qwen3-30B-A3B attention) at 1-8 rows, "old" =
+// Bf16RingMmaMode kOff (the warp / ring GEMV at <= 4 rows, cuBLASLt at 5-8), "mma" = kOn (the
+// tensor-core ring kernel at every row count). Floor: weight + x + out bytes (out twice with
+// accumulate).
+static void RunBf16RowsBench(double bw, const TensorView& nw4096, const TensorView& nw2048) {
+  const Matrix mats[] = {{"qkv 6144x4096 +norm", kQkv, kHidden, Matrix::kNorm},
+                         {"o 4096x4096 +=", kHidden, kHidden, Matrix::kAccumulate},
+                         {"gate_up 28672x4096 +norm+swiglu", 2 * kInter, kHidden, Matrix::kNormSwiGlu},
+                         {"down 4096x14336 +=", kHidden, kInter, Matrix::kAccumulate},
+                         {"q3moe qkv 5120x2048 +norm", 5120, 2048, Matrix::kNorm},
+                         {"q3moe o 2048x4096 +=", 2048, 4096, Matrix::kAccumulate}};
+  const pg::cuda::Bf16RingMmaMode saved = pg::cuda::GetBf16RingMmaMode();
+  fmt::print("\nbf16 GEMV at 1-8 rows, us per call (old = warp/ring GEMV <= 4 rows, cuBLASLt 5-8; "
+             "mma = tensor-core ring)\n");
+  fmt::print("{:<32} {:>5} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8}\n", "matrix", "batch", "old_us", "mma_us",
+             "floor_us", "old/fl", "mma/fl", "old/mma");
+  for (const Matrix& mt : mats) {
+    const size_t wbytes = size_t(mt.m * mt.k * 2);
+    const int copies = int(std::max<size_t>(1, (size_t(256) << 20) / wbytes + 1));
+    std::vector<std::unique_ptr<DeviceBuf>> ws;
+    for (int c = 0; c < copies; ++c) {
+      ws.push_back(std::make_unique<DeviceBuf>(wbytes));
+      FillBf16(ws.back()->p, mt.m * mt.k, 60 + c, 0.02f);
+    }
+    auto w_of = [&](int i) { return Dev(ws[size_t(i % copies)]->p, {mt.m, mt.k}); };
+    const TensorView nwk = mt.k == kHidden ? nw4096 : nw2048;
+    for (int64_t n : {1, 2, 4, 6, 8}) {
+      DeviceBuf x(size_t(n * mt.k * 2)), out(size_t(n * mt.m * 2)), normed(size_t(n * mt.k * 2)),
+          proj(size_t(n * mt.m * 2));
+      FillBf16(x.p, n * mt.k, 7, 1.0f);
+      FillBf16(out.p, n * mt.m, 8, 1.0f);
+      const bool acc = mt.fuse == Matrix::kAccumulate, sw = mt.fuse == Matrix::kNormSwiGlu;
+      const int64_t out_m = sw ? mt.m / 2 : mt.m;
+      auto time = [&](pg::cuda::Bf16RingMmaMode mode) {
+        pg::cuda::SetBf16RingMmaMode(mode);
+        if (mt.fuse == Matrix::kNorm || sw)
+          return GraphMedianMs([&](int i) {
+            ops::FusedMatmul({.x = Dev(x.p, {n, mt.k}), .norm_weight = nwk, .w = w_of(i), .swiglu = sw,
+                              .out = Dev(out.p, {n, out_m}), .normed = Dev(normed.p, {n, mt.k}),
+                              .projected = Dev(proj.p, {n, mt.m})});
+          });
+        return GraphMedianMs([&](int i) {
+          ops::Matmul({.x = Dev(x.p, {n, mt.k}), .w = w_of(i), .out = Dev(out.p, {n, mt.m}), .accumulate = acc});
+        });
+      };
+      const double old_ms = time(pg::cuda::Bf16RingMmaMode::kOff);
+      const double mma_ms = time(pg::cuda::Bf16RingMmaMode::kOn);
+      const double bytes = double(wbytes) + double(n * mt.k * 2) + double(n * out_m * 2) * (acc ? 2 : 1);
+      const double floor_ms = bytes / bw * 1e3;
+      fmt::print("{:<32} {:>5} {:>9.2f} {:>9.2f} {:>9.2f} {:>7.1f}% {:>7.1f}% {:>8.2f}\n", mt.name, n,
+                 old_ms * 1e3, mma_ms * 1e3, floor_ms * 1e3, 100 * floor_ms / old_ms, 100 * floor_ms / mma_ms,
+                 old_ms / mma_ms);
+    }
+  }
+  pg::cuda::SetBf16RingMmaMode(saved);
+}
+
 int RunGemvBench() {
   try {
     cudaDeviceProp prop{};
@@ -147,6 +208,10 @@ int RunGemvBench() {
     DeviceBuf norm_w(size_t(kHidden) * 2);
     bench::FillBf16(norm_w.p, kHidden, 3, 1.0f);
     const TensorView nw = Dev(norm_w.p, {kHidden});
+    if (EnvFlag("PEREGRINE_BENCH_GEMV_ROWS_ONLY", false)) {
+      RunBf16RowsBench(bw, nw, Dev(norm_w.p, {2048}));
+      return 0;
+    }
 
     // ---- each matrix alone -----------------------------------------------------------------
     const Matrix mats[] = {{"qkv 6144x4096 +norm", kQkv, kHidden, Matrix::kNorm},
@@ -292,6 +357,7 @@ int RunGemvBench() {
       pg::cuda::SetFp8GemvVariant(saved);
     }
     RunFp8FusedBench(bw, norm_w.p);
+    RunBf16RowsBench(bw, nw, Dev(norm_w.p, {2048}));
 
     if (fp8_only) return 0;
     // ---- the 32-layer projection stack -------------------------------------------------------

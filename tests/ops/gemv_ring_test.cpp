@@ -19,6 +19,7 @@
 
 #include "core/quant.h"
 #include "kernels/cuda/common/device_params.h"
+#include "kernels/cuda/gemm/fp8_ring_mma.h"
 #include "kernels/cuda/gemm/gemv_ring.h"
 #include "kernels/cuda/moe/moe_params.h"
 #include "kernels/ops_fused.h"
@@ -85,6 +86,7 @@ Outputs RunDevice(const RingCase& c, const Tensor& x, const Tensor& w, const Ten
   PG_TEST_CUDA(cudaStreamCreate(&stream));
   Outputs o;
   const cuda::GemvRingMode mode = cuda::GetGemvRingMode();
+  const cuda::Bf16RingMmaMode mma_mode = cuda::GetBf16RingMmaMode();
   for (bool ring : {true, false}) {
     // out's initial contents (accumulate), as bf16 or f32.
     std::vector<float> init_f(out_elems, 0.0f);
@@ -108,6 +110,8 @@ Outputs RunDevice(const RingCase& c, const Tensor& x, const Tensor& w, const Ten
     }
     a.swiglu = c.swiglu;
     cuda::SetGemvRingMode(ring ? cuda::GemvRingMode::kOn : cuda::GemvRingMode::kOff);
+    // The twin is the warp kernel: LaunchGemv's tensor-core ring (2-4 rows) stays off here.
+    cuda::SetBf16RingMmaMode(cuda::Bf16RingMmaMode::kOff);
     EXPECT_EQ(cuda::GemvRingTake(a), ring) << "the ring refuses the case";
     const int64_t before = cuda::GemvRingLaunches();
     cuda::LaunchGemv(a, stream);
@@ -129,6 +133,7 @@ Outputs RunDevice(const RingCase& c, const Tensor& x, const Tensor& w, const Ten
     (ring ? o.ring : o.warp) = std::move(got);
   }
   cuda::SetGemvRingMode(mode);
+  cuda::SetBf16RingMmaMode(mma_mode);
   PG_TEST_CUDA(cudaStreamDestroy(stream));
   return o;
 }

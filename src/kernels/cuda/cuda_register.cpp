@@ -18,6 +18,7 @@
 #include "kernels/cuda/common/context.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/device_params.h"
+#include "kernels/cuda/gemm/fp8_ring_mma.h"
 #include "kernels/cuda/gemm/matmul_lt.h"
 #include "kernels/registry.h"
 #include "kernels/rope_freq.h"
@@ -27,8 +28,9 @@ namespace {
 
 using cuda::bf16;
 
-// Batches of at most this many rows use the GEMV kernel (memory bound: it streams the weight
-// once per 8 rows); larger ones go to cuBLASLt. Chosen from tools/gpu/cuda_check.sh's bench.
+// Batches of at most this many rows use the GEMV kernels (memory bound: they stream the
+// weight once per 8 rows); larger ones go to cuBLASLt, except where the tensor-core ring GEMV
+// takes 5-8 rows (fp8_ring_mma.h Bf16RingMmaTake). Chosen from tools/gpu/cuda_check.sh's bench.
 constexpr int64_t kGemvMaxRows = 4;
 
 bool DevBf16(const TensorView& t) { return t.device == Device::kCuda && t.dtype == DType::kBF16; }
@@ -139,7 +141,7 @@ void RunMatmul(const MatmulParams& p) {
   cuda::GemvArgs gv{Bf(p.x), Bf(p.w), Bf(p.out), bias, n, k, m,
                     p.x.strides[0], p.w.strides[0], p.out.strides[0], p.accumulate};
   gv.w_constant = true;
-  if (n > kGemvMaxRows) {
+  if (n > kGemvMaxRows && !cuda::Bf16RingMmaTake(gv)) {
     cuda::LtGemmArgs lt{Bf(p.x), Bf(p.w), Bf(p.out), n, k, m,
                         p.x.strides[0], p.w.strides[0], p.out.strides[0], p.accumulate};
     if (cuda::LtMatmul(lt, stream)) {

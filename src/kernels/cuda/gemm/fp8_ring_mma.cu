@@ -39,6 +39,7 @@
 // warp adds the warps' sums in warp order and writes acc * 2^120 * row scale (+ bias, + out)
 // rounded to bf16. (Block scales: bitwise Fp8GemvMmaKernel with split kCw, interleaved.)
 #include <algorithm>
+#include <atomic>
 
 #include "core/env.h"
 #include "kernels/cuda/common/bulk_copy.cuh"
@@ -79,11 +80,14 @@ struct RingMmaPlan {
   int x_offset;     // kStageX: byte offset of the staged rows
 };
 
-// kMinBlocks: blocks an SM the registers must allow (2: ring_blocks 2, 8 warps).
-template <int kCw, int kMinBlocks, bool kBlock, bool kStageX, bool kSwiGlu>
+// kMinBlocks: blocks an SM the registers must allow (2: ring_blocks 2, 8 warps). kBf16W: the
+// weights are bf16 (a.w holds their bytes, ldw in elements, no scales: scale_mode kNone), a
+// 64-column step is 128 bytes a row and lane q's 16 columns two 16-byte loads.
+template <int kCw, int kMinBlocks, bool kBlock, bool kStageX, bool kSwiGlu, bool kBf16W = false>
 __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
     Fp8RingMmaKernel(Fp8GemvArgs a, RingMmaPlan p) {
   constexpr int kConsumerWarps = kCw;
+  constexpr int kEs = kBf16W ? 2 : 1;  // bytes a weight
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr int kOutRows = kSwiGlu ? kGroupRows / 2 : kGroupRows;  // output rows a group
   PdlTrigger();
@@ -116,7 +120,7 @@ __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
       const uint32_t round = uint32_t(s / p.stages) & 1;
       const int64_t j0 = jb + kOutRows * (s / chunks), k0 = (s % chunks) * p.chunk;
       const int nout = int(je - j0 < kOutRows ? je - j0 : kOutRows);
-      const uint32_t piece = uint32_t(a.k - k0 < p.chunk ? a.k - k0 : p.chunk);
+      const uint32_t piece = uint32_t(a.k - k0 < p.chunk ? a.k - k0 : p.chunk) * kEs;  // bytes
       if (lane == 0) {
         bulk::MbarWait(empty0 + 8 * slot, round ^ 1);
         bulk::MbarArriveExpectTx(full0 + 8 * slot, uint32_t(kGroupRows / kOutRows * nout) * piece);
@@ -125,11 +129,11 @@ __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
       if (p.whole) {  // lane 0: rows w_row(j0, 0) .. + nout; swiglu, lane 1: the up rows
         if (lane < kGroupRows / kOutRows)
           bulk::BulkLoad(ring0 + uint32_t(slot) * p.slot_bytes + uint32_t(lane * kOutRows) * p.row_stride,
-                         a.w + w_row(j0, lane * kOutRows) * a.ldw, uint32_t(nout) * piece,
+                         a.w + w_row(j0, lane * kOutRows) * a.ldw * kEs, uint32_t(nout) * piece,
                          full0 + 8 * slot, policy);
       } else if (lane < kGroupRows && lane % kOutRows < nout)
         bulk::BulkLoad(ring0 + uint32_t(slot) * p.slot_bytes + uint32_t(lane) * p.row_stride,
-                       a.w + w_row(j0, lane) * a.ldw + k0, piece, full0 + 8 * slot, policy);
+                       a.w + (w_row(j0, lane) * a.ldw + k0) * kEs, piece, full0 + 8 * slot, policy);
     }
     return;
   }
@@ -175,7 +179,8 @@ __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
         const int64_t jw = w_row(j0, g + 8 * (e / 2));
         const int r = 2 * q + e % 2;
         if (j >= je) continue;
-        mul[e] = 0x1p120f * moe::ScaleOfRow(a.scale, a.scale_mode, a.scale_ld, jw).row;
+        if constexpr (kBf16W) mul[e] = 1.0f;
+        else mul[e] = 0x1p120f * moe::ScaleOfRow(a.scale, a.scale_mode, a.scale_ld, jw).row;
         if (a.bias) bias[e] = __ldg(a.bias + jw);
         if (!kSwiGlu && a.accumulate && r < p.rows)
           prev[e] = __bfloat162float(a.out[(p.row0 + r) * a.ldo + j]);
@@ -195,8 +200,9 @@ __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
       const int64_t k0 = c * p.chunk;
       const int steps = int((a.k - k0 < p.chunk ? a.k - k0 : p.chunk) / 64);
       const unsigned char* base = ring + int64_t(slot) * p.slot_bytes;
-      const uint4* wa = reinterpret_cast<const uint4*>(base + g * p.row_stride) + q;  // + 4 a step
-      const uint4* wb = reinterpret_cast<const uint4*>(base + (g + 8) * p.row_stride) + q;
+      // + 4 kEs uint4 a step; lane q's 16 columns at uint4 kEs q (.. + kEs - 1)
+      const uint4* wa = reinterpret_cast<const uint4*>(base + g * p.row_stride) + kEs * q;
+      const uint4* wb = reinterpret_cast<const uint4*>(base + (g + 8) * p.row_stride) + kEs * q;
       const uint4* xs = xr + k0 / 8;
 #pragma unroll 4
       for (int t = warp; t < steps; t += kConsumerWarps) {
@@ -205,8 +211,10 @@ __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
           if constexpr (kStageX) x0 = xs[8 * t], x1 = xs[8 * t + 1];
           else x0 = __ldg(xs + 8 * t), x1 = __ldg(xs + 8 * t + 1);
         }
-        const uint4 va = wa[4 * t], vb = wb[4 * t];
-        if constexpr (kBlock) {  // the step's sum (one chain), times its scale, into acc[0]
+        if constexpr (kBf16W) {
+          fp8mma::Mma16SplitBf16(wa[8 * t], wa[8 * t + 1], wb[8 * t], wb[8 * t + 1], x0, x1, acc);
+        } else if constexpr (kBlock) {  // the step's sum (one chain), times its scale, into acc[0]
+          const uint4 va = wa[4 * t], vb = wb[4 * t];
           float dd[4] = {0.0f, 0.0f, 0.0f, 0.0f};
           fp8mma::Mma16(va, vb, x0, x1, dd);
           const int64_t cb = (k0 + 64 * t) >> 7;
@@ -216,7 +224,7 @@ __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
           acc[0][2] = fmaf(dd[2], scb, acc[0][2]);
           acc[0][3] = fmaf(dd[3], scb, acc[0][3]);
         } else {
-          fp8mma::Mma16Split(va, vb, x0, x1, acc);
+          fp8mma::Mma16Split(wa[4 * t], wb[4 * t], x0, x1, acc);
         }
       }
       __syncwarp();
@@ -308,18 +316,25 @@ bool Fp8RingMmaWants(const Fp8GemvArgs& a) {
   return a.n <= 8 && !(a.n == 8 && a.m <= 4096);
 }
 
-void LaunchFp8RingMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVariant& v) {
+namespace {
+
+// Both weight types (bf16w: Fp8GemvArgs carrying bf16 weights, LaunchBf16RingMma).
+void LaunchRingMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVariant& v, bool bf16w) {
   if (a.n == 0 || a.m == 0) return;
   using Kernel = void (*)(Fp8GemvArgs, RingMmaPlan);
 #define PG_RING_MMA_KERNELS(W, B)                                                                 \
   {{{Fp8RingMmaKernel<W, B, false, false, false>, Fp8RingMmaKernel<W, B, false, false, true>},        \
     {Fp8RingMmaKernel<W, B, false, true, false>, Fp8RingMmaKernel<W, B, false, true, true>}},         \
    {{Fp8RingMmaKernel<W, B, true, false, false>, Fp8RingMmaKernel<W, B, true, false, true>},          \
-    {Fp8RingMmaKernel<W, B, true, true, false>, Fp8RingMmaKernel<W, B, true, true, true>}}}
-  // [8 warps / 8 warps, 2 blocks an SM / 16 warps][block][stage x][swiglu]
-  static constexpr Kernel kKernels[3][2][2][2] = {
+    {Fp8RingMmaKernel<W, B, true, true, false>, Fp8RingMmaKernel<W, B, true, true, true>}},           \
+   {{Fp8RingMmaKernel<W, B, false, false, false, true>, Fp8RingMmaKernel<W, B, false, false, true, true>}, \
+    {Fp8RingMmaKernel<W, B, false, true, false, true>, Fp8RingMmaKernel<W, B, false, true, true, true>}}}
+  // [8 warps / 8 warps, 2 blocks an SM / 16 warps][fp8 / fp8 block scales / bf16][stage x][swiglu]
+  static constexpr int kVariants = 3 * 3 * 2 * 2;
+  static constexpr Kernel kKernels[3][3][2][2] = {
       PG_RING_MMA_KERNELS(8, 1), PG_RING_MMA_KERNELS(8, 2), PG_RING_MMA_KERNELS(16, 1)};
 #undef PG_RING_MMA_KERNELS
+  const int es = bf16w ? 2 : 1;  // bytes a weight
   const int cw = v.ring_warps == 16 ? 16 : 8;
   // ring_blocks 2 (8 warps): half an SM's shared memory and registers a block; 3 (request
   // 4's 2: 38-44% slower at 8 rows) also twice the grid, else one block an SM whose half
@@ -330,7 +345,8 @@ void LaunchFp8RingMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVa
       std::min<int64_t>(int64_t(v.ring_blocks == 3 && cw == 8 ? 2 : 1) * MultiprocessorCount(), a.m);
   const int64_t groups = GroupsPerBlock(a, blocks);
   const bool stage_x = StageX(a, v, groups);
-  const Kernel kernel = kKernels[flavour][a.scale_mode == ScaleMode::kBlock][stage_x][a.swiglu];
+  const int wkind = bf16w ? 2 : a.scale_mode == ScaleMode::kBlock ? 1 : 0;
+  const Kernel kernel = kKernels[flavour][wkind][stage_x][a.swiglu];
   // Shared memory a block: the opt-in maximum (the kernels have no static shared memory), or
   // with two blocks an SM (ring_blocks 2, 8 warps) half the SM's less the per-block reserve.
   struct Limits {
@@ -344,7 +360,7 @@ void LaunchFp8RingMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVa
         cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev) != cudaSuccess)
       return l;
-    for (const Kernel* k = &kKernels[0][0][0][0]; k != &kKernels[0][0][0][0] + 24; ++k) {
+    for (const Kernel* k = &kKernels[0][0][0][0]; k != &kKernels[0][0][0][0] + kVariants; ++k) {
       (void)cudaFuncSetAttribute(*k, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
       (void)cudaFuncSetAttribute(*k, cudaFuncAttributePreferredSharedMemoryCarveout,
                                  int(cudaSharedmemCarveoutMaxShared));
@@ -357,18 +373,23 @@ void LaunchFp8RingMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVa
   const int staged = stage_x ? int(StagedBytes(a)) : 0;
   const int room = smem_limit - kBarBytes - RedBytes(cw) - staged;
   RingMmaPlan p{};
-  // ring_piece_kb 0 (auto, request 4's fastest layouts): blocks with at most kFewGroups
-  // groups take 2 KB row pieces in 4 slots (qkv 10.1 vs 11.5 us whole, o 7.8 vs 8.5, down 19.2
-  // vs 21.0, V3 q_a 8.0 vs 8.6: a slot is consumed once all of it has landed, so small slots
-  // shorten the tail); more groups a block take whole 16-row groups (one copy a group where
-  // rows are contiguous) in 2 slots (gate_up 32.5 vs 37.6 us with 2 KB pieces), else k in the
-  // fewest near-equal pieces of <= 6 KB a row (multiples of 64 x consumer-warp columns: the
-  // summation order). 1 / 2 / 4 / 6 / 8: pieces of that many KB a row, halved while fewer
-  // than 2 slots fit. ring_depth 0: 4 slots for 2 KB pieces, 2 for whole groups, else as
-  // many as fit.
-  auto plan_pieces = [&](int chunk) {
-    p.chunk = chunk < a.k ? chunk : int(a.k);
-    p.row_stride = (p.chunk + 127) / 128 * 128 + kRowPad;
+  // ring_piece_kb 0 (auto, request 4's fastest layouts, measured on fp8; bf16 takes the same
+  // rules in bytes): blocks with at most kFewGroups groups take 2 KB row pieces in 4 slots
+  // (qkv 10.1 vs 11.5 us whole, o 7.8 vs 8.5, down 19.2 vs 21.0, V3 q_a 8.0 vs 8.6: a slot is
+  // consumed once all of it has landed, so small slots shorten the tail); more groups a block
+  // take whole 16-row groups (one copy a group where rows are contiguous) in 2 slots (gate_up
+  // 32.5 vs 37.6 us with 2 KB pieces), else k in the fewest near-equal pieces of <= 6 KB a
+  // row (multiples of 64 x consumer-warp columns: the summation order). 1 / 2 / 4 / 6 / 8:
+  // pieces of that many KB a row, halved while fewer than 2 slots fit. ring_depth 0: 4 slots
+  // for 2 KB pieces, 2 for whole groups, else as many as fit. Row pieces are padded so the
+  // quarter-warps' 16-byte loads (rows g, g + 1) hit distinct bank groups: 64 bytes for fp8
+  // (lane q at 16 q), 16 for bf16 (lane q at 32 q and 32 q + 16).
+  const int unit = 64 * cw;  // columns: a step for each consumer warp
+  const int pad = bf16w ? 16 : kRowPad;
+  auto plan_pieces = [&](int64_t bytes) {
+    const int64_t cols = std::max<int64_t>(unit, bytes / es / unit * unit);
+    p.chunk = int(cols < a.k ? cols : a.k);
+    p.row_stride = (p.chunk * es + 127) / 128 * 128 + pad;
     p.slot_bytes = kGroupRows * p.row_stride;
     p.stages = std::min(kMaxStages, room / p.slot_bytes);
   };
@@ -376,24 +397,23 @@ void LaunchFp8RingMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVa
   int depth = v.ring_depth;
   if (piece_kb == 1 || piece_kb == 2 || piece_kb == 4 || piece_kb == 6 || piece_kb == 8) {
     for (int kb = piece_kb;; kb = kb > 2 ? kb / 2 : kb - 1) {
-      plan_pieces(kb * 1024);
+      plan_pieces(int64_t(kb) * 1024);
       if (p.stages >= 2 || kb == 1) break;
     }
-  } else if (groups <= kFewGroups && a.k > 2048) {
-    plan_pieces(2048);  // (2048 columns: a multiple of 64 x 16 warps)
+  } else if (groups <= kFewGroups && a.k * es > 2048) {
+    plan_pieces(2048);  // (2048 bytes: a multiple of 64 x 16 warps columns for fp8, of 64 x 8 for bf16)
     if (depth == 0) depth = 4;
-  } else if (a.ldw == a.k && 2 * kGroupRows * a.k <= room) {
+  } else if (a.ldw == a.k && 2 * kGroupRows * a.k * es <= room) {
     p.whole = true;
     p.chunk = int(a.k);
-    p.row_stride = int(a.k);
+    p.row_stride = int(a.k) * es;
     p.slot_bytes = kGroupRows * p.row_stride;
     p.stages = std::min(kMaxStages, room / p.slot_bytes);
     if (depth == 0) depth = 2;
   } else {
-    const int unit = 64 * cw;  // a step for each consumer warp
-    const int64_t pieces = (a.k + 6143) / 6144;
-    plan_pieces(int(((a.k + pieces - 1) / pieces + unit - 1) / unit * unit));
-    while (p.stages < 2 && p.chunk > unit) plan_pieces(std::max(unit, p.chunk / 2 / unit * unit));
+    const int64_t pieces = (a.k * es + 6143) / 6144;
+    plan_pieces(((a.k + pieces - 1) / pieces + unit - 1) / unit * unit * es);
+    while (p.stages < 2 && p.chunk > unit) plan_pieces(int64_t(std::max(unit, p.chunk / 2 / unit * unit)) * es);
   }
   if (depth > 0) p.stages = std::min(p.stages, depth);
   p.stages = std::max(p.stages, 1);
@@ -405,5 +425,68 @@ void LaunchFp8RingMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVa
     (void)LaunchPdl(kernel, dim3(unsigned(blocks)), dim3(unsigned(32 * (cw + 1))), smem, stream, a, p);
   }
 }
+
+}  // namespace
+
+void LaunchFp8RingMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVariant& v) {
+  LaunchRingMma(a, stream, v, /*bf16w=*/false);
+}
+
+// ---- bf16 weights ---------------------------------------------------------------------------
+namespace {
+std::atomic<int64_t> g_bf16_launches{0};
+Bf16RingMmaMode& Bf16ModeRef() {
+  static Bf16RingMmaMode mode = [] {
+    const int e = EnvInt("PEREGRINE_BF16_RING_MMA", -1);
+    return e == 0 ? Bf16RingMmaMode::kOff : e == 1 ? Bf16RingMmaMode::kOn : Bf16RingMmaMode::kShape;
+  }();
+  return mode;
+}
+
+// The bf16 GemvArgs as the kernel's arguments (w: the weights' bytes, no scales).
+Fp8GemvArgs AsRingArgs(const GemvArgs& g) {
+  Fp8GemvArgs a{};
+  a.x = g.x;
+  a.w = reinterpret_cast<const uint8_t*>(g.w);
+  a.scale = nullptr;
+  a.scale_mode = ScaleMode::kNone;
+  a.out = g.out;
+  a.bias = g.bias;
+  a.n = g.n, a.k = g.k, a.m = g.m, a.ldx = g.ldx, a.ldw = g.ldw, a.ldo = g.ldo;
+  a.accumulate = g.accumulate;
+  a.norm_weight = g.norm_weight;
+  a.norm_type = g.norm_type;
+  a.norm_eps = g.norm_eps;
+  a.swiglu = g.swiglu;
+  return a;
+}
+}  // namespace
+
+bool Bf16RingMmaFits(const GemvArgs& g) {
+  if (g.out_f32 || !g.out || !g.w_constant || (g.swiglu && g.accumulate)) return false;
+  if (g.n < 1 || g.n > 8 || g.m < 1 || g.k < 64 || g.k % 64 || g.ldw % 8 || g.ldx % 8) return false;
+  if (((reinterpret_cast<uintptr_t>(g.x) | reinterpret_cast<uintptr_t>(g.w)) & 15) != 0) return false;
+  return !g.norm_weight || StagedBytes(AsRingArgs(g)) <= kMaxStagedBytes;
+}
+
+bool Bf16RingMmaTake(const GemvArgs& g) {
+  const Bf16RingMmaMode mode = Bf16ModeRef();
+  if (mode == Bf16RingMmaMode::kOff || !Bf16RingMmaFits(g)) return false;
+  // By shape (session 8 request 1, H200, bench_gemv table 5 and whole steps): 2-4 rows. There
+  // it beats the warp GEMV (Llama-3.1-8B qkv 18.3 vs 21.2 us at 4 rows, o 13.7 vs 14.4,
+  // Qwen3-30B-A3B o 7.9 vs 10.7; a Llama step at 4 x 1K 5171 vs 5880 us); at 5-8 rows
+  // cuBLASLt wins (down 33.6 vs 40.4 us at 8 rows: x [8, 14336] cannot be staged and is re-read
+  // from L2 per 16-row group; a Llama step at 8 x 1K 5375 vs 5794 us).
+  return mode == Bf16RingMmaMode::kOn || (g.n >= 2 && g.n <= 4);
+}
+
+void LaunchBf16RingMma(const GemvArgs& g, cudaStream_t stream) {
+  g_bf16_launches.fetch_add(1, std::memory_order_relaxed);
+  LaunchRingMma(AsRingArgs(g), stream, GetFp8GemvVariant(), /*bf16w=*/true);
+}
+
+void SetBf16RingMmaMode(Bf16RingMmaMode mode) { Bf16ModeRef() = mode; }
+Bf16RingMmaMode GetBf16RingMmaMode() { return Bf16ModeRef(); }
+int64_t Bf16RingMmaLaunches() { return g_bf16_launches.load(std::memory_order_relaxed); }
 
 }  // namespace pg::cuda

@@ -8,6 +8,9 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
+#include "kernels/cuda/common/device_params.h"
 #include "kernels/cuda/moe/moe_params.h"
 
 namespace pg::cuda {
@@ -19,5 +22,22 @@ bool Fp8RingMmaFits(const Fp8GemvArgs& a);
 bool Fp8RingMmaWants(const Fp8GemvArgs& a);
 // Passes of 8 activation rows; v: the ring's piece size and depth.
 void LaunchFp8RingMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVariant& v);
+
+// The same kernel on bf16 weights (GemvArgs: LaunchGemv's dense decode GEMV at 2-4 rows, with
+// the fused RMSNorm prologue / SwiGLU epilogue, bias and accumulate; no f32 output). Its
+// layout knobs are GetFp8GemvVariant()'s ring_* fields; the summation order depends only on
+// the consumer warp count, as for fp8. Fits: 1 <= n <= 8, k % 64 == 0, ldw and ldx % 8 == 0,
+// 16-byte aligned x and w, w_constant (its producer streams w before the PDL wait), x's rows
+// within the staging when normalised, no swiglu with accumulate.
+bool Bf16RingMmaFits(const GemvArgs& a);
+// Mode: kShape (default) takes 2-4 rows (one row stays with gemv_ring.cu / the warp kernel,
+// 5-8 with cuBLASLt: measured faster there), kOn every shape that fits (1-8 rows), kOff none. PEREGRINE_BF16_RING_MMA (0 off, 1 on, unset: by
+// shape) sets the process's mode; tests and benches override it here.
+enum class Bf16RingMmaMode { kShape, kOn, kOff };
+bool Bf16RingMmaTake(const GemvArgs& a);
+void LaunchBf16RingMma(const GemvArgs& a, cudaStream_t stream);
+void SetBf16RingMmaMode(Bf16RingMmaMode mode);
+Bf16RingMmaMode GetBf16RingMmaMode();
+int64_t Bf16RingMmaLaunches();  // launches by this process (tests check it ran)
 
 }  // namespace pg::cuda

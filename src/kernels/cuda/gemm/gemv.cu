@@ -2,7 +2,9 @@
 // One warp per output feature j (two features at 2+ rows, kPair below); weights are streamed
 // once per pass (16-byte loads, two groups of four in flight per lane: the next group loads
 // while the current one is used), activations come from L1/L2. Used for decode batches (memory bound) and as the
-// always-correct fallback of Matmul (any strides, any n: passes of 8 rows). Writes bf16, or
+// always-correct fallback of Matmul (any strides, any n: passes of 8 rows); at 2-4 rows
+// LaunchGemv hands shapes the tensor-core ring kernel takes to it (fp8_ring_mma.h,
+// Bf16RingMmaTake), at one row to gemv_ring.cu where that wants it. Writes bf16, or
 // f32 (out_f32: outputs whose rounding matters, e.g. MoE router logits).
 //
 // PDL (common/pdl.cuh): every pass is launched with LaunchPdl and triggers its dependents at
@@ -20,6 +22,7 @@
 #include "kernels/cuda/common/pdl.cuh"
 #include "kernels/cuda/elementwise/row_device.cuh"
 #include "kernels/cuda/gemm/gemv_device.cuh"
+#include "kernels/cuda/gemm/fp8_ring_mma.h"
 #include "kernels/cuda/gemm/gemv_ring.h"
 
 namespace pg::cuda {
@@ -218,6 +221,7 @@ void LaunchPass(const GemvArgs& a, bool vec, int64_t row0, int nb, cudaStream_t 
 }  // namespace
 
 bool GemvFusedSupports(const GemvArgs& a) {
+  if (Bf16RingMmaTake(a)) return true;  // fp8_ring_mma.cu's bf16 kernel (2-4 rows; kOn: 1-8)
   return a.n >= 1 && a.n <= kMaxFusedRows && VecLayout(a) && a.out && !a.out_f32 &&
          !a.accumulate && (!a.norm_weight || a.n * a.k * int64_t(sizeof(bf16)) <= kMaxStageBytes);
 }
@@ -225,6 +229,7 @@ bool GemvFusedSupports(const GemvArgs& a) {
 void LaunchGemv(const GemvArgs& a, cudaStream_t stream) {
   if (a.n == 0 || a.m == 0) return;
   if (GemvRingTake(a)) return LaunchGemvRing(a, stream);  // gemv_ring.cu (PEREGRINE_GEMV_RING)
+  if (Bf16RingMmaTake(a)) return LaunchBf16RingMma(a, stream);  // fp8_ring_mma.cu, 2-4 rows
   if (a.norm_weight || a.swiglu) {  // the caller checked GemvFusedSupports
     if (a.norm_weight && a.swiglu) LaunchFusedPass<true, true>(a, stream);
     else if (a.norm_weight) LaunchFusedPass<true, false>(a, stream);

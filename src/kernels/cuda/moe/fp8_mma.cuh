@@ -64,4 +64,18 @@ __device__ __forceinline__ void Mma16Split(const uint4& wa, const uint4& wb, con
   }
 }
 
+// Mma16Split on bf16 weights (gemm/fp8_ring_mma.cu's bf16 instantiation): wa0 / wa1 hold 16
+// weights of row g (columns 0-7, 8-15 of the lane's 16), wb0 / wb1 of row g + 8; the same
+// fragment layout as Mma16Split (MMA i on the lane's columns 4i .. 4i + 3), no widening.
+__device__ __forceinline__ void Mma16SplitBf16(const uint4& wa0, const uint4& wa1, const uint4& wb0,
+                                               const uint4& wb1, const uint4& x0, const uint4& x1,
+                                               float (&d)[4][4]) {
+  const uint32_t wav[8] = {wa0.x, wa0.y, wa0.z, wa0.w, wa1.x, wa1.y, wa1.z, wa1.w};
+  const uint32_t wbv[8] = {wb0.x, wb0.y, wb0.z, wb0.w, wb1.x, wb1.y, wb1.z, wb1.w};
+  const uint32_t xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    MmaBf16(d[i], wav[2 * i], wbv[2 * i], wav[2 * i + 1], wbv[2 * i + 1], xv[2 * i], xv[2 * i + 1]);
+}
+
 }  // namespace pg::cuda::fp8mma
