@@ -28,10 +28,10 @@ run gemv 120 $G --gtest_filter='-GpuModelGolden.SmolLM2Gguf'
 run fattn 150 $F --gtest_filter='RopeKvWriteAttention.*:DecodeAttention.*:RopeKvWrite.*:AttentionOp.*:KvWriteFp8.*'
 run moe 90 $M --gtest_filter='MoeRouterOp.*:MoeExpertsOp.*:MatmulFp8BlockOp*'
 # Headline decode / prefill figures (graphs captured at each point's context).
-run llama_bf16 40 $G $D --model $(cfg llama-3.1-8b) --batch 1,8,32,128 --context 1024 --json $OUT/pg_decode_1k.json
+run llama_bf16 40 $G $D --model $(cfg llama-3.1-8b) --batch 1,2,4,8,32,128 --context 1024 --json $OUT/pg_decode_1k.json
 run llama_32k 40 $G $D --model $(cfg llama-3.1-8b) --batch 1,8 --context 32768 --json $OUT/pg_decode_32k.json
 run llama_fp8w 30 $G $D --model $(cfg llama-3.1-8b) --batch 1,4,8 --context 1024 --weight-dtype fp8
-run qwen3moe 40 $M $D --model $(cfg qwen3-30b-a3b) --batch 1,8,32 --context 1024
+run qwen3moe 40 $M $D --model $(cfg qwen3-30b-a3b) --batch 1,2,4,8,32 --context 1024
 run v2lite 40 $M $D --model $(cfg deepseek-v2-lite) --batch 1,8,32 --context 1024
 run dsv3_5l 40 $M $D --model /tmp/dsv3_5l/config.json --batch 1,8,32 --context 1024
 run prefill 60 $G bench gpu-prefill --model $(cfg llama-3.1-8b) --load-format dummy --prompt 8192,32768 --chunk 8192 --ttft-prefix 50000 --ttft-new 800
@@ -42,7 +42,7 @@ run serve_qwen3 60 $M $D --model $(cfg qwen3-30b-a3b) --batch 1,8 --context 1024
 if [[ -z "${SKIP_TORCH:-}" ]]; then
   tb=${TORCH_BUDGET:-150}
   run torch_peer $((tb + 60)) python3 bench/torch_llama.py --config $(cfg llama-3.1-8b) --no-hf --prompts "" \
-    --ttft-new 0 --points 1x1024,8x1024,128x1024,1x32768,8x32768 --compile --compile-scope layer \
+    --ttft-new 0 --points ${TORCH_POINTS:-1x1024,2x1024,4x1024,8x1024,128x1024,1x32768,8x32768} --compile --compile-scope layer \
     --budget-s $tb --json $OUT/torch.json
   python3 tools/gpu/peer_table.py $OUT $OUT/torch.json > $OUT/peer_table.txt 2>&1
 fi
