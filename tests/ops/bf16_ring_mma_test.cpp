@@ -43,17 +43,8 @@ struct Bf16Problem {
   cuda::GemvArgs args{};
   template <typename F>
   std::vector<float> Run(F&& launch) const {
-    PG_TEST_CUDA(cudaMemcpy(dout->p, out_bits.data(), out_bits.size() * 2, cudaMemcpyHostToDevice));
-    launch();
-    PG_TEST_CUDA(cudaGetLastError());
-    PG_TEST_CUDA(cudaDeviceSynchronize());
-    std::vector<uint16_t> h(out_bits.size());
-    PG_TEST_CUDA(cudaMemcpy(h.data(), dout->p, h.size() * 2, cudaMemcpyDeviceToHost));
-    std::vector<float> got(h.size());
-    for (size_t i = 0; i < h.size(); ++i) got[i] = Bf16ToF32(h[i]);
-    return got;
-  }
-};
+    return RunIntoBf16(*dout, out_bits, launch);
+  }};
 
 std::unique_ptr<Bf16Problem> MakeProblem(const Bf16Case& c) {
   auto pr = std::make_unique<Bf16Problem>();
@@ -189,28 +180,12 @@ TEST(Bf16RingMma, FusedMatchesTheComposition) {
     RoundToBf16(x);
     Tensor w(DType::kBF16, {c.m, c.k});  // (the device backends take bf16 weights)
     for (int64_t i = 0; i < c.m * c.k; ++i) w.data<uint16_t>()[i] = F32ToBf16(wf.data<float>()[i]);
-    Tensor nw_t = c.bf16_norm ? Tensor(DType::kBF16, {c.k}) : Tensor(DType::kF32, {c.k});
-    if (c.bf16_norm) {
-      RoundToBf16(nw);
-      for (int64_t i = 0; i < c.k; ++i) nw_t.data<uint16_t>()[i] = F32ToBf16(nw.data<float>()[i]);
-    } else {
-      Restore(nw_t, Copy(nw));
-    }
+    if (c.bf16_norm) RoundToBf16(nw);
+    const Tensor nw_t = NormWeightOf(nw, c.bf16_norm);
     const int64_t out_m = c.swiglu ? c.m / 2 : c.m;
     Tensor normed(DType::kF32, {c.n, c.k}), projected(DType::kF32, {c.n, c.m});
-    auto params = [&](const Tensor& out) {
-      FusedMatmulParams p;
-      p.x = x.view();
-      if (c.norm) p.norm_weight = nw_t.view();
-      p.eps = 1e-5f;
-      p.w = w.view();
-      if (c.bias) p.bias = bias.view();
-      p.swiglu = c.swiglu;
-      p.out = out.view();
-      p.normed = normed.view();
-      p.projected = projected.view();
-      return p;
-    };
+    const FusedInputs in{x, c.norm ? &nw_t : nullptr, w, c.bias ? &bias : nullptr, nullptr, c.swiglu, normed, projected};
+    auto params = [&](const Tensor& out) { return FusedParamsOf(in, out); };
     Tensor ref_out(DType::kF32, {c.n, out_m}), out(DType::kF32, {c.n, out_m});
     RunWith(RefImpl<FusedMatmulParams>(), params(ref_out));
     const int64_t before = cuda::Bf16RingMmaLaunches();

@@ -171,26 +171,11 @@ TEST(Fp8RingMma, FusedMatchesTheComposition) {
                    : c.mode == M::kChannel ? Tensor(DType::kF32, {c.m})
                                            : Tensor(DType::kF32, {(c.m + 127) / 128, (c.k + 127) / 128});
     FillUniform(scale, 0.01f, 0.03f);
-    Tensor nw_t = c.norm_dtype == DType::kBF16 ? Tensor(DType::kBF16, {c.k}) : Tensor(DType::kF32, {c.k});
-    if (c.norm_dtype == DType::kBF16)
-      for (int64_t i = 0; i < c.k; ++i) nw_t.data<uint16_t>()[i] = F32ToBf16(nw.data<float>()[i]);
-    else Restore(nw_t, Copy(nw));
+    const Tensor nw_t = NormWeightOf(nw, c.norm_dtype == DType::kBF16);
     const int64_t out_m = c.swiglu ? c.m / 2 : c.m;
     Tensor normed(DType::kF32, {c.n, c.k}), projected(DType::kF32, {c.n, c.m});
-    auto params = [&](const Tensor& out) {
-      FusedMatmulParams p;
-      p.x = x.view();
-      if (c.norm) p.norm_weight = nw_t.view();
-      p.eps = 1e-5f;
-      p.w = w.view();
-      if (c.bias) p.bias = bias.view();
-      p.w_scale = scale.view();
-      p.swiglu = c.swiglu;
-      p.out = out.view();
-      p.normed = normed.view();
-      p.projected = projected.view();
-      return p;
-    };
+    const FusedInputs in{x, c.norm ? &nw_t : nullptr, w, c.bias ? &bias : nullptr, &scale, c.swiglu, normed, projected};
+    auto params = [&](const Tensor& out) { return FusedParamsOf(in, out); };
     Tensor ref_out(DType::kF32, {c.n, out_m}), out(DType::kF32, {c.n, out_m});
     RunWith(RefImpl<FusedMatmulParams>(), params(ref_out));
     ASSERT_TRUE(RunBackend(*ring, params(out))) << "cuda_fp8_ring refused " << c.Name();

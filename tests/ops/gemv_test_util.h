@@ -11,6 +11,7 @@
 
 #include "core/quant.h"
 #include "kernels/cuda/moe/moe_params.h"
+#include "kernels/ops_fused.h"
 #include "op_test_util.h"  // (and device_mirror.h: PG_TEST_CUDA)
 
 namespace pg::ops::testing {
@@ -26,6 +27,56 @@ struct Dev {
   Dev(const Dev&) = delete;
   Dev& operator=(const Dev&) = delete;
 };
+
+// Uploads `init` (bf16 bits) into out, runs launch() and returns out widened to f32.
+template <typename F>
+std::vector<float> RunIntoBf16(const Dev& out, const std::vector<uint16_t>& init, F&& launch) {
+  PG_TEST_CUDA(cudaMemcpy(out.p, init.data(), init.size() * 2, cudaMemcpyHostToDevice));
+  launch();
+  PG_TEST_CUDA(cudaGetLastError());
+  PG_TEST_CUDA(cudaDeviceSynchronize());
+  std::vector<uint16_t> h(init.size());
+  PG_TEST_CUDA(cudaMemcpy(h.data(), out.p, h.size() * 2, cudaMemcpyDeviceToHost));
+  std::vector<float> got(h.size());
+  for (size_t i = 0; i < h.size(); ++i) got[i] = Bf16ToF32(h[i]);
+  return got;
+}
+
+// A norm weight [k] as the fused kernels take it: bf16 (nw's values rounded) or f32.
+inline Tensor NormWeightOf(const Tensor& nw, bool bf16) {
+  const int64_t k = nw.view().dim(0);
+  Tensor t = bf16 ? Tensor(DType::kBF16, {k}) : Tensor(DType::kF32, {k});
+  if (bf16)
+    for (int64_t i = 0; i < k; ++i) t.data<uint16_t>()[i] = F32ToBf16(nw.data<float>()[i]);
+  else Restore(t, Copy(nw));
+  return t;
+}
+
+// FusedMatmul params of a ring-kernel fused case (optional norm weight, bias and w scale).
+struct FusedInputs {
+  const Tensor& x;
+  const Tensor* norm_weight;
+  const Tensor& w;
+  const Tensor* bias;
+  const Tensor* w_scale;
+  bool swiglu;
+  const Tensor& normed;     // [n, k] scratch of the composition
+  const Tensor& projected;  // [n, w rows] scratch of the composition
+};
+inline FusedMatmulParams FusedParamsOf(const FusedInputs& in, const Tensor& out) {
+  FusedMatmulParams p;
+  p.x = in.x.view();
+  if (in.norm_weight) p.norm_weight = in.norm_weight->view();
+  p.eps = 1e-5f;
+  p.w = in.w.view();
+  if (in.bias) p.bias = in.bias->view();
+  if (in.w_scale) p.w_scale = in.w_scale->view();
+  p.swiglu = in.swiglu;
+  p.out = out.view();
+  p.normed = in.normed.view();
+  p.projected = in.projected.view();
+  return p;
+}
 
 // bf16 bits of an f32 [rows, cols] matrix, rows `ld` apart.
 inline std::vector<uint16_t> Bf16Rows(const float* v, int64_t rows, int64_t cols, int64_t ld) {
@@ -72,15 +123,7 @@ struct Fp8Problem {
   // Re-initialises the device output, runs launch() (on args) and returns the output widened.
   template <typename F>
   std::vector<float> Run(F&& launch) const {
-    PG_TEST_CUDA(cudaMemcpy(dout->p, out_init.data(), out_init.size() * 2, cudaMemcpyHostToDevice));
-    launch();
-    PG_TEST_CUDA(cudaGetLastError());
-    PG_TEST_CUDA(cudaDeviceSynchronize());
-    std::vector<uint16_t> h(out_init.size());
-    PG_TEST_CUDA(cudaMemcpy(h.data(), dout->p, h.size() * 2, cudaMemcpyDeviceToHost));
-    std::vector<float> got(h.size());
-    for (size_t i = 0; i < h.size(); ++i) got[i] = Bf16ToF32(h[i]);
-    return got;
+    return RunIntoBf16(*dout, out_init, launch);
   }
 };
 

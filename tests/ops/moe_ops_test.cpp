@@ -323,7 +323,9 @@ TEST(MoeExpertsOp, SharedExpertEveryBackendMatchesReference) {
     }
   }
 #if defined(PEREGRINE_HAVE_CUDA)
-  if (cuda::DeviceCount() > 0) EXPECT_GT(device_runs, 0) << "no device backend ran";
+  if (cuda::DeviceCount() > 0) {
+    EXPECT_GT(device_runs, 0) << "no device backend ran";
+  }
 #endif
 }
 
@@ -530,7 +532,9 @@ TEST(MatmulFp8BlockOp, MatchesDequantizedReference) {
     any_device = any_device || OnDevice(*k);
     names += " " + k->backend;
   }
-  if (any_device) EXPECT_GT(ran, 0) << "no device Matmul backend took fp8 block-scaled weights; backends:" << names;
+  if (any_device) {
+    EXPECT_GT(ran, 0) << "no device Matmul backend took fp8 block-scaled weights; backends:" << names;
+  }
 }
 
 }  // namespace
