@@ -158,6 +158,27 @@ __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
   }
   const unsigned char* ring = smem + ring_offset;
   const uint4 zero = make_uint4(0, 0, 0, 0);
+  // kPrefetchX (bf16 weights, x from global): the first kPre steps of this warp in the NEXT
+  // piece of k are loaded while the current one is used (x does not depend on the group: after
+  // the last piece comes piece 0 of the next group), so an L2 round trip per piece stays off
+  // the critical path when x is too large for L1 (8 rows x 14336: 229 KB). Same steps, same
+  // order. (The fp8 instantiations keep the loads at their use: their registers are at the
+  // launch bound's cap and would spill.)
+  constexpr bool kPrefetchX = kBf16W && !kStageX;
+  constexpr int kPre = 4;
+  uint4 xn[kPre][2];
+  auto load_x = [&](int64_t c) {
+    const int64_t k0 = c * p.chunk;
+    const int steps = int((a.k - k0 < p.chunk ? a.k - k0 : p.chunk) / 64);
+    const uint4* xs = xr + k0 / 8;
+#pragma unroll
+    for (int i = 0; i < kPre; ++i) {
+      const int t = warp + i * kConsumerWarps;
+      xn[i][0] = xn[i][1] = zero;
+      if (has_x && t < steps) xn[i][0] = __ldg(xs + 8 * t), xn[i][1] = __ldg(xs + 8 * t + 1);
+    }
+  };
+  if constexpr (kPrefetchX) load_x(0);
   int64_t s = 0;
   for (int64_t gi = 0; gi < groups; ++gi) {
     const int64_t j0 = jb + kOutRows * gi;
@@ -204,13 +225,7 @@ __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
       const uint4* wa = reinterpret_cast<const uint4*>(base + g * p.row_stride) + kEs * q;
       const uint4* wb = reinterpret_cast<const uint4*>(base + (g + 8) * p.row_stride) + kEs * q;
       const uint4* xs = xr + k0 / 8;
-#pragma unroll 4
-      for (int t = warp; t < steps; t += kConsumerWarps) {
-        uint4 x0 = zero, x1 = zero;
-        if (has_x) {
-          if constexpr (kStageX) x0 = xs[8 * t], x1 = xs[8 * t + 1];
-          else x0 = __ldg(xs + 8 * t), x1 = __ldg(xs + 8 * t + 1);
-        }
+      auto step = [&](int t, const uint4& x0, const uint4& x1) {
         if constexpr (kBf16W) {
           fp8mma::Mma16SplitBf16(wa[8 * t], wa[8 * t + 1], wb[8 * t], wb[8 * t + 1], x0, x1, acc);
         } else if constexpr (kBlock) {  // the step's sum (one chain), times its scale, into acc[0]
@@ -225,6 +240,33 @@ __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
           acc[0][3] = fmaf(dd[3], scb, acc[0][3]);
         } else {
           fp8mma::Mma16Split(wa[4 * t], wb[4 * t], x0, x1, acc);
+        }
+      };
+      if constexpr (!kPrefetchX) {
+#pragma unroll 4
+        for (int t = warp; t < steps; t += kConsumerWarps) {
+          uint4 x0 = zero, x1 = zero;
+          if (has_x) {
+            if constexpr (kStageX) x0 = xs[8 * t], x1 = xs[8 * t + 1];
+            else x0 = __ldg(xs + 8 * t), x1 = __ldg(xs + 8 * t + 1);
+          }
+          step(t, x0, x1);
+        }
+      } else {
+        uint4 xc[kPre][2];
+#pragma unroll
+        for (int i = 0; i < kPre; ++i) xc[i][0] = xn[i][0], xc[i][1] = xn[i][1];
+        if (gi + 1 < groups || c + 1 < chunks) load_x(c + 1 < chunks ? c + 1 : 0);
+#pragma unroll
+        for (int i = 0; i < kPre; ++i) {
+          const int t = warp + i * kConsumerWarps;
+          if (t < steps) step(t, xc[i][0], xc[i][1]);
+        }
+#pragma unroll 4
+        for (int t = warp + kPre * kConsumerWarps; t < steps; t += kConsumerWarps) {
+          uint4 x0 = zero, x1 = zero;
+          if (has_x) x0 = __ldg(xs + 8 * t), x1 = __ldg(xs + 8 * t + 1);
+          step(t, x0, x1);
         }
       }
       __syncwarp();
