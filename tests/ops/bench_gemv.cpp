@@ -57,17 +57,67 @@ struct Matrix {
   enum Fuse { kNone, kNorm, kNormSwiGlu, kAccumulate, kF32Out } fuse;
 };
 
-// Runs fn with the ring GEMV off, then on; restores the mode.
+// Runs fn with the ring GEMV off, then on; restores the mode. The tensor-core ring kernel
+// (2-4 rows by shape, table 5) stays off meanwhile, so "warp" is gemv.cu's warp kernel.
 template <typename F>
 std::pair<double, double> WarpAndRing(F&& fn) {
+  const pg::cuda::Bf16RingMmaMode mma = pg::cuda::GetBf16RingMmaMode();
+  pg::cuda::SetBf16RingMmaMode(pg::cuda::Bf16RingMmaMode::kOff);
   const pg::cuda::GemvRingMode mode = pg::cuda::GetGemvRingMode();
   pg::cuda::SetGemvRingMode(pg::cuda::GemvRingMode::kOff);
   const double warp = fn();
   pg::cuda::SetGemvRingMode(pg::cuda::GemvRingMode::kOn);
   const double ring = fn();
   pg::cuda::SetGemvRingMode(mode);
+  pg::cuda::SetBf16RingMmaMode(mma);
   return {warp, ring};
 }
+
+// One matrix's bench inputs for up to max_rows rows: weight copies rotating through > 256 MiB
+// (so the L2 holds none of them), x, out (f32-sized), the composition's scratch; and the
+// per-call time of the model's op at n rows (FusedMatmul for the norm / swiglu matrices, else
+// Matmul; graph replay), so every table times the same thing.
+struct Projection {
+  const Matrix& mt;
+  TensorView norm_weight;  // [mt.k]
+  std::vector<std::unique_ptr<DeviceBuf>> ws;
+  DeviceBuf x, out, normed, proj;
+  Projection(const Matrix& m, int64_t max_rows, const TensorView& nw, uint32_t seed)
+      : mt(m), norm_weight(nw), x(size_t(max_rows * m.k * 2)), out(size_t(max_rows * m.m * 4)),
+        normed(size_t(max_rows * m.k * 2)), proj(size_t(max_rows * m.m * 2)) {
+    const int copies = int(std::max<size_t>(1, (size_t(256) << 20) / WeightBytes() + 1));
+    for (int c = 0; c < copies; ++c) {
+      ws.push_back(std::make_unique<DeviceBuf>(WeightBytes()));
+      pg::bench::FillBf16(ws.back()->p, m.m * m.k, seed + uint32_t(c), 0.02f);
+    }
+    pg::bench::FillBf16(x.p, max_rows * m.k, 7, 1.0f);
+    pg::bench::FillBf16(out.p, max_rows * m.m, 8, 1.0f);
+  }
+  size_t WeightBytes() const { return size_t(mt.m * mt.k * 2); }
+  bool Accumulates() const { return mt.fuse == Matrix::kAccumulate; }
+  int64_t Outputs() const { return mt.fuse == Matrix::kNormSwiGlu ? mt.m / 2 : mt.m; }
+  // Weight + x + out bytes at n rows (out read too when accumulating).
+  double FloorBytes(int64_t n) const {
+    const int out_bytes = mt.fuse == Matrix::kF32Out ? 4 : 2;
+    return double(WeightBytes()) + double(n * mt.k * 2) + double(n * Outputs() * out_bytes) * (Accumulates() ? 2 : 1);
+  }
+  double TimeMs(int64_t n) {
+    auto w_of = [&](int i) { return Dev(ws[size_t(i) % ws.size()]->p, {mt.m, mt.k}); };
+    const bool sw = mt.fuse == Matrix::kNormSwiGlu;
+    if (mt.fuse == Matrix::kNorm || sw)
+      return GraphMedianMs([&](int i) {
+        ops::FusedMatmul({.x = Dev(x.p, {n, mt.k}), .norm_weight = norm_weight, .w = w_of(i), .swiglu = sw,
+                          .out = Dev(out.p, {n, Outputs()}), .normed = Dev(normed.p, {n, mt.k}),
+                          .projected = Dev(proj.p, {n, mt.m})});
+      });
+    const TensorView o = mt.fuse == Matrix::kF32Out
+                             ? TensorView::Contiguous(out.p, DType::kF32, {n, mt.m}, Device::kCuda)
+                             : Dev(out.p, {n, mt.m});
+    return GraphMedianMs([&](int i) {
+      ops::Matmul({.x = Dev(x.p, {n, mt.k}), .w = w_of(i), .out = o, .accumulate = Accumulates()});
+    });
+  }
+};
 
 }  // namespace
 
@@ -158,38 +208,13 @@ static void RunBf16RowsBench(double bw, const TensorView& nw4096, const TensorVi
   fmt::print("{:<32} {:>5} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8}\n", "matrix", "batch", "old_us", "mma_us",
              "floor_us", "old/fl", "mma/fl", "old/mma");
   for (const Matrix& mt : mats) {
-    const size_t wbytes = size_t(mt.m * mt.k * 2);
-    const int copies = int(std::max<size_t>(1, (size_t(256) << 20) / wbytes + 1));
-    std::vector<std::unique_ptr<DeviceBuf>> ws;
-    for (int c = 0; c < copies; ++c) {
-      ws.push_back(std::make_unique<DeviceBuf>(wbytes));
-      FillBf16(ws.back()->p, mt.m * mt.k, 60 + c, 0.02f);
-    }
-    auto w_of = [&](int i) { return Dev(ws[size_t(i % copies)]->p, {mt.m, mt.k}); };
-    const TensorView nwk = mt.k == kHidden ? nw4096 : nw2048;
+    Projection pr(mt, 8, mt.k == kHidden ? nw4096 : nw2048, 60);
     for (int64_t n : {1, 2, 4, 6, 8}) {
-      DeviceBuf x(size_t(n * mt.k * 2)), out(size_t(n * mt.m * 2)), normed(size_t(n * mt.k * 2)),
-          proj(size_t(n * mt.m * 2));
-      FillBf16(x.p, n * mt.k, 7, 1.0f);
-      FillBf16(out.p, n * mt.m, 8, 1.0f);
-      const bool acc = mt.fuse == Matrix::kAccumulate, sw = mt.fuse == Matrix::kNormSwiGlu;
-      const int64_t out_m = sw ? mt.m / 2 : mt.m;
-      auto time = [&](pg::cuda::Bf16RingMmaMode mode) {
-        pg::cuda::SetBf16RingMmaMode(mode);
-        if (mt.fuse == Matrix::kNorm || sw)
-          return GraphMedianMs([&](int i) {
-            ops::FusedMatmul({.x = Dev(x.p, {n, mt.k}), .norm_weight = nwk, .w = w_of(i), .swiglu = sw,
-                              .out = Dev(out.p, {n, out_m}), .normed = Dev(normed.p, {n, mt.k}),
-                              .projected = Dev(proj.p, {n, mt.m})});
-          });
-        return GraphMedianMs([&](int i) {
-          ops::Matmul({.x = Dev(x.p, {n, mt.k}), .w = w_of(i), .out = Dev(out.p, {n, mt.m}), .accumulate = acc});
-        });
-      };
-      const double old_ms = time(pg::cuda::Bf16RingMmaMode::kOff);
-      const double mma_ms = time(pg::cuda::Bf16RingMmaMode::kOn);
-      const double bytes = double(wbytes) + double(n * mt.k * 2) + double(n * out_m * 2) * (acc ? 2 : 1);
-      const double floor_ms = bytes / bw * 1e3;
+      pg::cuda::SetBf16RingMmaMode(pg::cuda::Bf16RingMmaMode::kOff);
+      const double old_ms = pr.TimeMs(n);
+      pg::cuda::SetBf16RingMmaMode(pg::cuda::Bf16RingMmaMode::kOn);
+      const double mma_ms = pr.TimeMs(n);
+      const double floor_ms = pr.FloorBytes(n) / bw * 1e3;
       fmt::print("{:<32} {:>5} {:>9.2f} {:>9.2f} {:>9.2f} {:>7.1f}% {:>7.1f}% {:>8.2f}\n", mt.name, n,
                  old_ms * 1e3, mma_ms * 1e3, floor_ms * 1e3, 100 * floor_ms / old_ms, 100 * floor_ms / mma_ms,
                  old_ms / mma_ms);
@@ -229,39 +254,10 @@ int RunGemvBench() {
     const bool fp8_only = EnvFlag("PEREGRINE_BENCH_GEMV_FP8_ONLY", false);
     for (const Matrix& mt : mats) {
       if (fp8_only) break;
-      const size_t wbytes = size_t(mt.m * mt.k * 2);
-      const int copies = int(std::max<size_t>(1, (size_t(256) << 20) / wbytes + 1));
-      std::vector<std::unique_ptr<DeviceBuf>> ws;
-      for (int c = 0; c < copies; ++c) {
-        ws.push_back(std::make_unique<DeviceBuf>(wbytes));
-        bench::FillBf16(ws.back()->p, mt.m * mt.k, 10 + c, 0.02f);
-      }
-      auto w_of = [&](int i) { return Dev(ws[size_t(i % copies)]->p, {mt.m, mt.k}); };
-      const TensorView nwk = Dev(norm_w.p, {mt.k});
+      Projection pr(mt, 4, Dev(norm_w.p, {mt.k}), 10);
       for (int64_t n : {1, 4}) {
-        DeviceBuf x(size_t(n * mt.k * 2)), out(size_t(n * mt.m * 4)), normed(size_t(n * mt.k * 2)),
-            proj(size_t(n * mt.m * 2));
-        bench::FillBf16(x.p, n * mt.k, 7, 1.0f);
-        bench::FillBf16(out.p, n * mt.m, 8, 1.0f);
-        const bool acc = mt.fuse == Matrix::kAccumulate;
-        const bool sw = mt.fuse == Matrix::kNormSwiGlu;
-        const int64_t out_m = sw ? mt.m / 2 : mt.m;
-        const auto [warp_ms, ring_ms] = WarpAndRing([&] {
-          if (mt.fuse == Matrix::kNorm || sw)
-            return GraphMedianMs([&](int i) {
-              ops::FusedMatmul({.x = Dev(x.p, {n, mt.k}), .norm_weight = nwk, .w = w_of(i),
-                                .swiglu = sw, .out = Dev(out.p, {n, out_m}),
-                                .normed = Dev(normed.p, {n, mt.k}), .projected = Dev(proj.p, {n, mt.m})});
-            });
-          const TensorView o = mt.fuse == Matrix::kF32Out
-                                   ? TensorView::Contiguous(out.p, DType::kF32, {n, mt.m}, Device::kCuda)
-                                   : Dev(out.p, {n, mt.m});
-          return GraphMedianMs([&](int i) {
-            ops::Matmul({.x = Dev(x.p, {n, mt.k}), .w = w_of(i), .out = o, .accumulate = acc});
-          });
-        });
-        const int out_bytes = mt.fuse == Matrix::kF32Out ? 4 : 2;
-        const double bytes = double(wbytes) + double(n * mt.k * 2) + double(n * out_m * out_bytes) * (acc ? 2 : 1);
+        const auto [warp_ms, ring_ms] = WarpAndRing([&] { return pr.TimeMs(n); });
+        const double bytes = pr.FloorBytes(n);
         const double floor_ms = bytes / bw * 1e3;
         fmt::print("{:<32} {:>5} {:>9.2f} {:>9.2f} {:>9.2f} {:>9.1f}% {:>9.1f}% {:>9.0f}\n", mt.name, n,
                    warp_ms * 1e3, ring_ms * 1e3, floor_ms * 1e3, 100 * floor_ms / warp_ms,

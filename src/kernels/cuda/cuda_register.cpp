@@ -29,8 +29,9 @@ namespace {
 using cuda::bf16;
 
 // Batches of at most this many rows use the GEMV kernels (memory bound: they stream the
-// weight once per 8 rows); larger ones go to cuBLASLt, except where the tensor-core ring GEMV
-// takes 5-8 rows (fp8_ring_mma.h Bf16RingMmaTake). Chosen from tools/gpu/cuda_check.sh's bench.
+// weight once per 8 rows; at 2-4 rows the tensor-core ring GEMV, fp8_ring_mma.h); larger ones
+// go to cuBLASLt, unless Bf16RingMmaMode::kOn forces the ring kernel up to 8 rows (A/B).
+// Chosen from tools/gpu/cuda_check.sh's and bench_gemv's tables.
 constexpr int64_t kGemvMaxRows = 4;
 
 bool DevBf16(const TensorView& t) { return t.device == Device::kCuda && t.dtype == DType::kBF16; }

@@ -65,7 +65,8 @@ constexpr int kRowPad = 64;
 constexpr int64_t kMaxStagedBytes = 120 * 1024;  // kStageX: the staged rows of a pass, at most
 
 // kStageX: bytes of a pass's staged rows, [min(n, 8)][k / 8 + 1] 16-byte chunks.
-int64_t StagedBytes(const Fp8GemvArgs& a) { return (a.n < 8 ? a.n : 8) * (a.k / 8 + 1) * 16; }
+int64_t StagedBytes(int64_t n, int64_t k) { return (n < 8 ? n : 8) * (k / 8 + 1) * 16; }
+int64_t StagedBytes(const Fp8GemvArgs& a) { return StagedBytes(a.n, a.k); }
 
 // Launch geometry, fixed per pass on the host.
 struct RingMmaPlan {
@@ -508,7 +509,7 @@ bool Bf16RingMmaFits(const GemvArgs& g) {
   if (g.out_f32 || !g.out || !g.w_constant || (g.swiglu && g.accumulate)) return false;
   if (g.n < 1 || g.n > 8 || g.m < 1 || g.k < 64 || g.k % 64 || g.ldw % 8 || g.ldx % 8) return false;
   if (((reinterpret_cast<uintptr_t>(g.x) | reinterpret_cast<uintptr_t>(g.w)) & 15) != 0) return false;
-  return !g.norm_weight || StagedBytes(AsRingArgs(g)) <= kMaxStagedBytes;
+  return !g.norm_weight || StagedBytes(g.n, g.k) <= kMaxStagedBytes;
 }
 
 bool Bf16RingMmaTake(const GemvArgs& g) {
