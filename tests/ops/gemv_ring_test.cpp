@@ -338,5 +338,32 @@ TEST(GemvRing, RefusesWhatItCannotStage) {
   cuda::SetGemvRingMode(mode);
 }
 
+// The shape rule (kShape, the default): one row and k >= 4096; or a normed projection of
+// 4096-65536 rows from k = 2048 (an attention's qkv, Qwen3-30B-A3B: the small decode attention
+// fits beside the ring's one block an SM), not the lm_heads nor 2-4 rows nor smaller outputs.
+TEST(GemvRing, ShapeRuleTakesLargeKAndNormedQkvProjections) {
+  auto args = [](int64_t n, int64_t k, int64_t m, bool norm) {
+    cuda::GemvArgs a{reinterpret_cast<const cuda::bf16*>(uintptr_t(256)),
+                     reinterpret_cast<const cuda::bf16*>(uintptr_t(512)),
+                     reinterpret_cast<cuda::bf16*>(uintptr_t(1024)), nullptr, n, k, m, k, k, m,
+                     false};
+    static const float w = 1.0f;
+    if (norm) a.norm_weight = &w;
+    return a;
+  };
+  const cuda::GemvRingMode mode = cuda::GetGemvRingMode();
+  cuda::SetGemvRingMode(cuda::GemvRingMode::kShape);
+  EXPECT_TRUE(cuda::GemvRingTake(args(1, 4096, 4096, false))) << "Llama o";
+  EXPECT_TRUE(cuda::GemvRingTake(args(1, 4096, 128256, true))) << "Llama lm_head";
+  EXPECT_TRUE(cuda::GemvRingTake(args(1, 2048, 5120, true))) << "Qwen3-30B-A3B qkv + norm";
+  EXPECT_FALSE(cuda::GemvRingTake(args(1, 2048, 151936, true))) << "Qwen3-30B-A3B lm_head";
+  EXPECT_FALSE(cuda::GemvRingTake(args(1, 2048, 3648, true))) << "DeepSeek-V2-Lite q + kv_a";
+  EXPECT_FALSE(cuda::GemvRingTake(args(1, 2048, 5120, false))) << "no norm";
+  EXPECT_FALSE(cuda::GemvRingTake(args(1, 1024, 5120, true))) << "k 1024";
+  EXPECT_FALSE(cuda::GemvRingTake(args(2, 2048, 5120, true))) << "2 rows";
+  EXPECT_FALSE(cuda::GemvRingTake(args(2, 4096, 4096, false))) << "2 rows, k 4096";
+  cuda::SetGemvRingMode(mode);
+}
+
 }  // namespace
 }  // namespace pg::ops::testing

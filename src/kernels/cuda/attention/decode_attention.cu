@@ -509,10 +509,15 @@ int DecodeFusedSplits(const AttentionArgs& a, int num_seqs, int64_t max_len) {
 // it when no warp of a 4-warp split block gets more than PG_FUSED_SMALL_MAX_TILES (default 1)
 // 16-key tiles at any length the plan serves, and 3 tile warps when those do not either
 // (smaller blocks: two fit beside the 173 KB ring GEMV, gemv_ring.cu) — and only when the
-// plan's grid at max_len has at least PG_FUSED_SMALL_MIN_BLOCKS blocks (default: one per SM).
-// Measured (docs/PERF.md "Decode attention beside the ring GEMVs"): Llama-3.1-8B 1K x 1 (256
-// blocks) 4118-4130 vs 4204-4212 us a step; Qwen3-30B-A3B 1K x 1 (64 blocks on 132 SMs: the
-// 3-stage kernel already leaves whole SMs to its neighbours) 3049-3051 vs 2974 us.
+// plan's grid at max_len has at least PG_FUSED_SMALL_MIN_BLOCKS blocks (default: one per two
+// SMs). Measured (docs/PERF.md "Decode attention beside the ring GEMVs"): Llama-3.1-8B 1K x 1
+// (256 blocks) 4118-4130 vs 4204-4212 us a step; Qwen3-30B-A3B 1K x 1 (64 blocks on 132 SMs,
+// its qkv on the warp GEMV, whose blocks leave no room) 3049-3051 vs 2974 us. Since session 9
+// that qkv (5120 x 2048 + norm) takes the ring GEMV (gemv_ring.cu ShapeWantsRing), beside
+// which the small blocks fit and load their keys early: 128 blocks at 1K and 2K (the default
+// was one per SM then: 132). Both changes, Qwen3-30B-A3B b1: 2913-2915 vs 2957-2960 us at 1K,
+// 2927-2928 vs 3012-3013 us in the 2048-key graph set serving replays (docs/PERF.md
+// "session 9").
 // SetDecodeFusedPrepMode: -1 by the rows (LaunchDecodeFused), 0 / 1 forced.
 static int& FusedPrepModeRef() {
   static int mode = EnvInt("PG_FUSED_PREP_REGS", -1);
@@ -548,7 +553,7 @@ static int64_t WorstSplitKeys(const AttentionArgs& a, int64_t max_len) {
 // Tile warps of the small variant (3 or 4), or 0: the 3-stage kernel.
 static int FusedSmall(const AttentionArgs& a, int64_t max_len) {
   static const int max_tiles = std::max(1, EnvInt("PG_FUSED_SMALL_MAX_TILES", 1));
-  static const int min_blocks = EnvInt("PG_FUSED_SMALL_MIN_BLOCKS", MultiprocessorCount());
+  static const int min_blocks = EnvInt("PG_FUSED_SMALL_MIN_BLOCKS", (MultiprocessorCount() + 1) / 2);
   const int mode = FusedSmallModeRef();
   if (mode == 0 || (mode < 0 && max_len <= 0)) return 0;  // off, or no plan length
   if (mode == 3 || mode == 4) return mode;

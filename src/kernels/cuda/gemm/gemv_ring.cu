@@ -235,8 +235,20 @@ bool Supported(const GemvArgs& a) {
 // GEMV", H200, PDL on): one activation row and k >= 4096 (Llama-3.1-8B qkv 14.8 vs 17.1 us,
 // down 30.9 vs 32.3, gate_up 55.9 vs 56.5, lm_head 235 vs 244, o 11.1 vs 10.9; Qwen3-30B-A3B
 // o 7.0 vs 7.2). Not at 2-4 rows (the 8 consumer warps are issue-bound: qkv 21.7 vs 21.8,
-// down 52.6 vs 39.4 at 4 rows) nor at k = 2048 (Qwen3-30B-A3B qkv 8.1 vs 7.7).
-bool ShapeWantsRing(const GemvArgs& a) { return a.n == 1 && a.k >= 4096; }
+// down 52.6 vs 39.4 at 4 rows). At k = 2048 the ring alone is slower (Qwen3-30B-A3B qkv 8.1
+// vs 7.7 us, lm_head 145 vs 142), but a normed projection of 4096-65536 rows (an attention's
+// qkv: Qwen3-30B-A3B 5120 x 2048; not the lm_heads, nor DeepSeek-V2-Lite's q + kv_a of 3648
+// rows) takes it from k >= PEREGRINE_GEMV_RING_NORM_MIN_K (default 2048; 4096 = the old
+// rule): one block an SM with room beside it for the small decode attention's blocks
+// (decode_attention_mma.cu kSmallStages), which then load their keys during the projection
+// instead of after it (docs/PERF.md "session 9": Qwen3-30B-A3B batch 1 step -45 us at 1K,
+// -85 us in the 2048-key graph set, with the small attention's new block rule).
+bool ShapeWantsRing(const GemvArgs& a) {
+  static const int norm_min_k = EnvInt("PEREGRINE_GEMV_RING_NORM_MIN_K", 2048);
+  if (a.n != 1) return false;
+  if (a.k >= 4096) return true;
+  return a.norm_weight != nullptr && a.k >= norm_min_k && a.m >= 4096 && a.m <= 65536;
+}
 
 // fp8: the consumers widen 16 e4m3 weights and 16 activations per 16 bytes and are issue-bound
 // on 8 warps (Llama-3.1-8B fp8 qkv 21.3 vs 11.0 us at one row): nowhere. (cuda/moe's
@@ -251,7 +263,9 @@ bool ShapeWantsRingFp8(const Fp8GemvArgs& f) {
 // best of request 3's layouts: one slot serves all 8 consumer warps (PEREGRINE_GEMV_RING_GROUP
 // =8; per-warp slots measured 2x slower), 4 KB row pieces (PEREGRINE_GEMV_RING_PIECE_KB), as
 // many slots as fit up to 6 (PEREGRINE_GEMV_RING_DEPTH) in PEREGRINE_GEMV_RING_BUDGET_KB (200:
-// ring + x, one block an SM; 160-192 KB in flight an SM).
+// ring + x, one block an SM; 160-192 KB in flight an SM). (Five slots at k < 4096, where six
+// fit, so that a 4-warp small decode attention block fits beside: measured equal or slower on
+// Qwen3-30B-A3B's qkv, docs/PERF.md "session 9".)
 RingPlan PlanOf(const GemvArgs& a, int kw, int wb) {
   static const int group_env = EnvInt("PEREGRINE_GEMV_RING_GROUP", 8);
   static const int piece_kb = EnvInt("PEREGRINE_GEMV_RING_PIECE_KB", 0);
