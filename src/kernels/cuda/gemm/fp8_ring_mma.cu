@@ -243,17 +243,8 @@ __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
           fp8mma::Mma16Split(wa[4 * t], wb[4 * t], x0, x1, acc);
         }
       };
-      if constexpr (!kPrefetchX) {
-#pragma unroll 4
-        for (int t = warp; t < steps; t += kConsumerWarps) {
-          uint4 x0 = zero, x1 = zero;
-          if (has_x) {
-            if constexpr (kStageX) x0 = xs[8 * t], x1 = xs[8 * t + 1];
-            else x0 = __ldg(xs + 8 * t), x1 = __ldg(xs + 8 * t + 1);
-          }
-          step(t, x0, x1);
-        }
-      } else {
+      int t0 = warp;  // this warp's first step whose x is loaded at its use
+      if constexpr (kPrefetchX) {  // its first kPre steps: x loaded during the previous piece
         uint4 xc[kPre][2];
 #pragma unroll
         for (int i = 0; i < kPre; ++i) xc[i][0] = xn[i][0], xc[i][1] = xn[i][1];
@@ -263,12 +254,16 @@ __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
           const int t = warp + i * kConsumerWarps;
           if (t < steps) step(t, xc[i][0], xc[i][1]);
         }
+        t0 += kPre * kConsumerWarps;
+      }
 #pragma unroll 4
-        for (int t = warp + kPre * kConsumerWarps; t < steps; t += kConsumerWarps) {
-          uint4 x0 = zero, x1 = zero;
-          if (has_x) x0 = __ldg(xs + 8 * t), x1 = __ldg(xs + 8 * t + 1);
-          step(t, x0, x1);
+      for (int t = t0; t < steps; t += kConsumerWarps) {
+        uint4 x0 = zero, x1 = zero;
+        if (has_x) {
+          if constexpr (kStageX) x0 = xs[8 * t], x1 = xs[8 * t + 1];
+          else x0 = __ldg(xs + 8 * t), x1 = __ldg(xs + 8 * t + 1);
         }
+        step(t, x0, x1);
       }
       __syncwarp();
       if (lane == 0) bulk::MbarArrive(empty0 + 8 * slot);
