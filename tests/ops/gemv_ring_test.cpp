@@ -8,8 +8,9 @@
 // Shapes: 1-4 rows, m not a multiple of 8 (and m < the SM count: blocks of one row), k =
 // 96 / 1000 / 2048 / 2600 (a short last chunk) / 4096 / 14336, strided rows, a long slice per
 // block (the ring wraps many times); options: bias, accumulate, f32 out, RMSNorm prologue
-// (f32 and bf16 norm weights), SwiGLU epilogue; and fp8 e4m3 weights (per-tensor / per-row
-// scales) against cuda/moe's f32 fp8 GEMV (LaunchFp8GemvF32).
+// (f32 and bf16 norm weights; preloaded into registers up to k 4096), SwiGLU epilogue; and
+// fp8 e4m3 weights (per-tensor / per-row scales) against cuda/moe's f32 fp8 GEMV
+// (LaunchFp8GemvF32).
 // Also cuda/moe's tensor-core fp8 GEMV (Fp8GemvMmaKernel, LaunchFp8Gemv's default) against ref
 // in every scale mode and kernel variant, 1-11 rows, and the variants against each other.
 #include <cuda_runtime.h>
@@ -59,6 +60,12 @@ std::vector<RingCase> RingCases() {
   cases.push_back({1, 4096, 20000, true});   // ~150 rows a block: the ring wraps ~75 times
   cases.push_back({3, 4096, 9001, false});
   cases.push_back({4, 14336, 1025, false, false, false, true});
+  // One row, accumulate: ~4 rows a warp (the outputs preloaded after the PDL wait) and ~38
+  // (more than a warp's lanes: each row loads its own); a norm of k 7168 (more than the
+  // preloaded norm-weight registers hold: the global-load path).
+  cases.push_back({1, 4096, 4096, false, false, false, true});
+  cases.push_back({1, 2048, 40000, false, false, false, true, true});
+  cases.push_back({1, 7168, 300, true});
   return cases;
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -11,6 +12,7 @@
 #include "core/log.h"
 #include "core/status.h"
 #include "kernels/cuda/ceilings.h"
+#include "kernels/cuda/common/block_trace.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "models/config.h"
 #include "models/loader.h"
@@ -194,6 +196,16 @@ GpuDecodeBenchReport RunGpuDecodeBench(const GpuDecodeBenchOptions& o,
       e1.Record(runner.stream());
       e1.Synchronize();
       row.graph_step_us = double(e1.ElapsedMsSince(e0)) * 1e3 / o.iters;
+      // Diagnostic build (-DPEREGRINE_BLOCK_TRACE=ON): a block timeline of three back-to-back
+      // replays into $PEREGRINE_BLOCK_TRACE_OUT/trace_b<batch>_c<context>.csv.
+      if (const char* dir = std::getenv("PEREGRINE_BLOCK_TRACE_OUT");
+          dir != nullptr && pg::cuda::BlockTraceCompiled()) {
+        pg::cuda::BlockTraceStart(1u << 21);
+        for (int i = 0; i < 3; ++i) runner.ReplayStaged(batch);
+        std::filesystem::create_directories(dir);
+        pg::cuda::BlockTraceWriteCsv(pg::cuda::BlockTraceCollect(),
+                                 fmt::format("{}/trace_b{}_c{}.csv", dir, batch, ctx));
+      }
       // Every replay is the same step (same tokens, positions, routes).
       set_floor(double(model->last_forward_weight_bytes()));
       // The serving loop: stage, replay, sample on the device, read back the tokens only.

@@ -76,6 +76,7 @@ struct Geo {
 
 template <int D, int GP, typename KvT>
 __global__ void __launch_bounds__(kThreads) DecodeKernel(const __grid_constant__ AttentionArgs a) {
+  PG_BLOCK_TRACE(kTraceDecode);
   using G = Geo<D, KvT>;
   constexpr int L = G::kLanes, NV = G::kNv, VEC = G::kVec, EPL = G::kEpl;
   extern __shared__ uint4 smem[];
@@ -275,6 +276,7 @@ int CombineThreads(int head_dim) {
 }
 
 __global__ void __launch_bounds__(kCombineThreads) DecodeCombineKernel(const __grid_constant__ AttentionArgs a) {
+  PG_BLOCK_TRACE(kTraceDecodeCombine);
   const int t = blockIdx.x, h = blockIdx.y;
   PdlTrigger();
   // Every block waits (PDL), even one with nothing to merge: this kernel must not complete

@@ -119,6 +119,7 @@ template <int D, bool kF8, bool kHeadWarps, bool kFused, int kSt = kStages, int 
 __global__ void __launch_bounds__(256)
     DecodeMmaKernel(const __grid_constant__ AttentionArgs a,
                     const __grid_constant__ std::conditional_t<kFused, RopeKvWriteArgs, NoFusion> f) {
+  PG_BLOCK_TRACE(kTraceDecodeMma);
   static_assert(!(kFused && kHeadWarps), "the fused kernel uses the round-robin layout");
   static_assert(kSt == kStages || (kFused && kSt == kSmallStages), "small variant: fused only");
   static_assert(kSt == kSmallStages ? (kTW == 3 || kTW == 4) : kTW == kWarps, "tile warps");
@@ -223,6 +224,7 @@ __global__ void __launch_bounds__(256)
     else
       PrepareNewToken<D, KvT>(f, a, s, row, kvh, group, owner, qscale, fs);
   }
+  PG_TRACE_MARK(0);  // the new token prepared
 
   // Q as A fragments: rows g and g + 8 = heads h0 + g, h0 + g + 8 (zero past the group), in
   // the K vector layout below (decode_mma_util.cuh LoadQFragments).
@@ -325,6 +327,7 @@ __global__ void __launch_bounds__(256)
   }
   CpAsyncWait<0>();
   if (a.pdl_late_trigger) PdlTrigger();
+  PG_TRACE_MARK(1);  // the split's keys done
 
   // Row sums over the quad; then the warps merge through shared memory (the ring is free).
 #pragma unroll
@@ -358,6 +361,7 @@ __global__ void __launch_bounds__(256)
   __syncthreads();
   MergeWarpsAndStore(a, sm_acc, sm_m, sm_l, mrows, min(group, 16), D, row, h0, split,
                      active_splits, /*finish=*/!kFused);
+  PG_TRACE_MARK(2);  // the split stored
   if constexpr (kFused)  // split weights [min(group, 16)][active] after the merge buffers
     FusedFinishSplits(a, row, h0, min(group, 16), active_splits, sm_l + kWarps * mrows);
 }

@@ -18,13 +18,16 @@
 
 #include <utility>
 
+#include "kernels/cuda/common/block_trace.cuh"  // PG_TRACE_WAIT_* (diagnostic build only)
 #include "kernels/cuda/common/context.h"  // PdlEnabled (PEREGRINE_PDL=0 turns PDL off)
 
 namespace pg::cuda {
 
 __device__ __forceinline__ void PdlWait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  PG_TRACE_WAIT_BEGIN();
   asm volatile("griddepcontrol.wait;" ::: "memory");
+  PG_TRACE_WAIT_END();
 #endif
 }
 

@@ -69,6 +69,7 @@ __global__ void SwiGluKernel(SwiGluArgs a) {
 
 // ---- Embedding ---------------------------------------------------------------------------
 __global__ void EmbeddingKernel(EmbeddingArgs a) {
+  PG_BLOCK_TRACE(kTraceEmbedding);
   PdlTrigger();
   PdlWait();  // ids come from upstream (device sampling)
   const int64_t t = blockIdx.x;
@@ -99,6 +100,7 @@ __device__ float BlockSum(float v) {
 // One block per row. With a residual, the stored (bf16-rounded) residual is what is
 // normalised, as a bf16 model's next layer would see it.
 __global__ void RmsNormKernel(RmsNormArgs a) {
+  PG_BLOCK_TRACE(kTraceRmsNorm);
   PdlTrigger();
   PdlWait();
   const int64_t r = blockIdx.x;

@@ -87,6 +87,7 @@ struct RingMmaPlan {
 template <int kCw, int kMinBlocks, bool kBlock, bool kStageX, bool kSwiGlu, bool kBf16W = false>
 __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
     Fp8RingMmaKernel(Fp8GemvArgs a, RingMmaPlan p) {
+  PG_BLOCK_TRACE(kTraceFp8Ring);
   constexpr int kConsumerWarps = kCw;
   constexpr int kEs = kBf16W ? 2 : 1;  // bytes a weight
   extern __shared__ __align__(128) unsigned char smem[];

@@ -58,6 +58,7 @@ __device__ __forceinline__ void LoadGroup(const uint4* w4, int64_t c0, int64_t n
 // one row per warp is as fast or faster, docs/PERF.md).
 template <int NB, bool kNorm, bool kSwiGlu, bool kPair = false>
 __global__ void __launch_bounds__(kWarps * 32) GemvVecKernel(GemvArgs a, int64_t row0) {
+  PG_BLOCK_TRACE(kTraceGemvVec);
   constexpr int kW = kSwiGlu || kPair ? 2 : 1;  // weight rows per warp: j (and j + roff)
   extern __shared__ uint4 staged[];     // kNorm: [NB][k / 8]
   PdlTrigger();
@@ -134,6 +135,7 @@ __global__ void __launch_bounds__(kWarps * 32) GemvVecKernel(GemvArgs a, int64_t
 // Any strides and alignment (scalar loads); no fused options.
 template <int NB>
 __global__ void __launch_bounds__(kWarps * 32) GemvScalarKernel(GemvArgs a, int64_t row0) {
+  PG_BLOCK_TRACE(kTraceGemvScalar);
   PdlTrigger();
   PdlWait();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;

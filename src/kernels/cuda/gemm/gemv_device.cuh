@@ -93,6 +93,74 @@ __device__ __forceinline__ void StageRowsOf(const StageSource& src, int rows, ui
   sync();
 }
 
+// The RMSNorm weights a staging thread scales (StageRowsOf's chunks i = tid + c * kThreads,
+// 8 elements each), loaded into registers before PdlWait: weights are constant within a step
+// (common/pdl.cuh), and after the wait their load (often an HBM miss: the step streams far
+// more than L2 holds) would sit on the critical path behind x's. Holds k <= 8 * kChunks *
+// kThreads; `ok` is false (and nothing is loaded) otherwise.
+template <int kThreads, int kChunks = 2>
+struct NormWeightRegs {
+  float w[kChunks][8];
+  bool ok = false;
+  __device__ __forceinline__ void Load(const void* weight, WeightType type, int64_t k, int tid) {
+    ok = weight != nullptr && k <= int64_t(8) * kChunks * kThreads;
+    if (!ok) return;
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      const int64_t i = tid + int64_t(c) * kThreads;
+      if (i < k / 8)
+#pragma unroll
+        for (int q = 0; q < 8; ++q) w[c][q] = LoadNormWeight(weight, type, i * 8 + q);
+    }
+  }
+};
+
+// StageRowsOf for rows with a norm whose weights `nw` preloaded (nw.ok): the same loads,
+// sums (same order) and rounding; the scaling reads the registers instead of global memory.
+template <int kWarps, int kChunks, typename Sync>
+__device__ __forceinline__ void StageRowsNormPreloaded(const StageSource& src, int rows, uint4* staged,
+                                                       int64_t ld, int tid, float* partial,
+                                                       const NormWeightRegs<kWarps * 32, kChunks>& nw,
+                                                       Sync sync) {
+  constexpr int kThreads = kWarps * 32;
+  const int warp = tid / 32, lane = tid % 32;
+  const int64_t nv = src.k / 8;
+  for (int r = 0; r < rows; ++r) {
+    float ss = 0.0f;
+    const uint4* xr = reinterpret_cast<const uint4*>(src.x + r * src.ldx);
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      const int64_t i = tid + int64_t(c) * kThreads;
+      if (i < nv) {
+        const uint4 v = xr[i];
+        staged[r * ld + i] = v;
+        ss += SumSq8(v);
+      }
+    }
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    if (lane == 0) partial[r * kWarps + warp] = ss;
+  }
+  sync();
+  for (int r = 0; r < rows; ++r) {
+    float total = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) total += partial[r * kWarps + w];
+    const float inv = InvRms(total, src.k, src.norm_eps);
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      const int64_t i = tid + int64_t(c) * kThreads;
+      if (i < nv) {
+        uint4 v = staged[r * ld + i];
+        bf16* e = reinterpret_cast<bf16*>(&v);
+#pragma unroll
+        for (int q = 0; q < 8; ++q) e[q] = NormElement(ToF(e[q]), inv, nw.w[c][q]);
+        staged[r * ld + i] = v;
+      }
+    }
+  }
+  sync();
+}
+
 // Stages rows row0 .. row0 + NB - 1 of x into `staged` ([NB][k / 8] 16-byte chunks), as
 // RmsNorm's bf16 output when `norm` (a.norm_weight). Threads tid in [0, kWarps * 32) take
 // part; sync() is a barrier over exactly those threads (called once, or twice with norm).
@@ -105,6 +173,16 @@ __device__ __forceinline__ void StageRows(const GemvArgs& a, int64_t row0, uint4
   StageRowsOf<kWarps>(src, NB, staged, a.k / 8, tid, partial, sync);
 }
 
+// StageRows with the norm's weights preloaded (NormWeightRegs::ok; StageRowsNormPreloaded).
+template <int NB, int kWarps, int kChunks, typename Sync>
+__device__ __forceinline__ void StageRowsPreloaded(const GemvArgs& a, int64_t row0, uint4* staged, int tid,
+                                                   const NormWeightRegs<kWarps * 32, kChunks>& nw,
+                                                   Sync sync) {
+  __shared__ float partial[NB * kWarps];
+  const StageSource src{a.x + row0 * a.ldx, a.ldx, a.k, a.norm_weight, a.norm_type, a.norm_eps};
+  StageRowsNormPreloaded<kWarps>(src, NB, staged, a.k / 8, tid, partial, nw, sync);
+}
+
 // The warp's epilogue for output feature j: reduces acc[q][r] (weight row q of the warp:
 // j, or j + roff; activation row row0 + r) over the lanes and lane r < NB writes row0 + r:
 // kSwiGlu: out = silu(bf16(gate)) * bf16(up) (+ bias on both); otherwise each existing
@@ -113,7 +191,7 @@ __device__ __forceinline__ void StageRows(const GemvArgs& a, int64_t row0, uint4
 template <int NB, int kW, bool kSwiGlu>
 __device__ __forceinline__ void WarpStore(const GemvArgs& a, int64_t row0, int64_t j, int64_t roff,
                                           float (&acc)[kW][NB], int lane,
-                                          const float* scale = nullptr) {
+                                          const float* scale = nullptr, const float* prev = nullptr) {
 #pragma unroll
   for (int q = 0; q < kW; ++q)
 #pragma unroll
@@ -140,12 +218,13 @@ __device__ __forceinline__ void WarpStore(const GemvArgs& a, int64_t row0, int64
       if (q > 0 && jj >= a.m) break;
       float y = v[q];
       if (a.bias) y += a.bias[jj];
+      // prev (NB == kW == 1, accumulate): the output's value loaded earlier by this warp.
       if (a.out_f32) {
         float* o = a.out_f32 + row * a.ldo + jj;
-        *o = a.accumulate ? y + *o : y;
+        *o = a.accumulate ? y + (prev ? *prev : *o) : y;
       } else {
         bf16* o = a.out + row * a.ldo + jj;
-        *o = ToB(a.accumulate ? y + ToF(*o) : y);
+        *o = ToB(a.accumulate ? y + (prev ? *prev : ToF(*o)) : y);
       }
     }
   }

@@ -57,6 +57,9 @@ struct RingPlan {
   bool stage_x;     // x rows in shared memory (always with the norm); else read from global
   const float* w_scale = nullptr;  // fp8 weights: dequantization scale(s)
   bool scale_per_row = false;      // w_scale[row] (per output channel), else w_scale[0]
+  // Latency: the norm weights in registers before PdlWait, and at one row with accumulate the
+  // warp's previous output values loaded right after it (PEREGRINE_GEMV_RING_PRELOAD=0: off).
+  bool preload = true;
 };
 
 // ---- mbarrier / bulk-copy primitives (sm_90): common/bulk_copy.cuh -------------------------
@@ -76,6 +79,7 @@ __device__ __forceinline__ void ConsumerBarrier() {  // the consumer warps only 
 // are those of cuda/moe's Fp8GemvKernel (16-element parts, scaled after the warp sum).
 template <int NB, bool kNorm, bool kSwiGlu, bool kPair, bool kFp8 = false>
 __global__ void __launch_bounds__(kThreads, 2) GemvRingKernel(GemvArgs a, RingPlan p) {
+  PG_BLOCK_TRACE(kTraceGemvRing);
   constexpr int kW = kSwiGlu || kPair ? 2 : 1;  // weight rows per warp: j (and j + roff)
   constexpr int kWb = kFp8 ? 1 : 2;             // bytes per weight element
   constexpr int kXu = kFp8 ? 2 : 1;             // x 16-byte units per weight 16-byte unit
@@ -138,10 +142,33 @@ __global__ void __launch_bounds__(kThreads, 2) GemvRingKernel(GemvArgs a, RingPl
   }
 
   // ---- consumers ---------------------------------------------------------------------------
+  [[maybe_unused]] gemv::NormWeightRegs<kConsumerWarps * 32> nw;
+  if constexpr (kNorm)
+    if (p.preload) nw.Load(a.norm_weight, a.norm_type, a.k, threadIdx.x);
   PdlWait();
+  // One row with accumulate: lane t holds the output value of the warp's row t (loaded now,
+  // beside x, instead of a dependent load in each row's WarpStore). Only this warp writes
+  // those rows.
+  constexpr bool kPrevForm = NB == 1 && kW == 1;
+  const int64_t my_rows = rows_of_warp(warp);
+  const bool use_prev = kPrevForm && p.preload && a.accumulate && my_rows <= 32;
+  float prev = 0.0f;
+  if (use_prev && lane < my_rows) {
+    const int64_t jl = jb + warp + int64_t(kConsumerWarps) * lane;
+    prev = a.out_f32 ? a.out_f32[jl] : ToF(a.out[jl]);
+  }
   uint4* xs = reinterpret_cast<uint4*>(smem + p.x_offset);
-  if (p.stage_x)
-    gemv::StageRows<NB, kConsumerWarps>(a, 0, xs, threadIdx.x, kNorm, [] { ConsumerBarrier(); });
+  if (p.stage_x) {
+    if constexpr (kNorm) {
+      if (nw.ok)
+        gemv::StageRowsPreloaded<NB, kConsumerWarps>(a, 0, xs, threadIdx.x, nw, [] { ConsumerBarrier(); });
+      else
+        gemv::StageRows<NB, kConsumerWarps>(a, 0, xs, threadIdx.x, true, [] { ConsumerBarrier(); });
+    } else {
+      gemv::StageRows<NB, kConsumerWarps>(a, 0, xs, threadIdx.x, false, [] { ConsumerBarrier(); });
+    }
+  }
+  PG_TRACE_MARK(0);  // x staged
   const uint4* xv4 = p.stage_x ? xs : reinterpret_cast<const uint4*>(a.x);
   const int64_t xld = p.stage_x ? a.k / 8 : a.ldx / 8;  // row stride of xv4, 16-byte units
   const int piece_v = p.chunk * kWb / 16;               // 16-byte units per row piece
@@ -160,6 +187,7 @@ __global__ void __launch_bounds__(kThreads, 2) GemvRingKernel(GemvArgs a, RingPl
       const int64_t s = (t * chunks + c) * ng + gi;
       const int slot = int(s % p.stages);
       MbarWait(full0 + 8 * slot, uint32_t(s / p.stages) & 1);
+      if (s == 0) PG_TRACE_MARK(1);  // the first slot landed
       if (active) {
         const uint4* wr = ring + int64_t(slot) * (p.slot_bytes / 16) + lw * kW * piece_v;
         const int64_t k0 = c * p.chunk, x0 = k0 / 8;
@@ -204,9 +232,11 @@ __global__ void __launch_bounds__(kThreads, 2) GemvRingKernel(GemvArgs a, RingPl
 #pragma unroll
       for (int q = 0; q < kW; ++q)
         scale[q] = kFp8 ? __ldg(p.w_scale + (p.scale_per_row ? row_of(j, q) : 0)) : 1.0f;
-      gemv::WarpStore<NB, kW, kSwiGlu>(a, 0, j, roff, acc, lane, scale);
+      const float pv = use_prev ? __shfl_sync(0xffffffffu, prev, int(t)) : 0.0f;
+      gemv::WarpStore<NB, kW, kSwiGlu>(a, 0, j, roff, acc, lane, scale, use_prev ? &pv : nullptr);
     }
   }
+  PG_TRACE_MARK(2);  // this warp's rows stored
 }
 
 // ---- host ----------------------------------------------------------------------------------
@@ -294,8 +324,13 @@ RingPlan PlanOf(const GemvArgs& a, int kw, int wb) {
 }
 
 template <int NB, bool kNorm, bool kSwiGlu, bool kPair, bool kFp8 = false>
-void Launch(const GemvArgs& a, cudaStream_t stream, const float* w_scale = nullptr,
+void Launch(const GemvArgs& a_in, cudaStream_t stream, const float* w_scale = nullptr,
             bool scale_per_row = false) {
+  // PEREGRINE_GEMV_RING_LATE_PRODUCER=1 (diagnostic A/B): the producer streams only after the
+  // PDL wait, as if the weights were not constant.
+  static const bool late_producer = EnvFlag("PEREGRINE_GEMV_RING_LATE_PRODUCER", false);
+  GemvArgs a = a_in;
+  if (late_producer) a.w_constant = false;
   constexpr int kW = kSwiGlu || kPair ? 2 : 1;
   auto* kernel = GemvRingKernel<NB, kNorm, kSwiGlu, kPair, kFp8>;
   // The kernel's dynamic shared memory limit: the device's opt-in maximum less the kernel's
@@ -319,7 +354,9 @@ void Launch(const GemvArgs& a, cudaStream_t stream, const float* w_scale = nullp
       (void)cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, carveout);
     return limit;
   }();
+  static const bool preload = EnvFlag("PEREGRINE_GEMV_RING_PRELOAD", true);
   RingPlan p = PlanOf(a, kW, kFp8 ? 1 : 2);
+  p.preload = preload;
   p.w_scale = w_scale;
   p.scale_per_row = scale_per_row;
   const size_t smem = size_t(p.x_offset) + (p.stage_x ? size_t(a.n * a.k * 2) : 0);

@@ -125,6 +125,7 @@ __device__ void RouteAny(const MoeRouterArgs& a, int64_t t, float* score, float*
 }
 
 __global__ void __launch_bounds__(kWarps * 32) RouterKernel(MoeRouterArgs a) {
+  PG_BLOCK_TRACE(kTraceRouter);
   extern __shared__ float smem[];
   PdlWait();  // logits come from the router matmul
   PdlTrigger();
@@ -251,6 +252,7 @@ __device__ void StoreNormRow(const MoeRouterArgs& a, int64_t t, float inv, bool 
 // Fused form: warp w of block b owns expert e = b * kWarps + w. `vec`: 16-byte loads (hidden
 // a multiple of 8, 16-byte aligned rows of x, residual, norm weight and router).
 __global__ void __launch_bounds__(kWarps * 32) FusedRouterKernel(MoeRouterArgs a, bool vec) {
+  PG_BLOCK_TRACE(kTraceFusedRouter);
   extern __shared__ float smem[];
   __shared__ bool last;
   __shared__ float red[kWarps];
@@ -321,6 +323,7 @@ __global__ void __launch_bounds__(kWarps * 32) FusedRouterKernel(MoeRouterArgs a
 // barrier) and takes the dot. Warp 0 of block 0 stores the normed row. Same values as
 // FusedRouterKernel's (bf16-rounded normed inputs), up to the f32 order of the squares' sum.
 __global__ void __launch_bounds__(kWarps * 32) NormLogitsKernel(MoeRouterArgs a) {
+  PG_BLOCK_TRACE(kTraceNormLogits);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int e = blockIdx.x * kWarps + warp;
   const bool has_row = e < a.num_experts;

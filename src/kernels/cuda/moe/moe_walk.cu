@@ -115,6 +115,7 @@ __device__ __forceinline__ GuSlot GateUpSlot(const MoeWalkArgs& a, int q, int e)
 // routes x 48 blocks fit in one wave on 132 SMs).
 template <bool kFp8, int U, int kWarps>
 __global__ void __launch_bounds__(kWarps * 32, (U == 2 ? 24 : 16) / kWarps) GateUpKernel(MoeWalkArgs a, bool vec) {
+  PG_BLOCK_TRACE(kTraceGateUp);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int K = a.top_k + a.num_shared;
   const int64_t r = blockIdx.y;  // slot row
@@ -216,6 +217,7 @@ __global__ void __launch_bounds__(kWarps * 32, (U == 2 ? 24 : 16) / kWarps) Gate
 // (small inter) still keep the memory system busy. Order of the sums is fixed: deterministic.
 template <bool kFp8, int kU, int kWarps>
 __global__ void __launch_bounds__(kWarps * 32) DownKernel(MoeWalkArgs a, bool vec) {
+  PG_BLOCK_TRACE(kTraceDown);
   constexpr int C = kChunk<kFp8>;
   PdlWait();  // ids, weights and act come from upstream kernels
   PdlTrigger();

@@ -43,6 +43,7 @@ struct SlotTable {
 // after it), i.e. after the router kernel completed. Those reads go through L2 (__ldcg).
 template <bool kFp8, int R, int U, int kWarps, bool kPre>
 __global__ void __launch_bounds__(kWarps * 32) DownTileKernel(MoeWalkArgs a) {
+  PG_BLOCK_TRACE(kTraceDownTile);
   constexpr int C = kChunk<kFp8>;
   constexpr int T = kWarps * 32;
   __shared__ SlotTable<R> tab;

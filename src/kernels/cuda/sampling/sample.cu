@@ -97,6 +97,7 @@ __device__ int DrawTruncated(Shared& sh, double* warp_mass, Row& r, int k, doubl
 }
 
 __global__ void __launch_bounds__(kThreads) SampleKernel(SampleArgs a) {
+  PG_BLOCK_TRACE(kTraceSample);
   __shared__ Shared sh;
   extern __shared__ double warp_mass[];  // kDynamicSmem bytes (sample_row.cuh)
   PdlWait();  // before the first read: rows, logits and counts come from upstream work

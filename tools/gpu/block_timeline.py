@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""Summarise a block timeline (CSV from a -DPEREGRINE_BLOCK_TRACE=ON build; see
+src/kernels/cuda/common/block_trace.cuh) of N back-to-back replays of one decode step.
+
+Per kernel launch (a grid id): first / median / last block start, PDL wait return, block end.
+Per kernel kind, summed over the middle replay:
+  inc   the kernel's critical-path increment: last block end minus the previous launch's
+        last block end (sums to the step's traced span, so it says where wall time goes)
+  rel   wait release latency: first wait return minus the previous launch's last block end
+  post  last block end minus first wait return (the kernel's work once its input is there)
+  lead  previous launch's last end minus this launch's first block start (> 0: resident early)
+  tail  last block end minus median block end (the slowest blocks)
+Usage: block_timeline.py trace.csv [--replays 3] [--launches]
+"""
+import argparse
+import csv
+import statistics
+from collections import defaultdict
+
+TAGS = {1: "gemv_vec", 2: "gemv_scalar", 3: "gemv_ring", 4: "decode_mma", 5: "decode",
+        6: "decode_combine", 7: "router", 8: "fused_router", 9: "norm_logits", 10: "gate_up",
+        11: "down", 12: "down_tile", 13: "rmsnorm", 14: "embedding", 15: "sample",
+        16: "ring_mma", 17: "bf16_ring_mma", 18: "kv_write", 19: "elementwise"}
+
+
+def load(path):
+    by_id = defaultdict(list)
+    with open(path) as f:
+        for r in csv.DictReader(f):
+            by_id[int(r["grid_id"])].append({k: int(v) for k, v in r.items()})
+    # A graph node keeps its %gridid across replays: split a node's records, by start time,
+    # into launches of `blocks` records each.
+    grids = {}
+    for gid, rows in by_id.items():
+        rows.sort(key=lambda r: r["start"])
+        nb = rows[0]["blocks"]
+        for i in range(0, len(rows), nb):
+            grids[(gid, i // nb)] = rows[i:i + nb]
+    out = []
+    for gid, rows in grids.items():
+        starts = sorted(r["start"] for r in rows)
+        ends = sorted(r["end"] for r in rows)
+        waits = sorted(r["wait1"] for r in rows if r["wait1"] > 0)
+        out.append({
+            "gid": gid, "tag": TAGS.get(rows[0]["tag"], str(rows[0]["tag"])),
+            "blocks": rows[0]["blocks"], "seen": len(rows), "threads": rows[0]["threads"],
+            "s0": starts[0], "smed": starts[len(starts) // 2], "s1": starts[-1],
+            "w0": waits[0] if waits else None, "w1": waits[-1] if waits else None,
+            "e0": ends[0], "emed": ends[len(ends) // 2], "e1": ends[-1],
+            "sms": len({r["sm"] for r in rows}),
+        })
+    out.sort(key=lambda g: (g["s0"], g["gid"]))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("csv")
+    ap.add_argument("--replays", type=int, default=3)
+    ap.add_argument("--launches", action="store_true", help="print every launch of the replay")
+    a = ap.parse_args()
+    grids = load(a.csv)
+    n = len(grids) // a.replays
+    ticks = sorted({g["s0"] % 1000 for g in grids})
+    print(f"{len(grids)} launches, {n} a replay; distinct start-time residues mod 1 us: {len(ticks)}"
+          " (few = a coarse %globaltimer)")
+    rep = grids[n:2 * n] if a.replays >= 3 else grids[:n]
+    prev_end = grids[n - 1]["e1"] if a.replays >= 3 else rep[0]["s0"]
+    span0 = prev_end
+    per = defaultdict(lambda: defaultdict(float))
+    cnt = defaultdict(int)
+    if a.launches:
+        print(f"{'#':>4} {'kernel':>14} {'blocks':>6} {'lead':>7} {'rel':>6} {'post':>7} {'inc':>7} {'tail':>6}  (us)")
+    for i, g in enumerate(rep):
+        inc = (g["e1"] - prev_end) / 1e3
+        rel = (g["w0"] - prev_end) / 1e3 if g["w0"] else float("nan")
+        post = (g["e1"] - g["w0"]) / 1e3 if g["w0"] else (g["e1"] - g["s0"]) / 1e3
+        lead = (prev_end - g["s0"]) / 1e3
+        tail = (g["e1"] - g["emed"]) / 1e3
+        k = g["tag"]
+        cnt[k] += 1
+        for name, v in (("inc", inc), ("rel", rel), ("post", post), ("lead", lead), ("tail", tail)):
+            if v == v:
+                per[k][name] += v
+        if a.launches:
+            print(f"{i:>4} {k:>14} {g['blocks']:>6} {lead:>7.2f} {rel:>6.2f} {post:>7.2f} {inc:>7.2f} {tail:>6.2f}")
+        prev_end = max(prev_end, g["e1"])
+    span = (prev_end - span0) / 1e3
+    print(f"replay span (last end to last end): {span:.1f} us")
+    print(f"{'kernel':>14} {'launches':>8} {'inc sum':>9} {'inc':>7} {'rel':>6} {'post':>7} {'lead':>7} {'tail':>6}  (per launch, us)")
+    for k in sorted(per, key=lambda k: -per[k]["inc"]):
+        c = cnt[k]
+        p = per[k]
+        print(f"{k:>14} {c:>8} {p['inc']:>9.1f} {p['inc'] / c:>7.2f} {p['rel'] / c:>6.2f} "
+              f"{p['post'] / c:>7.2f} {p['lead'] / c:>7.2f} {p['tail'] / c:>6.2f}")
+
+
+if __name__ == "__main__":
+    main()
