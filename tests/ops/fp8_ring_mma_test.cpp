@@ -18,6 +18,9 @@
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "kernels/cuda/gemm/fp8_ring_mma.h"
 #include "kernels/cuda/moe/moe_params.h"
 #include "kernels/ops_fused.h"
@@ -120,6 +123,20 @@ TEST(Fp8RingMma, MatchesTheReferenceAndTheMmaKernelBitwise) {
 // 1e-4).
 constexpr Tolerance kSwiGluTol{0.08, 1e-4};
 
+// kSwiGluTol, widened for outputs far above their rms: the four bf16 roundings (normed input,
+// gate, up, product) bound an element's error by ~2^-7 of its own size, which at max|ref| >
+// ~10 rms exceeds 0.08 rms (H200, session 10: a 15.3-rms output of n=8 k=4096 m=778 row norm
+// swiglu sat 0.101 rms off, one rounding step of its size).
+Tolerance SwiGluTolerance(const Tensor& ref) {
+  double ss = 0, mx = 0;
+  for (int64_t i = 0; i < ref.numel(); ++i) {
+    const double v = ref.data<float>()[i];
+    ss += v * v, mx = std::max(mx, std::fabs(v));
+  }
+  const double rms = std::sqrt(ss / double(std::max<int64_t>(ref.numel(), 1)));
+  return {std::max(kSwiGluTol.max_rel, rms > 0 ? mx / rms / 128.0 + 1e-3 : 0.0), kSwiGluTol.nmse};
+}
+
 struct FusedCase {
   int64_t n, k, m;  // m: w's rows (2x the outputs with swiglu)
   cuda::ScaleMode mode;
@@ -179,8 +196,8 @@ TEST(Fp8RingMma, FusedMatchesTheComposition) {
     Tensor ref_out(DType::kF32, {c.n, out_m}), out(DType::kF32, {c.n, out_m});
     RunWith(RefImpl<FusedMatmulParams>(), params(ref_out));
     ASSERT_TRUE(RunBackend(*ring, params(out))) << "cuda_fp8_ring refused " << c.Name();
-    ExpectClose(ref_out.data<float>(), out.data<float>(), out.numel(), c.swiglu ? kSwiGluTol : kBf16,
-                "cuda_fp8_ring " + c.Name());
+    ExpectClose(ref_out.data<float>(), out.data<float>(), out.numel(),
+                c.swiglu ? SwiGluTolerance(ref_out) : kBf16, "cuda_fp8_ring " + c.Name());
   }
   cuda::SetFp8GemvVariant(saved);
 }

@@ -583,12 +583,14 @@ void LaunchDecodeFused(const AttentionArgs& args, const RopeKvWriteArgs& rope, c
   if (args.batch.num_seqs == 0) return;
   AttentionArgs pre = args;
   // The register paths where the new rows carry a per-head q / k norm (Qwen3: its old steps
-  // were five barriers and three load rounds long); rows without one keep the old steps
-  // (session 7, H200, three interleaved runs each: Qwen3-30B-A3B 1K x 1 / 4 / 8 -118 / -115 /
-  // -40 us a step; Llama-3.1-8B 1K x 8 +61, 1K x 1 -9, 4K x 1 -22 us). PG_FUSED_PREP_REGS=0/1
-  // overrides.
+  // were five barriers and three load rounds long) or at one sequence; other rows keep the
+  // old steps (session 7, H200, three interleaved runs each: Qwen3-30B-A3B 1K x 1 / 4 / 8
+  // -118 / -115 / -40 us a step; Llama-3.1-8B 1K x 8 +61, 1K x 1 -9, 4K x 1 -22 us; session 10,
+  // Llama-3.1-8B 1K x 1, two rounds: 4064.2 / 4065.5 vs 4080.1 / 4075.9 us).
+  // PG_FUSED_PREP_REGS=0/1 overrides.
   const int prep = FusedPrepModeRef();
-  pre.fused_prep_registers = prep >= 0 ? prep != 0 : rope.q_norm != nullptr;
+  pre.fused_prep_registers =
+      prep >= 0 ? prep != 0 : rope.q_norm != nullptr || args.batch.num_seqs == 1;
   AttentionArgs a = FusedKnobs(pre);
   const auto [capacity, base] = ShapeOf(a, a.batch.num_seqs, /*fused=*/true);
   a.wave_splits = int(std::clamp<int64_t>(capacity / base, 1, kCombineMaxSplits));

@@ -57,12 +57,12 @@ void BlockTraceWriteCsv(const std::vector<BlockTraceRecord>& records, const std:
   std::ofstream f(path);
   f << "tag,grid_id,block,blocks,threads,sm,start,wait0,wait1,end";
   for (int i = 0; i < kBlockTraceMarks; ++i) f << ",m" << i;
-  f << '\n';
+  f << ",clk_start,clk_end\n";
   for (const BlockTraceRecord& r : records) {
     f << r.tag << ',' << r.grid_id << ',' << r.block << ',' << r.blocks << ',' << r.threads << ','
       << r.sm << ',' << r.start << ',' << r.wait0 << ',' << r.wait1 << ',' << r.end;
     for (uint64_t m : r.mark) f << ',' << m;
-    f << '\n';
+    f << ',' << r.clk_start << ',' << r.clk_end << '\n';
   }
 }
 

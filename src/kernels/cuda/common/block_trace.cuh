@@ -25,7 +25,7 @@ __device__ __forceinline__ uint64_t Now() {
 }
 
 struct BlockShared {
-  uint64_t start, wait0, wait1;
+  uint64_t start, wait0, wait1, clk_start;
   uint64_t mark[kBlockTraceMarks];
   unsigned exited;
 };
@@ -46,6 +46,7 @@ struct Scope {
     if (FirstThread()) {
       BlockShared& s = Shared();
       s.start = Now();
+      s.clk_start = clock64();
       s.wait0 = s.wait1 = 0;
       for (int i = 0; i < kBlockTraceMarks; ++i) s.mark[i] = 0;
       s.exited = 0;
@@ -71,6 +72,8 @@ struct Scope {
     r.wait1 = s.wait1;
     for (int i = 0; i < kBlockTraceMarks; ++i) r.mark[i] = s.mark[i];
     r.end = Now();
+    r.clk_start = s.clk_start;
+    r.clk_end = clock64();
     r.block = blockIdx.x + gridDim.x * (blockIdx.y + uint64_t(gridDim.y) * blockIdx.z);
     r.blocks = uint32_t(gridDim.x) * gridDim.y * gridDim.z;
     r.tag = uint16_t(tag);

@@ -38,6 +38,7 @@ constexpr int kBlockTraceMarks = 4;
 struct BlockTraceRecord {
   uint64_t grid_id, start, wait0, wait1, end;
   uint64_t mark[kBlockTraceMarks];  // PG_TRACE_MARK(i) times (0: not passed)
+  uint64_t clk_start, clk_end;      // clock64 of the SM at start / end (SM clock = d clk / d t)
   uint32_t block, blocks;
   uint16_t tag, sm;
   uint32_t threads;

@@ -83,13 +83,27 @@ __global__ void __launch_bounds__(kWarps * 32) GemvVecKernel(GemvArgs a, int64_t
 #pragma unroll
     for (int q = 0; q < kW; ++q) LoadGroup(w4[q], lane, nv, buf[q]);
   }
+  // The norm's weights before the wait (constant in a step; gemv_device.cuh NormWeightRegs).
+  [[maybe_unused]] gemv::NormWeightRegs<kWarps * 32> nw;
+  if constexpr (kNorm) nw.Load(a.norm_weight, a.norm_type, a.k, threadIdx.x);
   PdlWait();
+  // One row with accumulate: lane 0 loads the warp's first output value now, not after the
+  // dot (only this warp writes it).
+  constexpr bool kPrevForm = NB == 1 && kW == 1;
+  const int64_t j_first = j;
+  float prev = 0.0f;
+  if (kPrevForm && a.accumulate && lane == 0 && j < mj)
+    prev = a.out_f32 ? a.out_f32[row0 * a.ldo + j] : ToF(a.out[row0 * a.ldo + j]);
   if (!a.w_constant && j < mj) {
 #pragma unroll
     for (int q = 0; q < kW; ++q) LoadGroup(w4[q], lane, nv, buf[q]);
   }
-  if constexpr (kNorm)  // every warp takes part
-    gemv::StageRows<NB, kWarps>(a, row0, staged, threadIdx.x, true, [] { __syncthreads(); });
+  if constexpr (kNorm) {  // every warp takes part
+    if (nw.ok)
+      gemv::StageRowsPreloaded<NB, kWarps>(a, row0, staged, threadIdx.x, nw, [] { __syncthreads(); });
+    else
+      gemv::StageRows<NB, kWarps>(a, row0, staged, threadIdx.x, true, [] { __syncthreads(); });
+  }
 
   const bf16* xg = a.x + row0 * a.ldx;
   for (; j < mj; j += jstride) {
@@ -127,7 +141,8 @@ __global__ void __launch_bounds__(kWarps * 32) GemvVecKernel(GemvArgs a, int64_t
         }
       }
     }
-    gemv::WarpStore<NB, kW, kSwiGlu>(a, row0, j, roff, acc, lane);
+    const bool first = kPrevForm && a.accumulate && j == j_first;
+    gemv::WarpStore<NB, kW, kSwiGlu>(a, row0, j, roff, acc, lane, nullptr, first ? &prev : nullptr);
     if (jn < mj) rows_of(jn, w4);
   }
 }

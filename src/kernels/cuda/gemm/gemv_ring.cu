@@ -235,6 +235,7 @@ __global__ void __launch_bounds__(kThreads, 2) GemvRingKernel(GemvArgs a, RingPl
       const float pv = use_prev ? __shfl_sync(0xffffffffu, prev, int(t)) : 0.0f;
       gemv::WarpStore<NB, kW, kSwiGlu>(a, 0, j, roff, acc, lane, scale, use_prev ? &pv : nullptr);
     }
+    if (t == 0) PG_TRACE_MARK(3);  // the first row stored
   }
   PG_TRACE_MARK(2);  // this warp's rows stored
 }

@@ -225,6 +225,8 @@ __global__ void __launch_bounds__(kWarps * 32) DownKernel(MoeWalkArgs a, bool ve
   const int64_t t = blockIdx.y;
   const int o = blockIdx.x * kWarps + warp;
   if (o >= a.hidden) return;
+  // accumulate: the output's value (the residual stream), loaded now rather than after the dot.
+  const float prev = a.accumulate && lane == 0 ? __bfloat162float(a.out[t * a.ldo + o]) : 0.0f;
   const MoeWeightLayout& L = a.layout;
   const int K = a.top_k + a.num_shared;
   const int64_t esz = kFp8 ? 1 : 2;
@@ -320,9 +322,8 @@ __global__ void __launch_bounds__(kWarps * 32) DownKernel(MoeWalkArgs a, bool ve
     }
   }
   if (lane == 0) {
-    bf16* out = a.out + t * a.ldo + o;
-    if (a.accumulate) acc += __bfloat162float(*out);
-    *out = __float2bfloat16_rn(acc);
+    if (a.accumulate) acc += prev;
+    a.out[t * a.ldo + o] = __float2bfloat16_rn(acc);
   }
 }
 

@@ -113,6 +113,13 @@ __global__ void __launch_bounds__(kWarps * 32) DownTileKernel(MoeWalkArgs a) {
   __syncthreads();
   const int nc = a.inter / C, total = tab.count * nc;
   const int rows = a.hidden - o0 < R ? a.hidden - o0 : R;
+  // accumulate: thread tid < rows's output value (the residual stream), loaded once the
+  // upstream kernels are done (after PdlWait) and long before the store that needs it.
+  float prev = 0.0f;
+  auto load_prev = [&] {
+    if (a.accumulate && tid < rows) prev = __bfloat162float(a.out[t * a.ldo + o0 + tid]);
+  };
+  if (!kPre) load_prev();
   float acc[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0.0f;
@@ -161,6 +168,7 @@ __global__ void __launch_bounds__(kWarps * 32) DownTileKernel(MoeWalkArgs a) {
     load(base);  // weights only: streamed while the gate/up kernel drains
     PdlWait();   // act comes from the gate/up kernel
     PdlTrigger();
+    load_prev();
     consume();
     base += T * U;
   }
@@ -178,9 +186,8 @@ __global__ void __launch_bounds__(kWarps * 32) DownTileKernel(MoeWalkArgs a) {
     float s = 0.0f;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) s += red[w][tid];
-    bf16* out = a.out + t * a.ldo + o0 + tid;
-    if (a.accumulate) s += __bfloat162float(*out);
-    *out = __float2bfloat16_rn(s);
+    if (a.accumulate) s += prev;
+    a.out[t * a.ldo + o0 + tid] = __float2bfloat16_rn(s);
   }
 }
 
