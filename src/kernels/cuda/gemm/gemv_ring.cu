@@ -312,7 +312,13 @@ RingPlan PlanOf(const GemvArgs& a, int kw, int wb) {
   const int64_t xbytes = a.n * a.k * 2;
   p.stage_x = a.norm_weight || xbytes <= kMaxStageX;
   const int64_t room = budget - kBarBytes - (p.stage_x ? xbytes : 0);
+  // A one-row normed projection that is no SwiGLU (an attention's qkv): its blocks share the
+  // SMs with the decode attention's (PEREGRINE_GEMV_RING_QKV_DEPTH slots at most, A/B knob;
+  // session 10, 1K x 1, two rounds: 4 slots -11 us a step on Llama-3.1-8B and Qwen3-30B-A3B,
+  // 5 equal to 6; not made the default without longer contexts measured).
+  static const int qkv_depth = std::clamp(EnvInt("PEREGRINE_GEMV_RING_QKV_DEPTH", 6), 1, 32);
   int depth = std::min(depth_env, kMaxStages / ng);
+  if (a.norm_weight != nullptr && !a.swiglu && a.n == 1) depth = std::min(depth, qkv_depth);
   for (;;) {
     p.slot_bytes = p.group * kw * p.chunk * wb;
     while (depth > 1 && int64_t(ng) * depth * p.slot_bytes > room) --depth;
