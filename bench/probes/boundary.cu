@@ -12,7 +12,9 @@
 //           counter (red.release.gpu after its store); counters zeroed by a memset node
 //   grid  : one persistent kernel doing the N steps with a grid-wide counter barrier
 // Prints µs a kernel (graph replay / N) and, for B > 0, the floor N * B / HBM rate (D2D copy
-// measured in the same process).
+// measured in the same process). The slice load is plain 16-byte loads from 256 threads (no
+// deep bytes in flight): at 16-24 MB a kernel it is far from HBM's rate, so only the
+// differences between the modes mean something there.
 // Build: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a boundary.cu -o boundary
 #include <cuda_runtime.h>
 
@@ -83,11 +85,14 @@ __global__ void __launch_bounds__(kThreads) Step(Args a) {
 }
 
 // Persistent: N steps, each loads its slice, grid barrier on counter[step], reads inputs.
-__global__ void __launch_bounds__(kThreads) Persistent(const uint4* w, int64_t slice16, int steps,
-                                                       float* x, unsigned* counters) {
+// The weights of step s start at (s * grid * slice16) mod wrap16 uint4 (wrap16: the buffer
+// less one step's weights, as the graph modes wrap).
+__global__ void __launch_bounds__(kThreads) Persistent(const uint4* w, int64_t slice16, int64_t wrap16,
+                                                       int steps, float* x, unsigned* counters) {
   extern __shared__ uint4 smem[];
   for (int s = 0; s < steps; ++s) {
-    Args a{w + int64_t(s) * gridDim.x * slice16, slice16, nullptr, nullptr, nullptr, nullptr, 0};
+    Args a{w + (int64_t(s) * gridDim.x * slice16) % wrap16, slice16, nullptr, nullptr, nullptr,
+           nullptr, 0};
     const float wv = LoadSlice(a, smem);
     if (s > 0) {
       if (threadIdx.x == 0)
@@ -153,7 +158,8 @@ int main(int argc, char** argv) {
       CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
       CK(cudaMemsetAsync(counters, 0, sizeof(unsigned) * n, st));
       if (mode == 3) {
-        Persistent<<<sms, kThreads, slice16 * 16, st>>>(w, slice16, n, x, counters);
+        Persistent<<<sms, kThreads, slice16 * 16, st>>>(
+            w, slice16, std::max<int64_t>(1, total16 - per_kernel16), n, x, counters);
         CK(cudaGetLastError());
       } else {
         for (int i = 0; i < n; ++i) {
