@@ -101,13 +101,7 @@ struct ExpertCase {
 // 1e-3 rms. The worst element may sit at max|ref| >> rms (a 70-token fp8 case reached
 // 10.9 rms, where half an ulp is 0.04 rms, above kBf16's 0.03).
 Tolerance WalkBf16Tolerance(const Tensor& ref) {
-  double ss = 0, mx = 0;
-  for (int64_t i = 0; i < ref.numel(); ++i) {
-    const double v = ref.data<float>()[i];
-    ss += v * v, mx = std::max(mx, std::fabs(v));
-  }
-  const double rms = std::sqrt(ss / double(std::max<int64_t>(ref.numel(), 1)));
-  return {std::max(kBf16.max_rel, rms > 0 ? mx / rms / 256.0 + 1e-3 : 0.0), kBf16.nmse};
+  return MagnitudeScaledTolerance(ref, kBf16, 1.0 / 256.0, 1e-3);
 }
 
 // A device backend on every path it has: on CUDA the route-walking path and the

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -169,6 +170,20 @@ void ExpectExactFor(const KernelImpl<P>& k, const float* ref, const float* got, 
   if (!OnDevice(k)) return ExpectExact(ref, got, n, what);
   const std::vector<float> r = RoundBf16(ref, n);
   ExpectExact(r.data(), got, n, what);
+}
+
+// A tolerance for outputs whose error is a fraction `rel_of_value` of their own size (bf16
+// roundings): base.max_rel (a fraction of rms), widened to rel_of_value * max|ref| / rms +
+// slack where the largest outputs sit far above the rms.
+inline Tolerance MagnitudeScaledTolerance(const Tensor& ref, Tolerance base, double rel_of_value,
+                                          double slack = 0.0) {
+  double ss = 0, mx = 0;
+  for (int64_t i = 0; i < ref.numel(); ++i) {
+    const double v = ref.data<float>()[i];
+    ss += v * v, mx = std::max(mx, std::fabs(v));
+  }
+  const double rms = std::sqrt(ss / double(std::max<int64_t>(ref.numel(), 1)));
+  return {std::max(base.max_rel, rms > 0 ? mx / rms * rel_of_value + slack : 0.0), base.nmse};
 }
 
 #define PG_SEED_TRACE() SCOPED_TRACE(::testing::Message() << "seed " << ::pg::ops::testing::Seed())

@@ -151,13 +151,7 @@ TEST(RopeOp, EveryBackendMatchesReference) {
 // products of this case's gate range reach ~10x rms(out), so the worst element alone may be
 // 2^-8 * max|ref| / rms(ref) off (0.03 of rms and more); kBf16 below that.
 Tolerance Bf16OutputTolerance(const Tensor& ref) {
-  double ss = 0, mx = 0;
-  for (int64_t i = 0; i < ref.numel(); ++i) {
-    const double v = ref.data<float>()[i];
-    ss += v * v, mx = std::max(mx, std::fabs(v));
-  }
-  const double rms = std::sqrt(ss / double(std::max<int64_t>(ref.numel(), 1)));
-  return {std::max(kBf16.max_rel, rms > 0 ? mx / rms / 256.0 : 0.0), kBf16.nmse};
+  return MagnitudeScaledTolerance(ref, kBf16, 1.0 / 256.0);
 }
 
 TEST(SwiGluOp, EveryBackendMatchesReference) {
