@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/registry.h"
 #include "models/loader.h"
 #include "golden_util.h"
@@ -95,10 +96,14 @@ TEST(ModelGolden, SmolLM2EmbeddedGgufReferenceKernels) {
 TEST(ModelGolden, SmolLM2EmbeddedGguf) {
   std::string path = models::EmbeddedModelPath();
   ASSERT_TRUE(std::filesystem::exists(path)) << path << " missing: run scripts/lib/setup.sh";
-  // The fast kernels quantize activations to 8 bits per 32-value block for the Q4_1/Q8_0
-  // dot products (as llama.cpp does), which moves logits by up to ~0.35 standard deviations
-  // on this 135M model; near-ties of HF's greedy path (margin < 0.1) may then flip.
-  CheckModel(path, "tests/data/models/smollm2", {0.35f, 0.1f});
+  // The fast kernels quantize activations per 32-value block for the Q4_1 / Q8_0 dot
+  // products, which moves logits by up to ~0.35 standard deviations on this 135M model, and
+  // near-ties of HF's greedy path may then flip. With AVX-512 VNNI the Q4_1 activations keep
+  // 16 bits (flips below a 0.1 margin); the AVX2 kernel keeps 8 (as llama.cpp does): an
+  // AVX2-only EPYC (session 10) measured max |diff| 0.55-1.05 logits (0.16-0.29 std) and
+  // flips at margins 0.012 / 0.091 / 0.135, so its bound is 0.25.
+  const float tie = ops::cpu::Features().vnni ? 0.1f : 0.25f;
+  CheckModel(path, "tests/data/models/smollm2", {0.35f, tie});
 }
 
 }  // namespace

@@ -18,7 +18,9 @@ constexpr Tolerance kInt16Act{1e-3, 1e-7};
 
 TEST(GemvPrecision, Q4WithInt16ActivationsIsCloseToReference) {
   PG_SEED_TRACE();
-  if (!cpu::Features().vnni) GTEST_FAIL() << "this machine has no AVX-512 VNNI; cpu_vnni_q8 cannot run";
+  // Only the VNNI kernel keeps 16-bit activations; without AVX-512 VNNI it is not registered
+  // (the AVX2 kernel's 8-bit activations are held to the harness tolerance in matmul_test).
+  if (!cpu::Features().vnni) GTEST_SKIP() << "this CPU has no AVX-512 VNNI: cpu_vnni_q8 is not registered here";
   const KernelImpl<MatmulParams>* vnni = Registry::Global().table<MatmulParams>().Find("cpu_vnni_q8");
   ASSERT_NE(vnni, nullptr);
   const int64_t shapes[][3] = {{1, 576, 576},  {1, 576, 1536}, {1, 1536, 576}, {1, 96, 111},
