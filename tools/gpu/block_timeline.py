@@ -10,7 +10,11 @@ Per kernel kind, summed over the middle replay:
   post  last block end minus first wait return (the kernel's work once its input is there)
   lead  previous launch's last end minus this launch's first block start (> 0: resident early)
   tail  last block end minus median block end (the slowest blocks)
-Usage: block_timeline.py trace.csv [--replays 3] [--launches]
+With --phases: per kernel kind, the median over blocks of each step between a block's start,
+its wait's return, its marks (m0..m3, PG_TRACE_MARK: e.g. the ring GEMV's x staged / first
+slot / rows stored, the fused attention's token prepared / keys done / split stored) and its
+end, and the median over launches of last end minus first wait return.
+Usage: block_timeline.py trace.csv [--replays 3] [--launches] [--phases]
 """
 import argparse
 import csv
@@ -21,6 +25,46 @@ TAGS = {1: "gemv_vec", 2: "gemv_scalar", 3: "gemv_ring", 4: "decode_mma", 5: "de
         6: "decode_combine", 7: "router", 8: "fused_router", 9: "norm_logits", 10: "gate_up",
         11: "down", 12: "down_tile", 13: "rmsnorm", 14: "embedding", 15: "sample",
         16: "ring_mma", 17: "bf16_ring_mma", 18: "kv_write", 19: "elementwise"}
+
+
+def load_rows(path):
+    """Records grouped into launches: [[row, ...], ...] ordered by first block start."""
+    by_id = defaultdict(list)
+    with open(path) as f:
+        for r in csv.DictReader(f):
+            by_id[int(r["grid_id"])].append({k: int(v) for k, v in r.items()})
+    launches = []
+    for rows in by_id.values():
+        rows.sort(key=lambda r: r["start"])
+        nb = rows[0]["blocks"]
+        launches += [rows[i:i + nb] for i in range(0, len(rows), nb)]
+    launches.sort(key=lambda g: g[0]["start"])
+    return launches
+
+
+def phases(path, replays):
+    launches = load_rows(path)
+    n = len(launches) // replays
+    rep = launches[n:2 * n] if replays >= 3 else launches[:n]
+    steps = defaultdict(lambda: defaultdict(list))
+    for g in rep:
+        k = TAGS.get(g[0]["tag"], str(g[0]["tag"]))
+        waits = [r["wait1"] for r in g if r["wait1"]]
+        for r in g:
+            pts = [("start", r["start"])] + ([("wait", r["wait1"])] if r["wait1"] else [])
+            pts += [(f"m{i}", r[f"m{i}"]) for i in range(4) if r.get(f"m{i}")]
+            pts.append(("end", r["end"]))
+            pts.sort(key=lambda p: p[1])  # marks in time order (m3 may precede m2)
+            for (a, ta), (b, tb) in zip(pts, pts[1:]):
+                steps[k][f"{a}->{b}"].append((tb - ta) / 1e3)
+        if waits:
+            steps[k]["LAST end - first wait"].append((max(r["end"] for r in g) - min(waits)) / 1e3)
+    for k in sorted(steps):
+        print(f"-- {k}")
+        for name, v in steps[k].items():
+            v.sort()
+            print(f"  {name:>22}: median {statistics.median(v):7.2f}  p10 {v[len(v) // 10]:7.2f}"
+                  f"  p90 {v[9 * len(v) // 10]:7.2f}  (n {len(v)})")
 
 
 def load(path):
@@ -58,7 +102,11 @@ def main():
     ap.add_argument("csv")
     ap.add_argument("--replays", type=int, default=3)
     ap.add_argument("--launches", action="store_true", help="print every launch of the replay")
+    ap.add_argument("--phases", action="store_true", help="per-block phase medians per kernel")
     a = ap.parse_args()
+    if a.phases:
+        phases(a.csv, a.replays)
+        return
     grids = load(a.csv)
     n = len(grids) // a.replays
     ticks = sorted({g["s0"] % 1000 for g in grids})
