@@ -43,14 +43,7 @@ void RunRopeKvWriteAttentionComposed(const RopeKvWriteAttentionParams& p, bool r
   run(AttentionStepOf(p));
 }
 
-void RopeKvWriteAttention(const RopeKvWriteAttentionParams& p) {
-  Registry::Global().Run(p);
-  // Diagnostic (block timelines, tools/gpu/block_timeline.py): the op again right after
-  // itself, with warm instruction / constant caches. Idempotent: the same slot value, the
-  // same output, split counters that reset themselves.
-  static const bool twice = EnvFlag("PEREGRINE_DIAG_ATTN_TWICE", false);
-  if (twice) Registry::Global().Run(p);
-}
+void RopeKvWriteAttention(const RopeKvWriteAttentionParams& p) { Registry::Global().Run(p); }
 
 // Read per call (host side, once per layer when a step is launched or captured; graph replays
 // never ask), so one process can compare both routes (tests/models/mega_model_test.cpp).

@@ -60,7 +60,8 @@ bool BlockTraceCompiled();
 void BlockTraceStart(unsigned capacity);
 // Copies the records made since BlockTraceStart back (synchronises the device).
 std::vector<BlockTraceRecord> BlockTraceCollect();
-// Writes records as CSV (tag,grid_id,block,blocks,threads,sm,start,wait0,wait1,end).
+// Writes records as CSV (tag,grid_id,block,blocks,threads,sm,start,wait0,wait1,end,m0..m3,
+// clk_start,clk_end).
 void BlockTraceWriteCsv(const std::vector<BlockTraceRecord>& records, const std::string& path);
 
 }  // namespace pg::cuda

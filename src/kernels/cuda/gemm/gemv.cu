@@ -98,12 +98,8 @@ __global__ void __launch_bounds__(kWarps * 32) GemvVecKernel(GemvArgs a, int64_t
 #pragma unroll
     for (int q = 0; q < kW; ++q) LoadGroup(w4[q], lane, nv, buf[q]);
   }
-  if constexpr (kNorm) {  // every warp takes part
-    if (nw.ok)
-      gemv::StageRowsPreloaded<NB, kWarps>(a, row0, staged, threadIdx.x, nw, [] { __syncthreads(); });
-    else
-      gemv::StageRows<NB, kWarps>(a, row0, staged, threadIdx.x, true, [] { __syncthreads(); });
-  }
+  if constexpr (kNorm)  // every warp takes part
+    gemv::StageRows<NB, kWarps>(a, row0, staged, threadIdx.x, true, [] { __syncthreads(); }, &nw);
 
   const bf16* xg = a.x + row0 * a.ldx;
   for (; j < mj; j += jstride) {

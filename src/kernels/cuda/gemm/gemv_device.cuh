@@ -53,21 +53,33 @@ struct StageSource {
 // part; partial holds rows * kWarps floats of shared memory; sync() is a barrier over exactly
 // those threads (called once, or twice with the norm). Each row's sum of squares: a thread's
 // chunks in order, the warp's xor butterfly, then the warps' sums in warp order.
-template <int kWarps, typename Sync>
-__device__ __forceinline__ void StageRowsOf(const StageSource& src, int rows, uint4* staged, int64_t ld,
-                                            int tid, float* partial, Sync sync) {
+// A thread's chunks are i = tid + c * kThreads < k / 8: a loop, or with kChunks > 0 an
+// unrolled one of kChunks steps (k / 8 <= kChunks * kThreads). weight(c, i, q): the norm
+// weight of element 8 i + q (chunk c of the thread).
+template <int kWarps, int kChunks, typename Sync, typename Weight>
+__device__ __forceinline__ void StageRowsImpl(const StageSource& src, int rows, uint4* staged, int64_t ld,
+                                              int tid, float* partial, Sync sync, Weight weight) {
   constexpr int kThreads = kWarps * 32;
   const int warp = tid / 32, lane = tid % 32;
   const int64_t nv = src.k / 8;
   const bool norm = src.norm_weight != nullptr;
+  auto for_chunks = [&](auto f) {  // f(c, i), in chunk order
+    if constexpr (kChunks > 0) {
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c)
+        if (tid + int64_t(c) * kThreads < nv) f(c, tid + int64_t(c) * kThreads);
+    } else {
+      for (int64_t i = tid; i < nv; i += kThreads) f(0, i);
+    }
+  };
   for (int r = 0; r < rows; ++r) {
     float ss = 0.0f;
     const uint4* xr = reinterpret_cast<const uint4*>(src.x + r * src.ldx);
-    for (int64_t i = tid; i < nv; i += kThreads) {
+    for_chunks([&](int, int64_t i) {
       const uint4 v = xr[i];
       staged[r * ld + i] = v;
       if (norm) ss += SumSq8(v);
-    }
+    });
     if (norm) {
       for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
       if (lane == 0) partial[r * kWarps + warp] = ss;
@@ -81,25 +93,34 @@ __device__ __forceinline__ void StageRowsOf(const StageSource& src, int rows, ui
     for (int w = 0; w < kWarps; ++w) total += partial[r * kWarps + w];
     const float inv = InvRms(total, src.k, src.norm_eps);
     // Each thread rescales the chunks it staged above (same i): no barrier in between.
-    for (int64_t i = tid; i < nv; i += kThreads) {
+    for_chunks([&](int c, int64_t i) {
       uint4 v = staged[r * ld + i];
       bf16* e = reinterpret_cast<bf16*>(&v);
 #pragma unroll
-      for (int q = 0; q < 8; ++q)
-        e[q] = NormElement(ToF(e[q]), inv, LoadNormWeight(src.norm_weight, src.norm_type, i * 8 + q));
+      for (int q = 0; q < 8; ++q) e[q] = NormElement(ToF(e[q]), inv, weight(c, i, q));
       staged[r * ld + i] = v;
-    }
+    });
   }
   sync();
 }
 
-// The RMSNorm weights a staging thread scales (StageRowsOf's chunks i = tid + c * kThreads,
-// 8 elements each), loaded into registers before PdlWait: weights are constant within a step
+// StageRowsImpl with the norm weights read from global memory (after the wait).
+template <int kWarps, typename Sync>
+__device__ __forceinline__ void StageRowsOf(const StageSource& src, int rows, uint4* staged, int64_t ld,
+                                            int tid, float* partial, Sync sync) {
+  StageRowsImpl<kWarps, 0>(src, rows, staged, ld, tid, partial, sync, [&](int, int64_t i, int q) {
+    return LoadNormWeight(src.norm_weight, src.norm_type, i * 8 + q);
+  });
+}
+
+// The RMSNorm weights a staging thread scales (its chunks i = tid + c * kThreads, 8 elements
+// each), loaded into registers before PdlWait: weights are constant within a step
 // (common/pdl.cuh), and after the wait their load (often an HBM miss: the step streams far
 // more than L2 holds) would sit on the critical path behind x's. Holds k <= 8 * kChunks *
 // kThreads; `ok` is false (and nothing is loaded) otherwise.
 template <int kThreads, int kChunks = 2>
 struct NormWeightRegs {
+  static constexpr int kMaxChunks = kChunks;
   float w[kChunks][8];
   bool ok = false;
   __device__ __forceinline__ void Load(const void* weight, WeightType type, int64_t k, int tid) {
@@ -115,72 +136,24 @@ struct NormWeightRegs {
   }
 };
 
-// StageRowsOf for rows with a norm whose weights `nw` preloaded (nw.ok): the same loads,
-// sums (same order) and rounding; the scaling reads the registers instead of global memory.
-template <int kWarps, int kChunks, typename Sync>
-__device__ __forceinline__ void StageRowsNormPreloaded(const StageSource& src, int rows, uint4* staged,
-                                                       int64_t ld, int tid, float* partial,
-                                                       const NormWeightRegs<kWarps * 32, kChunks>& nw,
-                                                       Sync sync) {
-  constexpr int kThreads = kWarps * 32;
-  const int warp = tid / 32, lane = tid % 32;
-  const int64_t nv = src.k / 8;
-  for (int r = 0; r < rows; ++r) {
-    float ss = 0.0f;
-    const uint4* xr = reinterpret_cast<const uint4*>(src.x + r * src.ldx);
-#pragma unroll
-    for (int c = 0; c < kChunks; ++c) {
-      const int64_t i = tid + int64_t(c) * kThreads;
-      if (i < nv) {
-        const uint4 v = xr[i];
-        staged[r * ld + i] = v;
-        ss += SumSq8(v);
-      }
-    }
-    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    if (lane == 0) partial[r * kWarps + warp] = ss;
-  }
-  sync();
-  for (int r = 0; r < rows; ++r) {
-    float total = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) total += partial[r * kWarps + w];
-    const float inv = InvRms(total, src.k, src.norm_eps);
-#pragma unroll
-    for (int c = 0; c < kChunks; ++c) {
-      const int64_t i = tid + int64_t(c) * kThreads;
-      if (i < nv) {
-        uint4 v = staged[r * ld + i];
-        bf16* e = reinterpret_cast<bf16*>(&v);
-#pragma unroll
-        for (int q = 0; q < 8; ++q) e[q] = NormElement(ToF(e[q]), inv, nw.w[c][q]);
-        staged[r * ld + i] = v;
-      }
-    }
-  }
-  sync();
-}
-
 // Stages rows row0 .. row0 + NB - 1 of x into `staged` ([NB][k / 8] 16-byte chunks), as
 // RmsNorm's bf16 output when `norm` (a.norm_weight). Threads tid in [0, kWarps * 32) take
 // part; sync() is a barrier over exactly those threads (called once, or twice with norm).
+// nw: the norm's weights preloaded before PdlWait, used when norm and nw->ok (the same
+// values, sums and roundings as the global loads).
 template <int NB, int kWarps, typename Sync>
 __device__ __forceinline__ void StageRows(const GemvArgs& a, int64_t row0, uint4* staged, int tid,
-                                          bool norm, Sync sync) {
+                                          bool norm, Sync sync,
+                                          const NormWeightRegs<kWarps * 32>* nw = nullptr) {
   __shared__ float partial[NB * kWarps];
   const StageSource src{a.x + row0 * a.ldx, a.ldx, a.k, norm ? a.norm_weight : nullptr,
                         a.norm_type, a.norm_eps};
-  StageRowsOf<kWarps>(src, NB, staged, a.k / 8, tid, partial, sync);
-}
-
-// StageRows with the norm's weights preloaded (NormWeightRegs::ok; StageRowsNormPreloaded).
-template <int NB, int kWarps, int kChunks, typename Sync>
-__device__ __forceinline__ void StageRowsPreloaded(const GemvArgs& a, int64_t row0, uint4* staged, int tid,
-                                                   const NormWeightRegs<kWarps * 32, kChunks>& nw,
-                                                   Sync sync) {
-  __shared__ float partial[NB * kWarps];
-  const StageSource src{a.x + row0 * a.ldx, a.ldx, a.k, a.norm_weight, a.norm_type, a.norm_eps};
-  StageRowsNormPreloaded<kWarps>(src, NB, staged, a.k / 8, tid, partial, nw, sync);
+  using Regs = NormWeightRegs<kWarps * 32>;
+  if (norm && nw != nullptr && nw->ok)
+    StageRowsImpl<kWarps, Regs::kMaxChunks>(src, NB, staged, a.k / 8, tid, partial, sync,
+                                            [&](int c, int64_t, int q) { return nw->w[c][q]; });
+  else
+    StageRowsOf<kWarps>(src, NB, staged, a.k / 8, tid, partial, sync);
 }
 
 // The warp's epilogue for output feature j: reduces acc[q][r] (weight row q of the warp:

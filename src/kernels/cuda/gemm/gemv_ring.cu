@@ -158,16 +158,8 @@ __global__ void __launch_bounds__(kThreads, 2) GemvRingKernel(GemvArgs a, RingPl
     prev = a.out_f32 ? a.out_f32[jl] : ToF(a.out[jl]);
   }
   uint4* xs = reinterpret_cast<uint4*>(smem + p.x_offset);
-  if (p.stage_x) {
-    if constexpr (kNorm) {
-      if (nw.ok)
-        gemv::StageRowsPreloaded<NB, kConsumerWarps>(a, 0, xs, threadIdx.x, nw, [] { ConsumerBarrier(); });
-      else
-        gemv::StageRows<NB, kConsumerWarps>(a, 0, xs, threadIdx.x, true, [] { ConsumerBarrier(); });
-    } else {
-      gemv::StageRows<NB, kConsumerWarps>(a, 0, xs, threadIdx.x, false, [] { ConsumerBarrier(); });
-    }
-  }
+  if (p.stage_x)
+    gemv::StageRows<NB, kConsumerWarps>(a, 0, xs, threadIdx.x, kNorm, [] { ConsumerBarrier(); }, &nw);
   PG_TRACE_MARK(0);  // x staged
   const uint4* xv4 = p.stage_x ? xs : reinterpret_cast<const uint4*>(a.x);
   const int64_t xld = p.stage_x ? a.k / 8 : a.ldx / 8;  // row stride of xv4, 16-byte units
