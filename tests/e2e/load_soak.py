@@ -26,7 +26,14 @@ def rss_kib(pid):
     return 0
 
 
-def one_request(port, i, rng):
+def one_request(port, i, rng, recv_timeout):
+    """Returns (kind, why, seconds, stream, max_tokens): kind is ok / cancelled / error."""
+    t0 = time.time()
+    kind, why, stream, max_tokens = _one_request(port, i, rng, recv_timeout)
+    return kind, why, time.time() - t0, stream, max_tokens
+
+
+def _one_request(port, i, rng, recv_timeout):
     stream = rng.random() < 0.6
     chat = rng.random() < 0.7
     cancel_after = rng.choice([None, None, None, 1, 200, 600])  # bytes received before closing
@@ -39,7 +46,7 @@ def one_request(port, i, rng):
         body = {"prompt": f"Item {i}: once upon a time"}
     body.update({"max_tokens": max_tokens, "stream": stream, "temperature": rng.choice([0, 0.7]), "seed": i})
     data = json.dumps(body).encode()
-    s = socket.create_connection(("127.0.0.1", port), timeout=120)
+    s = socket.create_connection(("127.0.0.1", port), timeout=recv_timeout)
     s.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n"
               f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
     buf = b""
@@ -50,12 +57,12 @@ def one_request(port, i, rng):
         buf += chunk
         if cancel_after is not None and len(buf) >= cancel_after:
             s.close()
-            return "cancelled", None
+            return "cancelled", None, stream, max_tokens
     s.close()
     head, _, payload = buf.partition(b"\r\n\r\n")
     status = int(head.split(b" ")[1])
     if status != 200:
-        return "error", f"status {status}: {payload[:200]!r}"
+        return "error", f"status {status}: {payload[:200]!r}", stream, max_tokens
     if stream:
         # de-chunk
         text, rest = b"", payload
@@ -67,15 +74,15 @@ def one_request(port, i, rng):
             text, rest = text + rest[:n], rest[n + 2:]
         events = [e[6:] for e in text.decode().split("\n\n") if e.startswith("data: ")]
         if not events or events[-1] != "[DONE]":
-            return "error", "stream without [DONE]"
+            return "error", "stream without [DONE]", stream, max_tokens
         for e in events[:-1]:
             j = json.loads(e)
             if "choices" not in j or j["object"] not in ("chat.completion.chunk", "text_completion"):
-                return "error", f"bad chunk {e[:200]}"
-        return "ok", None
+                return "error", f"bad chunk {e[:200]}", stream, max_tokens
+        return "ok", None, stream, max_tokens
     j = json.loads(payload)
     ok = j.get("object") in ("chat.completion", "text_completion") and j["usage"]["completion_tokens"] <= max_tokens
-    return ("ok", None) if ok else ("error", f"bad body {payload[:200]!r}")
+    return ("ok", None, stream, max_tokens) if ok else ("error", f"bad body {payload[:200]!r}", stream, max_tokens)
 
 
 def main():
@@ -84,6 +91,9 @@ def main():
     ap.add_argument("--model", required=True)
     ap.add_argument("--requests", type=int, default=2000)
     ap.add_argument("--concurrency", type=int, default=64)
+    ap.add_argument("--recv-timeout", type=float, default=600,
+                    help="seconds a client waits for the next bytes (a non-streamed reply sends "
+                         "nothing until it is complete) before calling the request lost")
     a = ap.parse_args()
     srv = ServerProcess(a.bin, a.model)
     failures = []
@@ -93,18 +103,32 @@ def main():
         seeds = [rng.random() for _ in range(a.requests)]
         counts = {"ok": 0, "cancelled": 0, "error": 0}
         rss = []
+        latency = {}  # "stream" / "whole" -> [(seconds, max_tokens)] of completed replies
         t0 = time.time()
         with cf.ThreadPoolExecutor(a.concurrency) as ex:
-            futs = [ex.submit(one_request, srv.port, i, random.Random(seeds[i])) for i in range(a.requests)]
+            futs = [ex.submit(one_request, srv.port, i, random.Random(seeds[i]), a.recv_timeout)
+                    for i in range(a.requests)]
+            sample_every = max(1, a.requests // 20)
             for k, f in enumerate(cf.as_completed(futs)):
-                kind, why = f.result()
+                try:
+                    kind, why, secs, stream, max_tokens = f.result()
+                except OSError as e:  # socket.timeout included: the request was lost
+                    kind, why, secs, stream, max_tokens = "error", f"request lost: {e!r}", a.recv_timeout, None, None
                 counts[kind] += 1
                 if why:
                     failures.append(why)
-                if k % 200 == 0:
+                if kind == "ok":
+                    latency.setdefault("stream" if stream else "whole", []).append((secs, max_tokens))
+                if k % sample_every == 0:
                     rss.append(rss_kib(srv.proc.pid))
         elapsed = time.time() - t0
         print(f"{a.requests} requests in {elapsed:.1f} s: {counts}; RSS samples (KiB) {rss}")
+        for mode, xs in sorted(latency.items()):
+            secs = sorted(x[0] for x in xs)
+            worst = max(xs)
+            print(f"  {mode} replies: {len(xs)}, latency p50 {secs[len(secs) // 2]:.1f} s, "
+                  f"p95 {secs[int(len(secs) * 0.95)]:.1f} s, max {worst[0]:.1f} s "
+                  f"(max_tokens {worst[1]})")
         ok = False
         for _ in range(100):
             m = srv.metrics()

@@ -102,7 +102,9 @@ TEST(MoeDevicePlacement, MoonlightAndDeepseekV3RealShapes) {
     CountingMemory mem;
     auto m = CreateDummyMoeModelOnDevice(c, mem, {.max_batch_tokens = 8}, 1, fp8);
     EXPECT_EQ(m->weight_bytes(), DeepseekBytes(c, fp8)) << "moonlight fp8=" << fp8;
-    if (!fp8) EXPECT_NEAR(double(m->weight_bytes()) / 2, 16.0e9, 0.1e9);
+    if (!fp8) {
+      EXPECT_NEAR(double(m->weight_bytes()) / 2, 16.0e9, 0.1e9);
+    }
   }
   MoeModelConfig v3 = ReadConfig("configs/deepseek-v3/config.json");
   EXPECT_EQ(v3.q_lora_rank, 1536);

@@ -92,7 +92,7 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
   setenv("PG_FUSED_MAX_FP8_KEYS", "1000000000", /*overwrite=*/0);
   Coverage cov;
   int fused_runs = 0;
-  int64_t small_runs = 0;  // CUDA runs that took the small-shared-memory variant
+  [[maybe_unused]] int64_t small_runs = 0;  // CUDA runs that took the small-shared-memory variant
   for (const FusedCase& c : Cases()) {
     SCOPED_TRACE(c.Name());
     const auto t0 = std::chrono::steady_clock::now();

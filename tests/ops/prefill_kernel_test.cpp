@@ -148,8 +148,9 @@ TEST(PrefillAttentionKernel, AloneMatchesReferenceAndIsDeterministic) {
                                  a.wgmma ? "wgmma" : "mma.sync"));
         const char* wgmma_env = std::getenv("PEREGRINE_PREFILL_WGMMA");
         if (variant == 2 && c.head_dim == 128 && ComputeMajor() == 9 &&
-            (wgmma_env == nullptr || wgmma_env[0] != '0'))
+            (wgmma_env == nullptr || wgmma_env[0] != '0')) {
           EXPECT_TRUE(a.wgmma) << "the wgmma kernel was not selected";
+        }
         ASSERT_LE(size_t(a.num_splits), max_splits);
         a.partial_acc = static_cast<float*>(ws.p);
         a.partial_ml = a.partial_acc + size_t(rows) * c.heads * size_t(a.num_splits) * size_t(d);

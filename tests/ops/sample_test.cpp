@@ -189,15 +189,18 @@ TEST(SampleOp, EveryBackendDrawsTheReferenceTokens) {
       for (int64_t r = 0; r < c.n; ++r)
         EXPECT_EQ(tokens.data<int32_t>()[r], ref_tokens.data<int32_t>()[r])
             << k->backend << " row " << r;
-      if (c.logprobs)
-        for (int64_t r = 0; r < c.n; ++r)
+      if (c.logprobs) {
+        for (int64_t r = 0; r < c.n; ++r) {
           EXPECT_NEAR(lp.data<float>()[r], ref_lp.data<float>()[r], 1e-4f)
               << k->backend << " logprob row " << r;
-      if (c.penalties)
+        }
+      }
+      if (c.penalties) {
         EXPECT_EQ(std::memcmp(counts.data<int32_t>(), ref_counts.data<int32_t>(),
                               size_t(counts.nbytes())),
                   0)
             << k->backend << ": token counts after the update differ";
+      }
     }
   }
   cov.Check<SampleParams>();

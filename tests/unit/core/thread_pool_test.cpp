@@ -74,7 +74,9 @@ TEST(ThreadPool, ChunksRespectMinChunk) {
           EXPECT_GE(chunks[i].second - chunks[i].first, min_chunk);
         }
       }
-      if (n <= min_chunk) EXPECT_EQ(chunks.size(), 1u);
+      if (n <= min_chunk) {
+        EXPECT_EQ(chunks.size(), 1u);
+      }
     }
   }
 }

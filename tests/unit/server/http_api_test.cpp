@@ -57,7 +57,9 @@ TEST_F(ServerTest, StreamedChatWithUsage) {
   for (size_t i = 0; i + 1 < events.size(); ++i) {
     json j = json::parse(events[i]);
     EXPECT_EQ(j["id"], first["id"]);
-    if (i + 2 < events.size()) EXPECT_TRUE(j["usage"].is_null());
+    if (i + 2 < events.size()) {
+      EXPECT_TRUE(j["usage"].is_null());
+    }
   }
 }
 

@@ -130,7 +130,9 @@ TEST_P(LowLatencyTest, ConcurrentSubmittersAndWaitersLoseNothing) {
     }
   }
   // The echoes (submitted without a completion, 8 bytes) were injected.
-  if (!proxy) EXPECT_EQ(c.engines[1]->num_injected(), uint64_t(kThreads) * kRounds);
+  if (!proxy) {
+    EXPECT_EQ(c.engines[1]->num_injected(), uint64_t(kThreads) * kRounds);
+  }
   for (int t = 0; t < kThreads; ++t) {
     EXPECT_EQ(c.engines[0]->imms().Available(uint32_t(200 + t)), 0) << "duplicate echo";
     EXPECT_EQ(c.engines[1]->imms().Available(uint32_t(100 + t)), 0) << "duplicate write";
