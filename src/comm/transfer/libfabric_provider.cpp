@@ -11,6 +11,7 @@
 
 #include "comm/transfer/fabric_check.h"
 #include "comm/transfer/provider.h"
+#include "comm/transfer/shm_names.h"
 #include "core/log.h"
 
 namespace pg::comm {
@@ -61,6 +62,8 @@ class LibfabricProvider final : public Provider {
     fi_av_attr av_attr{};
     av_attr.type = FI_AV_TABLE;
     PG_FI_CHECK(fi_av_open(domain_, &av_attr, &av_, nullptr));
+    const bool shm = info_out_.provider == "shm";  // regions in /dev/shm: shm_names.h
+    if (shm) RemoveStaleShmRegions();
     for (uint32_t i = 0; i < config.endpoints_per_domain; ++i) {
       Endpoint e;
       fi_cq_attr cq_attr{};
@@ -71,6 +74,10 @@ class LibfabricProvider final : public Provider {
       PG_FI_CHECK(fi_endpoint(domain_, info_, &e.ep, nullptr));
       PG_FI_CHECK(fi_ep_bind(e.ep, &av_->fid, 0));
       PG_FI_CHECK(fi_ep_bind(e.ep, &e.cq->fid, FI_TRANSMIT | FI_RECV));
+      if (shm) {
+        const std::string name = UniqueShmEndpointName(i);
+        PG_FI_CHECK(fi_setname(&e.ep->fid, const_cast<char*>(name.c_str()), name.size() + 1));
+      }
       PG_FI_CHECK(fi_enable(e.ep));
       endpoints_.push_back(e);
     }
