@@ -1,6 +1,6 @@
 // Decode-time Matmul (few activation rows): reads GGUF weights in place.
 //  * Q4_0 / Q4_1 / Q8_0: activations quantized to int8 blocks (q8_act.h), int8 dot products
-//    with AVX2 (vpmaddubsw, here) or AVX-512 VNNI (512-bit vpdpbusd, four rows per pass:
+//    with AVX2 (vpmaddubsw, here: several activation rows per unpacked weight block) or AVX-512 VNNI (512-bit vpdpbusd, four rows per pass:
 //    matmul_gemv_vnni.cpp); per-block scales in f32. Parallel over output rows; every weight
 //    row is read once for all activation rows.
 //  * other dtypes (F32/F16/BF16, K-quants, ...): f32 dot products with FMA against the row
@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "core/quant.h"
@@ -89,69 +90,58 @@ PG_TARGET_AVX2 inline __m256i Nibbles(const uint8_t* qs) {
 PG_TARGET_AVX2 inline __m256i DotU8S8Avx2(__m256i u, __m256i s) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
 }
-PG_TARGET_VNNI inline __m256i DotU8S8Vnni(__m256i u, __m256i s) {
-  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
-}
 
 PG_TARGET_AVX2 inline float F16(uint16_t h) { return _cvtsh_ss(h); }
 
-#define PG_DEFINE_Q_DOTS(SUFFIX, TARGET, DOT)                                                  \
-  TARGET float DotQ4_1##SUFFIX(const BlockQ4_1* w, const ActBlock* a, int64_t nb) {           \
-    __m256 acc = _mm256_setzero_ps();                                                          \
-    float offs = 0;                                                                            \
-    for (int64_t b = 0; b < nb; ++b) {                                                         \
-      __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[b].qs));             \
-      __m256 p = _mm256_cvtepi32_ps(DOT(Nibbles(w[b].qs), q8));                                \
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(F16(w[b].d) * a[b].d), p, acc);                     \
-      offs += F16(w[b].m) * a[b].d * float(a[b].sum);                                          \
-    }                                                                                          \
-    return HSum(acc) + offs;                                                                   \
-  }                                                                                            \
-  TARGET float DotQ4_0##SUFFIX(const BlockQ4_0* w, const ActBlock* a, int64_t nb) {           \
-    __m256 acc = _mm256_setzero_ps();                                                          \
-    for (int64_t b = 0; b < nb; ++b) {                                                         \
-      __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[b].qs));             \
-      __m256i p = _mm256_sub_epi32(DOT(Nibbles(w[b].qs), q8),                                  \
-                                   _mm256_set_epi32(0, 0, 0, 0, 0, 0, 0, 8 * a[b].sum));        \
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(F16(w[b].d) * a[b].d), _mm256_cvtepi32_ps(p), acc); \
-    }                                                                                          \
-    return HSum(acc);                                                                          \
-  }                                                                                            \
-  TARGET float DotQ8_0##SUFFIX(const BlockQ8_0* w, const ActBlock* a, int64_t nb) {           \
-    __m256 acc = _mm256_setzero_ps();                                                          \
-    for (int64_t b = 0; b < nb; ++b) {                                                         \
-      __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[b].qs));             \
-      __m256i qw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs));             \
-      __m256i p = DOT(_mm256_sign_epi8(qw, qw), _mm256_sign_epi8(q8, qw));                     \
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(F16(w[b].d) * a[b].d), _mm256_cvtepi32_ps(p), acc); \
-    }                                                                                          \
-    return HSum(acc);                                                                          \
+// RA activation rows (row r's blocks at a + r * nb) against one weight row w:
+//   out[r] = Σ_b w_d · a_d · dot(q_w, q_a)  (Q4_0: − 8 · Σ q_a inside the integer dot; Q4_1:
+//   + w_m · a_d · Σ q_a, summed apart and added last).
+// Every row runs the same instruction sequence whatever RA is, so a row's result does not
+// depend on how many rows share the call (batch invariance, batch_invariance_test.cpp). The
+// weight block is unpacked (and its scales widened) once for all RA rows: what makes
+// prefill's 16-row slices cheap. (Four weight rows against one activation row, for decode's
+// ILP, measured slower on an AVX2 EPYC: tg256 26-32 vs 38-41 tokens/s; not used.)
+template <typename Block, int RA>
+PG_TARGET_AVX2 void DotRowsAvx2(const Block* w, const ActBlock* a, int64_t nb, float* out) {
+  constexpr bool kQ8 = std::is_same_v<Block, BlockQ8_0>;
+  constexpr bool kQ4_1 = std::is_same_v<Block, BlockQ4_1>;
+  __m256 acc[RA];
+  float offs[RA];
+  for (int r = 0; r < RA; ++r) acc[r] = _mm256_setzero_ps(), offs[r] = 0.0f;
+  for (int64_t b = 0; b < nb; ++b) {
+    const float wd = F16(w[b].d);
+    __m256i raw, wq;  // wq: unsigned operand of the u8 x s8 products (Q4 nibbles, |Q8|)
+    if constexpr (kQ8) {
+      raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs));
+      wq = _mm256_sign_epi8(raw, raw);
+    } else {
+      wq = Nibbles(w[b].qs);
+    }
+    for (int r = 0; r < RA; ++r) {
+      const ActBlock& x = a[r * nb + b];
+      const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs));
+      __m256i d;
+      if constexpr (kQ8) {
+        d = DotU8S8Avx2(wq, _mm256_sign_epi8(q8, raw));
+      } else {
+        d = DotU8S8Avx2(wq, q8);
+      }
+      if constexpr (std::is_same_v<Block, BlockQ4_0>) {
+        d = _mm256_sub_epi32(d, _mm256_set_epi32(0, 0, 0, 0, 0, 0, 0, 8 * x.sum));
+      }
+      acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(wd * x.d), _mm256_cvtepi32_ps(d), acc[r]);
+      if constexpr (kQ4_1) offs[r] += F16(w[b].m) * x.d * float(x.sum);
+    }
   }
-
-PG_DEFINE_Q_DOTS(Avx2, PG_TARGET_AVX2, DotU8S8Avx2)
-PG_DEFINE_Q_DOTS(Vnni, PG_TARGET_VNNI, DotU8S8Vnni)
-#undef PG_DEFINE_Q_DOTS
-
-using QDotFn = float (*)(const void* w, const ActBlock* a, int64_t nb);
-
-template <typename Block, float (*Fn)(const Block*, const ActBlock*, int64_t)>
-float Erase(const void* w, const ActBlock* a, int64_t nb) {
-  return Fn(static_cast<const Block*>(w), a, nb);
-}
-
-QDotFn PickQDot(DType t, bool vnni) {
-  switch (t) {
-    case DType::kQ4_0: return vnni ? &Erase<BlockQ4_0, DotQ4_0Vnni> : &Erase<BlockQ4_0, DotQ4_0Avx2>;
-    case DType::kQ4_1: return vnni ? &Erase<BlockQ4_1, DotQ4_1Vnni> : &Erase<BlockQ4_1, DotQ4_1Avx2>;
-    case DType::kQ8_0: return vnni ? &Erase<BlockQ8_0, DotQ8_0Vnni> : &Erase<BlockQ8_0, DotQ8_0Avx2>;
-    default: return nullptr;
-  }
+  for (int r = 0; r < RA; ++r) out[r] = kQ4_1 ? HSum(acc[r]) + offs[r] : HSum(acc[r]);
 }
 
 // Rows of x handled by the GEMV kernels; above this the GEMM path (matmul_gemm.cpp) wins.
 constexpr int64_t kGemvMaxRows = 16;
 // Output rows per parallel chunk: keeps small matrices on one thread (wake-up cost).
 constexpr int64_t kMinRowsPerChunk = 64;
+// Activation rows per DotRowsAvx2 call (accumulators stay in registers).
+constexpr int kRowsPerDot = 4;
 
 void Store(const MatmulParams& p, int64_t r, int64_t j, float v) {
   if (p.bias.data) v += p.bias.as<float>()[j];
@@ -159,19 +149,37 @@ void Store(const MatmulParams& p, int64_t r, int64_t j, float v) {
   o = p.accumulate ? o + v : v;
 }
 
-void GemvQuant(const MatmulParams& p, bool vnni) {
-  const int64_t n = p.x.dim(0), k = p.x.dim(1), m = p.w.dim(0), nb = k / 32;
+template <typename Block>
+void GemvQuantRows(const MatmulParams& p, const ActBlock* a, int64_t n, int64_t nb) {
+  ThreadPool::Default().ParallelFor(p.w.dim(0), [&](int64_t j0, int64_t j1) {
+    float v[kRowsPerDot];
+    for (int64_t j = j0; j < j1; ++j) {
+      // Quantized rows are whole blocks (tensor.h), so a row starts on a block.
+      const Block* w = reinterpret_cast<const Block*>(p.w.row_ptr(j));
+      int64_t r = 0;
+      for (; r + kRowsPerDot <= n; r += kRowsPerDot) {
+        DotRowsAvx2<Block, kRowsPerDot>(w, a + r * nb, nb, v);
+        for (int i = 0; i < kRowsPerDot; ++i) Store(p, r + i, j, v[i]);
+      }
+      for (; r < n; ++r) {
+        DotRowsAvx2<Block, 1>(w, a + r * nb, nb, v);
+        Store(p, r, j, v[0]);
+      }
+    }
+  }, kMinRowsPerChunk);
+}
+
+void GemvQuantAvx2(const MatmulParams& p) {
+  const int64_t n = p.x.dim(0), k = p.x.dim(1), nb = k / 32;
   thread_local std::vector<ActBlock> act;
   act.resize(size_t(n * nb));
   for (int64_t r = 0; r < n; ++r) QuantizeActAvx2(detail::RowF32(p.x, r), &act[size_t(r * nb)], k);
-  const QDotFn dot = PickQDot(p.w.dtype, vnni);
-  const ActBlock* a = act.data();
-  ThreadPool::Default().ParallelFor(m, [&](int64_t j0, int64_t j1) {
-    for (int64_t j = j0; j < j1; ++j) {
-      const void* w = p.w.row_ptr(j);
-      for (int64_t r = 0; r < n; ++r) Store(p, r, j, dot(w, a + r * nb, nb));
-    }
-  }, kMinRowsPerChunk);
+  switch (p.w.dtype) {
+    case DType::kQ4_0: return GemvQuantRows<BlockQ4_0>(p, act.data(), n, nb);
+    case DType::kQ4_1: return GemvQuantRows<BlockQ4_1>(p, act.data(), n, nb);
+    case DType::kQ8_0: return GemvQuantRows<BlockQ8_0>(p, act.data(), n, nb);
+    default: PG_CHECK(false, "GemvQuantAvx2: dtype {}", Name(p.w.dtype));
+  }
 }
 
 // ---- f32 dot products for the other dtypes ----------------------------------------------------
@@ -261,8 +269,6 @@ void RowSliced(const MatmulParams& p) {
     kKernel(s);
   }
 }
-
-void GemvQuantAvx2(const MatmulParams& p) { GemvQuant(p, /*vnni=*/false); }
 
 void RegisterMatmul(Registry& r) {
   r.Register(KernelImpl<MatmulParams>{
