@@ -110,8 +110,9 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_option("--page-size", e.page_size, "tokens per KV page")->check(CLI::Range(1, 1024));
   cmd->add_option("--max-step-tokens", e.max_step_tokens, "token budget of one forward pass")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--max-prefill-chunk", e.max_prefill_chunk_tokens, "prefill tokens per request per step")
-      ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-prefill-chunk", e.max_prefill_chunk_tokens,
+                  "prefill tokens per request per step (0 = the step budget only)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--max-running", e.max_running_requests, "concurrently running requests")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--context", e.max_context_tokens, "context length (0 = the model's)")

@@ -33,12 +33,13 @@ void RunSim(SimFlags& f) {
   const Policy policies[] = {{"LRU", false, false}, {"LRU + session TTL", true, false},
                              {"LRU + host tier", false, true}, {"TTL + host tier", true, true}};
   fmt::print("sessions {} concurrency {} first turn {} +{}/turn turns {}-{} output {} think {}s "
-             "background {}/s x {} | KV {} tokens, host {} tokens, page {}, budget {}, TTL {}s\n",
+             "background {}/s x {} | KV {} tokens, host {} tokens, page {}, budget {}, chunk {}, TTL {}s\n",
              base.trace.num_sessions, base.trace.concurrency, base.trace.first_turn_tokens,
              base.trace.tokens_per_turn, base.trace.min_turns, base.trace.max_turns,
              base.trace.output_tokens, base.trace.think_time_mean_s,
              base.trace.background_requests_per_s, base.trace.background_prompt_tokens, kv_tokens,
-             host_tokens, page, base.scheduler.max_step_tokens, ttl_s);
+             host_tokens, page, base.scheduler.max_step_tokens,
+             base.scheduler.max_prefill_chunk_tokens, ttl_s);
   fmt::print("| policy | hit rate | TTFT mean ms | TTFT p50 ms | TTFT p99 ms | TPOT ms | "
              "preemptions | host hit pages | out tok/s | turns |\n|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Policy& p : policies) {
@@ -67,6 +68,8 @@ void AddSimCommand(CLI::App& app) {
   cmd->add_option("--ttl-s", f->ttl_s, "session retention TTL");
   cmd->add_option("--page", base.scheduler.kv.page_size_tokens, "tokens per page");
   cmd->add_option("--budget", base.scheduler.max_step_tokens, "tokens per step");
+  cmd->add_option("--max-prefill-chunk", base.scheduler.max_prefill_chunk_tokens,
+                  "prefill tokens per request per step (0: the step budget only)");
   cmd->add_option("--sessions", base.trace.num_sessions);
   cmd->add_option("--concurrency", base.trace.concurrency);
   cmd->add_option("--first-turn", base.trace.first_turn_tokens);

@@ -30,7 +30,11 @@ struct EngineConfig {
   int64_t kv_cache_bytes = 512ll << 20;// device (here: CPU RAM) KV budget
   int64_t host_cache_bytes = 0;        // host tier for evicted prefix pages; 0 = off
   int max_step_tokens = 2048;          // token budget of one forward pass
-  int max_prefill_chunk_tokens = 512;  // per request per step
+  // Prefill tokens one request may take per step; 0 = the step budget only: running prefills
+  // fill what the decodes leave of the budget in rank (arrival) order, as vLLM's and
+  // llama-server's batches do. A cap makes simultaneous prompts share every step, so all of
+  // them finish late (docs/PERF.md "Prefill chunk policy").
+  int max_prefill_chunk_tokens = 0;
   int max_running_requests = 64;
   int max_waiting_requests = 512;
   int max_context_tokens = 0;          // 0 = the model's context length
