@@ -27,17 +27,17 @@ def rss_kib(pid):
 
 
 def one_request(port, i, rng, recv_timeout):
-    """Returns (kind, why, seconds, stream, max_tokens): kind is ok / cancelled / error."""
+    """Returns (kind, why, seconds, q): kind is ok / cancelled / error; q the drawn request."""
+    q = {"stream": rng.random() < 0.6, "chat": rng.random() < 0.7,
+         "cancel_after": rng.choice([None, None, None, 1, 200, 600]),  # bytes before closing
+         "max_tokens": rng.randint(1, 48)}
     t0 = time.time()
-    kind, why, stream, max_tokens = _one_request(port, i, rng, recv_timeout)
-    return kind, why, time.time() - t0, stream, max_tokens
+    kind, why = exchange(port, i, rng, q, recv_timeout)
+    return kind, why, time.time() - t0, q
 
 
-def _one_request(port, i, rng, recv_timeout):
-    stream = rng.random() < 0.6
-    chat = rng.random() < 0.7
-    cancel_after = rng.choice([None, None, None, 1, 200, 600])  # bytes received before closing
-    max_tokens = rng.randint(1, 48)
+def exchange(port, i, rng, q, recv_timeout):
+    stream, chat, cancel_after, max_tokens = q["stream"], q["chat"], q["cancel_after"], q["max_tokens"]
     if chat:
         path = "/v1/chat/completions"
         body = {"messages": [{"role": "user", "content": f"Request {i}: tell me about {rng.choice(['cats', 'rivers', 'tea', 'stars'])}."}]}
@@ -57,12 +57,12 @@ def _one_request(port, i, rng, recv_timeout):
         buf += chunk
         if cancel_after is not None and len(buf) >= cancel_after:
             s.close()
-            return "cancelled", None, stream, max_tokens
+            return "cancelled", None
     s.close()
     head, _, payload = buf.partition(b"\r\n\r\n")
     status = int(head.split(b" ")[1])
     if status != 200:
-        return "error", f"status {status}: {payload[:200]!r}", stream, max_tokens
+        return "error", f"status {status}: {payload[:200]!r}"
     if stream:
         # de-chunk
         text, rest = b"", payload
@@ -74,15 +74,15 @@ def _one_request(port, i, rng, recv_timeout):
             text, rest = text + rest[:n], rest[n + 2:]
         events = [e[6:] for e in text.decode().split("\n\n") if e.startswith("data: ")]
         if not events or events[-1] != "[DONE]":
-            return "error", "stream without [DONE]", stream, max_tokens
+            return "error", "stream without [DONE]"
         for e in events[:-1]:
             j = json.loads(e)
             if "choices" not in j or j["object"] not in ("chat.completion.chunk", "text_completion"):
-                return "error", f"bad chunk {e[:200]}", stream, max_tokens
-        return "ok", None, stream, max_tokens
+                return "error", f"bad chunk {e[:200]}"
+        return "ok", None
     j = json.loads(payload)
     ok = j.get("object") in ("chat.completion", "text_completion") and j["usage"]["completion_tokens"] <= max_tokens
-    return ("ok", None, stream, max_tokens) if ok else ("error", f"bad body {payload[:200]!r}", stream, max_tokens)
+    return ("ok", None) if ok else ("error", f"bad body {payload[:200]!r}")
 
 
 def main():
@@ -111,14 +111,14 @@ def main():
             sample_every = max(1, a.requests // 20)
             for k, f in enumerate(cf.as_completed(futs)):
                 try:
-                    kind, why, secs, stream, max_tokens = f.result()
+                    kind, why, secs, q = f.result()
                 except OSError as e:  # socket.timeout included: the request was lost
-                    kind, why, secs, stream, max_tokens = "error", f"request lost: {e!r}", a.recv_timeout, None, None
+                    kind, why, secs, q = "error", f"request lost: {e!r}", a.recv_timeout, None
                 counts[kind] += 1
                 if why:
                     failures.append(why)
                 if kind == "ok":
-                    latency.setdefault("stream" if stream else "whole", []).append((secs, max_tokens))
+                    latency.setdefault("stream" if q["stream"] else "whole", []).append((secs, q["max_tokens"]))
                 if k % sample_every == 0:
                     rss.append(rss_kib(srv.proc.pid))
         elapsed = time.time() - t0

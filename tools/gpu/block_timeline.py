@@ -28,7 +28,9 @@ TAGS = {1: "gemv_vec", 2: "gemv_scalar", 3: "gemv_ring", 4: "decode_mma", 5: "de
 
 
 def load_rows(path):
-    """Records grouped into launches: [[row, ...], ...] ordered by first block start."""
+    """Records grouped into launches: [[row, ...], ...] ordered by first block start.
+    A graph node keeps its %gridid across replays: a node's records, by start time, split
+    into launches of `blocks` records each."""
     by_id = defaultdict(list)
     with open(path) as f:
         for r in csv.DictReader(f):
@@ -38,7 +40,7 @@ def load_rows(path):
         rows.sort(key=lambda r: r["start"])
         nb = rows[0]["blocks"]
         launches += [rows[i:i + nb] for i in range(0, len(rows), nb)]
-    launches.sort(key=lambda g: g[0]["start"])
+    launches.sort(key=lambda g: (g[0]["start"], g[0]["grid_id"]))
     return launches
 
 
@@ -68,32 +70,20 @@ def phases(path, replays):
 
 
 def load(path):
-    by_id = defaultdict(list)
-    with open(path) as f:
-        for r in csv.DictReader(f):
-            by_id[int(r["grid_id"])].append({k: int(v) for k, v in r.items()})
-    # A graph node keeps its %gridid across replays: split a node's records, by start time,
-    # into launches of `blocks` records each.
-    grids = {}
-    for gid, rows in by_id.items():
-        rows.sort(key=lambda r: r["start"])
-        nb = rows[0]["blocks"]
-        for i in range(0, len(rows), nb):
-            grids[(gid, i // nb)] = rows[i:i + nb]
+    """Per launch (load_rows), its block start / wait / end summary."""
     out = []
-    for gid, rows in grids.items():
+    for rows in load_rows(path):
         starts = sorted(r["start"] for r in rows)
         ends = sorted(r["end"] for r in rows)
         waits = sorted(r["wait1"] for r in rows if r["wait1"] > 0)
         out.append({
-            "gid": gid, "tag": TAGS.get(rows[0]["tag"], str(rows[0]["tag"])),
+            "tag": TAGS.get(rows[0]["tag"], str(rows[0]["tag"])),
             "blocks": rows[0]["blocks"], "seen": len(rows), "threads": rows[0]["threads"],
             "s0": starts[0], "smed": starts[len(starts) // 2], "s1": starts[-1],
             "w0": waits[0] if waits else None, "w1": waits[-1] if waits else None,
             "e0": ends[0], "emed": ends[len(ends) // 2], "e1": ends[-1],
             "sms": len({r["sm"] for r in rows}),
         })
-    out.sort(key=lambda g: (g["s0"], g["gid"]))
     return out
 
 

@@ -75,8 +75,8 @@ class LibfabricProvider final : public Provider {
       PG_FI_CHECK(fi_ep_bind(e.ep, &av_->fid, 0));
       PG_FI_CHECK(fi_ep_bind(e.ep, &e.cq->fid, FI_TRANSMIT | FI_RECV));
       if (shm) {
-        const std::string name = UniqueShmEndpointName(i);
-        PG_FI_CHECK(fi_setname(&e.ep->fid, const_cast<char*>(name.c_str()), name.size() + 1));
+        std::string name = UniqueShmEndpointName(i);
+        PG_FI_CHECK(fi_setname(&e.ep->fid, name.data(), name.size() + 1));
       }
       PG_FI_CHECK(fi_enable(e.ep));
       endpoints_.push_back(e);

@@ -1,7 +1,6 @@
 #include "comm/transfer/shm_names.h"
 
 #include <dirent.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -27,7 +26,11 @@ uint64_t PidNamespace() {
   return std::strtoull(p, nullptr, 10);
 }
 
-std::string Prefix() { return fmt::format("pg_{}_", PidNamespace()); }
+// "pg_<pid namespace>_" (a process's namespace is fixed; read once).
+const std::string& Prefix() {
+  static const std::string prefix = fmt::format("pg_{}_", PidNamespace());
+  return prefix;
+}
 
 }  // namespace
 
@@ -39,7 +42,7 @@ std::string UniqueShmEndpointName(uint32_t index) {
 int RemoveStaleShmRegions(const std::string& dir) {
   DIR* d = ::opendir(dir.c_str());
   if (d == nullptr) return 0;
-  const std::string prefix = Prefix();
+  const std::string& prefix = Prefix();
   const pid_t self = ::getpid();
   int removed = 0;
   while (const dirent* e = ::readdir(d)) {

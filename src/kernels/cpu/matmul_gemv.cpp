@@ -1,7 +1,7 @@
 // Decode-time Matmul (few activation rows): reads GGUF weights in place.
 //  * Q4_0 / Q4_1 / Q8_0: activations quantized to int8 blocks (q8_act.h), int8 dot products
-//    with AVX2 (vpmaddubsw, here: several activation rows per unpacked weight block) or AVX-512 VNNI (512-bit vpdpbusd, four rows per pass:
-//    matmul_gemv_vnni.cpp); per-block scales in f32. Parallel over output rows; every weight
+//    with AVX2 (vpmaddubsw, here: four activation rows per unpacked weight block) or AVX-512
+//    VNNI (512-bit vpdpbusd, four rows per pass: matmul_gemv_vnni.cpp); per-block scales in f32. Parallel over output rows; every weight
 //    row is read once for all activation rows.
 //  * other dtypes (F32/F16/BF16, K-quants, ...): f32 dot products with FMA against the row
 //    converted on the fly (F16/BF16) or dequantized into a per-thread scratch row.
@@ -110,6 +110,8 @@ PG_TARGET_AVX2 void DotRowsAvx2(const Block* w, const ActBlock* a, int64_t nb, f
   for (int r = 0; r < RA; ++r) acc[r] = _mm256_setzero_ps(), offs[r] = 0.0f;
   for (int64_t b = 0; b < nb; ++b) {
     const float wd = F16(w[b].d);
+    float wm = 0.0f;  // Q4_1's offset
+    if constexpr (kQ4_1) wm = F16(w[b].m);
     __m256i raw, wq;  // wq: unsigned operand of the u8 x s8 products (Q4 nibbles, |Q8|)
     if constexpr (kQ8) {
       raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs));
@@ -130,7 +132,7 @@ PG_TARGET_AVX2 void DotRowsAvx2(const Block* w, const ActBlock* a, int64_t nb, f
         d = _mm256_sub_epi32(d, _mm256_set_epi32(0, 0, 0, 0, 0, 0, 0, 8 * x.sum));
       }
       acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(wd * x.d), _mm256_cvtepi32_ps(d), acc[r]);
-      if constexpr (kQ4_1) offs[r] += F16(w[b].m) * x.d * float(x.sum);
+      if constexpr (kQ4_1) offs[r] += wm * x.d * float(x.sum);
     }
   }
   for (int r = 0; r < RA; ++r) out[r] = kQ4_1 ? HSum(acc[r]) + offs[r] : HSum(acc[r]);
