@@ -93,6 +93,7 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
   Coverage cov;
   int fused_runs = 0;
   [[maybe_unused]] int64_t small_runs = 0;  // CUDA runs that took the small-shared-memory variant
+  [[maybe_unused]] int64_t cluster_runs = 0;  // of those, launches that merged in a cluster
   for (const FusedCase& c : Cases()) {
     SCOPED_TRACE(c.Name());
     const auto t0 = std::chrono::steady_clock::now();
@@ -161,12 +162,15 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
       // CUDA twice more with the small-shared-memory variant forced on (run 2: 3 tile warps,
       // run 3: 4; one ring stage a warp, so a warp with more than one tile takes them in
       // turns), then the 3-stage kernel with its register latency paths forced on (run 4) and
-      // off (run 5): the default picks them by the rows (q / k norm).
-      for (int rep = 0; rep < (kb->backend == "cuda" ? 6 : 1); ++rep) {
+      // off (run 5): the default picks them by the rows (q / k norm); run 6 the small variant
+      // (3 tile warps) with its splits merged in a thread-block cluster where they fit one.
+      for (int rep = 0; rep < (kb->backend == "cuda" ? 7 : 1); ++rep) {
 #if defined(PEREGRINE_HAVE_CUDA)
         const int64_t small0 = cuda::DecodeFusedSmallLaunches(), mma0 = cuda::DecodeFusedLaunches();
-        const bool small_run = kb->backend == "cuda" && (rep == 2 || rep == 3);
-        const int mode0 = cuda::SetDecodeFusedSmallMode(small_run ? rep + 1 : 0);
+        const int64_t cluster0 = cuda::DecodeFusedClusterLaunches();
+        const bool small_run = kb->backend == "cuda" && (rep == 2 || rep == 3 || rep == 6);
+        const int mode0 = cuda::SetDecodeFusedSmallMode(small_run ? (rep == 6 ? 3 : rep + 1) : 0);
+        const bool cluster0_on = cuda::SetDecodeFusedClusterMerge(rep == 6);
         const int prep0 = cuda::SetDecodeFusedPrepMode(rep == 4 ? 1 : rep == 5 ? 0 : -1);
 #endif
         Restore(q, q0), Restore(k, k0);
@@ -182,6 +186,8 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
 #if defined(PEREGRINE_HAVE_CUDA)
         cuda::SetDecodeFusedSmallMode(mode0);
         cuda::SetDecodeFusedPrepMode(prep0);
+        cuda::SetDecodeFusedClusterMerge(cluster0_on);
+        if (ran && kb->backend == "cuda") cluster_runs += cuda::DecodeFusedClusterLaunches() - cluster0;
         if (ran && kb->backend == "cuda") {
           // Forced on (runs 2, 3), the small variant runs wherever the fused tensor-core kernel
           // does; long plans go to RopeKvWrite + the streaming kernel instead (no fused launch).
@@ -213,10 +219,11 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
   }
   cov.Check<RopeKvWriteAttentionParams>();
 #if defined(PEREGRINE_HAVE_CUDA)
-  // Every case but the 9-row one fits the fused kernel (6 runs each).
+  // Every case but the 9-row one fits the fused kernel (7 runs each).
   if (Registry::Global().table<RopeKvWriteAttentionParams>().Find("cuda") != nullptr) {
-    EXPECT_EQ(fused_runs, 6 * (int(Cases().size()) - 1)) << "the fused kernel declined a case";
+    EXPECT_EQ(fused_runs, 7 * (int(Cases().size()) - 1)) << "the fused kernel declined a case";
     EXPECT_GT(small_runs, 0) << "no case reached the small-shared-memory variant";
+    EXPECT_GT(cluster_runs, 0) << "no case reached the cluster merge";
   }
 #endif
 }

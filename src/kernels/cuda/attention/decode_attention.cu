@@ -391,6 +391,8 @@ static void ApplyKnobs(AttentionArgs& a, bool stream = false) {
   static const int min_keys = EnvInt("PG_DECODE_MIN_SPLIT_KEYS", 0);
   static const int prefetch = EnvInt("PG_DECODE_L2_PREFETCH", -2);
   static const int late = EnvInt("PG_DECODE_PDL_LATE", -1);
+  static const bool release = EnvFlag("PG_SPLIT_RELEASE", true);
+  a.split_release = release;
   if (late >= 0) a.pdl_late_trigger = late != 0;
   if (min_keys > 0) a.min_split_keys = min_keys;
   else if (stream) a.min_split_keys = std::max(a.min_split_keys, StreamMinSplitKeys());
@@ -477,11 +479,18 @@ int DecodeFusedMinSplitKeys(int /*kv_heads*/, int64_t /*max_len*/) { return 32; 
 // PG_FUSED_PDL_LATE (1: PDL trigger after the key loop; default 0,
 // at the start: the next kernel streams its weights during the attention, measured 6146 vs
 // 6894 us per Llama-3.1-8B step at 32K x 1 and equal or better in every other cell).
+static bool& FusedClusterRef() {
+  static bool on = EnvFlag("PG_FUSED_CLUSTER", false);
+  return on;
+}
+bool SetDecodeFusedClusterMerge(bool on) { return std::exchange(FusedClusterRef(), on); }
+
 static AttentionArgs FusedKnobs(const AttentionArgs& args) {
   static const int min_keys = EnvInt("PG_FUSED_MIN_SPLIT_KEYS", 0);
   static const int late = EnvInt("PG_FUSED_PDL_LATE", 0);
   AttentionArgs a = args;
   ApplyKnobs(a);
+  a.cluster_merge = FusedClusterRef();
   if (min_keys > 0) a.min_split_keys = min_keys;
   a.pdl_late_trigger = late != 0;
   return a;

@@ -21,6 +21,8 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <type_traits>
 
@@ -46,6 +48,9 @@ constexpr int kTK = 16;  // keys per warp tile
 // two; with more than one tile a warp the loads of tile i + 1 wait for tile i's math (the plan
 // picks it only where each warp gets at most PG_FUSED_SMALL_MAX_TILES tiles).
 constexpr int kSmallStages = 1;
+// The cluster merge's largest cluster (a non-portable size on sm_90).
+constexpr int kMaxClusterSplits = 16;
+std::atomic<int64_t> g_cluster_launches{0};
 
 // kF8: fp8 e4m3 cache; K and V are widened to f16 (exact) and the products run in f16 (q, p
 // rounded to f16: more mantissa than bf16); bf16 caches run bf16 products.
@@ -133,7 +138,11 @@ __global__ void __launch_bounds__(256)
   const int group = a.heads / a.kv_heads;
   const int split = blockIdx.z, num_splits = gridDim.z;
   const int active_splits = ActiveSplits(a, s, num_splits);
-  if (split >= active_splits) return;  // surplus split of a graph planned for longer contexts
+  if (split >= active_splits) {  // surplus split of a graph planned for longer contexts
+    if constexpr (kFused && kSt == kSmallStages)
+      if (a.cluster_merge) ClusterMergeSplits(a, 0, 0, 0, 0, nullptr);  // the barriers only
+    return;
+  }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int warps = kHeadWarps ? int(blockDim.x) / 32 : kWarps;
   const int kvh = kHeadWarps ? int(blockIdx.y) * warps + warp : int(blockIdx.y);
@@ -359,11 +368,20 @@ __global__ void __launch_bounds__(256)
     for (int nb = 0; nb < M::kNb; ++nb) dst[nb * 8] = o[nb][2 * hr], dst[nb * 8 + 1] = o[nb][2 * hr + 1];
   }
   __syncthreads();
-  MergeWarpsAndStore(a, sm_acc, sm_m, sm_l, mrows, min(group, 16), D, row, h0, split,
-                     active_splits, /*finish=*/!kFused);
+  const int ng = min(group, 16);
+  float* cluster_part = nullptr;  // ClusterMergeSplits' partial (small fused variant)
+  if constexpr (kFused && kSt == kSmallStages)
+    if (a.cluster_merge)
+      cluster_part = reinterpret_cast<float*>(reinterpret_cast<char*>(smem) +
+                                              ClusterPartOffset(mrows, D, num_splits));
+  MergeWarpsAndStore(a, sm_acc, sm_m, sm_l, mrows, ng, D, row, h0, split, active_splits,
+                     /*finish=*/!kFused, cluster_part);
   PG_TRACE_MARK(2);  // the split stored
-  if constexpr (kFused)  // split weights [min(group, 16)][active] after the merge buffers
-    FusedFinishSplits(a, row, h0, min(group, 16), active_splits, sm_l + kWarps * mrows);
+  if constexpr (kFused) {
+    if (cluster_part != nullptr) ClusterMergeSplits(a, row, h0, ng, active_splits, cluster_part);
+    else  // split weights [ng][active] after the merge buffers
+      FusedFinishSplits(a, row, h0, ng, active_splits, sm_l + kWarps * mrows);
+  }
 }
 
 // Resident blocks per SM of one instantiation at `warps` warps per block (opts into the
@@ -410,11 +428,28 @@ void PrepareSmall() {
 }
 
 template <int D, bool kF8, int kTW>
-void LaunchSmall(const AttentionArgs& a, const RopeKvWriteArgs& rope, dim3 grid, cudaStream_t stream) {
+void LaunchSmall(const AttentionArgs& a_in, const RopeKvWriteArgs& rope, dim3 grid, cudaStream_t stream) {
   PrepareSmall<D, kF8, kTW>();
-  const int smem = FusedSmallSmemBytes<D, kF8, kTW>(a.heads / a.kv_heads, a.num_splits);
-  LaunchPdl(DecodeMmaKernel<D, kF8, false, true, kSmallStages, kTW>, grid, dim3(unsigned(kWarps * 32)),
-            size_t(smem), stream, a, rope);
+  const int group = a_in.heads / a_in.kv_heads;
+  const int smem = FusedSmallSmemBytes<D, kF8, kTW>(group, a_in.num_splits);
+  AttentionArgs a = a_in;
+  // The cluster merge where a kv head's splits fit one cluster and its partial fits the
+  // block's shared memory past the merge buffers.
+  a.cluster_merge = a_in.cluster_merge && a.num_splits > 1 && a.num_splits <= kMaxClusterSplits &&
+                    ClusterPartOffset(MergeRows<kSmallStages>(group), D, a.num_splits) +
+                            ClusterPartBytes(std::min(group, 16), D) <= smem;
+  auto* k = DecodeMmaKernel<D, kF8, false, true, kSmallStages, kTW>;
+  if (!a.cluster_merge) {
+    LaunchPdl(k, grid, dim3(unsigned(kWarps * 32)), size_t(smem), stream, a, rope);
+    return;
+  }
+  g_cluster_launches.fetch_add(1, std::memory_order_relaxed);
+  static const bool non_portable = [k] {
+    return cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
+  }();
+  (void)non_portable;
+  LaunchPdlCluster(k, grid, dim3(unsigned(kWarps * 32)), dim3(1, 1, unsigned(a.num_splits)),
+                   size_t(smem), stream, a, rope);
 }
 
 // small_warps: 0 the 3-stage kernel, 3 / 4 the small variant with that many tile warps.
@@ -499,3 +534,7 @@ void LaunchMmaFused(const AttentionArgs& a, const RopeKvWriteArgs& rope, int num
 }
 
 }  // namespace pg::cuda::decode
+
+namespace pg::cuda {
+int64_t DecodeFusedClusterLaunches() { return decode::g_cluster_launches.load(std::memory_order_relaxed); }
+}  // namespace pg::cuda

@@ -166,8 +166,28 @@ __device__ __forceinline__ void CombineSplitsBlock(const AttentionArgs& a, int t
 // partials are published (fence), it counts itself on row t's arrival counter of its kv head
 // (blockIdx.y), and returns true in the last of the `active` split blocks to arrive, which
 // resets the counter for the next launch and then sees every other block's partials.
+// *p += v by one thread with acquire-release semantics at GPU scope; returns the old value.
+__device__ __forceinline__ int AtomicAddAcqRel(int* p, int v) {
+  int old;
+  asm volatile("atom.add.acq_rel.gpu.global.s32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
+
+// split_release: one release / acquire atomic by thread 0 between two block barriers (the
+// barrier orders the block's stores before it; cumulativity publishes them) instead of a fence
+// in every thread and a second one in the merging block.
 __device__ __forceinline__ bool LastSplitArrives(const AttentionArgs& a, int t, int active) {
   __shared__ bool last;
+  if (a.split_release) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      int* counter = a.split_counters + int64_t(t) * gridDim.y + blockIdx.y;
+      last = AtomicAddAcqRel(counter, 1) == active - 1;
+      if (last) *counter = 0;  // ready for the next launch
+    }
+    __syncthreads();
+    return last;
+  }
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -196,7 +216,8 @@ __device__ __forceinline__ void FinishSplits(const AttentionArgs& a, int t, int 
 __device__ __forceinline__ void MergeWarpsAndStore(const AttentionArgs& a, const float* sm_acc,
                                                    const float* sm_m, const float* sm_l,
                                                    int rows, int ng, int D, int t, int h0,
-                                                   int split, int active, bool finish = true) {
+                                                   int split, int active, bool finish = true,
+                                                   float* cluster_part = nullptr) {
   for (int idx = threadIdx.x; idx < ng * D; idx += kThreads) {
     const int g = idx / D, e = idx % D;
     float mx = -INFINITY;
@@ -213,6 +234,9 @@ __device__ __forceinline__ void MergeWarpsAndStore(const AttentionArgs& a, const
     if (active == 1) {
       a.out[int64_t(t) * a.out_stride + int64_t(h) * D + e] =
           __float2bfloat16_rn(sum > 0.0f ? val / sum * a.v_scale : 0.0f);
+    } else if (cluster_part != nullptr) {  // ClusterPart layout (decode_fused.cuh)
+      cluster_part[g * D + e] = val;
+      if (e == 0) cluster_part[ng * D + g] = mx, cluster_part[ng * D + ng + g] = sum;
     } else {
       const int64_t base = (int64_t(t) * a.heads + h) * a.num_splits + split;
       a.partial_acc[base * D + e] = val;

@@ -16,6 +16,7 @@
 //    below kv_len - 1.
 #pragma once
 
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
 #include "kernels/cuda/attention/decode_common.cuh"
@@ -376,6 +377,45 @@ __device__ __forceinline__ void FusedFinishSplits(const AttentionArgs& a, int t,
     out[0] = __float2bfloat16_rn(o.x * inv), out[1] = __float2bfloat16_rn(o.y * inv);
     out[2] = __float2bfloat16_rn(o.z * inv), out[3] = __float2bfloat16_rn(o.w * inv);
   }
+}
+
+// The cluster merge (AttentionArgs::cluster_merge): a block's merged split partial of its ng
+// head rows in its own shared memory, [ng][D] unnormalised sums, then [ng] maxima (log2
+// units) and [ng] sums of weights. Byte offset past the kernel's warp-merge buffers
+// (kWarps x rows x (D + 2) floats and rows x num_splits split weights), 16-byte aligned.
+__host__ __device__ constexpr int ClusterPartOffset(int rows, int D, int num_splits) {
+  return ((kWarps * rows * (D + 2) + rows * num_splits) * 4 + 15) / 16 * 16;
+}
+__host__ __device__ constexpr int ClusterPartBytes(int ng, int D) { return (ng * D + 2 * ng) * 4; }
+
+// Every block of the cluster calls it, also one with no keys (surplus split) and with one
+// active split (its output written already): two cluster barriers. Between them the
+// cluster's `active` split partials (ranks 0 .. active-1 = their splits) are merged in the
+// order FusedFinishSplits sums them, each thread of the cluster one (head, dim) output.
+__device__ __forceinline__ void ClusterMergeSplits(const AttentionArgs& a, int t, int h0, int ng,
+                                                   int active, const float* part) {
+  namespace cg = cooperative_groups;
+  cg::cluster_group cl = cg::this_cluster();
+  cl.sync();  // release / acquire: every split's partial is in its block's shared memory
+  const int D = a.head_dim, items = ng * D;
+  if (active > 1) {
+    for (int idx = int(cl.block_rank()) * blockDim.x + threadIdx.x; idx < items;
+         idx += active * blockDim.x) {
+      const int g = idx / D, e = idx % D;
+      float mx = -INFINITY;
+      for (int i = 0; i < active; ++i) mx = fmaxf(mx, cl.map_shared_rank(part, i)[items + g]);
+      float sum = 0.0f, o = 0.0f;
+      for (int i = 0; i < active; ++i) {
+        const float* p = cl.map_shared_rank(part, i);
+        const float c = Exp2Or0(p[items + g], mx);
+        sum += c * p[items + ng + g];
+        o += c * p[idx];
+      }
+      const float inv = sum > 0.0f ? a.v_scale / sum : 0.0f;
+      a.out[int64_t(t) * a.out_stride + int64_t(h0 + g) * D + e] = __float2bfloat16_rn(o * inv);
+    }
+  }
+  cl.sync();  // no block leaves while another reads its shared memory
 }
 
 }  // namespace pg::cuda::decode

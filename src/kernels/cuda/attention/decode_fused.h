@@ -45,5 +45,11 @@ int SetDecodeFusedSmallMode(int mode);
 int SetDecodeFusedPrepMode(int mode);
 int64_t DecodeFusedSmallLaunches();
 int64_t DecodeFusedLaunches();
+// The small variant's cluster merge (AttentionArgs::cluster_merge: a kv head's <= 16 splits
+// merged through distributed shared memory, no partials in global memory): the process default
+// from PG_FUSED_CLUSTER (off; tests force it; returns the previous setting), and the launches
+// that took it.
+bool SetDecodeFusedClusterMerge(bool on);
+int64_t DecodeFusedClusterLaunches();
 
 }  // namespace pg::cuda

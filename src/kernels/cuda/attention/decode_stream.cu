@@ -111,9 +111,11 @@ __device__ __forceinline__ void MergeSplitsInKernel(const AttentionArgs& a, cons
   __shared__ int ticket;
   int* count = a.split_counters + row;
   int* done = a.split_counters + a.batch.num_tokens + row;
-  __threadfence();  // this thread's partial stores, device-visible before the arrival
+  // The partial stores, device-visible before the arrival: a fence in every thread, or
+  // (split_release) the barrier and thread 0's release.
+  if (!a.split_release) __threadfence();
   sync();
-  if (tid == 0) ticket = atomicAdd(count, 1);
+  if (tid == 0) ticket = a.split_release ? AtomicAddAcqRel(count, 1) : atomicAdd(count, 1);
   sync();
   const int hm = max(1, min(p.mergers, active));
   const int k = ticket - (active - hm);

@@ -192,6 +192,16 @@ struct AttentionArgs {
   // every partial in one round; false: the shared-memory steps. LaunchDecodeFused sets it by
   // the rows (q / k norm) unless PG_FUSED_PREP_REGS says.
   bool fused_prep_registers = true;
+  // The last-split-arrives count (decode_common.cuh LastSplitArrives, decode_stream.cu's
+  // merge) as one acq_rel atomic of thread 0 between block barriers instead of a fence in
+  // every thread (decode launchers set it; PG_SPLIT_RELEASE=0: the fences, A/B). H200,
+  // session 12: Llama-3.1-8B 1 x 1K -14 us a step, Qwen3-30B-A3B -20 us.
+  bool split_release = false;
+  // The fused small decode kernel (decode_attention_mma.cu): a sequence's kv head's splits
+  // form one thread-block cluster (num_splits <= 16 blocks along z) that merges its partials
+  // through distributed shared memory instead of global partials + an arrival counter
+  // (A/B: PG_FUSED_CLUSTER).
+  bool cluster_merge = false;
 };
 
 // ---- launchers (defined in the .cu files; all asynchronous on `stream`) --------------------

@@ -56,4 +56,26 @@ cudaError_t LaunchPdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t sm
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
+// LaunchPdl with a thread-block cluster of `cluster` blocks (cluster dimensions; the grid a
+// multiple of them).
+template <typename... KArgs, typename... Args>
+cudaError_t LaunchPdlCluster(void (*kernel)(KArgs...), dim3 grid, dim3 block, dim3 cluster,
+                             size_t smem, cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attr[2];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = PdlEnabled() ? 1 : 0;
+  attr[1].id = cudaLaunchAttributeClusterDimension;
+  attr[1].val.clusterDim.x = cluster.x;
+  attr[1].val.clusterDim.y = cluster.y;
+  attr[1].val.clusterDim.z = cluster.z;
+  config.attrs = attr;
+  config.numAttrs = 2;
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
 }  // namespace pg::cuda
