@@ -94,6 +94,9 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
   int fused_runs = 0;
   [[maybe_unused]] int64_t small_runs = 0;  // CUDA runs that took the small-shared-memory variant
   [[maybe_unused]] int64_t cluster_runs = 0;  // of those, launches that merged in a cluster
+#if defined(PEREGRINE_HAVE_CUDA)
+  const int64_t stream_fused0 = cuda::DecodeStreamFusedLaunches();  // long plans' route
+#endif
   for (const FusedCase& c : Cases()) {
     SCOPED_TRACE(c.Name());
     const auto t0 = std::chrono::steady_clock::now();
@@ -224,6 +227,8 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
     EXPECT_EQ(fused_runs, 7 * (int(Cases().size()) - 1)) << "the fused kernel declined a case";
     EXPECT_GT(small_runs, 0) << "no case reached the small-shared-memory variant";
     EXPECT_GT(cluster_runs, 0) << "no case reached the cluster merge";
+    EXPECT_GT(cuda::DecodeStreamFusedLaunches() - stream_fused0, 0)
+        << "no case reached the streaming kernel with the new token inside";
   }
 #endif
 }

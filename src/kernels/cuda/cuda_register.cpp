@@ -393,6 +393,25 @@ bool RopeKvWriteSupported(const RopeKvWriteParams& p) {
          (!p.q_norm.data || (p.q_norm.device == Device::kCuda && p.q_norm.dtype == p.k_norm.dtype));
 }
 
+// Whether RunFusedAttention takes the streaming kernel with the new token inside for this
+// batch (shape fields only: no upload). The fp8 plans past the fused kernels' range run there
+// (PG_FUSED_FP8_STREAM=0: the composition, as before).
+bool StreamFusedRoute(const RopeKvWriteAttentionParams& p, int64_t max_len) {
+  static const bool fp8_stream = EnvFlag("PG_FUSED_FP8_STREAM", true);
+  if (!fp8_stream) return false;
+  const RopeKvWriteParams& r = p.rope;
+  cuda::AttentionArgs a{};
+  a.heads = int(r.q.dim(1));
+  a.kv_heads = int(r.cache.k_cache.dim(2));
+  a.head_dim = int(r.q.dim(2));
+  a.kv_type = KvTypeOf(r.cache);
+  cuda::RopeKvWriteArgs rope{};
+  rope.rotary_dim = RotaryDim(r.config, a.head_dim);
+  rope.neox = r.config.neox;
+  return cuda::DecodeStreamPreferred(a, r.batch->num_seqs, max_len) &&
+         cuda::DecodeStreamFusedSupports(a, rope);
+}
+
 bool FusedAttentionSupported(const RopeKvWriteAttentionParams& p) {
   const RopeKvWriteParams& r = p.rope;
   if (!RopeKvWriteSupported(r) || !DevBf16(p.out) || r.cache.k_cache.dtype != r.cache.v_cache.dtype)
@@ -405,7 +424,7 @@ bool FusedAttentionSupported(const RopeKvWriteAttentionParams& p) {
   const int64_t max_len = LongestKeys(b, p.sliding_window);
   if (r.cache.k_cache.dtype == DType::kF8E4M3 &&
       cuda::DecodeFusedMinSplitKeys(kv_heads, max_len) < 64 &&
-      int64_t(b.num_seqs) * max_len > FusedAttentionMaxFp8Keys())
+      int64_t(b.num_seqs) * max_len > FusedAttentionMaxFp8Keys() && !StreamFusedRoute(p, max_len))
     return false;
   return cuda::DecodeFusedSupports(int(r.q.dim(2)), heads / kv_heads, KvTypeOf(r.cache));
 }
@@ -417,10 +436,19 @@ void RunFusedAttention(const RopeKvWriteAttentionParams& p) {
   cuda::AttentionArgs a = AttentionArgsOf(ap);
   a.batch = DeviceBatch(b, stream);
   const int64_t max_len = LongestKeys(b, ap.sliding_window);
-  // Long contexts: RopeKvWrite + the streaming decode kernel (fixed at capture by the
-  // planned length, as the split plan).
-  if (cuda::DecodeStreamPreferred(a, b.num_seqs, max_len))
-    return RunRopeKvWriteAttentionComposed(p, /*reference=*/false);
+  // Long contexts: the streaming decode kernel (fixed at capture by the planned length, as
+  // the split plan), with the new token's RoPE + cache write inside it where it can, else
+  // after RopeKvWrite. Its splits as the Attention op plans them (RunDecodeAttention).
+  if (cuda::DecodeStreamPreferred(a, b.num_seqs, max_len)) {
+    const cuda::RopeKvWriteArgs rope = RopeKvWriteArgsOf(p.rope, stream);
+    if (!cuda::DecodeStreamFusedSupports(a, rope))
+      return RunRopeKvWriteAttentionComposed(p, /*reference=*/false);
+    a.num_splits = cuda::DecodeAttentionSplits(a, b.num_seqs, max_len);
+    if (a.num_splits > 1) AttachSplitPartials(a, p.out.dim(0));
+    cuda::LaunchDecodeStreamFused(a, rope, stream);
+    CheckLaunch();
+    return;
+  }
   a.min_split_keys = cuda::DecodeFusedMinSplitKeys(a.kv_heads, max_len);
   a.num_splits = cuda::DecodeFusedSplits(a, b.num_seqs, max_len);
   if (a.num_splits > 1) {

@@ -625,6 +625,30 @@ int64_t FusedCombineBytes() {
   return bytes;
 }
 
+static std::atomic<int64_t> g_stream_fused_launches{0};
+int64_t DecodeStreamFusedLaunches() { return g_stream_fused_launches.load(std::memory_order_relaxed); }
+
+bool DecodeStreamFusedSupports(const AttentionArgs& a, const RopeKvWriteArgs& rope) {
+  static const bool on = EnvFlag("PG_DSTREAM_FUSED", true);
+  return on && StreamFusedSupports(a, rope);
+}
+
+// LaunchDecodeAttention's streaming branch with the fused kernel (the combine kernel merges).
+void LaunchDecodeStreamFused(const AttentionArgs& args, const RopeKvWriteArgs& rope,
+                             cudaStream_t stream) {
+  if (args.batch.num_seqs == 0) return;
+  AttentionArgs a = args;
+  ApplyKnobs(a, /*stream=*/true);
+  const auto [capacity, base] = ShapeOf(a, a.batch.num_seqs);
+  a.wave_splits = int(std::clamp<int64_t>(capacity / base, 1, kCombineMaxSplits));
+  a.split_counters = nullptr;
+  g_stream_fused_launches.fetch_add(1, std::memory_order_relaxed);
+  LaunchStreamFused(a, rope, a.batch.num_seqs, stream);
+  if (a.num_splits > 1)
+    LaunchPdl(DecodeCombineKernel, dim3(unsigned(a.batch.num_tokens), unsigned(a.heads)),
+              dim3(unsigned(CombineThreads(a.head_dim))), 0, stream, a);
+}
+
 void LaunchDecodeAttention(const AttentionArgs& args, cudaStream_t stream) {
   if (args.batch.num_seqs == 0) return;
   AttentionArgs a = args;

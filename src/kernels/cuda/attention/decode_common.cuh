@@ -268,6 +268,11 @@ MmaShape StreamLaunchShape(const AttentionArgs& a);
 // 2 * num_tokens counters.
 int StreamMergers(const AttentionArgs& a, int num_seqs);
 void LaunchStream(const AttentionArgs& a, int num_seqs, int mergers, cudaStream_t stream);
+// The streaming kernel with the new token's RoPE + cache write inside (RopeKvWriteAttention;
+// the combine kernel merges its splits): where the rotation layout and the block allow.
+bool StreamFusedSupports(const AttentionArgs& a, const RopeKvWriteArgs& rope);
+void LaunchStreamFused(const AttentionArgs& a, const RopeKvWriteArgs& rope, int num_seqs,
+                       cudaStream_t stream);
 // The fused decode attention (RopeKvWrite + Attention, decode_fused.cuh): the round-robin
 // layout (a block per (sequence, kv head, split), 4 warps), splits merged in the kernel (needs
 // a.split_counters); rope.q / rope.kv.k / rope.kv.v: the raw new rows, not modified.

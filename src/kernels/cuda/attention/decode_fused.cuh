@@ -293,6 +293,63 @@ __device__ void PrepareNewTokenFast(const RopeKvWriteArgs& f, int row, int kvh, 
   __syncthreads();
 }
 
+// PrepareNewTokenFast's work done by one warp for its kv head (the streaming kernel's consumer
+// warp, decode_stream.cu kFused; in.fast must hold): the raw q rows of the group go to q_smem
+// ([group][D] bf16, 16-byte aligned) with the k and v rows' loads in flight together, then row
+// after row (RMSNorm,) RoPE and the bf16 rounding in place, each row's logit against the new
+// k. Returns in vx the stored v widened (before the v scale; lane dims lane + 32 j) and in s0
+// / s1 the logits (log2 units) of rows g and g + 8 of the lane's quad (g = lane / 4; 0 past
+// the group); writes the cache slot when write_slot. Ends with __syncwarp.
+template <int D, typename KvT>
+__device__ void PrepareNewTokenWarp(const RopeKvWriteArgs& f, int row, int kvh, int group,
+                                    bool write_slot, float qscale, float softcap,
+                                    const NewTokenInputs<D>& in, bf16* q_smem,
+                                    float (&vx)[D / 32], float& s0, float& s1) {
+  constexpr int kV = D / 32;
+  const int lane = threadIdx.x % 32, g = lane / 4;
+  const KvWriteArgs& w = f.kv;
+  const bf16* qg = f.q + int64_t(row) * f.q_stride + int64_t(kvh * group) * D;
+  const bf16* kg = w.k + int64_t(row) * w.k_stride + int64_t(kvh) * D;
+  const bf16* vg = w.v + int64_t(row) * w.v_stride + int64_t(kvh) * D;
+  for (int i = lane; i < group * D / 8; i += 32)
+    reinterpret_cast<uint4*>(q_smem)[i] = reinterpret_cast<const uint4*>(qg)[i];
+  float kx[kV];
+#pragma unroll
+  for (int j = 0; j < kV; ++j) kx[j] = __bfloat162float(kg[lane + 32 * j]), vx[j] = __bfloat162float(vg[lane + 32 * j]);
+  const bool norm = f.q_norm != nullptr;
+  NormRopeRow<D>(kx, in.kw, norm, f.norm_eps, f, in);
+#pragma unroll
+  for (int j = 0; j < kV; ++j) {  // the cache type; the stored value widened (before the scale)
+    const int e = lane + 32 * j;
+    const KvT ks = kv::Traits<KvT>::From(kx[j] * w.inv_k_scale);
+    const KvT vs = kv::Traits<KvT>::From(vx[j] * w.inv_v_scale);
+    if (write_slot) static_cast<KvT*>(w.k_cache)[in.slot + e] = ks, static_cast<KvT*>(w.v_cache)[in.slot + e] = vs;
+    kx[j] = float(ks), vx[j] = float(vs);
+  }
+  __syncwarp();  // the raw q rows are in shared memory
+  s0 = 0.0f, s1 = 0.0f;
+  for (int r = 0; r < group; ++r) {
+    float qx[kV];
+#pragma unroll
+    for (int j = 0; j < kV; ++j) qx[j] = __bfloat162float(q_smem[r * D + lane + 32 * j]);
+    NormRopeRow<D>(qx, in.qw, norm, f.norm_eps, f, in);
+    float dot = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kV; ++j) {
+      const bf16 qb = __float2bfloat16_rn(qx[j]);  // exact: qx is a bf16 value
+      q_smem[r * D + lane + 32 * j] = qb;
+      dot += __bfloat162float(qb) * kx[j];
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+    float x = dot * qscale;
+    if (softcap > 0.0f) x = softcap * tanhf(x / softcap) * kLog2e;
+    if (r == g) s0 = x;
+    if (r == g + 8) s1 = x;
+  }
+  __syncwarp();  // the rotated q rows are visible to the warp
+}
+
 // After the block stored its split's partials (MergeWarpsAndStore with finish = false) of row
 // t's heads [h0, h0 + ng): the last of the row's `active` split blocks of this kv head merges
 // the splits and resets the counter (threadFenceReduction, as FinishSplits) — spread over all

@@ -23,6 +23,14 @@ int DecodeFusedSplits(const AttentionArgs& a, int num_seqs, int64_t max_len);
 // faster as RopeKvWrite + Attention on the streaming kernel (decode_stream.cu) than fused
 // (the caller then runs the composition). a: the attention args (shape and cache type).
 bool DecodeStreamPreferred(const AttentionArgs& a, int num_seqs, int64_t max_len);
+// Where DecodeStreamPreferred: the streaming kernel with the new token's q / k norm, RoPE and
+// cache write inside it (one launch + the combine kernel instead of RopeKvWrite + both) when
+// the rotation layout and the block allow (PG_DSTREAM_FUSED=0: never, the composition).
+// Launch: a as for Attention (a.num_splits from DecodeAttentionSplits, partials attached;
+// a.q unused), rope as for LaunchDecodeFused.
+bool DecodeStreamFusedSupports(const AttentionArgs& a, const RopeKvWriteArgs& rope);
+void LaunchDecodeStreamFused(const AttentionArgs& a, const RopeKvWriteArgs& rope, cudaStream_t stream);
+int64_t DecodeStreamFusedLaunches();  // by this process (tests tell the routes apart)
 // One launch: a (attention; a.q unused, a.split_counters required when a.num_splits > 1) and
 // rope (the new rows q / kv.k / kv.v as the projection wrote them: read, never modified; the
 // cache pointers and scales as a's). max_len: the longest causal range the plan was made for

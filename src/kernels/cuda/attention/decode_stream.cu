@@ -37,6 +37,7 @@
 #include "core/env.h"
 #include "kernels/cuda/attention/decode_common.cuh"
 #include "kernels/cuda/attention/decode_mma_util.cuh"
+#include "kernels/cuda/attention/decode_fused.cuh"
 #include "kernels/cuda/common/bulk_copy.cuh"
 #include "kernels/cuda/common/context.h"
 #include "kernels/cuda/mla/mma_util.cuh"
@@ -139,10 +140,20 @@ __device__ __forceinline__ void MergeSplitsInKernel(const AttentionArgs& a, cons
   if (tid == 0 && atomicAdd(done, 1) == hm - 1) *count = 0, *done = 0;
 }
 
-template <int D, bool kF8>
+struct NoFusion {};  // the unfused kernel's (empty) third parameter
+
+// kFused (ops_fused_attention.h RopeKvWriteAttention, decode_fused.cuh's invariants): the new
+// token's rows in `f`; the producer streams only cache keys below the new position (all of
+// them before any wait: earlier steps wrote them), each consumer warp prepares its kv head's
+// new token after PdlWait (PrepareNewTokenWarp: q rows rotated into the warp's V tile, which
+// the key loop overwrites only after the q fragments are loaded), the owner split's first
+// warp of the head writes the cache slot and enters the token into its online softmax first.
+template <int D, bool kF8, bool kFused = false>
 __global__ void __launch_bounds__(kMaxThreads, 1)
-    DecodeStreamKernel(const __grid_constant__ AttentionArgs a, const __grid_constant__ StreamPlan p) {
+    DecodeStreamKernel(const __grid_constant__ AttentionArgs a, const __grid_constant__ StreamPlan p,
+                       const __grid_constant__ std::conditional_t<kFused, RopeKvWriteArgs, NoFusion> f) {
   using G = StreamGeo<D, kF8>;
+  using KvT = std::conditional_t<kF8, kv::fp8, bf16>;
   extern __shared__ __align__(128) unsigned char smem[];
   const DeviceBatchView& b = a.batch;  // uploaded before the step: readable before PdlWait
   const int s = blockIdx.x;
@@ -151,8 +162,9 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   const int active_splits = ActiveSplits(a, s, num_splits);
   if (split >= active_splits) return;  // surplus split of a graph planned for longer contexts
   const SplitRange r = SplitOf(a, s, split, active_splits);
-  const int new_pos = b.kv_len[s] - 1;  // written by the previous kernel (RopeKvWrite)
-  const int kv_end = r.end;
+  const int new_pos = b.kv_len[s] - 1;  // written by the previous kernel (RopeKvWrite) / by us
+  const bool owner = kFused && r.begin <= new_pos && new_pos < r.end;
+  const int kv_end = kFused ? min(r.end, new_pos) : r.end;
   const int tiles = (max(0, kv_end - r.begin) + kTK - 1) / kTK;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t slot_bytes = int64_t(a.kv_heads) * G::kRowBytes;  // one key, every head
@@ -210,14 +222,22 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   uint4* vtile = reinterpret_cast<uint4*>(smem + p.tile_offset + warp * G::kTileBytes);
   const int nthreads = p.consumer_warps * 32;  // the consumers (named barrier 1)
   auto consumer_sync = [nthreads] { asm volatile("bar.sync 1, %0;" ::"r"(nthreads) : "memory"); };
-  PdlWait();  // q (RoPE'd by the previous kernel) is visible from here; writes come after
+  // The new token's inputs no kernel of the step writes (before the wait).
+  [[maybe_unused]] NewTokenInputs<D> nti;
+  if constexpr (kFused) nti = LoadNewTokenInputs<D>(f, a, s, row, head);
+  PdlWait();  // q (RoPE'd by the previous kernel, unless fused) is visible from here; writes after
   const float qscale = a.logit_scale * (a.softcap > 0.0f ? 1.0f : kLog2e);
+  [[maybe_unused]] float new_v[D / 32], new_s0 = 0.0f, new_s1 = 0.0f;
+  if constexpr (kFused)
+    PrepareNewTokenWarp<D, KvT>(f, row, head, group, owner && j == 0, qscale, a.softcap, nti,
+                                reinterpret_cast<bf16*>(vtile), new_v, new_s0, new_s1);
 
   // Q as A fragments: rows g and g + 8 = heads h0 + g, h0 + g + 8 (zero past the group), in
   // the K vector layout below (decode_mma_util.cuh LoadQFragments).
   uint32_t qa[G::kKc][4];
   {
-    const bf16* q = a.q + int64_t(row) * a.q_stride + int64_t(h0) * D;
+    const bf16* q = kFused ? reinterpret_cast<const bf16*>(vtile)
+                           : a.q + int64_t(row) * a.q_stride + int64_t(h0) * D;
     LoadQFragments<kF8, D, G::kKc, G::kCpv, G::kVe>(qa, q, group, g, t);
   }
 
@@ -225,6 +245,22 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
 #pragma unroll
   for (int nb = 0; nb < G::kNb; ++nb) o[nb][0] = o[nb][1] = o[nb][2] = o[nb][3] = 0.0f;
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;  // rows g and g + 8
+  if constexpr (kFused) {  // the new token first, in the owner's first warp of the head (p = 1
+    // at its own max; l counts it once, in lane t 0, as the quad sum runs at the end)
+    if (owner && j == 0) {
+#pragma unroll
+      for (int nb = 0; nb < G::kNb; ++nb) {
+        // v at dims nb * 8 + 2t (+1): lane (nb % 4) * 8 + 2t (+1), register nb / 4.
+        const float v0 = __shfl_sync(0xffffffffu, new_v[nb / 4], (nb % 4) * 8 + 2 * t);
+        const float v1 = __shfl_sync(0xffffffffu, new_v[nb / 4], (nb % 4) * 8 + 2 * t + 1);
+        if (g < group) o[nb][0] = v0, o[nb][1] = v1;
+        if (g + 8 < group) o[nb][2] = v0, o[nb][3] = v1;
+      }
+      if (g < group) m0 = new_s0, l0 = t == 0 ? 1.0f : 0.0f;
+      if (g + 8 < group) m1 = new_s1, l1 = t == 0 ? 1.0f : 0.0f;
+    }
+    __syncwarp();  // every lane's q fragments are loaded before the V tile is overwritten
+  }
 
   for (int i = j; i < tiles; i += p.warps_per_head) {
     const int key0 = r.begin + i * kTK;
@@ -394,25 +430,27 @@ StreamPlan StreamPlanOf(const AttentionArgs& a) {
   return p;
 }
 
-template <int D, bool kF8>
+template <int D, bool kF8, bool kFused>
 const void* KernelPtr() {
-  return reinterpret_cast<const void*>(&DecodeStreamKernel<D, kF8>);
+  return reinterpret_cast<const void*>(&DecodeStreamKernel<D, kF8, kFused>);
 }
 
+template <bool kFused>
 const void* KernelFor(const AttentionArgs& a) {
   const bool f8 = a.kv_type == KvType::kF8E4M3;
-  if (a.head_dim == 64) return f8 ? KernelPtr<64, true>() : KernelPtr<64, false>();
-  return f8 ? KernelPtr<128, true>() : KernelPtr<128, false>();
+  if (a.head_dim == 64) return f8 ? KernelPtr<64, true, kFused>() : KernelPtr<64, false, kFused>();
+  return f8 ? KernelPtr<128, true, kFused>() : KernelPtr<128, false, kFused>();
 }
 
 // Resident blocks per SM for this plan (sets the kernel's shared-memory opt-in first; cached
-// per (head_dim, cache type, kv_heads): the plan is a function of those and the env knobs).
-// 0: the block does not fit an SM (registers, shared memory): StreamSupports says no.
+// per (fused, head_dim, cache type, kv_heads): the plan is a function of those and the env
+// knobs). 0: the block does not fit an SM (registers, shared memory): StreamSupports says no.
+template <bool kFused = false>
 int StreamOccupancy(const AttentionArgs& a, const StreamPlan& p) {
   static int cached[2][2][kMaxConsumerWarps + 1] = {};  // occupancy + 1; 0: not asked yet
   int& c = cached[a.head_dim == 128][a.kv_type == KvType::kF8E4M3][a.kv_heads];
   if (c == 0) {
-    const void* k = KernelFor(a);
+    const void* k = KernelFor<kFused>(a);
     int n = 0;
     if (cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem) != cudaSuccess ||
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, (p.consumer_warps + 1) * 32,
@@ -465,10 +503,43 @@ void LaunchOne(const AttentionArgs& a, const StreamPlan& p, int num_seqs, cudaSt
   (void)StreamOccupancy(a, p);  // sets the shared-memory attribute
   const dim3 grid(unsigned(num_seqs), unsigned(a.num_splits));
   LaunchPdl(DecodeStreamKernel<D, kF8>, grid, dim3(unsigned((p.consumer_warps + 1) * 32)),
-            size_t(p.smem_bytes), stream, a, p);
+            size_t(p.smem_bytes), stream, a, p, NoFusion{});
+}
+
+template <int D, bool kF8>
+void LaunchOneFused(const AttentionArgs& a, const RopeKvWriteArgs& rope, const StreamPlan& p,
+                    int num_seqs, cudaStream_t stream) {
+  (void)StreamOccupancy<true>(a, p);  // sets the shared-memory attribute
+  const dim3 grid(unsigned(num_seqs), unsigned(a.num_splits));
+  LaunchPdl(DecodeStreamKernel<D, kF8, true>, grid, dim3(unsigned((p.consumer_warps + 1) * 32)),
+            size_t(p.smem_bytes), stream, a, p, rope);
 }
 
 }  // namespace
+
+bool StreamFusedSupports(const AttentionArgs& a, const RopeKvWriteArgs& rope) {
+  // PrepareNewTokenWarp's register layout (decode_fused.cuh NewTokenInputs::fast), its q
+  // rows in the warp's V tile (group x head_dim bf16 <= kTK x head_dim 16-bit), and a block
+  // that fits.
+  const int half = rope.rotary_dim / 2, group = a.heads / std::max(1, a.kv_heads);
+  const bool fast = rope.neox ? half % 32 == 0 : rope.rotary_dim % 2 == 0;
+  if (!fast || group > kTK || !StreamSupports(a)) return false;
+  return StreamOccupancy<true>(a, StreamPlanOf(a)) > 0;
+}
+
+void LaunchStreamFused(const AttentionArgs& a, const RopeKvWriteArgs& rope, int num_seqs,
+                       cudaStream_t stream) {
+  StreamPlan p = StreamPlanOf(a);
+  p.mergers = 0;  // the combine kernel merges
+  const bool f8 = a.kv_type == KvType::kF8E4M3;
+  if (a.head_dim == 64) {
+    if (f8) LaunchOneFused<64, true>(a, rope, p, num_seqs, stream);
+    else LaunchOneFused<64, false>(a, rope, p, num_seqs, stream);
+  } else {
+    if (f8) LaunchOneFused<128, true>(a, rope, p, num_seqs, stream);
+    else LaunchOneFused<128, false>(a, rope, p, num_seqs, stream);
+  }
+}
 
 void LaunchStream(const AttentionArgs& a, int num_seqs, int mergers, cudaStream_t stream) {
   StreamPlan p = StreamPlanOf(a);
