@@ -393,12 +393,15 @@ bool RopeKvWriteSupported(const RopeKvWriteParams& p) {
          (!p.q_norm.data || (p.q_norm.device == Device::kCuda && p.q_norm.dtype == p.k_norm.dtype));
 }
 
-// Whether RunFusedAttention takes the streaming kernel with the new token inside for this
-// batch (shape fields only: no upload). The fp8 plans past the fused kernels' range run there
-// (PG_FUSED_FP8_STREAM=0: the composition, as before).
+// Whether an fp8 plan past the fused kernels' range runs fused anyway: RunFusedAttention then
+// takes the streaming kernel with the new token inside (shape fields only: no upload), at
+// most 2 rows. H200, step µs against the composition (RopeKvWrite + the streaming kernel):
+// Llama-3.1-8B 1 x 32K 5110 / 5105 vs 5323 / 5331, 2 x 16K 5481 / 5468 vs 5671 / 5635,
+// Qwen3-30B-A3B 1 x 32K 3777 / 3805 vs 4007 / 4015; but 8 x 32K 11312 / 11310 vs 11265 /
+// 11261 (the fp8 consumers are the bound there). PG_FUSED_FP8_STREAM=0: never.
 bool StreamFusedRoute(const RopeKvWriteAttentionParams& p, int64_t max_len) {
   static const bool fp8_stream = EnvFlag("PG_FUSED_FP8_STREAM", true);
-  if (!fp8_stream) return false;
+  if (!fp8_stream || p.rope.batch->num_seqs > 2) return false;
   const RopeKvWriteParams& r = p.rope;
   cuda::AttentionArgs a{};
   a.heads = int(r.q.dim(1));

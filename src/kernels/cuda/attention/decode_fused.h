@@ -20,8 +20,9 @@ int DecodeFusedMinSplitKeys(int kv_heads, int64_t max_len);
 // block layout: one block per (sequence, kv head, split)).
 int DecodeFusedSplits(const AttentionArgs& a, int num_seqs, int64_t max_len);
 // Whether a decode batch of num_seqs rows whose longest causal range is max_len keys runs
-// faster as RopeKvWrite + Attention on the streaming kernel (decode_stream.cu) than fused
-// (the caller then runs the composition). a: the attention args (shape and cache type).
+// faster on the streaming kernel (decode_stream.cu) than on the fused tensor-core kernel (the
+// caller then runs LaunchDecodeStreamFused, or RopeKvWrite + Attention where that cannot).
+// a: the attention args (shape and cache type).
 bool DecodeStreamPreferred(const AttentionArgs& a, int num_seqs, int64_t max_len);
 // Where DecodeStreamPreferred: the streaming kernel with the new token's q / k norm, RoPE and
 // cache write inside it (one launch + the combine kernel instead of RopeKvWrite + both) when
