@@ -178,25 +178,16 @@ __device__ __forceinline__ int AtomicAddAcqRel(int* p, int v) {
 // in every thread and a second one in the merging block.
 __device__ __forceinline__ bool LastSplitArrives(const AttentionArgs& a, int t, int active) {
   __shared__ bool last;
-  if (a.split_release) {
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      int* counter = a.split_counters + int64_t(t) * gridDim.y + blockIdx.y;
-      last = AtomicAddAcqRel(counter, 1) == active - 1;
-      if (last) *counter = 0;  // ready for the next launch
-    }
-    __syncthreads();
-    return last;
-  }
-  __threadfence();
+  if (!a.split_release) __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) {
     int* counter = a.split_counters + int64_t(t) * gridDim.y + blockIdx.y;
-    last = atomicAdd(counter, 1) == active - 1;
+    const int old = a.split_release ? AtomicAddAcqRel(counter, 1) : atomicAdd(counter, 1);
+    last = old == active - 1;
     if (last) *counter = 0;  // ready for the next launch
   }
   __syncthreads();
-  if (last) __threadfence();
+  if (last && !a.split_release) __threadfence();
   return last;
 }
 

@@ -37,22 +37,30 @@ __device__ __forceinline__ void PdlTrigger() {
 #endif
 }
 
+// The launch configuration of LaunchPdl: attr[0] allows programmatic stream serialisation
+// (when PdlEnabled()); attr must outlive the launch call.
+inline cudaLaunchConfig_t PdlConfig(dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                                    cudaLaunchAttribute* attr) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = PdlEnabled() ? 1 : 0;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  return config;
+}
+
 // Launches `kernel<<<grid, block, smem, stream>>>(args...)` with programmatic stream
 // serialisation allowed (when PdlEnabled()). Returns the launch error (callers check it as
 // they check cudaGetLastError after <<<>>>).
 template <typename... KArgs, typename... Args>
 cudaError_t LaunchPdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
                       cudaStream_t stream, Args&&... args) {
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
   cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = PdlEnabled() ? 1 : 0;
-  config.attrs = attr;
-  config.numAttrs = 1;
+  const cudaLaunchConfig_t config = PdlConfig(grid, block, smem, stream, attr);
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
@@ -61,19 +69,12 @@ cudaError_t LaunchPdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t sm
 template <typename... KArgs, typename... Args>
 cudaError_t LaunchPdlCluster(void (*kernel)(KArgs...), dim3 grid, dim3 block, dim3 cluster,
                              size_t smem, cudaStream_t stream, Args&&... args) {
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
   cudaLaunchAttribute attr[2];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = PdlEnabled() ? 1 : 0;
+  cudaLaunchConfig_t config = PdlConfig(grid, block, smem, stream, attr);
   attr[1].id = cudaLaunchAttributeClusterDimension;
   attr[1].val.clusterDim.x = cluster.x;
   attr[1].val.clusterDim.y = cluster.y;
   attr[1].val.clusterDim.z = cluster.z;
-  config.attrs = attr;
   config.numAttrs = 2;
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
