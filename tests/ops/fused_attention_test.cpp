@@ -190,10 +190,10 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
         cuda::SetDecodeFusedSmallMode(mode0);
         cuda::SetDecodeFusedPrepMode(prep0);
         cuda::SetDecodeFusedClusterMerge(cluster0_on);
-        if (ran && kb->backend == "cuda") cluster_runs += cuda::DecodeFusedClusterLaunches() - cluster0;
         if (ran && kb->backend == "cuda") {
-          // Forced on (runs 2, 3), the small variant runs wherever the fused tensor-core kernel
-          // does; long plans go to RopeKvWrite + the streaming kernel instead (no fused launch).
+          cluster_runs += cuda::DecodeFusedClusterLaunches() - cluster0;
+          // Forced on (runs 2, 3, 6), the small variant runs wherever the fused tensor-core
+          // kernel does; long plans go to the streaming kernel instead (no fused launch).
           const int64_t small = cuda::DecodeFusedSmallLaunches() - small0;
           EXPECT_EQ(small, small_run ? cuda::DecodeFusedLaunches() - mma0 : 0) << "run " << rep;
           small_runs += small;

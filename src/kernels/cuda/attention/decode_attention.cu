@@ -625,6 +625,19 @@ int64_t FusedCombineBytes() {
   return bytes;
 }
 
+// The unfused decode kernels' wave cap on a short sequence's splits (AttentionArgs::wave_splits).
+static void SetWaveSplits(AttentionArgs& a) {
+  const auto [capacity, base] = ShapeOf(a, a.batch.num_seqs);
+  a.wave_splits = int(std::clamp<int64_t>(capacity / base, 1, kCombineMaxSplits));
+}
+
+// The combine kernel, where the splits were not merged inside the decode kernel (no counters).
+static void LaunchCombineIfNeeded(const AttentionArgs& a, cudaStream_t stream) {
+  if (a.num_splits > 1 && a.split_counters == nullptr)
+    LaunchPdl(DecodeCombineKernel, dim3(unsigned(a.batch.num_tokens), unsigned(a.heads)),
+              dim3(unsigned(CombineThreads(a.head_dim))), 0, stream, a);
+}
+
 static std::atomic<int64_t> g_stream_fused_launches{0};
 int64_t DecodeStreamFusedLaunches() { return g_stream_fused_launches.load(std::memory_order_relaxed); }
 
@@ -639,14 +652,11 @@ void LaunchDecodeStreamFused(const AttentionArgs& args, const RopeKvWriteArgs& r
   if (args.batch.num_seqs == 0) return;
   AttentionArgs a = args;
   ApplyKnobs(a, /*stream=*/true);
-  const auto [capacity, base] = ShapeOf(a, a.batch.num_seqs);
-  a.wave_splits = int(std::clamp<int64_t>(capacity / base, 1, kCombineMaxSplits));
+  SetWaveSplits(a);
   a.split_counters = nullptr;
   g_stream_fused_launches.fetch_add(1, std::memory_order_relaxed);
   LaunchStreamFused(a, rope, a.batch.num_seqs, stream);
-  if (a.num_splits > 1)
-    LaunchPdl(DecodeCombineKernel, dim3(unsigned(a.batch.num_tokens), unsigned(a.heads)),
-              dim3(unsigned(CombineThreads(a.head_dim))), 0, stream, a);
+  LaunchCombineIfNeeded(a, stream);
 }
 
 void LaunchDecodeAttention(const AttentionArgs& args, cudaStream_t stream) {
@@ -654,10 +664,7 @@ void LaunchDecodeAttention(const AttentionArgs& args, cudaStream_t stream) {
   AttentionArgs a = args;
   const bool use_stream = UseStream(a);
   ApplyKnobs(a, use_stream);
-  {
-    const auto [capacity, base] = ShapeOf(a, a.batch.num_seqs);
-    a.wave_splits = int(std::clamp<int64_t>(capacity / base, 1, kCombineMaxSplits));
-  }
+  SetWaveSplits(a);
   const int group = a.heads / a.kv_heads;
   if (use_stream) {
     const int mergers = StreamMergers(a, a.batch.num_seqs);
@@ -676,9 +683,7 @@ void LaunchDecodeAttention(const AttentionArgs& args, cudaStream_t stream) {
     DoLaunch f{a, grid, stream};
     Dispatch(a.head_dim, group, a.kv_type, f);
   }
-  if (a.num_splits > 1 && a.split_counters == nullptr)
-    LaunchPdl(DecodeCombineKernel, dim3(unsigned(a.batch.num_tokens), unsigned(a.heads)),
-              dim3(unsigned(CombineThreads(a.head_dim))), 0, stream, a);
+  LaunchCombineIfNeeded(a, stream);
 }
 
 int* DecodeSplitCounters(int64_t count, cudaStream_t stream) {

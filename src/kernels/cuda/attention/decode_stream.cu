@@ -498,21 +498,27 @@ int StreamMergers(const AttentionArgs& a, int num_seqs) {
 
 namespace {
 
-template <int D, bool kF8>
-void LaunchOne(const AttentionArgs& a, const StreamPlan& p, int num_seqs, cudaStream_t stream) {
-  (void)StreamOccupancy(a, p);  // sets the shared-memory attribute
+// f: NoFusion, or the new rows (kFused).
+template <int D, bool kF8, bool kFused, typename F>
+void LaunchOne(const AttentionArgs& a, const StreamPlan& p, int num_seqs, const F& f,
+               cudaStream_t stream) {
+  (void)StreamOccupancy<kFused>(a, p);  // sets the shared-memory attribute
   const dim3 grid(unsigned(num_seqs), unsigned(a.num_splits));
-  LaunchPdl(DecodeStreamKernel<D, kF8>, grid, dim3(unsigned((p.consumer_warps + 1) * 32)),
-            size_t(p.smem_bytes), stream, a, p, NoFusion{});
+  LaunchPdl(DecodeStreamKernel<D, kF8, kFused>, grid, dim3(unsigned((p.consumer_warps + 1) * 32)),
+            size_t(p.smem_bytes), stream, a, p, f);
 }
 
-template <int D, bool kF8>
-void LaunchOneFused(const AttentionArgs& a, const RopeKvWriteArgs& rope, const StreamPlan& p,
-                    int num_seqs, cudaStream_t stream) {
-  (void)StreamOccupancy<true>(a, p);  // sets the shared-memory attribute
-  const dim3 grid(unsigned(num_seqs), unsigned(a.num_splits));
-  LaunchPdl(DecodeStreamKernel<D, kF8, true>, grid, dim3(unsigned((p.consumer_warps + 1) * 32)),
-            size_t(p.smem_bytes), stream, a, p, rope);
+template <bool kFused, typename F>
+void LaunchAny(const AttentionArgs& a, const StreamPlan& p, int num_seqs, const F& f,
+               cudaStream_t stream) {
+  const bool f8 = a.kv_type == KvType::kF8E4M3;
+  if (a.head_dim == 64) {
+    if (f8) LaunchOne<64, true, kFused>(a, p, num_seqs, f, stream);
+    else LaunchOne<64, false, kFused>(a, p, num_seqs, f, stream);
+  } else {
+    if (f8) LaunchOne<128, true, kFused>(a, p, num_seqs, f, stream);
+    else LaunchOne<128, false, kFused>(a, p, num_seqs, f, stream);
+  }
 }
 
 }  // namespace
@@ -531,27 +537,13 @@ void LaunchStreamFused(const AttentionArgs& a, const RopeKvWriteArgs& rope, int 
                        cudaStream_t stream) {
   StreamPlan p = StreamPlanOf(a);
   p.mergers = 0;  // the combine kernel merges
-  const bool f8 = a.kv_type == KvType::kF8E4M3;
-  if (a.head_dim == 64) {
-    if (f8) LaunchOneFused<64, true>(a, rope, p, num_seqs, stream);
-    else LaunchOneFused<64, false>(a, rope, p, num_seqs, stream);
-  } else {
-    if (f8) LaunchOneFused<128, true>(a, rope, p, num_seqs, stream);
-    else LaunchOneFused<128, false>(a, rope, p, num_seqs, stream);
-  }
+  LaunchAny<true>(a, p, num_seqs, rope, stream);
 }
 
 void LaunchStream(const AttentionArgs& a, int num_seqs, int mergers, cudaStream_t stream) {
   StreamPlan p = StreamPlanOf(a);
   p.mergers = a.split_counters != nullptr ? mergers : 0;
-  const bool f8 = a.kv_type == KvType::kF8E4M3;
-  if (a.head_dim == 64) {
-    if (f8) LaunchOne<64, true>(a, p, num_seqs, stream);
-    else LaunchOne<64, false>(a, p, num_seqs, stream);
-  } else {
-    if (f8) LaunchOne<128, true>(a, p, num_seqs, stream);
-    else LaunchOne<128, false>(a, p, num_seqs, stream);
-  }
+  LaunchAny<false>(a, p, num_seqs, NoFusion{}, stream);
 }
 
 }  // namespace pg::cuda::decode

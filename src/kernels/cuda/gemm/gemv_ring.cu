@@ -60,10 +60,6 @@ struct RingPlan {
   // Latency: the norm weights in registers before PdlWait, and at one row with accumulate the
   // warp's previous output values loaded right after it (PEREGRINE_GEMV_RING_PRELOAD=0: off).
   bool preload = true;
-  // Slots the producer may fill before PdlWait (constant weights); < 0: all of them. A
-  // smaller head start leaves the memory system to the previous kernel's latency chain (A/B
-  // for the attention's o projection: PEREGRINE_GEMV_RING_O_EARLY).
-  int early = -1;
 };
 
 // ---- mbarrier / bulk-copy primitives (sm_90): common/bulk_copy.cuh -------------------------
@@ -117,8 +113,7 @@ __global__ void __launch_bounds__(kThreads, 2) GemvRingKernel(GemvArgs a, RingPl
   __syncthreads();
 
   if (warp == kConsumerWarps) {  // ---- producer ----------------------------------------------
-    const bool wait_first = !a.w_constant || p.early == 0;
-    if (wait_first) PdlWait();
+    if (!a.w_constant) PdlWait();
     const uint64_t policy = EvictFirstPolicy();
     const unsigned char* wbytes = reinterpret_cast<const unsigned char*>(a.w);
     // Lane l < group * kW copies the slot's piece l: warp group * gi + l / kW, its row l % kW.
@@ -128,7 +123,6 @@ __global__ void __launch_bounds__(kThreads, 2) GemvRingKernel(GemvArgs a, RingPl
       const int gi = int(s % ng);
       const int64_t u = s / ng, t = u / chunks, k0 = (u % chunks) * p.chunk;
       if (t >= rows_of_warp(gi * p.group)) continue;  // the group's rows are done (tail only)
-      if (!wait_first && s == p.early) PdlWait();  // the rest after the previous kernel
       const int slot = int(s % p.stages);
       const uint32_t round = uint32_t(s / p.stages) & 1;
       const uint32_t piece = uint32_t(a.k - k0 < p.chunk ? a.k - k0 : p.chunk) * kWb;
@@ -364,9 +358,6 @@ void Launch(const GemvArgs& a_in, cudaStream_t stream, const float* w_scale = nu
   static const bool preload = EnvFlag("PEREGRINE_GEMV_RING_PRELOAD", true);
   RingPlan p = PlanOf(a, kW, kFp8 ? 1 : 2);
   p.preload = preload;
-  // One-row output projection (no norm, accumulate, k <= 8192: an attention's o).
-  static const int o_early = EnvInt("PEREGRINE_GEMV_RING_O_EARLY", -1);
-  if (!kNorm && !kSwiGlu && !kFp8 && a.n == 1 && a.accumulate && a.k <= 8192) p.early = o_early;
   p.w_scale = w_scale;
   p.scale_per_row = scale_per_row;
   const size_t smem = size_t(p.x_offset) + (p.stage_x ? size_t(a.n * a.k * 2) : 0);
