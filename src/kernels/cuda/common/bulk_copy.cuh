@@ -30,18 +30,22 @@ __device__ __forceinline__ void MbarArriveExpectTx(uint32_t bar, uint32_t bytes)
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
                : "memory");
 }
-// Returns once the barrier's phase of parity `parity` has completed (a fresh barrier counts
-// as having completed the phase of parity 1).
+// One poll: whether `bar`'s phase of parity `parity` has completed (a fresh barrier counts as
+// having completed the phase of parity 1); the thread may be suspended briefly meanwhile.
+__device__ __forceinline__ bool MbarTryWait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      " selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+// Returns once that phase has completed.
 __device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        " selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
+  while (!MbarTryWait(bar, parity)) {
+  }
 }
 // bytes from global to shared, counted on `bar`'s transaction count, with an L2 policy.
 __device__ __forceinline__ void BulkLoad(uint32_t dst, const void* src, uint32_t bytes,

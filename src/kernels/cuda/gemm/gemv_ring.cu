@@ -60,6 +60,13 @@ struct RingPlan {
   // Latency: the norm weights in registers before PdlWait, and at one row with accumulate the
   // warp's previous output values loaded right after it (PEREGRINE_GEMV_RING_PRELOAD=0: off).
   bool preload = true;
+  // The producer's wait for a free slot sleeps this many ns between polls of
+  // mbarrier.try_wait (PEREGRINE_GEMV_RING_PRODUCER_SLEEP_NS; default 0: back to back). Its
+  // warp shares a scheduler with two consumer warps, which bound a ring's pace once the
+  // weights are in shared memory (block trace, docs/PERF.md "Session 13"). H200, session 13,
+  // two calls, two rounds each, 400 ns vs 0: Llama-3.1-8B 1 x 1K -40 us in one call, equal in
+  // the other; 1 x 32K -40 us, then +30 us; Qwen3-30B-A3B equal: not a default.
+  int producer_sleep_ns = 0;
 };
 
 // ---- mbarrier / bulk-copy primitives (sm_90): common/bulk_copy.cuh -------------------------
@@ -68,6 +75,7 @@ using bulk::EvictFirstPolicy;
 using bulk::MbarArrive;
 using bulk::MbarArriveExpectTx;
 using bulk::MbarInit;
+using bulk::MbarTryWait;
 using bulk::MbarWait;
 using bulk::SmemAddr;
 __device__ __forceinline__ void ConsumerBarrier() {  // the consumer warps only (named barrier 1)
@@ -130,7 +138,9 @@ __global__ void __launch_bounds__(kThreads, 2) GemvRingKernel(GemvArgs a, RingPl
       const bool copies = lane < p.group * kW && j < je;
       const uint32_t bytes = uint32_t(__popc(__ballot_sync(0xffffffffu, copies))) * piece;
       if (lane == 0) {
-        MbarWait(empty0 + 8 * slot, round ^ 1);  // a fresh barrier passes parity 1 at once
+        // A fresh barrier passes parity 1 at once.
+        while (!MbarTryWait(empty0 + 8 * slot, round ^ 1))
+          if (p.producer_sleep_ns > 0) __nanosleep(p.producer_sleep_ns);
         MbarArriveExpectTx(full0 + 8 * slot, bytes);
       }
       __syncwarp();
@@ -356,8 +366,11 @@ void Launch(const GemvArgs& a_in, cudaStream_t stream, const float* w_scale = nu
     return limit;
   }();
   static const bool preload = EnvFlag("PEREGRINE_GEMV_RING_PRELOAD", true);
+  static const int producer_sleep =
+      std::clamp(EnvInt("PEREGRINE_GEMV_RING_PRODUCER_SLEEP_NS", RingPlan{}.producer_sleep_ns), 0, 100000);
   RingPlan p = PlanOf(a, kW, kFp8 ? 1 : 2);
   p.preload = preload;
+  p.producer_sleep_ns = producer_sleep;
   p.w_scale = w_scale;
   p.scale_per_row = scale_per_row;
   const size_t smem = size_t(p.x_offset) + (p.stage_x ? size_t(a.n * a.k * 2) : 0);
