@@ -316,7 +316,8 @@ RingPlan PlanOf(const GemvArgs& a, int kw, int wb) {
   const int64_t room = budget - kBarBytes - (p.stage_x ? xbytes : 0);
   // A one-row normed projection that is no SwiGLU (an attention's qkv): its blocks share the
   // SMs with the decode attention's, so at most PEREGRINE_GEMV_RING_QKV_DEPTH slots (default
-  // 4: two small attention blocks fit beside it). H200, session 12, two rounds each, with the
+  // 4: a small attention block fits beside it — by shared memory two would, but registers,
+  // allocated per SM sub-partition, allow one: docs/PERF.md "Session 13"). H200, session 12, two rounds each, with the
   // split release: Llama-3.1-8B 1 x 1K -10 us a step, 4 x 4K -20, 1 / 8 x 32K equal;
   // Qwen3-30B-A3B 1 x 1K -9 to -20, 1 x 4K -100 (3258 / 3274 -> 3162 / 3158 us), 8 x 1K
   // equal; 3 slots +290 / +170 us (docs/PERF.md "Session 12").
