@@ -42,10 +42,11 @@ __device__ __forceinline__ bool MbarTryWait(uint32_t bar, uint32_t parity) {
       : "memory");
   return done != 0;
 }
-// Returns once that phase has completed.
-__device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
-  while (!MbarTryWait(bar, parity)) {
-  }
+// Returns once that phase has completed; sleep_ns > 0 sleeps that long between polls (leaves
+// the warp scheduler's issue slots to the other warps meanwhile).
+__device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity, int sleep_ns = 0) {
+  while (!MbarTryWait(bar, parity))
+    if (sleep_ns > 0) __nanosleep(sleep_ns);
 }
 // bytes from global to shared, counted on `bar`'s transaction count, with an L2 policy.
 __device__ __forceinline__ void BulkLoad(uint32_t dst, const void* src, uint32_t bytes,

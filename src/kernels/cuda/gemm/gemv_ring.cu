@@ -75,7 +75,6 @@ using bulk::EvictFirstPolicy;
 using bulk::MbarArrive;
 using bulk::MbarArriveExpectTx;
 using bulk::MbarInit;
-using bulk::MbarTryWait;
 using bulk::MbarWait;
 using bulk::SmemAddr;
 __device__ __forceinline__ void ConsumerBarrier() {  // the consumer warps only (named barrier 1)
@@ -139,8 +138,7 @@ __global__ void __launch_bounds__(kThreads, 2) GemvRingKernel(GemvArgs a, RingPl
       const uint32_t bytes = uint32_t(__popc(__ballot_sync(0xffffffffu, copies))) * piece;
       if (lane == 0) {
         // A fresh barrier passes parity 1 at once.
-        while (!MbarTryWait(empty0 + 8 * slot, round ^ 1))
-          if (p.producer_sleep_ns > 0) __nanosleep(p.producer_sleep_ns);
+        MbarWait(empty0 + 8 * slot, round ^ 1, p.producer_sleep_ns);
         MbarArriveExpectTx(full0 + 8 * slot, bytes);
       }
       __syncwarp();
@@ -317,10 +315,10 @@ RingPlan PlanOf(const GemvArgs& a, int kw, int wb) {
   // A one-row normed projection that is no SwiGLU (an attention's qkv): its blocks share the
   // SMs with the decode attention's, so at most PEREGRINE_GEMV_RING_QKV_DEPTH slots (default
   // 4: a small attention block fits beside it — by shared memory two would, but registers,
-  // allocated per SM sub-partition, allow one: docs/PERF.md "Session 13"). H200, session 12, two rounds each, with the
-  // split release: Llama-3.1-8B 1 x 1K -10 us a step, 4 x 4K -20, 1 / 8 x 32K equal;
-  // Qwen3-30B-A3B 1 x 1K -9 to -20, 1 x 4K -100 (3258 / 3274 -> 3162 / 3158 us), 8 x 1K
-  // equal; 3 slots +290 / +170 us (docs/PERF.md "Session 12").
+  // allocated per SM sub-partition, allow one: docs/PERF.md "Session 13"). H200, session 12,
+  // two rounds each, with the split release: Llama-3.1-8B 1 x 1K -10 us a step, 4 x 4K -20,
+  // 1 / 8 x 32K equal; Qwen3-30B-A3B 1 x 1K -9 to -20, 1 x 4K -100 (3258 / 3274 -> 3162 /
+  // 3158 us), 8 x 1K equal; 3 slots +290 / +170 us (docs/PERF.md "Session 12").
   static const int qkv_depth = std::clamp(EnvInt("PEREGRINE_GEMV_RING_QKV_DEPTH", 4), 1, 32);
   int depth = std::min(depth_env, kMaxStages / ng);
   if (a.norm_weight != nullptr && !a.swiglu && a.n == 1) depth = std::min(depth, qkv_depth);
