@@ -21,7 +21,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "bench_timing.h"
@@ -85,7 +87,9 @@ struct Projection {
   Projection(const Matrix& m, int64_t max_rows, const TensorView& nw, uint32_t seed)
       : mt(m), norm_weight(nw), x(size_t(max_rows * m.k * 2)), out(size_t(max_rows * m.m * 4)),
         normed(size_t(max_rows * m.k * 2)), proj(size_t(max_rows * m.m * 2)) {
-    const int copies = int(std::max<size_t>(1, (size_t(256) << 20) / WeightBytes() + 1));
+    // PEREGRINE_BENCH_GEMV_HOT=1: one copy, so the L2 holds what fits of it (~50 MB on an H200).
+    static const bool hot = EnvFlag("PEREGRINE_BENCH_GEMV_HOT", false);
+    const int copies = hot ? 1 : int(std::max<size_t>(1, (size_t(256) << 20) / WeightBytes() + 1));
     for (int c = 0; c < copies; ++c) {
       ws.push_back(std::make_unique<DeviceBuf>(WeightBytes()));
       pg::bench::FillBf16(ws.back()->p, m.m * m.k, seed + uint32_t(c), 0.02f);
@@ -252,8 +256,12 @@ int RunGemvBench() {
                "batch", "warp_us", "ring_us", "floor_us", "warp/floor", "ring/floor", "GB/s ring");
     // PEREGRINE_BENCH_GEMV_FP8_ONLY=1: the fp8 table alone (bf16 matrices and the stack skipped).
     const bool fp8_only = EnvFlag("PEREGRINE_BENCH_GEMV_FP8_ONLY", false);
+    // PEREGRINE_BENCH_GEMV_MATCH=<text>: only the matrices whose name contains it.
+    const char* match_env = std::getenv("PEREGRINE_BENCH_GEMV_MATCH");
+    const std::string match = match_env != nullptr ? match_env : "";
     for (const Matrix& mt : mats) {
       if (fp8_only) break;
+      if (!match.empty() && std::string(mt.name).find(match) == std::string::npos) continue;
       Projection pr(mt, 4, Dev(norm_w.p, {mt.k}), 10);
       for (int64_t n : {1, 4}) {
         const auto [warp_ms, ring_ms] = WarpAndRing([&] { return pr.TimeMs(n); });
@@ -264,6 +272,9 @@ int RunGemvBench() {
                    100 * floor_ms / ring_ms, bytes / (ring_ms * 1e-3) / 1e9);
       }
     }
+
+    // PEREGRINE_BENCH_GEMV_SINGLE_ONLY=1: the bf16 single-matrix table alone.
+    if (EnvFlag("PEREGRINE_BENCH_GEMV_SINGLE_ONLY", false)) return 0;
 
     // ---- fp8 e4m3 weights: LaunchFp8Gemv's f32-FMA kernel vs its tensor-core variants ------
     // Llama-3.1-8B's projections with one per-tensor scale (cuda_fp8_gemv), DeepSeek-V3's

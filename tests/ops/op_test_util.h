@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <random>
@@ -22,9 +23,14 @@
 
 namespace pg::ops::testing {
 
-// A fresh seed per process, printed with every failure so a run can be replayed.
+// A fresh seed per process, printed with every failure (PG_SEED_TRACE) so a run can be
+// replayed: PG_TEST_SEED=<seed> fixes it (the same test filter replays the same draws).
 inline uint64_t Seed() {
-  static const uint64_t seed = std::random_device{}();
+  static const uint64_t seed = [] {
+    const char* v = std::getenv("PG_TEST_SEED");
+    return v != nullptr && v[0] != '\0' ? uint64_t(std::strtoull(v, nullptr, 10))
+                                         : uint64_t(std::random_device{}());
+  }();
   return seed;
 }
 

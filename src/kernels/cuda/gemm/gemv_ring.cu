@@ -67,6 +67,12 @@ struct RingPlan {
   // two calls, two rounds each, 400 ns vs 0: Llama-3.1-8B 1 x 1K -40 us in one call, equal in
   // the other; 1 x 32K -40 us, then +30 us; Qwen3-30B-A3B equal: not a default.
   int producer_sleep_ns = 0;
+  // Diagnostic (PEREGRINE_GEMV_RING_SKIP_LOADS=1; wrong outputs): the producer arrives on each
+  // slot without copying, so a call's time is the consumers' and the barriers' alone.
+  bool skip_loads = false;
+  // x read through a shared-memory pointer when staged (else one generic pointer for both
+  // cases, as before; PEREGRINE_GEMV_RING_GENERIC_X=1, for the A/B).
+  bool shared_x = true;
 };
 
 // ---- mbarrier / bulk-copy primitives (sm_90): common/bulk_copy.cuh -------------------------
@@ -125,26 +131,35 @@ __global__ void __launch_bounds__(kThreads, 2) GemvRingKernel(GemvArgs a, RingPl
     const unsigned char* wbytes = reinterpret_cast<const unsigned char*>(a.w);
     // Lane l < group * kW copies the slot's piece l: warp group * gi + l / kW, its row l % kW.
     const int lw = lane / kW, q = lane % kW;
-    const int64_t total = rows_of_warp(0) * chunks * ng;  // warp 0 has the most rows
-    for (int64_t s = 0; s < total; ++s) {
-      const int gi = int(s % ng);
-      const int64_t u = s / ng, t = u / chunks, k0 = (u % chunks) * p.chunk;
-      if (t >= rows_of_warp(gi * p.group)) continue;  // the group's rows are done (tail only)
-      const int slot = int(s % p.stages);
-      const uint32_t round = uint32_t(s / p.stages) & 1;
-      const uint32_t piece = uint32_t(a.k - k0 < p.chunk ? a.k - k0 : p.chunk) * kWb;
-      const int64_t j = jb + gi * p.group + lw + int64_t(kConsumerWarps) * t;
-      const bool copies = lane < p.group * kW && j < je;
-      const uint32_t bytes = uint32_t(__popc(__ballot_sync(0xffffffffu, copies))) * piece;
-      if (lane == 0) {
-        // A fresh barrier passes parity 1 at once.
-        MbarWait(empty0 + 8 * slot, round ^ 1, p.producer_sleep_ns);
-        MbarArriveExpectTx(full0 + 8 * slot, bytes);
+    // Slot s = (t * chunks + c) * ng + gi (row round t, piece c, warp group gi), in that order;
+    // its ring index s % stages and parity (s / stages) & 1 advance with s (no 64-bit divisions
+    // in the loop: at one slot per ~0.5 us a block they cost the producer its pace).
+    int slot = 0;
+    uint32_t round = 0;
+    const int64_t trows = rows_of_warp(0);  // warp 0 has the most rows
+    for (int64_t t = 0; t < trows; ++t) {
+      for (int64_t c = 0; c < chunks; ++c) {
+        const int64_t k0 = c * p.chunk;
+        const uint32_t piece = uint32_t(a.k - k0 < p.chunk ? a.k - k0 : p.chunk) * kWb;
+        for (int gi = 0; gi < ng; ++gi) {
+          if (t < rows_of_warp(gi * p.group)) {  // else the group's rows are done (tail only)
+            const int64_t j = jb + gi * p.group + lw + int64_t(kConsumerWarps) * t;
+            const bool copies = lane < p.group * kW && j < je;
+            const uint32_t bytes = uint32_t(__popc(__ballot_sync(0xffffffffu, copies))) * piece;
+            if (lane == 0) {
+              // A fresh barrier passes parity 1 at once.
+              MbarWait(empty0 + 8 * slot, round ^ 1, p.producer_sleep_ns);
+              if (p.skip_loads) MbarArrive(full0 + 8 * slot);
+              else MbarArriveExpectTx(full0 + 8 * slot, bytes);
+            }
+            __syncwarp();
+            if (copies && !p.skip_loads)
+              BulkLoad(ring0 + uint32_t(slot) * p.slot_bytes + uint32_t(lane) * uint32_t(p.chunk) * kWb,
+                       wbytes + (row_of(j, q) * a.ldw + k0) * kWb, piece, full0 + 8 * slot, policy);
+          }
+          if (++slot == p.stages) slot = 0, round ^= 1;
+        }
       }
-      __syncwarp();
-      if (copies)
-        BulkLoad(ring0 + uint32_t(slot) * p.slot_bytes + uint32_t(lane) * uint32_t(p.chunk) * kWb,
-                 wbytes + (row_of(j, q) * a.ldw + k0) * kWb, piece, full0 + 8 * slot, policy);
     }
     return;
   }
@@ -169,12 +184,17 @@ __global__ void __launch_bounds__(kThreads, 2) GemvRingKernel(GemvArgs a, RingPl
   if (p.stage_x)
     gemv::StageRows<NB, kConsumerWarps>(a, 0, xs, threadIdx.x, kNorm, [] { ConsumerBarrier(); }, &nw);
   PG_TRACE_MARK(0);  // x staged
-  const uint4* xv4 = p.stage_x ? xs : reinterpret_cast<const uint4*>(a.x);
-  const int64_t xld = p.stage_x ? a.k / 8 : a.ldx / 8;  // row stride of xv4, 16-byte units
+  const int64_t xld = p.stage_x ? a.k / 8 : a.ldx / 8;  // row stride of x, 16-byte units
   const int piece_v = p.chunk * kWb / 16;               // 16-byte units per row piece
   const uint4* ring = reinterpret_cast<const uint4*>(smem + kBarBytes);
   const int gi = warp / p.group, lw = warp % p.group;
   const int64_t trows = rows_of_warp(gi * p.group);  // the group's row rounds
+  // xv4: x's rows, staged (a shared-memory pointer the compiler sees as one: LDS) or global.
+  auto consume = [&](const uint4* xv4) {
+  // The producer's slot order: s = (t * chunks + c) * ng + gi; this group's slots are s = gi,
+  // gi + ng, ... (stages is a multiple of ng), ring index and parity advanced with s.
+  int slot = gi;
+  uint32_t phase = 0;
   for (int64_t t = 0; t < trows; ++t) {
     const int64_t j = jb + warp + int64_t(kConsumerWarps) * t;
     const bool active = j < je;
@@ -184,10 +204,8 @@ __global__ void __launch_bounds__(kThreads, 2) GemvRingKernel(GemvArgs a, RingPl
 #pragma unroll
       for (int r = 0; r < NB; ++r) acc[q][r] = 0.0f;
     for (int64_t c = 0; c < chunks; ++c) {
-      const int64_t s = (t * chunks + c) * ng + gi;
-      const int slot = int(s % p.stages);
-      MbarWait(full0 + 8 * slot, uint32_t(s / p.stages) & 1);
-      if (s == 0) PG_TRACE_MARK(1);  // the first slot landed
+      MbarWait(full0 + 8 * slot, phase);
+      if (t == 0 && c == 0 && gi == 0) PG_TRACE_MARK(1);  // the first slot landed
       if (active) {
         const uint4* wr = ring + int64_t(slot) * (p.slot_bytes / 16) + lw * kW * piece_v;
         const int64_t k0 = c * p.chunk, x0 = k0 / 8;
@@ -226,6 +244,8 @@ __global__ void __launch_bounds__(kThreads, 2) GemvRingKernel(GemvArgs a, RingPl
       }
       __syncwarp();
       if (lane == 0) MbarArrive(empty0 + 8 * slot);
+      slot += ng;
+      if (slot >= p.stages) slot -= p.stages, phase ^= 1;
     }
     if (active) {
       float scale[kW];
@@ -237,6 +257,9 @@ __global__ void __launch_bounds__(kThreads, 2) GemvRingKernel(GemvArgs a, RingPl
     }
     if (t == 0) PG_TRACE_MARK(3);  // the first row stored
   }
+  };
+  if (p.stage_x && p.shared_x) consume(xs);
+  else consume(p.stage_x ? xs : reinterpret_cast<const uint4*>(a.x));
   PG_TRACE_MARK(2);  // this warp's rows stored
 }
 
@@ -370,6 +393,10 @@ void Launch(const GemvArgs& a_in, cudaStream_t stream, const float* w_scale = nu
   RingPlan p = PlanOf(a, kW, kFp8 ? 1 : 2);
   p.preload = preload;
   p.producer_sleep_ns = producer_sleep;
+  static const bool skip_loads = EnvFlag("PEREGRINE_GEMV_RING_SKIP_LOADS", false);
+  static const bool generic_x = EnvFlag("PEREGRINE_GEMV_RING_GENERIC_X", false);
+  p.skip_loads = skip_loads;
+  p.shared_x = !generic_x;
   p.w_scale = w_scale;
   p.scale_per_row = scale_per_row;
   const size_t smem = size_t(p.x_offset) + (p.stage_x ? size_t(a.n * a.k * 2) : 0);
@@ -390,7 +417,13 @@ void Launch(const GemvArgs& a_in, cudaStream_t stream, const float* w_scale = nu
 template <bool kNorm, bool kSwiGlu>
 void LaunchRows(const GemvArgs& a, cudaStream_t stream) {
   switch (a.n) {  // two rows per warp from 2 rows on (swiglu's warps already stream two)
-    case 1: Launch<1, kNorm, kSwiGlu, false>(a, stream); break;
+    case 1:
+      // PEREGRINE_GEMV_RING_PAIR1=1 (A/B): two weight rows a warp at one row as well (x read
+      // once for both: half the consumers' x traffic and conversions).
+      static const bool pair1 = EnvFlag("PEREGRINE_GEMV_RING_PAIR1", false);
+      if (!kSwiGlu && pair1) Launch<1, kNorm, kSwiGlu, !kSwiGlu>(a, stream);
+      else Launch<1, kNorm, kSwiGlu, false>(a, stream);
+      break;
     case 2: Launch<2, kNorm, kSwiGlu, !kSwiGlu>(a, stream); break;
     case 3: Launch<3, kNorm, kSwiGlu, !kSwiGlu>(a, stream); break;
     case 4: Launch<4, kNorm, kSwiGlu, !kSwiGlu>(a, stream); break;
