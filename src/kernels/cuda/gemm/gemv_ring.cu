@@ -417,13 +417,15 @@ void Launch(const GemvArgs& a_in, cudaStream_t stream, const float* w_scale = nu
 template <bool kNorm, bool kSwiGlu>
 void LaunchRows(const GemvArgs& a, cudaStream_t stream) {
   switch (a.n) {  // two rows per warp from 2 rows on (swiglu's warps already stream two)
-    case 1:
-      // PEREGRINE_GEMV_RING_PAIR1=1 (A/B): two weight rows a warp at one row as well (x read
-      // once for both: half the consumers' x traffic and conversions).
-      static const bool pair1 = EnvFlag("PEREGRINE_GEMV_RING_PAIR1", false);
-      if (!kSwiGlu && pair1) Launch<1, kNorm, kSwiGlu, !kSwiGlu>(a, stream);
+    case 1: {
+      // PEREGRINE_GEMV_RING_PAIR1 (A/B; bit 0: normed projections, bit 1: the others): two
+      // weight rows a warp at one row as well (x read once for both: half the consumers' x
+      // traffic and conversions).
+      static const int pair1 = EnvInt("PEREGRINE_GEMV_RING_PAIR1", 0);
+      if (!kSwiGlu && (pair1 & (kNorm ? 1 : 2))) Launch<1, kNorm, kSwiGlu, !kSwiGlu>(a, stream);
       else Launch<1, kNorm, kSwiGlu, false>(a, stream);
       break;
+    }
     case 2: Launch<2, kNorm, kSwiGlu, !kSwiGlu>(a, stream); break;
     case 3: Launch<3, kNorm, kSwiGlu, !kSwiGlu>(a, stream); break;
     case 4: Launch<4, kNorm, kSwiGlu, !kSwiGlu>(a, stream); break;
