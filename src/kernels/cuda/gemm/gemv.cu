@@ -138,7 +138,7 @@ __global__ void __launch_bounds__(kWarps * 32) GemvVecKernel(GemvArgs a, int64_t
       }
     }
     const bool first = kPrevForm && a.accumulate && j == j_first;
-    gemv::WarpStore<NB, kW, kSwiGlu>(a, row0, j, roff, acc, lane, nullptr, first ? &prev : nullptr);
+    gemv::WarpStore<NB, kW, kSwiGlu>(a, row0, j, roff, acc, lane, nullptr, first, prev);
     if (jn < mj) rows_of(jn, w4);
   }
 }

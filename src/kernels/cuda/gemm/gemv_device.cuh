@@ -13,17 +13,24 @@
 
 namespace pg::cuda::gemv {
 
-// acc += dot(8 bf16 weights, 8 bf16 activations), in element order.
+// acc += dot(8 bf16 weights, 8 bf16 activations): the 8 products summed in element order
+// into a part, then one add to acc. Only that add depends on acc, so a lane's consecutive
+// chunks (an unrolled loop) overlap their FMA chains: 1 dependent op a chunk instead of 8
+// (the ring GEMV's consumers were latency-bound on the 8-deep chain: docs/PERF.md "Session 14").
 __device__ __forceinline__ void Dot8(const uint4& wv, const uint4& xv, float& acc) {
   const __nv_bfloat162* w2 = reinterpret_cast<const __nv_bfloat162*>(&wv);
   const __nv_bfloat162* x2 = reinterpret_cast<const __nv_bfloat162*>(&xv);
+  const float2 w0 = __bfloat1622float2(w2[0]), x0 = __bfloat1622float2(x2[0]);
+  float part = w0.x * x0.x;
+  part = fmaf(w0.y, x0.y, part);
 #pragma unroll
-  for (int q = 0; q < 4; ++q) {
+  for (int q = 1; q < 4; ++q) {
     const float2 wf = __bfloat1622float2(w2[q]);
     const float2 xf = __bfloat1622float2(x2[q]);
-    acc = fmaf(wf.x, xf.x, acc);
-    acc = fmaf(wf.y, xf.y, acc);
+    part = fmaf(wf.x, xf.x, part);
+    part = fmaf(wf.y, xf.y, part);
   }
+  acc += part;
 }
 
 __device__ __forceinline__ float SumSq8(const uint4& v) {
@@ -164,7 +171,8 @@ __device__ __forceinline__ void StageRows(const GemvArgs& a, int64_t row0, uint4
 template <int NB, int kW, bool kSwiGlu>
 __device__ __forceinline__ void WarpStore(const GemvArgs& a, int64_t row0, int64_t j, int64_t roff,
                                           float (&acc)[kW][NB], int lane,
-                                          const float* scale = nullptr, const float* prev = nullptr) {
+                                          const float* scale = nullptr, bool use_prev = false,
+                                          float prev = 0.0f) {
 #pragma unroll
   for (int q = 0; q < kW; ++q)
 #pragma unroll
@@ -191,13 +199,14 @@ __device__ __forceinline__ void WarpStore(const GemvArgs& a, int64_t row0, int64
       if (q > 0 && jj >= a.m) break;
       float y = v[q];
       if (a.bias) y += a.bias[jj];
-      // prev (NB == kW == 1, accumulate): the output's value loaded earlier by this warp.
+      // use_prev (NB == kW == 1, accumulate): prev is the output's value, loaded earlier by
+      // this warp (a value, not a pointer: a pointer to it would put it in local memory).
       if (a.out_f32) {
         float* o = a.out_f32 + row * a.ldo + jj;
-        *o = a.accumulate ? y + (prev ? *prev : *o) : y;
+        *o = a.accumulate ? y + (use_prev ? prev : *o) : y;
       } else {
         bf16* o = a.out + row * a.ldo + jj;
-        *o = ToB(a.accumulate ? y + (prev ? *prev : ToF(*o)) : y);
+        *o = ToB(a.accumulate ? y + (use_prev ? prev : ToF(*o)) : y);
       }
     }
   }

@@ -253,7 +253,7 @@ __global__ void __launch_bounds__(kThreads, 2) GemvRingKernel(GemvArgs a, RingPl
       for (int q = 0; q < kW; ++q)
         scale[q] = kFp8 ? __ldg(p.w_scale + (p.scale_per_row ? row_of(j, q) : 0)) : 1.0f;
       const float pv = use_prev ? __shfl_sync(0xffffffffu, prev, int(t)) : 0.0f;
-      gemv::WarpStore<NB, kW, kSwiGlu>(a, 0, j, roff, acc, lane, scale, use_prev ? &pv : nullptr);
+      gemv::WarpStore<NB, kW, kSwiGlu>(a, 0, j, roff, acc, lane, scale, use_prev, pv);
     }
     if (t == 0) PG_TRACE_MARK(3);  // the first row stored
   }
@@ -418,11 +418,15 @@ template <bool kNorm, bool kSwiGlu>
 void LaunchRows(const GemvArgs& a, cudaStream_t stream) {
   switch (a.n) {  // two rows per warp from 2 rows on (swiglu's warps already stream two)
     case 1: {
-      // PEREGRINE_GEMV_RING_PAIR1 (A/B; bit 0: normed projections, bit 1: the others): two
-      // weight rows a warp at one row as well (x read once for both: half the consumers' x
-      // traffic and conversions).
-      static const int pair1 = EnvInt("PEREGRINE_GEMV_RING_PAIR1", 0);
-      if (!kSwiGlu && (pair1 & (kNorm ? 1 : 2))) Launch<1, kNorm, kSwiGlu, !kSwiGlu>(a, stream);
+      // Two weight rows a warp at one row as well (kPair): x read and widened once for both,
+      // two independent sums a lane. Where (PEREGRINE_GEMV_RING_PAIR1, -1 = the rule; else a
+      // bit mask, bit 0 the normed projections, bit 1 the others): the normed ones of k >=
+      // 4096 (Llama-3.1-8B's qkv and lm_head). H200, session 14, two rounds: Llama 1 x 1K
+      // -26 / -11 us a step, 1 x 32K -7; at Qwen3-30B-A3B's k = 2048 +21 / +43 us, on o and
+      // down (64 KB slots, a shallower ring) +60 us at Llama: not there.
+      static const int pair1 = EnvInt("PEREGRINE_GEMV_RING_PAIR1", -1);
+      const bool pair = !kSwiGlu && (pair1 < 0 ? kNorm && a.k >= 4096 : (pair1 & (kNorm ? 1 : 2)) != 0);
+      if (pair) Launch<1, kNorm, kSwiGlu, !kSwiGlu>(a, stream);
       else Launch<1, kNorm, kSwiGlu, false>(a, stream);
       break;
     }
