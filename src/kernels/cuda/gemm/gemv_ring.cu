@@ -90,10 +90,8 @@ __device__ __forceinline__ void ConsumerBarrier() {  // the consumer warps only 
 // kFp8: w holds fp8 e4m3 bytes (a.w reinterpreted; a.ldw in bytes) scaled by p.w_scale
 // (one scale, or one per row with p.scale_per_row), no norm / swiglu / f32 output; the sums
 // are those of cuda/moe's Fp8GemvKernel (16-element parts, scaled after the warp sum).
-// kMinBlocks: 2, or 4 (56 registers: a block fits beside two small decode attention blocks,
-// registers being allocated per SM sub-partition; docs/PERF.md "Session 13").
-template <int NB, bool kNorm, bool kSwiGlu, bool kPair, bool kFp8 = false, int kMinBlocks = 2>
-__global__ void __launch_bounds__(kThreads, kMinBlocks) GemvRingKernel(GemvArgs a, RingPlan p) {
+template <int NB, bool kNorm, bool kSwiGlu, bool kPair, bool kFp8 = false>
+__global__ void __launch_bounds__(kThreads, 2) GemvRingKernel(GemvArgs a, RingPlan p) {
   PG_BLOCK_TRACE(kTraceGemvRing);
   constexpr int kW = kSwiGlu || kPair ? 2 : 1;  // weight rows per warp: j (and j + roff)
   constexpr int kWb = kFp8 ? 1 : 2;             // bytes per weight element
@@ -358,7 +356,7 @@ RingPlan PlanOf(const GemvArgs& a, int kw, int wb) {
   return p;
 }
 
-template <int NB, bool kNorm, bool kSwiGlu, bool kPair, bool kFp8 = false, int kMinBlocks = 2>
+template <int NB, bool kNorm, bool kSwiGlu, bool kPair, bool kFp8 = false>
 void Launch(const GemvArgs& a_in, cudaStream_t stream, const float* w_scale = nullptr,
             bool scale_per_row = false) {
   // PEREGRINE_GEMV_RING_LATE_PRODUCER=1 (diagnostic A/B): the producer streams only after the
@@ -367,7 +365,7 @@ void Launch(const GemvArgs& a_in, cudaStream_t stream, const float* w_scale = nu
   GemvArgs a = a_in;
   if (late_producer) a.w_constant = false;
   constexpr int kW = kSwiGlu || kPair ? 2 : 1;
-  auto* kernel = GemvRingKernel<NB, kNorm, kSwiGlu, kPair, kFp8, kMinBlocks>;
+  auto* kernel = GemvRingKernel<NB, kNorm, kSwiGlu, kPair, kFp8>;
   // The kernel's dynamic shared memory limit: the device's opt-in maximum less the kernel's
   // static shared memory (StageRows' partial sums), set once (a failure surfaces as the
   // launch's error).
@@ -429,14 +427,7 @@ void LaunchRows(const GemvArgs& a, cudaStream_t stream) {
       static const int pair1 = EnvInt("PEREGRINE_GEMV_RING_PAIR1", -1);
       const bool pair = !kSwiGlu && (pair1 < 0 ? kNorm && a.k >= 4096 : (pair1 & (kNorm ? 1 : 2)) != 0);
       if (pair) Launch<1, kNorm, kSwiGlu, !kSwiGlu>(a, stream);
-      else if constexpr (!kNorm && !kSwiGlu) {
-        // PEREGRINE_GEMV_RING_LEAN=1 (A/B): the o / down form at 56 registers.
-        static const bool lean = EnvFlag("PEREGRINE_GEMV_RING_LEAN", false);
-        if (lean) Launch<1, false, false, false, false, 4>(a, stream);
-        else Launch<1, false, false, false>(a, stream);
-      } else {
-        Launch<1, kNorm, kSwiGlu, false>(a, stream);
-      }
+      else Launch<1, kNorm, kSwiGlu, false>(a, stream);
       break;
     }
     case 2: Launch<2, kNorm, kSwiGlu, !kSwiGlu>(a, stream); break;
