@@ -16,6 +16,10 @@
 //  5. bf16 weights at 1-8 rows: the tensor-core ring GEMV (fp8_ring_mma.cu's bf16 kernel,
 //     cuda::SetBf16RingMmaMode kOn) against what runs without it (warp / ring GEMV at <= 4 rows,
 //     cuBLASLt at 5-8); PEREGRINE_BENCH_GEMV_ROWS_ONLY=1 runs this table alone.
+// Env: PEREGRINE_BENCH_GEMV_SINGLE_ONLY=1 runs table 2 alone, PEREGRINE_BENCH_GEMV_MATCH=<text>
+// only its matrices whose name holds <text>, PEREGRINE_BENCH_GEMV_HOT=1 one weight copy (the
+// L2 holds what fits: with gemv_ring.cu's PEREGRINE_GEMV_RING_SKIP_LOADS=1, a probe of the ring
+// consumers' own pace; docs/PERF.md "Session 14").
 // Also linked into tests/models' gemv_gpu_check (--bench-gemv) with PG_GEMV_BENCH_NO_MAIN.
 #include <cuda_runtime.h>
 #include <fmt/format.h>
