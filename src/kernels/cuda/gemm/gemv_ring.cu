@@ -62,10 +62,11 @@ struct RingPlan {
   bool preload = true;
   // The producer's wait for a free slot sleeps this many ns between polls of
   // mbarrier.try_wait (PEREGRINE_GEMV_RING_PRODUCER_SLEEP_NS; default 0: back to back). Its
-  // warp shares a scheduler with two consumer warps, which bound a ring's pace once the
-  // weights are in shared memory (block trace, docs/PERF.md "Session 13"). H200, session 13,
-  // two calls, two rounds each, 400 ns vs 0: Llama-3.1-8B 1 x 1K -40 us in one call, equal in
-  // the other; 1 x 32K -40 us, then +30 us; Qwen3-30B-A3B equal: not a default.
+  // warp shares a scheduler with two consumer warps, which then bounded a ring's pace once
+  // the weights were in shared memory (block trace, docs/PERF.md "Session 13"; their slot
+  // arithmetic, 64-bit divisions, was most of it: "Session 14"). H200, session 13, two calls,
+  // two rounds each, 400 ns vs 0: Llama-3.1-8B 1 x 1K -40 us in one call, equal in the other;
+  // 1 x 32K -40 us, then +30 us; Qwen3-30B-A3B equal: not a default (not re-measured since).
   int producer_sleep_ns = 0;
   // Diagnostic (PEREGRINE_GEMV_RING_SKIP_LOADS=1; wrong outputs): the producer arrives on each
   // slot without copying, so a call's time is the consumers' and the barriers' alone.
