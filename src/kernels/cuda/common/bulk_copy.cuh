@@ -63,6 +63,18 @@ __device__ __forceinline__ uint64_t EvictFirstPolicy() {
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
   return policy;
 }
+// A position in a ring of `stages` slots: for a running slot number s, slot = s % stages and
+// phase = (s / stages) & 1 (the parity that use n = s / stages of the slot waits for), kept
+// without division as s advances (a 64-bit division a slot cost the rings their pace:
+// docs/PERF.md "Session 14"). Advance(step) adds step <= stages to s.
+struct RingCursor {
+  int slot = 0;
+  uint32_t phase = 0;
+  __device__ __forceinline__ void Advance(int step, int stages) {
+    slot += step;
+    if (slot >= stages) slot -= stages, phase ^= 1u;
+  }
+};
 // Barrier `id` (1..15; 0 is __syncthreads) over `threads` threads (a multiple of 32).
 template <int kThreads>
 __device__ __forceinline__ void NamedBarrier(int id) {

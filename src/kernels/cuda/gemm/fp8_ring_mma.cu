@@ -113,19 +113,19 @@ __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
   }
   __syncthreads();
 
-  if (warp == kConsumerWarps) {  // ---- producer: slot s = (group s / chunks, piece s % chunks)
+  if (warp == kConsumerWarps) {  // ---- producer: slot s = (group gi, piece c)
     const uint64_t policy = bulk::EvictFirstPolicy();
     const uint32_t ring0 = bulk::SmemAddr(smem + ring_offset);
-    // Slot s = gi * chunks + c: ring index s % stages and parity (s / stages) & 1 advance with
-    // s (64-bit divisions a slot would cost the producer its pace: gemv_ring.cu).
-    int slot = 0;
-    uint32_t round = 0;
-    for (int64_t s = 0, gi = 0, c = 0; s < groups * chunks; ++s) {
+    // Slot s = gi * chunks + c. (One loop over s, not one over gi and c: the nested form left
+    // ptxas with other register spills in several instantiations.)
+    bulk::RingCursor ring_at;
+    for (int64_t s = 0, gi = 0, c = 0; s < groups * chunks; ++s, ring_at.Advance(1, p.stages)) {
+      const int slot = ring_at.slot;
       const int64_t j0 = jb + kOutRows * gi, k0 = c * p.chunk;
       const int nout = int(je - j0 < kOutRows ? je - j0 : kOutRows);
       const uint32_t piece = uint32_t(a.k - k0 < p.chunk ? a.k - k0 : p.chunk) * kEs;  // bytes
       if (lane == 0) {
-        bulk::MbarWait(empty0 + 8 * slot, round ^ 1);
+        bulk::MbarWait(empty0 + 8 * slot, ring_at.phase ^ 1);
         bulk::MbarArriveExpectTx(full0 + 8 * slot, uint32_t(kGroupRows / kOutRows * nout) * piece);
       }
       __syncwarp();
@@ -137,7 +137,6 @@ __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
       } else if (lane < kGroupRows && lane % kOutRows < nout)
         bulk::BulkLoad(ring0 + uint32_t(slot) * p.slot_bytes + uint32_t(lane) * p.row_stride,
                        a.w + (w_row(j0, lane) * a.ldw + k0) * kEs, piece, full0 + 8 * slot, policy);
-      if (++slot == p.stages) slot = 0, round ^= 1;
       if (++c == chunks) c = 0, ++gi;
     }
     return;
@@ -184,8 +183,7 @@ __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
     }
   };
   if constexpr (kPrefetchX) load_x(0);
-  int slot = 0;  // slot s = gi * chunks + c: s % stages, and its parity (s / stages) & 1
-  uint32_t phase = 0;
+  bulk::RingCursor ring_at;  // slot s = gi * chunks + c, as the producer's
   for (int64_t gi = 0; gi < groups; ++gi) {
     const int64_t j0 = jb + kOutRows * gi;
     // acc[i][e]: MMA i of each step (its own chain: fp8_mma.cuh Mma16Split; block scales:
@@ -221,8 +219,9 @@ __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
       sa = a.scale + ((ra < rows_w ? ra : rows_w - 1) >> 7) * a.scale_ld;
       sb = a.scale + ((rb < rows_w ? rb : rows_w - 1) >> 7) * a.scale_ld;
     }
-    for (int64_t c = 0; c < chunks; ++c) {
-      bulk::MbarWait(full0 + 8 * slot, phase);
+    for (int64_t c = 0; c < chunks; ++c, ring_at.Advance(1, p.stages)) {
+      const int slot = ring_at.slot;
+      bulk::MbarWait(full0 + 8 * slot, ring_at.phase);
       const int64_t k0 = c * p.chunk;
       const int steps = int((a.k - k0 < p.chunk ? a.k - k0 : p.chunk) / 64);
       const unsigned char* base = ring + int64_t(slot) * p.slot_bytes;
@@ -271,7 +270,6 @@ __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
       }
       __syncwarp();
       if (lane == 0) bulk::MbarArrive(empty0 + 8 * slot);
-      if (++slot == p.stages) slot = 0, phase ^= 1;
     }
     // The warps' sums meet in buffer gi % 2; warp gi % kCw adds them in warp order and stores.
     // (A buffer is rewritten two groups later, after a barrier the reading warp has passed.)

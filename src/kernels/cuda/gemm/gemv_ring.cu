@@ -71,9 +71,6 @@ struct RingPlan {
   // Diagnostic (PEREGRINE_GEMV_RING_SKIP_LOADS=1; wrong outputs): the producer arrives on each
   // slot without copying, so a call's time is the consumers' and the barriers' alone.
   bool skip_loads = false;
-  // x read through a shared-memory pointer when staged (else one generic pointer for both
-  // cases, as before; PEREGRINE_GEMV_RING_GENERIC_X=1, for the A/B).
-  bool shared_x = true;
 };
 
 // ---- mbarrier / bulk-copy primitives (sm_90): common/bulk_copy.cuh -------------------------
@@ -83,6 +80,7 @@ using bulk::MbarArrive;
 using bulk::MbarArriveExpectTx;
 using bulk::MbarInit;
 using bulk::MbarWait;
+using bulk::RingCursor;
 using bulk::SmemAddr;
 __device__ __forceinline__ void ConsumerBarrier() {  // the consumer warps only (named barrier 1)
   bulk::NamedBarrier<kConsumerWarps * 32>(1);
@@ -132,24 +130,22 @@ __global__ void __launch_bounds__(kThreads, 2) GemvRingKernel(GemvArgs a, RingPl
     const unsigned char* wbytes = reinterpret_cast<const unsigned char*>(a.w);
     // Lane l < group * kW copies the slot's piece l: warp group * gi + l / kW, its row l % kW.
     const int lw = lane / kW, q = lane % kW;
-    // Slot s = (t * chunks + c) * ng + gi (row round t, piece c, warp group gi), in that order;
-    // its ring index s % stages and parity (s / stages) & 1 advance with s (no 64-bit divisions
-    // in the loop: at one slot per ~0.5 us a block they cost the producer its pace).
-    int slot = 0;
-    uint32_t round = 0;
+    // Slot s = (t * chunks + c) * ng + gi (row round t, piece c, warp group gi), in that order.
+    RingCursor ring_at;
     const int64_t trows = rows_of_warp(0);  // warp 0 has the most rows
     for (int64_t t = 0; t < trows; ++t) {
       for (int64_t c = 0; c < chunks; ++c) {
         const int64_t k0 = c * p.chunk;
         const uint32_t piece = uint32_t(a.k - k0 < p.chunk ? a.k - k0 : p.chunk) * kWb;
-        for (int gi = 0; gi < ng; ++gi) {
+        for (int gi = 0; gi < ng; ++gi, ring_at.Advance(1, p.stages)) {
+          const int slot = ring_at.slot;
           if (t < rows_of_warp(gi * p.group)) {  // else the group's rows are done (tail only)
             const int64_t j = jb + gi * p.group + lw + int64_t(kConsumerWarps) * t;
             const bool copies = lane < p.group * kW && j < je;
             const uint32_t bytes = uint32_t(__popc(__ballot_sync(0xffffffffu, copies))) * piece;
             if (lane == 0) {
               // A fresh barrier passes parity 1 at once.
-              MbarWait(empty0 + 8 * slot, round ^ 1, p.producer_sleep_ns);
+              MbarWait(empty0 + 8 * slot, ring_at.phase ^ 1, p.producer_sleep_ns);
               if (p.skip_loads) MbarArrive(full0 + 8 * slot);
               else MbarArriveExpectTx(full0 + 8 * slot, bytes);
             }
@@ -158,7 +154,6 @@ __global__ void __launch_bounds__(kThreads, 2) GemvRingKernel(GemvArgs a, RingPl
               BulkLoad(ring0 + uint32_t(slot) * p.slot_bytes + uint32_t(lane) * uint32_t(p.chunk) * kWb,
                        wbytes + (row_of(j, q) * a.ldw + k0) * kWb, piece, full0 + 8 * slot, policy);
           }
-          if (++slot == p.stages) slot = 0, round ^= 1;
         }
       }
     }
@@ -192,75 +187,73 @@ __global__ void __launch_bounds__(kThreads, 2) GemvRingKernel(GemvArgs a, RingPl
   const int64_t trows = rows_of_warp(gi * p.group);  // the group's row rounds
   // xv4: x's rows, staged (a shared-memory pointer the compiler sees as one: LDS) or global.
   auto consume = [&](const uint4* xv4) {
-  // The producer's slot order: s = (t * chunks + c) * ng + gi; this group's slots are s = gi,
-  // gi + ng, ... (stages is a multiple of ng), ring index and parity advanced with s.
-  int slot = gi;
-  uint32_t phase = 0;
-  for (int64_t t = 0; t < trows; ++t) {
-    const int64_t j = jb + warp + int64_t(kConsumerWarps) * t;
-    const bool active = j < je;
-    float acc[kW][NB];
+    // The producer's slot order: s = (t * chunks + c) * ng + gi; this group's slots are s = gi,
+    // gi + ng, ... (stages is a multiple of ng).
+    RingCursor ring_at{gi, 0};
+    for (int64_t t = 0; t < trows; ++t) {
+      const int64_t j = jb + warp + int64_t(kConsumerWarps) * t;
+      const bool active = j < je;
+      float acc[kW][NB];
 #pragma unroll
-    for (int q = 0; q < kW; ++q)
+      for (int q = 0; q < kW; ++q)
 #pragma unroll
-      for (int r = 0; r < NB; ++r) acc[q][r] = 0.0f;
-    for (int64_t c = 0; c < chunks; ++c) {
-      MbarWait(full0 + 8 * slot, phase);
-      if (t == 0 && c == 0 && gi == 0) PG_TRACE_MARK(1);  // the first slot landed
-      if (active) {
-        const uint4* wr = ring + int64_t(slot) * (p.slot_bytes / 16) + lw * kW * piece_v;
-        const int64_t k0 = c * p.chunk, x0 = k0 / 8;
-        const int nv = int(a.k - k0 < p.chunk ? a.k - k0 : p.chunk) * kWb / 16;
+        for (int r = 0; r < NB; ++r) acc[q][r] = 0.0f;
+      for (int64_t c = 0; c < chunks; ++c, ring_at.Advance(ng, p.stages)) {
+        const int slot = ring_at.slot;
+        MbarWait(full0 + 8 * slot, ring_at.phase);
+        if (t == 0 && c == 0 && gi == 0) PG_TRACE_MARK(1);  // the first slot landed
+        if (active) {
+          const uint4* wr = ring + int64_t(slot) * (p.slot_bytes / 16) + lw * kW * piece_v;
+          const int64_t k0 = c * p.chunk, x0 = k0 / 8;
+          const int nv = int(a.k - k0 < p.chunk ? a.k - k0 : p.chunk) * kWb / 16;
 #pragma unroll 4
-        for (int i = lane; i < nv; i += 32) {
-          uint4 wv[kW];
+          for (int i = lane; i < nv; i += 32) {
+            uint4 wv[kW];
 #pragma unroll
-          for (int q = 0; q < kW; ++q) wv[q] = wr[q * piece_v + i];
-          if constexpr (kFp8) {
-            float wf[kW][16];
+            for (int q = 0; q < kW; ++q) wv[q] = wr[q * piece_v + i];
+            if constexpr (kFp8) {
+              float wf[kW][16];
 #pragma unroll
-            for (int q = 0; q < kW; ++q) moe::Widen<true>(wv[q], wf[q]);
+              for (int q = 0; q < kW; ++q) moe::Widen<true>(wv[q], wf[q]);
 #pragma unroll
-            for (int r = 0; r < NB; ++r) {
-              float xf[16];
-              moe::Widen<false>(xv4[r * xld + x0 + kXu * i], xf);
-              moe::Widen<false>(xv4[r * xld + x0 + kXu * i + 1], xf + 8);
+              for (int r = 0; r < NB; ++r) {
+                float xf[16];
+                moe::Widen<false>(xv4[r * xld + x0 + kXu * i], xf);
+                moe::Widen<false>(xv4[r * xld + x0 + kXu * i + 1], xf + 8);
 #pragma unroll
-              for (int q = 0; q < kW; ++q) {
-                float part = 0.0f;
+                for (int q = 0; q < kW; ++q) {
+                  float part = 0.0f;
 #pragma unroll
-                for (int e = 0; e < 16; ++e) part = fmaf(wf[q][e], xf[e], part);
-                acc[q][r] = fmaf(part, 1.0f, acc[q][r]);
+                  for (int e = 0; e < 16; ++e) part = fmaf(wf[q][e], xf[e], part);
+                  acc[q][r] = fmaf(part, 1.0f, acc[q][r]);
+                }
               }
-            }
-          } else {
+            } else {
 #pragma unroll
-            for (int r = 0; r < NB; ++r) {
-              const uint4 xv = xv4[r * xld + x0 + i];
+              for (int r = 0; r < NB; ++r) {
+                const uint4 xv = xv4[r * xld + x0 + i];
 #pragma unroll
-              for (int q = 0; q < kW; ++q) gemv::Dot8(wv[q], xv, acc[q][r]);
+                for (int q = 0; q < kW; ++q) gemv::Dot8(wv[q], xv, acc[q][r]);
+              }
             }
           }
         }
+        __syncwarp();
+        if (lane == 0) MbarArrive(empty0 + 8 * slot);
       }
-      __syncwarp();
-      if (lane == 0) MbarArrive(empty0 + 8 * slot);
-      slot += ng;
-      if (slot >= p.stages) slot -= p.stages, phase ^= 1;
-    }
-    if (active) {
-      float scale[kW];
+      if (active) {
+        float scale[kW];
 #pragma unroll
-      for (int q = 0; q < kW; ++q)
-        scale[q] = kFp8 ? __ldg(p.w_scale + (p.scale_per_row ? row_of(j, q) : 0)) : 1.0f;
-      const float pv = use_prev ? __shfl_sync(0xffffffffu, prev, int(t)) : 0.0f;
-      gemv::WarpStore<NB, kW, kSwiGlu>(a, 0, j, roff, acc, lane, scale, use_prev, pv);
+        for (int q = 0; q < kW; ++q)
+          scale[q] = kFp8 ? __ldg(p.w_scale + (p.scale_per_row ? row_of(j, q) : 0)) : 1.0f;
+        const float pv = use_prev ? __shfl_sync(0xffffffffu, prev, int(t)) : 0.0f;
+        gemv::WarpStore<NB, kW, kSwiGlu>(a, 0, j, roff, acc, lane, scale, use_prev, pv);
+      }
+      if (t == 0) PG_TRACE_MARK(3);  // the first row stored
     }
-    if (t == 0) PG_TRACE_MARK(3);  // the first row stored
-  }
   };
-  if (p.stage_x && p.shared_x) consume(xs);
-  else consume(p.stage_x ? xs : reinterpret_cast<const uint4*>(a.x));
+  if (p.stage_x) consume(xs);
+  else consume(reinterpret_cast<const uint4*>(a.x));
   PG_TRACE_MARK(2);  // this warp's rows stored
 }
 
@@ -395,9 +388,7 @@ void Launch(const GemvArgs& a_in, cudaStream_t stream, const float* w_scale = nu
   p.preload = preload;
   p.producer_sleep_ns = producer_sleep;
   static const bool skip_loads = EnvFlag("PEREGRINE_GEMV_RING_SKIP_LOADS", false);
-  static const bool generic_x = EnvFlag("PEREGRINE_GEMV_RING_GENERIC_X", false);
   p.skip_loads = skip_loads;
-  p.shared_x = !generic_x;
   p.w_scale = w_scale;
   p.scale_per_row = scale_per_row;
   const size_t smem = size_t(p.x_offset) + (p.stage_x ? size_t(a.n * a.k * 2) : 0);
