@@ -189,12 +189,22 @@ TEST(GemvRing, MatchesTheReferenceAndTheWarpKernelBitwise) {
       p.accumulate = c.accumulate;
       RunWith(RefImpl<MatmulParams>(), p);
     }
-    const Outputs o = RunDevice(c, x, w, nw, bias, out_init, out_m);
-    EXPECT_EQ(o.ring_launches, 1) << "the ring kernel did not run";
-    const Tolerance tol = c.swiglu ? Tolerance{0.08, 1e-4} : kBf16;  // fused_matmul_test.cpp
-    ExpectClose(ref.data<float>(), o.ring.data(), ref.numel(), tol, "ring vs ref " + c.Name());
-    ExpectClose(ref.data<float>(), o.warp.data(), ref.numel(), tol, "warp vs ref " + c.Name());
-    ExpectExact(o.warp.data(), o.ring.data(), ref.numel(), "ring vs warp kernel " + c.Name());
+    // Both forms of the staged x (bf16, and widened to f32 where the plan allows: one row, k
+    // <= 4096 here), each bitwise the warp kernel.
+    for (int xf32 : {0, 1}) {
+      SCOPED_TRACE(xf32 ? "x staged as f32" : "x staged as bf16");
+      const int prev = cuda::SetGemvRingXF32(xf32);
+      const int64_t xf32_before = cuda::GemvRingXF32Launches();
+      const Outputs o = RunDevice(c, x, w, nw, bias, out_init, out_m);
+      const int64_t xf32_ran = cuda::GemvRingXF32Launches() - xf32_before;
+      cuda::SetGemvRingXF32(prev);
+      EXPECT_EQ(o.ring_launches, 1) << "the ring kernel did not run";
+      EXPECT_EQ(xf32_ran, xf32 && c.n == 1 && c.k <= 4096 ? 1 : 0) << "the f32 staging's route";
+      const Tolerance tol = c.swiglu ? Tolerance{0.08, 1e-4} : kBf16;  // fused_matmul_test.cpp
+      ExpectClose(ref.data<float>(), o.ring.data(), ref.numel(), tol, "ring vs ref " + c.Name());
+      ExpectClose(ref.data<float>(), o.warp.data(), ref.numel(), tol, "warp vs ref " + c.Name());
+      ExpectExact(o.warp.data(), o.ring.data(), ref.numel(), "ring vs warp kernel " + c.Name());
+    }
   }
 }
 

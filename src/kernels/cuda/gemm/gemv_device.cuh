@@ -33,6 +33,23 @@ __device__ __forceinline__ void Dot8(const uint4& wv, const uint4& xv, float& ac
   acc += part;
 }
 
+// Dot8 with the 8 activations already widened (xa: elements 0-3, xb: 4-7; exact f32 values
+// of bf16): the same products in the same order, so the same bits.
+__device__ __forceinline__ void Dot8(const uint4& wv, const float4& xa, const float4& xb, float& acc) {
+  const __nv_bfloat162* w2 = reinterpret_cast<const __nv_bfloat162*>(&wv);
+  const float2 w0 = __bfloat1622float2(w2[0]), w1 = __bfloat1622float2(w2[1]);
+  const float2 w2f = __bfloat1622float2(w2[2]), w3 = __bfloat1622float2(w2[3]);
+  float part = w0.x * xa.x;
+  part = fmaf(w0.y, xa.y, part);
+  part = fmaf(w1.x, xa.z, part);
+  part = fmaf(w1.y, xa.w, part);
+  part = fmaf(w2f.x, xb.x, part);
+  part = fmaf(w2f.y, xb.y, part);
+  part = fmaf(w3.x, xb.z, part);
+  part = fmaf(w3.y, xb.w, part);
+  acc += part;
+}
+
 __device__ __forceinline__ float SumSq8(const uint4& v) {
   const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&v);
   float s = 0.0f;
@@ -55,16 +72,52 @@ struct StageSource {
   float norm_eps;
 };
 
-// Stages `rows` rows of src into `staged` (row r at staged + r * ld, k / 8 16-byte chunks),
-// as RmsNorm's bf16 output when src.norm_weight is set. Threads tid in [0, kWarps * 32) take
+// Where staged rows live. Bf16Staging: row r's 16-byte chunk i (8 bf16) at staged[r * ld + i].
+struct Bf16Staging {
+  uint4* staged;
+  int64_t ld;  // 16-byte chunks a row
+  __device__ __forceinline__ void Put(int r, int64_t i, const uint4& v) const { staged[r * ld + i] = v; }
+  __device__ __forceinline__ uint4 Get(int r, int64_t i) const { return staged[r * ld + i]; }
+};
+
+// F32Staging: the same bf16 values widened to f32 (exact), so consumers skip the widening.
+// Chunk i's 8 values are two float4s at F32Lo(i) and F32Lo(i) + 32 of the row: a warp reading
+// chunks lane + 32 m touches 32 consecutive float4s a load (no bank conflicts). Row stride
+// F32RowVecs(k) float4s.
+__host__ __device__ constexpr int64_t F32RowVecs(int64_t k) { return (k / 8 + 31) / 32 * 64; }
+__host__ __device__ constexpr int64_t F32Lo(int64_t i) { return i / 32 * 64 + i % 32; }
+struct F32Staging {
+  float4* f;
+  int64_t ld;  // F32RowVecs(k)
+  __device__ __forceinline__ void Put(int r, int64_t i, const uint4& v) const {
+    const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&v);
+    const float2 a = __bfloat1622float2(p[0]), b = __bfloat1622float2(p[1]);
+    const float2 c = __bfloat1622float2(p[2]), d = __bfloat1622float2(p[3]);
+    float4* row = f + r * ld + F32Lo(i);
+    row[0] = make_float4(a.x, a.y, b.x, b.y);
+    row[32] = make_float4(c.x, c.y, d.x, d.y);
+  }
+  __device__ __forceinline__ uint4 Get(int r, int64_t i) const {  // exact: the values are bf16
+    const float4* row = f + r * ld + F32Lo(i);
+    const float4 lo = row[0], hi = row[32];
+    uint4 v;
+    __nv_bfloat162* p = reinterpret_cast<__nv_bfloat162*>(&v);
+    p[0] = __floats2bfloat162_rn(lo.x, lo.y), p[1] = __floats2bfloat162_rn(lo.z, lo.w);
+    p[2] = __floats2bfloat162_rn(hi.x, hi.y), p[3] = __floats2bfloat162_rn(hi.z, hi.w);
+    return v;
+  }
+};
+
+// Stages `rows` rows of src into `out` (a Bf16Staging or F32Staging; k / 8 16-byte chunks a
+// row), as RmsNorm's bf16 output when src.norm_weight is set. Threads tid in [0, kWarps * 32) take
 // part; partial holds rows * kWarps floats of shared memory; sync() is a barrier over exactly
 // those threads (called once, or twice with the norm). Each row's sum of squares: a thread's
 // chunks in order, the warp's xor butterfly, then the warps' sums in warp order.
 // A thread's chunks are i = tid + c * kThreads < k / 8: a loop, or with kChunks > 0 an
 // unrolled one of kChunks steps (k / 8 <= kChunks * kThreads). weight(c, i, q): the norm
 // weight of element 8 i + q (chunk c of the thread).
-template <int kWarps, int kChunks, typename Sync, typename Weight>
-__device__ __forceinline__ void StageRowsImpl(const StageSource& src, int rows, uint4* staged, int64_t ld,
+template <int kWarps, int kChunks, typename Staging, typename Sync, typename Weight>
+__device__ __forceinline__ void StageRowsImpl(const StageSource& src, int rows, const Staging& out,
                                               int tid, float* partial, Sync sync, Weight weight) {
   constexpr int kThreads = kWarps * 32;
   const int warp = tid / 32, lane = tid % 32;
@@ -84,7 +137,7 @@ __device__ __forceinline__ void StageRowsImpl(const StageSource& src, int rows, 
     const uint4* xr = reinterpret_cast<const uint4*>(src.x + r * src.ldx);
     for_chunks([&](int, int64_t i) {
       const uint4 v = xr[i];
-      staged[r * ld + i] = v;
+      out.Put(r, i, v);
       if (norm) ss += SumSq8(v);
     });
     if (norm) {
@@ -101,11 +154,11 @@ __device__ __forceinline__ void StageRowsImpl(const StageSource& src, int rows, 
     const float inv = InvRms(total, src.k, src.norm_eps);
     // Each thread rescales the chunks it staged above (same i): no barrier in between.
     for_chunks([&](int c, int64_t i) {
-      uint4 v = staged[r * ld + i];
+      uint4 v = out.Get(r, i);
       bf16* e = reinterpret_cast<bf16*>(&v);
 #pragma unroll
       for (int q = 0; q < 8; ++q) e[q] = NormElement(ToF(e[q]), inv, weight(c, i, q));
-      staged[r * ld + i] = v;
+      out.Put(r, i, v);
     });
   }
   sync();
@@ -115,7 +168,7 @@ __device__ __forceinline__ void StageRowsImpl(const StageSource& src, int rows, 
 template <int kWarps, typename Sync>
 __device__ __forceinline__ void StageRowsOf(const StageSource& src, int rows, uint4* staged, int64_t ld,
                                             int tid, float* partial, Sync sync) {
-  StageRowsImpl<kWarps, 0>(src, rows, staged, ld, tid, partial, sync, [&](int, int64_t i, int q) {
+  StageRowsImpl<kWarps, 0>(src, rows, Bf16Staging{staged, ld}, tid, partial, sync, [&](int, int64_t i, int q) {
     return LoadNormWeight(src.norm_weight, src.norm_type, i * 8 + q);
   });
 }
@@ -148,19 +201,28 @@ struct NormWeightRegs {
 // part; sync() is a barrier over exactly those threads (called once, or twice with norm).
 // nw: the norm's weights preloaded before PdlWait, used when norm and nw->ok (the same
 // values, sums and roundings as the global loads).
-template <int NB, int kWarps, typename Sync>
-__device__ __forceinline__ void StageRows(const GemvArgs& a, int64_t row0, uint4* staged, int tid,
-                                          bool norm, Sync sync,
-                                          const NormWeightRegs<kWarps * 32>* nw = nullptr) {
+// staging: a Bf16Staging (the default form below) or an F32Staging.
+template <int NB, int kWarps, typename Staging, typename Sync>
+__device__ __forceinline__ void StageRowsTo(const GemvArgs& a, int64_t row0, const Staging& staging,
+                                            int tid, bool norm, Sync sync,
+                                            const NormWeightRegs<kWarps * 32>* nw = nullptr) {
   __shared__ float partial[NB * kWarps];
   const StageSource src{a.x + row0 * a.ldx, a.ldx, a.k, norm ? a.norm_weight : nullptr,
                         a.norm_type, a.norm_eps};
   using Regs = NormWeightRegs<kWarps * 32>;
   if (norm && nw != nullptr && nw->ok)
-    StageRowsImpl<kWarps, Regs::kMaxChunks>(src, NB, staged, a.k / 8, tid, partial, sync,
+    StageRowsImpl<kWarps, Regs::kMaxChunks>(src, NB, staging, tid, partial, sync,
                                             [&](int c, int64_t, int q) { return nw->w[c][q]; });
   else
-    StageRowsOf<kWarps>(src, NB, staged, a.k / 8, tid, partial, sync);
+    StageRowsImpl<kWarps, 0>(src, NB, staging, tid, partial, sync, [&](int, int64_t i, int q) {
+      return LoadNormWeight(src.norm_weight, src.norm_type, i * 8 + q);
+    });
+}
+template <int NB, int kWarps, typename Sync>
+__device__ __forceinline__ void StageRows(const GemvArgs& a, int64_t row0, uint4* staged, int tid,
+                                          bool norm, Sync sync,
+                                          const NormWeightRegs<kWarps * 32>* nw = nullptr) {
+  StageRowsTo<NB, kWarps>(a, row0, Bf16Staging{staged, a.k / 8}, tid, norm, sync, nw);
 }
 
 // The warp's epilogue for output feature j: reduces acc[q][r] (weight row q of the warp:

@@ -28,6 +28,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 
 #include "core/env.h"
 #include "kernels/cuda/common/bulk_copy.cuh"
@@ -55,6 +56,8 @@ struct RingPlan {
   int slot_bytes;   // group * kW * chunk * element bytes
   int x_offset;     // byte offset of the staged x rows (stage_x)
   bool stage_x;     // x rows in shared memory (always with the norm); else read from global
+  bool x_f32 = false;  // staged x widened to f32 (gemv::F32Staging; bf16 weights, stage_x)
+  int x_bytes = 0;     // shared memory of the staged x rows (0 without stage_x)
   const float* w_scale = nullptr;  // fp8 weights: dequantization scale(s)
   bool scale_per_row = false;      // w_scale[row] (per output channel), else w_scale[0]
   // Latency: the norm weights in registers before PdlWait, and at one row with accumulate the
@@ -85,6 +88,26 @@ using bulk::SmemAddr;
 __device__ __forceinline__ void ConsumerBarrier() {  // the consumer warps only (named barrier 1)
   bulk::NamedBarrier<kConsumerWarps * 32>(1);
 }
+
+// The consumers' view of x's rows (row r, 16-byte bf16 chunk u): Load gives what Dot takes.
+struct XBf16 {  // bf16 chunks, row stride ld chunks (shared or global)
+  const uint4* x;
+  int64_t ld;
+  __device__ __forceinline__ uint4 Load(int r, int64_t u) const { return x[r * ld + u]; }
+  __device__ __forceinline__ static void Dot(const uint4& w, const uint4& v, float& acc) { gemv::Dot8(w, v, acc); }
+};
+struct XF32 {  // gemv::F32Staging's layout: the chunk's 8 values widened, as two float4s
+  const float4* x;
+  int64_t ld;  // float4s a row
+  struct V {
+    float4 a, b;
+  };
+  __device__ __forceinline__ V Load(int r, int64_t u) const {
+    const float4* p = x + r * ld + gemv::F32Lo(u);
+    return {p[0], p[32]};
+  }
+  __device__ __forceinline__ static void Dot(const uint4& w, const V& v, float& acc) { gemv::Dot8(w, v.a, v.b, acc); }
+};
 
 // kFp8: w holds fp8 e4m3 bytes (a.w reinterpreted; a.ldw in bytes) scaled by p.w_scale
 // (one scale, or one per row with p.scale_per_row), no norm / swiglu / f32 output; the sums
@@ -177,7 +200,13 @@ __global__ void __launch_bounds__(kThreads, 2) GemvRingKernel(GemvArgs a, RingPl
     prev = a.out_f32 ? a.out_f32[jl] : ToF(a.out[jl]);
   }
   uint4* xs = reinterpret_cast<uint4*>(smem + p.x_offset);
-  if (p.stage_x)
+  // The f32 form is built for one bf16 activation row only (PlanOf sets x_f32 nowhere else).
+  constexpr bool kXF32Form = !kFp8 && NB == 1;
+  const XF32 xw{reinterpret_cast<const float4*>(xs), gemv::F32RowVecs(a.k)};
+  if (kXF32Form && p.x_f32)
+    gemv::StageRowsTo<NB, kConsumerWarps>(a, 0, gemv::F32Staging{reinterpret_cast<float4*>(xs), xw.ld},
+                                          threadIdx.x, kNorm, [] { ConsumerBarrier(); }, &nw);
+  else if (p.stage_x)
     gemv::StageRows<NB, kConsumerWarps>(a, 0, xs, threadIdx.x, kNorm, [] { ConsumerBarrier(); }, &nw);
   PG_TRACE_MARK(0);  // x staged
   const int64_t xld = p.stage_x ? a.k / 8 : a.ldx / 8;  // row stride of x, 16-byte units
@@ -185,8 +214,9 @@ __global__ void __launch_bounds__(kThreads, 2) GemvRingKernel(GemvArgs a, RingPl
   const uint4* ring = reinterpret_cast<const uint4*>(smem + kBarBytes);
   const int gi = warp / p.group, lw = warp % p.group;
   const int64_t trows = rows_of_warp(gi * p.group);  // the group's row rounds
-  // xv4: x's rows, staged (a shared-memory pointer the compiler sees as one: LDS) or global.
-  auto consume = [&](const uint4* xv4) {
+  // xr: x's rows (XBf16: staged, a shared-memory pointer the compiler sees as one: LDS, or
+  // global; XF32: staged widened).
+  auto consume = [&](const auto& xr) {
     // The producer's slot order: s = (t * chunks + c) * ng + gi; this group's slots are s = gi,
     // gi + ng, ... (stages is a multiple of ng).
     RingCursor ring_at{gi, 0};
@@ -218,8 +248,8 @@ __global__ void __launch_bounds__(kThreads, 2) GemvRingKernel(GemvArgs a, RingPl
 #pragma unroll
               for (int r = 0; r < NB; ++r) {
                 float xf[16];
-                moe::Widen<false>(xv4[r * xld + x0 + kXu * i], xf);
-                moe::Widen<false>(xv4[r * xld + x0 + kXu * i + 1], xf + 8);
+                moe::Widen<false>(xr.x[r * xld + x0 + kXu * i], xf);
+                moe::Widen<false>(xr.x[r * xld + x0 + kXu * i + 1], xf + 8);
 #pragma unroll
                 for (int q = 0; q < kW; ++q) {
                   float part = 0.0f;
@@ -231,9 +261,9 @@ __global__ void __launch_bounds__(kThreads, 2) GemvRingKernel(GemvArgs a, RingPl
             } else {
 #pragma unroll
               for (int r = 0; r < NB; ++r) {
-                const uint4 xv = xv4[r * xld + x0 + i];
+                const auto xv = xr.Load(r, x0 + i);
 #pragma unroll
-                for (int q = 0; q < kW; ++q) gemv::Dot8(wv[q], xv, acc[q][r]);
+                for (int q = 0; q < kW; ++q) xr.Dot(wv[q], xv, acc[q][r]);
               }
             }
           }
@@ -252,8 +282,13 @@ __global__ void __launch_bounds__(kThreads, 2) GemvRingKernel(GemvArgs a, RingPl
       if (t == 0) PG_TRACE_MARK(3);  // the first row stored
     }
   };
-  if (p.stage_x) consume(xs);
-  else consume(reinterpret_cast<const uint4*>(a.x));
+  if constexpr (kXF32Form)
+    if (p.x_f32) {
+      consume(xw);
+      PG_TRACE_MARK(2);
+      return;
+    }
+  consume(XBf16{p.stage_x ? xs : reinterpret_cast<const uint4*>(a.x), xld});
   PG_TRACE_MARK(2);  // this warp's rows stored
 }
 
@@ -307,6 +342,12 @@ bool ShapeWantsRingFp8(const Fp8GemvArgs& f) {
   return false;
 }
 
+int& XF32Ref() {  // SetGemvRingXF32
+  static int mode = EnvFlag("PEREGRINE_GEMV_RING_XF32", false) ? 1 : 0;
+  return mode;
+}
+std::atomic<int64_t> g_xf32_launches{0};
+
 // wb: bytes per weight element (2 bf16, 1 fp8). Defaults (env overrides, for A/B runs), the
 // best of request 3's layouts: one slot serves all 8 consumer warps (PEREGRINE_GEMV_RING_GROUP
 // =8; per-warp slots measured 2x slower), 4 KB row pieces (PEREGRINE_GEMV_RING_PIECE_KB), as
@@ -323,12 +364,25 @@ RingPlan PlanOf(const GemvArgs& a, int kw, int wb) {
   p.group = group_env == 2 || group_env == 4 || group_env == 8 ? group_env : 1;
   const int ng = kConsumerWarps / p.group;
   const int unit = 32 * 16 / wb;  // columns of 32 lanes x 16 bytes
-  const int piece = (piece_kb > 0 ? piece_kb : 4) * 1024;
+  // Two weight rows a warp at one activation row (kPair: kw 2 without swiglu) may take their own
+  // piece size (PEREGRINE_GEMV_RING_PAIR_PIECE_KB; 0: as the others), e.g. 2 KB so that a slot
+  // of 8 warps x 2 rows stays 32 KB.
+  static const int pair_piece_kb = EnvInt("PEREGRINE_GEMV_RING_PAIR_PIECE_KB", 0);
+  const bool pair = kw == 2 && !a.swiglu;
+  const int piece = (pair && pair_piece_kb > 0 ? pair_piece_kb : piece_kb > 0 ? piece_kb : 4) * 1024;
   p.chunk = std::max(unit, piece / wb / unit * unit);
   if (p.chunk > a.k) p.chunk = int(a.k);  // one piece per row (a multiple of 16 bytes)
   const int64_t xbytes = a.n * a.k * 2;
   p.stage_x = a.norm_weight || xbytes <= kMaxStageX;
-  const int64_t room = budget - kBarBytes - (p.stage_x ? xbytes : 0);
+  // Staged x widened to f32 (PEREGRINE_GEMV_RING_XF32: 1 on, 0 off) where it takes at most
+  // PEREGRINE_GEMV_RING_XF32_MAX_KB (16: one row of k <= 4096) of shared memory: 8 fewer
+  // instructions a 16-byte weight chunk for the consumers, the same sums.
+  const bool xf32_env = XF32Ref() != 0;
+  static const int xf32_max = EnvInt("PEREGRINE_GEMV_RING_XF32_MAX_KB", 16) * 1024;
+  const int64_t xf32_bytes = a.n * gemv::F32RowVecs(a.k) * 16;
+  p.x_f32 = xf32_env && wb == 2 && a.n == 1 && p.stage_x && xf32_bytes <= xf32_max;
+  p.x_bytes = p.stage_x ? int(p.x_f32 ? xf32_bytes : xbytes) : 0;
+  const int64_t room = budget - kBarBytes - p.x_bytes;
   // A one-row normed projection that is no SwiGLU (an attention's qkv): its blocks share the
   // SMs with the decode attention's, so at most PEREGRINE_GEMV_RING_QKV_DEPTH slots (default
   // 4: a small attention block fits beside it — by shared memory two would, but registers,
@@ -391,7 +445,7 @@ void Launch(const GemvArgs& a_in, cudaStream_t stream, const float* w_scale = nu
   p.skip_loads = skip_loads;
   p.w_scale = w_scale;
   p.scale_per_row = scale_per_row;
-  const size_t smem = size_t(p.x_offset) + (p.stage_x ? size_t(a.n * a.k * 2) : 0);
+  const size_t smem = size_t(p.x_offset) + size_t(p.x_bytes);
   static const int per_sm = std::clamp(EnvInt("PEREGRINE_GEMV_RING_BLOCKS_PER_SM", 1), 1, 2);
   const int64_t mj = kPair ? (a.m + 1) / 2 : a.m;
   const int64_t blocks = std::min<int64_t>(int64_t(per_sm) * MultiprocessorCount(), mj);
@@ -403,6 +457,7 @@ void Launch(const GemvArgs& a_in, cudaStream_t stream, const float* w_scale = nu
                  (long long)a.n, (long long)a.k, (long long)a.m, kW, int(kFp8), (long long)blocks,
                  kThreads, smem, smem_limit, p.stages, p.group, p.chunk, p.slot_bytes, int(p.stage_x));
   g_launches.fetch_add(1, std::memory_order_relaxed);
+  if (p.x_f32) g_xf32_launches.fetch_add(1, std::memory_order_relaxed);
   (void)LaunchPdl(kernel, dim3(unsigned(blocks)), dim3(kThreads), smem, stream, a, p);
 }
 
@@ -474,5 +529,7 @@ void LaunchFp8GemvRing(const Fp8GemvArgs& f, cudaStream_t stream) {
 void SetGemvRingMode(GemvRingMode mode) { ModeRef() = mode; }
 GemvRingMode GetGemvRingMode() { return ModeRef(); }
 int64_t GemvRingLaunches() { return g_launches.load(std::memory_order_relaxed); }
+int SetGemvRingXF32(int mode) { return std::exchange(XF32Ref(), mode); }
+int64_t GemvRingXF32Launches() { return g_xf32_launches.load(std::memory_order_relaxed); }
 
 }  // namespace pg::cuda

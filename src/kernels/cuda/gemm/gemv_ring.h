@@ -33,5 +33,10 @@ void SetGemvRingMode(GemvRingMode mode);
 GemvRingMode GetGemvRingMode();
 // Launches of the ring kernel by this process (tests check the ring actually ran).
 int64_t GemvRingLaunches();
+// Staged x widened to f32 in shared memory (one bf16-weight activation row whose f32 rows fit
+// PEREGRINE_GEMV_RING_XF32_MAX_KB): 1 on, 0 off; the process default from
+// PEREGRINE_GEMV_RING_XF32. Returns the previous setting (tests run both forms). Same sums.
+int SetGemvRingXF32(int mode);
+int64_t GemvRingXF32Launches();  // launches that staged x as f32
 
 }  // namespace pg::cuda
