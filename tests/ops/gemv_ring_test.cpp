@@ -190,14 +190,17 @@ TEST(GemvRing, MatchesTheReferenceAndTheWarpKernelBitwise) {
       RunWith(RefImpl<MatmulParams>(), p);
     }
     // Both forms of the staged x (bf16, and widened to f32 where the plan allows: one row, k
-    // <= 4096 here), each bitwise the warp kernel.
-    for (int xf32 : {0, 1}) {
-      SCOPED_TRACE(xf32 ? "x staged as f32" : "x staged as bf16");
-      const int prev = cuda::SetGemvRingXF32(xf32);
+    // <= 4096 here) and at one row one or two weight rows a warp, each bitwise the warp kernel.
+    for (int form = 0; form < 4; ++form) {
+      const int xf32 = form % 2 ? 3 : 0, pair1 = form / 2 ? 0 : -1;
+      if (c.n > 1 && pair1 == 0) continue;  // more rows always pair
+      SCOPED_TRACE(fmt::format("x staged as {}, pairs {}", xf32 ? "f32" : "bf16", pair1 ? "by rule" : "off"));
+      const int prev = cuda::SetGemvRingXF32(xf32), prev_pair = cuda::SetGemvRingPair1(pair1);
       const int64_t xf32_before = cuda::GemvRingXF32Launches();
       const Outputs o = RunDevice(c, x, w, nw, bias, out_init, out_m);
       const int64_t xf32_ran = cuda::GemvRingXF32Launches() - xf32_before;
       cuda::SetGemvRingXF32(prev);
+      cuda::SetGemvRingPair1(prev_pair);
       EXPECT_EQ(o.ring_launches, 1) << "the ring kernel did not run";
       EXPECT_EQ(xf32_ran, xf32 && c.n == 1 && c.k <= 4096 ? 1 : 0) << "the f32 staging's route";
       const Tolerance tol = c.swiglu ? Tolerance{0.08, 1e-4} : kBf16;  // fused_matmul_test.cpp

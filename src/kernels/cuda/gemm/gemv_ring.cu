@@ -343,14 +343,21 @@ bool ShapeWantsRingFp8(const Fp8GemvArgs& f) {
 }
 
 int& XF32Ref() {  // SetGemvRingXF32
-  static int mode = EnvFlag("PEREGRINE_GEMV_RING_XF32", false) ? 1 : 0;
+  static int mode = EnvInt("PEREGRINE_GEMV_RING_XF32", 3);
   return mode;
 }
 std::atomic<int64_t> g_xf32_launches{0};
+int& Pair1Ref() {  // SetGemvRingPair1
+  static int mode = EnvInt("PEREGRINE_GEMV_RING_PAIR1", -1);
+  return mode;
+}
 
 // wb: bytes per weight element (2 bf16, 1 fp8). Defaults (env overrides, for A/B runs), the
 // best of request 3's layouts: one slot serves all 8 consumer warps (PEREGRINE_GEMV_RING_GROUP
-// =8; per-warp slots measured 2x slower), 4 KB row pieces (PEREGRINE_GEMV_RING_PIECE_KB), as
+// =8; per-warp slots measured 2x slower), row pieces of 4 KB / kw (PEREGRINE_GEMV_RING_PIECE_KB),
+// so a slot is 32 KB also where a warp streams two rows (kPair, SwiGLU; 4 KB pieces made those
+// 64 KB slots, 2-3 a ring; H200, session 15: 2 KB pieces with pairs, f32 x, Llama-3.1-8B 1 x 1K
+// -46 us a step, Qwen3-30B-A3B -39: docs/PERF.md "Session 15"), as
 // many slots as fit up to 6 (PEREGRINE_GEMV_RING_DEPTH) in PEREGRINE_GEMV_RING_BUDGET_KB (200:
 // ring + x, one block an SM; 160-192 KB in flight an SM). (Five slots at k < 4096, where six
 // fit, so that a 4-warp small decode attention block fits beside: measured equal or slower on
@@ -364,20 +371,15 @@ RingPlan PlanOf(const GemvArgs& a, int kw, int wb) {
   p.group = group_env == 2 || group_env == 4 || group_env == 8 ? group_env : 1;
   const int ng = kConsumerWarps / p.group;
   const int unit = 32 * 16 / wb;  // columns of 32 lanes x 16 bytes
-  // Two weight rows a warp at one activation row (kPair: kw 2 without swiglu) may take their own
-  // piece size (PEREGRINE_GEMV_RING_PAIR_PIECE_KB; 0: as the others), e.g. 2 KB so that a slot
-  // of 8 warps x 2 rows stays 32 KB.
-  static const int pair_piece_kb = EnvInt("PEREGRINE_GEMV_RING_PAIR_PIECE_KB", 0);
-  const bool pair = kw == 2 && !a.swiglu;
-  const int piece = (pair && pair_piece_kb > 0 ? pair_piece_kb : piece_kb > 0 ? piece_kb : 4) * 1024;
+  const int piece = piece_kb > 0 ? piece_kb * 1024 : 4096 / kw;
   p.chunk = std::max(unit, piece / wb / unit * unit);
   if (p.chunk > a.k) p.chunk = int(a.k);  // one piece per row (a multiple of 16 bytes)
   const int64_t xbytes = a.n * a.k * 2;
   p.stage_x = a.norm_weight || xbytes <= kMaxStageX;
-  // Staged x widened to f32 (PEREGRINE_GEMV_RING_XF32: 1 on, 0 off) where it takes at most
-  // PEREGRINE_GEMV_RING_XF32_MAX_KB (16: one row of k <= 4096) of shared memory: 8 fewer
-  // instructions a 16-byte weight chunk for the consumers, the same sums.
-  const bool xf32_env = XF32Ref() != 0;
+  // Staged x widened to f32 (SetGemvRingXF32's mask: bit 0 normed projections, bit 1 the
+  // others) where it takes at most PEREGRINE_GEMV_RING_XF32_MAX_KB (16: one row of k <= 4096) of
+  // shared memory: 8 fewer instructions a 16-byte weight chunk for the consumers, same sums.
+  const bool xf32_env = (XF32Ref() & (a.norm_weight != nullptr ? 1 : 2)) != 0;
   static const int xf32_max = EnvInt("PEREGRINE_GEMV_RING_XF32_MAX_KB", 16) * 1024;
   const int64_t xf32_bytes = a.n * gemv::F32RowVecs(a.k) * 16;
   p.x_f32 = xf32_env && wb == 2 && a.n == 1 && p.stage_x && xf32_bytes <= xf32_max;
@@ -466,13 +468,15 @@ void LaunchRows(const GemvArgs& a, cudaStream_t stream) {
   switch (a.n) {  // two rows per warp from 2 rows on (swiglu's warps already stream two)
     case 1: {
       // Two weight rows a warp at one row as well (kPair): x read and widened once for both,
-      // two independent sums a lane. Where (PEREGRINE_GEMV_RING_PAIR1, -1 = the rule; else a
-      // bit mask, bit 0 the normed projections, bit 1 the others): the normed ones of k >=
-      // 4096 (Llama-3.1-8B's qkv and lm_head). H200, session 14, two rounds: Llama 1 x 1K
-      // -26 / -11 us a step, 1 x 32K -7; at Qwen3-30B-A3B's k = 2048 +21 / +43 us, on o and
-      // down (64 KB slots, a shallower ring) +60 us at Llama: not there.
-      static const int pair1 = EnvInt("PEREGRINE_GEMV_RING_PAIR1", -1);
-      const bool pair = !kSwiGlu && (pair1 < 0 ? kNorm && a.k >= 4096 : (pair1 & (kNorm ? 1 : 2)) != 0);
+      // two independent sums a lane. Where (SetGemvRingPair1: -1 = the rule, every projection;
+      // 4 = session 14's rule, the normed ones of k >= 4096; else a bit mask, bit 0 the normed
+      // projections, bit 1 the others). Session 14 (4 KB pieces, 64 KB slots): normed of k >=
+      // 4096 -26 / -11 us a step at Llama-3.1-8B 1 x 1K, elsewhere slower; session 15 (32 KB
+      // slots, PlanOf) everywhere, with f32 x: Llama -46 us, Qwen3-30B-A3B -39.
+      const int pair1 = Pair1Ref();
+      const bool pair = !kSwiGlu && (pair1 < 0    ? true
+                                     : pair1 == 4 ? kNorm && a.k >= 4096
+                                                  : (pair1 & (kNorm ? 1 : 2)) != 0);
       if (pair) Launch<1, kNorm, kSwiGlu, !kSwiGlu>(a, stream);
       else Launch<1, kNorm, kSwiGlu, false>(a, stream);
       break;
@@ -530,6 +534,7 @@ void SetGemvRingMode(GemvRingMode mode) { ModeRef() = mode; }
 GemvRingMode GetGemvRingMode() { return ModeRef(); }
 int64_t GemvRingLaunches() { return g_launches.load(std::memory_order_relaxed); }
 int SetGemvRingXF32(int mode) { return std::exchange(XF32Ref(), mode); }
+int SetGemvRingPair1(int mode) { return std::exchange(Pair1Ref(), mode); }
 int64_t GemvRingXF32Launches() { return g_xf32_launches.load(std::memory_order_relaxed); }
 
 }  // namespace pg::cuda

@@ -34,9 +34,14 @@ GemvRingMode GetGemvRingMode();
 // Launches of the ring kernel by this process (tests check the ring actually ran).
 int64_t GemvRingLaunches();
 // Staged x widened to f32 in shared memory (one bf16-weight activation row whose f32 rows fit
-// PEREGRINE_GEMV_RING_XF32_MAX_KB): 1 on, 0 off; the process default from
-// PEREGRINE_GEMV_RING_XF32. Returns the previous setting (tests run both forms). Same sums.
+// PEREGRINE_GEMV_RING_XF32_MAX_KB): a mask, bit 0 normed projections, bit 1 the others (3, the
+// default: both; 0 off); the process default from PEREGRINE_GEMV_RING_XF32. Returns the
+// previous setting (tests run both forms). Same sums.
 int SetGemvRingXF32(int mode);
+// Two weight rows a warp at one activation row (-1, the default: every projection but SwiGLU's,
+// whose warps stream two already; 4: normed ones of k >= 4096; else a mask, bit 0 normed, bit 1
+// the others); the process default from PEREGRINE_GEMV_RING_PAIR1. Returns the previous one.
+int SetGemvRingPair1(int mode);
 int64_t GemvRingXF32Launches();  // launches that staged x as f32
 
 }  // namespace pg::cuda
