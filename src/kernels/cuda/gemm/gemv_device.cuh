@@ -13,41 +13,46 @@
 
 namespace pg::cuda::gemv {
 
-// acc += dot(8 bf16 weights, 8 bf16 activations): the 8 products summed in element order
-// into a part, then one add to acc. Only that add depends on acc, so a lane's consecutive
-// chunks (an unrolled loop) overlap their FMA chains: 1 dependent op a chunk instead of 8
-// (the ring GEMV's consumers were latency-bound on the 8-deep chain: docs/PERF.md "Session 14").
-__device__ __forceinline__ void Dot8(const uint4& wv, const uint4& xv, float& acc) {
+// 8 bf16 values (a 16-byte chunk) widened to f32 (exact): elements 0-3 in lo, 4-7 in hi.
+__device__ __forceinline__ void Widen8(const uint4& v, float4& lo, float4& hi) {
+  const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&v);
+  const float2 a = __bfloat1622float2(p[0]), b = __bfloat1622float2(p[1]);
+  const float2 c = __bfloat1622float2(p[2]), d = __bfloat1622float2(p[3]);
+  lo = make_float4(a.x, a.y, b.x, b.y);
+  hi = make_float4(c.x, c.y, d.x, d.y);
+}
+
+// acc += dot(8 bf16 weights, 8 activations): the 8 products summed in element order into a
+// part, then one add to acc. Only that add depends on acc, so a lane's consecutive chunks (an
+// unrolled loop) overlap their FMA chains: 1 dependent op a chunk instead of 8 (the ring GEMV's
+// consumers were latency-bound on the 8-deep chain: docs/PERF.md "Session 14"). x2(q): the
+// activations 2q, 2q + 1 as f32, taken in q order (the forms below give the same bits).
+template <typename X2>
+__device__ __forceinline__ void Dot8Of(const uint4& wv, X2 x2, float& acc) {
   const __nv_bfloat162* w2 = reinterpret_cast<const __nv_bfloat162*>(&wv);
-  const __nv_bfloat162* x2 = reinterpret_cast<const __nv_bfloat162*>(&xv);
-  const float2 w0 = __bfloat1622float2(w2[0]), x0 = __bfloat1622float2(x2[0]);
+  const float2 w0 = __bfloat1622float2(w2[0]), x0 = x2(0);
   float part = w0.x * x0.x;
   part = fmaf(w0.y, x0.y, part);
 #pragma unroll
   for (int q = 1; q < 4; ++q) {
     const float2 wf = __bfloat1622float2(w2[q]);
-    const float2 xf = __bfloat1622float2(x2[q]);
+    const float2 xf = x2(q);
     part = fmaf(wf.x, xf.x, part);
     part = fmaf(wf.y, xf.y, part);
   }
   acc += part;
 }
-
-// Dot8 with the 8 activations already widened (xa: elements 0-3, xb: 4-7; exact f32 values
-// of bf16): the same products in the same order, so the same bits.
+// 8 bf16 activations.
+__device__ __forceinline__ void Dot8(const uint4& wv, const uint4& xv, float& acc) {
+  const __nv_bfloat162* x2 = reinterpret_cast<const __nv_bfloat162*>(&xv);
+  Dot8Of(wv, [&](int q) { return __bfloat1622float2(x2[q]); }, acc);
+}
+// 8 activations already widened (xa: elements 0-3, xb: 4-7; exact f32 values of bf16).
 __device__ __forceinline__ void Dot8(const uint4& wv, const float4& xa, const float4& xb, float& acc) {
-  const __nv_bfloat162* w2 = reinterpret_cast<const __nv_bfloat162*>(&wv);
-  const float2 w0 = __bfloat1622float2(w2[0]), w1 = __bfloat1622float2(w2[1]);
-  const float2 w2f = __bfloat1622float2(w2[2]), w3 = __bfloat1622float2(w2[3]);
-  float part = w0.x * xa.x;
-  part = fmaf(w0.y, xa.y, part);
-  part = fmaf(w1.x, xa.z, part);
-  part = fmaf(w1.y, xa.w, part);
-  part = fmaf(w2f.x, xb.x, part);
-  part = fmaf(w2f.y, xb.y, part);
-  part = fmaf(w3.x, xb.z, part);
-  part = fmaf(w3.y, xb.w, part);
-  acc += part;
+  Dot8Of(wv, [&](int q) {
+    const float4& h = q < 2 ? xa : xb;
+    return q % 2 ? make_float2(h.z, h.w) : make_float2(h.x, h.y);
+  }, acc);
 }
 
 __device__ __forceinline__ float SumSq8(const uint4& v) {
@@ -81,29 +86,32 @@ struct Bf16Staging {
 };
 
 // F32Staging: the same bf16 values widened to f32 (exact), so consumers skip the widening.
-// Chunk i's 8 values are two float4s at F32Lo(i) and F32Lo(i) + 32 of the row: a warp reading
-// chunks lane + 32 m touches 32 consecutive float4s a load (no bank conflicts). Row stride
-// F32RowVecs(k) float4s.
+// Chunk i's 8 values are two float4s, Read(r, i).lo at F32Lo(i) of the row and .hi 32 float4s
+// later: a warp reading chunks lane + 32 m touches 32 consecutive float4s a load (no bank
+// conflicts). Row stride F32RowVecs(k) float4s.
 __host__ __device__ constexpr int64_t F32RowVecs(int64_t k) { return (k / 8 + 31) / 32 * 64; }
 __host__ __device__ constexpr int64_t F32Lo(int64_t i) { return i / 32 * 64 + i % 32; }
 struct F32Staging {
+  static constexpr int kHi = 32;  // float4s from a chunk's lo half to its hi half
+  struct Chunk {
+    float4 lo, hi;
+  };
   float4* f;
   int64_t ld;  // F32RowVecs(k)
+  __device__ __forceinline__ Chunk Read(int r, int64_t i) const {
+    const float4* p = f + r * ld + F32Lo(i);
+    return {p[0], p[kHi]};
+  }
   __device__ __forceinline__ void Put(int r, int64_t i, const uint4& v) const {
-    const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&v);
-    const float2 a = __bfloat1622float2(p[0]), b = __bfloat1622float2(p[1]);
-    const float2 c = __bfloat1622float2(p[2]), d = __bfloat1622float2(p[3]);
-    float4* row = f + r * ld + F32Lo(i);
-    row[0] = make_float4(a.x, a.y, b.x, b.y);
-    row[32] = make_float4(c.x, c.y, d.x, d.y);
+    float4* p = f + r * ld + F32Lo(i);
+    Widen8(v, p[0], p[kHi]);
   }
   __device__ __forceinline__ uint4 Get(int r, int64_t i) const {  // exact: the values are bf16
-    const float4* row = f + r * ld + F32Lo(i);
-    const float4 lo = row[0], hi = row[32];
+    const Chunk c = Read(r, i);
     uint4 v;
     __nv_bfloat162* p = reinterpret_cast<__nv_bfloat162*>(&v);
-    p[0] = __floats2bfloat162_rn(lo.x, lo.y), p[1] = __floats2bfloat162_rn(lo.z, lo.w);
-    p[2] = __floats2bfloat162_rn(hi.x, hi.y), p[3] = __floats2bfloat162_rn(hi.z, hi.w);
+    p[0] = __floats2bfloat162_rn(c.lo.x, c.lo.y), p[1] = __floats2bfloat162_rn(c.lo.z, c.lo.w);
+    p[2] = __floats2bfloat162_rn(c.hi.x, c.hi.y), p[3] = __floats2bfloat162_rn(c.hi.z, c.hi.w);
     return v;
   }
 };

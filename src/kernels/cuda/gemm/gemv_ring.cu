@@ -96,17 +96,12 @@ struct XBf16 {  // bf16 chunks, row stride ld chunks (shared or global)
   __device__ __forceinline__ uint4 Load(int r, int64_t u) const { return x[r * ld + u]; }
   __device__ __forceinline__ static void Dot(const uint4& w, const uint4& v, float& acc) { gemv::Dot8(w, v, acc); }
 };
-struct XF32 {  // gemv::F32Staging's layout: the chunk's 8 values widened, as two float4s
-  const float4* x;
-  int64_t ld;  // float4s a row
-  struct V {
-    float4 a, b;
-  };
-  __device__ __forceinline__ V Load(int r, int64_t u) const {
-    const float4* p = x + r * ld + gemv::F32Lo(u);
-    return {p[0], p[32]};
+struct XF32 {  // staged widened (gemv::F32Staging)
+  gemv::F32Staging s;
+  __device__ __forceinline__ gemv::F32Staging::Chunk Load(int r, int64_t u) const { return s.Read(r, u); }
+  __device__ __forceinline__ static void Dot(const uint4& w, const gemv::F32Staging::Chunk& v, float& acc) {
+    gemv::Dot8(w, v.lo, v.hi, acc);
   }
-  __device__ __forceinline__ static void Dot(const uint4& w, const V& v, float& acc) { gemv::Dot8(w, v.a, v.b, acc); }
 };
 
 // kFp8: w holds fp8 e4m3 bytes (a.w reinterpreted; a.ldw in bytes) scaled by p.w_scale
@@ -202,10 +197,9 @@ __global__ void __launch_bounds__(kThreads, 2) GemvRingKernel(GemvArgs a, RingPl
   uint4* xs = reinterpret_cast<uint4*>(smem + p.x_offset);
   // The f32 form is built for one bf16 activation row only (PlanOf sets x_f32 nowhere else).
   constexpr bool kXF32Form = !kFp8 && NB == 1;
-  const XF32 xw{reinterpret_cast<const float4*>(xs), gemv::F32RowVecs(a.k)};
+  const XF32 xw{{reinterpret_cast<float4*>(xs), gemv::F32RowVecs(a.k)}};
   if (kXF32Form && p.x_f32)
-    gemv::StageRowsTo<NB, kConsumerWarps>(a, 0, gemv::F32Staging{reinterpret_cast<float4*>(xs), xw.ld},
-                                          threadIdx.x, kNorm, [] { ConsumerBarrier(); }, &nw);
+    gemv::StageRowsTo<NB, kConsumerWarps>(a, 0, xw.s, threadIdx.x, kNorm, [] { ConsumerBarrier(); }, &nw);
   else if (p.stage_x)
     gemv::StageRows<NB, kConsumerWarps>(a, 0, xs, threadIdx.x, kNorm, [] { ConsumerBarrier(); }, &nw);
   PG_TRACE_MARK(0);  // x staged
@@ -282,13 +276,11 @@ __global__ void __launch_bounds__(kThreads, 2) GemvRingKernel(GemvArgs a, RingPl
       if (t == 0) PG_TRACE_MARK(3);  // the first row stored
     }
   };
-  if constexpr (kXF32Form)
-    if (p.x_f32) {
-      consume(xw);
-      PG_TRACE_MARK(2);
-      return;
-    }
-  consume(XBf16{p.stage_x ? xs : reinterpret_cast<const uint4*>(a.x), xld});
+  if (kXF32Form && p.x_f32) {
+    if constexpr (kXF32Form) consume(xw);  // (the fp8 consumers read bf16 chunks only)
+  } else {
+    consume(XBf16{p.stage_x ? xs : reinterpret_cast<const uint4*>(a.x), xld});
+  }
   PG_TRACE_MARK(2);  // this warp's rows stored
 }
 
@@ -475,9 +467,8 @@ void LaunchRows(const GemvArgs& a, cudaStream_t stream) {
       // 4096 -26 / -11 us a step at Llama-3.1-8B 1 x 1K, elsewhere slower; session 15 (32 KB
       // slots, PlanOf) everywhere, with f32 x: Llama 1 x 1K -40 us, Qwen3-30B-A3B -46.
       const int pair1 = Pair1Ref();
-      const bool pair = !kSwiGlu && (pair1 < 0    ? true
-                                     : pair1 == 4 ? kNorm && a.k >= 4096
-                                                  : (pair1 & (kNorm ? 1 : 2)) != 0);
+      const bool pair = !kSwiGlu && (pair1 < 0 || (pair1 == 4 ? kNorm && a.k >= 4096
+                                                               : (pair1 & (kNorm ? 1 : 2)) != 0));
       if (pair) Launch<1, kNorm, kSwiGlu, !kSwiGlu>(a, stream);
       else Launch<1, kNorm, kSwiGlu, false>(a, stream);
       break;
