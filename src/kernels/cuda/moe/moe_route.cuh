@@ -11,6 +11,7 @@
 
 #include <cfloat>
 
+#include "kernels/cuda/common/block_trace.cuh"
 #include "kernels/cuda/moe/moe_device.cuh"
 #include "kernels/cuda/moe/moe_params.h"
 
@@ -92,6 +93,7 @@ __device__ inline void RouteWarpLogits(const MoeRouterArgs& a, const float (&lg)
 #pragma unroll
     for (int j = 0; j < P; ++j) s[j] *= inv;
   }
+  PG_TRACE_MARK(0);  // scores (the logits arrived)
 #pragma unroll
   for (int j = 0; j < P; ++j) {
     const int e = lane + 32 * j;
@@ -135,6 +137,7 @@ __device__ inline void RouteWarpLogits(const MoeRouterArgs& a, const float (&lg)
     sum += se;
     if (lane == k) my_id = int(e), my_score = se;
   }
+  PG_TRACE_MARK(1);  // top-k chosen
   float w = 0.0f;
   if (lane < a.top_k) {
     w = my_score;

@@ -17,6 +17,7 @@
 
 #include <cfloat>
 
+#include "core/env.h"
 #include "kernels/cuda/common/pdl.cuh"
 #include "kernels/cuda/moe/moe_device.cuh"
 #include "kernels/cuda/moe/moe_params.h"
@@ -134,6 +135,7 @@ __global__ void __launch_bounds__(kWarps * 32) RouterKernel(MoeRouterArgs a) {
   if (t >= a.num_tokens) return;
   float* score = smem + size_t(warp) * 2 * a.num_experts;
   RouteAny(a, t, score, score + a.num_experts, lane);
+  PG_TRACE_MARK(2);  // routes stored
 }
 
 __device__ __forceinline__ float RoundBf16(float v) {
@@ -342,60 +344,77 @@ __global__ void __launch_bounds__(kWarps * 32) NormLogitsKernel(MoeRouterArgs a)
       }
     }
   }
-  PdlWait();  // x comes from upstream kernels; logits / normed are written below
-  PdlTrigger();
   float* logits = static_cast<float*>(const_cast<void*>(a.logits));
-  for (int64_t t = 0; t < a.num_tokens; ++t) {
-    const uint4* x4 = reinterpret_cast<const uint4*>(a.x + t * a.ldx);
-    uint4 xr[kPreChunks];
+  // a.warm: pass 0, before PdlWait (the kernel launches while the o projection still runs),
+  // takes token 0 with its own router row as x and stores nothing: the same instructions, so
+  // pass 1 finds them and the parameters in the SM's caches.
+#pragma unroll 1
+  for (int pass = a.warm ? 0 : 1; pass < 2; ++pass) {
+    const bool real = pass == 1;
+    if (real) {
+      PdlWait();  // x comes from upstream kernels; logits / normed are written below
+      PdlTrigger();
+    }
+    for (int64_t t = 0; t < (real ? a.num_tokens : 1); ++t) {
+      const uint4* x4 = reinterpret_cast<const uint4*>(a.x + t * a.ldx);
+      uint4 xr[kPreChunks];
 #pragma unroll
-    for (int q = 0; q < kPreChunks; ++q)
-      if (lane + 32 * q < nc) xr[q] = __ldg(x4 + lane + 32 * q);
-    float inv = 1.0f;
-    if (a.norm_w) {
-      float ss = 0.0f;
+      for (int q = 0; q < kPreChunks; ++q)
+        if (lane + 32 * q < nc) xr[q] = real ? __ldg(x4 + lane + 32 * q) : w[q];
+      float inv = 1.0f;
+      if (a.norm_w) {
+        float ss = 0.0f;
+#pragma unroll
+        for (int q = 0; q < kPreChunks; ++q) {
+          if (lane + 32 * q >= nc) continue;
+          float f[8];
+          moe::Widen<false>(xr[q], f);
+#pragma unroll
+          for (int i = 0; i < 8; ++i) ss = fmaf(f[i], f[i], ss);
+        }
+        inv = rsqrtf(WarpSum(ss) / float(a.hidden) + a.eps);
+      }
+      PG_TRACE_MARK(0);  // x arrived, 1 / rms
+      bf16* out = real && a.norm_w && blockIdx.x == 0 && warp == 0 ? a.normed + t * a.ld_normed : nullptr;
+      float acc = 0.0f;
 #pragma unroll
       for (int q = 0; q < kPreChunks; ++q) {
-        if (lane + 32 * q >= nc) continue;
-        float f[8];
+        const int c = lane + 32 * q;
+        if (c >= nc) continue;
+        float f[8], wf[8];
         moe::Widen<false>(xr[q], f);
+        if (a.norm_w) {
+          const float gw[8] = {g[q][0].x, g[q][0].y, g[q][0].z, g[q][0].w,
+                               g[q][1].x, g[q][1].y, g[q][1].z, g[q][1].w};
+          __align__(16) bf16 ov[8];
 #pragma unroll
-        for (int i = 0; i < 8; ++i) ss = fmaf(f[i], f[i], ss);
-      }
-      inv = rsqrtf(WarpSum(ss) / float(a.hidden) + a.eps);
-    }
-    bf16* out = a.norm_w && blockIdx.x == 0 && warp == 0 ? a.normed + t * a.ld_normed : nullptr;
-    float acc = 0.0f;
-#pragma unroll
-    for (int q = 0; q < kPreChunks; ++q) {
-      const int c = lane + 32 * q;
-      if (c >= nc) continue;
-      float f[8], wf[8];
-      moe::Widen<false>(xr[q], f);
-      if (a.norm_w) {
-        const float gw[8] = {g[q][0].x, g[q][0].y, g[q][0].z, g[q][0].w,
-                             g[q][1].x, g[q][1].y, g[q][1].z, g[q][1].w};
-        __align__(16) bf16 ov[8];
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          ov[i] = __float2bfloat16_rn(f[i] * inv * gw[i]);
-          f[i] = __bfloat162float(ov[i]);
+          for (int i = 0; i < 8; ++i) {
+            ov[i] = __float2bfloat16_rn(f[i] * inv * gw[i]);
+            f[i] = __bfloat162float(ov[i]);
+          }
+          if (out) reinterpret_cast<uint4*>(out)[c] = *reinterpret_cast<const uint4*>(ov);
         }
-        if (out) reinterpret_cast<uint4*>(out)[c] = *reinterpret_cast<const uint4*>(ov);
-      }
-      moe::Widen<false>(w[q], wf);
+        moe::Widen<false>(w[q], wf);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) acc = fmaf(wf[i], f[i], acc);
+        for (int i = 0; i < 8; ++i) acc = fmaf(wf[i], f[i], acc);
+      }
+      acc = WarpSum(acc);
+      PG_TRACE_MARK(1);  // dot
+      if (real && has_row && lane == 0) logits[t * a.logits_stride + e] = acc;
     }
-    acc = WarpSum(acc);
-    if (has_row && lane == 0) logits[t * a.logits_stride + e] = acc;
   }
+  PG_TRACE_MARK(2);  // logits stored
 }
 
 }  // namespace
 
-void LaunchMoeRouter(const MoeRouterArgs& a, cudaStream_t stream) {
-  if (a.num_tokens == 0) return;
+void LaunchMoeRouter(const MoeRouterArgs& a_in, cudaStream_t stream) {
+  if (a_in.num_tokens == 0) return;
+  // NormLogitsKernel's warm pass (MoeRouterArgs::warm). H200, Qwen3-30B-A3B 1 x 1K, two calls,
+  // two rounds each: -28 and -51 us a step (its post-wait time 3.8 -> 2.7 us a layer in a
+  // block trace); DeepSeek-V2-Lite -6 us (docs/PERF.md "Session 16").
+  static const bool warm = EnvFlag("PEREGRINE_MOE_NORM_LOGITS_WARM", true);
+  MoeRouterArgs a = a_in;
   const size_t smem = size_t(kWarps) * 2 * size_t(a.num_experts) * sizeof(float);
   if (a.x) {
     auto al16 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
@@ -404,6 +423,7 @@ void LaunchMoeRouter(const MoeRouterArgs& a, cudaStream_t stream) {
                      (!a.residual || (a.ld_res % 8 == 0 && al16(a.residual))) &&
                      (!a.normed || (a.ld_normed % 8 == 0 && al16(a.normed)));
     const unsigned blocks = unsigned((a.num_experts + kWarps - 1) / kWarps);
+    a.warm = warm;
     if (a.defer_route && vec && !a.residual && a.hidden <= 8 * 32 * kPreChunks)
       (void)LaunchPdl(NormLogitsKernel, dim3(blocks), dim3(kWarps * 32), 0, stream, a);
     else
