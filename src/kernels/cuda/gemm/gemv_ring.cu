@@ -350,8 +350,7 @@ int& Pair1Ref() {  // SetGemvRingPair1
 // so a slot is 32 KB also where a warp streams two rows (kPair, SwiGLU; 4 KB pieces made those
 // 64 KB slots, 2-3 a ring; H200, session 15, with pairs everywhere and f32 x: Llama-3.1-8B
 // 1 x 1K -40 to -46 us a step, Qwen3-30B-A3B -39 to -46, Llama 1 x 32K +30: docs/PERF.md
-// "Session 15"), as
-// many slots as fit up to 6 (PEREGRINE_GEMV_RING_DEPTH) in PEREGRINE_GEMV_RING_BUDGET_KB (200:
+// "Session 15"), as many slots as fit up to 6 (PEREGRINE_GEMV_RING_DEPTH) in PEREGRINE_GEMV_RING_BUDGET_KB (200:
 // ring + x, one block an SM; 160-192 KB in flight an SM). (Five slots at k < 4096, where six
 // fit, so that a 4-warp small decode attention block fits beside: measured equal or slower on
 // Qwen3-30B-A3B's qkv, docs/PERF.md "session 9".)
@@ -461,14 +460,13 @@ void LaunchRows(const GemvArgs& a, cudaStream_t stream) {
   switch (a.n) {  // two rows per warp from 2 rows on (swiglu's warps already stream two)
     case 1: {
       // Two weight rows a warp at one row as well (kPair): x read and widened once for both,
-      // two independent sums a lane. Where (SetGemvRingPair1: -1 = the rule, every projection;
-      // 4 = session 14's rule, the normed ones of k >= 4096; else a bit mask, bit 0 the normed
-      // projections, bit 1 the others). Session 14 (4 KB pieces, 64 KB slots): normed of k >=
-      // 4096 -26 / -11 us a step at Llama-3.1-8B 1 x 1K, elsewhere slower; session 15 (32 KB
-      // slots, PlanOf) everywhere, with f32 x: Llama 1 x 1K -40 us, Qwen3-30B-A3B -46.
+      // two independent sums a lane. Where (SetGemvRingPair1: -1 = every projection; else a
+      // bit mask, bit 0 the normed projections, bit 1 the others). Session 14 (4 KB pieces, 64
+      // KB slots): only the normed ones of k >= 4096 gained (Llama-3.1-8B 1 x 1K -26 / -11 us a
+      // step); session 15 (32 KB slots, PlanOf) everywhere, with f32 x: Llama 1 x 1K -40 us,
+      // Qwen3-30B-A3B -46.
       const int pair1 = Pair1Ref();
-      const bool pair = !kSwiGlu && (pair1 < 0 || (pair1 == 4 ? kNorm && a.k >= 4096
-                                                               : (pair1 & (kNorm ? 1 : 2)) != 0));
+      const bool pair = !kSwiGlu && (pair1 < 0 || (pair1 & (kNorm ? 1 : 2)) != 0);
       if (pair) Launch<1, kNorm, kSwiGlu, !kSwiGlu>(a, stream);
       else Launch<1, kNorm, kSwiGlu, false>(a, stream);
       break;

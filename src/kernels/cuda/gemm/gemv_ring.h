@@ -39,8 +39,8 @@ int64_t GemvRingLaunches();
 // previous setting (tests run both forms). Same sums.
 int SetGemvRingXF32(int mode);
 // Two weight rows a warp at one activation row (-1, the default: every projection but SwiGLU's,
-// whose warps stream two already; 4: normed ones of k >= 4096; else a mask, bit 0 normed, bit 1
-// the others); the process default from PEREGRINE_GEMV_RING_PAIR1. Returns the previous one.
+// whose warps stream two already; else a mask, bit 0 normed, bit 1 the others); the process
+// default from PEREGRINE_GEMV_RING_PAIR1. Returns the previous one.
 int SetGemvRingPair1(int mode);
 int64_t GemvRingXF32Launches();  // launches that staged x as f32
 

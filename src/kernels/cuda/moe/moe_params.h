@@ -56,10 +56,6 @@ struct MoeRouterArgs {
   // stop: no routing, no counter. The walking gate/up kernel routes from the logits
   // (MoeWalkArgs::self_route). Needs no residual (block 0 would overwrite another block's input).
   bool defer_route;
-  // Set by LaunchMoeRouter (PEREGRINE_MOE_NORM_LOGITS_WARM, default on): NormLogitsKernel
-  // runs its code once before PdlWait on made-up inputs, results dropped, so its instructions
-  // and parameters are in the SM's caches when x arrives.
-  bool warm = false;
 };
 void LaunchMoeRouter(const MoeRouterArgs& a, cudaStream_t stream);
 

@@ -324,7 +324,7 @@ __global__ void __launch_bounds__(kWarps * 32) FusedRouterKernel(MoeRouterArgs a
 // chunks per lane), reduces its sum of squares itself (every warp the same 1/rms: no block
 // barrier) and takes the dot. Warp 0 of block 0 stores the normed row. Same values as
 // FusedRouterKernel's (bf16-rounded normed inputs), up to the f32 order of the squares' sum.
-__global__ void __launch_bounds__(kWarps * 32) NormLogitsKernel(MoeRouterArgs a) {
+__global__ void __launch_bounds__(kWarps * 32) NormLogitsKernel(MoeRouterArgs a, bool warm) {
   PG_BLOCK_TRACE(kTraceNormLogits);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int e = blockIdx.x * kWarps + warp;
@@ -345,11 +345,11 @@ __global__ void __launch_bounds__(kWarps * 32) NormLogitsKernel(MoeRouterArgs a)
     }
   }
   float* logits = static_cast<float*>(const_cast<void*>(a.logits));
-  // a.warm: pass 0, before PdlWait (the kernel launches while the o projection still runs),
+  // warm: pass 0, before PdlWait (the kernel launches while the o projection still runs),
   // takes token 0 with its own router row as x and stores nothing: the same instructions, so
   // pass 1 finds them and the parameters in the SM's caches.
 #pragma unroll 1
-  for (int pass = a.warm ? 0 : 1; pass < 2; ++pass) {
+  for (int pass = warm ? 0 : 1; pass < 2; ++pass) {
     const bool real = pass == 1;
     if (real) {
       PdlWait();  // x comes from upstream kernels; logits / normed are written below
@@ -408,13 +408,12 @@ __global__ void __launch_bounds__(kWarps * 32) NormLogitsKernel(MoeRouterArgs a)
 
 }  // namespace
 
-void LaunchMoeRouter(const MoeRouterArgs& a_in, cudaStream_t stream) {
-  if (a_in.num_tokens == 0) return;
-  // NormLogitsKernel's warm pass (MoeRouterArgs::warm). H200, Qwen3-30B-A3B 1 x 1K, two calls,
-  // two rounds each: -28 and -51 us a step (its post-wait time 3.8 -> 2.7 us a layer in a
-  // block trace); DeepSeek-V2-Lite -6 us (docs/PERF.md "Session 16").
+void LaunchMoeRouter(const MoeRouterArgs& a, cudaStream_t stream) {
+  if (a.num_tokens == 0) return;
+  // NormLogitsKernel's warm pass (PEREGRINE_MOE_NORM_LOGITS_WARM=0: off). H200, Qwen3-30B-A3B
+  // 1 x 1K, three calls, two rounds each: -28 to -55 us a step (its post-wait time 3.8 -> 2.7 us
+  // a layer in a block trace); DeepSeek-V2-Lite -6 us (docs/PERF.md "Session 16").
   static const bool warm = EnvFlag("PEREGRINE_MOE_NORM_LOGITS_WARM", true);
-  MoeRouterArgs a = a_in;
   const size_t smem = size_t(kWarps) * 2 * size_t(a.num_experts) * sizeof(float);
   if (a.x) {
     auto al16 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
@@ -423,9 +422,8 @@ void LaunchMoeRouter(const MoeRouterArgs& a_in, cudaStream_t stream) {
                      (!a.residual || (a.ld_res % 8 == 0 && al16(a.residual))) &&
                      (!a.normed || (a.ld_normed % 8 == 0 && al16(a.normed)));
     const unsigned blocks = unsigned((a.num_experts + kWarps - 1) / kWarps);
-    a.warm = warm;
     if (a.defer_route && vec && !a.residual && a.hidden <= 8 * 32 * kPreChunks)
-      (void)LaunchPdl(NormLogitsKernel, dim3(blocks), dim3(kWarps * 32), 0, stream, a);
+      (void)LaunchPdl(NormLogitsKernel, dim3(blocks), dim3(kWarps * 32), 0, stream, a, warm);
     else
       (void)LaunchPdl(FusedRouterKernel, dim3(blocks), dim3(kWarps * 32), smem, stream, a, vec);
   } else {
