@@ -461,6 +461,31 @@ bool DecodeFusedSupports(int head_dim, int group, KvType) {
   return MmaFusedSupports(head_dim, group);
 }
 
+// The cluster merge (AttentionArgs::cluster_merge): -1 by FusedClusterPlan, 0 never, 1 forced
+// wherever the small variant's splits fit one cluster (PG_FUSED_CLUSTER; tests set it).
+static int& FusedClusterRef() {
+  static int mode = EnvInt("PG_FUSED_CLUSTER", -1);
+  return mode;
+}
+int SetDecodeFusedClusterMode(int mode) { return std::exchange(FusedClusterRef(), mode); }
+
+// The cluster plan: 64 keys a split (<= 16 splits up to 1K keys: one cluster a kv head),
+// the small variant with 3 tile warps, and the cluster merge where the splits fit one cluster
+// (longer plans merge through the counter) — where the GQA group is larger than the block's 4
+// warps (the counter merge's last block takes a head a warp, so two rounds of loads there;
+// the cluster merges every head in one round through distributed shared memory), for bf16
+// caches, <= 8 sequences and plans of <= 4096 keys (the range measured). H200, Qwen3-30B-A3B
+// (group 8; docs/PERF.md "Session 17"; step us, without -> with, same call): 1 x 1K 2774 /
+// 2774 -> 2729 / 2736, 1 x 2K 2964 / 2966 -> 2892 / 2892 (32 splits: counter merge; why the
+// 64-key splits gain there was not analysed), 8 x 1K 9961 -> 9827, 1 x 4K 3119 -> 3093;
+// Llama-3.1-8B (group 4) loses with it (+40 us at 1 x 1K), which the rule leaves out.
+// PG_FUSED_CLUSTER=0 turns off the plan with the merge, PG_FUSED_CLUSTER_PLAN=0 the plan only.
+bool FusedClusterPlan(const FusedPlanShape& sh) {
+  static const bool plan_env = EnvFlag("PG_FUSED_CLUSTER_PLAN", true);
+  if (!plan_env || FusedClusterRef() >= 0 || sh.fp8 || sh.kv_heads <= 0) return false;
+  return sh.heads / sh.kv_heads > kWarps && sh.num_seqs <= 8 && sh.max_len > 0 && sh.max_len <= 4096;
+}
+
 // The fused kernel's keys per active split, from the model-step A/B grids (H200, docs/PERF.md
 // "Single-kernel decode attention", "Decode attention keys per split, session 5" and "Fused
 // decode attention latency paths, session 7"): 32 (Llama-3.1-8B 1K x 1: 4510 us per step at 16
@@ -471,7 +496,8 @@ bool DecodeFusedSupports(int head_dim, int group, KvType) {
 // at 8 x 32K with 16 keys per split: 13452 vs 11827 us at 64 — the CUDA registration leaves
 // that shape to the unfused kernels.) The host plan and the device args must use the same
 // value (RunFusedAttention sets it in both).
-int DecodeFusedMinSplitKeys(int /*kv_heads*/, int64_t /*max_len*/) { return 32; }
+// The cluster plan (FusedClusterPlan) takes 64.
+int DecodeFusedMinSplitKeys(const FusedPlanShape& sh) { return FusedClusterPlan(sh) ? 64 : 32; }
 
 // The fused kernel's A/B knobs over the decode kernel's (ApplyKnobs): PG_FUSED_MIN_SPLIT_KEYS
 // (keys per active split), PG_FUSED_PREP_REGS (0 / 1: the new token's preparation and the
@@ -479,18 +505,13 @@ int DecodeFusedMinSplitKeys(int /*kv_heads*/, int64_t /*max_len*/) { return 32; 
 // PG_FUSED_PDL_LATE (1: PDL trigger after the key loop; default 0,
 // at the start: the next kernel streams its weights during the attention, measured 6146 vs
 // 6894 us per Llama-3.1-8B step at 32K x 1 and equal or better in every other cell).
-static bool& FusedClusterRef() {
-  static bool on = EnvFlag("PG_FUSED_CLUSTER", false);
-  return on;
-}
-bool SetDecodeFusedClusterMerge(bool on) { return std::exchange(FusedClusterRef(), on); }
 
 static AttentionArgs FusedKnobs(const AttentionArgs& args) {
   static const int min_keys = EnvInt("PG_FUSED_MIN_SPLIT_KEYS", 0);
   static const int late = EnvInt("PG_FUSED_PDL_LATE", 0);
   AttentionArgs a = args;
   ApplyKnobs(a);
-  a.cluster_merge = FusedClusterRef();
+  a.cluster_merge = FusedClusterRef() == 1;
   if (min_keys > 0) a.min_split_keys = min_keys;
   a.pdl_late_trigger = late != 0;
   return a;
@@ -603,7 +624,11 @@ void LaunchDecodeFused(const AttentionArgs& args, const RopeKvWriteArgs& rope, c
   AttentionArgs a = FusedKnobs(pre);
   const auto [capacity, base] = ShapeOf(a, a.batch.num_seqs, /*fused=*/true);
   a.wave_splits = int(std::clamp<int64_t>(capacity / base, 1, kCombineMaxSplits));
-  const int small = FusedSmall(a, max_len);
+  const FusedPlanShape shape{a.heads, a.kv_heads, a.batch.num_seqs, max_len,
+                             a.kv_type == KvType::kF8E4M3};
+  const bool cluster_plan = FusedClusterPlan(shape);
+  a.cluster_merge = a.cluster_merge || cluster_plan;
+  const int small = FusedSmallModeRef() < 0 && cluster_plan ? 3 : FusedSmall(a, max_len);
   g_fused_launches.fetch_add(1, std::memory_order_relaxed);
   if (small) g_small_launches.fetch_add(1, std::memory_order_relaxed);
   static const bool log = EnvFlag("PG_FUSED_SMALL_LOG", false);

@@ -284,6 +284,7 @@ __global__ void __launch_bounds__(256)
       prefetch_tile(next + a.l2_prefetch_tiles);
     CpAsyncCommit();
     CpAsyncWait<kSt - 1>();
+    if (i == 0) PG_TRACE_MARK(3);  // the first tile landed
     const uint4* st = ring + (i % kSt) * M::kStageU4;
     const uint4* sv = st + M::kKU4;
     if constexpr (kF8) {  // widen this lane's raw V chunks into the f16 tile

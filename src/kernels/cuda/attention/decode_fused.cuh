@@ -273,16 +273,16 @@ __device__ void PrepareNewTokenFast(const RopeKvWriteArgs& f, int row, int kvh, 
 #pragma unroll
   for (int i = 0; i < kMaxQ; ++i) {
     const int r = warp + warps * i;
-    if (r >= FusedScratch<D>::kRows) break;  // warp-uniform
+    // Warp-uniform. Rows past the group get no logit: the kernel reads score[r] for r < group
+    // only (their reduction's five dependent shuffles were on every warp's path).
+    if (r >= group) break;
+    NormRopeRow<D>(qx[i], in.qw, norm, f.norm_eps, f, in);
     float dot = 0.0f;
-    if (r < group) {
-      NormRopeRow<D>(qx[i], in.qw, norm, f.norm_eps, f, in);
 #pragma unroll
-      for (int j = 0; j < kV; ++j) {
-        const bf16 qb = __float2bfloat16_rn(qx[i][j]);  // exact: qx is a bf16 value
-        sc.q[r * D + lane + 32 * j] = qb;
-        dot += __bfloat162float(qb) * kx[j];
-      }
+    for (int j = 0; j < kV; ++j) {
+      const bf16 qb = __float2bfloat16_rn(qx[i][j]);  // exact: qx is a bf16 value
+      sc.q[r * D + lane + 32 * j] = qb;
+      dot += __bfloat162float(qb) * kx[j];
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
@@ -455,21 +455,32 @@ __device__ __forceinline__ void ClusterMergeSplits(const AttentionArgs& a, int t
   cg::cluster_group cl = cg::this_cluster();
   cl.sync();  // release / acquire: every split's partial is in its block's shared memory
   const int D = a.head_dim, items = ng * D;
-  if (active > 1) {
+  constexpr int kMax = 16;  // the largest cluster (decode_attention_mma.cu kMaxClusterSplits)
+  if (active > 1) {  // active <= kMax: the launcher's rule (num_splits <= kMaxClusterSplits)
+    // One round of distributed shared-memory loads a thread: its (head, dim) from every split,
+    // with the head's (max, sum) pairs; then the sums in FusedFinishSplits' order.
     for (int idx = int(cl.block_rank()) * blockDim.x + threadIdx.x; idx < items;
          idx += active * blockDim.x) {
-      const int g = idx / D, e = idx % D;
+      const int g = idx / D;
+      float p[kMax], m[kMax], l[kMax];
+#pragma unroll
+      for (int i = 0; i < kMax; ++i) {
+        const float* q = cl.map_shared_rank(part, i < active ? i : 0);
+        p[i] = q[idx], m[i] = i < active ? q[items + g] : -INFINITY, l[i] = q[items + ng + g];
+      }
       float mx = -INFINITY;
-      for (int i = 0; i < active; ++i) mx = fmaxf(mx, cl.map_shared_rank(part, i)[items + g]);
+#pragma unroll
+      for (int i = 0; i < kMax; ++i) mx = fmaxf(mx, m[i]);
       float sum = 0.0f, o = 0.0f;
-      for (int i = 0; i < active; ++i) {
-        const float* p = cl.map_shared_rank(part, i);
-        const float c = Exp2Or0(p[items + g], mx);
-        sum += c * p[items + ng + g];
-        o += c * p[idx];
+#pragma unroll
+      for (int i = 0; i < kMax; ++i) {
+        if (i >= active) continue;
+        const float c = Exp2Or0(m[i], mx);
+        sum += c * l[i];
+        o += c * p[i];
       }
       const float inv = sum > 0.0f ? a.v_scale / sum : 0.0f;
-      a.out[int64_t(t) * a.out_stride + int64_t(h0 + g) * D + e] = __float2bfloat16_rn(o * inv);
+      a.out[int64_t(t) * a.out_stride + int64_t(h0 + g) * D + idx % D] = __float2bfloat16_rn(o * inv);
     }
   }
   cl.sync();  // no block leaves while another reads its shared memory

@@ -13,9 +13,19 @@ namespace pg::cuda {
 
 // Head dims 64 / 128, GQA group <= 16, bf16 or fp8 e4m3 caches.
 bool DecodeFusedSupports(int head_dim, int group, KvType kv_type);
+// A fused launch's plan inputs: query / kv heads, sequences, the longest causal range the
+// plan serves (a captured graph replays at shorter ones), fp8 cache.
+struct FusedPlanShape {
+  int heads = 0, kv_heads = 0, num_seqs = 0;
+  int64_t max_len = 0;
+  bool fp8 = false;
+};
 // Keys per active split (AttentionArgs::min_split_keys) of the fused kernel for this shape;
 // the caller sets it before DecodeFusedSplits and LaunchDecodeFused.
-int DecodeFusedMinSplitKeys(int kv_heads, int64_t max_len);
+int DecodeFusedMinSplitKeys(const FusedPlanShape& shape);
+// Whether the shape takes the cluster plan (decode_attention.cu: 64 keys a split, the small
+// variant with 3 tile warps, splits merged in a thread-block cluster).
+bool FusedClusterPlan(const FusedPlanShape& shape);
 // The split count for this batch shape (as DecodeAttentionSplits, for the fused kernel's
 // block layout: one block per (sequence, kv head, split)).
 int DecodeFusedSplits(const AttentionArgs& a, int num_seqs, int64_t max_len);
@@ -55,10 +65,11 @@ int SetDecodeFusedPrepMode(int mode);
 int64_t DecodeFusedSmallLaunches();
 int64_t DecodeFusedLaunches();
 // The small variant's cluster merge (AttentionArgs::cluster_merge: a kv head's <= 16 splits
-// merged through distributed shared memory, no partials in global memory): the process default
-// from PG_FUSED_CLUSTER (off; tests force it; returns the previous setting), and the launches
-// that took it.
-bool SetDecodeFusedClusterMerge(bool on);
+// merged through distributed shared memory, no partials in global memory): -1 where
+// FusedClusterPlan says, 0 never (nor the plan), 1 forced wherever the splits fit a cluster;
+// the process default from PG_FUSED_CLUSTER (tests set it; returns the previous mode), and the
+// launches that took it.
+int SetDecodeFusedClusterMode(int mode);
 int64_t DecodeFusedClusterLaunches();
 
 }  // namespace pg::cuda
