@@ -425,8 +425,8 @@ bool FusedAttentionSupported(const RopeKvWriteAttentionParams& p) {
     if (l != 1) return false;
   const int heads = int(r.q.dim(1)), kv_heads = int(r.cache.k_cache.dim(2));
   const int64_t max_len = LongestKeys(b, p.sliding_window);
-  const bool fp8 = r.cache.k_cache.dtype == DType::kF8E4M3;
-  if (fp8 && cuda::DecodeFusedMinSplitKeys({heads, kv_heads, b.num_seqs, max_len, fp8}) < 64 &&
+  if (r.cache.k_cache.dtype == DType::kF8E4M3 &&
+      cuda::DecodeFusedMinSplitKeys(kv_heads, max_len) < 64 &&
       int64_t(b.num_seqs) * max_len > FusedAttentionMaxFp8Keys() && !StreamFusedRoute(p, max_len))
     return false;
   return cuda::DecodeFusedSupports(int(r.q.dim(2)), heads / kv_heads, KvTypeOf(r.cache));
@@ -452,8 +452,7 @@ void RunFusedAttention(const RopeKvWriteAttentionParams& p) {
     CheckLaunch();
     return;
   }
-  a.min_split_keys = cuda::DecodeFusedMinSplitKeys(
-      {a.heads, a.kv_heads, b.num_seqs, max_len, a.kv_type == cuda::KvType::kF8E4M3});
+  a.min_split_keys = cuda::DecodeFusedMinSplitKeys(a.kv_heads, max_len);
   a.num_splits = cuda::DecodeFusedSplits(a, b.num_seqs, max_len);
   if (a.num_splits > 1) {
     // The splits merge inside the kernel: no counters (first growth under graph capture) ->

@@ -469,16 +469,19 @@ static int& FusedClusterRef() {
 }
 int SetDecodeFusedClusterMode(int mode) { return std::exchange(FusedClusterRef(), mode); }
 
-// The cluster plan: 64 keys a split (<= 16 splits up to 1K keys: one cluster a kv head),
-// the small variant with 3 tile warps, and the cluster merge where the splits fit one cluster
-// (longer plans merge through the counter) — where the GQA group is larger than the block's 4
-// warps (the counter merge's last block takes a head a warp, so two rounds of loads there;
-// the cluster merges every head in one round through distributed shared memory), for bf16
-// caches, <= 8 sequences and plans of <= 4096 keys (the range measured). H200, Qwen3-30B-A3B
-// (group 8; docs/PERF.md "Session 17"; step us, without -> with, same call): 1 x 1K 2774 /
-// 2774 -> 2729 / 2736, 1 x 2K 2964 / 2966 -> 2892 / 2892 (32 splits: counter merge; why the
-// 64-key splits gain there was not analysed), 8 x 1K 9961 -> 9827, 1 x 4K 3119 -> 3093;
-// Llama-3.1-8B (group 4) loses with it (+40 us at 1 x 1K), which the rule leaves out.
+// The cluster plan: a grid of splits for 64 keys a split at the planned length (<= 16 splits
+// up to 1K keys: one cluster a kv head; DecodeFusedSplits; the device still splits a shorter
+// sequence at 32 keys), the small variant with 3 tile warps, and the cluster merge where the
+// splits fit one cluster (longer plans merge through the counter) — where the GQA group is
+// larger than the block's 4 warps (the counter merge's last block takes a head a warp, so two
+// rounds of loads there; the cluster merges every head in one round through distributed
+// shared memory), for bf16 caches, <= 8 sequences and plans of <= 4096 keys (the range
+// measured). H200, Qwen3-30B-A3B (group 8; docs/PERF.md "Session 17"; step us, without ->
+// with, same call): graph captured at 1 x 1K 2772 -> 2723, at 8 x 1K 9961 -> 9827; serving
+// graph sets (2048 / 4096 / 8192 buckets) one row at 1K / 1.5K / 2K / 3K / 4K keys 2791 /
+// 2872 / 2955 / 3176 / 3231 -> 2781 / 2794 / 2884 / 3005 / 3089, eight rows equal (why the
+// 64-key splits gain where the counter merges them was not analysed); Llama-3.1-8B (group 4)
+// loses with it (+86 us at 1 x 1K), which the rule leaves out.
 // PG_FUSED_CLUSTER=0 turns off the plan with the merge, PG_FUSED_CLUSTER_PLAN=0 the plan only.
 bool FusedClusterPlan(const FusedPlanShape& sh) {
   static const bool plan_env = EnvFlag("PG_FUSED_CLUSTER_PLAN", true);
@@ -496,8 +499,7 @@ bool FusedClusterPlan(const FusedPlanShape& sh) {
 // at 8 x 32K with 16 keys per split: 13452 vs 11827 us at 64 — the CUDA registration leaves
 // that shape to the unfused kernels.) The host plan and the device args must use the same
 // value (RunFusedAttention sets it in both).
-// The cluster plan (FusedClusterPlan) takes 64.
-int DecodeFusedMinSplitKeys(const FusedPlanShape& sh) { return FusedClusterPlan(sh) ? 64 : 32; }
+int DecodeFusedMinSplitKeys(int /*kv_heads*/, int64_t /*max_len*/) { return 32; }
 
 // The fused kernel's A/B knobs over the decode kernel's (ApplyKnobs): PG_FUSED_MIN_SPLIT_KEYS
 // (keys per active split), PG_FUSED_PREP_REGS (0 / 1: the new token's preparation and the
@@ -533,7 +535,13 @@ bool DecodeStreamPreferred(const AttentionArgs& a, int num_seqs, int64_t max_len
 }
 
 int DecodeFusedSplits(const AttentionArgs& a, int num_seqs, int64_t max_len) {
-  return PlanSplits(FusedKnobs(a), num_seqs, max_len, /*fused=*/true);
+  AttentionArgs k = FusedKnobs(a);
+  // The cluster plan sizes its grid for 64-key splits at max_len; the device still splits at
+  // min_split_keys, so a sequence of up to (splits x min_split_keys) keys replays the usual
+  // 32-key splits and a longer one fills the grid with longer splits.
+  if (FusedClusterPlan({a.heads, a.kv_heads, num_seqs, max_len, a.kv_type == KvType::kF8E4M3}))
+    k.min_split_keys = std::max(k.min_split_keys, 64);
+  return PlanSplits(k, num_seqs, max_len, /*fused=*/true);
 }
 
 // The small-shared-memory variant (decode_fused.h): mode from PG_FUSED_SMALL (-1 / unset: by

@@ -13,6 +13,9 @@ namespace pg::cuda {
 
 // Head dims 64 / 128, GQA group <= 16, bf16 or fp8 e4m3 caches.
 bool DecodeFusedSupports(int head_dim, int group, KvType kv_type);
+// Keys per active split (AttentionArgs::min_split_keys) of the fused kernel for this shape;
+// the caller sets it before DecodeFusedSplits and LaunchDecodeFused.
+int DecodeFusedMinSplitKeys(int kv_heads, int64_t max_len);
 // A fused launch's plan inputs: query / kv heads, sequences, the longest causal range the
 // plan serves (a captured graph replays at shorter ones), fp8 cache.
 struct FusedPlanShape {
@@ -20,9 +23,6 @@ struct FusedPlanShape {
   int64_t max_len = 0;
   bool fp8 = false;
 };
-// Keys per active split (AttentionArgs::min_split_keys) of the fused kernel for this shape;
-// the caller sets it before DecodeFusedSplits and LaunchDecodeFused.
-int DecodeFusedMinSplitKeys(const FusedPlanShape& shape);
 // Whether the shape takes the cluster plan (decode_attention.cu: 64 keys a split, the small
 // variant with 3 tile warps, splits merged in a thread-block cluster).
 bool FusedClusterPlan(const FusedPlanShape& shape);
