@@ -48,8 +48,6 @@ constexpr int kTK = 16;  // keys per warp tile
 // two; with more than one tile a warp the loads of tile i + 1 wait for tile i's math (the plan
 // picks it only where each warp gets at most PG_FUSED_SMALL_MAX_TILES tiles).
 constexpr int kSmallStages = 1;
-// The cluster merge's largest cluster (a non-portable size on sm_90).
-constexpr int kMaxClusterSplits = 16;
 std::atomic<int64_t> g_cluster_launches{0};
 
 // kF8: fp8 e4m3 cache; K and V are widened to f16 (exact) and the products run in f16 (q, p

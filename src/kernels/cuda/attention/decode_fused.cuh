@@ -436,6 +436,10 @@ __device__ __forceinline__ void FusedFinishSplits(const AttentionArgs& a, int t,
   }
 }
 
+// The cluster merge's largest cluster: a kv head's splits, one block each (a non-portable
+// cluster size on sm_90; the launcher takes the merge only where num_splits fits).
+constexpr int kMaxClusterSplits = 16;
+
 // The cluster merge (AttentionArgs::cluster_merge): a block's merged split partial of its ng
 // head rows in its own shared memory, [ng][D] unnormalised sums, then [ng] maxima (log2
 // units) and [ng] sums of weights. Byte offset past the kernel's warp-merge buffers
@@ -455,8 +459,8 @@ __device__ __forceinline__ void ClusterMergeSplits(const AttentionArgs& a, int t
   cg::cluster_group cl = cg::this_cluster();
   cl.sync();  // release / acquire: every split's partial is in its block's shared memory
   const int D = a.head_dim, items = ng * D;
-  constexpr int kMax = 16;  // the largest cluster (decode_attention_mma.cu kMaxClusterSplits)
-  if (active > 1) {  // active <= kMax: the launcher's rule (num_splits <= kMaxClusterSplits)
+  constexpr int kMax = kMaxClusterSplits;
+  if (active > 1) {  // active <= num_splits <= kMax (the launcher's rule)
     // One round of distributed shared-memory loads a thread: its (head, dim) from every split,
     // with the head's (max, sum) pairs; then the sums in FusedFinishSplits' order.
     for (int idx = int(cl.block_rank()) * blockDim.x + threadIdx.x; idx < items;
