@@ -169,7 +169,7 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
       // off (run 5): the default picks them by the rows (q / k norm); run 6 the small variant
       // (3 tile warps) with its splits merged in a thread-block cluster where they fit one;
       // run 7 every choice by its rule (the process defaults: the cluster plan where it
-      // applies, decode_attention.cu FusedClusterPlan).
+      // applies, decode_attention.cu ClusterPlan).
       for (int rep = 0; rep < (kb->backend == "cuda" ? 8 : 1); ++rep) {
 #if defined(PEREGRINE_HAVE_CUDA)
         const int64_t small0 = cuda::DecodeFusedSmallLaunches(), mma0 = cuda::DecodeFusedLaunches();
@@ -199,7 +199,9 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
           // Forced on (runs 2, 3, 6), the small variant runs wherever the fused tensor-core
           // kernel does; long plans go to the streaming kernel instead (no fused launch).
           const int64_t small = cuda::DecodeFusedSmallLaunches() - small0;
-          if (!rules) EXPECT_EQ(small, small_run ? cuda::DecodeFusedLaunches() - mma0 : 0) << "run " << rep;
+          if (!rules) {
+            EXPECT_EQ(small, small_run ? cuda::DecodeFusedLaunches() - mma0 : 0) << "run " << rep;
+          }
           small_runs += small;
         }
 #endif

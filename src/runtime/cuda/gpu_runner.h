@@ -34,11 +34,11 @@ namespace pg::runtime::cuda {
 // the engine captures by default: the attention plans change with the planned length (the
 // fused kernel's small variant up to 2K, the streaming kernel from 16K keys at batch 1, the
 // split counts), and a graph replays the plan of the length it was captured at. 4096: the
-// fused kernel's cluster plan (kernels/cuda/attention decode_attention.cu FusedClusterPlan)
-// applies to plans of <= 4096 keys; H200, Qwen3-30B-A3B at 3K / 4K keys, one / eight rows:
-// 3178 / 3231 -> 2989 / 3088 us, 10017 / 10199 -> 9923 / 10163 us a step with it (docs/PERF.md
-// "Session 17"); Llama-3.1-8B equal. (A 1024 set was measured too: 8 rows at 1K lost 140-200
-// us against the 2048 set's plan on both models.)
+// fused kernel's cluster plan (kernels/cuda/attention decode_attention.cu ClusterPlan)
+// applies to plans of <= 4096 keys; H200, Qwen3-30B-A3B one row at 3K / 4K keys: 3176 / 3231
+// -> 3005 / 3089 us a step with the plan and this set, eight rows equal (docs/PERF.md
+// "Session 17"); Llama-3.1-8B equal. (A 1024 set was measured too: eight rows at 1K lost
+// 140-200 us against the 2048 set's plan on both models.)
 inline constexpr int kDefaultDecodeKvBuckets[] = {2048, 4096, 8192, 32768};
 
 struct GpuRunnerOptions {

@@ -461,7 +461,7 @@ bool DecodeFusedSupports(int head_dim, int group, KvType) {
   return MmaFusedSupports(head_dim, group);
 }
 
-// The cluster merge (AttentionArgs::cluster_merge): -1 by FusedClusterPlan, 0 never, 1 forced
+// The cluster merge (AttentionArgs::cluster_merge): -1 by ClusterPlan, 0 never, 1 forced
 // wherever the small variant's splits fit one cluster (PG_FUSED_CLUSTER; tests set it).
 static int& FusedClusterRef() {
   static int mode = EnvInt("PG_FUSED_CLUSTER", -1);
@@ -483,10 +483,13 @@ int SetDecodeFusedClusterMode(int mode) { return std::exchange(FusedClusterRef()
 // 64-key splits gain where the counter merges them was not analysed); Llama-3.1-8B (group 4)
 // loses with it (+86 us at 1 x 1K), which the rule leaves out.
 // PG_FUSED_CLUSTER=0 turns off the plan with the merge, PG_FUSED_CLUSTER_PLAN=0 the plan only.
-bool FusedClusterPlan(const FusedPlanShape& sh) {
+// a: the launch's heads, kv heads and cache type; max_len: the length the plan serves (a
+// captured graph replays at shorter ones).
+static bool ClusterPlan(const AttentionArgs& a, int num_seqs, int64_t max_len) {
   static const bool plan_env = EnvFlag("PG_FUSED_CLUSTER_PLAN", true);
-  if (!plan_env || FusedClusterRef() >= 0 || sh.fp8 || sh.kv_heads <= 0) return false;
-  return sh.heads / sh.kv_heads > kWarps && sh.num_seqs <= 8 && sh.max_len > 0 && sh.max_len <= 4096;
+  if (!plan_env || FusedClusterRef() >= 0 || a.kv_type == KvType::kF8E4M3 || a.kv_heads <= 0)
+    return false;
+  return a.heads / a.kv_heads > kWarps && num_seqs <= 8 && max_len > 0 && max_len <= 4096;
 }
 
 // The fused kernel's keys per active split, from the model-step A/B grids (H200, docs/PERF.md
@@ -539,8 +542,7 @@ int DecodeFusedSplits(const AttentionArgs& a, int num_seqs, int64_t max_len) {
   // The cluster plan sizes its grid for 64-key splits at max_len; the device still splits at
   // min_split_keys, so a sequence of up to (splits x min_split_keys) keys replays the usual
   // 32-key splits and a longer one fills the grid with longer splits.
-  if (FusedClusterPlan({a.heads, a.kv_heads, num_seqs, max_len, a.kv_type == KvType::kF8E4M3}))
-    k.min_split_keys = std::max(k.min_split_keys, 64);
+  if (ClusterPlan(a, num_seqs, max_len)) k.min_split_keys = std::max(k.min_split_keys, 64);
   return PlanSplits(k, num_seqs, max_len, /*fused=*/true);
 }
 
@@ -632,9 +634,7 @@ void LaunchDecodeFused(const AttentionArgs& args, const RopeKvWriteArgs& rope, c
   AttentionArgs a = FusedKnobs(pre);
   const auto [capacity, base] = ShapeOf(a, a.batch.num_seqs, /*fused=*/true);
   a.wave_splits = int(std::clamp<int64_t>(capacity / base, 1, kCombineMaxSplits));
-  const FusedPlanShape shape{a.heads, a.kv_heads, a.batch.num_seqs, max_len,
-                             a.kv_type == KvType::kF8E4M3};
-  const bool cluster_plan = FusedClusterPlan(shape);
+  const bool cluster_plan = ClusterPlan(a, a.batch.num_seqs, max_len);
   a.cluster_merge = a.cluster_merge || cluster_plan;
   const int small = FusedSmallModeRef() < 0 && cluster_plan ? 3 : FusedSmall(a, max_len);
   g_fused_launches.fetch_add(1, std::memory_order_relaxed);

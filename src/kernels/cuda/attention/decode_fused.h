@@ -16,16 +16,6 @@ bool DecodeFusedSupports(int head_dim, int group, KvType kv_type);
 // Keys per active split (AttentionArgs::min_split_keys) of the fused kernel for this shape;
 // the caller sets it before DecodeFusedSplits and LaunchDecodeFused.
 int DecodeFusedMinSplitKeys(int kv_heads, int64_t max_len);
-// A fused launch's plan inputs: query / kv heads, sequences, the longest causal range the
-// plan serves (a captured graph replays at shorter ones), fp8 cache.
-struct FusedPlanShape {
-  int heads = 0, kv_heads = 0, num_seqs = 0;
-  int64_t max_len = 0;
-  bool fp8 = false;
-};
-// Whether the shape takes the cluster plan (decode_attention.cu: 64 keys a split, the small
-// variant with 3 tile warps, splits merged in a thread-block cluster).
-bool FusedClusterPlan(const FusedPlanShape& shape);
 // The split count for this batch shape (as DecodeAttentionSplits, for the fused kernel's
 // block layout: one block per (sequence, kv head, split)).
 int DecodeFusedSplits(const AttentionArgs& a, int num_seqs, int64_t max_len);
@@ -65,8 +55,8 @@ int SetDecodeFusedPrepMode(int mode);
 int64_t DecodeFusedSmallLaunches();
 int64_t DecodeFusedLaunches();
 // The small variant's cluster merge (AttentionArgs::cluster_merge: a kv head's <= 16 splits
-// merged through distributed shared memory, no partials in global memory): -1 where
-// FusedClusterPlan says, 0 never (nor the plan), 1 forced wherever the splits fit a cluster;
+// merged through distributed shared memory, no partials in global memory): -1 where the
+// cluster plan's rule says (decode_attention.cu ClusterPlan), 0 never (nor the plan), 1 forced wherever the splits fit a cluster;
 // the process default from PG_FUSED_CLUSTER (tests set it; returns the previous mode), and the
 // launches that took it.
 int SetDecodeFusedClusterMode(int mode);
