@@ -74,6 +74,7 @@ std::vector<FusedCase> Cases() {
       {32, 4, 128, 16, {1024, 1, 100, 5000}, f8, true, 0, 0.0f, 16384},
       {32, 2, 128, 16, {333, 70, 1}},                          // group 16 (the largest)
       {32, 4, 128, 16, {1024, 2047, 65}, DType::kF32, true},   // group 8: the cluster plan (run 7)
+      {32, 8, 128, 16, {1000}},                                // group 4: the two-tile plan (run 7)
   };
 }
 
@@ -95,6 +96,7 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
   int fused_runs = 0;
   [[maybe_unused]] int64_t small_runs = 0;  // CUDA runs that took the small-shared-memory variant
   [[maybe_unused]] int64_t cluster_runs = 0;  // of those, launches that merged in a cluster
+  [[maybe_unused]] int64_t two_tile_runs = 0;  // launches of the two-tile plan (run 7)
 #if defined(PEREGRINE_HAVE_CUDA)
   const int64_t stream_fused0 = cuda::DecodeStreamFusedLaunches();  // long plans' route
 #endif
@@ -174,6 +176,7 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
 #if defined(PEREGRINE_HAVE_CUDA)
         const int64_t small0 = cuda::DecodeFusedSmallLaunches(), mma0 = cuda::DecodeFusedLaunches();
         const int64_t cluster0 = cuda::DecodeFusedClusterLaunches();
+        const int64_t two_tile0 = cuda::DecodeFusedTwoTileLaunches();
         const bool small_run = kb->backend == "cuda" && (rep == 2 || rep == 3 || rep == 6);
         const bool rules = rep == 7;
         const int mode0 = cuda::SetDecodeFusedSmallMode(rules ? -1 : small_run ? (rep == 6 ? 3 : rep + 1) : 0);
@@ -196,6 +199,7 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
         cuda::SetDecodeFusedClusterMode(cluster0_mode);
         if (ran && kb->backend == "cuda") {
           cluster_runs += cuda::DecodeFusedClusterLaunches() - cluster0;
+          two_tile_runs += cuda::DecodeFusedTwoTileLaunches() - two_tile0;
           // Forced on (runs 2, 3, 6), the small variant runs wherever the fused tensor-core
           // kernel does; long plans go to the streaming kernel instead (no fused launch).
           const int64_t small = cuda::DecodeFusedSmallLaunches() - small0;
@@ -228,9 +232,14 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
   }
   cov.Check<RopeKvWriteAttentionParams>();
 #if defined(PEREGRINE_HAVE_CUDA)
-  // Every case but the 9-row one fits the fused kernel (8 runs each).
+  // Every case fits the fused kernel (8 runs each) but the 9-row one and the softcapped one
+  // (the fused kernels take no softcap: cuda_register.cpp FusedAttentionSupported).
   if (Registry::Global().table<RopeKvWriteAttentionParams>().Find("cuda") != nullptr) {
-    EXPECT_EQ(fused_runs, 8 * (int(Cases().size()) - 1)) << "the fused kernel declined a case";
+    int fused_cases = 0;
+    for (const FusedCase& c : Cases()) fused_cases += c.kv_lens.size() <= 8 && c.softcap == 0.0f;
+    EXPECT_EQ(fused_cases, int(Cases().size()) - 2);
+    EXPECT_EQ(fused_runs, 8 * fused_cases) << "the fused kernel declined a case";
+    EXPECT_GT(two_tile_runs, 0) << "no case reached the two-tile plan";
     EXPECT_GT(small_runs, 0) << "no case reached the small-shared-memory variant";
     EXPECT_GT(cluster_runs, 0) << "no case reached the cluster merge";
     EXPECT_GT(cuda::DecodeStreamFusedLaunches() - stream_fused0, 0)

@@ -419,6 +419,8 @@ bool FusedAttentionSupported(const RopeKvWriteAttentionParams& p) {
   const RopeKvWriteParams& r = p.rope;
   if (!RopeKvWriteSupported(r) || !DevBf16(p.out) || r.cache.k_cache.dtype != r.cache.v_cache.dtype)
     return false;
+  // The fused kernels take no logit softcap (decode_attention_mma.cu): the composition runs it.
+  if (p.logit_softcap > 0.0f) return false;
   const AttentionBatch& b = *r.batch;
   if (b.num_seqs == 0 || b.num_seqs > kFusedAttentionMaxSeqs) return false;
   for (int32_t l : b.q_len)

@@ -492,6 +492,35 @@ static bool ClusterPlan(const AttentionArgs& a, int num_seqs, int64_t max_len) {
   return a.heads / a.kv_heads > kWarps && num_seqs <= 8 && max_len > 0 && max_len <= 4096;
 }
 
+static int& FusedSmallModeRef();
+
+// The two-tile plan: splits of 128 keys, the small variant with 4 tile warps and two ring
+// stages a warp (each warp's two 16-key tiles load before PdlWait), merged in a thread-block
+// cluster — where the GQA group fits the block's 4 warps (the cluster plan's rule takes the
+// larger groups), d 128, bf16 caches, plans of <= 1024 keys (<= 8 splits: one cluster a kv
+// head) whose blocks fit one wave beside the qkv ring GEMV (sequences x kv heads x splits <=
+// SMs: every block resident before the projection ends, none starting after it as the 32-key
+// plan's second half does). Its tile loop is half the code since the fused kernel dropped the
+// softcap, so a cold SM runs it at the warm pace. H200, Llama-3.1-8B (docs/PERF.md "Session
+// 18", same calls): graph at 1 x 1K 4013-4019 -> 3972-3985 us a step; 16 splits (plans of
+// 2048 keys) lost: graph at 1 x 2K equal, the engine's 2048-key graph set at 1 x 1K +102 us
+// (8 surplus blocks a cluster hold their SMs through its barriers).
+// PG_FUSED_TWO_TILE=0 turns it off; tests forcing a variant or the cluster mode leave it out.
+static int& TwoTileRef() {
+  static int mode = EnvInt("PG_FUSED_TWO_TILE", -1);
+  return mode;
+}
+constexpr int kTwoTileKeys = 128;
+static std::atomic<int64_t> g_two_tile_launches{0};
+static bool TwoTilePlan(const AttentionArgs& a, int num_seqs, int64_t max_len) {
+  if (TwoTileRef() == 0 || FusedClusterRef() >= 0 || FusedSmallModeRef() >= 0) return false;
+  if (a.kv_type != KvType::kBF16 || a.head_dim != 128 || a.kv_heads <= 0 || max_len <= 0) return false;
+  const int64_t splits = (max_len + kTwoTileKeys - 1) / kTwoTileKeys;
+  return a.heads / a.kv_heads <= kWarps && splits <= 8 &&
+         int64_t(num_seqs) * a.kv_heads * splits <= MultiprocessorCount();
+}
+int64_t DecodeFusedTwoTileLaunches() { return g_two_tile_launches.load(std::memory_order_relaxed); }
+
 // The fused kernel's keys per active split, from the model-step A/B grids (H200, docs/PERF.md
 // "Single-kernel decode attention", "Decode attention keys per split, session 5" and "Fused
 // decode attention latency paths, session 7"): 32 (Llama-3.1-8B 1K x 1: 4510 us per step at 16
@@ -543,6 +572,8 @@ int DecodeFusedSplits(const AttentionArgs& a, int num_seqs, int64_t max_len) {
   // min_split_keys, so a sequence of up to (splits x min_split_keys) keys replays the usual
   // 32-key splits and a longer one fills the grid with longer splits.
   if (ClusterPlan(a, num_seqs, max_len)) k.min_split_keys = std::max(k.min_split_keys, 64);
+  // The two-tile plan splits at 128 keys on the host and the device (LaunchDecodeFused).
+  if (TwoTilePlan(a, num_seqs, max_len)) k.min_split_keys = kTwoTileKeys;
   return PlanSplits(k, num_seqs, max_len, /*fused=*/true);
 }
 
@@ -567,7 +598,7 @@ static int& FusedPrepModeRef() {
 }
 int SetDecodeFusedPrepMode(int mode) { return std::exchange(FusedPrepModeRef(), mode); }
 
-static int& FusedSmallModeRef() {
+static int& FusedSmallModeRef() {  // declared above TwoTilePlan
   static int mode = EnvInt("PG_FUSED_SMALL", -1);
   return mode;
 }
@@ -632,11 +663,14 @@ void LaunchDecodeFused(const AttentionArgs& args, const RopeKvWriteArgs& rope, c
   pre.fused_prep_registers =
       prep >= 0 ? prep != 0 : rope.q_norm != nullptr || args.batch.num_seqs == 1;
   AttentionArgs a = FusedKnobs(pre);
+  const bool two_tile = TwoTilePlan(a, a.batch.num_seqs, max_len);
+  if (two_tile) a.min_split_keys = kTwoTileKeys, a.cluster_merge = true;
   const auto [capacity, base] = ShapeOf(a, a.batch.num_seqs, /*fused=*/true);
   a.wave_splits = int(std::clamp<int64_t>(capacity / base, 1, kCombineMaxSplits));
   const bool cluster_plan = ClusterPlan(a, a.batch.num_seqs, max_len);
   a.cluster_merge = a.cluster_merge || cluster_plan;
-  const int small = FusedSmallModeRef() < 0 && cluster_plan ? 3 : FusedSmall(a, max_len);
+  const int small = two_tile ? 4 : FusedSmallModeRef() < 0 && cluster_plan ? 3 : FusedSmall(a, max_len);
+  if (two_tile) g_two_tile_launches.fetch_add(1, std::memory_order_relaxed);
   g_fused_launches.fetch_add(1, std::memory_order_relaxed);
   if (small) g_small_launches.fetch_add(1, std::memory_order_relaxed);
   static const bool log = EnvFlag("PG_FUSED_SMALL_LOG", false);
@@ -646,7 +680,7 @@ void LaunchDecodeFused(const AttentionArgs& args, const RopeKvWriteArgs& rope, c
     std::fprintf(stderr, "fused attention: %s variant (%d tile warps), %d splits, max_len %lld, worst keys a split %lld\n",
                  small ? "small" : "3-stage", small ? small : kWarps, a.num_splits, (long long)max_len,
                  (long long)WorstSplitKeys(a, max_len));
-  LaunchMmaFused(a, rope, a.batch.num_seqs, small, stream);
+  LaunchMmaFused(a, rope, a.batch.num_seqs, small, two_tile ? 2 : 1, stream);
 }
 
 // The last split block may merge a row's splits itself when its partials are at most

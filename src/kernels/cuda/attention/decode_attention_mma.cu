@@ -46,7 +46,9 @@ constexpr int kTK = 16;  // keys per warp tile
 // 173 KB one): the GEMV before it (qkv) and after it (o) overlap it instead of waiting for its
 // blocks to exit. Its first tile is issued before PdlWait as the 3-stage kernel's first
 // two; with more than one tile a warp the loads of tile i + 1 wait for tile i's math (the plan
-// picks it only where each warp gets at most PG_FUSED_SMALL_MAX_TILES tiles).
+// picks it only where each warp gets at most PG_FUSED_SMALL_MAX_TILES tiles). A two-stage form
+// (kSt 2; d 128 bf16, 4 tile warps: ~67 KB a block) loads each warp's first two tiles before
+// PdlWait: the two-tile plan's 128-key splits (decode_attention.cu TwoTilePlan).
 constexpr int kSmallStages = 1;
 std::atomic<int64_t> g_cluster_launches{0};
 
@@ -92,10 +94,10 @@ __host__ __device__ constexpr int MergeRows(int group) {
 // new-token scratch, or the merge (kWarps x rows x (D + 2) floats, then rows x num_splits split
 // weights) if larger (the merge overlays both after the key loop). d 128 bf16, group 4
 // (Llama-3.1-8B), kTW 3: 24576 + 2624 = 27200 bytes.
-template <int D, bool kF8, int kTW>
+template <int D, bool kF8, int kTW, int S = kSmallStages>
 constexpr int FusedSmallSmemBytes(int group, int num_splits) {
-  using M = MmaGeo<D, kF8, kSmallStages>;
-  const int rows = MergeRows<kSmallStages>(group);
+  using M = MmaGeo<D, kF8, S>;
+  const int rows = MergeRows<S>(group);
   const int merge = (kWarps * rows * (D + 2) + rows * num_splits) * 4;
   const int ring = kTW * M::kWarpU4 * 16 + FusedScratch<D>::Bytes(rows);
   return (ring > merge ? ring : merge + 15) / 16 * 16;
@@ -113,20 +115,25 @@ struct NoFusion {};  // the unfused kernel's (empty) second parameter
 // K/V rows of all its heads together (contiguous 2 KB per token at 8 x 128 bf16; the cache
 // is token-major within a page), and each warp writes its own heads. Otherwise 4 warps share
 // one kv head, take its tiles round robin and merge through shared memory.
-// kSt: ring stages a warp (kStages; kSmallStages: the fused small variant only). The first
-// kLead tiles go into the ring before the loop (before PdlWait when fused), then tile
-// i + kSt - 1 at the top of iteration i (kSt 1: tile i, into the stage tile i - 1 freed).
+// kSt: ring stages a warp (kStages; 1 or 2: the fused small variant only). The first kLead
+// tiles go into the ring before the loop (before PdlWait when fused), then tile i + kSt - 1 at
+// the top of iteration i, into the stage tile i - 1 freed (kSt 1: tile i).
 // kTW: warps of the round-robin layout that take tiles (and own a ring): kWarps, or 3 / 4 for
 // the small variant (its block still has kWarps warps; warp 3 of kTW 3 takes no tile).
+// Registers: the one-stage small variant is bounded to <= 168 a thread (three 4-warp blocks an
+// SM), as it compiled with the softcap (164); without it ptxas chose 170, which the 8-register
+// granule allocates as 176 and an SM sub-partition beside a ring GEMV's warps then fits fewer.
 template <int D, bool kF8, bool kHeadWarps, bool kFused, int kSt = kStages, int kTW = kWarps>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(kSt == 1 ? kWarps * 32 : 256, kSt == 1 ? 3 : 0)
     DecodeMmaKernel(const __grid_constant__ AttentionArgs a,
                     const __grid_constant__ std::conditional_t<kFused, RopeKvWriteArgs, NoFusion> f) {
   PG_BLOCK_TRACE(kTraceDecodeMma);
   static_assert(!(kFused && kHeadWarps), "the fused kernel uses the round-robin layout");
-  static_assert(kSt == kStages || (kFused && kSt == kSmallStages), "small variant: fused only");
-  static_assert(kSt == kSmallStages ? (kTW == 3 || kTW == 4) : kTW == kWarps, "tile warps");
-  constexpr int kLead = kSt > 1 ? kSt - 1 : 1;  // tiles in the ring before the loop
+  static_assert(kSt == kStages || (kFused && kSt < kStages), "small variant: fused only");
+  static_assert(kSt < kStages ? (kTW == 3 || kTW == 4) : kTW == kWarps, "tile warps");
+  // Tiles in the ring before the loop: all of a small variant's stages (its warps' first kSt
+  // tiles load before PdlWait), one stage less for the 3-stage kernel.
+  constexpr int kLead = kSt < kStages ? kSt : kSt - 1;
   using M = MmaGeo<D, kF8, kSt>;
   using KvT = std::conditional_t<kF8, kv::fp8, bf16>;
   extern __shared__ uint4 smem[];
@@ -137,7 +144,7 @@ __global__ void __launch_bounds__(256)
   const int split = blockIdx.z, num_splits = gridDim.z;
   const int active_splits = ActiveSplits(a, s, num_splits);
   if (split >= active_splits) {  // surplus split of a graph planned for longer contexts
-    if constexpr (kFused && kSt == kSmallStages)
+    if constexpr (kFused && kSt < kStages)
       if (a.cluster_merge) ClusterMergeSplits(a, 0, 0, 0, 0, nullptr);  // the barriers only
     return;
   }
@@ -223,11 +230,17 @@ __global__ void __launch_bounds__(256)
   [[maybe_unused]] NewTokenInputs<D> nti;
   if constexpr (kFused) nti = LoadNewTokenInputs<D>(f, a, s, row, kvh);
   PdlWait();  // q and the new token's K/V (rotated in place unless fused) are visible from here
-  const float qscale = a.logit_scale * (a.softcap > 0.0f ? 1.0f : kLog2e);
+  // The fused kernel has no logit softcap (FusedAttentionSupported sends softcapped layers to
+  // the composition): a compile-time zero drops the capping (a division and tanh a score,
+  // with its slow path) from the new token's preparation and the tile loop, whose code an
+  // SM's first block of a layer runs from cold instruction caches (the d-128 small kernel's
+  // key loop: 14 -> 6.7 KB of SASS).
+  const float softcap_v = kFused ? 0.0f : a.softcap;
+  const float qscale = a.logit_scale * (softcap_v > 0.0f ? 1.0f : kLog2e);
   if constexpr (kFused) {
     const FusedScratch<D> fs(smem + kTW * M::kWarpU4, MergeRows<kSt>(group));
     if (nti.fast && a.fused_prep_registers)
-      PrepareNewTokenFast<D, KvT>(f, row, kvh, group, owner, qscale, a.softcap, nti, fs);
+      PrepareNewTokenFast<D, KvT>(f, row, kvh, group, owner, qscale, softcap_v, nti, fs);
     else
       PrepareNewToken<D, KvT>(f, a, s, row, kvh, group, owner, qscale, fs);
   }
@@ -322,7 +335,7 @@ __global__ void __launch_bounds__(256)
     }
     // Scores to p in log2 units, (m, l, o) updated, p packed (decode_mma_util.cuh).
     uint32_t pa[4];
-    SoftmaxTileStep<kF8, M::kNb>(sc, qscale, a.softcap, key0, t, kv_end, m0, m1, l0, l1, o, pa);
+    SoftmaxTileStep<kF8, M::kNb>(sc, qscale, softcap_v, key0, t, kv_end, m0, m1, l0, l1, o, pa);
     const int lk = lane % 8 + ((lane / 8) % 2) * 8;  // ldmatrix row (key) this lane addresses
 #pragma unroll
     for (int np = 0; np < M::kNb / 2; ++np) {
@@ -369,7 +382,7 @@ __global__ void __launch_bounds__(256)
   __syncthreads();
   const int ng = min(group, 16);
   float* cluster_part = nullptr;  // ClusterMergeSplits' partial (small fused variant)
-  if constexpr (kFused && kSt == kSmallStages)
+  if constexpr (kFused && kSt < kStages)
     if (a.cluster_merge)
       cluster_part = reinterpret_cast<float*>(reinterpret_cast<char*>(smem) +
                                               ClusterPartOffset(mrows, D, num_splits));
@@ -413,12 +426,12 @@ void Launch(const AttentionArgs& a, dim3 grid, int warps, cudaStream_t stream) {
 // carveout, so that an SM that runs a ring GEMV block can take two of its blocks (the SM's
 // L1 / shared split changes only when it drains; PG_FUSED_SMALL_CARVEOUT=-1 leaves it to the
 // driver, A/B).
-template <int D, bool kF8, int kTW>
+template <int D, bool kF8, int kTW, int S>
 void PrepareSmall() {
   static const bool done = [] {
-    const void* k = reinterpret_cast<const void*>(&DecodeMmaKernel<D, kF8, false, true, kSmallStages, kTW>);
+    const void* k = reinterpret_cast<const void*>(&DecodeMmaKernel<D, kF8, false, true, S, kTW>);
     cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         FusedSmallSmemBytes<D, kF8, kTW>(16, 256));
+                         FusedSmallSmemBytes<D, kF8, kTW, S>(16, 256));
     const int carveout = EnvInt("PG_FUSED_SMALL_CARVEOUT", 100);
     if (carveout >= 0) cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, carveout);
     return true;
@@ -426,18 +439,18 @@ void PrepareSmall() {
   (void)done;
 }
 
-template <int D, bool kF8, int kTW>
+template <int D, bool kF8, int kTW, int S = kSmallStages>
 void LaunchSmall(const AttentionArgs& a_in, const RopeKvWriteArgs& rope, dim3 grid, cudaStream_t stream) {
-  PrepareSmall<D, kF8, kTW>();
+  PrepareSmall<D, kF8, kTW, S>();
   const int group = a_in.heads / a_in.kv_heads;
-  const int smem = FusedSmallSmemBytes<D, kF8, kTW>(group, a_in.num_splits);
+  const int smem = FusedSmallSmemBytes<D, kF8, kTW, S>(group, a_in.num_splits);
   AttentionArgs a = a_in;
   // The cluster merge where a kv head's splits fit one cluster and its partial fits the
   // block's shared memory past the merge buffers.
   a.cluster_merge = a_in.cluster_merge && a.num_splits > 1 && a.num_splits <= kMaxClusterSplits &&
-                    ClusterPartOffset(MergeRows<kSmallStages>(group), D, a.num_splits) +
+                    ClusterPartOffset(MergeRows<S>(group), D, a.num_splits) +
                             ClusterPartBytes(std::min(group, 16), D) <= smem;
-  auto* k = DecodeMmaKernel<D, kF8, false, true, kSmallStages, kTW>;
+  auto* k = DecodeMmaKernel<D, kF8, false, true, S, kTW>;
   if (!a.cluster_merge) {
     LaunchPdl(k, grid, dim3(unsigned(kWarps * 32)), size_t(smem), stream, a, rope);
     return;
@@ -451,10 +464,13 @@ void LaunchSmall(const AttentionArgs& a_in, const RopeKvWriteArgs& rope, dim3 gr
                    size_t(smem), stream, a, rope);
 }
 
-// small_warps: 0 the 3-stage kernel, 3 / 4 the small variant with that many tile warps.
+// small_warps: 0 the 3-stage kernel, 3 / 4 the small variant with that many tile warps;
+// stages: the small variant's ring stages a warp (2: d 128 bf16 with 4 tile warps only, else 1).
 template <int D, bool kF8>
 void LaunchFused(const AttentionArgs& a, const RopeKvWriteArgs& rope, dim3 grid, int small_warps,
-                 cudaStream_t stream) {
+                 int stages, cudaStream_t stream) {
+  if constexpr (D == 128 && !kF8)
+    if (small_warps == 4 && stages == 2) return LaunchSmall<D, kF8, 4, 2>(a, rope, grid, stream);
   if (small_warps == 3) return LaunchSmall<D, kF8, 3>(a, rope, grid, stream);
   if (small_warps == 4) return LaunchSmall<D, kF8, 4>(a, rope, grid, stream);
   (void)Occupancy<D, kF8, false, true>(kWarps);  // sets the shared-memory attribute
@@ -523,13 +539,14 @@ MmaShape MmaFusedShape(const AttentionArgs& a) {
 }
 
 void LaunchMmaFused(const AttentionArgs& a, const RopeKvWriteArgs& rope, int num_seqs, int small,
-                    cudaStream_t stream) {
+                    int small_stages, cudaStream_t stream) {
   const dim3 grid(unsigned(num_seqs), unsigned(a.kv_heads), unsigned(a.num_splits));
   const bool f8 = a.kv_type == KvType::kF8E4M3;
+  const int st = small_stages;
   if (a.head_dim == 64)
-    f8 ? LaunchFused<64, true>(a, rope, grid, small, stream) : LaunchFused<64, false>(a, rope, grid, small, stream);
+    f8 ? LaunchFused<64, true>(a, rope, grid, small, st, stream) : LaunchFused<64, false>(a, rope, grid, small, st, stream);
   else
-    f8 ? LaunchFused<128, true>(a, rope, grid, small, stream) : LaunchFused<128, false>(a, rope, grid, small, stream);
+    f8 ? LaunchFused<128, true>(a, rope, grid, small, st, stream) : LaunchFused<128, false>(a, rope, grid, small, st, stream);
 }
 
 }  // namespace pg::cuda::decode

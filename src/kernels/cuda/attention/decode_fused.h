@@ -61,5 +61,8 @@ int64_t DecodeFusedLaunches();
 // launches that took it.
 int SetDecodeFusedClusterMode(int mode);
 int64_t DecodeFusedClusterLaunches();
+// Launches of the two-tile plan (decode_attention.cu TwoTilePlan: 128-key splits, two ring
+// stages a warp, cluster merge; taken by rule only, never under a forced mode).
+int64_t DecodeFusedTwoTileLaunches();
 
 }  // namespace pg::cuda
