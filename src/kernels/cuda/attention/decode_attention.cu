@@ -501,10 +501,12 @@ static int& FusedSmallModeRef();
 // head) whose blocks fit one wave beside the qkv ring GEMV (sequences x kv heads x splits <=
 // SMs: every block resident before the projection ends, none starting after it as the 32-key
 // plan's second half does). Its tile loop is half the code since the fused kernel dropped the
-// softcap, so a cold SM runs it at the warm pace. H200, Llama-3.1-8B (docs/PERF.md "Session
-// 18", same calls): graph at 1 x 1K 4013-4019 -> 3972-3985 us a step; 16 splits (plans of
-// 2048 keys) lost: graph at 1 x 2K equal, the engine's 2048-key graph set at 1 x 1K +102 us
-// (8 surplus blocks a cluster hold their SMs through its barriers).
+// softcap, so a cold SM runs it at the warm pace. H200, Llama-3.1-8B, graph captured at 1 x 1K
+// (docs/PERF.md "Session 18", same call, two rounds): 3969.5 / 3968.9 -> 3922.6 / 3937.3 us a
+// step (89.7 -> 90.8% of the floor; the plan off, the rest of the change equal to before:
+// 3968.7 / 3970.7). 16 splits (plans of 2048 keys) lost: graph at 1 x 2K equal, the engine's
+// 2048-key graph set at 1 x 1K +102 us (a cluster's surplus blocks hold their SMs through its
+// barriers), so the engine's graph sets (2048 keys and up) never take it.
 // PG_FUSED_TWO_TILE=0 turns it off; tests forcing a variant or the cluster mode leave it out.
 static int& TwoTileRef() {
   static int mode = EnvInt("PG_FUSED_TWO_TILE", -1);
