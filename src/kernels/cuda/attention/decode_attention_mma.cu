@@ -123,6 +123,7 @@ struct NoFusion {};  // the unfused kernel's (empty) second parameter
 // Registers: the one-stage small variant is bounded to <= 168 a thread (three 4-warp blocks an
 // SM), as it compiled with the softcap (164); without it ptxas chose 170, which the 8-register
 // granule allocates as 176 and an SM sub-partition beside a ring GEMV's warps then fits fewer.
+// The others keep no minimum (0: unspecified; their registers as before).
 template <int D, bool kF8, bool kHeadWarps, bool kFused, int kSt = kStages, int kTW = kWarps>
 __global__ void __launch_bounds__(kSt == 1 ? kWarps * 32 : 256, kSt == 1 ? 3 : 0)
     DecodeMmaKernel(const __grid_constant__ AttentionArgs a,
