@@ -469,6 +469,12 @@ static int& FusedClusterRef() {
 }
 int SetDecodeFusedClusterMode(int mode) { return std::exchange(FusedClusterRef(), mode); }
 
+// The small variant's mode (FusedSmall below; SetDecodeFusedSmallMode).
+static int& FusedSmallModeRef() {
+  static int mode = EnvInt("PG_FUSED_SMALL", -1);
+  return mode;
+}
+
 // The cluster plan: a grid of splits for 64 keys a split at the planned length (<= 16 splits
 // up to 1K keys: one cluster a kv head; DecodeFusedSplits; the device still splits a shorter
 // sequence at 32 keys), the small variant with 3 tile warps, and the cluster merge where the
@@ -492,8 +498,6 @@ static bool ClusterPlan(const AttentionArgs& a, int num_seqs, int64_t max_len) {
   return a.heads / a.kv_heads > kWarps && num_seqs <= 8 && max_len > 0 && max_len <= 4096;
 }
 
-static int& FusedSmallModeRef();
-
 // The two-tile plan: splits of 128 keys, the small variant with 4 tile warps and two ring
 // stages a warp (each warp's two 16-key tiles load before PdlWait), merged in a thread-block
 // cluster — where the GQA group fits the block's 4 warps (the cluster plan's rule takes the
@@ -512,16 +516,27 @@ static int& TwoTileRef() {
   static int mode = EnvInt("PG_FUSED_TWO_TILE", -1);
   return mode;
 }
-constexpr int kTwoTileKeys = 128;
+constexpr int kTwoTileKeys = 128;    // keys a split, on the host and the device
+constexpr int kTwoTileMaxSplits = 8;  // plans of <= 1024 keys
 static std::atomic<int64_t> g_two_tile_launches{0};
 static bool TwoTilePlan(const AttentionArgs& a, int num_seqs, int64_t max_len) {
   if (TwoTileRef() == 0 || FusedClusterRef() >= 0 || FusedSmallModeRef() >= 0) return false;
   if (a.kv_type != KvType::kBF16 || a.head_dim != 128 || a.kv_heads <= 0 || max_len <= 0) return false;
   const int64_t splits = (max_len + kTwoTileKeys - 1) / kTwoTileKeys;
-  return a.heads / a.kv_heads <= kWarps && splits <= 8 &&
+  return a.heads / a.kv_heads <= kWarps && splits <= kTwoTileMaxSplits &&
          int64_t(num_seqs) * a.kv_heads * splits <= MultiprocessorCount();
 }
 int64_t DecodeFusedTwoTileLaunches() { return g_two_tile_launches.load(std::memory_order_relaxed); }
+
+// The plan a rule picks for a fused launch (the two exclude each other by the GQA group), read
+// by the split count (DecodeFusedSplits) and by the launch (LaunchDecodeFused) alike, so the
+// grid and the device agree.
+enum class FusedRule { kNone, kCluster, kTwoTile };
+static FusedRule FusedRuleOf(const AttentionArgs& a, int num_seqs, int64_t max_len) {
+  if (ClusterPlan(a, num_seqs, max_len)) return FusedRule::kCluster;
+  if (TwoTilePlan(a, num_seqs, max_len)) return FusedRule::kTwoTile;
+  return FusedRule::kNone;
+}
 
 // The fused kernel's keys per active split, from the model-step A/B grids (H200, docs/PERF.md
 // "Single-kernel decode attention", "Decode attention keys per split, session 5" and "Fused
@@ -570,12 +585,16 @@ bool DecodeStreamPreferred(const AttentionArgs& a, int num_seqs, int64_t max_len
 
 int DecodeFusedSplits(const AttentionArgs& a, int num_seqs, int64_t max_len) {
   AttentionArgs k = FusedKnobs(a);
-  // The cluster plan sizes its grid for 64-key splits at max_len; the device still splits at
-  // min_split_keys, so a sequence of up to (splits x min_split_keys) keys replays the usual
-  // 32-key splits and a longer one fills the grid with longer splits.
-  if (ClusterPlan(a, num_seqs, max_len)) k.min_split_keys = std::max(k.min_split_keys, 64);
-  // The two-tile plan splits at 128 keys on the host and the device (LaunchDecodeFused).
-  if (TwoTilePlan(a, num_seqs, max_len)) k.min_split_keys = kTwoTileKeys;
+  switch (FusedRuleOf(a, num_seqs, max_len)) {
+    case FusedRule::kCluster:
+      // The grid is sized for 64-key splits at max_len; the device still splits at
+      // min_split_keys, so a sequence of up to (splits x min_split_keys) keys replays the usual
+      // 32-key splits and a longer one fills the grid with longer splits.
+      k.min_split_keys = std::max(k.min_split_keys, 64);
+      break;
+    case FusedRule::kTwoTile: k.min_split_keys = kTwoTileKeys; break;  // the device's too
+    case FusedRule::kNone: break;
+  }
   return PlanSplits(k, num_seqs, max_len, /*fused=*/true);
 }
 
@@ -600,10 +619,6 @@ static int& FusedPrepModeRef() {
 }
 int SetDecodeFusedPrepMode(int mode) { return std::exchange(FusedPrepModeRef(), mode); }
 
-static int& FusedSmallModeRef() {  // declared above TwoTilePlan
-  static int mode = EnvInt("PG_FUSED_SMALL", -1);
-  return mode;
-}
 
 // The most cache keys one split block gets at any causal length n <= max_len under the plan in
 // `a` (num_splits, min_split_keys, wave_splits): ActiveSplits / SplitOf of decode_common.cuh
@@ -665,13 +680,15 @@ void LaunchDecodeFused(const AttentionArgs& args, const RopeKvWriteArgs& rope, c
   pre.fused_prep_registers =
       prep >= 0 ? prep != 0 : rope.q_norm != nullptr || args.batch.num_seqs == 1;
   AttentionArgs a = FusedKnobs(pre);
-  const bool two_tile = TwoTilePlan(a, a.batch.num_seqs, max_len);
-  if (two_tile) a.min_split_keys = kTwoTileKeys, a.cluster_merge = true;
+  const FusedRule rule = FusedRuleOf(a, a.batch.num_seqs, max_len);
+  const bool two_tile = rule == FusedRule::kTwoTile;
+  if (two_tile) a.min_split_keys = kTwoTileKeys;
+  a.cluster_merge = a.cluster_merge || rule != FusedRule::kNone;
   const auto [capacity, base] = ShapeOf(a, a.batch.num_seqs, /*fused=*/true);
   a.wave_splits = int(std::clamp<int64_t>(capacity / base, 1, kCombineMaxSplits));
-  const bool cluster_plan = ClusterPlan(a, a.batch.num_seqs, max_len);
-  a.cluster_merge = a.cluster_merge || cluster_plan;
-  const int small = two_tile ? 4 : FusedSmallModeRef() < 0 && cluster_plan ? 3 : FusedSmall(a, max_len);
+  // Tile warps: the two-tile plan's 4; the cluster plan's 3 unless a mode is forced.
+  const bool cluster_small = rule == FusedRule::kCluster && FusedSmallModeRef() < 0;
+  const int small = two_tile ? 4 : cluster_small ? 3 : FusedSmall(a, max_len);
   if (two_tile) g_two_tile_launches.fetch_add(1, std::memory_order_relaxed);
   g_fused_launches.fetch_add(1, std::memory_order_relaxed);
   if (small) g_small_launches.fetch_add(1, std::memory_order_relaxed);

@@ -351,9 +351,9 @@ int& Pair1Ref() {  // SetGemvRingPair1
 // 64 KB slots, 2-3 a ring; H200, session 15, with pairs everywhere and f32 x: Llama-3.1-8B
 // 1 x 1K -40 to -46 us a step, Qwen3-30B-A3B -39 to -46, Llama 1 x 32K +30: docs/PERF.md
 // "Session 15"), as many slots as fit up to 6 (PEREGRINE_GEMV_RING_DEPTH) in
-// PEREGRINE_GEMV_RING_BUDGET_KB (200: ring + x, one block an SM; 160-192 KB in flight an SM). (Five slots at k < 4096, where six
-// fit, so that a 4-warp small decode attention block fits beside: measured equal or slower on
-// Qwen3-30B-A3B's qkv, docs/PERF.md "session 9".)
+// PEREGRINE_GEMV_RING_BUDGET_KB (200: ring + x, one block an SM; 160-192 KB in flight an SM).
+// (Five slots at k < 4096, where six fit, so that a 4-warp small decode attention block fits
+// beside: measured equal or slower on Qwen3-30B-A3B's qkv, docs/PERF.md "session 9".)
 RingPlan PlanOf(const GemvArgs& a, int kw, int wb) {
   static const int group_env = EnvInt("PEREGRINE_GEMV_RING_GROUP", 8);
   static const int piece_kb = EnvInt("PEREGRINE_GEMV_RING_PIECE_KB", 0);
