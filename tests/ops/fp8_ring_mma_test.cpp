@@ -120,12 +120,15 @@ TEST(Fp8RingMma, MatchesTheReferenceAndTheMmaKernelBitwise) {
 // 1e-4).
 constexpr Tolerance kSwiGluTol{0.08, 1e-4};
 
-// kSwiGluTol, widened for outputs far above their rms: the four bf16 roundings (normed input,
-// gate, up, product) bound an element's error by ~2^-7 of its own size, which at max|ref| >
-// ~10 rms exceeds 0.08 rms (H200, session 10: a 15.3-rms output of n=8 k=4096 m=778 row norm
-// swiglu sat 0.101 rms off, one rounding step of its size).
+// kSwiGluTol, widened for outputs far above their rms. An output that large comes from a large
+// positive gate, where silu's relative sensitivity d ln silu(g) / d ln g = 1 + g (1 - sigmoid(g))
+// is ~1: the gate's, the up's and the product's bf16 roundings (each <= 2^-8 of its value, the
+// unit roundoff) bound its error by 3 * 2^-8 of its own size, the normed input's rounding
+// adding noise averaged over k (the slack). H200: session 10 saw a 15.3-rms output 0.101 rms
+// off (0.66% of it), session 19 a 13.7-rms output 0.130 rms off (0.95%, seed 3832338221,
+// above the 2^-7 this bound used to take).
 Tolerance SwiGluTolerance(const Tensor& ref) {
-  return MagnitudeScaledTolerance(ref, kSwiGluTol, 1.0 / 128.0, 1e-3);
+  return MagnitudeScaledTolerance(ref, kSwiGluTol, 3.0 / 256.0, 1e-3);
 }
 
 struct FusedCase {
