@@ -48,7 +48,8 @@ if [[ -z "${SKIP_TORCH:-}" ]]; then
 fi
 echo "==== summary"
 for f in llama_bf16 llama_32k llama_fp8w qwen3moe v2lite dsv3_5l serve_llama serve_qwen3; do
-  echo "--- $f"; grep -E "^ +[0-9]+ +[0-9]+ " $OUT/$f.txt | awk '!seen[$0]++'; grep "HBM" $OUT/$f.txt | head -1
+  # rows: the bench rewrites its progress line with \r, so split on it first
+  echo "--- $f"; tr '\r' '\n' < $OUT/$f.txt | grep -E "^ +[0-9]+ +[0-9]+ " | awk '!seen[$0]++'; grep "HBM" $OUT/$f.txt | head -1
 done
 echo "--- prefill"; grep -v "info\]" $OUT/prefill.txt | tail -8
 [[ -f $OUT/peer_table.txt ]] && { echo "--- peer"; cat $OUT/peer_table.txt; }

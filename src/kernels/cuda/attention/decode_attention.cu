@@ -475,19 +475,19 @@ static int& FusedSmallModeRef() {
   return mode;
 }
 
-// The cluster plan: a grid of splits for 64 keys a split at the planned length (<= 16 splits
-// up to 1K keys: one cluster a kv head; DecodeFusedSplits; the device still splits a shorter
-// sequence at 32 keys), the small variant with 3 tile warps, and the cluster merge where the
-// splits fit one cluster (longer plans merge through the counter) — where the GQA group is
-// larger than the block's 4 warps (the counter merge's last block takes a head a warp, so two
-// rounds of loads there; the cluster merges every head in one round through distributed
-// shared memory), for bf16 caches, <= 8 sequences and plans of <= 4096 keys (the range
-// measured). H200, Qwen3-30B-A3B (group 8; docs/PERF.md "Session 17"; step us, without ->
-// with, same call): graph captured at 1 x 1K 2772 -> 2723, at 8 x 1K 9961 -> 9827; serving
-// graph sets (2048 / 4096 / 8192 buckets) one row at 1K / 1.5K / 2K / 3K / 4K keys 2791 /
-// 2872 / 2955 / 3176 / 3231 -> 2781 / 2794 / 2884 / 3005 / 3089, eight rows equal (why the
-// 64-key splits gain where the counter merges them was not analysed); Llama-3.1-8B (group 4)
-// loses with it (+86 us at 1 x 1K), which the rule leaves out.
+// The cluster plan: a grid of splits for 64 keys a split at the planned length (<= 16 splits up to
+// 1K keys: one cluster a kv head; DecodeFusedSplits; the device still splits a shorter sequence at
+// 32 keys), the small variant with 3 or 4 tile warps (ClusterTileWarps), and the cluster merge
+// where the splits fit one cluster (longer plans merge through the counter) — where the GQA group
+// is larger than the block's 4 warps (the counter merge's last block takes a head a warp, so two
+// rounds of loads there; the cluster merges every head in one round through distributed shared
+// memory), for bf16 caches, <= 8 sequences and plans of <= 4096 keys (the range measured). H200,
+// Qwen3-30B-A3B (group 8; docs/PERF.md "Session 17"; step us, without -> with, same call): graph
+// captured at 1 x 1K 2772 -> 2723, at 8 x 1K 9961 -> 9827; serving graph sets (2048 / 4096 / 8192
+// buckets) one row at 1K / 1.5K / 2K / 3K / 4K keys 2791 / 2872 / 2955 / 3176 / 3231 -> 2781 / 2794
+// / 2884 / 3005 / 3089, eight rows equal (why the 64-key splits gain where the counter merges them
+// was not analysed); Llama-3.1-8B (group 4) loses with it (+86 us at 1 x 1K), which the rule leaves
+// out.
 // PG_FUSED_CLUSTER=0 turns off the plan with the merge, PG_FUSED_CLUSTER_PLAN=0 the plan only.
 // a: the launch's heads, kv heads and cache type; max_len: the length the plan serves (a
 // captured graph replays at shorter ones).
@@ -527,6 +527,17 @@ static bool TwoTilePlan(const AttentionArgs& a, int num_seqs, int64_t max_len) {
          int64_t(num_seqs) * a.kv_heads * splits <= MultiprocessorCount();
 }
 int64_t DecodeFusedTwoTileLaunches() { return g_two_tile_launches.load(std::memory_order_relaxed); }
+
+// The cluster plan's tile warps: 4 where its grid is one wave of one block an SM (a 64-key
+// split is then one tile a warp, and a 4-warp ring block fits beside the qkv ring GEMV's),
+// else 3 (two of the smaller blocks fit an SM beside the ring; the fourth warp shares the
+// preparation and the merges). H200, Qwen3-30B-A3B (docs/PERF.md "Session 19", same call,
+// 4 vs 3 tile warps everywhere): graph captured at 1 x 1K 2592 / 2578 vs 2627 / 2636 us a
+// step; serving sets 1 x 1K / 2K (2048-key set, 128 blocks) 2719 / 2784 vs 2729 / 2840, 8 rows
+// (512+ blocks) +10 to +22 us, which this rule leaves at 3.
+static int ClusterTileWarps(int num_seqs, int kv_heads, int num_splits) {
+  return int64_t(num_seqs) * kv_heads * num_splits <= MultiprocessorCount() ? 4 : 3;
+}
 
 // The plan a rule picks for a fused launch (the two exclude each other by the GQA group), read
 // by the split count (DecodeFusedSplits) and by the launch (LaunchDecodeFused) alike, so the
@@ -686,9 +697,12 @@ void LaunchDecodeFused(const AttentionArgs& args, const RopeKvWriteArgs& rope, c
   a.cluster_merge = a.cluster_merge || rule != FusedRule::kNone;
   const auto [capacity, base] = ShapeOf(a, a.batch.num_seqs, /*fused=*/true);
   a.wave_splits = int(std::clamp<int64_t>(capacity / base, 1, kCombineMaxSplits));
-  // Tile warps: the two-tile plan's 4; the cluster plan's 3 unless a mode is forced.
+  // Tile warps: the two-tile plan's 4; the cluster plan's (ClusterTileWarps) unless a mode is
+  // forced.
   const bool cluster_small = rule == FusedRule::kCluster && FusedSmallModeRef() < 0;
-  const int small = two_tile ? 4 : cluster_small ? 3 : FusedSmall(a, max_len);
+  const int small = two_tile        ? 4
+                    : cluster_small ? ClusterTileWarps(a.batch.num_seqs, a.kv_heads, a.num_splits)
+                                    : FusedSmall(a, max_len);
   if (two_tile) g_two_tile_launches.fetch_add(1, std::memory_order_relaxed);
   g_fused_launches.fetch_add(1, std::memory_order_relaxed);
   if (small) g_small_launches.fetch_add(1, std::memory_order_relaxed);
