@@ -243,7 +243,7 @@ __global__ void __launch_bounds__(kSt == 1 ? kWarps * 32 : 256, kSt == 1 ? 3 : 0
     if (nti.fast && a.fused_prep_registers)
       PrepareNewTokenFast<D, KvT>(f, row, kvh, group, owner, qscale, softcap_v, nti, fs);
     else
-      PrepareNewToken<D, KvT>(f, a, s, row, kvh, group, owner, qscale, fs);
+      PrepareNewToken<D, KvT>(f, a, s, row, kvh, group, owner, qscale, softcap_v, fs);
   }
   PG_TRACE_MARK(0);  // the new token prepared
 

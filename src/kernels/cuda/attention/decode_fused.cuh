@@ -62,7 +62,7 @@ __device__ __forceinline__ float FusedNormWeight(const void* w, WeightType type,
 // the scratch with the new token's logit of each head row. Ends with __syncthreads.
 template <int D, typename KvT>
 __device__ void PrepareNewToken(const RopeKvWriteArgs& f, const AttentionArgs& a, int s, int row,
-                                int kvh, int group, bool owner, float qscale,
+                                int kvh, int group, bool owner, float qscale, float softcap,
                                 const FusedScratch<D>& sc) {
   const int tid = threadIdx.x, nthreads = blockDim.x, lane = tid % 32, warp = tid / 32;
   const int warps = nthreads / 32;
@@ -144,7 +144,7 @@ __device__ void PrepareNewToken(const RopeKvWriteArgs& f, const AttentionArgs& a
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
     float x = dot * qscale;
-    if (a.softcap > 0.0f) x = a.softcap * tanhf(x / a.softcap) * kLog2e;
+    if (softcap > 0.0f) x = softcap * tanhf(x / softcap) * kLog2e;
     if (lane == 0) sc.score[r] = x;
   }
   __syncthreads();
