@@ -171,7 +171,7 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
       // off (run 5): the default picks them by the rows (q / k norm); run 6 the small variant
       // (3 tile warps) with its splits merged in a thread-block cluster where they fit one;
       // run 7 every choice by its rule (the process defaults: the cluster plan or the two-tile
-      // plan where they apply, decode_attention.cu ClusterPlan / TwoTilePlan).
+      // plan where they apply, decode_fused_plan.cu ClusterPlan / TwoTilePlan).
       for (int rep = 0; rep < (kb->backend == "cuda" ? 8 : 1); ++rep) {
 #if defined(PEREGRINE_HAVE_CUDA)
         const int64_t small0 = cuda::DecodeFusedSmallLaunches(), mma0 = cuda::DecodeFusedLaunches();

@@ -48,7 +48,7 @@ constexpr int kTK = 16;  // keys per warp tile
 // two; with more than one tile a warp the loads of tile i + 1 wait for tile i's math (the plan
 // picks it only where each warp gets at most PG_FUSED_SMALL_MAX_TILES tiles). A two-stage form
 // (kSt 2; d 128 bf16, 4 tile warps: ~67 KB a block) loads each warp's first two tiles before
-// PdlWait: the two-tile plan's 128-key splits (decode_attention.cu TwoTilePlan).
+// PdlWait: the two-tile plan's 128-key splits (decode_fused_plan.cu TwoTilePlan).
 constexpr int kSmallStages = 1;
 std::atomic<int64_t> g_cluster_launches{0};
 

@@ -56,12 +56,12 @@ int64_t DecodeFusedSmallLaunches();
 int64_t DecodeFusedLaunches();
 // The small variant's cluster merge (AttentionArgs::cluster_merge: a kv head's <= 16 splits
 // merged through distributed shared memory, no partials in global memory): -1 where the
-// cluster plan's rule says (decode_attention.cu ClusterPlan), 0 never (nor the plan), 1
+// cluster plan's rule says (decode_fused_plan.cu ClusterPlan), 0 never (nor the plan), 1
 // forced wherever the splits fit a cluster; the process default from PG_FUSED_CLUSTER (tests
 // set it; returns the previous mode), and the launches that took it.
 int SetDecodeFusedClusterMode(int mode);
 int64_t DecodeFusedClusterLaunches();
-// Launches of the two-tile plan (decode_attention.cu TwoTilePlan: 128-key splits, two ring
+// Launches of the two-tile plan (decode_fused_plan.cu TwoTilePlan: 128-key splits, two ring
 // stages a warp, cluster merge; taken by rule only, never under a forced mode).
 int64_t DecodeFusedTwoTileLaunches();
 

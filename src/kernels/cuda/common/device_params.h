@@ -200,7 +200,7 @@ struct AttentionArgs {
   // The fused small decode kernel (decode_attention_mma.cu): a sequence's kv head's splits
   // form one thread-block cluster (num_splits <= 16 blocks along z) that merges its partials
   // through distributed shared memory instead of global partials + an arrival counter
-  // (decode_attention.cu ClusterPlan; PG_FUSED_CLUSTER).
+  // (decode_fused_plan.cu ClusterPlan; PG_FUSED_CLUSTER).
   bool cluster_merge = false;
 };
 
