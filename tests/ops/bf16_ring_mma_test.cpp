@@ -5,13 +5,14 @@
 //    ref only by f32 summation order and the final bf16 rounding;
 //  * itself BITWISE across ring layouts of the same consumer warp count (the summation order
 //    depends only on it): 2 KB row pieces in 4 slots, whole 16-row groups in one copy, 1 / 4 /
-//    6 KB pieces, x from global or staged in shared memory, 1 or 2 blocks an SM; 8 and 16
+//    6 KB pieces, x from global or staged in shared memory, 1 or 2 blocks an SM (and the
+//    kernel of 2 with one block's shared memory, ring_blocks 4); 8 and 16
 //    consumer warps. A difference is a wrong slot, row, piece or step.
 // Shapes: 1-8 and 11 rows (passes of 8), k from one 64-column step to 18432 (a 64-column last
 // piece; k < a piece), m below the SM count (blocks of one row) and m = 20000, bias,
 // accumulate, strided x. The dispatch: LaunchGemv and the Matmul / FusedMatmul "cuda"
-// backends send 2-4 rows here by shape, 1-8 with the mode forced on (Bf16RingMmaLaunches
-// counts it).
+// backends send 2-4 rows here by shape, and one row of an accumulating projection (the o
+// projection), 1-8 with the mode forced on (Bf16RingMmaLaunches counts it).
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -93,6 +94,10 @@ std::vector<Bf16Case> Cases() {
     cases.push_back({n, 4096, 300, true, true, 8});
     cases.push_back({n, 4096, 1024});              // Llama kv at one row a block
   }
+  // One row, accumulating (the one-row rule takes the first: Qwen3-30B-A3B's o).
+  cases.push_back({1, 4096, 2048, false, true});
+  cases.push_back({1, 4096, 4096, false, true});
+  cases.push_back({1, 14336, 600, false, true});
   cases.push_back({2, 18432, 200, false, true});  // pieces of 6 KB a row
   cases.push_back({7, 14336, 131, true});
   cases.push_back({11, 2048, 200, true});         // two passes (8 + 3)
@@ -111,7 +116,8 @@ TEST(Bf16RingMma, MatchesTheReferenceAndIsLayoutInvariant) {
   };
   const Layout layouts[] = {{0, 0, 2, 8, 1},  {0, 2, 1, 8, 1},  {6, 0, 0, 8, 1}, {4, 2, 1, 8, 1},
                             {1, 0, 0, 8, 1},  {2, 4, 0, 8, 1},  {0, 0, 2, 8, 2}, {0, 0, 1, 8, 3},
-                            {0, 0, 2, 16, 1}, {4, 2, 1, 16, 1}, {6, 0, 0, 16, 1}};
+                            {0, 0, 1, 8, 4},  {0, 6, 2, 8, 1},  {0, 0, 2, 16, 1}, {4, 2, 1, 16, 1},
+                            {6, 0, 0, 16, 1}};
   for (const Bf16Case& c : Cases()) {
     SCOPED_TRACE(c.Name());
     const auto pr = MakeProblem(c);
@@ -133,10 +139,17 @@ TEST(Bf16RingMma, MatchesTheReferenceAndIsLayoutInvariant) {
       else ExpectExact(f.data(), got.data(), pr->ref.numel(), what + "vs the first layout");
     }
     cuda::SetFp8GemvVariant(saved);
-    if (c.n < 2 || c.n > 4) continue;
-    // LaunchGemv's dispatch by shape takes it (same bits as the default layout).
     const cuda::Bf16RingMmaMode mode = cuda::GetBf16RingMmaMode();
     cuda::SetBf16RingMmaMode(cuda::Bf16RingMmaMode::kShape);
+    // The one-row rule (Bf16RingMmaFirst): an accumulating row whose block shares fit the ring.
+    const bool one_row = c.n == 1 && c.accumulate && cuda::Bf16RingMmaFirst(a);
+    if (c.n == 1 && c.accumulate && c.m <= 2048 && c.k <= 4096)
+      EXPECT_TRUE(one_row) << "the one-row rule refuses an o-projection shape";
+    if ((c.n < 2 || c.n > 4) && !one_row) {
+      cuda::SetBf16RingMmaMode(mode);
+      continue;
+    }
+    // LaunchGemv's dispatch by shape takes it (same bits as the default layout).
     const int64_t before = cuda::Bf16RingMmaLaunches();
     const std::vector<float> got = pr->Run([&] { cuda::LaunchGemv(a, nullptr); });
     EXPECT_EQ(cuda::Bf16RingMmaLaunches(), before + 1) << "LaunchGemv did not take the ring kernel";

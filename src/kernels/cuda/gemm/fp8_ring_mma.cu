@@ -381,7 +381,9 @@ void LaunchRingMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVaria
   // 4's 2: 38-44% slower at 8 rows) also twice the grid, else one block an SM whose half
   // leaves room for the next kernel's block to start streaming (PDL) while this one drains.
   const int per_sm = cw == 8 && (v.ring_blocks == 2 || v.ring_blocks == 3) ? 2 : 1;
-  const int flavour = cw == 16 ? 2 : per_sm == 2 ? 1 : 0;
+  // ring_blocks 4 (8 warps): the kernel of two blocks an SM (<= 96 registers, so it fits
+  // beside the decode attention's blocks) with one block's shared memory.
+  const int flavour = cw == 16 ? 2 : per_sm == 2 || (cw == 8 && v.ring_blocks == 4) ? 1 : 0;
   const int64_t blocks =
       std::min<int64_t>(int64_t(v.ring_blocks == 3 && cw == 8 ? 2 : 1) * MultiprocessorCount(), a.m);
   const int64_t groups = GroupsPerBlock(a, blocks);
@@ -401,13 +403,21 @@ void LaunchRingMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVaria
         cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev) != cudaSuccess)
       return l;
+    // Static shared memory (none, but the block trace's in -DPEREGRINE_BLOCK_TRACE=ON builds)
+    // counts against the opt-in maximum with the dynamic part.
+    int static_max = 0;
+    for (const Kernel* k = &kKernels[0][0][0][0]; k != &kKernels[0][0][0][0] + kVariants; ++k) {
+      cudaFuncAttributes fa{};
+      if (cudaFuncGetAttributes(&fa, *k) == cudaSuccess) static_max = std::max(static_max, int(fa.sharedSizeBytes));
+    }
+    optin -= (static_max + 127) / 128 * 128;
     for (const Kernel* k = &kKernels[0][0][0][0]; k != &kKernels[0][0][0][0] + kVariants; ++k) {
       (void)cudaFuncSetAttribute(*k, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
       (void)cudaFuncSetAttribute(*k, cudaFuncAttributePreferredSharedMemoryCarveout,
                                  int(cudaSharedmemCarveoutMaxShared));
     }
     l.one = optin;
-    l.two = std::min(optin, per_sm / 2 - reserved) / 128 * 128;
+    l.two = std::min(optin, per_sm / 2 - reserved - (static_max + 127) / 128 * 128) / 128 * 128;
     return l;
   }();
   const int smem_limit = per_sm == 2 ? limits.two : limits.one;
@@ -484,6 +494,49 @@ Bf16RingMmaMode& Bf16ModeRef() {
   return mode;
 }
 
+// A block's groups x row pieces of 2 KB, all of which the one-row layout's ring holds (the
+// plan's few-groups layout: 2 KB pieces in 4 slots).
+constexpr int64_t kOneRowSlots = 4;
+
+// Whether one row of `g` leaves every block a share of the weights that its 4-slot ring holds
+// whole (one SM a block).
+bool OneRowShareFits(const GemvArgs& g) {
+  const int64_t sms = MultiprocessorCount();
+  const int64_t rows = (g.m + sms - 1) / sms, groups = (rows + kGroupRows - 1) / kGroupRows;
+  const int64_t pieces = (g.k * 2 + 2047) / 2048;
+  return groups <= kFewGroups && groups * pieces <= kOneRowSlots;
+}
+
+// The one-row rule (Bf16RingMmaFirst): an accumulating projection without norm or swiglu
+// whose block shares fit the ring whole — the o projection after the decode attention of
+// Qwen3-30B-A3B (2048 x 4096: one group of 4 pieces a block) and of DeepSeek-V2-Lite. It runs
+// in the kernel of two blocks an SM (96 registers, no spills) with one block's shared memory
+// and x staged (OneRowVariant): resident beside the attention's blocks, it has its whole share
+// in shared memory before PdlWait and its MMA consumers take it at once. H200, session 20,
+// step at 1 x 1K, three calls: DeepSeek-V2-Lite 1890.7 -> 1871.2, 1894.5 / 1893.7 -> 1880.2 /
+// 1875.9 us; Qwen3-30B-A3B 2577.6 / 2579.9 -> 2558.6 / 2564.5, 2554.0 / 2557.3 -> 2561.5 /
+// 2559.6, 2590.7 / 2558.7 -> 2567.6 / 2568.6 (equal within the call's noise). Not where the share
+// is larger (Llama-3.1-8B's o, 242 KB a block): the co-resident form lost 100 us a step there
+// (its ring fill competes with the attention's keys), the one-block form with 6 slots gained
+// 20 us in the graph captured at 1K but lost 30-108 us in the engine's 2048-8192-key graph
+// sets. PEREGRINE_BF16_RING_MMA_ONE_ROW=0 turns the rule off.
+bool OneRowRule(const GemvArgs& g) {
+  static const bool on = EnvFlag("PEREGRINE_BF16_RING_MMA_ONE_ROW", true);
+  return on && g.n == 1 && g.accumulate && !g.norm_weight && !g.swiglu && OneRowShareFits(g);
+}
+
+// The one-row rule's layout (the variant at its defaults; a variant set by the env or a test
+// is taken as it is): the 96-register kernel with one block's shared memory, x staged.
+Fp8GemvVariant OneRowVariant(const GemvArgs& g, Fp8GemvVariant v) {
+  const Fp8GemvVariant d{};
+  if (!OneRowRule(g) || v.ring_piece_kb != d.ring_piece_kb || v.ring_depth != d.ring_depth ||
+      v.ring_stage_x != d.ring_stage_x || v.ring_warps != d.ring_warps || v.ring_blocks != d.ring_blocks)
+    return v;
+  v.ring_blocks = 4;
+  v.ring_stage_x = 1;
+  return v;
+}
+
 // The bf16 GemvArgs as the kernel's arguments (w: the weights' bytes, no scales).
 Fp8GemvArgs AsRingArgs(const GemvArgs& g) {
   Fp8GemvArgs a{};
@@ -518,12 +571,16 @@ bool Bf16RingMmaTake(const GemvArgs& g) {
   // Qwen3-30B-A3B o 7.9 vs 10.7; a Llama step at 4 x 1K 5171 vs 5880 us); at 5-8 rows
   // cuBLASLt wins (down 33.6 vs 40.4 us at 8 rows: x [8, 14336] cannot be staged and is re-read
   // from L2 per 16-row group; a Llama step at 8 x 1K 5375 vs 5794 us).
-  return mode == Bf16RingMmaMode::kOn || (g.n >= 2 && g.n <= 4);
+  return mode == Bf16RingMmaMode::kOn || (g.n >= 2 && g.n <= 4) || OneRowRule(g);
+}
+
+bool Bf16RingMmaFirst(const GemvArgs& g) {
+  return Bf16ModeRef() != Bf16RingMmaMode::kOff && OneRowRule(g) && Bf16RingMmaFits(g);
 }
 
 void LaunchBf16RingMma(const GemvArgs& g, cudaStream_t stream) {
   g_bf16_launches.fetch_add(1, std::memory_order_relaxed);
-  LaunchRingMma(AsRingArgs(g), stream, GetFp8GemvVariant(), /*bf16w=*/true);
+  LaunchRingMma(AsRingArgs(g), stream, OneRowVariant(g, GetFp8GemvVariant()), /*bf16w=*/true);
 }
 
 void SetBf16RingMmaMode(Bf16RingMmaMode mode) { Bf16ModeRef() = mode; }

@@ -4,7 +4,9 @@
 // while the current one is used), activations come from L1/L2. Used for decode batches (memory bound) and as the
 // always-correct fallback of Matmul (any strides, any n: passes of 8 rows); at 2-4 rows
 // LaunchGemv hands shapes the tensor-core ring kernel takes to it (fp8_ring_mma.h,
-// Bf16RingMmaTake), at one row to gemv_ring.cu where that wants it. Writes bf16, or
+// Bf16RingMmaTake), and so does one row of an accumulating projection without norm or
+// swiglu of a small enough share a block (Bf16RingMmaFirst); other one-row shapes go to
+// gemv_ring.cu where that wants them. Writes bf16, or
 // f32 (out_f32: outputs whose rounding matters, e.g. MoE router logits).
 //
 // PDL (common/pdl.cuh): every pass is launched with LaunchPdl and triggers its dependents at
@@ -241,6 +243,7 @@ bool GemvFusedSupports(const GemvArgs& a) {
 
 void LaunchGemv(const GemvArgs& a, cudaStream_t stream) {
   if (a.n == 0 || a.m == 0) return;
+  if (Bf16RingMmaFirst(a)) return LaunchBf16RingMma(a, stream);  // one row: the o projection (by shape)
   if (GemvRingTake(a)) return LaunchGemvRing(a, stream);  // gemv_ring.cu (PEREGRINE_GEMV_RING)
   if (Bf16RingMmaTake(a)) return LaunchBf16RingMma(a, stream);  // fp8_ring_mma.cu, 2-4 rows
   if (a.norm_weight || a.swiglu) {  // the caller checked GemvFusedSupports

@@ -253,7 +253,8 @@ struct Fp8GemvVariant {
                          // where they fit, 2 by the plan (fp8_ring_mma.cu StageX)
   int ring_warps = 8;    // consumer warps of the ring kernel: 8 or 16
   int ring_blocks = 1;   // 2 (8 warps): blocks of half an SM's shared memory (the next
-                         // kernel's block fits beside); 3: and two of them an SM
+                         // kernel's block fits beside); 3: and two of them an SM; 4: the
+                         // kernel of 2 (<= 96 registers) with one block's shared memory
 };
 void SetFp8GemvVariant(const Fp8GemvVariant& v);
 Fp8GemvVariant GetFp8GemvVariant();
