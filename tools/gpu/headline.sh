@@ -15,7 +15,9 @@ run() {  # name seconds command...
   echo "== $n ($(date -u +%T)): $*"
   local t0=$SECONDS
   timeout "$t" stdbuf -oL -eL "$@" > "$OUT/$n.txt" 2>&1; echo "rc=$? took $((SECONDS - t0)) s" | tee -a "$OUT/$n.txt"
-  grep -E "^\[  (FAILED|PASSED) |^\[  FAILED|Failure" "$OUT/$n.txt" | head -20
+  grep -E "^\[  (FAILED|PASSED) |^\[  FAILED" "$OUT/$n.txt" | head -20
+  # A failure's message and its scoped traces (the test's random seed: PG_SEED_TRACE).
+  grep -A8 "Failure" "$OUT/$n.txt" | head -40
 }
 G=$BIN/gemv_gpu_check F=$BIN/fattn_gpu_check M=$BIN/moe_gpu_check
 D="bench gpu-decode --load-format dummy --iters 20"
