@@ -323,6 +323,13 @@ int64_t GroupsPerBlock(const Fp8GemvArgs& a, int64_t blocks) {
 // (x re-read from L1 / L2 for every 16 weight rows; request 4: gate_up at 4 rows 34.0 vs 42.2
 // us, V3 gate 46.1 vs 62.1; a few groups: the staging costs more than it saves).
 constexpr int64_t kFewGroups = 4;
+// The few-groups layout (LaunchRingMma's plan): 2 KB row pieces in 4 slots, for blocks of at
+// most kFewGroups groups whose rows are longer than a piece.
+constexpr int kFewGroupsPieceBytes = 2048;
+constexpr int kFewGroupsDepth = 4;
+bool FewGroupsLayout(int64_t groups, int64_t row_bytes) {
+  return groups <= kFewGroups && row_bytes > kFewGroupsPieceBytes;
+}
 bool StageX(const Fp8GemvArgs& a, const Fp8GemvVariant& v, int64_t groups) {
   if (a.norm_weight) return true;
   if (StagedBytes(a) > kMaxStagedBytes) return false;
@@ -410,14 +417,15 @@ void LaunchRingMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVaria
       cudaFuncAttributes fa{};
       if (cudaFuncGetAttributes(&fa, *k) == cudaSuccess) static_max = std::max(static_max, int(fa.sharedSizeBytes));
     }
-    optin -= (static_max + 127) / 128 * 128;
+    const int static_bytes = (static_max + 127) / 128 * 128;
+    optin -= static_bytes;
     for (const Kernel* k = &kKernels[0][0][0][0]; k != &kKernels[0][0][0][0] + kVariants; ++k) {
       (void)cudaFuncSetAttribute(*k, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
       (void)cudaFuncSetAttribute(*k, cudaFuncAttributePreferredSharedMemoryCarveout,
                                  int(cudaSharedmemCarveoutMaxShared));
     }
     l.one = optin;
-    l.two = std::min(optin, per_sm / 2 - reserved - (static_max + 127) / 128 * 128) / 128 * 128;
+    l.two = std::min(optin, per_sm / 2 - reserved - static_bytes) / 128 * 128;
     return l;
   }();
   const int smem_limit = per_sm == 2 ? limits.two : limits.one;
@@ -451,9 +459,10 @@ void LaunchRingMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVaria
       plan_pieces(int64_t(kb) * 1024);
       if (p.stages >= 2 || kb == 1) break;
     }
-  } else if (groups <= kFewGroups && a.k * es > 2048) {
-    plan_pieces(2048);  // (2048 bytes: a multiple of 64 x 16 warps columns for fp8, of 64 x 8 for bf16)
-    if (depth == 0) depth = 4;
+  } else if (FewGroupsLayout(groups, a.k * es)) {
+    // (2048 bytes: a multiple of 64 x 16 warps columns for fp8, of 64 x 8 for bf16)
+    plan_pieces(kFewGroupsPieceBytes);
+    if (depth == 0) depth = kFewGroupsDepth;
   } else if (a.ldw == a.k && 2 * kGroupRows * a.k * es <= room) {
     p.whole = true;
     p.chunk = int(a.k);
@@ -494,17 +503,32 @@ Bf16RingMmaMode& Bf16ModeRef() {
   return mode;
 }
 
-// A block's groups x row pieces of 2 KB, all of which the one-row layout's ring holds (the
-// plan's few-groups layout: 2 KB pieces in 4 slots).
-constexpr int64_t kOneRowSlots = 4;
+// The bf16 GemvArgs as the kernel's arguments (w: the weights' bytes, no scales).
+Fp8GemvArgs AsRingArgs(const GemvArgs& g) {
+  Fp8GemvArgs a{};
+  a.x = g.x;
+  a.w = reinterpret_cast<const uint8_t*>(g.w);
+  a.scale = nullptr;
+  a.scale_mode = ScaleMode::kNone;
+  a.out = g.out;
+  a.bias = g.bias;
+  a.n = g.n, a.k = g.k, a.m = g.m, a.ldx = g.ldx, a.ldw = g.ldw, a.ldo = g.ldo;
+  a.accumulate = g.accumulate;
+  a.norm_weight = g.norm_weight;
+  a.norm_type = g.norm_type;
+  a.norm_eps = g.norm_eps;
+  a.swiglu = g.swiglu;
+  return a;
+}
 
-// Whether one row of `g` leaves every block a share of the weights that its 4-slot ring holds
-// whole (one SM a block).
+// Whether one row of `g` leaves every block (one an SM, LaunchRingMma's grid) a share of the
+// weights that the few-groups layout's ring holds whole: its groups x 2 KB row pieces fill at
+// most the layout's 4 slots.
 bool OneRowShareFits(const GemvArgs& g) {
-  const int64_t sms = MultiprocessorCount();
-  const int64_t rows = (g.m + sms - 1) / sms, groups = (rows + kGroupRows - 1) / kGroupRows;
-  const int64_t pieces = (g.k * 2 + 2047) / 2048;
-  return groups <= kFewGroups && groups * pieces <= kOneRowSlots;
+  const int64_t row_bytes = g.k * 2;  // bf16
+  const int64_t groups = GroupsPerBlock(AsRingArgs(g), std::min<int64_t>(MultiprocessorCount(), g.m));
+  const int64_t pieces = (row_bytes + kFewGroupsPieceBytes - 1) / kFewGroupsPieceBytes;
+  return FewGroupsLayout(groups, row_bytes) && groups * pieces <= kFewGroupsDepth;
 }
 
 // The one-row rule (Bf16RingMmaFirst): an accumulating projection without norm or swiglu
@@ -527,9 +551,9 @@ bool OneRowRule(const GemvArgs& g) {
 
 // The one-row rule's layout (the variant at its defaults; a variant set by the env or a test
 // is taken as it is): the 96-register kernel with one block's shared memory, x staged.
-Fp8GemvVariant OneRowVariant(const GemvArgs& g, Fp8GemvVariant v) {
+Fp8GemvVariant OneRowVariant(Fp8GemvVariant v) {
   const Fp8GemvVariant d{};
-  if (!OneRowRule(g) || v.ring_piece_kb != d.ring_piece_kb || v.ring_depth != d.ring_depth ||
+  if (v.ring_piece_kb != d.ring_piece_kb || v.ring_depth != d.ring_depth ||
       v.ring_stage_x != d.ring_stage_x || v.ring_warps != d.ring_warps || v.ring_blocks != d.ring_blocks)
     return v;
   v.ring_blocks = 4;
@@ -537,23 +561,6 @@ Fp8GemvVariant OneRowVariant(const GemvArgs& g, Fp8GemvVariant v) {
   return v;
 }
 
-// The bf16 GemvArgs as the kernel's arguments (w: the weights' bytes, no scales).
-Fp8GemvArgs AsRingArgs(const GemvArgs& g) {
-  Fp8GemvArgs a{};
-  a.x = g.x;
-  a.w = reinterpret_cast<const uint8_t*>(g.w);
-  a.scale = nullptr;
-  a.scale_mode = ScaleMode::kNone;
-  a.out = g.out;
-  a.bias = g.bias;
-  a.n = g.n, a.k = g.k, a.m = g.m, a.ldx = g.ldx, a.ldw = g.ldw, a.ldo = g.ldo;
-  a.accumulate = g.accumulate;
-  a.norm_weight = g.norm_weight;
-  a.norm_type = g.norm_type;
-  a.norm_eps = g.norm_eps;
-  a.swiglu = g.swiglu;
-  return a;
-}
 }  // namespace
 
 bool Bf16RingMmaFits(const GemvArgs& g) {
@@ -580,7 +587,8 @@ bool Bf16RingMmaFirst(const GemvArgs& g) {
 
 void LaunchBf16RingMma(const GemvArgs& g, cudaStream_t stream) {
   g_bf16_launches.fetch_add(1, std::memory_order_relaxed);
-  LaunchRingMma(AsRingArgs(g), stream, OneRowVariant(g, GetFp8GemvVariant()), /*bf16w=*/true);
+  const Fp8GemvVariant v = GetFp8GemvVariant();
+  LaunchRingMma(AsRingArgs(g), stream, OneRowRule(g) ? OneRowVariant(v) : v, /*bf16w=*/true);
 }
 
 void SetBf16RingMmaMode(Bf16RingMmaMode mode) { Bf16ModeRef() = mode; }
