@@ -136,6 +136,13 @@ const std::vector<RouterCase>& RouterCases() {
       {5, 384, 8, 1, 1, MoeScoring::kSigmoid, true, true, 2.827f},     // Kimi K2
       {3, 160, 16, 8, 3, MoeScoring::kSigmoid, true, false, 1.0f},     // top-16, 3 of 8 groups
       {4, 24, 5, 6, 2, MoeScoring::kSoftmax, false, true, 1.0f},       // softmax + groups
+      // One token (the decode shapes; CUDA's one-block grid with a single working warp).
+      {1, 128, 8, 1, 1, MoeScoring::kSoftmax, false, true, 1.0f},      // Qwen3-30B-A3B decode
+      {1, 64, 6, 1, 1, MoeScoring::kSoftmax, false, false, 1.0f},      // DeepSeek-V2-Lite decode
+      {1, 13, 3, 1, 1, MoeScoring::kSoftmax, false, true, 1.0f},
+      {1, 97, 32, 1, 1, MoeScoring::kSigmoid, true, true, 1.7f},       // top-32
+      {1, 8, 8, 1, 1, MoeScoring::kSoftmax, false, true, 1.0f},        // every expert
+      {1, 256, 8, 8, 4, MoeScoring::kSigmoid, true, true, 2.5f},       // groups: one warp
   };
   return cases;
 }
@@ -299,6 +306,43 @@ TEST(MoeRouterOp, FusedMatmulMatchesMatmulThenRouter) {
 }
 
 #if defined(PEREGRINE_HAVE_CUDA)
+// Exact ties on the device: logits of three levels, so many experts share a score; the
+// reference takes the lower index first, and so must the device routing, one token and several.
+TEST(MoeRouterOp, CudaTiesTakeTheLowerIndex) {
+  PG_SEED_TRACE();
+  for (const auto* k : Backends<MoeRouterParams>()) {
+    if (!OnDevice(*k)) continue;
+    for (const int64_t n : {1, 3}) {
+      for (const int e : {128, 64, 37}) {
+        SCOPED_TRACE(fmt::format("tokens {} experts {}", n, e));
+        const int64_t topk = 8;
+        // 3 levels a row, in a scattered order: about e / 3 experts share the top one.
+        Tensor logits(DType::kF32, {n, int64_t(e)});
+        for (int64_t t = 0; t < n; ++t)
+          for (int i = 0; i < e; ++i)
+            logits.data<float>()[t * e + i] = 0.5f * float((i * 7 + int(t)) % 3);
+        Tensor ref_ids(DType::kI32, {n, topk}), ref_w(DType::kF32, {n, topk});
+        Tensor ids(DType::kI32, {n, topk}), w(DType::kF32, {n, topk});
+        MoeRouterParams p{.logits = logits.view(), .topk_ids = ref_ids.view(),
+                          .topk_weights = ref_w.view(), .renormalize = true};
+        RunWith(RefImpl<MoeRouterParams>(), p);
+        p.topk_ids = ids.view();
+        p.topk_weights = w.view();
+        ASSERT_TRUE(RunBackend(*k, p));
+        for (int64_t i = 0; i < ids.numel(); ++i) {
+          ASSERT_EQ(ids.data<int32_t>()[i], ref_ids.data<int32_t>()[i]) << "route " << i;
+          EXPECT_NEAR(w.data<float>()[i], ref_w.data<float>()[i], 2e-6);
+        }
+        // Ties did occur: some chosen weight equals its neighbour's.
+        int equal = 0;
+        for (int64_t t = 0; t < n; ++t)
+          for (int64_t j = 1; j < topk; ++j) equal += w.data<float>()[t * topk + j] == w.data<float>()[t * topk + j - 1];
+        EXPECT_GT(equal, 0);
+      }
+    }
+  }
+}
+
 // bf16 logits on the device: the reference on the same (bf16-rounded) logits. Ramp spacing
 // 6/64 survives bf16 rounding, so the choice is exact.
 TEST(MoeRouterOp, CudaBf16Logits) {
