@@ -1,5 +1,6 @@
 // MoE router (ops_moe.h MoeRouterParams for the semantics), two forms:
-//  * RouterKernel: one warp per token over precomputed logits;
+//  * RouterKernel: one warp per token over precomputed logits (one instantiation a routing
+//    form: registers up to 256 experts, shared memory above);
 //  * FusedRouterKernel (small batches): one warp per expert computes that expert's logits for
 //    every token (router row loaded into registers before PdlWait: weights only), then the
 //    block that arrives last routes every token. One kernel instead of GEMV + router; with the
@@ -113,9 +114,15 @@ __device__ void RouteToken(const MoeRouterArgs& a, int64_t t, float* score, floa
 }
 
 // Routes token t: in registers (moe_route.cuh) up to 32 * kRoutePerLane experts, else
-// through shared memory (RouteToken). score / choice: [num_experts] f32 of shared memory.
+// through shared memory (RouteToken); kForm fixes the form at compile time (the caller knows
+// the expert count), so a kernel carries only that form's code. score / choice:
+// [num_experts] f32 of shared memory.
+enum RouteForm { kRouteByCount, kRouteRegs, kRouteShared };
+template <RouteForm kForm = kRouteByCount>
 __device__ void RouteAny(const MoeRouterArgs& a, int64_t t, float* score, float* choice, int lane) {
-  if (a.num_experts > 32 * moe::kRoutePerLane) return RouteToken(a, t, score, choice, lane);
+  if (kForm == kRouteShared ||
+      (kForm == kRouteByCount && a.num_experts > 32 * moe::kRoutePerLane))
+    return RouteToken(a, t, score, choice, lane);
   int id;
   float w;
   moe::RouteWarp(a, t, choice, lane, &id, &w);
@@ -125,6 +132,9 @@ __device__ void RouteAny(const MoeRouterArgs& a, int64_t t, float* score, float*
   }
 }
 
+// kReg: a.num_experts <= 32 * kRoutePerLane, routed in registers only (the kernel carries no
+// shared-memory routing code).
+template <bool kReg>
 __global__ void __launch_bounds__(kWarps * 32) RouterKernel(MoeRouterArgs a) {
   PG_BLOCK_TRACE(kTraceRouter);
   extern __shared__ float smem[];
@@ -134,7 +144,7 @@ __global__ void __launch_bounds__(kWarps * 32) RouterKernel(MoeRouterArgs a) {
   const int64_t t = int64_t(blockIdx.x) * kWarps + warp;
   if (t >= a.num_tokens) return;
   float* score = smem + size_t(warp) * 2 * a.num_experts;
-  RouteAny(a, t, score, score + a.num_experts, lane);
+  RouteAny<kReg ? kRouteRegs : kRouteShared>(a, t, score, score + a.num_experts, lane);
   PG_TRACE_MARK(2);  // routes stored
 }
 
@@ -428,7 +438,10 @@ void LaunchMoeRouter(const MoeRouterArgs& a, cudaStream_t stream) {
       (void)LaunchPdl(FusedRouterKernel, dim3(blocks), dim3(kWarps * 32), smem, stream, a, vec);
   } else {
     const unsigned blocks = unsigned((a.num_tokens + kWarps - 1) / kWarps);
-    (void)LaunchPdl(RouterKernel, dim3(blocks), dim3(kWarps * 32), smem, stream, a);
+    if (a.num_experts <= 32 * moe::kRoutePerLane)
+      (void)LaunchPdl(RouterKernel<true>, dim3(blocks), dim3(kWarps * 32), smem, stream, a);
+    else
+      (void)LaunchPdl(RouterKernel<false>, dim3(blocks), dim3(kWarps * 32), smem, stream, a);
   }
   // Launch errors: the caller checks cudaGetLastError (PG_CUDA_CHECK_LAUNCH).
 }
