@@ -334,6 +334,8 @@ __global__ void __launch_bounds__(kWarps * 32) FusedRouterKernel(MoeRouterArgs a
 // chunks per lane), reduces its sum of squares itself (every warp the same 1/rms: no block
 // barrier) and takes the dot. Warp 0 of block 0 stores the normed row. Same values as
 // FusedRouterKernel's (bf16-rounded normed inputs), up to the f32 order of the squares' sum.
+// kNorm: a.norm_w is set (the RMSNorm in front), fixed at compile time.
+template <bool kNorm>
 __global__ void __launch_bounds__(kWarps * 32) NormLogitsKernel(MoeRouterArgs a, bool warm) {
   PG_BLOCK_TRACE(kTraceNormLogits);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -348,7 +350,7 @@ __global__ void __launch_bounds__(kWarps * 32) NormLogitsKernel(MoeRouterArgs a,
     const int c = lane + 32 * q;
     if (c < nc) {
       w[q] = __ldg(w4 + c);
-      if (a.norm_w) {
+      if (kNorm) {
         const float4* gp = reinterpret_cast<const float4*>(a.norm_w + c * 8);
         g[q][0] = __ldg(gp), g[q][1] = __ldg(gp + 1);
       }
@@ -372,7 +374,7 @@ __global__ void __launch_bounds__(kWarps * 32) NormLogitsKernel(MoeRouterArgs a,
       for (int q = 0; q < kPreChunks; ++q)
         if (lane + 32 * q < nc) xr[q] = real ? __ldg(x4 + lane + 32 * q) : w[q];
       float inv = 1.0f;
-      if (a.norm_w) {
+      if (kNorm) {
         float ss = 0.0f;
 #pragma unroll
         for (int q = 0; q < kPreChunks; ++q) {
@@ -385,7 +387,7 @@ __global__ void __launch_bounds__(kWarps * 32) NormLogitsKernel(MoeRouterArgs a,
         inv = rsqrtf(WarpSum(ss) / float(a.hidden) + a.eps);
       }
       PG_TRACE_MARK(0);  // x arrived, 1 / rms
-      bf16* out = real && a.norm_w && blockIdx.x == 0 && warp == 0 ? a.normed + t * a.ld_normed : nullptr;
+      bf16* out = real && kNorm && blockIdx.x == 0 && warp == 0 ? a.normed + t * a.ld_normed : nullptr;
       float acc = 0.0f;
 #pragma unroll
       for (int q = 0; q < kPreChunks; ++q) {
@@ -393,7 +395,7 @@ __global__ void __launch_bounds__(kWarps * 32) NormLogitsKernel(MoeRouterArgs a,
         if (c >= nc) continue;
         float f[8], wf[8];
         moe::Widen<false>(xr[q], f);
-        if (a.norm_w) {
+        if (kNorm) {
           const float gw[8] = {g[q][0].x, g[q][0].y, g[q][0].z, g[q][0].w,
                                g[q][1].x, g[q][1].y, g[q][1].z, g[q][1].w};
           __align__(16) bf16 ov[8];
@@ -433,7 +435,8 @@ void LaunchMoeRouter(const MoeRouterArgs& a, cudaStream_t stream) {
                      (!a.normed || (a.ld_normed % 8 == 0 && al16(a.normed)));
     const unsigned blocks = unsigned((a.num_experts + kWarps - 1) / kWarps);
     if (a.defer_route && vec && !a.residual && a.hidden <= 8 * 32 * kPreChunks)
-      (void)LaunchPdl(NormLogitsKernel, dim3(blocks), dim3(kWarps * 32), 0, stream, a, warm);
+      (void)LaunchPdl(a.norm_w ? NormLogitsKernel<true> : NormLogitsKernel<false>, dim3(blocks),
+                      dim3(kWarps * 32), 0, stream, a, warm);
     else
       (void)LaunchPdl(FusedRouterKernel, dim3(blocks), dim3(kWarps * 32), smem, stream, a, vec);
   } else {
