@@ -143,8 +143,9 @@ TEST(Bf16RingMma, MatchesTheReferenceAndIsLayoutInvariant) {
     cuda::SetBf16RingMmaMode(cuda::Bf16RingMmaMode::kShape);
     // The one-row rule (Bf16RingMmaFirst): an accumulating row whose block shares fit the ring.
     const bool one_row = c.n == 1 && c.accumulate && cuda::Bf16RingMmaFirst(a);
-    if (c.n == 1 && c.accumulate && c.m <= 2048 && c.k <= 4096)
+    if (c.n == 1 && c.accumulate && c.m <= 2048 && c.k <= 4096) {
       EXPECT_TRUE(one_row) << "the one-row rule refuses an o-projection shape";
+    }
     if ((c.n < 2 || c.n > 4) && !one_row) {
       cuda::SetBf16RingMmaMode(mode);
       continue;

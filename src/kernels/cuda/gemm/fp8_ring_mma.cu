@@ -578,18 +578,30 @@ bool Bf16RingMmaTake(const GemvArgs& g) {
   // Qwen3-30B-A3B o 7.9 vs 10.7; a Llama step at 4 x 1K 5171 vs 5880 us); at 5-8 rows
   // cuBLASLt wins (down 33.6 vs 40.4 us at 8 rows: x [8, 14336] cannot be staged and is re-read
   // from L2 per 16-row group; a Llama step at 8 x 1K 5375 vs 5794 us).
-  return mode == Bf16RingMmaMode::kOn || (g.n >= 2 && g.n <= 4) || OneRowRule(g);
+  // (One row under the one-row rule is Bf16RingMmaFirst's, asked before this.)
+  return mode == Bf16RingMmaMode::kOn || (g.n >= 2 && g.n <= 4);
 }
 
 bool Bf16RingMmaFirst(const GemvArgs& g) {
   return Bf16ModeRef() != Bf16RingMmaMode::kOff && OneRowRule(g) && Bf16RingMmaFits(g);
 }
 
-void LaunchBf16RingMma(const GemvArgs& g, cudaStream_t stream) {
+namespace {
+// one_row: the one-row rule holds for g (its layout, OneRowVariant).
+void LaunchBf16(const GemvArgs& g, cudaStream_t stream, bool one_row) {
   g_bf16_launches.fetch_add(1, std::memory_order_relaxed);
   const Fp8GemvVariant v = GetFp8GemvVariant();
-  LaunchRingMma(AsRingArgs(g), stream, OneRowRule(g) ? OneRowVariant(v) : v, /*bf16w=*/true);
+  LaunchRingMma(AsRingArgs(g), stream, one_row ? OneRowVariant(v) : v, /*bf16w=*/true);
 }
+}  // namespace
+
+bool LaunchBf16RingMmaFirst(const GemvArgs& g, cudaStream_t stream) {
+  if (!Bf16RingMmaFirst(g)) return false;
+  LaunchBf16(g, stream, /*one_row=*/true);
+  return true;
+}
+
+void LaunchBf16RingMma(const GemvArgs& g, cudaStream_t stream) { LaunchBf16(g, stream, OneRowRule(g)); }
 
 void SetBf16RingMmaMode(Bf16RingMmaMode mode) { Bf16ModeRef() = mode; }
 Bf16RingMmaMode GetBf16RingMmaMode() { return Bf16ModeRef(); }

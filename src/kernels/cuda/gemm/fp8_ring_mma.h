@@ -30,16 +30,19 @@ void LaunchFp8RingMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVa
 // 16-byte aligned x and w, w_constant (its producer streams w before the PDL wait), x's rows
 // within the staging when normalised, no swiglu with accumulate.
 bool Bf16RingMmaFits(const GemvArgs& a);
-// Mode: kShape (default) takes 2-4 rows (5-8 stay with cuBLASLt: measured faster there) and
-// one row of an accumulating projection without norm or swiglu whose block shares fit the
-// ring whole (an o projection of 2048 rows: Bf16RingMmaFirst), kOn every shape that fits (1-8
-// rows), kOff none.
+// Mode: kShape (default) takes 2-4 rows in Bf16RingMmaTake (5-8 stay with cuBLASLt: measured
+// faster there) and, in Bf16RingMmaFirst, one row of an accumulating projection without norm
+// or swiglu whose block shares fit the ring whole (an o projection of 2048 rows); kOn every
+// shape that fits (1-8 rows), kOff none.
 // PEREGRINE_BF16_RING_MMA (0 off, 1 on, unset: by shape) sets the process's mode; tests and
 // benches override it here. PEREGRINE_BF16_RING_MMA_ONE_ROW=0 turns the one-row rule off.
 enum class Bf16RingMmaMode { kShape, kOn, kOff };
 bool Bf16RingMmaTake(const GemvArgs& a);
-// The one-row rule: LaunchGemv asks this before gemv_ring.cu (unless the mode is kOff).
+// The one-row rule (not under kOff): LaunchGemv launches by it before gemv_ring.cu —
+// LaunchBf16RingMmaFirst launches when Bf16RingMmaFirst holds and says whether it did, so the
+// rule is asked once a launch.
 bool Bf16RingMmaFirst(const GemvArgs& a);
+bool LaunchBf16RingMmaFirst(const GemvArgs& a, cudaStream_t stream);
 void LaunchBf16RingMma(const GemvArgs& a, cudaStream_t stream);
 void SetBf16RingMmaMode(Bf16RingMmaMode mode);
 Bf16RingMmaMode GetBf16RingMmaMode();

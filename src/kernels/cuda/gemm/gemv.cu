@@ -243,7 +243,7 @@ bool GemvFusedSupports(const GemvArgs& a) {
 
 void LaunchGemv(const GemvArgs& a, cudaStream_t stream) {
   if (a.n == 0 || a.m == 0) return;
-  if (Bf16RingMmaFirst(a)) return LaunchBf16RingMma(a, stream);  // one row: the o projection (by shape)
+  if (LaunchBf16RingMmaFirst(a, stream)) return;  // one row: the o projection (by shape)
   if (GemvRingTake(a)) return LaunchGemvRing(a, stream);  // gemv_ring.cu (PEREGRINE_GEMV_RING)
   if (Bf16RingMmaTake(a)) return LaunchBf16RingMma(a, stream);  // fp8_ring_mma.cu, 2-4 rows
   if (a.norm_weight || a.swiglu) {  // the caller checked GemvFusedSupports
