@@ -144,9 +144,11 @@ __global__ void __launch_bounds__(kSt == 1 ? kWarps * 32 : 256, kSt == 1 ? 3 : 0
   const int group = a.heads / a.kv_heads;
   const int split = blockIdx.z, num_splits = gridDim.z;
   const int active_splits = ActiveSplits(a, s, num_splits);
+  if constexpr (kFused && kSt < kStages)
+    if (a.cluster_merge) ClusterMergeStart();  // the merge barrier's first phase
   if (split >= active_splits) {  // surplus split of a graph planned for longer contexts
     if constexpr (kFused && kSt < kStages)
-      if (a.cluster_merge) ClusterMergeSplits(a, 0, 0, 0, 0, nullptr);  // the barriers only
+      if (a.cluster_merge) ClusterMergeSplits(a, 0, 0, 0, 0, split, nullptr);  // the barriers only
     return;
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -391,7 +393,7 @@ __global__ void __launch_bounds__(kSt == 1 ? kWarps * 32 : 256, kSt == 1 ? 3 : 0
                      /*finish=*/!kFused, cluster_part);
   PG_TRACE_MARK(2);  // the split stored
   if constexpr (kFused) {
-    if (cluster_part != nullptr) ClusterMergeSplits(a, row, h0, ng, active_splits, cluster_part);
+    if (cluster_part != nullptr) ClusterMergeSplits(a, row, h0, ng, active_splits, split, cluster_part);
     else  // split weights [ng][active] after the merge buffers
       FusedFinishSplits(a, row, h0, ng, active_splits, sm_l + kWarps * mrows);
   }
@@ -432,7 +434,7 @@ void PrepareSmall() {
   static const bool done = [] {
     const void* k = reinterpret_cast<const void*>(&DecodeMmaKernel<D, kF8, false, true, S, kTW>);
     cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         FusedSmallSmemBytes<D, kF8, kTW, S>(16, 256));
+                         FusedSmallSmemBytes<D, kF8, kTW, S>(16, 256) + ClusterInboxBytes(16, D) + 16);
     const int carveout = EnvInt("PG_FUSED_SMALL_CARVEOUT", 100);
     if (carveout >= 0) cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, carveout);
     return true;
@@ -456,13 +458,20 @@ void LaunchSmall(const AttentionArgs& a_in, const RopeKvWriteArgs& rope, dim3 gr
     LaunchPdl(k, grid, dim3(unsigned(kWarps * 32)), size_t(smem), stream, a, rope);
     return;
   }
+  // The merge's inbox (decode_fused.cuh ClusterMergeSplits) past everything the block writes
+  // before the merge's barrier (ring, scratch, warp merge buffers, its own partial): peers store
+  // into it while this block may still walk its keys.
+  const int part_end = ClusterPartOffset(MergeRows<S>(group), D, a.num_splits) +
+                       ClusterPartBytes(std::min(group, 16), D);
+  a.cluster_inbox = (std::max(smem, part_end) + 15) / 16 * 16;
+  const size_t smem_total = size_t(a.cluster_inbox) + size_t(ClusterInboxBytes(std::min(group, 16), D));
   g_cluster_launches.fetch_add(1, std::memory_order_relaxed);
   static const bool non_portable = [k] {
     return cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
   }();
   (void)non_portable;
   LaunchPdlCluster(k, grid, dim3(unsigned(kWarps * 32)), dim3(1, 1, unsigned(a.num_splits)),
-                   size_t(smem), stream, a, rope);
+                   smem_total, stream, a, rope);
 }
 
 // small_warps: 0 the 3-stage kernel, 3 / 4 the small variant with that many tile warps;

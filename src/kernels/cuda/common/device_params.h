@@ -202,6 +202,9 @@ struct AttentionArgs {
   // through distributed shared memory instead of global partials + an arrival counter
   // (decode_fused_plan.cu ClusterPlan; PG_FUSED_CLUSTER).
   bool cluster_merge = false;
+  // With cluster_merge: the byte offset of the merge's inbox in the small variant's shared
+  // memory (decode_fused.cuh ClusterMergeSplits; the launcher sets it).
+  int cluster_inbox = 0;
 };
 
 // ---- launchers (defined in the .cu files; all asynchronous on `stream`) --------------------
