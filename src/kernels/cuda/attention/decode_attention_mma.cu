@@ -433,6 +433,7 @@ template <int D, bool kF8, int kTW, int S>
 void PrepareSmall() {
   static const bool done = [] {
     const void* k = reinterpret_cast<const void*>(&DecodeMmaKernel<D, kF8, false, true, S, kTW>);
+    // (+ the cluster merge's inbox past it, LaunchSmall; its partial lies within the bound)
     cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                          FusedSmallSmemBytes<D, kF8, kTW, S>(16, 256) + ClusterInboxBytes(16, D) + 16);
     const int carveout = EnvInt("PG_FUSED_SMALL_CARVEOUT", 100);
