@@ -7,6 +7,7 @@
 #   timeout    optional: seconds this job may take (default 150),
 #   bin/*.gz    optional: stripped binaries, gzip- or xz-compressed (queue_env.sh unpacks them).
 # Shared libraries every binary needs travel once in .gpulib (tools/gpu/queue.sh --pack-lib).
+# A/B step rows for run.sh: tools/gpu/ab_rows.sh (ab_step / ab_serve).
 #
 #   here:   tools/gpu/queue.sh --pack-lib           (once per session)
 #   device: run(command="tools/gpu/queue.sh", carry=[".gpulib", ".gpuq"])  (+ ".gpulibx" for jobs
