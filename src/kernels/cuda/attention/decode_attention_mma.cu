@@ -433,9 +433,9 @@ template <int D, bool kF8, int kTW, int S>
 void PrepareSmall() {
   static const bool done = [] {
     const void* k = reinterpret_cast<const void*>(&DecodeMmaKernel<D, kF8, false, true, S, kTW>);
-    // (+ the cluster merge's inbox past it, LaunchSmall; its partial lies within the bound)
+    // (+ the cluster merge's inbox, which LaunchSmall places right past it)
     cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         FusedSmallSmemBytes<D, kF8, kTW, S>(16, 256) + ClusterInboxBytes(16, D) + 16);
+                         FusedSmallSmemBytes<D, kF8, kTW, S>(16, 256) + ClusterInboxBytes(16, D));
     const int carveout = EnvInt("PG_FUSED_SMALL_CARVEOUT", 100);
     if (carveout >= 0) cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, carveout);
     return true;
@@ -446,26 +446,23 @@ void PrepareSmall() {
 template <int D, bool kF8, int kTW, int S = kSmallStages>
 void LaunchSmall(const AttentionArgs& a_in, const RopeKvWriteArgs& rope, dim3 grid, cudaStream_t stream) {
   PrepareSmall<D, kF8, kTW, S>();
-  const int group = a_in.heads / a_in.kv_heads;
-  const int smem = FusedSmallSmemBytes<D, kF8, kTW, S>(group, a_in.num_splits);
+  const int group = a_in.heads / a_in.kv_heads, ng = std::min(group, 16);
+  const int smem = FusedSmallSmemBytes<D, kF8, kTW, S>(group, a_in.num_splits);  // 16-byte multiple
   AttentionArgs a = a_in;
   // The cluster merge where a kv head's splits fit one cluster and its partial fits the
   // block's shared memory past the merge buffers.
   a.cluster_merge = a_in.cluster_merge && a.num_splits > 1 && a.num_splits <= kMaxClusterSplits &&
-                    ClusterPartOffset(MergeRows<S>(group), D, a.num_splits) +
-                            ClusterPartBytes(std::min(group, 16), D) <= smem;
+                    ClusterPartOffset(MergeRows<S>(group), D, a.num_splits) + ClusterPartBytes(ng, D) <= smem;
   auto* k = DecodeMmaKernel<D, kF8, false, true, S, kTW>;
   if (!a.cluster_merge) {
     LaunchPdl(k, grid, dim3(unsigned(kWarps * 32)), size_t(smem), stream, a, rope);
     return;
   }
   // The merge's inbox (decode_fused.cuh ClusterMergeSplits) past everything the block writes
-  // before the merge's barrier (ring, scratch, warp merge buffers, its own partial): peers store
-  // into it while this block may still walk its keys.
-  const int part_end = ClusterPartOffset(MergeRows<S>(group), D, a.num_splits) +
-                       ClusterPartBytes(std::min(group, 16), D);
-  a.cluster_inbox = (std::max(smem, part_end) + 15) / 16 * 16;
-  const size_t smem_total = size_t(a.cluster_inbox) + size_t(ClusterInboxBytes(std::min(group, 16), D));
+  // before the merge's barrier (ring, scratch, warp merge buffers and, by the rule above, its
+  // own partial: all within smem): peers store into it while this block may still walk its keys.
+  a.cluster_inbox = smem;
+  const size_t smem_total = size_t(smem) + size_t(ClusterInboxBytes(ng, D));
   g_cluster_launches.fetch_add(1, std::memory_order_relaxed);
   static const bool non_portable = [k] {
     return cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
