@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 
 #include "core/quant.h"
@@ -44,6 +45,38 @@ TEST(EmbeddingOp, EveryBackendMatchesReferenceExactly) {
       }
     }
   cov.Check<EmbeddingParams>();
+}
+
+// bf16 table: every backend copies the rows exactly (f32 rows on the host, each the bf16 value
+// widened; the device backend writes bf16 rows that the device mirror widens), over hidden
+// sizes that take the CUDA kernel's 16-byte path (multiples of 8 elements, one and several
+// vectors a thread) and its element path (rows not a multiple of 16 bytes).
+TEST(EmbeddingOp, Bf16RowsCopiedExactly) {
+  PG_SEED_TRACE();
+  for (int64_t hidden : {8, 96, 100, 2048, 4100, 7168, 9000}) {
+    const int64_t vocab = 257, tokens = 5;
+    SCOPED_TRACE(fmt::format("hidden={}", hidden));
+    Tensor table(DType::kBF16, {vocab, hidden});
+    uint16_t* tb = reinterpret_cast<uint16_t*>(table.view().data);
+    for (int64_t i = 0; i < vocab * hidden; ++i) tb[i] = uint16_t(RandInt(0, 65535) & 0x7f7f);
+    Tensor ids(DType::kI32, {tokens});
+    for (int64_t i = 0; i < tokens; ++i) ids.data<int32_t>()[i] = int32_t(RandInt(0, vocab - 1));
+    int ran = 0;
+    for (const auto* k : Backends<EmbeddingParams>()) {
+      Tensor out(DType::kF32, {tokens, hidden});
+      if (!RunBackend(*k, EmbeddingParams{table.view(), ids.view(), out.view()})) continue;
+      ++ran;
+      for (int64_t t = 0; t < tokens; ++t) {
+        const uint16_t* want = tb + ids.data<int32_t>()[t] * hidden;
+        for (int64_t i = 0; i < hidden; ++i) {
+          uint32_t bits = 0;
+          std::memcpy(&bits, out.data<float>() + t * hidden + i, 4);
+          ASSERT_EQ(bits, uint32_t(want[i]) << 16) << k->backend << " token " << t << " i " << i;
+        }
+      }
+    }
+    EXPECT_GE(ran, 1);
+  }
 }
 
 TEST(RmsNormOp, EveryBackendMatchesReference) {

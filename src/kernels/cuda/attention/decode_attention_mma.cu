@@ -242,8 +242,12 @@ __global__ void __launch_bounds__(kSt == 1 ? kWarps * 32 : 256, kSt == 1 ? 3 : 0
   const float qscale = a.logit_scale * (softcap_v > 0.0f ? 1.0f : kLog2e);
   if constexpr (kFused) {
     const FusedScratch<D> fs(smem + kTW * M::kWarpU4, MergeRows<kSt>(group));
-    if (nti.fast && a.fused_prep_registers)
-      PrepareNewTokenFast<D, KvT>(f, row, kvh, group, owner, qscale, softcap_v, nti, fs);
+    // The two-tile plan (kSt 2) takes groups of <= kWarps rows only (decode_fused_plan.cu
+    // TwoTilePlan): one q row a warp; a larger group (never planned) takes the other form.
+    constexpr int kPrepRows = kSt == 2 ? 1 : (FusedScratch<D>::kRows + kWarps - 1) / kWarps;
+    constexpr bool kAnyGroup = kPrepRows * kWarps >= FusedScratch<D>::kRows;
+    if (nti.fast && a.fused_prep_registers && (kAnyGroup || group <= kWarps * kPrepRows))
+      PrepareNewTokenFast<D, KvT, kPrepRows>(f, row, kvh, group, owner, qscale, softcap_v, nti, fs);
     else
       PrepareNewToken<D, KvT>(f, a, s, row, kvh, group, owner, qscale, softcap_v, fs);
   }

@@ -237,13 +237,16 @@ __device__ __forceinline__ void NormRopeRow(float (&x)[D / 32], const float (&w)
 // kernel reads: q rows, v, score): every warp loads the new k and v rows and its q rows
 // (r = warp + warps * i) in one round of loads, normalises and rotates them in registers (the
 // k row redundantly in every warp, so its q rows' logits need no barrier), warp 0 writes the
-// slot when `owner`; one __syncthreads at the end.
-template <int D, typename KvT>
+// slot when `owner`; one __syncthreads at the end. kMaxQ: the q rows a warp holds, so group <=
+// kWarps * kMaxQ (the caller checks); a plan that knows its group fits one row a warp takes 1,
+// so its kernel carries one row's code, not four rows it would branch over (H200, Llama-3.1-8B
+// 1 x 1K, the two-tile kernel 204 -> 173 registers, -7 to -19 us a step in three calls;
+// docs/PERF.md "Session 23").
+template <int D, typename KvT, int kMaxQ = (FusedScratch<D>::kRows + kWarps - 1) / kWarps>
 __device__ void PrepareNewTokenFast(const RopeKvWriteArgs& f, int row, int kvh, int group,
                                     bool owner, float qscale, float softcap,
                                     const NewTokenInputs<D>& in, const FusedScratch<D>& sc) {
   constexpr int kV = D / 32;
-  constexpr int kMaxQ = (FusedScratch<D>::kRows + kWarps - 1) / kWarps;  // q rows a warp
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = kWarps;  // the fused block's
   const KvWriteArgs& w = f.kv;
   const bf16* qg = f.q + int64_t(row) * f.q_stride + int64_t(kvh * group) * D;

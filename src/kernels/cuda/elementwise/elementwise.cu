@@ -81,6 +81,26 @@ __global__ void EmbeddingKernel(EmbeddingArgs a) {
     return;
   }
   const bf16* src = a.table + int64_t(id) * a.table_stride;
+  // 16-byte vectors where the rows allow, each thread's loads issued before its stores: one
+  // round trip to the table's (cold) row, where the element loop's stores kept every next load
+  // behind them (src and o may alias for all the compiler knows): 16 dependent HBM round trips
+  // at hidden 4096, 9.1 us of the first kernel of each step (H200 block trace, Llama-3.1-8B).
+  constexpr int kVecs = 4;  // 16-byte vectors a thread an iteration
+  if (a.hidden % 8 == 0 && ((reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(o)) & 15) == 0) {
+    const uint4* s4 = reinterpret_cast<const uint4*>(src);
+    uint4* o4 = reinterpret_cast<uint4*>(o);
+    const int64_t n4 = a.hidden / 8, step = int64_t(kVecs) * blockDim.x;
+    for (int64_t base = threadIdx.x; base < n4; base += step) {
+      uint4 v[kVecs];
+#pragma unroll
+      for (int j = 0; j < kVecs; ++j)
+        if (base + j * blockDim.x < n4) v[j] = __ldg(s4 + base + j * blockDim.x);
+#pragma unroll
+      for (int j = 0; j < kVecs; ++j)
+        if (base + j * blockDim.x < n4) o4[base + j * blockDim.x] = v[j];
+    }
+    return;
+  }
   for (int64_t i = threadIdx.x; i < a.hidden; i += blockDim.x) o[i] = src[i];
 }
 
