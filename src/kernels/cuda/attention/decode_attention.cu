@@ -266,30 +266,81 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(const __grid_constant__
   MergeWarpsAndStore(a, sm_acc, sm_m, sm_l, GP, ng, D, t, h0, split, active_splits);
 }
 
-// Merges the splits of one (row, head) when the kernels did not (no split counters): the
-// block's threads are (4-float vector v of head_dim) x (split group), each group sums every
-// G-th split with independent 16-byte loads; the groups meet in shared memory.
+// Merges the splits of one (row, head) when the kernels did not (no split counters), with
+// kCombineThreads threads = (4-float vector v of head_dim) x (split group; threads past the
+// last whole group only reduce). What the batch plan decides (the row's sequence, whether it
+// is a decode row, its active splits S) is read before PdlWait (uploaded before the step);
+// after it: one round of (max, sum) loads, one split a thread (S <= kCombineMaxSplits =
+// kCombineThreads), the max and the weighted sum by lane shuffles and one pass over the warps',
+// then each group sums every G-th split with up to 8 independent 16-byte loads in flight and
+// the groups meet in shared memory. (The former body read the plan after the wait, three
+// dependent round trips, and looped over all S splits in every thread for the max and the sum:
+// 7.9 us a block at Llama-3.1-8B 1 x 32K, H200 block trace, docs/PERF.md "Session 23".)
 constexpr int kCombineThreads = 256;
-int CombineThreads(int head_dim) {
-  const int vecs = head_dim / 4;
-  return vecs * std::max(1, kCombineThreads / vecs);
-}
+static_assert(kCombineThreads >= kCombineMaxSplits && kCombineThreads % 32 == 0, "a split a thread");
 
 __global__ void __launch_bounds__(kCombineThreads) DecodeCombineKernel(const __grid_constant__ AttentionArgs a) {
   PG_BLOCK_TRACE(kTraceDecodeCombine);
-  const int t = blockIdx.x, h = blockIdx.y;
+  const int t = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
+  const int lane = tid % 32, warp = tid / 32;
+  constexpr int kWarpsC = kCombineThreads / 32;
+  const int s_row = a.batch.token_seq[t];
+  const int S = a.batch.q_len[s_row] == 1 ? ActiveSplits(a, s_row, a.num_splits) : 1;
   PdlTrigger();
   // Every block waits (PDL), even one with nothing to merge: this kernel must not complete
   // before the attention kernel did (the next kernel reads rows it wrote directly).
   PdlWait();
-  const int s_row = a.batch.token_seq[t];
-  if (a.batch.q_len[s_row] != 1) return;  // not a decode row
-  const int S = ActiveSplits(a, s_row, a.num_splits);  // partials of this row
-  if (S == 1) return;  // the attention block wrote the output
-  __shared__ float scratch[3 * kCombineMaxSplits];
+  if (S == 1) return;  // not a decode row, or the attention block wrote the output
+  __shared__ float w_s[kCombineMaxSplits];
+  __shared__ float red_m[kWarpsC], red_l[kWarpsC];
   __shared__ float4 red[kCombineThreads];
-  CombineSplitsBlock(a, t, h, S, int(threadIdx.x), int(blockDim.x), scratch, red,
-                     [] { __syncthreads(); });
+  const int D = a.head_dim;
+  const int64_t base = (int64_t(t) * a.heads + h) * a.num_splits;
+  const bool has = tid < S;
+  const float mi = has ? __ldcg(a.partial_ml + 2 * (base + tid)) : -INFINITY;
+  const float li = has ? __ldcg(a.partial_ml + 2 * (base + tid) + 1) : 0.0f;
+  float mx = mi;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  if (lane == 0) red_m[warp] = mx;
+  __syncthreads();
+  mx = red_m[0];
+#pragma unroll
+  for (int k = 1; k < kWarpsC; ++k) mx = fmaxf(mx, red_m[k]);
+  const float wi = has ? Exp2Or0(mi, mx) : 0.0f;
+  if (has) w_s[tid] = wi;
+  float sl = wi * li;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) sl += __shfl_xor_sync(0xffffffffu, sl, o);
+  if (lane == 0) red_l[warp] = sl;
+  __syncthreads();  // w_s and red_l complete
+  float sum = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kWarpsC; ++k) sum += red_l[k];
+  const int vecs = D / 4, groups = kCombineThreads / vecs;
+  const int v = tid % vecs, grp = tid / vecs;
+  float4 acc = make_float4(0, 0, 0, 0);
+  if (grp < groups) {
+    const float4* p4 = reinterpret_cast<const float4*>(a.partial_acc + base * D) + v;
+#pragma unroll 8
+    for (int i = grp; i < S; i += groups) {
+      const float4 p = __ldcg(p4 + int64_t(i) * vecs);
+      const float c = w_s[i];
+      acc.x += c * p.x, acc.y += c * p.y, acc.z += c * p.z, acc.w += c * p.w;
+    }
+  }
+  red[tid] = acc;
+  __syncthreads();
+  if (grp == 0) {
+    for (int k = 1; k < groups; ++k) {
+      const float4 p = red[k * vecs + v];
+      acc.x += p.x, acc.y += p.y, acc.z += p.z, acc.w += p.w;
+    }
+    const float inv = sum > 0.0f ? a.v_scale / sum : 0.0f;
+    bf16* out = a.out + int64_t(t) * a.out_stride + int64_t(h) * D + 4 * v;
+    out[0] = __float2bfloat16_rn(acc.x * inv), out[1] = __float2bfloat16_rn(acc.y * inv);
+    out[2] = __float2bfloat16_rn(acc.z * inv), out[3] = __float2bfloat16_rn(acc.w * inv);
+  }
 }
 
 // GP: query heads per block (1 for MHA, else 4; larger groups take several blocks).
@@ -486,7 +537,7 @@ void decode::SetWaveSplits(AttentionArgs& a, bool fused) {
 static void LaunchCombineIfNeeded(const AttentionArgs& a, cudaStream_t stream) {
   if (a.num_splits > 1 && a.split_counters == nullptr)
     LaunchPdl(DecodeCombineKernel, dim3(unsigned(a.batch.num_tokens), unsigned(a.heads)),
-              dim3(unsigned(CombineThreads(a.head_dim))), 0, stream, a);
+              dim3(unsigned(kCombineThreads)), 0, stream, a);
 }
 
 static std::atomic<int64_t> g_stream_fused_launches{0};
