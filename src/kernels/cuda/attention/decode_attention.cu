@@ -277,7 +277,8 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(const __grid_constant__
 // dependent round trips, and looped over all S splits in every thread for the max and the sum:
 // 7.9 us a block at Llama-3.1-8B 1 x 32K, H200 block trace, docs/PERF.md "Session 23".)
 constexpr int kCombineThreads = 256;
-static_assert(kCombineThreads >= kCombineMaxSplits && kCombineThreads % 32 == 0, "a split a thread");
+static_assert(kCombineThreads >= kCombineMaxSplits && kCombineThreads % 32 == 0,
+              "a split a thread, whole warps");
 
 __global__ void __launch_bounds__(kCombineThreads) DecodeCombineKernel(const __grid_constant__ AttentionArgs a) {
   PG_BLOCK_TRACE(kTraceDecodeCombine);
@@ -331,16 +332,9 @@ __global__ void __launch_bounds__(kCombineThreads) DecodeCombineKernel(const __g
   }
   red[tid] = acc;
   __syncthreads();
-  if (grp == 0) {
-    for (int k = 1; k < groups; ++k) {
-      const float4 p = red[k * vecs + v];
-      acc.x += p.x, acc.y += p.y, acc.z += p.z, acc.w += p.w;
-    }
-    const float inv = sum > 0.0f ? a.v_scale / sum : 0.0f;
-    bf16* out = a.out + int64_t(t) * a.out_stride + int64_t(h) * D + 4 * v;
-    out[0] = __float2bfloat16_rn(acc.x * inv), out[1] = __float2bfloat16_rn(acc.y * inv);
-    out[2] = __float2bfloat16_rn(acc.z * inv), out[3] = __float2bfloat16_rn(acc.w * inv);
-  }
+  if (grp == 0)
+    StoreCombined(a, a.out + int64_t(t) * a.out_stride + int64_t(h) * D + 4 * v, red, v, vecs,
+                  groups, acc, sum);
 }
 
 // GP: query heads per block (1 for MHA, else 4; larger groups take several blocks).

@@ -86,7 +86,8 @@ __global__ void EmbeddingKernel(EmbeddingArgs a) {
   // behind them (src and o may alias for all the compiler knows): 16 dependent HBM round trips
   // at hidden 4096, 9.1 us of the first kernel of each step (H200 block trace, Llama-3.1-8B).
   constexpr int kVecs = 4;  // 16-byte vectors a thread an iteration
-  if (a.hidden % 8 == 0 && ((reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(o)) & 15) == 0) {
+  const uintptr_t rows = reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(o);
+  if (a.hidden % 8 == 0 && (rows & 15) == 0) {
     const uint4* s4 = reinterpret_cast<const uint4*>(src);
     uint4* o4 = reinterpret_cast<uint4*>(o);
     const int64_t n4 = a.hidden / 8, step = int64_t(kVecs) * blockDim.x;
