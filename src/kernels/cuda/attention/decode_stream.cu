@@ -152,6 +152,7 @@ template <int D, bool kF8, bool kFused = false>
 __global__ void __launch_bounds__(kMaxThreads, 1)
     DecodeStreamKernel(const __grid_constant__ AttentionArgs a, const __grid_constant__ StreamPlan p,
                        const __grid_constant__ std::conditional_t<kFused, RopeKvWriteArgs, NoFusion> f) {
+  PG_BLOCK_TRACE(kTraceDecodeStream);
   using G = StreamGeo<D, kF8>;
   using KvT = std::conditional_t<kF8, kv::fp8, bf16>;
   extern __shared__ __align__(128) unsigned char smem[];

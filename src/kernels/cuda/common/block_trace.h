@@ -29,6 +29,12 @@ enum BlockTraceTag : int {
   kTraceBf16RingMma = 17,
   kTraceKvWrite = 18,
   kTraceElementwise = 19,
+  kTraceDecodeStream = 20,
+  kTraceMlaDecode = 21,
+  kTraceMlaCombine = 22,
+  kTraceMlaKvPrep = 23,
+  kTraceMlaQAbsorb = 24,
+  kTraceMlaCombineApply = 25,
 };
 
 constexpr int kBlockTraceMarks = 4;

@@ -142,6 +142,7 @@ __device__ __forceinline__ void WidenTile(const MlaDecodeArgs& a, const uint8_t 
 template <bool kFp8, bool kSlim>
 __global__ void __launch_bounds__(kThreads, 1) __maxnreg__(kSlim ? kMlaDecodeRegs : 255)
     MlaDecodeKernel(const MlaDecodeArgs a) {
+  PG_BLOCK_TRACE(kTraceMlaDecode);
   extern __shared__ __align__(16) unsigned char smem_raw[];
   Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
   uint8_t(*stage)[kMlaLatent] = kFp8 ? reinterpret_cast<SmemFp8*>(smem_raw)->stage : nullptr;
@@ -367,6 +368,7 @@ __global__ void __launch_bounds__(kThreads, 1) __maxnreg__(kSlim ? kMlaDecodeReg
 // (batch 1, long context) has many loads in flight instead of a serial walk; the 4 warps'
 // results meet in shared memory.
 __global__ void __launch_bounds__(128) MlaCombineKernel(const MlaCombineArgs a) {
+  PG_BLOCK_TRACE(kTraceMlaCombine);
   __shared__ __align__(16) float red[4][kMlaRank];
   __shared__ float m_s[4], l_s[4];
   const int64_t row = blockIdx.x;

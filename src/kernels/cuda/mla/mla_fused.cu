@@ -131,6 +131,7 @@ __device__ void KvPrepRow(const MlaKvPrepArgs& a, int t) {
 }
 
 __global__ void __launch_bounds__(kPrepThreads) MlaKvPrepKernel(const __grid_constant__ MlaKvPrepArgs a) {
+  PG_BLOCK_TRACE(kTraceMlaKvPrep);
   KvPrepRow(a, blockIdx.x);
 }
 
@@ -183,6 +184,7 @@ __device__ __forceinline__ void QPe(const MlaQAbsorbArgs& a, int t, int h, int i
 }
 
 __global__ void __launch_bounds__(kFoldThreads) MlaQAbsorbKernel(const __grid_constant__ MlaQAbsorbArgs a) {
+  PG_BLOCK_TRACE(kTraceMlaQAbsorb);
   __shared__ float q_s[kMlaFoldMaxTokens][kMlaFoldMaxNope];
   __shared__ float red[kFoldThreads / 32][kMlaFoldMaxTokens][kFoldCols];  // per-warp sums
   if (blockIdx.y == a.heads) {  // the fused cache write: block x preps token x
@@ -297,6 +299,7 @@ static_assert(kMlaRank == 2 * 32 * 8, "combine-apply: two 16-byte loads per lane
 template <bool kSlim>  // kMlaApplyRegs registers (a few bytes spill) or uncapped
 __global__ void __launch_bounds__(kApplyThreads) __maxnreg__(kSlim ? kMlaApplyRegs : 255)
     MlaCombineApplyKernel(const __grid_constant__ MlaCombineApplyArgs a) {
+  PG_BLOCK_TRACE(kTraceMlaCombineApply);
   __shared__ __align__(16) float o_s[kMlaFoldMaxTokens][kMlaRank];
   __shared__ __align__(16) float red[kApplyThreads / 32][kMlaRank];  // per-warp split sums
   const MlaCombineArgs& cb = a.combine;
