@@ -14,7 +14,7 @@ With --phases: per kernel kind, the median over blocks of each step between a bl
 its wait's return, its marks (m0..m3, PG_TRACE_MARK: e.g. the ring GEMV's x staged / first
 slot / rows stored, the fused attention's token prepared / keys done / split stored) and its
 end, and the median over launches of last end minus first wait return.
-Usage: block_timeline.py trace.csv [--replays 3] [--launches] [--phases]
+Usage: block_timeline.py trace.csv [--replays 3] [--launches] [--phases] [--late]
 """
 import argparse
 import csv
@@ -71,6 +71,33 @@ def phases(path, replays):
                   f"  p90 {v[9 * len(v) // 10]:7.2f}  (n {len(v)})")
 
 
+def late(path, replays):
+    """Residency: per kernel kind, over the middle replay, the share of a launch's blocks that
+    start within 0.3 us before the previous launch's last block end or after it (they became
+    resident only as the previous kernel's blocks left: registers or shared memory did not
+    allow them beside it, e.g. the 4-warp decode attention beside the fp8 ring GEMV, session
+    23), and the median of those blocks' start minus that end."""
+    launches = load_rows(path)
+    n = len(launches) // replays
+    rep = launches[n:2 * n] if replays >= 3 else launches[:n]
+    prev_end = max(r["end"] for r in launches[n - 1]) if replays >= 3 else None
+    share = defaultdict(list)
+    delay = defaultdict(list)
+    for g in rep:
+        k = TAGS.get(g[0]["tag"], str(g[0]["tag"]))
+        if prev_end is not None:
+            lat = [r["start"] - prev_end for r in g if r["start"] > prev_end - 300]
+            share[k].append(len(lat) / len(g))
+            delay[k].extend(x / 1e3 for x in lat)
+        e = max(r["end"] for r in g)
+        prev_end = e if prev_end is None else max(prev_end, e)
+    print(f"{'kernel':>18} {'launches':>8} {'late share':>10} {'late start - prev end (median us)':>34}")
+    for k in sorted(share, key=lambda k: -statistics.mean(share[k])):
+        d = sorted(delay[k])
+        med = f"{statistics.median(d):.2f}" if d else "-"
+        print(f"{k:>18} {len(share[k]):>8} {statistics.mean(share[k]):>10.2f} {med:>34}")
+
+
 def load(path):
     """Per launch (load_rows), its block start / wait / end summary."""
     out = []
@@ -95,9 +122,14 @@ def main():
     ap.add_argument("--replays", type=int, default=3)
     ap.add_argument("--launches", action="store_true", help="print every launch of the replay")
     ap.add_argument("--phases", action="store_true", help="per-block phase medians per kernel")
+    ap.add_argument("--late", action="store_true",
+                    help="per kernel: share of blocks resident only after the previous kernel")
     a = ap.parse_args()
     if a.phases:
         phases(a.csv, a.replays)
+        return
+    if a.late:
+        late(a.csv, a.replays)
         return
     grids = load(a.csv)
     n = len(grids) // a.replays
