@@ -332,9 +332,7 @@ __global__ void __launch_bounds__(kCombineThreads) DecodeCombineKernel(const __g
   }
   red[tid] = acc;
   __syncthreads();
-  if (grp == 0)
-    StoreCombined(a, a.out + int64_t(t) * a.out_stride + int64_t(h) * D + 4 * v, red, v, vecs,
-                  groups, acc, sum);
+  if (grp == 0) StoreCombined(a, CombineSlot{t, h, D, v, vecs, groups}, red, acc, sum);
 }
 
 // GP: query heads per block (1 for MHA, else 4; larger groups take several blocks).

@@ -104,17 +104,24 @@ __device__ __forceinline__ void CombineSplits(const AttentionArgs& a, int t, int
 
 constexpr int kCombineMaxSplits = 256;  // DecodeAttentionSplits never plans more
 
-// The split groups of a combine meet (CombineSplitsBlock, decode_attention.cu's combine
-// kernel): group 0's thread of vector v adds groups 1 .. groups - 1 from red ([groups][vecs]
-// float4 in shared memory, complete) to its own acc, in group order, and writes the 4 dims at
-// out (bf16) scaled by v_scale / sum (0 for an empty sum).
-__device__ __forceinline__ void StoreCombined(const AttentionArgs& a, bf16* out, const float4* red,
-                                              int v, int vecs, int groups, float4 acc, float sum) {
-  for (int k = 1; k < groups; ++k) {
-    const float4 p = red[k * vecs + v];
+// Where a combine's split groups meet (CombineSplitsBlock, decode_attention.cu's combine
+// kernel): row t, head h, head_dim d; thread v of group 0 (of `groups`, vecs = d / 4 threads a
+// group) writes dims 4v .. 4v + 3.
+struct CombineSlot {
+  int t, h, d, v, vecs, groups;
+};
+
+// Group 0's thread adds groups 1 .. groups - 1 from red ([groups][vecs] float4 in shared
+// memory, complete) to its own acc, in group order, and writes its 4 dims as bf16 scaled by
+// v_scale / sum (0 for an empty sum).
+__device__ __forceinline__ void StoreCombined(const AttentionArgs& a, const CombineSlot& c,
+                                              const float4* red, float4 acc, float sum) {
+  for (int k = 1; k < c.groups; ++k) {
+    const float4 p = red[k * c.vecs + c.v];
     acc.x += p.x, acc.y += p.y, acc.z += p.z, acc.w += p.w;
   }
   const float inv = sum > 0.0f ? a.v_scale / sum : 0.0f;
+  bf16* out = a.out + int64_t(c.t) * a.out_stride + int64_t(c.h) * c.d + 4 * c.v;
   out[0] = __float2bfloat16_rn(acc.x * inv), out[1] = __float2bfloat16_rn(acc.y * inv);
   out[2] = __float2bfloat16_rn(acc.z * inv), out[3] = __float2bfloat16_rn(acc.w * inv);
 }
@@ -160,9 +167,7 @@ __device__ __forceinline__ void CombineSplitsBlock(const AttentionArgs& a, int t
   }
   red[tid] = acc;
   sync();
-  if (grp == 0)
-    StoreCombined(a, a.out + int64_t(t) * a.out_stride + int64_t(h) * D + 4 * v, red, v, vecs,
-                  groups, acc, sum);
+  if (grp == 0) StoreCombined(a, CombineSlot{t, h, D, v, vecs, groups}, red, acc, sum);
   sync();
 }
 
