@@ -6,19 +6,22 @@
 # Each prints "ROW <label> <us a step> <floor/t>" (ab_step: batch 1, the graph captured at
 # AB_CONTEXT keys, default 1024) or "SERVE <label> <context> <us> <floor/t>" (ab_serve: the
 # engine's graph sets up to 32K, contexts AB_SERVE_CONTEXTS). Binaries from $BIN; a row that does
-# not come back in AB_TIMEOUT seconds (default 60) prints nothing. (Names prefixed ab_: a job's
+# not come back in AB_TIMEOUT seconds (default 60) prints nothing. AB_ARGS: more bench arguments
+# for both (e.g. "--weight-dtype fp8"; split on spaces). (Names prefixed ab_: a job's
 # function named like a command its pipeline calls — `tr` — recursed until the job's timeout,
 # docs/PERF.md "Session 22".)
 ab_step() {  # label binary model [VAR=value ...]
   local label=$1 bin=$2 model=$3 ctx=${AB_CONTEXT:-1024}; shift 3
   env "$@" timeout "${AB_TIMEOUT:-60}" "$BIN/$bin" bench gpu-decode --load-format dummy --iters 50 \
-    --batch 1 --context "$ctx" --model "configs/$model/config.json" 2>&1 | command tr '\r' '\n' |
-    command grep -E "^ +1 +$ctx " | command head -1 | command awk -v l="$label" '{print "ROW", l, $3, $7}'
+    --batch 1 --context "$ctx" --model "configs/$model/config.json" ${AB_ARGS:-} 2>&1 |
+    command tr '\r' '\n' | command grep -E "^ +1 +$ctx " | command head -1 |
+    command awk -v l="$label" '{print "ROW", l, $3, $7}'
 }
 ab_serve() {  # label binary model [VAR=value ...]
   local label=$1 bin=$2 model=$3 ctxs=${AB_SERVE_CONTEXTS:-1024,2048,4096}; shift 3
   env "$@" timeout "${AB_TIMEOUT:-90}" "$BIN/$bin" bench gpu-decode --load-format dummy --iters 30 \
-    --batch 1 --context "$ctxs" --capture-context 32768 --model "configs/$model/config.json" 2>&1 |
+    --batch 1 --context "$ctxs" --capture-context 32768 --model "configs/$model/config.json" \
+    ${AB_ARGS:-} 2>&1 |
     command tr '\r' '\n' | command grep -E "^ +1 +(${ctxs//,/|}) " | command sort -u |
     command awk -v l="$label" '{print "SERVE", l, $2, $3, $7}'
 }

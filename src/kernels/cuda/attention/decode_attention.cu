@@ -40,6 +40,7 @@
 #include "kernels/cuda/attention/kv_types.cuh"
 #include "kernels/cuda/common/context.h"
 #include "kernels/cuda/common/device_params.h"
+#include "kernels/cuda/common/warp_reduce.cuh"
 
 namespace pg::cuda {
 namespace {
@@ -300,9 +301,7 @@ __global__ void __launch_bounds__(kCombineThreads) DecodeCombineKernel(const __g
   const bool has = tid < S;
   const float mi = has ? __ldcg(a.partial_ml + 2 * (base + tid)) : -INFINITY;
   const float li = has ? __ldcg(a.partial_ml + 2 * (base + tid) + 1) : 0.0f;
-  float mx = mi;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  float mx = WarpMax(mi);
   if (lane == 0) red_m[warp] = mx;
   __syncthreads();
   mx = red_m[0];
@@ -310,9 +309,7 @@ __global__ void __launch_bounds__(kCombineThreads) DecodeCombineKernel(const __g
   for (int k = 1; k < kWarpsC; ++k) mx = fmaxf(mx, red_m[k]);
   const float wi = has ? Exp2Or0(mi, mx) : 0.0f;
   if (has) w_s[tid] = wi;
-  float sl = wi * li;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) sl += __shfl_xor_sync(0xffffffffu, sl, o);
+  const float sl = WarpSum(wi * li);
   if (lane == 0) red_l[warp] = sl;
   __syncthreads();  // w_s and red_l complete
   float sum = 0.0f;

@@ -19,6 +19,7 @@
 
 #include "kernels/cuda/attention/kv_types.cuh"
 #include "kernels/cuda/common/device_params.h"
+#include "kernels/cuda/common/warp_reduce.cuh"
 
 namespace pg::cuda {
 namespace {
@@ -59,12 +60,6 @@ __device__ __forceinline__ void LoadRow(const kv::fp8* row, int lane, float (&v)
   const int e0 = lane * EPL;
 #pragma unroll
   for (int i = 0; i < EPL; ++i) v[i] = e0 + i < D ? float(row[e0 + i]) : 0.0f;
-}
-
-__device__ __forceinline__ float WarpSum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
 }
 
 // G: compiled group size (>= the real group; heads past it are masked).

@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
+#include "kernels/cuda/common/warp_reduce.cuh"
 #include "kernels/cuda/moe/moe_params.h"
 
 namespace pg::cuda::moe {
@@ -86,10 +87,6 @@ __device__ __forceinline__ void LoadX(const float* x, int64_t c, float* f) {
 
 __device__ __forceinline__ float Silu(float g) { return g / (1.0f + __expf(-g)); }
 
-__device__ __forceinline__ float WarpSum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
+using ::pg::cuda::WarpSum;  // common/warp_reduce.cuh
 
 }  // namespace pg::cuda::moe

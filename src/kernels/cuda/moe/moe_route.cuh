@@ -19,11 +19,6 @@ namespace pg::cuda::moe {
 
 inline constexpr int kRoutePerLane = kRouteRegMaxExperts / 32;  // experts per lane
 
-__device__ __forceinline__ float RouteWarpMax(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
 
 // Order-preserving unsigned key of a float (no NaNs): a < b  <=>  Key(a) < Key(b) (-0 < +0).
 __device__ __forceinline__ unsigned OrderKey(float f) {
@@ -84,7 +79,7 @@ __device__ inline void RouteWarpLogits(const MoeRouterArgs& a, const float (&lg)
     for (int j = 0; j < P; ++j)
       if (lane + 32 * j < E) s[j] = 1.0f / (1.0f + expf(-s[j]));
   } else {
-    mx = RouteWarpMax(mx);
+    mx = WarpMax(mx);
     float sum = 0.0f;
 #pragma unroll
     for (int j = 0; j < P; ++j)

@@ -54,11 +54,6 @@ __device__ __forceinline__ Best WarpArgMax(Best b) {
   return b;
 }
 
-__device__ __forceinline__ float WarpMax(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
 
 // Routes token t (whole warp). score / choice: [num_experts] f32 of shared memory. f32 logits
 // are read through L2 (__ldcg): in the fused form other blocks of this grid wrote them.
