@@ -267,17 +267,24 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(const __grid_constant__
   MergeWarpsAndStore(a, sm_acc, sm_m, sm_l, GP, ng, D, t, h0, split, active_splits);
 }
 
-// Merges the splits of one (row, head) when the kernels did not (no split counters), with
-// kCombineThreads threads = (4-float vector v of head_dim) x (split group; threads past the
-// last whole group only reduce). What the batch plan decides (the row's sequence, whether it
-// is a decode row, its active splits S) is read before PdlWait (uploaded before the step);
-// after it: one round of (max, sum) loads, one split a thread (S <= kCombineMaxSplits =
-// kCombineThreads), the max and the weighted sum by lane shuffles and one pass over the warps',
-// then each group sums every G-th split with up to 8 independent 16-byte loads in flight and
-// the groups meet in shared memory. (The former body read the plan after the wait, three
-// dependent round trips, and looped over all S splits in every thread for the max and the sum:
-// 7.9 us a block at Llama-3.1-8B 1 x 32K, H200 block trace, docs/PERF.md "Session 23".)
+// Merges the splits of one (row, head) when the kernels did not (no split counters): block
+// (t, h, part) of a grid (rows, heads, parts) takes head_dim / parts of the dims (LaunchCombine
+// picks parts so that the grid covers the SMs: one row's 32 heads as 128 blocks, not 32), its
+// kCombineThreads threads = (4-float vector v of those dims) x (split group; threads past the
+// last whole group only reduce). What the batch plan decides (the row's sequence, whether it is
+// a decode row, its active splits S) is read before PdlWait (uploaded before the step). After
+// it, one round of loads: each thread's (max, sum) of one split (S <= kCombineMaxSplits =
+// kCombineThreads) and its group's first kCombineInFlight partial vectors (the group sums every
+// G-th split), issued together; the max and the weighted sum by lane shuffles and one pass over
+// the warps'; splits past the first round (S > kCombineInFlight x groups) in further rounds; the
+// groups meet in shared memory, in group order. (Session 23's form, one block a head with 8
+// groups, took 6.4 us a block after its wait at Llama-3.1-8B 1 x 32K: three rounds of partial
+// loads after the (max, sum) round, while the next projection's ring fill loads the memory
+// system; the form before it, 7.9 us, also read the plan after the wait and looped over all S
+// splits in every thread. H200 block traces, docs/PERF.md "Session 23" / "Session 24".)
 constexpr int kCombineThreads = 256;
+constexpr int kCombineInFlight = 8;      // partial vectors a thread loads in the first round
+constexpr int kCombineMinVecs = 8;       // float4 vectors of head_dim a block takes, at least
 static_assert(kCombineThreads >= kCombineMaxSplits && kCombineThreads % 32 == 0,
               "a split a thread, whole warps");
 
@@ -297,10 +304,21 @@ __global__ void __launch_bounds__(kCombineThreads) DecodeCombineKernel(const __g
   __shared__ float red_m[kWarpsC], red_l[kWarpsC];
   __shared__ float4 red[kCombineThreads];
   const int D = a.head_dim;
+  const int vecs = D / 4 / int(gridDim.z), groups = kCombineThreads / vecs;  // this block's
+  const int v = tid % vecs, grp = tid / vecs;
   const int64_t base = (int64_t(t) * a.heads + h) * a.num_splits;
+  // Partial vector of split i for this thread: dims 4 (blockIdx.z vecs + v) .. + 3.
+  const float4* p4 = reinterpret_cast<const float4*>(a.partial_acc + base * D) + blockIdx.z * vecs + v;
   const bool has = tid < S;
   const float mi = has ? __ldcg(a.partial_ml + 2 * (base + tid)) : -INFINITY;
   const float li = has ? __ldcg(a.partial_ml + 2 * (base + tid) + 1) : 0.0f;
+  const bool live = grp < groups;
+  float4 pv[kCombineInFlight];
+#pragma unroll
+  for (int k = 0; k < kCombineInFlight; ++k) {
+    const int i = grp + k * groups;
+    pv[k] = live && i < S ? __ldcg(p4 + int64_t(i) * (D / 4)) : make_float4(0, 0, 0, 0);
+  }
   float mx = WarpMax(mi);
   if (lane == 0) red_m[warp] = mx;
   __syncthreads();
@@ -315,21 +333,37 @@ __global__ void __launch_bounds__(kCombineThreads) DecodeCombineKernel(const __g
   float sum = 0.0f;
 #pragma unroll
   for (int k = 0; k < kWarpsC; ++k) sum += red_l[k];
-  const int vecs = D / 4, groups = kCombineThreads / vecs;
-  const int v = tid % vecs, grp = tid / vecs;
   float4 acc = make_float4(0, 0, 0, 0);
-  if (grp < groups) {
-    const float4* p4 = reinterpret_cast<const float4*>(a.partial_acc + base * D) + v;
+  if (live) {
+#pragma unroll
+    for (int k = 0; k < kCombineInFlight; ++k) {
+      const int i = grp + k * groups;
+      if (i >= S) break;
+      const float c = w_s[i];
+      acc.x += c * pv[k].x, acc.y += c * pv[k].y, acc.z += c * pv[k].z, acc.w += c * pv[k].w;
+    }
 #pragma unroll 8
-    for (int i = grp; i < S; i += groups) {
-      const float4 p = __ldcg(p4 + int64_t(i) * vecs);
+    for (int i = grp + kCombineInFlight * groups; i < S; i += groups) {
+      const float4 p = __ldcg(p4 + int64_t(i) * (D / 4));
       const float c = w_s[i];
       acc.x += c * p.x, acc.y += c * p.y, acc.z += c * p.z, acc.w += c * p.w;
     }
   }
   red[tid] = acc;
   __syncthreads();
-  if (grp == 0) StoreCombined(a, CombineSlot{t, h, D, v, vecs, groups}, red, acc, sum);
+  if (grp == 0)
+    StoreCombined(a, CombineSlot{t, h, D, v, vecs, groups, int(blockIdx.z) * vecs}, red, acc, sum);
+}
+
+// The combine's dim parts (gridDim.z): doubled while the grid has fewer blocks than SMs, each
+// block keeping >= kCombineMinVecs whole float4 vectors of head_dim.
+static int CombineParts(const AttentionArgs& a) {
+  const int sms = std::max(1, MultiprocessorCount()), vecs = a.head_dim / 4;
+  int parts = 1;
+  while (int64_t(a.batch.num_tokens) * a.heads * parts < sms && vecs % (2 * parts) == 0 &&
+         vecs / (2 * parts) >= kCombineMinVecs)
+    parts *= 2;
+  return parts;
 }
 
 // GP: query heads per block (1 for MHA, else 4; larger groups take several blocks).
@@ -525,7 +559,8 @@ void decode::SetWaveSplits(AttentionArgs& a, bool fused) {
 // The combine kernel, where the splits were not merged inside the decode kernel (no counters).
 static void LaunchCombineIfNeeded(const AttentionArgs& a, cudaStream_t stream) {
   if (a.num_splits > 1 && a.split_counters == nullptr)
-    LaunchPdl(DecodeCombineKernel, dim3(unsigned(a.batch.num_tokens), unsigned(a.heads)),
+    LaunchPdl(DecodeCombineKernel,
+              dim3(unsigned(a.batch.num_tokens), unsigned(a.heads), unsigned(CombineParts(a))),
               dim3(unsigned(kCombineThreads)), 0, stream, a);
 }
 

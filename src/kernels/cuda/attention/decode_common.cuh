@@ -105,10 +105,11 @@ __device__ __forceinline__ void CombineSplits(const AttentionArgs& a, int t, int
 constexpr int kCombineMaxSplits = 256;  // DecodeAttentionSplits never plans more
 
 // Where a combine's split groups meet (CombineSplitsBlock, decode_attention.cu's combine
-// kernel): row t, head h, head_dim d; thread v of group 0 (of `groups`, vecs = d / 4 threads a
-// group) writes dims 4v .. 4v + 3.
+// kernel): row t, head h, head_dim d; thread v of group 0 (of `groups`, vecs threads a group:
+// d / 4, or a part of them in the combine kernel) writes dims 4 (first + v) .. + 3.
 struct CombineSlot {
   int t, h, d, v, vecs, groups;
+  int first = 0;  // the block's first float4 vector of head_dim
 };
 
 // Group 0's thread adds groups 1 .. groups - 1 from red ([groups][vecs] float4 in shared
@@ -121,7 +122,7 @@ __device__ __forceinline__ void StoreCombined(const AttentionArgs& a, const Comb
     acc.x += p.x, acc.y += p.y, acc.z += p.z, acc.w += p.w;
   }
   const float inv = sum > 0.0f ? a.v_scale / sum : 0.0f;
-  bf16* out = a.out + int64_t(c.t) * a.out_stride + int64_t(c.h) * c.d + 4 * c.v;
+  bf16* out = a.out + int64_t(c.t) * a.out_stride + int64_t(c.h) * c.d + 4 * (c.first + c.v);
   out[0] = __float2bfloat16_rn(acc.x * inv), out[1] = __float2bfloat16_rn(acc.y * inv);
   out[2] = __float2bfloat16_rn(acc.z * inv), out[3] = __float2bfloat16_rn(acc.w * inv);
 }
