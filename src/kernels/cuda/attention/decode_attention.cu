@@ -268,7 +268,7 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(const __grid_constant__
 }
 
 // Merges the splits of one (row, head) when the kernels did not (no split counters): block
-// (t, h, part) of a grid (rows, heads, parts) takes head_dim / parts of the dims (LaunchCombine
+// (t, h, part) of a grid (rows, heads, parts) takes head_dim / parts of the dims (CombineParts
 // picks parts so that the grid covers the SMs: one row's 32 heads as 128 blocks, not 32), its
 // kCombineThreads threads = (4-float vector v of those dims) x (split group; threads past the
 // last whole group only reduce). What the batch plan decides (the row's sequence, whether it is
