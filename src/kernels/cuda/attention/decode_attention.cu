@@ -340,13 +340,13 @@ __global__ void __launch_bounds__(kCombineThreads) DecodeCombineKernel(const __g
       const int i = grp + k * groups;
       if (i >= S) break;
       const float c = w_s[i];
-      acc.x += c * pv[k].x, acc.y += c * pv[k].y, acc.z += c * pv[k].z, acc.w += c * pv[k].w;
+      AddScaled(acc, c, pv[k]);
     }
 #pragma unroll 8
     for (int i = grp + kCombineInFlight * groups; i < S; i += groups) {
       const float4 p = __ldcg(p4 + int64_t(i) * (D / 4));
       const float c = w_s[i];
-      acc.x += c * p.x, acc.y += c * p.y, acc.z += c * p.z, acc.w += c * p.w;
+      AddScaled(acc, c, p);
     }
   }
   red[tid] = acc;

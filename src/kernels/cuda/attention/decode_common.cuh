@@ -104,6 +104,11 @@ __device__ __forceinline__ void CombineSplits(const AttentionArgs& a, int t, int
 
 constexpr int kCombineMaxSplits = 256;  // DecodeAttentionSplits never plans more
 
+// acc += c * p, component by component (a split's partial into a merge's sum).
+__device__ __forceinline__ void AddScaled(float4& acc, float c, const float4& p) {
+  acc.x += c * p.x, acc.y += c * p.y, acc.z += c * p.z, acc.w += c * p.w;
+}
+
 // Where a combine's split groups meet (CombineSplitsBlock, decode_attention.cu's combine
 // kernel): row t, head h, head_dim d; thread v of group 0 (of `groups`, vecs threads a group:
 // d / 4, or a part of them in the combine kernel) writes dims 4 (first + v) .. + 3.
@@ -163,7 +168,7 @@ __device__ __forceinline__ void CombineSplitsBlock(const AttentionArgs& a, int t
 #pragma unroll 4
     for (int i = grp; i < S; i += groups) {
       const float4 p = __ldcg(reinterpret_cast<const float4*>(a.partial_acc + (base + i) * D) + v);
-      acc.x += w[i] * p.x, acc.y += w[i] * p.y, acc.z += w[i] * p.z, acc.w += w[i] * p.w;
+      AddScaled(acc, w[i], p);
     }
   }
   red[tid] = acc;

@@ -392,7 +392,7 @@ __device__ __forceinline__ void FusedFinishSplits(const AttentionArgs& a, int t,
 #pragma unroll
       for (int i = 0; i < kRegSplits; ++i) {
         const float ci = __shfl_sync(0xffffffffu, c, i);
-        if (i < active) o.x += ci * p[i].x, o.y += ci * p[i].y, o.z += ci * p[i].z, o.w += ci * p[i].w;
+        if (i < active) AddScaled(o, ci, p[i]);
       }
       const float inv = sum > 0.0f ? a.v_scale / sum : 0.0f;
       if (live) {
@@ -430,7 +430,7 @@ __device__ __forceinline__ void FusedFinishSplits(const AttentionArgs& a, int t,
     for (int i = 0; i < active; ++i) {
       const float c = w[g * active + i];
       const float4 p = __ldcg(acc + int64_t(i) * vecs);
-      o.x += c * p.x, o.y += c * p.y, o.z += c * p.z, o.w += c * p.w;
+      AddScaled(o, c, p);
     }
     const float inv = inv_sum[g];
     bf16* out = a.out + int64_t(t) * a.out_stride + int64_t(h0 + g) * D + 4 * v;
