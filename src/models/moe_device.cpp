@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "core/dtype.h"
 #include "kernels/ops.h"
 #include "kernels/ops_fused.h"
 #include "kernels/registry.h"
@@ -200,7 +201,53 @@ DeviceFfnScratch PlaceFfnScratch(DeviceWeightMaker& mk, const MoeModelConfig& c,
   s.topk_weights = mk.Buffer(DType::kF32, capacity, std::max(c.top_k, 1));
   s.gate_up = mk.Activations(capacity, 2 * inter);
   s.act = mk.Activations(capacity, inter);
+  if (c.num_experts > 0) {
+    const int64_t slots = ops::RowDotSlots(mk.device()), cols = c.num_experts + 1;
+    TensorView d = mk.Buffer(DType::kF32, slots, cols);
+    s.dots = TensorView::Contiguous(d.data, DType::kF32, {slots, 1, cols}, d.device);
+  }
   return s;
+}
+
+// PEREGRINE_MOE_O_DOTS (default on): the one-token o projection computes the router's row
+// dots (PlaceRouterDots, RunDeviceOutProjection), so one router kernel takes the logits, the
+// normed row and the routes from them instead of the norm + logits kernel and the router
+// kernel.
+static bool OutDots() {
+  static const bool on = EnvFlag("PEREGRINE_MOE_O_DOTS", true);
+  return on;
+}
+
+TensorView PlaceRouterDots(DeviceWeightMaker& mk, DeviceMemory& mem, const TensorView& router,
+                           const TensorView& norm_weight) {
+  if (!OutDots() || router.dtype != DType::kBF16 || norm_weight.dtype != DType::kF32 ||
+      !router.is_contiguous())
+    return {};
+  const int64_t E = router.dim(0), h = router.dim(1);
+  std::vector<uint16_t> r(static_cast<size_t>(E * h));
+  std::vector<float> g(static_cast<size_t>(h)), dots(static_cast<size_t>(h * E));
+  mem.CopyToHost(r.data(), router.data, r.size() * 2);
+  mem.CopyToHost(g.data(), norm_weight.data, g.size() * 4);
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t j = 0; j < h; ++j)
+      dots[size_t(j * E + e)] = Bf16ToF32(r[size_t(e * h + j)]) * g[size_t(j)];
+  return mk.Derived(dots, h, E);
+}
+
+TensorView RunDeviceOutProjection(const TensorView& attn, const DeviceMatrix& wo,
+                                  const TensorView& x, const DeviceMoeFfn* moe,
+                                  const DeviceFfnScratch& s) {
+  if (moe && moe->router_dots.data && attn.dim(0) == 1 && s.dots.data && !wo.scale.data &&
+      SelfRoute() > 0) {
+    const ops::FusedMatmulParams fp{.x = attn, .w = wo.w, .out = x, .accumulate = true,
+                                    .dot_w = moe->router_dots, .dots = s.dots};
+    if (ops::Registry::Global().Selected(fp) != nullptr) {
+      ops::FusedMatmul(fp);
+      return s.dots;
+    }
+  }
+  DeviceMatmul(attn, wo, x, /*accumulate=*/true);
+  return {};
 }
 
 void DeviceMatmul(const TensorView& x, const DeviceMatrix& w, const TensorView& out,
@@ -269,6 +316,10 @@ void RunDeviceMoeFfn(const DeviceMoeFfn& w, const MoeModelConfig& c, const Tenso
   // Routing inside the experts op; mode 1 with the router matmul (+ the RMSNorm, when it has
   // no residual and no separate shared MLP needs the normed x first) too.
   const bool route_matmul = self_route == 1 && !shared_apart && !(norm && norm->residual.data);
+  // The logits from the o projection's row dots (FfnNorm::dots): the router op takes x, the
+  // norm and the dots, no router matmul.
+  const bool route_dots = self_route > 0 && !shared_apart && norm && norm->dots.data &&
+                          !norm->residual.data;
   // The router op's own input: (RMSNorm +) router matmul inside it (residual: empty when
   // route_matmul, by its condition).
   auto router_takes_input = [&] {
@@ -286,7 +337,23 @@ void RunDeviceMoeFfn(const DeviceMoeFfn& w, const MoeModelConfig& c, const Tenso
     if (norm) ops::RmsNorm(np);
     ops::Matmul({.x = x, .w = w.router, .out = logits});
   };
-  if (self_route > 0) {
+  ops::MoeRouterParams rp_dots = rp;
+  if (route_dots) {
+    rp_dots.x = norm->x;
+    rp_dots.norm_weight = norm->weight;
+    rp_dots.normed = x;
+    rp_dots.norm_eps = norm->eps;
+    rp_dots.dots = norm->dots;
+  }
+  // (A backend without the dots form: the norm and logits from x, which the projection wrote.)
+  if (route_dots && ops::Registry::Global().Selected(rp_dots) != nullptr) {
+    rp = rp_dots;
+    ep.route = &rp;
+    if (ops::Registry::Global().Selected(ep) == nullptr) {
+      ops::MoeRouter(rp);
+      ep.route = nullptr;
+    }
+  } else if (self_route > 0) {
     if (route_matmul) router_takes_input();
     else norm_then_logits();
     ep.route = &rp;

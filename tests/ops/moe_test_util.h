@@ -25,6 +25,7 @@ inline MoeRouterParams Mirror(DeviceMirror& m, const MoeRouterParams& p) {
   MoeRouterParams d = p;
   // Fused router matmul: x as a bf16 activation, the router's bytes, the logits an output.
   d.logits = p.x.data ? m.RawOut(p.logits) : m.Raw(p.logits);
+  d.dots = m.Raw(p.dots);  // f32 row dots (an input)
   d.x = m.Act(p.x, false);
   d.router = m.Raw(p.router);
   d.norm_weight = m.Raw(p.norm_weight);

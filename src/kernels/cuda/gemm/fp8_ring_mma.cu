@@ -79,12 +79,57 @@ struct RingMmaPlan {
   bool whole;       // chunk == k == ldw: a group's rows are one contiguous run (two with
                     // swiglu), copied with one bulk copy each (row_stride = k, no pad)
   int x_offset;     // kStageX: byte offset of the staged rows
+  // kDots (RowDots, ops_fused.h; one activation row, one group a block): the block's dot_w
+  // rows [jb, je) x dot_d bf16 land at dots_offset + kDotsRowsAt (one bulk copy before PdlWait,
+  // counted on the mbarrier at dots_offset; the epilogue's 16 stored outputs as f32 at
+  // dots_offset + 16); the block writes slot blockIdx.x of dots (dot_d + 1 f32).
+  int dots_offset = 0;
+  int dot_d = 0;
+  const bf16* dot_w = nullptr;  // [m, dot_d], row-major
+  float* dots = nullptr;        // slot s at dots + s * dots_ld
+  int64_t dots_ld = 0;
 };
+constexpr int kDotsRowsAt = 128;  // bytes from dots_offset to the dot_w rows
+constexpr int kMaxDotD = 256;     // dot_d <= 32 lanes x 8
+
+// The RowDots epilogue (kDots; the epilogue warp of the block's only group, one activation
+// row): lane (g, q = 0) holds the stored outputs of rows g (stored[0]) and g + 8 (stored[2]);
+// rows = je - j0 <= 16. Slot blockIdx.x of dots gets, for d < dot_d, sum_i h[i] * dot_w[j0 + i,
+// d] (i ascending, one f32 FMA chain a column) and at dot_d sum_i h[i]^2 (i ascending).
+__device__ __forceinline__ void DotsEpilogue(const RingMmaPlan& p, unsigned char* smem, uint32_t dots_bar,
+                                             int64_t rows, const float (&stored)[4], int lane) {
+  float* hs = reinterpret_cast<float*>(smem + p.dots_offset + 16);  // [16]
+  const int g = lane / 4, q = lane % 4;
+  if (q == 0) {
+    hs[g] = g < rows ? stored[0] : 0.0f;
+    hs[g + 8] = g + 8 < rows ? stored[2] : 0.0f;
+  }
+  __syncwarp();
+  bulk::MbarWait(dots_bar, 0);  // landed long ago (issued before PdlWait)
+  const bf16* ws = reinterpret_cast<const bf16*>(smem + p.dots_offset + kDotsRowsAt);
+  constexpr int kPer = kMaxDotD / 32;
+  float acc[kPer] = {};
+  float ss = 0.0f;
+  for (int i = 0; i < int(rows); ++i) {
+    const float h = hs[i];
+    ss = fmaf(h, h, ss);
+#pragma unroll
+    for (int u = 0; u < kPer; ++u)
+      if (lane + 32 * u < p.dot_d) acc[u] = fmaf(__bfloat162float(ws[i * p.dot_d + lane + 32 * u]), h, acc[u]);
+  }
+  float* slot = p.dots + int64_t(blockIdx.x) * p.dots_ld;
+#pragma unroll
+  for (int u = 0; u < kPer; ++u)
+    if (lane + 32 * u < p.dot_d) slot[lane + 32 * u] = acc[u];
+  if (lane == 0) slot[p.dot_d] = ss;
+}
 
 // kMinBlocks: blocks an SM the registers must allow (2: ring_blocks 2, 8 warps). kBf16W: the
 // weights are bf16 (a.w holds their bytes, ldw in elements, no scales: scale_mode kNone), a
 // 64-column step is 128 bytes a row and lane q's 16 columns two 16-byte loads.
-template <int kCw, int kMinBlocks, bool kBlock, bool kStageX, bool kSwiGlu, bool kBf16W = false>
+// kDots: RowDots epilogue (RingMmaPlan), one-row launches whose blocks own one group.
+template <int kCw, int kMinBlocks, bool kBlock, bool kStageX, bool kSwiGlu, bool kBf16W = false,
+          bool kDots = false>
 __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
     Fp8RingMmaKernel(Fp8GemvArgs a, RingMmaPlan p) {
   PG_BLOCK_TRACE(kTraceFp8Ring);
@@ -104,11 +149,13 @@ __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
   auto w_row = [&](int64_t j0, int r) -> int64_t {
     return kSwiGlu ? (r < kOutRows ? j0 + r : a.m + j0 + r - kOutRows) : j0 + r;
   };
+  [[maybe_unused]] const uint32_t dots_bar = bulk::SmemAddr(smem + p.dots_offset);
   if (threadIdx.x == 0) {
     for (int s = 0; s < p.stages; ++s) {
       bulk::MbarInit(full0 + 8 * s, 1);
       bulk::MbarInit(empty0 + 8 * s, kConsumerWarps);
     }
+    if constexpr (kDots) bulk::MbarInit(dots_bar, 1);
     bulk::FenceMbarInit();
   }
   __syncthreads();
@@ -116,6 +163,14 @@ __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
   if (warp == kConsumerWarps) {  // ---- producer: slot s = (group gi, piece c)
     const uint64_t policy = bulk::EvictFirstPolicy();
     const uint32_t ring0 = bulk::SmemAddr(smem + ring_offset);
+    if constexpr (kDots) {  // the block's dot_w rows (weights: before PdlWait), first
+      const uint32_t bytes = uint32_t(je - jb) * uint32_t(p.dot_d) * 2;
+      if (lane == 0) {
+        bulk::MbarArriveExpectTx(dots_bar, bytes);
+        bulk::BulkLoad(bulk::SmemAddr(smem + p.dots_offset + kDotsRowsAt), p.dot_w + jb * p.dot_d, bytes,
+                       dots_bar, policy);
+      }
+    }
     // Slot s = gi * chunks + c. (One loop over s, not one over gi and c: the nested form left
     // ptxas with other register spills in several instantiations.)
     bulk::RingCursor ring_at;
@@ -298,6 +353,7 @@ __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
         a.out[(p.row0 + r) * a.ldo + j] = SiluMul(ToF(ToB(gate)), ToF(ToB(up)));
       }
     } else {
+      [[maybe_unused]] float stored[4] = {};  // kDots: the outputs as stored
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int64_t j = j0 + g + 8 * (e / 2);
@@ -306,8 +362,11 @@ __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
         float v = sum[e] * mul[e];
         if (a.bias) v += bias[e];
         if (a.accumulate) v += prev[e];
-        a.out[(p.row0 + r) * a.ldo + j] = __float2bfloat16_rn(v);
+        const bf16 o = __float2bfloat16_rn(v);
+        a.out[(p.row0 + r) * a.ldo + j] = o;
+        if constexpr (kDots) stored[e] = __bfloat162float(o);
       }
+      if constexpr (kDots) DotsEpilogue(p, smem, dots_bar, je - j0, stored, lane);
     }
   }
 }
@@ -366,10 +425,21 @@ bool Fp8RingMmaWants(const Fp8GemvArgs& a) {
 
 namespace {
 
-// Both weight types (bf16w: Fp8GemvArgs carrying bf16 weights, LaunchBf16RingMma).
-void LaunchRingMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVariant& v, bool bf16w) {
+using Kernel = void (*)(Fp8GemvArgs, RingMmaPlan);
+// The RowDots form: the one-row rule's kernel (8 warps, two blocks' registers, bf16, x staged,
+// no swiglu) with the epilogue (Bf16RingMmaDotsFits checks the launch takes that kernel).
+constexpr Kernel kDotsKernel = Fp8RingMmaKernel<8, 2, false, true, false, true, true>;
+
+// Shared memory of the RowDots region: the mbarrier, the 16 outputs, the block's dot_w rows.
+int DotsBytes(int64_t m, int64_t blocks, int d) {
+  return kDotsRowsAt + int((m + blocks - 1) / blocks) * d * 2;
+}
+
+// Both weight types (bf16w: Fp8GemvArgs carrying bf16 weights, LaunchBf16RingMma). dots: the
+// RowDots epilogue (bf16w, one row; Bf16RingMmaDotsFits), else null.
+void LaunchRingMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVariant& v, bool bf16w,
+                   const RingRowDots* dots = nullptr) {
   if (a.n == 0 || a.m == 0) return;
-  using Kernel = void (*)(Fp8GemvArgs, RingMmaPlan);
 #define PG_RING_MMA_KERNELS(W, B)                                                                 \
   {{{Fp8RingMmaKernel<W, B, false, false, false>, Fp8RingMmaKernel<W, B, false, false, true>},        \
     {Fp8RingMmaKernel<W, B, false, true, false>, Fp8RingMmaKernel<W, B, false, true, true>}},         \
@@ -396,7 +466,7 @@ void LaunchRingMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVaria
   const int64_t groups = GroupsPerBlock(a, blocks);
   const bool stage_x = StageX(a, v, groups);
   const int wkind = bf16w ? 2 : a.scale_mode == ScaleMode::kBlock ? 1 : 0;
-  const Kernel kernel = kKernels[flavour][wkind][stage_x][a.swiglu];
+  const Kernel kernel = dots ? kDotsKernel : kKernels[flavour][wkind][stage_x][a.swiglu];
   // Shared memory a block: the opt-in maximum (the kernels have no static shared memory), or
   // with two blocks an SM (ring_blocks 2, 8 warps) half the SM's less the per-block reserve.
   struct Limits {
@@ -424,13 +494,17 @@ void LaunchRingMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVaria
       (void)cudaFuncSetAttribute(*k, cudaFuncAttributePreferredSharedMemoryCarveout,
                                  int(cudaSharedmemCarveoutMaxShared));
     }
+    (void)cudaFuncSetAttribute(kDotsKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
+    (void)cudaFuncSetAttribute(kDotsKernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                               int(cudaSharedmemCarveoutMaxShared));
     l.one = optin;
     l.two = std::min(optin, per_sm / 2 - reserved - static_bytes) / 128 * 128;
     return l;
   }();
   const int smem_limit = per_sm == 2 ? limits.two : limits.one;
   const int staged = stage_x ? int(StagedBytes(a)) : 0;
-  const int room = smem_limit - kBarBytes - RedBytes(cw) - staged;
+  const int dots_bytes = dots ? DotsBytes(a.m, blocks, dots->d) : 0;
+  const int room = smem_limit - kBarBytes - RedBytes(cw) - staged - dots_bytes;
   RingMmaPlan p{};
   // ring_piece_kb 0 (auto, request 4's fastest layouts, measured on fp8; bf16 takes the same
   // rules in bytes): blocks with at most kFewGroups groups take 2 KB row pieces in 4 slots
@@ -478,7 +552,15 @@ void LaunchRingMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVaria
   if (depth > 0) p.stages = std::min(p.stages, depth);
   p.stages = std::max(p.stages, 1);
   p.x_offset = kBarBytes + RedBytes(cw) + p.stages * p.slot_bytes;
-  const size_t smem = size_t(p.x_offset) + size_t(staged);
+  size_t smem = size_t(p.x_offset) + size_t(staged);
+  if (dots) {
+    p.dots_offset = int((smem + 127) / 128 * 128);
+    p.dot_d = dots->d;
+    p.dot_w = dots->w;
+    p.dots = dots->dots;
+    p.dots_ld = dots->ld;
+    smem = size_t(p.dots_offset) + size_t(dots_bytes);
+  }
   for (int64_t row0 = 0; row0 < a.n; row0 += 8) {
     p.row0 = row0;
     p.rows = int(a.n - row0 < 8 ? a.n - row0 : 8);
@@ -602,6 +684,27 @@ bool LaunchBf16RingMmaFirst(const GemvArgs& g, cudaStream_t stream) {
 }
 
 void LaunchBf16RingMma(const GemvArgs& g, cudaStream_t stream) { LaunchBf16(g, stream, OneRowRule(g)); }
+
+int64_t Bf16RingDotSlots() { return MultiprocessorCount(); }
+
+// The RowDots launch is the one-row rule's (its variant at the defaults: 8 warps, two blocks'
+// registers, x staged), each block owning one group, the grid (one block an SM) as many
+// blocks as dots has slots.
+bool Bf16RingMmaDotsFits(const GemvArgs& g, const RingRowDots& d) {
+  if (!Bf16RingMmaFirst(g) || g.n != 1 || g.bias || !d.w || !d.dots) return false;
+  if (d.d < 1 || d.d > kMaxDotD || d.d % 8 || (reinterpret_cast<uintptr_t>(d.w) & 15) || d.ld < d.d + 1)
+    return false;
+  const Fp8GemvVariant v = OneRowVariant(GetFp8GemvVariant());
+  if (v.ring_warps == 16 || v.ring_blocks != 4 || v.ring_stage_x != 1) return false;
+  const int64_t blocks = std::min<int64_t>(MultiprocessorCount(), g.m);
+  const Fp8GemvArgs a = AsRingArgs(g);
+  return blocks == d.slots && GroupsPerBlock(a, blocks) == 1 && StagedBytes(a) <= kMaxStagedBytes;
+}
+
+void LaunchBf16RingMmaDots(const GemvArgs& g, const RingRowDots& d, cudaStream_t stream) {
+  g_bf16_launches.fetch_add(1, std::memory_order_relaxed);
+  LaunchRingMma(AsRingArgs(g), stream, OneRowVariant(GetFp8GemvVariant()), /*bf16w=*/true, &d);
+}
 
 void SetBf16RingMmaMode(Bf16RingMmaMode mode) { Bf16ModeRef() = mode; }
 Bf16RingMmaMode GetBf16RingMmaMode() { return Bf16ModeRef(); }

@@ -7,7 +7,9 @@
 //    fused RMSNorm (+ residual add) every block normalises the rows on the fly and the last
 //    block stores them, one kernel instead of RmsNorm + GEMV + router. With defer_route it
 //    stops after the logits (the walking gate/up kernel routes); NormLogitsKernel is that
-//    deferred form for rows up to 2048 without a residual, everything in registers.
+//    deferred form for rows up to 2048 without a residual, everything in registers;
+//  * DotsRouteKernel: the logits from the row dots the o projection wrote (ops_moe.h
+//    MoeRouterParams::dots), the normed row and the routing in one block a token.
 // (A one-cluster form meeting in distributed shared memory instead of the counter measured
 // slower still on the H200 — Qwen3-30B-A3B norm + router 13.4 vs 11.0 us — and was dropped:
 // commit 68e9a1a has it.)
@@ -16,6 +18,7 @@
 // result is the reference's up to f32 rounding of the scores.
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cfloat>
 
 #include "core/env.h"
@@ -413,7 +416,88 @@ __global__ void __launch_bounds__(kWarps * 32) NormLogitsKernel(MoeRouterArgs a,
   PG_TRACE_MARK(2);  // logits stored
 }
 
+// Row-dots form (a.dots): block t takes token t. Column c (experts, then the sum of squares)
+// is summed over the slots by kS consecutive lanes — lane s the slots s, s + kS, ... in order,
+// then an xor butterfly — so the sums do not depend on timing; then inv = 1 / rms, the
+// logits (inv * sum), the normed row (bf16(x * inv * norm_w), the norm weights loaded before
+// PdlWait) and, in warp 0, the routing from registers (moe_route.cuh RouteWarpLogits).
+// blockDim: a multiple of 32 and of kS, at most 1024, at least hidden / 8 (one 8-element
+// chunk of the row a thread); every thread runs the same column trips (the butterfly's
+// shuffles need the whole warp).
+template <int kS>
+__global__ void __launch_bounds__(1024) DotsRouteKernel(MoeRouterArgs a) {
+  PG_BLOCK_TRACE(kTraceDotsRoute);
+  __shared__ float raw[kRouteRegMaxExperts + 1];
+  __shared__ float choice[kRouteRegMaxExperts];
+  const int64_t t = blockIdx.x;
+  const int E = a.num_experts, nc = a.hidden / 8, lane = threadIdx.x % 32;
+  const int c8 = threadIdx.x;  // this thread's 8-element chunk of the row
+  float4 g0{}, g1{};
+  if (c8 < nc) {
+    const float4* gp = reinterpret_cast<const float4*>(a.norm_w) + 2 * c8;
+    g0 = __ldg(gp), g1 = __ldg(gp + 1);
+  }
+  PdlWait();  // dots and x come from the projection before
+  PdlTrigger();
+  uint4 xv{};
+  if (c8 < nc) xv = reinterpret_cast<const uint4*>(a.x + t * a.ldx)[c8];
+  const float* dt = a.dots + t * a.dots_row_ld;
+  const int cols = int(blockDim.x) / kS, s = int(threadIdx.x) % kS;
+  for (int c0 = 0; c0 <= E; c0 += cols) {
+    const int c = c0 + int(threadIdx.x) / kS;
+    float acc = 0.0f;
+    if (c <= E) {
+#pragma unroll 8
+      for (int64_t p = s; p < a.dot_slots; p += kS) acc += __ldcg(dt + p * a.dots_ld + c);
+    }
+#pragma unroll
+    for (int o = kS / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if (c <= E && s == 0) raw[c] = acc;
+  }
+  __syncthreads();
+  PG_TRACE_MARK(0);  // slots summed
+  const float inv = rsqrtf(raw[E] / float(a.hidden) + a.eps);
+  if (c8 < nc) {
+    float f[8];
+    moe::Widen<false>(xv, f);
+    const float gw[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+    __align__(16) bf16 ov[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) ov[i] = __float2bfloat16_rn(f[i] * inv * gw[i]);
+    reinterpret_cast<uint4*>(a.normed + t * a.ld_normed)[c8] = *reinterpret_cast<const uint4*>(ov);
+  }
+  float* logits = static_cast<float*>(const_cast<void*>(a.logits)) + t * a.logits_stride;
+  for (int e = threadIdx.x; e < E; e += blockDim.x) logits[e] = inv * raw[e];
+  if (threadIdx.x >= 32) return;
+  float lg[moe::kRoutePerLane];
+#pragma unroll
+  for (int j = 0; j < moe::kRoutePerLane; ++j) {
+    const int e = lane + 32 * j;
+    lg[j] = e < E ? inv * raw[e] : 0.0f;
+  }
+  int id;
+  float w;
+  moe::RouteWarpLogits(a, lg, choice, lane, &id, &w);
+  if (lane < a.top_k) {
+    a.topk_ids[t * a.top_k + lane] = id;
+    a.topk_weights[t * a.weights_stride + lane] = w;
+  }
+  PG_TRACE_MARK(2);  // routes stored
+}
+
 }  // namespace
+
+// Threads of the row-dots kernel for these args and its lanes a column (kS): as many lanes as
+// fit 1024 threads, up to 8 (Qwen3-30B-A3B, 128 experts: 4 lanes x 129 columns, 33 slots a
+// lane at 132 slots); at least one thread an 8-element chunk of the row.
+static int DotsRouteLanes(int num_experts) {
+  const int cols = num_experts + 1;
+  return 8 * cols <= 1024 ? 8 : 4 * cols <= 1024 ? 4 : 2;
+}
+int DotsRouteThreads(int num_experts, int hidden) {
+  const int want = std::max(DotsRouteLanes(num_experts) * (num_experts + 1), hidden / 8);
+  return (want + 31) / 32 * 32;
+}
 
 void LaunchMoeRouter(const MoeRouterArgs& a, cudaStream_t stream) {
   if (a.num_tokens == 0) return;
@@ -422,7 +506,12 @@ void LaunchMoeRouter(const MoeRouterArgs& a, cudaStream_t stream) {
   // a layer in a block trace); DeepSeek-V2-Lite -6 us (docs/PERF.md "Session 16").
   static const bool warm = EnvFlag("PEREGRINE_MOE_NORM_LOGITS_WARM", true);
   const size_t smem = size_t(kWarps) * 2 * size_t(a.num_experts) * sizeof(float);
-  if (a.x) {
+  if (a.dots) {  // (the caller checked DotsRouteThreads <= 1024)
+    const int ks = DotsRouteLanes(a.num_experts);
+    const unsigned threads = unsigned(DotsRouteThreads(a.num_experts, a.hidden));
+    auto* kernel = ks == 8 ? DotsRouteKernel<8> : ks == 4 ? DotsRouteKernel<4> : DotsRouteKernel<2>;
+    (void)LaunchPdl(kernel, dim3(unsigned(a.num_tokens)), dim3(threads), 0, stream, a);
+  } else if (a.x) {
     auto al16 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
     const bool vec = a.hidden % 8 == 0 && a.ldx % 8 == 0 && a.ld_router % 8 == 0 && al16(a.x) &&
                      al16(a.router_w) && al16(a.norm_w) &&
