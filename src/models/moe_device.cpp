@@ -212,11 +212,10 @@ DeviceFfnScratch PlaceFfnScratch(DeviceWeightMaker& mk, const MoeModelConfig& c,
 // PEREGRINE_MOE_O_DOTS (default on): the one-token o projection computes the router's row
 // dots (PlaceRouterDots, RunDeviceOutProjection), so one router kernel takes the logits, the
 // normed row and the routes from them instead of the norm + logits kernel and the router
-// kernel.
-static bool OutDots() {
-  static const bool on = EnvFlag("PEREGRINE_MOE_O_DOTS", true);
-  return on;
-}
+// kernel. Read per call (at placement, and once a layer when a step is launched or captured;
+// graph replays never ask), so one process can place the model both ways
+// (tests/models/moe_dots_gpu_test.cpp).
+static bool OutDots() { return EnvFlag("PEREGRINE_MOE_O_DOTS", true); }
 
 TensorView PlaceRouterDots(DeviceWeightMaker& mk, DeviceMemory& mem, const TensorView& router,
                            const TensorView& norm_weight) {
@@ -238,7 +237,7 @@ TensorView RunDeviceOutProjection(const TensorView& attn, const DeviceMatrix& wo
                                   const TensorView& x, const DeviceMoeFfn* moe,
                                   const DeviceFfnScratch& s) {
   if (moe && moe->router_dots.data && attn.dim(0) == 1 && s.dots.data && !wo.scale.data &&
-      SelfRoute() > 0) {
+      SelfRoute() > 0 && OutDots()) {
     const ops::FusedMatmulParams fp{.x = attn, .w = wo.w, .out = x, .accumulate = true,
                                     .dot_w = moe->router_dots, .dots = s.dots};
     if (ops::Registry::Global().Selected(fp) != nullptr) {

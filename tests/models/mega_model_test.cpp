@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "golden_util.h"
+#include "teacher_forced.h"
 #include "kernels/cuda/common/context.h"
 #include "kernels/ops_mega.h"
 #include "models/loader.h"
@@ -31,12 +32,11 @@
 namespace pg {
 namespace {
 
-namespace rt = runtime::cuda;
-
-struct Placed {
-  std::unique_ptr<rt::GpuRunner> runner;
-  std::unique_ptr<models::Model> model;
-};
+using testing::Compare;
+using testing::Diff;
+using testing::Placed;
+using testing::PlaceForDecode;
+using testing::TeacherForced;
 
 enum class Mode { kOff, kMegaSplit, kMegaWhole, kMegaWarp };
 
@@ -46,73 +46,12 @@ Placed PlaceWith(Mode mode, const std::string& path, bool dummy, int context) {
   setenv("PEREGRINE_MEGA_ATTN", mode == Mode::kMegaSplit ? "0" : "1", 1);
   setenv("PEREGRINE_MEGA_TILES", mode == Mode::kMegaSplit ? "1" : "0", 1);
   setenv("PEREGRINE_MEGA_WARP", mode == Mode::kMegaWarp ? "1" : "0", 1);
-  Placed p;
-  p.runner = std::make_unique<rt::GpuRunner>(rt::GpuRunnerOptions{
-      .gpu_memory_utilization = 0.4, .max_batch_tokens = 64, .page_size = 16});
-  const models::DevicePlacement placement{.max_batch_tokens = 64};
-  if (dummy) {
-    p.model = rt::CreateDummyOnDevice(path, p.runner->memory(), placement, /*seed=*/7);
-  } else {
-    p.model = models::LoadModel({.path = path});
-    p.model->PlaceOnDevice(p.runner->memory(), placement);
-  }
-  p.runner->Attach(*p.model);
-  p.runner->ConfigureKv(/*num_slots=*/1, context);
-  const int sizes[] = {1};
-  p.runner->CaptureDecode(sizes, context);
+  Placed p = PlaceForDecode(path, dummy, context);
   unsetenv("PEREGRINE_MEGA");
   unsetenv("PEREGRINE_MEGA_ATTN");
   unsetenv("PEREGRINE_MEGA_TILES");
   unsetenv("PEREGRINE_MEGA_WARP");
   return p;
-}
-
-// Logits after the prompt (eager prefill, 37-token chunks) and after each of `tokens` fed one
-// at a time through the decode graph.
-std::vector<std::vector<float>> TeacherForced(Placed& p, std::span<const int32_t> prompt,
-                                              std::span<const int32_t> tokens) {
-  const size_t vocab = size_t(p.model->config().vocab_size);
-  std::vector<std::vector<float>> out;
-  std::vector<float> l(vocab);
-  for (size_t at = 0; at < prompt.size(); at += 37) {
-    const size_t len = std::min<size_t>(37, prompt.size() - at);
-    rt::StepSeq s{0, int(at), prompt.subspan(at, len)};
-    p.runner->Step(std::span<const rt::StepSeq>(&s, 1), l);
-  }
-  out.push_back(l);
-  for (size_t t = 0; t < tokens.size(); ++t) {
-    rt::StepSeq s{0, int(prompt.size() + t), tokens.subspan(t, 1)};
-    p.runner->Decode(std::span<const rt::StepSeq>(&s, 1), l);
-    out.push_back(l);
-  }
-  return out;
-}
-
-// Largest max|diff| / std(logits) over the steps, and the steps whose argmax differs.
-struct Diff {
-  double worst_over_std = 0, worst_abs = 0;
-  size_t worst_step = 0;
-  int argmax_differs = 0;
-};
-
-Diff Compare(const std::vector<std::vector<float>>& ref, const std::vector<std::vector<float>>& got) {
-  Diff d;
-  for (size_t t = 0; t < ref.size(); ++t) {
-    double max_abs = 0, mean = 0, var = 0;
-    for (float v : ref[t]) mean += v;
-    mean /= double(ref[t].size());
-    size_t ar = 0, ag = 0;
-    for (size_t i = 0; i < ref[t].size(); ++i) {
-      max_abs = std::max(max_abs, std::fabs(double(got[t][i]) - double(ref[t][i])));
-      var += (ref[t][i] - mean) * (ref[t][i] - mean);
-      if (ref[t][i] > ref[t][ar]) ar = i;
-      if (got[t][i] > got[t][ag]) ag = i;
-    }
-    const double sd = std::sqrt(var / double(ref[t].size()));
-    d.argmax_differs += ar != ag;
-    if (max_abs / sd >= d.worst_over_std) d.worst_over_std = max_abs / sd, d.worst_abs = max_abs, d.worst_step = t;
-  }
-  return d;
 }
 
 void ExpectMegaMatches(const std::string& path, bool dummy, std::span<const int32_t> prompt,

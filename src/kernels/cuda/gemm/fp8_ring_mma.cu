@@ -701,8 +701,12 @@ bool Bf16RingMmaDotsFits(const GemvArgs& g, const RingRowDots& d) {
   return blocks == d.slots && GroupsPerBlock(a, blocks) == 1 && StagedBytes(a) <= kMaxStagedBytes;
 }
 
+static std::atomic<int64_t> g_dots_launches{0};
+int64_t Bf16RingDotsLaunches() { return g_dots_launches.load(std::memory_order_relaxed); }
+
 void LaunchBf16RingMmaDots(const GemvArgs& g, const RingRowDots& d, cudaStream_t stream) {
   g_bf16_launches.fetch_add(1, std::memory_order_relaxed);
+  g_dots_launches.fetch_add(1, std::memory_order_relaxed);
   LaunchRingMma(AsRingArgs(g), stream, OneRowVariant(GetFp8GemvVariant()), /*bf16w=*/true, &d);
 }
 

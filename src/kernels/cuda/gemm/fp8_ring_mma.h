@@ -63,5 +63,6 @@ struct RingRowDots {
 int64_t Bf16RingDotSlots();
 bool Bf16RingMmaDotsFits(const GemvArgs& g, const RingRowDots& d);
 void LaunchBf16RingMmaDots(const GemvArgs& g, const RingRowDots& d, cudaStream_t stream);
+int64_t Bf16RingDotsLaunches();  // RowDots launches by this process (tests check it ran)
 
 }  // namespace pg::cuda
