@@ -191,7 +191,7 @@ class DeepseekV3Model final : public Model {
       D.moe = c_.IsMoeLayer(i);
       if (D.moe) {
         D.moe_ffn = PlaceMoeFfn(src, p + "mlp.", c_, cap);
-        D.moe_ffn.router_dots = PlaceRouterDots(mk, memory, D.moe_ffn.router, D.ffn_norm);
+        D.moe_ffn.router_dots = PlaceRouterDots(mk, memory, D.moe_ffn.router, D.ffn_norm, D.wo);
       } else {
         D.mlp = PlaceMlp(src, p + "mlp.", h, b.intermediate_size);
       }

@@ -209,18 +209,19 @@ DeviceFfnScratch PlaceFfnScratch(DeviceWeightMaker& mk, const MoeModelConfig& c,
   return s;
 }
 
-// PEREGRINE_MOE_O_DOTS (default on): the one-token o projection computes the router's row
-// dots (PlaceRouterDots, RunDeviceOutProjection), so one router kernel takes the logits, the
+// PEREGRINE_MOE_O_DOTS=1: the one-token o projection computes the router's row dots
+// (PlaceRouterDots, RunDeviceOutProjection), so one router kernel takes the logits, the
 // normed row and the routes from them instead of the norm + logits kernel and the router
-// kernel. Read per call (at placement, and once a layer when a step is launched or captured;
-// graph replays never ask), so one process can place the model both ways
-// (tests/models/moe_dots_gpu_test.cpp).
-static bool OutDots() { return EnvFlag("PEREGRINE_MOE_O_DOTS", true); }
+// kernel. Off by default until measured on the H200 (session 25 had no device time:
+// tools/gpu/jobs/o_dots.sh is the A/B and the tests). Read per call (at placement, and once a
+// layer when a step is launched or captured; graph replays never ask), so one process can
+// place the model both ways (tests/models/moe_dots_gpu_test.cpp).
+static bool OutDots() { return EnvFlag("PEREGRINE_MOE_O_DOTS", false); }
 
 TensorView PlaceRouterDots(DeviceWeightMaker& mk, DeviceMemory& mem, const TensorView& router,
-                           const TensorView& norm_weight) {
-  if (!OutDots() || router.dtype != DType::kBF16 || norm_weight.dtype != DType::kF32 ||
-      !router.is_contiguous())
+                           const TensorView& norm_weight, const DeviceMatrix& wo) {
+  if (!OutDots() || wo.scale.data || router.dtype != DType::kBF16 ||
+      norm_weight.dtype != DType::kF32 || !router.is_contiguous())
     return {};
   const int64_t E = router.dim(0), h = router.dim(1);
   std::vector<uint16_t> r(static_cast<size_t>(E * h));

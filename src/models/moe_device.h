@@ -129,10 +129,10 @@ void RunDeviceMoeFfn(const DeviceMoeFfn& w, const MoeModelConfig& c, const Tenso
 
 // (router * norm_weight)^T as a [hidden, num_experts] bf16 device matrix (from the placed
 // device tensors: router [num_experts, hidden] bf16, norm_weight [hidden] f32), where the
-// one-token o projection may fold the router into its epilogue (PEREGRINE_MOE_O_DOTS, default
-// on); empty otherwise. Not counted as weights: the step reads it instead of the router.
+// one-token o projection `wo` may fold the router into its epilogue (bf16 wo;
+// PEREGRINE_MOE_O_DOTS=1, off by default until measured); empty otherwise. Not counted as weights: the step reads it instead of the router.
 TensorView PlaceRouterDots(DeviceWeightMaker& mk, DeviceMemory& mem, const TensorView& router,
-                           const TensorView& norm_weight);
+                           const TensorView& norm_weight, const DeviceMatrix& wo);
 // The attention's output projection of a layer, x += attn · wo^T; at one token, where the
 // layer's MoE block has router_dots (moe may be null) and the backend fuses RowDots
 // (FusedMatmul, cuda_ring_dots), with x's RowDots into s.dots. Returns the dots view for

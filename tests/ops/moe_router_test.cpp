@@ -11,6 +11,7 @@
 #include <set>
 
 #include "core/quant.h"
+#include "kernels/ops_fused.h"
 #include "moe_test_util.h"
 
 #if defined(PEREGRINE_HAVE_CUDA)
@@ -318,7 +319,8 @@ TEST(MoeRouterOp, DotsMatchTheFusedNorm) {
       {3, 64, 2048, 6, 1, 1, MoeScoring::kSoftmax, false, 1.0f, true, false},   // V2-Lite
       {2, 24, 96, 5, 6, 2, MoeScoring::kSigmoid, true, 2.5f, true, false},      // groups, bias
   };
-  const int64_t P = 5;
+  // The slots the o projection's CUDA kernel writes (its grid), else 5.
+  const int64_t P = RowDotSlots(Device::kCuda) > 1 ? RowDotSlots(Device::kCuda) : 5;
   for (const FusedRouterCase& c : cases) {
     SCOPED_TRACE(fmt::format("tokens {} experts {} hidden {} k {}", c.tokens, c.experts, c.hidden, c.top_k));
     Tensor x = F32({c.tokens, c.hidden}, 1.0f), wf = F32({c.experts, c.hidden}, 0.05f);
@@ -328,21 +330,7 @@ TEST(MoeRouterOp, DotsMatchTheFusedNorm) {
     Tensor router(DType::kBF16, {c.experts, c.hidden});
     for (int64_t r = 0; r < c.experts; ++r)
       quant::QuantizeRow(DType::kBF16, wf.data<float>() + r * c.hidden, router.view().row_ptr(r), c.hidden);
-    std::vector<float> rrow(static_cast<size_t>(c.hidden));
-    Tensor dots(DType::kF32, {P, c.tokens, c.experts + 1});
-    dots.Zero();
-    for (int64_t e = 0; e <= c.experts; ++e) {
-      if (e < c.experts) quant::DequantizeRow(DType::kBF16, router.view().row_ptr(e), rrow.data(), c.hidden);
-      for (int64_t t = 0; t < c.tokens; ++t)
-        for (int64_t p = 0; p < P; ++p) {
-          double acc = 0;
-          for (int64_t j = c.hidden * p / P; j < c.hidden * (p + 1) / P; ++j) {
-            const double xv = x.data<float>()[t * c.hidden + j];
-            acc += e < c.experts ? xv * double(rrow[size_t(j)] * gamma.data<float>()[j]) : xv * xv;
-          }
-          dots.data<float>()[(p * c.tokens + t) * (c.experts + 1) + e] = float(acc);
-        }
-    }
+    const Tensor dots = RouterDots(x, router, gamma, P);
     struct Outs {
       Tensor logits, ids, w, normed;
     };

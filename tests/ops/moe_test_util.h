@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "core/quant.h"
 #include "kernels/ops_moe.h"
 #include "op_test_util.h"
 
@@ -67,6 +68,29 @@ inline Tensor F32(std::initializer_list<int64_t> shape, float stddev = 1.0f) {
   Tensor t(DType::kF32, shape);
   FillNormal(t, 0.0f, stddev);
   return t;
+}
+
+// Row dots of x [n, h] with dot_w = (router * gamma)^T (router [E, h] any dtype, gamma [h] f32)
+// as the o projection's RowDots would write them (ops_fused.h; MoeRouterParams::dots):
+// [slots, n, E + 1] f32, slot p holding the sums (in double) over the rows [h p / slots,
+// h (p + 1) / slots), the last column the squares of x.
+inline Tensor RouterDots(const Tensor& x, const Tensor& router, const Tensor& gamma, int64_t slots) {
+  const int64_t n = x.dim(0), h = x.dim(1), E = router.dim(0);
+  Tensor dots(DType::kF32, {slots, n, E + 1});
+  std::vector<float> rrow(static_cast<size_t>(h));
+  for (int64_t e = 0; e <= E; ++e) {
+    if (e < E) quant::DequantizeRow(router.dtype(), router.view().row_ptr(e), rrow.data(), h);
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t p = 0; p < slots; ++p) {
+        double acc = 0;
+        for (int64_t j = h * p / slots; j < h * (p + 1) / slots; ++j) {
+          const double xv = x.data<float>()[t * h + j];
+          acc += e < E ? xv * double(rrow[size_t(j)] * gamma.data<float>()[j]) : xv * xv;
+        }
+        dots.data<float>()[(p * n + t) * (E + 1) + e] = float(acc);
+      }
+  }
+  return dots;
 }
 
 // Logits whose order is unambiguous in f32 (a shuffled ramp, spacing 6 / experts, plus noise

@@ -63,8 +63,9 @@ struct MoeRouterArgs {
   int64_t dot_slots = 0, dots_ld = 0, dots_row_ld = 0;
 };
 void LaunchMoeRouter(const MoeRouterArgs& a, cudaStream_t stream);
-// The row-dots form's block size (<= 1024 is what it takes).
-int DotsRouteThreads(int num_experts, int hidden);
+// Whether the row-dots form takes these shapes (its block of <= 1024 threads, its loads a
+// lane; MoeRouterArgs::dots).
+bool DotsRouteFits(int num_experts, int hidden, int64_t slots);
 
 // ---- expert weights -------------------------------------------------------------------------
 // How an fp8 weight's scale is looked up for element (row r, col c):

@@ -83,8 +83,7 @@ bool RouterSupports(const MoeRouterParams& p) {
       (On(p.dots, DType::kF32) && On(p.x, DType::kBF16) && On(p.logits, DType::kF32) && norm_ok &&
        p.x.strides[1] == 1 && p.x.dim(1) % 8 == 0 && al16(p.x) && al16(p.normed) &&
        (reinterpret_cast<uintptr_t>(p.norm_weight.data) & 15) == 0 &&
-       p.logits.dim(1) <= cuda::kRouteRegMaxExperts &&
-       cuda::DotsRouteThreads(int(p.logits.dim(1)), int(p.x.dim(1))) <= 1024);
+       cuda::DotsRouteFits(int(p.logits.dim(1)), int(p.x.dim(1)), p.dots.dim(0)));
   return logits_ok && fused_ok && dots_ok && On(p.topk_ids, DType::kI32) && On(p.topk_weights, DType::kF32) &&
          (!p.bias.data || p.bias.device == Device::kCuda) &&
          p.logits.dim(1) <= cuda::kRouterMaxExperts && p.topk_ids.dim(1) <= cuda::kRouterMaxTopK &&

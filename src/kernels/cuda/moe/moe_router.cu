@@ -423,7 +423,9 @@ __global__ void __launch_bounds__(kWarps * 32) NormLogitsKernel(MoeRouterArgs a,
 // PdlWait) and, in warp 0, the routing from registers (moe_route.cuh RouteWarpLogits).
 // blockDim: a multiple of 32 and of kS, at most 1024, at least hidden / 8 (one 8-element
 // chunk of the row a thread); every thread runs the same column trips (the butterfly's
-// shuffles need the whole warp).
+// shuffles need the whole warp); a lane loads at most kDotsMaxLoads slots (dot_slots <= kS *
+// kDotsMaxLoads, DotsRouteFits).
+constexpr int kDotsMaxLoads = 36;
 template <int kS>
 __global__ void __launch_bounds__(1024) DotsRouteKernel(MoeRouterArgs a) {
   PG_BLOCK_TRACE(kTraceDotsRoute);
@@ -445,11 +447,17 @@ __global__ void __launch_bounds__(1024) DotsRouteKernel(MoeRouterArgs a) {
   const int cols = int(blockDim.x) / kS, s = int(threadIdx.x) % kS;
   for (int c0 = 0; c0 <= E; c0 += cols) {
     const int c = c0 + int(threadIdx.x) / kS;
-    float acc = 0.0f;
-    if (c <= E) {
-#pragma unroll 8
-      for (int64_t p = s; p < a.dot_slots; p += kS) acc += __ldcg(dt + p * a.dots_ld + c);
+    // All of a lane's slots loaded at once (independent loads: one L2 round trip), then
+    // added in slot order.
+    float v[kDotsMaxLoads];
+#pragma unroll
+    for (int i = 0; i < kDotsMaxLoads; ++i) {
+      const int64_t p = s + int64_t(i) * kS;
+      v[i] = c <= E && p < a.dot_slots ? __ldcg(dt + p * a.dots_ld + c) : 0.0f;
     }
+    float acc = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kDotsMaxLoads; ++i) acc += v[i];
 #pragma unroll
     for (int o = kS / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
     if (c <= E && s == 0) raw[c] = acc;
@@ -494,9 +502,14 @@ static int DotsRouteLanes(int num_experts) {
   const int cols = num_experts + 1;
   return 8 * cols <= 1024 ? 8 : 4 * cols <= 1024 ? 4 : 2;
 }
-int DotsRouteThreads(int num_experts, int hidden) {
+static int DotsRouteThreads(int num_experts, int hidden) {
   const int want = std::max(DotsRouteLanes(num_experts) * (num_experts + 1), hidden / 8);
   return (want + 31) / 32 * 32;
+}
+
+bool DotsRouteFits(int num_experts, int hidden, int64_t slots) {
+  return num_experts <= kRouteRegMaxExperts && DotsRouteThreads(num_experts, hidden) <= 1024 &&
+         slots <= int64_t(DotsRouteLanes(num_experts)) * kDotsMaxLoads;
 }
 
 void LaunchMoeRouter(const MoeRouterArgs& a, cudaStream_t stream) {
@@ -506,7 +519,7 @@ void LaunchMoeRouter(const MoeRouterArgs& a, cudaStream_t stream) {
   // a layer in a block trace); DeepSeek-V2-Lite -6 us (docs/PERF.md "Session 16").
   static const bool warm = EnvFlag("PEREGRINE_MOE_NORM_LOGITS_WARM", true);
   const size_t smem = size_t(kWarps) * 2 * size_t(a.num_experts) * sizeof(float);
-  if (a.dots) {  // (the caller checked DotsRouteThreads <= 1024)
+  if (a.dots) {  // (the caller checked DotsRouteFits)
     const int ks = DotsRouteLanes(a.num_experts);
     const unsigned threads = unsigned(DotsRouteThreads(a.num_experts, a.hidden));
     auto* kernel = ks == 8 ? DotsRouteKernel<8> : ks == 4 ? DotsRouteKernel<4> : DotsRouteKernel<2>;

@@ -1,0 +1,26 @@
+# Queue job (tools/gpu/queue.sh) for the router's row dots in the o projection
+# (PEREGRINE_MOE_O_DOTS=1, off by default; session 25): the GPU tests of the new kernels and
+# the model paths, then batch-1 step rows — main before the change (5e71c10, "base"), the
+# change with the dots on ("dots") and off ("off") — interleaved.
+# Make it (here, from the repo root, both trees built in build/cuda so ccache serves them):
+#   git checkout 5e71c10 && ninja -C build/cuda moe_gpu_check && cp build/cuda/tests/models/moe_gpu_check /tmp/base_moe_gpu_check
+#   git checkout main && ninja -C build/cuda moe_gpu_check gemv_gpu_check
+#   d=.gpuq/o_dots; mkdir -p $d/bin; cp tools/gpu/jobs/o_dots.sh $d/run.sh; echo 420 > $d/timeout
+#   strip -o /tmp/b /tmp/base_moe_gpu_check && xz -9 -T2 -c /tmp/b > $d/bin/base_moe_gpu_check.xz
+#   for t in moe gemv; do strip -o /tmp/b build/cuda/tests/models/${t}_gpu_check &&
+#     xz -9 -T2 -c /tmp/b > $d/bin/new_${t}_gpu_check.xz; done; echo 1 > $d/READY
+source tools/gpu/queue_env.sh
+source tools/gpu/ab_rows.sh
+echo "== tests (branch binaries)"
+"$BIN/new_gemv_gpu_check" --gtest_filter='FusedMatmulOp.*:Bf16RingMma.*' 2>&1 |
+  grep -E '^\[ +(OK|FAILED|PASSED) |Failure|Expected|Which is' | tail -25
+"$BIN/new_moe_gpu_check" --gtest_filter='MoeRouterOp.*:MoeExpertsOp.*:GpuMoeDots.*:GpuModelGolden.TinyQwen3Moe:GpuModelGolden.TinyDeepseekV3' 2>&1 |
+  grep -E '^\[ +(OK|FAILED|PASSED) |Failure|Expected|Which is|dots vs' | tail -40
+echo "== step rows, batch 1 x 1K (us a step, floor/t)"
+for r in 1 2; do
+  for m in qwen3-30b-a3b deepseek-v2-lite; do
+    ab_step "base-$m" base_moe_gpu_check "$m"
+    ab_step "dots-$m" new_moe_gpu_check "$m" PEREGRINE_MOE_O_DOTS=1
+    ab_step "off-$m" new_moe_gpu_check "$m"
+  done
+done
