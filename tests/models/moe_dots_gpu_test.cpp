@@ -27,12 +27,6 @@
 namespace pg {
 namespace {
 
-using testing::Compare;
-using testing::Diff;
-using testing::Placed;
-using testing::PlaceForDecode;
-using testing::TeacherForced;
-
 // `base` (a shape-only config) with `layers` layers and 16 experts, every one chosen, written
 // to a temporary folder; returns the config.json's path.
 std::string SmallMoeConfig(const std::string& base, int layers, const std::string& tag) {
@@ -58,12 +52,12 @@ void ExpectDotsMatch(const std::string& config) {
   for (int on = 0; on < 2; ++on) {
     setenv("PEREGRINE_MOE_O_DOTS", on ? "1" : "0", 1);
     const int64_t launches0 = cuda::Bf16RingDotsLaunches();
-    Placed p = PlaceForDecode(config, /*dummy=*/true, 256);
+    testing::Placed p = testing::PlaceForDecode(config, /*dummy=*/true, 256);
     num_layers = p.model->config().num_layers;
-    logits[on] = TeacherForced(p, prompt, tokens);
+    logits[on] = testing::TeacherForced(p, prompt, tokens);
     if (on) {
       EXPECT_GT(cuda::Bf16RingDotsLaunches(), launches0) << "the dots path never ran";
-      const auto again = TeacherForced(p, prompt, tokens);
+      const auto again = testing::TeacherForced(p, prompt, tokens);
       int differ = 0;
       for (size_t t = 0; t < again.size(); ++t) differ += again[t] != logits[on][t];
       EXPECT_EQ(differ, 0) << "dots path run twice: steps with different logits";
@@ -72,7 +66,7 @@ void ExpectDotsMatch(const std::string& config) {
     }
   }
   unsetenv("PEREGRINE_MOE_O_DOTS");
-  const Diff d = Compare(logits[0], logits[1]);
+  const testing::Diff d = testing::Compare(logits[0], logits[1]);
   const double bound = 2 * 0.05 * std::sqrt(std::max(num_layers, 3) / 3.0);
   std::printf("%s over %zu steps: dots vs unfused max|diff| %.3g = %.4f std (step %zu; bound %.3f), "
               "argmax differs at %d steps\n",

@@ -111,6 +111,14 @@ __device__ void RouteToken(const MoeRouterArgs& a, int64_t t, float* score, floa
   __syncwarp();  // score / choice are reused by the warp's next token
 }
 
+// Lane j < top_k stores token t's j-th route (RouteWarpLogits' id / weight of that lane).
+__device__ __forceinline__ void StoreRoute(const MoeRouterArgs& a, int64_t t, int lane, int id, float w) {
+  if (lane < a.top_k) {
+    a.topk_ids[t * a.top_k + lane] = id;
+    a.topk_weights[t * a.weights_stride + lane] = w;
+  }
+}
+
 // Routes token t: in registers (moe_route.cuh) up to 32 * kRoutePerLane experts, else
 // through shared memory (RouteToken); kForm fixes the form at compile time (the caller knows
 // the expert count), so a kernel carries only that form's code. score / choice:
@@ -124,10 +132,7 @@ __device__ void RouteAny(const MoeRouterArgs& a, int64_t t, float* score, float*
   int id;
   float w;
   moe::RouteWarp(a, t, choice, lane, &id, &w);
-  if (lane < a.top_k) {
-    a.topk_ids[t * a.top_k + lane] = id;
-    a.topk_weights[t * a.weights_stride + lane] = w;
-  }
+  StoreRoute(a, t, lane, id, w);
 }
 
 // kReg: a.num_experts <= 32 * kRoutePerLane, routed in registers only (the kernel carries no
@@ -486,10 +491,7 @@ __global__ void __launch_bounds__(1024) DotsRouteKernel(MoeRouterArgs a) {
   int id;
   float w;
   moe::RouteWarpLogits(a, lg, choice, lane, &id, &w);
-  if (lane < a.top_k) {
-    a.topk_ids[t * a.top_k + lane] = id;
-    a.topk_weights[t * a.weights_stride + lane] = w;
-  }
+  StoreRoute(a, t, lane, id, w);
   PG_TRACE_MARK(2);  // routes stored
 }
 
