@@ -79,15 +79,18 @@ struct RingMmaPlan {
   bool whole;       // chunk == k == ldw: a group's rows are one contiguous run (two with
                     // swiglu), copied with one bulk copy each (row_stride = k, no pad)
   int x_offset;     // kStageX: byte offset of the staged rows
-  // kDots (RowDots, ops_fused.h; one activation row, one group a block): the block's dot_w
-  // rows [jb, je) x dot_d bf16 land at dots_offset + kDotsRowsAt (one bulk copy before PdlWait,
-  // counted on the mbarrier at dots_offset; the epilogue's 16 stored outputs as f32 at
-  // dots_offset + 16); the block writes slot blockIdx.x of dots (dot_d + 1 f32).
-  int dots_offset = 0;
-  int dot_d = 0;
-  const bf16* dot_w = nullptr;  // [m, dot_d], row-major
-  float* dots = nullptr;        // slot s at dots + s * dots_ld
-  int64_t dots_ld = 0;
+};
+// kDots (RowDots, ops_fused.h; one activation row, one group a block): the block's dot_w rows
+// [jb, je) x d bf16 land at offset + kDotsRowsAt (one bulk copy before PdlWait, counted on the
+// mbarrier at offset; the epilogue's 16 stored outputs as f32 at offset + 16); the block
+// writes slot blockIdx.x of dots (d + 1 f32). A parameter of its own, after the plan: the
+// other kernels' code does not change with it (a larger RingMmaPlan changed their SASS).
+struct RingDotsPlan {
+  int offset = 0;
+  int d = 0;
+  const bf16* w = nullptr;  // [m, d], row-major
+  float* dots = nullptr;    // slot s at dots + s * ld
+  int64_t ld = 0;
 };
 constexpr int kDotsRowsAt = 128;  // bytes from dots_offset to the dot_w rows
 constexpr int kMaxDotD = 256;     // dot_d <= 32 lanes x 8
@@ -96,17 +99,17 @@ constexpr int kMaxDotD = 256;     // dot_d <= 32 lanes x 8
 // row): lane (g, q = 0) holds the stored outputs of rows g (stored[0]) and g + 8 (stored[2]);
 // rows = je - j0 <= 16. Slot blockIdx.x of dots gets, for d < dot_d, sum_i h[i] * dot_w[j0 + i,
 // d] (i ascending, one f32 FMA chain a column) and at dot_d sum_i h[i]^2 (i ascending).
-__device__ __forceinline__ void DotsEpilogue(const RingMmaPlan& p, unsigned char* smem, uint32_t dots_bar,
-                                             int64_t rows, const float (&stored)[4], int lane) {
-  float* hs = reinterpret_cast<float*>(smem + p.dots_offset + 16);  // [16]
+__device__ __forceinline__ void DotsEpilogue(const RingDotsPlan& p, unsigned char* smem, int64_t rows,
+                                             const float (&stored)[4], int lane) {
+  float* hs = reinterpret_cast<float*>(smem + p.offset + 16);  // [16]
   const int g = lane / 4, q = lane % 4;
   if (q == 0) {
     hs[g] = g < rows ? stored[0] : 0.0f;
     hs[g + 8] = g + 8 < rows ? stored[2] : 0.0f;
   }
   __syncwarp();
-  bulk::MbarWait(dots_bar, 0);  // landed long ago (issued before PdlWait)
-  const bf16* ws = reinterpret_cast<const bf16*>(smem + p.dots_offset + kDotsRowsAt);
+  bulk::MbarWait(bulk::SmemAddr(smem + p.offset), 0);  // landed long ago (before PdlWait)
+  const bf16* ws = reinterpret_cast<const bf16*>(smem + p.offset + kDotsRowsAt);
   constexpr int kPer = kMaxDotD / 32;
   float acc[kPer] = {};
   float ss = 0.0f;
@@ -115,23 +118,24 @@ __device__ __forceinline__ void DotsEpilogue(const RingMmaPlan& p, unsigned char
     ss = fmaf(h, h, ss);
 #pragma unroll
     for (int u = 0; u < kPer; ++u)
-      if (lane + 32 * u < p.dot_d) acc[u] = fmaf(__bfloat162float(ws[i * p.dot_d + lane + 32 * u]), h, acc[u]);
+      if (lane + 32 * u < p.d) acc[u] = fmaf(__bfloat162float(ws[i * p.d + lane + 32 * u]), h, acc[u]);
   }
-  float* slot = p.dots + int64_t(blockIdx.x) * p.dots_ld;
+  float* slot = p.dots + int64_t(blockIdx.x) * p.ld;
 #pragma unroll
   for (int u = 0; u < kPer; ++u)
-    if (lane + 32 * u < p.dot_d) slot[lane + 32 * u] = acc[u];
-  if (lane == 0) slot[p.dot_d] = ss;
+    if (lane + 32 * u < p.d) slot[lane + 32 * u] = acc[u];
+  if (lane == 0) slot[p.d] = ss;
 }
 
 // kMinBlocks: blocks an SM the registers must allow (2: ring_blocks 2, 8 warps). kBf16W: the
 // weights are bf16 (a.w holds their bytes, ldw in elements, no scales: scale_mode kNone), a
 // 64-column step is 128 bytes a row and lane q's 16 columns two 16-byte loads.
-// kDots: RowDots epilogue (RingMmaPlan), one-row launches whose blocks own one group.
+// kDots: RowDots epilogue (RingDotsPlan dp; others ignore dp), one-row launches whose blocks
+// own one group.
 template <int kCw, int kMinBlocks, bool kBlock, bool kStageX, bool kSwiGlu, bool kBf16W = false,
           bool kDots = false>
 __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
-    Fp8RingMmaKernel(Fp8GemvArgs a, RingMmaPlan p) {
+    Fp8RingMmaKernel(Fp8GemvArgs a, RingMmaPlan p, RingDotsPlan dp) {
   PG_BLOCK_TRACE(kTraceFp8Ring);
   constexpr int kConsumerWarps = kCw;
   constexpr int kEs = kBf16W ? 2 : 1;  // bytes a weight
@@ -149,13 +153,12 @@ __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
   auto w_row = [&](int64_t j0, int r) -> int64_t {
     return kSwiGlu ? (r < kOutRows ? j0 + r : a.m + j0 + r - kOutRows) : j0 + r;
   };
-  [[maybe_unused]] const uint32_t dots_bar = bulk::SmemAddr(smem + p.dots_offset);
   if (threadIdx.x == 0) {
     for (int s = 0; s < p.stages; ++s) {
       bulk::MbarInit(full0 + 8 * s, 1);
       bulk::MbarInit(empty0 + 8 * s, kConsumerWarps);
     }
-    if constexpr (kDots) bulk::MbarInit(dots_bar, 1);
+    if constexpr (kDots) bulk::MbarInit(bulk::SmemAddr(smem + dp.offset), 1);  // RowDots rows
     bulk::FenceMbarInit();
   }
   __syncthreads();
@@ -164,10 +167,11 @@ __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
     const uint64_t policy = bulk::EvictFirstPolicy();
     const uint32_t ring0 = bulk::SmemAddr(smem + ring_offset);
     if constexpr (kDots) {  // the block's dot_w rows (weights: before PdlWait), first
-      const uint32_t bytes = uint32_t(je - jb) * uint32_t(p.dot_d) * 2;
+      const uint32_t bytes = uint32_t(je - jb) * uint32_t(dp.d) * 2;
+      const uint32_t dots_bar = bulk::SmemAddr(smem + dp.offset);
       if (lane == 0) {
         bulk::MbarArriveExpectTx(dots_bar, bytes);
-        bulk::BulkLoad(bulk::SmemAddr(smem + p.dots_offset + kDotsRowsAt), p.dot_w + jb * p.dot_d, bytes,
+        bulk::BulkLoad(bulk::SmemAddr(smem + dp.offset + kDotsRowsAt), dp.w + jb * dp.d, bytes,
                        dots_bar, policy);
       }
     }
@@ -362,11 +366,15 @@ __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
         float v = sum[e] * mul[e];
         if (a.bias) v += bias[e];
         if (a.accumulate) v += prev[e];
-        const bf16 o = __float2bfloat16_rn(v);
-        a.out[(p.row0 + r) * a.ldo + j] = o;
-        if constexpr (kDots) stored[e] = __bfloat162float(o);
+        if constexpr (kDots) {
+          const bf16 o = __float2bfloat16_rn(v);
+          a.out[(p.row0 + r) * a.ldo + j] = o;
+          stored[e] = __bfloat162float(o);
+        } else {
+          a.out[(p.row0 + r) * a.ldo + j] = __float2bfloat16_rn(v);
+        }
       }
-      if constexpr (kDots) DotsEpilogue(p, smem, dots_bar, je - j0, stored, lane);
+      if constexpr (kDots) DotsEpilogue(dp, smem, je - j0, stored, lane);
     }
   }
 }
@@ -425,7 +433,7 @@ bool Fp8RingMmaWants(const Fp8GemvArgs& a) {
 
 namespace {
 
-using Kernel = void (*)(Fp8GemvArgs, RingMmaPlan);
+using Kernel = void (*)(Fp8GemvArgs, RingMmaPlan, RingDotsPlan);
 // The RowDots form: the one-row rule's kernel (8 warps, two blocks' registers, bf16, x staged,
 // no swiglu) with the epilogue (Bf16RingMmaDotsFits checks the launch takes that kernel).
 constexpr Kernel kDotsKernel = Fp8RingMmaKernel<8, 2, false, true, false, true, true>;
@@ -503,7 +511,7 @@ void LaunchRingMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVaria
   }();
   const int smem_limit = per_sm == 2 ? limits.two : limits.one;
   const int staged = stage_x ? int(StagedBytes(a)) : 0;
-  const int dots_bytes = dots ? DotsBytes(a.m, blocks, dots->d) : 0;
+  const int dots_bytes = dots ? DotsBytes(a.m, blocks, dots->d) + 128 : 0;  // + alignment
   const int room = smem_limit - kBarBytes - RedBytes(cw) - staged - dots_bytes;
   RingMmaPlan p{};
   // ring_piece_kb 0 (auto, request 4's fastest layouts, measured on fp8; bf16 takes the same
@@ -553,18 +561,19 @@ void LaunchRingMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVaria
   p.stages = std::max(p.stages, 1);
   p.x_offset = kBarBytes + RedBytes(cw) + p.stages * p.slot_bytes;
   size_t smem = size_t(p.x_offset) + size_t(staged);
+  RingDotsPlan dp;
   if (dots) {
-    p.dots_offset = int((smem + 127) / 128 * 128);
-    p.dot_d = dots->d;
-    p.dot_w = dots->w;
-    p.dots = dots->dots;
-    p.dots_ld = dots->ld;
-    smem = size_t(p.dots_offset) + size_t(dots_bytes);
+    dp.offset = int((smem + 127) / 128 * 128);
+    dp.d = dots->d;
+    dp.w = dots->w;
+    dp.dots = dots->dots;
+    dp.ld = dots->ld;
+    smem = size_t(dp.offset) + size_t(DotsBytes(a.m, blocks, dots->d));
   }
   for (int64_t row0 = 0; row0 < a.n; row0 += 8) {
     p.row0 = row0;
     p.rows = int(a.n - row0 < 8 ? a.n - row0 : 8);
-    (void)LaunchPdl(kernel, dim3(unsigned(blocks)), dim3(unsigned(32 * (cw + 1))), smem, stream, a, p);
+    (void)LaunchPdl(kernel, dim3(unsigned(blocks)), dim3(unsigned(32 * (cw + 1))), smem, stream, a, p, dp);
   }
 }
 
