@@ -202,9 +202,14 @@ DeviceFfnScratch PlaceFfnScratch(DeviceWeightMaker& mk, const MoeModelConfig& c,
   s.gate_up = mk.Activations(capacity, 2 * inter);
   s.act = mk.Activations(capacity, inter);
   if (c.num_experts > 0) {
+    // [slots, 1, E + 1] at a slot stride of a multiple of 4 floats (the CUDA router kernel
+    // reads 16-byte quads).
     const int64_t slots = ops::RowDotSlots(mk.device()), cols = c.num_experts + 1;
-    TensorView d = mk.Buffer(DType::kF32, slots, cols);
-    s.dots = TensorView::Contiguous(d.data, DType::kF32, {slots, 1, cols}, d.device);
+    const int64_t ld = (cols + 3) / 4 * 4;
+    s.dots = mk.Buffer(DType::kF32, slots, ld);
+    s.dots.ndim = 3;
+    s.dots.shape = {slots, 1, cols};
+    s.dots.strides = {ld, ld, 1};
   }
   return s;
 }

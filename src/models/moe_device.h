@@ -83,7 +83,8 @@ struct DeviceFfnScratch {
   TensorView topk_weights;   // [capacity, top_k] f32
   TensorView gate_up;        // [capacity, 2 * max inter] bf16
   TensorView act;            // [capacity, max inter] bf16
-  TensorView dots;           // [ops::RowDotSlots, 1, num_experts + 1] f32: one token's RowDots
+  TensorView dots;           // [ops::RowDotSlots, 1, num_experts + 1] f32 (slot stride a
+                             // multiple of 4): one token's RowDots
 };
 
 DeviceMlp PlaceMlp(MoeDeviceSource& src, const std::string& prefix, int64_t hidden,

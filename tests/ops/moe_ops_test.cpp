@@ -398,7 +398,7 @@ TEST(MoeExpertsOp, RouteInsideMatchesRouterThenExperts) {
                             .topk_groups = c.topk_groups, .renormalize = c.renormalize,
                             .scaling = c.scaling};
       if (c.form != kLogits) rp->x = o.x.view(), rp->router = router.view();
-      if (c.form == kDots) rp->router = TensorView{}, rp->dots = dots.view();
+      if (c.form == kDots) rp->router = TensorView{}, rp->dots = DotsView(dots, c.experts);
       if (norm) {
         rp->norm_weight = gamma.view();
         rp->normed = o.normed.view();

@@ -346,7 +346,7 @@ TEST(MoeRouterOp, DotsMatchTheFusedNorm) {
                         .scoring = c.scoring, .num_groups = c.groups, .topk_groups = c.topk_groups,
                         .renormalize = true, .scaling = c.scaling, .x = x.view(),
                         .norm_weight = gamma.view(), .normed = o.normed.view(), .norm_eps = 1e-6f};
-      if (from_dots) p.dots = dots.view();
+      if (from_dots) p.dots = DotsView(dots, c.experts);
       else p.router = router.view();
       return p;
     };

@@ -71,12 +71,14 @@ inline Tensor F32(std::initializer_list<int64_t> shape, float stddev = 1.0f) {
 }
 
 // Row dots of x [n, h] with dot_w = (router * gamma)^T (router [E, h] any dtype, gamma [h] f32)
-// as the o projection's RowDots would write them (ops_fused.h; MoeRouterParams::dots):
-// [slots, n, E + 1] f32, slot p holding the sums (in double) over the rows [h p / slots,
-// h (p + 1) / slots), the last column the squares of x.
+// as the o projection's RowDots would write them (ops_fused.h; MoeRouterParams::dots): storage
+// [slots, n, ld] f32 with ld = E + 1 rounded up to 4 (the models' layout: the CUDA router
+// kernel reads 16-byte quads), slot p holding the sums (in double) over the rows [h p / slots,
+// h (p + 1) / slots), column E the squares of x; DotsView is the [slots, n, E + 1] view.
 inline Tensor RouterDots(const Tensor& x, const Tensor& router, const Tensor& gamma, int64_t slots) {
-  const int64_t n = x.dim(0), h = x.dim(1), E = router.dim(0);
-  Tensor dots(DType::kF32, {slots, n, E + 1});
+  const int64_t n = x.dim(0), h = x.dim(1), E = router.dim(0), ld = (E + 4) / 4 * 4;
+  Tensor dots(DType::kF32, {slots, n, ld});
+  dots.Zero();
   std::vector<float> rrow(static_cast<size_t>(h));
   for (int64_t e = 0; e <= E; ++e) {
     if (e < E) quant::DequantizeRow(router.dtype(), router.view().row_ptr(e), rrow.data(), h);
@@ -87,10 +89,15 @@ inline Tensor RouterDots(const Tensor& x, const Tensor& router, const Tensor& ga
           const double xv = x.data<float>()[t * h + j];
           acc += e < E ? xv * double(rrow[size_t(j)] * gamma.data<float>()[j]) : xv * xv;
         }
-        dots.data<float>()[(p * n + t) * (E + 1) + e] = float(acc);
+        dots.data<float>()[(p * n + t) * ld + e] = float(acc);
       }
   }
   return dots;
+}
+inline TensorView DotsView(const Tensor& dots, int64_t num_experts) {
+  TensorView v = dots.view();
+  v.shape[2] = num_experts + 1;
+  return v;
 }
 
 // Logits whose order is unambiguous in f32 (a shuffled ramp, spacing 6 / experts, plus noise

@@ -81,8 +81,7 @@ bool DotsSupports(const FusedMatmulParams& p) {
     return false;
   if (p.w_scale.data || p.norm_weight.data || p.swiglu || p.bias.data || p.dot_w.strides[0] != p.dot_w.dim(1))
     return false;
-  return p.dots.device == Device::kCuda && p.dots.strides[1] == p.dots.dim(2) &&
-         cuda::Bf16RingMmaDotsFits(ArgsOf(p), DotsOf(p));
+  return p.dots.device == Device::kCuda && cuda::Bf16RingMmaDotsFits(ArgsOf(p), DotsOf(p));
 }
 
 void RunDots(const FusedMatmulParams& p) {

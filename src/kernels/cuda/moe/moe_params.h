@@ -58,7 +58,8 @@ struct MoeRouterArgs {
   bool defer_route;
   // Row-dots form (ops_moe.h MoeRouterParams::dots; x = the norm's input, norm_w / normed set,
   // no router): token t's slot s at dots + s * dots_ld + t * dots_row_ld, num_experts + 1 f32
-  // (the last: the sum of squares of x's row). hidden % 8 == 0, 16-byte aligned x / normed rows.
+  // (the last: the sum of squares of x's row). hidden % 8 == 0, 16-byte aligned x / normed rows;
+  // dots 16-byte aligned, dots_ld and dots_row_ld multiples of 4 (the kernel reads quads).
   const float* dots = nullptr;
   int64_t dot_slots = 0, dots_ld = 0, dots_row_ld = 0;
 };

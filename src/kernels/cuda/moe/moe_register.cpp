@@ -74,13 +74,16 @@ bool RouterSupports(const MoeRouterParams& p) {
                         (On(p.x, DType::kBF16) && On(p.router, DType::kBF16) &&
                          On(p.logits, DType::kF32) && p.x.strides[1] == 1 && norm_ok);
   // Row dots (moe_router.cu DotsRouteKernel): bf16 rows of 8-element chunks, 16-byte aligned;
-  // register routing's expert count; one block a token.
+  // the dots' slots and rows at strides of 4 floats (16-byte quads); register routing's expert
+  // count; one block a token.
   auto al16 = [](const TensorView& t) {
     return (reinterpret_cast<uintptr_t>(t.data) & 15) == 0 && t.strides[0] % 8 == 0;
   };
   const bool dots_ok =
       !p.dots.data ||
       (On(p.dots, DType::kF32) && On(p.x, DType::kBF16) && On(p.logits, DType::kF32) && norm_ok &&
+       (reinterpret_cast<uintptr_t>(p.dots.data) & 15) == 0 && p.dots.strides[0] % 4 == 0 &&
+       (p.dots.dim(1) == 1 || p.dots.strides[1] % 4 == 0) &&
        p.x.strides[1] == 1 && p.x.dim(1) % 8 == 0 && al16(p.x) && al16(p.normed) &&
        (reinterpret_cast<uintptr_t>(p.norm_weight.data) & 15) == 0 &&
        cuda::DotsRouteFits(int(p.logits.dim(1)), int(p.x.dim(1)), p.dots.dim(0)));

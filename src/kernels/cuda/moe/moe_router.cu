@@ -421,23 +421,26 @@ __global__ void __launch_bounds__(kWarps * 32) NormLogitsKernel(MoeRouterArgs a,
   PG_TRACE_MARK(2);  // logits stored
 }
 
-// Row-dots form (a.dots): block t takes token t. Column c (experts, then the sum of squares)
-// is summed over the slots by kS consecutive lanes — lane s the slots s, s + kS, ... in order,
-// then an xor butterfly — so the sums do not depend on timing; then inv = 1 / rms, the
-// logits (inv * sum), the normed row (bf16(x * inv * norm_w), the norm weights loaded before
-// PdlWait) and, in warp 0, the routing from registers (moe_route.cuh RouteWarpLogits).
-// blockDim: a multiple of 32 and of kS, at most 1024, at least hidden / 8 (one 8-element
-// chunk of the row a thread); every thread runs the same column trips (the butterfly's
-// shuffles need the whole warp); a lane loads at most kDotsMaxLoads slots (dot_slots <= kS *
-// kDotsMaxLoads, DotsRouteFits).
-constexpr int kDotsMaxLoads = 36;
-template <int kS>
+// Row-dots form (a.dots): block t takes token t. The expert columns are read as quads of 4
+// (16-byte loads: the slots' stride a multiple of 4 floats; columns past E in the last quad
+// ignored); quad q is summed over the slots by kDotsLanes consecutive lanes — lane s the slots s,
+// s + kDotsLanes, ... in order, then an xor butterfly; the sum-of-squares column E by one lane a slot
+// (thread p loads slot p), an xor butterfly a warp, then the warps' sums in warp order — so
+// no sum depends on timing. Then inv = 1 / rms, the logits (inv * sum), the normed row
+// (bf16(x * inv * norm_w), the norm weights loaded before PdlWait) and, in warp 0, the
+// routing from registers (moe_route.cuh RouteWarpLogits). A lane's loads (kLoads quads, >=
+// the slots / kDotsLanes, and one square) are independent of each other.
+// blockDim: a multiple of 32, at least kDotsLanes x quads, the slots and hidden / 8 (one 8-element
+// chunk of the row a thread); DotsRouteFits.
+constexpr int kDotsLanes = 32;  // lanes a column quad
+template <int kLoads>
 __global__ void __launch_bounds__(1024) DotsRouteKernel(MoeRouterArgs a) {
   PG_BLOCK_TRACE(kTraceDotsRoute);
-  __shared__ float raw[kRouteRegMaxExperts + 1];
+  __shared__ float raw[kRouteRegMaxExperts];
+  __shared__ float ss_warp[32];
   __shared__ float choice[kRouteRegMaxExperts];
   const int64_t t = blockIdx.x;
-  const int E = a.num_experts, nc = a.hidden / 8, lane = threadIdx.x % 32;
+  const int E = a.num_experts, nc = a.hidden / 8, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int c8 = threadIdx.x;  // this thread's 8-element chunk of the row
   float4 g0{}, g1{};
   if (c8 < nc) {
@@ -448,28 +451,43 @@ __global__ void __launch_bounds__(1024) DotsRouteKernel(MoeRouterArgs a) {
   PdlTrigger();
   uint4 xv{};
   if (c8 < nc) xv = reinterpret_cast<const uint4*>(a.x + t * a.ldx)[c8];
+  const int q = int(threadIdx.x) / kDotsLanes, s = int(threadIdx.x) % kDotsLanes, nq = (E + 3) / 4;
+  const int slots = int(a.dot_slots), ld = int(a.dots_ld);
   const float* dt = a.dots + t * a.dots_row_ld;
-  const int cols = int(blockDim.x) / kS, s = int(threadIdx.x) % kS;
-  for (int c0 = 0; c0 <= E; c0 += cols) {
-    const int c = c0 + int(threadIdx.x) / kS;
-    // All of a lane's slots loaded at once (independent loads: one L2 round trip), then
-    // added in slot order.
-    float v[kDotsMaxLoads];
+  // Unpredicated loads (a lane past the last slot or quad reloads a valid one and drops it):
+  // predicated, each went out after the adds of the one before (cuobjdump -sass).
+  const int qc = q < nq ? q : nq - 1;
+  float4 v[kLoads];
 #pragma unroll
-    for (int i = 0; i < kDotsMaxLoads; ++i) {
-      const int64_t p = s + int64_t(i) * kS;
-      v[i] = c <= E && p < a.dot_slots ? __ldcg(dt + p * a.dots_ld + c) : 0.0f;
-    }
-    float acc = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kDotsMaxLoads; ++i) acc += v[i];
-#pragma unroll
-    for (int o = kS / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-    if (c <= E && s == 0) raw[c] = acc;
+  for (int i = 0; i < kLoads; ++i) {
+    const int p = s + i * kDotsLanes;
+    v[i] = reinterpret_cast<const float4*>(dt)[qc + (p < slots ? p : slots - 1) * (ld / 4)];
   }
+  float sq = dt[int64_t(int(threadIdx.x) < slots ? threadIdx.x : 0) * ld + E];
+  if (int(threadIdx.x) >= slots) sq = 0.0f;
+  // (cuobjdump -sass: ptxas issues the first 3-4 loads and the square, then the adds of the
+  // first while the rest go out: about two L2 round trips; a barrier between loads and adds
+  // did not change its order.)
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+  for (int i = 0; i < kLoads; ++i)
+    if (s + i * kDotsLanes < slots) acc[0] += v[i].x, acc[1] += v[i].y, acc[2] += v[i].z, acc[3] += v[i].w;
+#pragma unroll
+  for (int o = kDotsLanes / 2; o > 0; o >>= 1)
+#pragma unroll
+    for (int k = 0; k < 4; ++k) acc[k] += __shfl_xor_sync(0xffffffffu, acc[k], o);
+  if (q < nq && s == 0)
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      if (4 * q + k < E) raw[4 * q + k] = acc[k];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
+  if (lane == 0) ss_warp[warp] = sq;
   __syncthreads();
   PG_TRACE_MARK(0);  // slots summed
-  const float inv = rsqrtf(raw[E] / float(a.hidden) + a.eps);
+  float ss = 0.0f;
+  for (int w = 0; w < (slots + 31) / 32; ++w) ss += ss_warp[w];
+  const float inv = rsqrtf(ss / float(a.hidden) + a.eps);
   if (c8 < nc) {
     float f[8];
     moe::Widen<false>(xv, f);
@@ -497,21 +515,17 @@ __global__ void __launch_bounds__(1024) DotsRouteKernel(MoeRouterArgs a) {
 
 }  // namespace
 
-// Threads of the row-dots kernel for these args and its lanes a column (kS): as many lanes as
-// fit 1024 threads, up to 8 (Qwen3-30B-A3B, 128 experts: 4 lanes x 129 columns, 33 slots a
-// lane at 132 slots); at least one thread an 8-element chunk of the row.
-static int DotsRouteLanes(int num_experts) {
-  const int cols = num_experts + 1;
-  return 8 * cols <= 1024 ? 8 : 4 * cols <= 1024 ? 4 : 2;
-}
-static int DotsRouteThreads(int num_experts, int hidden) {
-  const int want = std::max(DotsRouteLanes(num_experts) * (num_experts + 1), hidden / 8);
-  return (want + 31) / 32 * 32;
+// The row-dots kernel's threads: 32 lanes a column quad (Qwen3-30B-A3B, 128 experts: 32
+// quads, 1024 threads, 5 quad loads a lane at 132 slots; DeepSeek-V2-Lite, 64: 512), at least
+// one a slot and one an 8-element chunk of the row.
+static int DotsRouteThreads(int num_experts, int hidden, int64_t slots) {
+  const int64_t want =
+      std::max<int64_t>({int64_t(kDotsLanes) * ((num_experts + 3) / 4), slots, hidden / 8});
+  return int((want + 31) / 32 * 32);
 }
 
 bool DotsRouteFits(int num_experts, int hidden, int64_t slots) {
-  return num_experts <= kRouteRegMaxExperts && DotsRouteThreads(num_experts, hidden) <= 1024 &&
-         slots <= int64_t(DotsRouteLanes(num_experts)) * kDotsMaxLoads;
+  return num_experts <= 128 && slots <= 8 * kDotsLanes && DotsRouteThreads(num_experts, hidden, slots) <= 1024;
 }
 
 void LaunchMoeRouter(const MoeRouterArgs& a, cudaStream_t stream) {
@@ -522,9 +536,8 @@ void LaunchMoeRouter(const MoeRouterArgs& a, cudaStream_t stream) {
   static const bool warm = EnvFlag("PEREGRINE_MOE_NORM_LOGITS_WARM", true);
   const size_t smem = size_t(kWarps) * 2 * size_t(a.num_experts) * sizeof(float);
   if (a.dots) {  // (the caller checked DotsRouteFits)
-    const int ks = DotsRouteLanes(a.num_experts);
-    const unsigned threads = unsigned(DotsRouteThreads(a.num_experts, a.hidden));
-    auto* kernel = ks == 8 ? DotsRouteKernel<8> : ks == 4 ? DotsRouteKernel<4> : DotsRouteKernel<2>;
+    const unsigned threads = unsigned(DotsRouteThreads(a.num_experts, a.hidden, a.dot_slots));
+    const auto kernel = a.dot_slots <= 5 * kDotsLanes ? DotsRouteKernel<5> : DotsRouteKernel<8>;
     (void)LaunchPdl(kernel, dim3(unsigned(a.num_tokens)), dim3(threads), 0, stream, a);
   } else if (a.x) {
     auto al16 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
