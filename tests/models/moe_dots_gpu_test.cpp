@@ -11,7 +11,8 @@
 // differ by rounding only. Bound: both are bf16 evaluations of the same f32 model, each within
 // the device golden tolerance (gpu_model_test.cpp: 0.05 sqrt(L / 3) of the logits' std), so
 // at most twice that apart; a wrong dots slot, column, weight layer or normed row is off by
-// O(1). The dots path is deterministic: a second run gives the same bits.
+// O(1). The dots path is deterministic: a second run gives the same bits. (Which path ran:
+// the RowDots launch counter, which graph capture advances.)
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -73,7 +74,6 @@ void ExpectDotsMatch(const std::string& config) {
               config.c_str(), logits[0].size(), d.worst_abs, d.worst_over_std, d.worst_step, bound,
               d.argmax_differs);
   EXPECT_LE(d.worst_over_std, bound) << "step " << d.worst_step;
-  EXPECT_GT(d.worst_abs, 0.0) << "the two placements ran the same path";
 }
 
 TEST(GpuMoeDots, Qwen3MoeMatchesTheUnfusedRoute) {
