@@ -6,8 +6,8 @@
 #include <cstring>
 #include <vector>
 
-#include "core/status.h"
 #include "core/dtype.h"
+#include "core/status.h"
 #include "kernels/ops.h"
 #include "kernels/ops_fused.h"
 #include "kernels/registry.h"

@@ -92,13 +92,13 @@ struct RingDotsPlan {
   float* dots = nullptr;    // slot s at dots + s * ld
   int64_t ld = 0;
 };
-constexpr int kDotsRowsAt = 128;  // bytes from dots_offset to the dot_w rows
-constexpr int kMaxDotD = 256;     // dot_d <= 32 lanes x 8
+constexpr int kDotsRowsAt = 128;  // bytes from RingDotsPlan::offset to the dot_w rows
+constexpr int kMaxDotD = 256;     // RingDotsPlan::d <= 32 lanes x 8
 
 // The RowDots epilogue (kDots; the epilogue warp of the block's only group, one activation
 // row): lane (g, q = 0) holds the stored outputs of rows g (stored[0]) and g + 8 (stored[2]);
-// rows = je - j0 <= 16. Slot blockIdx.x of dots gets, for d < dot_d, sum_i h[i] * dot_w[j0 + i,
-// d] (i ascending, one f32 FMA chain a column) and at dot_d sum_i h[i]^2 (i ascending).
+// rows = je - j0 <= 16. Slot blockIdx.x of p.dots gets, for c < p.d, sum_i h[i] * w[j0 + i, c]
+// (i ascending, one f32 FMA chain a column) and at p.d sum_i h[i]^2 (i ascending).
 __device__ __forceinline__ void DotsEpilogue(const RingDotsPlan& p, unsigned char* smem, int64_t rows,
                                              const float (&stored)[4], int lane) {
   float* hs = reinterpret_cast<float*>(smem + p.offset + 16);  // [16]
