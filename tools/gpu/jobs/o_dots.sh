@@ -2,13 +2,13 @@
 # (PEREGRINE_MOE_O_DOTS=1, off by default; session 25): the GPU tests of the new kernels and
 # the model paths, then batch-1 step rows — main before the change (5e71c10, "base"), the
 # change with the dots on ("dots") and off ("off") — interleaved.
-# Make it (here, from the repo root, both trees built in build/cuda so ccache serves them):
-#   git checkout 5e71c10 && ninja -C build/cuda moe_gpu_check && cp build/cuda/tests/models/moe_gpu_check /tmp/base_moe_gpu_check
+# Make it (here, from the repo root; both trees built in build/cuda, so ccache serves them):
+#   git checkout 5e71c10 && ninja -C build/cuda moe_gpu_check && cp build/cuda/tests/models/moe_gpu_check /tmp/base_moe
 #   git checkout main && ninja -C build/cuda moe_gpu_check gemv_gpu_check
-#   d=.gpuq/o_dots; mkdir -p $d/bin; cp tools/gpu/jobs/o_dots.sh $d/run.sh; echo 420 > $d/timeout
-#   strip -o /tmp/b /tmp/base_moe_gpu_check && xz -9 -T2 -c /tmp/b > $d/bin/base_moe_gpu_check.xz
-#   for t in moe gemv; do strip -o /tmp/b build/cuda/tests/models/${t}_gpu_check &&
-#     xz -9 -T2 -c /tmp/b > $d/bin/new_${t}_gpu_check.xz; done; echo 1 > $d/READY
+#   tools/gpu/make_job.sh o_dots tools/gpu/jobs/o_dots.sh 420 base_moe_gpu_check=/tmp/base_moe \
+#     new_moe_gpu_check=build/cuda/tests/models/moe_gpu_check new_gemv_gpu_check=build/cuda/tests/models/gemv_gpu_check
+# Device: run(command="QUEUE_BUDGET=500 JOBS=o_dots tools/gpu/queue.sh >/dev/null 2>&1; tar -xzf
+#   $OUT/o_dots.tgz -C $OUT; cat $OUT/o_dots/log.txt", carry=[".gpulib", ".gpuq/o_dots"]).
 source tools/gpu/queue_env.sh
 source tools/gpu/ab_rows.sh
 echo "== tests (branch binaries)"
