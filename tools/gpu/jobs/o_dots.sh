@@ -1,13 +1,14 @@
 # Queue job (tools/gpu/queue.sh) for the router's row dots in the o projection
 # (PEREGRINE_MOE_O_DOTS=1, off by default; session 25): the GPU tests of the new kernels and
 # the model paths, then batch-1 step rows — main before the change (5e71c10, "base"), the
-# change with the dots on ("dots") and off ("off") — interleaved.
+# change with the dots on ("dots"; "dots16": the router kernel at 16 lanes a quad, 512 threads)
+# and off ("off") — interleaved.
 # Make it (here, from the repo root; both trees built in build/cuda, so ccache serves them):
 #   git checkout 5e71c10 && ninja -C build/cuda moe_gpu_check && cp build/cuda/tests/models/moe_gpu_check /tmp/base_moe
 #   git checkout main && ninja -C build/cuda moe_gpu_check gemv_gpu_check
-#   tools/gpu/make_job.sh o_dots tools/gpu/jobs/o_dots.sh 420 base_moe_gpu_check=/tmp/base_moe \
+#   tools/gpu/make_job.sh o_dots tools/gpu/jobs/o_dots.sh 540 base_moe_gpu_check=/tmp/base_moe \
 #     new_moe_gpu_check=build/cuda/tests/models/moe_gpu_check new_gemv_gpu_check=build/cuda/tests/models/gemv_gpu_check
-# Device: run(command="QUEUE_BUDGET=500 JOBS=o_dots tools/gpu/queue.sh >/dev/null 2>&1; tar -xzf
+# Device: run(command="QUEUE_BUDGET=570 JOBS=o_dots tools/gpu/queue.sh >/dev/null 2>&1; tar -xzf
 #   $OUT/o_dots.tgz -C $OUT; cat $OUT/o_dots/log.txt", carry=[".gpulib", ".gpuq/o_dots"]).
 source tools/gpu/queue_env.sh
 source tools/gpu/ab_rows.sh
@@ -16,11 +17,14 @@ echo "== tests (branch binaries)"
   grep -E '^\[ +(OK|FAILED|PASSED) |Failure|Expected|Which is' | tail -25
 "$BIN/new_moe_gpu_check" --gtest_filter='MoeRouterOp.*:MoeExpertsOp.*:GpuMoeDots.*:GpuModelGolden.TinyQwen3Moe:GpuModelGolden.TinyDeepseekV3' 2>&1 |
   grep -E '^\[ +(OK|FAILED|PASSED) |Failure|Expected|Which is|dots vs' | tail -40
+PEREGRINE_MOE_DOTS_LANES=16 "$BIN/new_moe_gpu_check" --gtest_filter='MoeRouterOp.Dots*:MoeExpertsOp.*' 2>&1 |
+  grep -E '^\[ +(FAILED|PASSED) |Failure|dots vs' | tail -10
 echo "== step rows, batch 1 x 1K (us a step, floor/t)"
 for r in 1 2; do
   for m in qwen3-30b-a3b deepseek-v2-lite; do
     ab_step "base-$m" base_moe_gpu_check "$m"
     ab_step "dots-$m" new_moe_gpu_check "$m" PEREGRINE_MOE_O_DOTS=1
+    ab_step "dots16-$m" new_moe_gpu_check "$m" PEREGRINE_MOE_O_DOTS=1 PEREGRINE_MOE_DOTS_LANES=16
     ab_step "off-$m" new_moe_gpu_check "$m"
   done
 done

@@ -431,9 +431,8 @@ __global__ void __launch_bounds__(kWarps * 32) NormLogitsKernel(MoeRouterArgs a,
 // routing from registers (moe_route.cuh RouteWarpLogits). A lane's loads (kLoads quads, >=
 // the slots / kDotsLanes, and one square) are independent of each other.
 // blockDim: a multiple of 32, at least kDotsLanes x quads, the slots and hidden / 8 (one 8-element
-// chunk of the row a thread); DotsRouteFits.
-constexpr int kDotsLanes = 32;  // lanes a column quad
-template <int kLoads>
+// chunk of the row a thread); DotsRouteFits. kDotsLanes: lanes a column quad (16 or 32).
+template <int kDotsLanes, int kLoads>
 __global__ void __launch_bounds__(1024) DotsRouteKernel(MoeRouterArgs a) {
   PG_BLOCK_TRACE(kTraceDotsRoute);
   __shared__ float raw[kRouteRegMaxExperts];
@@ -515,17 +514,31 @@ __global__ void __launch_bounds__(1024) DotsRouteKernel(MoeRouterArgs a) {
 
 }  // namespace
 
-// The row-dots kernel's threads: 32 lanes a column quad (Qwen3-30B-A3B, 128 experts: 32
-// quads, 1024 threads, 5 quad loads a lane at 132 slots; DeepSeek-V2-Lite, 64: 512), at least
-// one a slot and one an 8-element chunk of the row.
+// Lanes a column quad: 32 (PEREGRINE_MOE_DOTS_LANES, default; Qwen3-30B-A3B, 128 experts: 32
+// quads, 1024 threads, 5 quad loads a lane at 132 slots — a block that cannot start beside
+// the o projection's block of 96 x 288 registers on its SM) or 16 (512 threads that can, 9
+// loads a lane). Unmeasured either way (session 25): the next device session's A/B.
+static int DotsLanes() {
+  static const int lanes = EnvInt("PEREGRINE_MOE_DOTS_LANES", 32) == 16 ? 16 : 32;
+  return lanes;
+}
+
+// The row-dots kernel's threads: DotsLanes() a quad, at least one a slot and one an 8-element
+// chunk of the row.
 static int DotsRouteThreads(int num_experts, int hidden, int64_t slots) {
   const int64_t want =
-      std::max<int64_t>({int64_t(kDotsLanes) * ((num_experts + 3) / 4), slots, hidden / 8});
+      std::max<int64_t>({int64_t(DotsLanes()) * ((num_experts + 3) / 4), slots, hidden / 8});
   return int((want + 31) / 32 * 32);
 }
 
+// Loads a lane (the kernel's instantiations: 5, 9, 10) for these slots.
+static int DotsLoads(int64_t slots) {
+  const int64_t need = (slots + DotsLanes() - 1) / DotsLanes();
+  return need <= 5 ? 5 : need <= 9 ? 9 : need <= 10 ? 10 : 0;
+}
+
 bool DotsRouteFits(int num_experts, int hidden, int64_t slots) {
-  return num_experts <= 128 && slots <= 8 * kDotsLanes && DotsRouteThreads(num_experts, hidden, slots) <= 1024;
+  return num_experts <= 128 && DotsLoads(slots) > 0 && DotsRouteThreads(num_experts, hidden, slots) <= 1024;
 }
 
 void LaunchMoeRouter(const MoeRouterArgs& a, cudaStream_t stream) {
@@ -537,7 +550,11 @@ void LaunchMoeRouter(const MoeRouterArgs& a, cudaStream_t stream) {
   const size_t smem = size_t(kWarps) * 2 * size_t(a.num_experts) * sizeof(float);
   if (a.dots) {  // (the caller checked DotsRouteFits)
     const unsigned threads = unsigned(DotsRouteThreads(a.num_experts, a.hidden, a.dot_slots));
-    const auto kernel = a.dot_slots <= 5 * kDotsLanes ? DotsRouteKernel<5> : DotsRouteKernel<8>;
+    using K = void (*)(MoeRouterArgs);
+    const int loads = DotsLoads(a.dot_slots);
+    const K kernel = DotsLanes() == 16
+                         ? (loads == 5 ? DotsRouteKernel<16, 5> : loads == 9 ? DotsRouteKernel<16, 9> : DotsRouteKernel<16, 10>)
+                         : (loads == 5 ? DotsRouteKernel<32, 5> : loads == 9 ? DotsRouteKernel<32, 9> : DotsRouteKernel<32, 10>);
     (void)LaunchPdl(kernel, dim3(unsigned(a.num_tokens)), dim3(threads), 0, stream, a);
   } else if (a.x) {
     auto al16 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
