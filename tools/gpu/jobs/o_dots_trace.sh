@@ -18,7 +18,8 @@ for mode in off on on16; do
     --model configs/qwen3-30b-a3b/config.json 2>&1 | command tr '\r' '\n' | command grep -E '^ +1 +1024 '
   f="$OUT/tr/$mode/trace_b1_c1024.csv"
   [[ -f "$f" ]] || { echo "no trace for $mode"; continue; }
-  echo "== $mode: launches"; python3 tools/gpu/block_timeline.py "$f" --launches | head -40
+  echo "== $mode: per kernel kind"; python3 tools/gpu/block_timeline.py "$f"
+  echo "== $mode: launches of two middle layers"; python3 tools/gpu/block_timeline.py "$f" --launches | sed -n '2,3p;150,166p'
   echo "== $mode: phases"; python3 tools/gpu/block_timeline.py "$f" --phases | head -60
   gzip -f "$f"
 done
