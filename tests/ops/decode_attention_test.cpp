@@ -27,15 +27,16 @@ namespace {
 
 constexpr Tolerance kAttention{1e-4, 1e-9};  // f32 backends (as attention_test.cpp)
 // e4m3 keeps 3 mantissa bits: a stored value is within u = 2^-4 of the real one (relative).
-// Attention output through quantized k (logit error) and v: nmse <= (2u)^2, max_rel <= 8u.
+// Attention output through quantized k (logit error) and v: nmse <= (2u)^2, and max_rel <= 8u
+// where every row averages many keys.
 constexpr double kE4m3U = 1.0 / 16;
-constexpr Tolerance kFp8VsF32{8 * kE4m3U, 4 * kE4m3U * kE4m3U};
 // Rows attending to a few keys (a prefill's first rows; decode rows of kv_len 1-3, where out
 // is one or a few v rows): |out| reaches max|v| ~ 10-14x rms(out) of a batch whose other rows
 // average thousands of keys, and such a row's error is up to u |out|, so the max error
 // relative to rms reaches ~14u (seen: 0.548 with prefill rows, seed 1412776836; 0.717 =
 // |-9.5 -> -10| / 0.698 on a kv_len-1 stream case, seed 3965970594): 16u. nmse stays (2u)^2,
-// the tight check.
+// the tight check. DecodeCases have such rows too (kv_len 1 in most): seed 613 put a -8.5
+// v (-> -8 in e4m3) alone behind a kv_len-1 row of the MHA case, 0.527 of rms > 8u.
 constexpr Tolerance kFp8VsF32FewKeys{16 * kE4m3U, 4 * kE4m3U * kE4m3U};
 
 
@@ -143,7 +144,7 @@ TEST(DecodeAttention, EveryBackendMatchesReferenceBf16AndFp8) {
   Coverage cov;
   for (const DecodeCase& c : DecodeCases()) {
     SCOPED_TRACE(c.Name());
-    CheckDecodeCaseBothCaches(c, cov, kFp8VsF32);
+    CheckDecodeCaseBothCaches(c, cov, kFp8VsF32FewKeys);  // (kv_len-1 rows: see the bound)
   }
   cov.Check<AttentionParams>();
 }
