@@ -218,9 +218,9 @@ DeviceFfnScratch PlaceFfnScratch(DeviceWeightMaker& mk, const MoeModelConfig& c,
 // (PlaceRouterDots, RunDeviceOutProjection), so one router kernel takes the logits, the
 // normed row and the routes from them instead of the norm + logits kernel and the router
 // kernel. Off by default until measured on the H200 (session 25 had no device time:
-// tools/gpu/jobs/o_dots.sh is the A/B and the tests). Read per call (at placement, and once a
-// layer when a step is launched or captured; graph replays never ask), so one process can
-// place the model both ways (tests/models/moe_dots_gpu_test.cpp).
+// tools/gpu/jobs/o_dots.sh is the A/B and the tests). Read at each placement (a model placed
+// with it off has no router_dots and never takes the path), so one process can place the
+// model both ways (tests/models/moe_dots_gpu_test.cpp).
 static bool OutDots() { return EnvFlag("PEREGRINE_MOE_O_DOTS", false); }
 
 TensorView PlaceRouterDots(DeviceWeightMaker& mk, DeviceMemory& mem, const TensorView& router,
@@ -243,7 +243,7 @@ TensorView RunDeviceOutProjection(const TensorView& attn, const DeviceMatrix& wo
                                   const TensorView& x, const DeviceMoeFfn* moe,
                                   const DeviceFfnScratch& s) {
   if (moe && moe->router_dots.data && attn.dim(0) == 1 && s.dots.data && !wo.scale.data &&
-      SelfRoute() > 0 && OutDots()) {
+      SelfRoute() > 0) {
     const ops::FusedMatmulParams fp{.x = attn, .w = wo.w, .out = x, .accumulate = true,
                                     .dot_w = moe->router_dots, .dots = s.dots};
     if (ops::Registry::Global().Selected(fp) != nullptr) {
@@ -325,11 +325,13 @@ void RunDeviceMoeFfn(const DeviceMoeFfn& w, const MoeModelConfig& c, const Tenso
   // norm and the dots, no router matmul.
   const bool route_dots = self_route > 0 && !shared_apart && norm && norm->dots.data &&
                           !norm->residual.data;
-  // The router op's own input: (RMSNorm +) router matmul inside it (residual: empty when
-  // route_matmul, by its condition).
-  auto router_takes_input = [&] {
+  // The router op's own input: (RMSNorm +) router matmul inside it, or with from_dots the
+  // RMSNorm and the row dots (residual: empty when route_matmul or route_dots, by their
+  // conditions); dropped again where no backend takes it.
+  auto router_takes_input = [&](bool from_dots) {
     rp.x = norm ? norm->x : x;
-    rp.router = w.router;
+    if (from_dots) rp.dots = norm->dots;
+    else rp.router = w.router;
     if (norm) {
       rp.norm_weight = norm->weight;
       rp.normed = x;
@@ -337,30 +339,27 @@ void RunDeviceMoeFfn(const DeviceMoeFfn& w, const MoeModelConfig& c, const Tenso
       rp.norm_eps = norm->eps;
     }
   };
+  auto drop_router_input = [&] {
+    rp.x = rp.router = rp.norm_weight = rp.normed = rp.residual = rp.dots = TensorView{};
+  };
   // Or the logits from their own ops.
   auto norm_then_logits = [&] {
     if (norm) ops::RmsNorm(np);
     ops::Matmul({.x = x, .w = w.router, .out = logits});
   };
-  ops::MoeRouterParams rp_dots = rp;
-  if (route_dots) {
-    rp_dots.x = norm->x;
-    rp_dots.norm_weight = norm->weight;
-    rp_dots.normed = x;
-    rp_dots.norm_eps = norm->eps;
-    rp_dots.dots = norm->dots;
-  }
-  // (A backend without the dots form: the norm and logits from x, which the projection wrote.)
-  if (route_dots && ops::Registry::Global().Selected(rp_dots) != nullptr) {
-    rp = rp_dots;
-    ep.route = &rp;
-    if (ops::Registry::Global().Selected(ep) == nullptr) {
-      ops::MoeRouter(rp);
-      ep.route = nullptr;
+  if (self_route > 0) {
+    // The dots form where a backend takes it (else the norm and logits from x, which the
+    // projection wrote).
+    bool dots = route_dots;
+    if (dots) {
+      router_takes_input(/*from_dots=*/true);
+      dots = ops::Registry::Global().Selected(rp) != nullptr;
+      if (!dots) drop_router_input();
     }
-  } else if (self_route > 0) {
-    if (route_matmul) router_takes_input();
-    else norm_then_logits();
+    if (!dots) {
+      if (route_matmul) router_takes_input(/*from_dots=*/false);
+      else norm_then_logits();
+    }
     ep.route = &rp;
     if (ops::Registry::Global().Selected(ep) == nullptr) {
       ops::MoeRouter(rp);  // the same routing as its own op
@@ -370,11 +369,11 @@ void RunDeviceMoeFfn(const DeviceMoeFfn& w, const MoeModelConfig& c, const Tenso
     // (RMSNorm +) router matmul + routing in one op (one kernel on CUDA) when fused.
     bool fused = false;
     if (decode && FuseRouter()) {
-      router_takes_input();
+      router_takes_input(/*from_dots=*/false);
       fused = ops::Registry::Global().Selected(rp) != nullptr;
     }
     if (!fused) {
-      rp.x = rp.router = rp.norm_weight = rp.normed = rp.residual = TensorView{};
+      drop_router_input();
       norm_then_logits();
     }
     ops::MoeRouter(rp);

@@ -42,6 +42,7 @@
 #include <atomic>
 
 #include "core/env.h"
+#include "core/status.h"
 #include "kernels/cuda/common/bulk_copy.cuh"
 #include "kernels/cuda/common/context.h"
 #include "kernels/cuda/common/pdl.cuh"
@@ -82,9 +83,9 @@ struct RingMmaPlan {
 };
 // kDots (RowDots, ops_fused.h; one activation row, one group a block): the block's dot_w rows
 // [jb, je) x d bf16 land at offset + kDotsRowsAt (one bulk copy before PdlWait, counted on the
-// mbarrier at offset; the epilogue's 16 stored outputs as f32 at offset + 16); the block
-// writes slot blockIdx.x of dots (d + 1 f32). A parameter of its own, after the plan: the
-// other kernels' code does not change with it (a larger RingMmaPlan changed their SASS).
+// mbarrier at offset); the block writes slot blockIdx.x of dots (d + 1 f32). A parameter of its
+// own, after the plan: the other kernels' code does not change with it (a larger RingMmaPlan
+// changed their SASS).
 struct RingDotsPlan {
   int offset = 0;
   int d = 0;
@@ -92,29 +93,23 @@ struct RingDotsPlan {
   float* dots = nullptr;    // slot s at dots + s * ld
   int64_t ld = 0;
 };
-constexpr int kDotsRowsAt = 128;  // bytes from RingDotsPlan::offset to the dot_w rows
-constexpr int kMaxDotD = 256;     // RingDotsPlan::d <= 32 lanes x 8
+constexpr int kDotsRowsAt = 16;  // bytes from RingDotsPlan::offset (the mbarrier) to the rows
+constexpr int kMaxDotD = 256;    // RingDotsPlan::d <= 32 lanes x 8
 
 // The RowDots epilogue (kDots; the epilogue warp of the block's only group, one activation
-// row): lane (g, q = 0) holds the stored outputs of rows g (stored[0]) and g + 8 (stored[2]);
-// rows = je - j0 <= 16. Slot blockIdx.x of p.dots gets, for c < p.d, sum_i h[i] * w[j0 + i, c]
-// (i ascending, one f32 FMA chain a column) and at p.d sum_i h[i]^2 (i ascending).
+// row): lane (g, q = 0) holds the stored outputs of rows g (stored[0]) and g + 8 (stored[2]),
+// 0 past je; rows = je - j0 <= 16. Slot blockIdx.x of p.dots gets, for c < p.d, sum_i h[i] *
+// w[j0 + i, c] (i ascending, one f32 FMA chain a column) and at p.d sum_i h[i]^2 (i ascending);
+// h[i] comes by shuffle from lane 4 (i % 8).
 __device__ __forceinline__ void DotsEpilogue(const RingDotsPlan& p, unsigned char* smem, int64_t rows,
                                              const float (&stored)[4], int lane) {
-  float* hs = reinterpret_cast<float*>(smem + p.offset + 16);  // [16]
-  const int g = lane / 4, q = lane % 4;
-  if (q == 0) {
-    hs[g] = g < rows ? stored[0] : 0.0f;
-    hs[g + 8] = g + 8 < rows ? stored[2] : 0.0f;
-  }
-  __syncwarp();
   bulk::MbarWait(bulk::SmemAddr(smem + p.offset), 0);  // landed long ago (before PdlWait)
   const bf16* ws = reinterpret_cast<const bf16*>(smem + p.offset + kDotsRowsAt);
   constexpr int kPer = kMaxDotD / 32;
   float acc[kPer] = {};
   float ss = 0.0f;
   for (int i = 0; i < int(rows); ++i) {
-    const float h = hs[i];
+    const float h = __shfl_sync(0xffffffffu, i < 8 ? stored[0] : stored[2], 4 * (i % 8));
     ss = fmaf(h, h, ss);
 #pragma unroll
     for (int u = 0; u < kPer; ++u)
@@ -438,7 +433,7 @@ using Kernel = void (*)(Fp8GemvArgs, RingMmaPlan, RingDotsPlan);
 // no swiglu) with the epilogue (Bf16RingMmaDotsFits checks the launch takes that kernel).
 constexpr Kernel kDotsKernel = Fp8RingMmaKernel<8, 2, false, true, false, true, true>;
 
-// Shared memory of the RowDots region: the mbarrier, the 16 outputs, the block's dot_w rows.
+// Shared memory of the RowDots region: the mbarrier, the block's dot_w rows.
 int DotsBytes(int64_t m, int64_t blocks, int d) {
   return kDotsRowsAt + int((m + blocks - 1) / blocks) * d * 2;
 }
@@ -474,6 +469,12 @@ void LaunchRingMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVaria
   const int64_t groups = GroupsPerBlock(a, blocks);
   const bool stage_x = StageX(a, v, groups);
   const int wkind = bf16w ? 2 : a.scale_mode == ScaleMode::kBlock ? 1 : 0;
+  // The RowDots kernel is kKernels[1][2][1][0] with the epilogue: the launch must be that layout
+  // (Bf16RingMmaDotsFits), one row, one group a block, a block a slot.
+  PG_CHECK(!dots || (flavour == 1 && wkind == 2 && stage_x && !a.swiglu && a.n == 1 &&
+                     groups == 1 && blocks == dots->slots),
+           "RowDots ring launch outside its layout (flavour {}, groups {}, blocks {}, slots {})",
+           flavour, groups, blocks, dots ? dots->slots : 0);
   const Kernel kernel = dots ? kDotsKernel : kKernels[flavour][wkind][stage_x][a.swiglu];
   // Shared memory a block: the opt-in maximum (the kernels have no static shared memory), or
   // with two blocks an SM (ring_blocks 2, 8 warps) half the SM's less the per-block reserve.
@@ -679,10 +680,12 @@ bool Bf16RingMmaFirst(const GemvArgs& g) {
 
 namespace {
 // one_row: the one-row rule holds for g (its layout, OneRowVariant).
-void LaunchBf16(const GemvArgs& g, cudaStream_t stream, bool one_row) {
+// dots: the RowDots launch (one_row; Bf16RingMmaDotsFits), else null.
+void LaunchBf16(const GemvArgs& g, cudaStream_t stream, bool one_row,
+                const RingRowDots* dots = nullptr) {
   g_bf16_launches.fetch_add(1, std::memory_order_relaxed);
   const Fp8GemvVariant v = GetFp8GemvVariant();
-  LaunchRingMma(AsRingArgs(g), stream, one_row ? OneRowVariant(v) : v, /*bf16w=*/true);
+  LaunchRingMma(AsRingArgs(g), stream, one_row ? OneRowVariant(v) : v, /*bf16w=*/true, dots);
 }
 }  // namespace
 
@@ -714,9 +717,8 @@ static std::atomic<int64_t> g_dots_launches{0};
 int64_t Bf16RingDotsLaunches() { return g_dots_launches.load(std::memory_order_relaxed); }
 
 void LaunchBf16RingMmaDots(const GemvArgs& g, const RingRowDots& d, cudaStream_t stream) {
-  g_bf16_launches.fetch_add(1, std::memory_order_relaxed);
   g_dots_launches.fetch_add(1, std::memory_order_relaxed);
-  LaunchRingMma(AsRingArgs(g), stream, OneRowVariant(GetFp8GemvVariant()), /*bf16w=*/true, &d);
+  LaunchBf16(g, stream, /*one_row=*/true, &d);
 }
 
 void SetBf16RingMmaMode(Bf16RingMmaMode mode) { Bf16ModeRef() = mode; }

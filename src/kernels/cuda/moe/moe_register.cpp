@@ -76,16 +76,14 @@ bool RouterSupports(const MoeRouterParams& p) {
   // Row dots (moe_router.cu DotsRouteKernel): bf16 rows of 8-element chunks, 16-byte aligned;
   // the dots' slots and rows at strides of 4 floats (16-byte quads); register routing's expert
   // count; one block a token.
-  auto al16 = [](const TensorView& t) {
-    return (reinterpret_cast<uintptr_t>(t.data) & 15) == 0 && t.strides[0] % 8 == 0;
-  };
+  auto rows16 = [](const TensorView& t) { return Aligned16(t.data) && t.strides[0] % 8 == 0; };
   const bool dots_ok =
       !p.dots.data ||
       (On(p.dots, DType::kF32) && On(p.x, DType::kBF16) && On(p.logits, DType::kF32) && norm_ok &&
-       (reinterpret_cast<uintptr_t>(p.dots.data) & 15) == 0 && p.dots.strides[0] % 4 == 0 &&
+       Aligned16(p.dots.data) && p.dots.strides[0] % 4 == 0 &&
        (p.dots.dim(1) == 1 || p.dots.strides[1] % 4 == 0) &&
-       p.x.strides[1] == 1 && p.x.dim(1) % 8 == 0 && al16(p.x) && al16(p.normed) &&
-       (reinterpret_cast<uintptr_t>(p.norm_weight.data) & 15) == 0 &&
+       p.x.strides[1] == 1 && p.x.dim(1) % 8 == 0 && rows16(p.x) && rows16(p.normed) &&
+       Aligned16(p.norm_weight.data) &&
        cuda::DotsRouteFits(int(p.logits.dim(1)), int(p.x.dim(1)), p.dots.dim(0)));
   return logits_ok && fused_ok && dots_ok && On(p.topk_ids, DType::kI32) && On(p.topk_weights, DType::kF32) &&
          (!p.bias.data || p.bias.device == Device::kCuda) &&

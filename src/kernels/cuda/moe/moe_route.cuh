@@ -19,7 +19,6 @@ namespace pg::cuda::moe {
 
 inline constexpr int kRoutePerLane = kRouteRegMaxExperts / 32;  // experts per lane
 
-
 // Order-preserving unsigned key of a float (no NaNs): a < b  <=>  Key(a) < Key(b) (-0 < +0).
 __device__ __forceinline__ unsigned OrderKey(float f) {
   const unsigned u = __float_as_uint(f);

@@ -516,8 +516,8 @@ __global__ void __launch_bounds__(1024) DotsRouteKernel(MoeRouterArgs a) {
 
 // Lanes a column quad: 32 (PEREGRINE_MOE_DOTS_LANES, default; Qwen3-30B-A3B, 128 experts: 32
 // quads, 1024 threads, 5 quad loads a lane at 132 slots — a block that cannot start beside
-// the o projection's block of 96 x 288 registers on its SM) or 16 (512 threads that can, 9
-// loads a lane). Unmeasured either way (session 25): the next device session's A/B.
+// the o projection's block of 96 x 288 registers on its SM) or 16 (512 threads that can, 10
+// loads a lane, the last past the 132 slots). Unmeasured either way (session 25): the next device session's A/B.
 static int DotsLanes() {
   static const int lanes = EnvInt("PEREGRINE_MOE_DOTS_LANES", 32) == 16 ? 16 : 32;
   return lanes;
@@ -531,10 +531,10 @@ static int DotsRouteThreads(int num_experts, int hidden, int64_t slots) {
   return int((want + 31) / 32 * 32);
 }
 
-// Loads a lane (the kernel's instantiations: 5, 9, 10) for these slots.
+// Loads a lane (the kernel's instantiations: 5, 10) for these slots; 0: too many slots.
 static int DotsLoads(int64_t slots) {
   const int64_t need = (slots + DotsLanes() - 1) / DotsLanes();
-  return need <= 5 ? 5 : need <= 9 ? 9 : need <= 10 ? 10 : 0;
+  return need <= 5 ? 5 : need <= 10 ? 10 : 0;
 }
 
 bool DotsRouteFits(int num_experts, int hidden, int64_t slots) {
@@ -552,9 +552,8 @@ void LaunchMoeRouter(const MoeRouterArgs& a, cudaStream_t stream) {
     const unsigned threads = unsigned(DotsRouteThreads(a.num_experts, a.hidden, a.dot_slots));
     using K = void (*)(MoeRouterArgs);
     const int loads = DotsLoads(a.dot_slots);
-    const K kernel = DotsLanes() == 16
-                         ? (loads == 5 ? DotsRouteKernel<16, 5> : loads == 9 ? DotsRouteKernel<16, 9> : DotsRouteKernel<16, 10>)
-                         : (loads == 5 ? DotsRouteKernel<32, 5> : loads == 9 ? DotsRouteKernel<32, 9> : DotsRouteKernel<32, 10>);
+    const K kernel = DotsLanes() == 16 ? (loads == 5 ? DotsRouteKernel<16, 5> : DotsRouteKernel<16, 10>)
+                                       : (loads == 5 ? DotsRouteKernel<32, 5> : DotsRouteKernel<32, 10>);
     (void)LaunchPdl(kernel, dim3(unsigned(a.num_tokens)), dim3(threads), 0, stream, a);
   } else if (a.x) {
     auto al16 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
