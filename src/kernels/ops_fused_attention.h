@@ -26,6 +26,11 @@ struct RopeKvWriteAttentionParams {
   float scale = 0.0f;          // AttentionParams::scale (0 = 1/sqrt(head_dim))
   int sliding_window = 0;      // AttentionParams::sliding_window
   float logit_softcap = 0.0f;  // AttentionParams::logit_softcap
+  // A hint with no effect on any result: the weights the caller's next op reads (the o
+  // projection's), which a backend may ask its cache for while its own reads drain (CUDA:
+  // the long-context streaming kernel, cuda::SetDecodeStreamL2AfterPct). Contiguous, on the
+  // op's device; empty: none.
+  TensorView l2_after;
 };
 void RopeKvWriteAttention(const RopeKvWriteAttentionParams& p);
 

@@ -365,7 +365,8 @@ class LlamaModel final : public Model {
                                         .q_norm = L.q_norm, .k_norm = L.k_norm,
                                         .norm_eps = c.rms_norm_eps};
       if (ops::FusedAttentionEnabled()) {
-        ops::RopeKvWriteAttention({.rope = rope, .out = attn3, .scale = attn_scale_});
+        ops::RopeKvWriteAttention(
+            {.rope = rope, .out = attn3, .scale = attn_scale_, .l2_after = L.wo});
       } else {
         ops::RopeKvWrite(rope);
         ops::Attention({.q = q3, .out = attn3, .cache = cache, .batch = b.attention,

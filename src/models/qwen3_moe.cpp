@@ -268,7 +268,8 @@ class Qwen3MoeModel final : public Model {
                                         .q_norm = L.q_norm, .k_norm = L.k_norm,
                                         .norm_eps = b.rms_norm_eps};
       if (ops::FusedAttentionEnabled()) {
-        ops::RopeKvWriteAttention({.rope = rope, .out = attn3, .scale = scale_});
+        ops::RopeKvWriteAttention(
+            {.rope = rope, .out = attn3, .scale = scale_, .l2_after = L.wo.w});
       } else {
         ops::RopeKvWrite(rope);
         ops::Attention({.q = qs, .out = attn3, .cache = cache, .batch = fb.attention,

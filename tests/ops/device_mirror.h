@@ -184,6 +184,7 @@ inline RopeKvWriteAttentionParams Mirror(DeviceMirror& m, const RopeKvWriteAtten
   RopeKvWriteAttentionParams d = p;
   d.rope = Mirror(m, p.rope);
   d.out = m.Act(p.out, true);
+  d.l2_after = m.Raw(p.l2_after);
   return d;
 }
 inline AttentionParams Mirror(DeviceMirror& m, const AttentionParams& p) {

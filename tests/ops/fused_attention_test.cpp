@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "op_test_util.h"
@@ -87,6 +88,71 @@ std::vector<float> Decoded(const Tensor& t, float scale) {
   return out;
 }
 
+std::vector<std::pair<int, int>> SeqsOf(const FusedCase& c) {
+  std::vector<std::pair<int, int>> seqs;
+  for (int kl : c.kv_lens) seqs.push_back({1, kl});
+  return seqs;
+}
+
+// One case's inputs: the batch, the new rows (bf16 values), the history (every slot random,
+// the new slots too: the op must overwrite them; kept in the cache type, fp8 quantised, and
+// copied fresh for every run), the q / k norm weights. Not movable: the params point into it.
+struct FusedInputs {
+  const FusedCase& c;
+  const PagedBatch pb;
+  const bool f8;
+  const float k_scale, v_scale;
+  Tensor q, k, v, pos, kc0, vc0;
+  const Tensor qn, kn;
+  std::vector<float> q0, k0;
+
+  explicit FusedInputs(const FusedCase& fc)
+      : c(fc), pb(SeqsOf(fc), fc.page_size), f8(fc.cache == DType::kF8E4M3),
+        k_scale(f8 ? 0.5f / 64 : 1.0f), v_scale(f8 ? 2.0f / 64 : 1.0f),
+        q(DType::kF32, {pb.tokens, fc.heads, fc.head_dim}),
+        k(DType::kF32, {pb.tokens, fc.kv_heads, fc.head_dim}),
+        v(DType::kF32, {pb.tokens, fc.kv_heads, fc.head_dim}), pos(DType::kI32, {pb.tokens}),
+        qn(NormWeight(fc.head_dim)), kn(NormWeight(fc.head_dim)) {
+    for (size_t s = 0; s < pb.kv_len.size(); ++s)
+      pos.data<int32_t>()[pb.q_start[s]] = pb.kv_len[s] - 1;
+    FillNormal(q), FillNormal(k, 0.0f, 0.5f), FillNormal(v, 0.0f, 2.0f);
+    for (const Tensor* t : {&q, &k, &v}) RoundToBf16(*t);
+    Tensor kc32 = CacheTensor(DType::kF32), vc32 = CacheTensor(DType::kF32);
+    FillNormal(kc32, 0.0f, 0.5f), FillNormal(vc32, 0.0f, 2.0f);
+    RoundToBf16(kc32), RoundToBf16(vc32);
+    kc0 = Typed(kc32, k_scale), vc0 = Typed(vc32, v_scale);
+    q0 = Copy(q), k0 = Copy(k);
+  }
+  FusedInputs(const FusedInputs&) = delete;
+  FusedInputs& operator=(const FusedInputs&) = delete;
+
+  Tensor CacheTensor(DType t) const {
+    return Tensor(t, {pb.num_pages, c.page_size, c.kv_heads, c.head_dim});
+  }
+  Tensor Typed(const Tensor& src, float scale) const {
+    Tensor t = CacheTensor(c.cache);
+    if (f8) Quantize(src, t, scale);
+    else std::memcpy(t.data<float>(), src.data<float>(), size_t(src.nbytes()));
+    return t;
+  }
+  Tensor Fresh(const Tensor& from) const {
+    Tensor t = CacheTensor(c.cache);
+    std::memcpy(t.data<uint8_t>(), from.data<uint8_t>(), size_t(from.nbytes()));
+    return t;
+  }
+  // The op's params over caches kc / vc and out, with q and k as drawn (the composition
+  // rotates them in place, so every run restores them first).
+  RopeKvWriteAttentionParams Params(Tensor& kc, Tensor& vc, Tensor& out) {
+    Restore(q, q0), Restore(k, k0);
+    RopeKvWriteAttentionParams p{
+        .rope = {q.view(), k.view(), v.view(), pos.view(), c.rope,
+                 {kc.view(), vc.view(), k_scale, v_scale}, &pb.batch},
+        .out = out.view(), .sliding_window = c.window, .logit_softcap = c.softcap};
+    if (c.qk_norm) p.rope.q_norm = qn.view(), p.rope.k_norm = kn.view(), p.rope.norm_eps = 1e-6f;
+    return p;
+  }
+};
+
 TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
   PG_SEED_TRACE();
   // The CUDA backend's performance policy fuses fp8 caches only up to PG_FUSED_MAX_FP8_KEYS
@@ -103,45 +169,13 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
   for (const FusedCase& c : Cases()) {
     SCOPED_TRACE(c.Name());
     const auto t0 = std::chrono::steady_clock::now();
-    std::vector<std::pair<int, int>> seqs;
-    for (int kl : c.kv_lens) seqs.push_back({1, kl});
-    const PagedBatch pb(seqs, c.page_size);
-    const bool f8 = c.cache == DType::kF8E4M3;
-    const float k_scale = f8 ? 0.5f / 64 : 1.0f, v_scale = f8 ? 2.0f / 64 : 1.0f;
-    Tensor q(DType::kF32, {pb.tokens, c.heads, c.head_dim});
-    Tensor k(DType::kF32, {pb.tokens, c.kv_heads, c.head_dim});
-    Tensor v(DType::kF32, {pb.tokens, c.kv_heads, c.head_dim});
-    Tensor pos(DType::kI32, {pb.tokens});
-    for (size_t s = 0; s < pb.kv_len.size(); ++s) pos.data<int32_t>()[pb.q_start[s]] = pb.kv_len[s] - 1;
-    FillNormal(q), FillNormal(k, 0.0f, 0.5f), FillNormal(v, 0.0f, 2.0f);
-    for (const Tensor* t : {&q, &k, &v}) RoundToBf16(*t);
-    // The history: every slot random (the new slots too: the op must overwrite them).
-    Tensor kc32(DType::kF32, {pb.num_pages, c.page_size, c.kv_heads, c.head_dim});
-    Tensor vc32(DType::kF32, {pb.num_pages, c.page_size, c.kv_heads, c.head_dim});
-    FillNormal(kc32, 0.0f, 0.5f), FillNormal(vc32, 0.0f, 2.0f);
-    RoundToBf16(kc32), RoundToBf16(vc32);
-    // The caches in their type once (fp8: quantised), copied fresh for every run.
-    auto typed = [&](const Tensor& src, float scale) {
-      Tensor t(c.cache, {pb.num_pages, c.page_size, c.kv_heads, c.head_dim});
-      if (f8) Quantize(src, t, scale);
-      else std::memcpy(t.data<float>(), src.data<float>(), size_t(src.nbytes()));
-      return t;
-    };
-    const Tensor kc0 = typed(kc32, k_scale), vc0 = typed(vc32, v_scale);
-    auto fresh = [&](const Tensor& from) {
-      Tensor t(c.cache, {pb.num_pages, c.page_size, c.kv_heads, c.head_dim});
-      std::memcpy(t.data<uint8_t>(), from.data<uint8_t>(), size_t(from.nbytes()));
-      return t;
-    };
-    const std::vector<float> q0 = Copy(q), k0 = Copy(k);
-    const Tensor qn = NormWeight(c.head_dim), kn = NormWeight(c.head_dim);
-    Tensor rk = fresh(kc0), rv = fresh(vc0);
+    FusedInputs in(c);
+    const PagedBatch& pb = in.pb;
+    const bool f8 = in.f8;
+    const float k_scale = in.k_scale, v_scale = in.v_scale;
+    Tensor rk = in.Fresh(in.kc0), rv = in.Fresh(in.vc0);
     Tensor ref(DType::kF32, {pb.tokens, c.heads, c.head_dim});
-    RopeKvWriteAttentionParams p{
-        .rope = {q.view(), k.view(), v.view(), pos.view(), c.rope,
-                 {rk.view(), rv.view(), k_scale, v_scale}, &pb.batch},
-        .out = ref.view(), .sliding_window = c.window, .logit_softcap = c.softcap};
-    if (c.qk_norm) p.rope.q_norm = qn.view(), p.rope.k_norm = kn.view(), p.rope.norm_eps = 1e-6f;
+    const RopeKvWriteAttentionParams p = in.Params(rk, rv, ref);
     RunWith(RefImpl<RopeKvWriteAttentionParams>(), p);
     const std::vector<float> ref_k = Decoded(rk, k_scale), ref_v = Decoded(rv, v_scale);
 
@@ -183,12 +217,9 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
         const int cluster0_mode = cuda::SetDecodeFusedClusterMode(rules ? -1 : rep == 6 ? 1 : 0);
         const int prep0 = cuda::SetDecodeFusedPrepMode(rep == 4 ? 1 : rep == 5 ? 0 : -1);
 #endif
-        Restore(q, q0), Restore(k, k0);
-        Tensor bk = fresh(kc0), bv = fresh(vc0);
+        Tensor bk = in.Fresh(in.kc0), bv = in.Fresh(in.vc0);
         Tensor out(DType::kF32, {pb.tokens, c.heads, c.head_dim});
-        RopeKvWriteAttentionParams bp = p;
-        bp.rope.cache.k_cache = bk.view(), bp.rope.cache.v_cache = bv.view();
-        bp.out = out.view();
+        RopeKvWriteAttentionParams bp = in.Params(bk, bv, out);
 #if defined(PEREGRINE_HAVE_CUDA)
         if (c.plan_len > 0) bp.rope.batch = &plan;
 #endif
@@ -247,6 +278,60 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
   }
 #endif
 }
+
+#if defined(PEREGRINE_HAVE_CUDA)
+// The streaming kernel's L2 hint (RopeKvWriteAttentionParams::l2_after, taken at a share of the
+// bytes set by cuda::SetDecodeStreamL2AfterPct) changes no bit of the output or the caches:
+// long contexts (the streaming route) of one row and of two (the second row's blocks ask for
+// nothing), shares 0 (the hint dropped), 100 % and an uneven 37 % of a matrix whose bytes do
+// not divide into the slices; the run without the hint within the device bound of ref.
+TEST(RopeKvWriteAttention, CudaL2AfterHintChangesNoBit) {
+  PG_SEED_TRACE();
+  const auto* cuda_impl = Registry::Global().table<RopeKvWriteAttentionParams>().Find("cuda");
+  ASSERT_NE(cuda_impl, nullptr) << "no CUDA backend registered";
+  const std::vector<FusedCase> cases = {
+      {32, 8, 128, 16, {32768}},                            // Llama-3.1-8B at 32K
+      {32, 4, 128, 16, {12000, 30000}, DType::kF32, true},  // Qwen3-30B-A3B, two rows
+  };
+  Tensor w(DType::kBF16, {4096, 4100});  // the hinted bytes (never read into a result)
+  std::memset(w.data<uint8_t>(), 0, size_t(w.nbytes()));
+  for (const FusedCase& c : cases) {
+    SCOPED_TRACE(c.Name());
+    FusedInputs in(c);
+    Tensor rk = in.Fresh(in.kc0), rv = in.Fresh(in.vc0);
+    Tensor ref(DType::kF32, {in.pb.tokens, c.heads, c.head_dim});
+    RunWith(RefImpl<RopeKvWriteAttentionParams>(), in.Params(rk, rv, ref));
+    std::vector<std::vector<float>> base;  // out, k cache, v cache of the share-0 run
+    for (int pct : {0, 100, 37}) {
+      const int pct0 = cuda::SetDecodeStreamL2AfterPct(pct);
+      const int64_t hinted0 = cuda::DecodeStreamL2AfterLaunches();
+      const int64_t stream0 = cuda::DecodeStreamFusedLaunches();
+      Tensor bk = in.Fresh(in.kc0), bv = in.Fresh(in.vc0);
+      Tensor out(DType::kF32, {in.pb.tokens, c.heads, c.head_dim});
+      RopeKvWriteAttentionParams bp = in.Params(bk, bv, out);
+      bp.l2_after = w.view();
+      const bool ran = RunBackend(*cuda_impl, bp);
+      cuda::SetDecodeStreamL2AfterPct(pct0);
+      ASSERT_TRUE(ran) << "the CUDA backend declined";
+      EXPECT_EQ(cuda::DecodeStreamFusedLaunches() - stream0, 1) << "not the streaming route";
+      EXPECT_EQ(cuda::DecodeStreamL2AfterLaunches() - hinted0, pct > 0 ? 1 : 0) << "share " << pct;
+      std::vector<std::vector<float>> got = {Copy(out), Decoded(bk, in.k_scale),
+                                             Decoded(bv, in.v_scale)};
+      if (base.empty()) {
+        ExpectClose(ref.data<float>(), out.data<float>(), out.numel(), kBf16Attention, "cuda out");
+        base = std::move(got);
+        continue;
+      }
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_EQ(got[i].size(), base[i].size());
+        EXPECT_EQ(std::memcmp(got[i].data(), base[i].data(), got[i].size() * sizeof(float)), 0)
+            << "share " << pct << ": " << (i == 0 ? "out" : i == 1 ? "k cache" : "v cache")
+            << " differs from the run without the hint";
+      }
+    }
+  }
+}
+#endif
 
 }  // namespace
 }  // namespace pg::ops::testing

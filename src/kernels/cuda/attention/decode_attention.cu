@@ -572,6 +572,33 @@ bool DecodeStreamFusedSupports(const AttentionArgs& a, const RopeKvWriteArgs& ro
   return on && StreamFusedSupports(a, rope);
 }
 
+static int& L2AfterPctRef() {
+  static int pct = std::clamp(EnvInt("PEREGRINE_ATTN_L2_AFTER_PCT", 0), 0, 100);
+  return pct;
+}
+int SetDecodeStreamL2AfterPct(int pct) {
+  const int old = L2AfterPctRef();
+  L2AfterPctRef() = std::clamp(pct, 0, 100);
+  return old;
+}
+static std::atomic<int64_t> g_l2_after_launches{0};
+int64_t DecodeStreamL2AfterLaunches() {
+  return g_l2_after_launches.load(std::memory_order_relaxed);
+}
+
+// The hint AttentionArgs::l2_after as the process's percentage says (0: dropped), its slices
+// the next GEMV's blocks (one an SM: gemv_ring.cu, fp8_ring_mma.cu).
+static void SetL2After(AttentionArgs& a) {
+  a.l2_after_pct = L2AfterPctRef();
+  const bool aligned = (reinterpret_cast<uintptr_t>(a.l2_after) & 15) == 0;
+  if (a.l2_after == nullptr || a.l2_after_bytes < 16 || a.l2_after_pct == 0 || !aligned) {
+    a.l2_after = nullptr, a.l2_after_bytes = 0, a.l2_after_pct = 0;
+    return;
+  }
+  a.l2_after_slices = MultiprocessorCount();
+  g_l2_after_launches.fetch_add(1, std::memory_order_relaxed);
+}
+
 // LaunchDecodeAttention's streaming branch with the fused kernel (the combine kernel merges).
 void LaunchDecodeStreamFused(const AttentionArgs& args, const RopeKvWriteArgs& rope,
                              cudaStream_t stream) {
@@ -579,6 +606,7 @@ void LaunchDecodeStreamFused(const AttentionArgs& args, const RopeKvWriteArgs& r
   AttentionArgs a = args;
   ApplyKnobs(a, /*stream=*/true);
   SetWaveSplits(a);
+  SetL2After(a);
   a.split_counters = nullptr;
   g_stream_fused_launches.fetch_add(1, std::memory_order_relaxed);
   LaunchStreamFused(a, rope, a.batch.num_seqs, stream);

@@ -32,6 +32,12 @@ bool DecodeStreamPreferred(const AttentionArgs& a, int num_seqs, int64_t max_len
 bool DecodeStreamFusedSupports(const AttentionArgs& a, const RopeKvWriteArgs& rope);
 void LaunchDecodeStreamFused(const AttentionArgs& a, const RopeKvWriteArgs& rope, cudaStream_t stream);
 int64_t DecodeStreamFusedLaunches();  // by this process (tests tell the routes apart)
+// AttentionArgs::l2_after on LaunchDecodeStreamFused: the share of the hinted bytes its blocks
+// ask the L2 for, in percent (0: the hint is dropped); the process default from
+// PEREGRINE_ATTN_L2_AFTER_PCT (0 until measured; tests set it here; returns the previous).
+// DecodeStreamL2AfterLaunches: launches that carried the hint.
+int SetDecodeStreamL2AfterPct(int pct);
+int64_t DecodeStreamL2AfterLaunches();
 // One launch: a (attention; a.q unused, a.split_counters required when a.num_splits > 1) and
 // rope (the new rows q / kv.k / kv.v as the projection wrote them: read, never modified; the
 // cache pointers and scales as a's). max_len: the longest causal range the plan was made for

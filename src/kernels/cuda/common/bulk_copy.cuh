@@ -57,6 +57,11 @@ __device__ __forceinline__ void BulkLoad(uint32_t dst, const void* src, uint32_t
       "l"(src), "r"(bytes), "r"(bar), "l"(policy)
       : "memory");
 }
+// Asks the L2 for [src, src + bytes) (a hint: no completion to wait for, no data returned);
+// src 16-byte aligned, bytes a multiple of 16.
+__device__ __forceinline__ void BulkPrefetchL2(const void* src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
+}
 // L2 policy for data read once per launch (weights, KV pages): evict first.
 __device__ __forceinline__ uint64_t EvictFirstPolicy() {
   uint64_t policy;

@@ -205,6 +205,16 @@ struct AttentionArgs {
   // With cluster_merge: the byte offset of the merge's inbox in the small variant's shared
   // memory (decode_fused.cuh ClusterMergeSplits; the launcher sets it).
   int cluster_inbox = 0;
+  // Streaming decode kernel (decode_stream.cu), a hint with no effect on any result: bytes
+  // [l2_after, l2_after + l2_after_bytes) that the kernels after it read (the o projection's
+  // weights), cut into l2_after_slices equal slices (the next GEMV's blocks). Once a block's
+  // producer has issued its last cache stage (the ring then holds the block's remaining work
+  // and the HBM has little left to do), active split i of the first sequence's A asks the L2
+  // for the first l2_after_pct % of slices [G i / A, G (i + 1) / A). Null / 0: nothing.
+  const char* l2_after = nullptr;
+  int64_t l2_after_bytes = 0;
+  int l2_after_slices = 0;
+  int l2_after_pct = 0;
 };
 
 // ---- launchers (defined in the .cu files; all asynchronous on `stream`) --------------------
