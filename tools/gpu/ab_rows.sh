@@ -25,3 +25,9 @@ ab_serve() {  # label binary model [VAR=value ...]
     command tr '\r' '\n' | command grep -E "^ +1 +(${ctxs//,/|}) " | command sort -u |
     command awk -v l="$label" '{print "SERVE", l, $2, $3, $7}'
 }
+ab_tests() {  # binary gtest-filter [VAR=value ...]: the run's verdict lines (passes, failures)
+  local bin=$1 filter=$2; shift 2
+  env "$@" timeout "${AB_TEST_TIMEOUT:-240}" "$BIN/$bin" --gtest_filter="$filter" 2>&1 |
+    command grep -E '^\[ +(OK|FAILED|PASSED) |Failure|Expected|Which is|differs|dots vs' |
+    command tail -40
+}

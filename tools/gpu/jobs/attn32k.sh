@@ -18,10 +18,8 @@
 source tools/gpu/queue_env.sh
 source tools/gpu/ab_rows.sh
 echo "== tests: the l2 binary (its new test, the fused and decode attention), the ilp branch"
-"$BIN/new_fattn_gpu_check" --gtest_filter='RopeKvWriteAttention.*:DecodeAttention.*:RopeKvWrite.*' 2>&1 |
-  grep -E '^\[ +(OK|FAILED|PASSED) |Failure|Expected|Which is|differs' | tail -20
-"$BIN/ilp_fattn_gpu_check" --gtest_filter='RopeKvWriteAttention.*:DecodeAttention.*' 2>&1 |
-  grep -E '^\[ +(FAILED|PASSED) |Failure' | tail -10
+ab_tests new_fattn_gpu_check 'RopeKvWriteAttention.*:DecodeAttention.*:RopeKvWrite.*'
+ab_tests ilp_fattn_gpu_check 'RopeKvWriteAttention.*:DecodeAttention.*'
 echo "== step rows, batch 1 x 32K (us a step, floor/t)"
 export AB_CONTEXT=32768 AB_TIMEOUT=90
 for r in 1 2; do

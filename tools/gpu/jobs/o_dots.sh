@@ -13,12 +13,9 @@
 source tools/gpu/queue_env.sh
 source tools/gpu/ab_rows.sh
 echo "== tests (branch binaries)"
-"$BIN/new_gemv_gpu_check" --gtest_filter='FusedMatmulOp.*:Bf16RingMma.*' 2>&1 |
-  grep -E '^\[ +(OK|FAILED|PASSED) |Failure|Expected|Which is' | tail -25
-"$BIN/new_moe_gpu_check" --gtest_filter='MoeRouterOp.*:MoeExpertsOp.*:GpuMoeDots.*:GpuModelGolden.TinyQwen3Moe:GpuModelGolden.TinyDeepseekV3' 2>&1 |
-  grep -E '^\[ +(OK|FAILED|PASSED) |Failure|Expected|Which is|dots vs' | tail -40
-PEREGRINE_MOE_DOTS_LANES=16 "$BIN/new_moe_gpu_check" --gtest_filter='MoeRouterOp.Dots*:MoeExpertsOp.*' 2>&1 |
-  grep -E '^\[ +(FAILED|PASSED) |Failure|dots vs' | tail -10
+ab_tests new_gemv_gpu_check 'FusedMatmulOp.*:Bf16RingMma.*'
+ab_tests new_moe_gpu_check 'MoeRouterOp.*:MoeExpertsOp.*:GpuMoeDots.*:GpuModelGolden.TinyQwen3Moe:GpuModelGolden.TinyDeepseekV3'
+ab_tests new_moe_gpu_check 'MoeRouterOp.Dots*:MoeExpertsOp.*' PEREGRINE_MOE_DOTS_LANES=16
 echo "== step rows, batch 1 x 1K (us a step, floor/t)"
 for r in 1 2; do
   for m in qwen3-30b-a3b deepseek-v2-lite; do
