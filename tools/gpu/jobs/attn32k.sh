@@ -1,15 +1,15 @@
 # Queue job (tools/gpu/queue.sh) for the two unmeasured long-context changes of issue 6 at
 # 1 x 32K (the headline's one row below 90% on the machine's slow level):
-#   ilp: branch s24/prep-rows-ilp (session 24: the streaming kernel's new-token preparation
-#        takes its q rows 4 a trip), built on 5e71c10;
+#   ilp: branch s26/prep-rows-ilp (session 24's s24/prep-rows-ilp on 98830d2: the streaming
+#        kernel's new-token preparation takes its q rows 4 a trip; only the 4 fused streaming
+#        kernels differ from base, cuobjdump -sass);
 #   l2:  the streaming kernel asking the L2 for the o projection's weights once its producer
 #        has issued its last cache stage (session 26; RopeKvWriteAttentionParams::l2_after,
 #        PEREGRINE_ATTN_L2_AFTER_PCT = the share of each o block's slice, default 0 = off).
-# "base" is main before session 26 (98830d2); between 5e71c10 and it no attention kernel
-# changed (session 25 added the o-projection dots path, off by default, and tests).
+# "base" is main before session 26 (98830d2).
 # Make it (here, from the repo root; build/cuda shares ccache across checkouts):
 #   git checkout 98830d2 && ninja -C build/cuda fattn_gpu_check && cp build/cuda/tests/models/fattn_gpu_check /tmp/base_fattn
-#   git checkout s24/prep-rows-ilp && ninja -C build/cuda fattn_gpu_check && cp build/cuda/tests/models/fattn_gpu_check /tmp/ilp_fattn
+#   git checkout s26/prep-rows-ilp && ninja -C build/cuda fattn_gpu_check && cp build/cuda/tests/models/fattn_gpu_check /tmp/ilp_fattn
 #   git checkout main && ninja -C build/cuda fattn_gpu_check
 #   tools/gpu/make_job.sh attn32k tools/gpu/jobs/attn32k.sh 560 base_fattn_gpu_check=/tmp/base_fattn \
 #     ilp_fattn_gpu_check=/tmp/ilp_fattn new_fattn_gpu_check=build/cuda/tests/models/fattn_gpu_check
