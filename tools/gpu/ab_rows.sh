@@ -3,6 +3,7 @@
 #   source tools/gpu/queue_env.sh; source tools/gpu/ab_rows.sh
 #   for r in 1 2 3; do ab_step base base_moe_gpu_check qwen3-30b-a3b
 #                      ab_step new new_moe_gpu_check qwen3-30b-a3b PEREGRINE_X=1; done
+# tools/gpu/ab_summary.py LOG groups the rows (median, spread, difference from base).
 # Each prints "ROW <label> <us a step> <floor/t>" (ab_step: batch 1, the graph captured at
 # AB_CONTEXT keys, default 1024) or "SERVE <label> <context> <us> <floor/t>" (ab_serve: the
 # engine's graph sets up to 32K, contexts AB_SERVE_CONTEXTS). Binaries from $BIN; a row that does

@@ -14,7 +14,7 @@
 #   tools/gpu/make_job.sh attn32k tools/gpu/jobs/attn32k.sh 560 base_fattn_gpu_check=/tmp/base_fattn \
 #     ilp_fattn_gpu_check=/tmp/ilp_fattn new_fattn_gpu_check=build/cuda/tests/models/fattn_gpu_check
 # Device: run(command="QUEUE_BUDGET=580 JOBS=attn32k tools/gpu/queue.sh >/dev/null 2>&1; tar -xzf
-#   $OUT/attn32k.tgz -C $OUT; cat $OUT/attn32k/log.txt", carry=[".gpulib", ".gpuq/attn32k"]).
+#   $OUT/attn32k.tgz -C $OUT; cat $OUT/attn32k/log.txt; python3 tools/gpu/ab_summary.py $OUT/attn32k/log.txt", carry=[".gpulib", ".gpuq/attn32k"]).
 source tools/gpu/queue_env.sh
 source tools/gpu/ab_rows.sh
 echo "== tests: the l2 binary (its new test, the fused and decode attention), the ilp branch"

@@ -9,7 +9,7 @@
 #   tools/gpu/make_job.sh o_dots tools/gpu/jobs/o_dots.sh 540 base_moe_gpu_check=/tmp/base_moe \
 #     new_moe_gpu_check=build/cuda/tests/models/moe_gpu_check new_gemv_gpu_check=build/cuda/tests/models/gemv_gpu_check
 # Device: run(command="QUEUE_BUDGET=570 JOBS=o_dots tools/gpu/queue.sh >/dev/null 2>&1; tar -xzf
-#   $OUT/o_dots.tgz -C $OUT; cat $OUT/o_dots/log.txt", carry=[".gpulib", ".gpuq/o_dots"]).
+#   $OUT/o_dots.tgz -C $OUT; cat $OUT/o_dots/log.txt; python3 tools/gpu/ab_summary.py $OUT/o_dots/log.txt", carry=[".gpulib", ".gpuq/o_dots"]).
 source tools/gpu/queue_env.sh
 source tools/gpu/ab_rows.sh
 echo "== tests (branch binaries)"
