@@ -68,13 +68,15 @@ def main():
         print(f"== {model} {extra}".rstrip())
         base = settings.get(args.base)
         base_med = statistics.median(v for v, _ in base) if base else None
-        print(f"  {'setting':<14} {'n':>2} {'median':>9} {'min':>9} {'max':>9} {'floor/t':>8} {'d median':>9}")
+        heads = ("n", "median", "min", "max", "floor/t", "d median")
+        print(f"  {'setting':<14} " + " ".join(f"{h:>{w}}" for h, w in zip(heads, (2, 9, 9, 9, 8, 9))))
         for setting, rows in settings.items():
             us = [v for v, _ in rows]
             med = statistics.median(us)
             fl = statistics.median(p for _, p in rows)
             d = f"{med - base_med:+9.1f}" if base_med is not None else f"{'':>9}"
-            print(f"  {setting:<14} {len(us):>2} {med:9.1f} {min(us):9.1f} {max(us):9.1f} {fl:7.1f}% {d}")
+            print(f"  {setting:<14} {len(us):>2} {med:9.1f} {min(us):9.1f} {max(us):9.1f}"
+                  f" {fl:7.1f}% {d}")
     return 0
 
 

@@ -527,8 +527,9 @@ void LaunchOne(const AttentionArgs& a, const StreamPlan& p, int num_seqs, const 
   if constexpr (kFused) {
     if (a.l2_after != nullptr) {
       // Its shared-memory opt-in, once (StreamOccupancy sets the other instantiations').
-      static const cudaError_t opt_in = cudaFuncSetAttribute(
-          DecodeStreamKernel<D, kF8, true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem);
+      static const cudaError_t opt_in =
+          cudaFuncSetAttribute(DecodeStreamKernel<D, kF8, true, true>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem);
       (void)opt_in;
       LaunchPdl(DecodeStreamKernel<D, kF8, true, true>, grid, block, size_t(p.smem_bytes), stream,
                 a, p, f);
