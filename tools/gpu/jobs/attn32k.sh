@@ -30,4 +30,5 @@ for r in 1 2; do
     ab_step "l2-100-$m" new_fattn_gpu_check "$m" PEREGRINE_ATTN_L2_AFTER_PCT=100
   done
   ab_step "l2-50-llama-3.1-8b" new_fattn_gpu_check llama-3.1-8b PEREGRINE_ATTN_L2_AFTER_PCT=50
+  ab_step "l2-25-llama-3.1-8b" new_fattn_gpu_check llama-3.1-8b PEREGRINE_ATTN_L2_AFTER_PCT=25
 done
