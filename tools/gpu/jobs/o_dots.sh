@@ -2,7 +2,7 @@
 # (PEREGRINE_MOE_O_DOTS=1, off by default; session 25): the GPU tests of the new kernels and
 # the model paths, then batch-1 step rows — main before the change (5e71c10, "base"), the
 # change with the dots on ("dots"; "dots16": the router kernel at 16 lanes a quad, 512 threads)
-# and off ("off") — interleaved.
+# and off ("off") — interleaved; and Qwen3 with its attention's cluster plan at 128-key splits.
 # Make it (here, from the repo root; both trees built in build/cuda, so ccache serves them):
 #   git checkout 5e71c10 && ninja -C build/cuda moe_gpu_check && cp build/cuda/tests/models/moe_gpu_check /tmp/base_moe
 #   git checkout main && ninja -C build/cuda moe_gpu_check gemv_gpu_check
@@ -24,4 +24,7 @@ for r in 1 2; do
     ab_step "dots16-$m" new_moe_gpu_check "$m" PEREGRINE_MOE_O_DOTS=1 PEREGRINE_MOE_DOTS_LANES=16
     ab_step "off-$m" new_moe_gpu_check "$m"
   done
+  # Qwen3's cluster plan at 8 splits of 128 keys instead of 16 of 64 (each split repeats the
+  # new token's q / k norm and RoPE; docs/design/decode-latency.md): a knob, no code change.
+  ab_step "split128-qwen3-30b-a3b" new_moe_gpu_check qwen3-30b-a3b PG_FUSED_MIN_SPLIT_KEYS=128
 done
