@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Packs a queue job for tools/gpu/queue.sh (run from the repo root):
 #   tools/gpu/make_job.sh NAME SCRIPT TIMEOUT_S [LABEL=BINARY ...]
-# makes .gpuq/NAME/{run.sh (a copy of SCRIPT), timeout, READY, bin/LABEL.xz (BINARY stripped and
-# xz-compressed)}; run.sh finds each binary as $BIN/LABEL (tools/gpu/queue_env.sh). Prints the
+# makes .gpuq/NAME/{run.sh (a copy of SCRIPT), timeout, READY, commit (git describe of the tree),
+# bin/LABEL.xz (BINARY stripped and xz-compressed)}; run.sh finds each binary as $BIN/LABEL
+# (tools/gpu/queue_env.sh) and the commit as $JOB/commit. Prints the
 # job's size: the device call carries .gpulib (11 MB) and the jobs beside the tracked tree, 64
 # MiB in all, so three or four binaries a call.
 set -euo pipefail
@@ -19,5 +20,6 @@ for pair in "$@"; do
   strip -o "$d/bin/$label" "$bin"
   xz -9 -T2 "$d/bin/$label"
 done
+git describe --always --dirty > "$d/commit" 2>/dev/null || true  # the tree the binaries came from
 date -u +%FT%TZ > "$d/READY"
 du -sh "$d"

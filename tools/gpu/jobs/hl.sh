@@ -1,0 +1,13 @@
+# Queue job (tools/gpu/queue.sh): the headline of issues 6 + 7 (tools/gpu/headline.sh, without the
+# PyTorch peer) from main's binaries. The device call's environment passes through to every
+# binary, so a switch that won its A/B can be in the headline before its default flips, e.g.
+#   run(command="PEREGRINE_MOE_O_DOTS=1 QUEUE_BUDGET=590 JOBS=hl tools/gpu/queue.sh >/dev/null 2>&1;
+#     tar -xzf $OUT/hl.tgz -C $OUT; cat $OUT/hl/log.txt", carry=[".gpulib", ".gpuq/hl"])
+# Make it (here, from the repo root, at the commit to measure):
+#   ninja -C build/cuda gemv_gpu_check fattn_gpu_check moe_gpu_check
+#   tools/gpu/make_job.sh hl tools/gpu/jobs/hl.sh 580 gemv_gpu_check=build/cuda/tests/models/gemv_gpu_check \
+#     fattn_gpu_check=build/cuda/tests/models/fattn_gpu_check moe_gpu_check=build/cuda/tests/models/moe_gpu_check
+source tools/gpu/queue_env.sh
+env | grep -E '^(PEREGRINE|PG)_' | sort | sed 's/^/switch: /'
+echo "binaries of: $(cat "$JOB/commit" 2>/dev/null)"
+SKIP_TORCH=1 OUT="$OUT/hl" bash tools/gpu/headline.sh
