@@ -449,27 +449,32 @@ StreamPlan StreamPlanOf(const AttentionArgs& a) {
   return p;
 }
 
-template <int D, bool kF8, bool kFused>
+template <int D, bool kF8, bool kFused, bool kL2>
 const void* KernelPtr() {
-  return reinterpret_cast<const void*>(&DecodeStreamKernel<D, kF8, kFused>);
+  return reinterpret_cast<const void*>(&DecodeStreamKernel<D, kF8, kFused, kL2>);
 }
 
-template <bool kFused>
+template <bool kFused, bool kL2 = false>
 const void* KernelFor(const AttentionArgs& a) {
   const bool f8 = a.kv_type == KvType::kF8E4M3;
-  if (a.head_dim == 64) return f8 ? KernelPtr<64, true, kFused>() : KernelPtr<64, false, kFused>();
-  return f8 ? KernelPtr<128, true, kFused>() : KernelPtr<128, false, kFused>();
+  if (a.head_dim == 64)
+    return f8 ? KernelPtr<64, true, kFused, kL2>() : KernelPtr<64, false, kFused, kL2>();
+  return f8 ? KernelPtr<128, true, kFused, kL2>() : KernelPtr<128, false, kFused, kL2>();
 }
 
-// Resident blocks per SM for this plan (sets the kernel's shared-memory opt-in first; cached
-// per (fused, head_dim, cache type, kv_heads): the plan is a function of those and the env
-// knobs). 0: the block does not fit an SM (registers, shared memory): StreamSupports says no.
+// Resident blocks per SM for this plan (sets the kernel's shared-memory opt-in first, and its
+// kL2 twin's, which differs only in the producer's tail; cached per (fused, head_dim, cache
+// type, kv_heads): the plan is a function of those and the env knobs). 0: the block does not
+// fit an SM (registers, shared memory): StreamSupports says no.
 template <bool kFused = false>
 int StreamOccupancy(const AttentionArgs& a, const StreamPlan& p) {
   static int cached[2][2][kMaxConsumerWarps + 1] = {};  // occupancy + 1; 0: not asked yet
   int& c = cached[a.head_dim == 128][a.kv_type == KvType::kF8E4M3][a.kv_heads];
   if (c == 0) {
     const void* k = KernelFor<kFused>(a);
+    if constexpr (kFused)
+      (void)cudaFuncSetAttribute(KernelFor<true, true>(a),
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem);
     int n = 0;
     if (cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem) != cudaSuccess ||
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, (p.consumer_warps + 1) * 32,
@@ -524,18 +529,10 @@ void LaunchOne(const AttentionArgs& a, const StreamPlan& p, int num_seqs, const 
   (void)StreamOccupancy<kFused>(a, p);  // sets the shared-memory attribute
   const dim3 grid(unsigned(num_seqs), unsigned(a.num_splits));
   const dim3 block(unsigned((p.consumer_warps + 1) * 32));
-  if constexpr (kFused) {
-    if (a.l2_after != nullptr) {
-      // Its shared-memory opt-in, once (StreamOccupancy sets the other instantiations').
-      static const cudaError_t opt_in =
-          cudaFuncSetAttribute(DecodeStreamKernel<D, kF8, true, true>,
-                               cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem);
-      (void)opt_in;
-      LaunchPdl(DecodeStreamKernel<D, kF8, true, true>, grid, block, size_t(p.smem_bytes), stream,
-                a, p, f);
-      return;
-    }
-  }
+  if constexpr (kFused)
+    if (a.l2_after != nullptr)  // the kL2 twin (AttentionArgs::l2_after)
+      return (void)LaunchPdl(DecodeStreamKernel<D, kF8, true, true>, grid, block,
+                             size_t(p.smem_bytes), stream, a, p, f);
   LaunchPdl(DecodeStreamKernel<D, kF8, kFused>, grid, block, size_t(p.smem_bytes), stream, a, p, f);
 }
 

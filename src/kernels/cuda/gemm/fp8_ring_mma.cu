@@ -361,13 +361,9 @@ __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
         float v = sum[e] * mul[e];
         if (a.bias) v += bias[e];
         if (a.accumulate) v += prev[e];
-        if constexpr (kDots) {
-          const bf16 o = __float2bfloat16_rn(v);
-          a.out[(p.row0 + r) * a.ldo + j] = o;
-          stored[e] = __bfloat162float(o);
-        } else {
-          a.out[(p.row0 + r) * a.ldo + j] = __float2bfloat16_rn(v);
-        }
+        const bf16 o = __float2bfloat16_rn(v);
+        a.out[(p.row0 + r) * a.ldo + j] = o;
+        if constexpr (kDots) stored[e] = __bfloat162float(o);
       }
       if constexpr (kDots) DotsEpilogue(dp, smem, je - j0, stored, lane);
     }
@@ -498,14 +494,14 @@ void LaunchRingMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVaria
     }
     const int static_bytes = (static_max + 127) / 128 * 128;
     optin -= static_bytes;
-    for (const Kernel* k = &kKernels[0][0][0][0]; k != &kKernels[0][0][0][0] + kVariants; ++k) {
-      (void)cudaFuncSetAttribute(*k, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
-      (void)cudaFuncSetAttribute(*k, cudaFuncAttributePreferredSharedMemoryCarveout,
+    auto opt_in = [optin](Kernel k) {
+      (void)cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
+      (void)cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout,
                                  int(cudaSharedmemCarveoutMaxShared));
-    }
-    (void)cudaFuncSetAttribute(kDotsKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
-    (void)cudaFuncSetAttribute(kDotsKernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                               int(cudaSharedmemCarveoutMaxShared));
+    };
+    for (const Kernel* k = &kKernels[0][0][0][0]; k != &kKernels[0][0][0][0] + kVariants; ++k)
+      opt_in(*k);
+    opt_in(kDotsKernel);
     l.one = optin;
     l.two = std::min(optin, per_sm / 2 - reserved - static_bytes) / 128 * 128;
     return l;
