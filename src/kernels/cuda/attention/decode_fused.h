@@ -34,7 +34,7 @@ void LaunchDecodeStreamFused(const AttentionArgs& a, const RopeKvWriteArgs& rope
 int64_t DecodeStreamFusedLaunches();  // by this process (tests tell the routes apart)
 // AttentionArgs::l2_after on LaunchDecodeStreamFused: the share of the hinted bytes its blocks
 // ask the L2 for, in percent (0: the hint is dropped); the process default from
-// PEREGRINE_ATTN_L2_AFTER_PCT (0 until measured; tests set it here; returns the previous).
+// PEREGRINE_ATTN_L2_AFTER_PCT (default 25; tests set it here; returns the previous).
 // DecodeStreamL2AfterLaunches: launches that carried the hint.
 int SetDecodeStreamL2AfterPct(int pct);
 int64_t DecodeStreamL2AfterLaunches();
