@@ -1,5 +1,5 @@
-# Queue job (tools/gpu/queue.sh): the headline of issues 6 + 7 (tools/gpu/headline.sh, without the
-# PyTorch peer) from main's binaries. The device call's environment passes through to every
+# Queue job (tools/gpu/queue.sh): the headline of issues 6 + 7 (tools/gpu/headline.sh; the
+# PyTorch peer with HL_TORCH=1) from main's binaries. The device call's environment passes through to every
 # binary, so a switch that won its A/B can be in the headline before its default flips, e.g.
 #   run(command="PEREGRINE_MOE_O_DOTS=1 QUEUE_BUDGET=590 JOBS=hl tools/gpu/queue.sh >/dev/null 2>&1;
 #     tar -xzf $OUT/hl.tgz -C $OUT; cat $OUT/hl/log.txt", carry=[".gpulib", ".gpuq/hl"])
@@ -10,4 +10,6 @@
 source tools/gpu/queue_env.sh
 env | grep -E '^(PEREGRINE|PG)_' | sort | sed 's/^/switch: /'
 echo "binaries of: $(cat "$JOB/commit" 2>/dev/null)"
-SKIP_TORCH=1 OUT="$OUT/hl" bash tools/gpu/headline.sh
+# HL_TORCH=1: with the PyTorch peer (tools/gpu/headline.sh, ~250 s more).
+if [[ -n "${HL_TORCH:-}" ]]; then OUT="$OUT/hl" bash tools/gpu/headline.sh
+else SKIP_TORCH=1 OUT="$OUT/hl" bash tools/gpu/headline.sh; fi
