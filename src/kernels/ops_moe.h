@@ -94,6 +94,11 @@ struct MoeExpertsParams {
   // only computes the logits (and the normed rows), and every gate/up block of the experts
   // routes its token itself (one kernel less); otherwise MoeRouter's kernel runs first.
   const MoeRouterParams* route = nullptr;
+  // A hint with no effect on any result: the weights the caller reads next (the next layer's
+  // qkv projection), which a backend may ask its cache for as its own reads end (CUDA: the
+  // one-token down kernel's blocks, cuda::SetMoeDownL2AfterPct). Contiguous, on the op's
+  // device; empty: none.
+  TensorView l2_after;
 };
 void MoeExperts(const MoeExpertsParams& p);
 

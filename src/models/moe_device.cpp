@@ -307,7 +307,8 @@ void RunDeviceMoeFfn(const DeviceMoeFfn& w, const MoeModelConfig& c, const Tenso
                           .topk_groups = c.topk_group, .renormalize = c.norm_topk_prob,
                           .scaling = c.routed_scaling_factor};
   ops::MoeExpertsParams ep{.x = x, .topk_ids = ids, .topk_weights = weights,
-                           .experts = w.experts, .out = out, .accumulate = accumulate};
+                           .experts = w.experts, .out = out, .accumulate = accumulate,
+                           .l2_after = w.l2_after};
   const bool decode = n <= kMoeDecodeFuseMaxTokens;
   const bool shared = w.shared.inter > 0;
   if (shared && decode && FuseShared()) {

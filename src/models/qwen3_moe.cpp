@@ -146,6 +146,9 @@ class Qwen3MoeModel final : public Model {
       }
       else D.mlp = PlaceMlp(src, p + "mlp.", h, b.intermediate_size);
     }
+    // Each MoE block's hint: the next layer's fused qkv, read right after it (moe_device.h).
+    for (size_t i = 0; i + 1 < d_layers_.size(); ++i)
+      if (d_layers_[i].moe) d_layers_[i].moe_ffn.l2_after = d_layers_[i + 1].wqkv;
     device_weight_bytes_ = mk.bytes();
     DeviceActs& A = d_;
     A.capacity = cap;

@@ -482,6 +482,79 @@ TEST(MoeExpertsOp, RouteInsideMatchesRouterThenExperts) {
 #endif
 }
 
+// The L2 hint (MoeExpertsParams::l2_after) is checked like any input: a contiguous tensor on the
+// op's device is taken (the host backends run as without it), a strided view or one on another
+// device is rejected with a clear error.
+TEST(MoeExpertsOp, ChecksItsL2Hint) {
+  PG_SEED_TRACE();
+  ExpertSet ex = MakeExperts(4, 64, 32, DType::kF32);
+  Tensor x = F32({1, 64}), out = F32({1, 64}), ids(DType::kI32, {1, 2}), w = F32({1, 2});
+  ids.data<int32_t>()[0] = 1;
+  ids.data<int32_t>()[1] = 3;
+  Tensor hint(DType::kF32, {16, 8});
+  MoeExpertsParams p{.x = x.view(), .topk_ids = ids.view(), .topk_weights = w.view(),
+                     .experts = ex.views, .out = out.view(), .l2_after = hint.view()};
+  EXPECT_NO_THROW(MoeExperts(p));
+  TensorView columns = hint.view();  // the first 4 of 8 columns: rows 8 apart, not contiguous
+  columns.shape[1] = 4;
+  p.l2_after = columns;
+  EXPECT_THROW(MoeExperts(p), Error);
+  TensorView elsewhere = hint.view();
+  elsewhere.device = Device::kCuda;
+  p.l2_after = elsewhere;
+  EXPECT_THROW(MoeExperts(p), Error);
+}
+
+#if defined(PEREGRINE_HAVE_CUDA)
+// The tiled down kernel's L2 hint (MoeExpertsParams::l2_after at one token, taken at
+// MoeTuning::walk_l2_after_pct) changes no bit of the output: Qwen3-30B-A3B's expert shape
+// (hidden 2048, inter 768, top 8), shares 0 (the hint dropped), 100 % and an uneven 37 % of a
+// matrix whose bytes do not divide into the slices; the run without it within the walk's bound
+// of ref.
+TEST(MoeExpertsOp, CudaL2AfterHintChangesNoBit) {
+  PG_SEED_TRACE();
+  const auto* cuda_impl = Registry::Global().table<MoeExpertsParams>().Find("cuda");
+  ASSERT_NE(cuda_impl, nullptr) << "no CUDA backend registered";
+  const int64_t h = 2048, inter = 768, k = 8, experts = 10;
+  ExpertSet ex = MakeExperts(experts, h, inter, DType::kBF16);
+  Tensor x = F32({1, h}), ids(DType::kI32, {1, k}), w = F32({1, k});
+  RoundToBf16(x);
+  for (int64_t i = 0; i < k; ++i) ids.data<int32_t>()[i] = int32_t(i + 1);  // distinct experts
+  Tensor hint(DType::kBF16, {4096, 4100});  // the hinted bytes (never read into a result)
+  std::memset(hint.data<uint8_t>(), 0, size_t(hint.nbytes()));
+  Tensor ref = F32({1, h});
+  RoundToBf16(ref);  // the accumulate input
+  const std::vector<float> init = Copy(ref);
+  MoeExpertsParams p{.x = x.view(), .topk_ids = ids.view(), .topk_weights = w.view(),
+                     .experts = ex.views, .out = ref.view(), .accumulate = true};
+  RunWith(RefImpl<MoeExpertsParams>(), p);
+  std::vector<float> base;  // the share-0 run's output
+  for (int pct : {0, 100, 37}) {
+    SCOPED_TRACE(fmt::format("share {} %", pct));
+    cuda::MoeTuning t;
+    t.path = cuda::MoePath::kWalk;
+    t.walk_l2_after_pct = pct;
+    cuda::SetMoeTuning(t);
+    const long long hinted0 = cuda::MoeDownL2AfterLaunches();
+    Tensor got = F32({1, h});
+    Restore(got, init);
+    p.out = got.view();
+    p.l2_after = hint.view();
+    const bool ran = RunBackend(*cuda_impl, p);
+    cuda::SetMoeTuning({});
+    ASSERT_TRUE(ran) << "the CUDA backend declined";
+    EXPECT_EQ(cuda::MoeDownL2AfterLaunches() - hinted0, pct > 0 ? 1 : 0) << "hint taken";
+    if (base.empty()) {
+      ExpectClose(ref.data<float>(), got.data<float>(), got.numel(), WalkBf16Tolerance(ref),
+                  "cuda walk");
+      base = Copy(got);
+      continue;
+    }
+    ExpectExact(base.data(), got.data<float>(), got.numel(), "with the hint");
+  }
+}
+#endif
+
 // ---- fp8 block-scaled dense Matmul (DeepSeek-V3 dense projections) -------------------------
 // Every Matmul backend that takes fp8 weights with 128x128 block scales, against the reference
 // Matmul on the weights dequantized here (f32, no scales: an oracle independent of the

@@ -52,6 +52,7 @@ inline MoeExpertsParams Mirror(DeviceMirror& m, const MoeExpertsParams& p) {
   d.topk_weights = m.Raw(p.topk_weights);
   d.experts = ex;
   d.out = m.Act(p.out, true);
+  d.l2_after = m.Raw(p.l2_after);
   if (p.route) {
     // The fused routing's params: one per thread, valid until the next mirror (RunBackend runs
     // the backend right after). Its ids / weights / normed alias the op's (one device copy).

@@ -450,8 +450,8 @@ void RunFusedAttention(const RopeKvWriteAttentionParams& p) {
       return RunRopeKvWriteAttentionComposed(p, /*reference=*/false);
     a.num_splits = cuda::DecodeAttentionSplits(a, b.num_seqs, max_len);
     if (a.num_splits > 1) AttachSplitPartials(a, p.out.dim(0));
-    a.l2_after = static_cast<const char*>(p.l2_after.data);
-    a.l2_after_bytes = p.l2_after.data != nullptr ? p.l2_after.nbytes() : 0;
+    a.l2_after.ptr = static_cast<const char*>(p.l2_after.data);
+    a.l2_after.bytes = p.l2_after.data != nullptr ? p.l2_after.nbytes() : 0;
     cuda::LaunchDecodeStreamFused(a, rope, stream);
     CheckLaunch();
     return;

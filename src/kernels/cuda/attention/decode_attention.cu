@@ -592,14 +592,8 @@ int64_t DecodeStreamL2AfterLaunches() {
 // The hint AttentionArgs::l2_after as the process's percentage says (0: dropped), its slices
 // the next GEMV's blocks (one an SM: gemv_ring.cu, fp8_ring_mma.cu).
 static void SetL2After(AttentionArgs& a) {
-  a.l2_after_pct = L2AfterPctRef();
-  const bool aligned = (reinterpret_cast<uintptr_t>(a.l2_after) & 15) == 0;
-  if (a.l2_after == nullptr || a.l2_after_bytes < 16 || a.l2_after_pct == 0 || !aligned) {
-    a.l2_after = nullptr, a.l2_after_bytes = 0, a.l2_after_pct = 0;
-    return;
-  }
-  a.l2_after_slices = MultiprocessorCount();
-  g_l2_after_launches.fetch_add(1, std::memory_order_relaxed);
+  a.l2_after = MakeL2After(a.l2_after.ptr, a.l2_after.bytes, L2AfterPctRef());
+  if (a.l2_after.ptr != nullptr) g_l2_after_launches.fetch_add(1, std::memory_order_relaxed);
 }
 
 // LaunchDecodeAttention's streaming branch with the fused kernel (the combine kernel merges).

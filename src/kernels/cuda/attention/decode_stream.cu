@@ -142,27 +142,13 @@ __device__ __forceinline__ void MergeSplitsInKernel(const AttentionArgs& a, cons
 
 struct NoFusion {};  // the unfused kernel's (empty) third parameter
 
-// AttentionArgs::l2_after: active split i of A asks the L2 for the first l2_after_pct % of
-// the next kernel's slices [G i / A, G (i + 1) / A) (G = l2_after_slices), in pieces of at
-// most kL2Piece bytes. One thread (the producer's), after its last cache stage.
-constexpr int64_t kL2Piece = 64 * 1024;
-__device__ __forceinline__ void PrefetchNextWeights(const AttentionArgs& a, int i, int A) {
-  const int64_t G = a.l2_after_slices, n16 = a.l2_after_bytes / 16;  // 16-byte units
-  for (int64_t j = G * i / A; j < G * (i + 1) / A; ++j) {
-    const int64_t lo = n16 * j / G, hi = n16 * (j + 1) / G;
-    const int64_t end = (lo + (hi - lo) * a.l2_after_pct / 100) * 16;
-    for (int64_t b = lo * 16; b < end; b += kL2Piece)
-      bulk::BulkPrefetchL2(a.l2_after + b, uint32_t(min(kL2Piece, end - b)));
-  }
-}
-
 // kFused (ops_fused_attention.h RopeKvWriteAttention, decode_fused.cuh's invariants): the new
 // token's rows in `f`; the producer streams only cache keys below the new position (all of
 // them before any wait: earlier steps wrote them), each consumer warp prepares its kv head's
 // new token after PdlWait (PrepareNewTokenWarp: q rows rotated into the warp's V tile, which
 // the key loop overwrites only after the q fragments are loaded), the owner split's first
 // warp of the head writes the cache slot and enters the token into its online softmax first.
-// kL2 (kFused only): the producer ends with PrefetchNextWeights (AttentionArgs::l2_after set);
+// kL2 (kFused only): the producer ends with its split's share of AttentionArgs::l2_after;
 // its own instantiation, so the kernel without the hint is the code it was.
 template <int D, bool kF8, bool kFused = false, bool kL2 = false>
 __global__ void __launch_bounds__(kMaxThreads, 1)
@@ -225,7 +211,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
         }
       }
       if constexpr (kL2)
-        if (s == 0) PrefetchNextWeights(a, split, active_splits);
+        if (s == 0) bulk::PrefetchL2Share(a.l2_after, split, active_splits);
     }
     // The late PDL trigger comes from the consumers (one thread of a block suffices).
     return;
@@ -530,7 +516,7 @@ void LaunchOne(const AttentionArgs& a, const StreamPlan& p, int num_seqs, const 
   const dim3 grid(unsigned(num_seqs), unsigned(a.num_splits));
   const dim3 block(unsigned((p.consumer_warps + 1) * 32));
   if constexpr (kFused)
-    if (a.l2_after != nullptr)  // the kL2 twin (AttentionArgs::l2_after)
+    if (a.l2_after.ptr != nullptr)  // the kL2 twin (AttentionArgs::l2_after)
       return (void)LaunchPdl(DecodeStreamKernel<D, kF8, true, true>, grid, block,
                              size_t(p.smem_bytes), stream, a, p, f);
   LaunchPdl(DecodeStreamKernel<D, kF8, kFused>, grid, block, size_t(p.smem_bytes), stream, a, p, f);

@@ -11,6 +11,8 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/common/device_params.h"  // L2After
+
 namespace pg::cuda::bulk {
 
 __device__ __forceinline__ uint32_t SmemAddr(const void* p) {
@@ -61,6 +63,18 @@ __device__ __forceinline__ void BulkLoad(uint32_t dst, const void* src, uint32_t
 // src 16-byte aligned, bytes a multiple of 16.
 __device__ __forceinline__ void BulkPrefetchL2(const void* src, uint32_t bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
+}
+// L2After: share i of A asks the L2 for the first h.pct % of slices [G i / A, G (i + 1) / A)
+// (G = h.slices), in pieces of at most kL2Piece bytes. One thread; h.ptr non-null.
+constexpr int64_t kL2Piece = 64 * 1024;
+__device__ __forceinline__ void PrefetchL2Share(const L2After& h, int i, int A) {
+  const int64_t G = h.slices, n16 = h.bytes / 16;  // 16-byte units
+  for (int64_t j = G * i / A; j < G * (i + 1) / A; ++j) {
+    const int64_t lo = n16 * j / G, hi = n16 * (j + 1) / G;
+    const int64_t end = (lo + (hi - lo) * h.pct / 100) * 16;
+    for (int64_t b = lo * 16; b < end; b += kL2Piece)
+      BulkPrefetchL2(h.ptr + b, uint32_t(min(kL2Piece, end - b)));
+  }
 }
 // L2 policy for data read once per launch (weights, KV pages): evict first.
 __device__ __forceinline__ uint64_t EvictFirstPolicy() {

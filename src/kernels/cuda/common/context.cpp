@@ -1,12 +1,15 @@
 #include "core/env.h"
 #include "kernels/cuda/common/context.h"
 
+#include <cstdint>
 #include <cstdlib>
 
+#include <algorithm>
 #include <array>
 #include <vector>
 
 #include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/common/device_params.h"
 
 namespace pg::cuda {
 
@@ -88,6 +91,14 @@ int MultiprocessorCount() {
     return n;
   }();
   return count;
+}
+
+L2After MakeL2After(const void* ptr, int64_t bytes, int pct) {
+  pct = std::clamp(pct, 0, 100);
+  if (ptr == nullptr || bytes < 16 || pct == 0 || (reinterpret_cast<uintptr_t>(ptr) & 15) != 0)
+    return {};
+  return {.ptr = static_cast<const char*>(ptr), .bytes = bytes, .slices = MultiprocessorCount(),
+          .pct = pct};
 }
 
 bool PdlEnabled() {

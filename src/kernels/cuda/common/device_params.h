@@ -141,6 +141,21 @@ struct RopeKvWriteArgs {
   float norm_eps = 1e-6f;
 };
 
+// A hint with no effect on any result: bytes [ptr, ptr + bytes) that a later kernel reads (the
+// next GEMV's weights), cut into `slices` equal slices of 16-byte units (that GEMV's blocks, one
+// an SM, each read its slice from the front). A kernel near its end asks the L2 for the first
+// pct % of some of the slices (bulk_copy.cuh PrefetchL2Share). ptr null: nothing.
+struct L2After {
+  const char* ptr = nullptr;
+  int64_t bytes = 0;
+  int slices = 0;
+  int pct = 0;
+};
+// The hint as a kernel takes it: [ptr, ptr + bytes) at pct % (clamped to [0, 100]) of each of
+// the current device's SM-count slices, or none (ptr null) where ptr is null or not 16-byte
+// aligned, bytes < 16 or pct 0. Defined in context.cpp.
+L2After MakeL2After(const void* ptr, int64_t bytes, int pct);
+
 // One launch covers every (query row, kv head, split). A split of a row covers key positions
 // [lo + split * chunk, lo + (split + 1) * chunk) of its causal range [lo, pos].
 struct AttentionArgs {
@@ -205,16 +220,11 @@ struct AttentionArgs {
   // With cluster_merge: the byte offset of the merge's inbox in the small variant's shared
   // memory (decode_fused.cuh ClusterMergeSplits; the launcher sets it).
   int cluster_inbox = 0;
-  // Streaming decode kernel (decode_stream.cu), a hint with no effect on any result: bytes
-  // [l2_after, l2_after + l2_after_bytes) that the kernels after it read (the o projection's
-  // weights), cut into l2_after_slices equal slices (the next GEMV's blocks). Once a block's
-  // producer has issued its last cache stage (the ring then holds the block's remaining work
-  // and the HBM has little left to do), active split i of the first sequence's A asks the L2
-  // for the first l2_after_pct % of slices [G i / A, G (i + 1) / A). Null / 0: nothing.
-  const char* l2_after = nullptr;
-  int64_t l2_after_bytes = 0;
-  int l2_after_slices = 0;
-  int l2_after_pct = 0;
+  // Streaming decode kernel (decode_stream.cu): the o projection's weights (L2After). Once a
+  // block's producer has issued its last cache stage (the ring then holds the block's remaining
+  // work and the HBM has little left to do), active split i of the first sequence's A asks for
+  // share i of A.
+  L2After l2_after;
 };
 
 // ---- launchers (defined in the .cu files; all asynchronous on `stream`) --------------------

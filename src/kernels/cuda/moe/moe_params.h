@@ -140,6 +140,9 @@ struct MoeWalkArgs {
   // (moe_walk_down.cu kPre: the routes then come from the kernel before kernel 1). Only when
   // kernel 1 runs right before it (phases 3) and triggers after its own wait.
   bool down_preload;
+  // Tiled kernel 2 at one token (MoeExpertsParams::l2_after as MakeL2After made it): block i of
+  // A asks for share i once its weights have arrived. ptr null: nothing.
+  L2After l2_after;
 };
 void LaunchMoeWalk(const MoeWalkArgs& a, cudaStream_t stream);
 // Kernel 2 alone in its tiled form (down_rows >= 2; vector layout, checked by LaunchMoeWalk).

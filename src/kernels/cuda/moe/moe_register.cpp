@@ -25,7 +25,8 @@ namespace pg::cuda {
 namespace {
 // The process's initial tuning: defaults, with PEREGRINE_MOE_DOWN_ROWS (walk_down_rows: the
 // walking down kernel's form), PEREGRINE_MOE_DOWN_PRELOAD (walk_down_preload),
-// PEREGRINE_MOE_GU_ROUTES (walk_self_route), PEREGRINE_MOE_FP8_WALK_MAX
+// PEREGRINE_MOE_GU_ROUTES (walk_self_route), PEREGRINE_MOE_L2_AFTER_PCT (walk_l2_after_pct),
+// PEREGRINE_MOE_FP8_WALK_MAX
 // (walk_max_tokens_fp8), PEREGRINE_MOE_DOWN_WARPS / _GU_UNROLL / _WALK_WARPS (walk_down_warps,
 // walk_gu_unroll, walk_warps), for A/B runs of whole models, read once. Diagnostics (wrong
 // results, timings by difference in a whole step): PEREGRINE_MOE_WALK_PHASES (walk_phases),
@@ -41,6 +42,7 @@ MoeTuning InitialTuning() {
   t.walk_warps = EnvInt("PEREGRINE_MOE_WALK_WARPS", t.walk_warps);
   t.walk_phases = EnvInt("PEREGRINE_MOE_WALK_PHASES", t.walk_phases);
   t.walk_skip_route = EnvInt("PEREGRINE_MOE_SKIP_ROUTE", t.walk_skip_route);
+  t.walk_l2_after_pct = EnvInt("PEREGRINE_MOE_L2_AFTER_PCT", t.walk_l2_after_pct);
   return t;
 }
 MoeTuning g_tuning = InitialTuning();
@@ -353,6 +355,9 @@ void LaunchWalk(const MoeExpertsParams& p, const cuda::MoeWeightLayout& L,
     a.self_route = true;
     a.route = *route;
   }
+  // The hint at one token (the tiled down kernel's blocks ask for their shares).
+  if (n == 1 && p.l2_after.data != nullptr)
+    a.l2_after = cuda::MakeL2After(p.l2_after.data, p.l2_after.nbytes(), tune.walk_l2_after_pct);
   // Down rows the routed slots may touch (an upper bound: distinct experts are not known here).
   const int64_t esz = L.fp8 ? 1 : 2;
   const double down_bytes = double(n) * double(slots_k) * double(h) * double(L.ld_down) * double(esz) +

@@ -43,6 +43,10 @@ struct MoeTuning {
   // its PDL wait, overlapping the gate/up kernel's tail (moe_walk_down.cu kPre). H200, one
   // token: DeepSeek-V2-Lite step 2284 -> 2161 us, Moonlight 2357 -> 2255 us.
   bool walk_down_preload = true;
+  // MoeExpertsParams::l2_after at one token on the tiled down kernel: the share of each of the
+  // hinted weights' slices its blocks ask the L2 for, in percent (0: the hint is dropped; off
+  // until measured).
+  int walk_l2_after_pct = 0;
   // Diagnostics only (wrong results; for timings by difference in a whole step): the one-token
   // routing inside MoeExperts skips its logits-form router kernel (bit 0: the walk reads stale
   // routes) and / or NormLogitsKernel (bit 1: stale logits and normed rows).
@@ -50,5 +54,7 @@ struct MoeTuning {
 };
 void SetMoeTuning(const MoeTuning& t);
 const MoeTuning& GetMoeTuning();
+// Launches of the tiled down kernel that carried MoeExpertsParams::l2_after (tests tell it apart).
+long long MoeDownL2AfterLaunches();
 
 }  // namespace pg::cuda

@@ -13,9 +13,13 @@
 // thread and warp), so the two agree to f32 rounding, not bitwise.
 // Vector path only (the host checks the layout). PDL launch: nothing is read before PdlWait,
 // except in the preloading form (kPre, below).
+#include <atomic>
+
+#include "kernels/cuda/common/bulk_copy.cuh"
 #include "kernels/cuda/common/pdl.cuh"
 #include "kernels/cuda/moe/moe_device.cuh"
 #include "kernels/cuda/moe/moe_route.cuh"
+#include "kernels/cuda/moe/moe_tuning.h"
 
 namespace pg::cuda {
 namespace {
@@ -176,6 +180,9 @@ __global__ void __launch_bounds__(kWarps * 32) DownTileKernel(MoeWalkArgs a) {
     load(base);
     consume();
   }
+  // MoeWalkArgs::l2_after: the block's weights have arrived; its share of the next weights.
+  if (a.l2_after.ptr != nullptr && tid == 0 && t == 0)
+    bulk::PrefetchL2Share(a.l2_after, int(blockIdx.x), int(gridDim.x));
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     const float v = moe::WarpSum(acc[r]);
@@ -216,7 +223,11 @@ void LaunchTyped(const MoeWalkArgs& a, cudaStream_t stream) {
 
 }  // namespace
 
+static std::atomic<long long> g_l2_after_launches{0};
+long long MoeDownL2AfterLaunches() { return g_l2_after_launches.load(std::memory_order_relaxed); }
+
 void LaunchMoeWalkDownTiled(const MoeWalkArgs& a, cudaStream_t stream) {
+  if (a.l2_after.ptr != nullptr) g_l2_after_launches.fetch_add(1, std::memory_order_relaxed);
   if (a.layout.fp8) LaunchTyped<true>(a, stream);
   else LaunchTyped<false>(a, stream);
   // Launch errors: the caller checks cudaGetLastError (PG_CUDA_CHECK_LAUNCH).
