@@ -25,10 +25,7 @@ AttentionParams AttentionStepOf(const RopeKvWriteAttentionParams& p) {
 void Validate(const RopeKvWriteAttentionParams& p) {
   constexpr std::string_view op = "RopeKvWriteAttention";
   PG_OP_NEED(p.out.data != p.rope.q.data || p.out.numel() == 0, op, "out must not alias q");
-  if (p.l2_after.data != nullptr) {  // the hint: contiguous bytes on the op's device
-    PG_OP_NEED(p.l2_after.device == p.out.device && p.l2_after.is_contiguous(), op,
-               "l2_after must be a contiguous tensor on the op's device");
-  }
+  NeedL2Hint(op, p.l2_after, p.out.device);
   Validate(p.rope);
   Validate(AttentionStepOf(p));
 }

@@ -192,6 +192,24 @@ inline Tolerance MagnitudeScaledTolerance(const Tensor& ref, Tolerance base, dou
   return {std::max(base.max_rel, rms > 0 ? mx / rms * rel_of_value + slack : 0.0), base.nmse};
 }
 
+// An op's L2 hint (params.*hint: the bytes its caller reads next, no effect on results) is
+// checked like any input: a contiguous host tensor is taken (a host backend runs as without
+// it), a strided view or one on another device is rejected. run(params) runs the op.
+template <typename P, typename Run>
+void ExpectL2HintChecked(P params, TensorView P::*hint, Run run) {
+  Tensor w(DType::kF32, {16, 8});
+  params.*hint = w.view();
+  EXPECT_NO_THROW(run(params));
+  TensorView columns = w.view();  // the first 4 of 8 columns: rows 8 apart, not contiguous
+  columns.shape[1] = 4;
+  params.*hint = columns;
+  EXPECT_THROW(run(params), Error);
+  TensorView elsewhere = w.view();
+  elsewhere.device = Device::kCuda;
+  params.*hint = elsewhere;
+  EXPECT_THROW(run(params), Error);
+}
+
 #define PG_SEED_TRACE() SCOPED_TRACE(::testing::Message() << "seed " << ::pg::ops::testing::Seed())
 
 }  // namespace pg::ops::testing

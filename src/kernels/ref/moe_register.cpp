@@ -147,10 +147,7 @@ void Validate(const MoeExpertsParams& p) {
                        p.topk_ids.ShapeString(), p.topk_weights.ShapeString(), n);
   PG_OP_NEED(!p.experts.empty(), op, "no experts");
   PG_OP_NEED(p.out.data != p.x.data || n == 0, op, "out must not alias x");
-  if (p.l2_after.data != nullptr) {  // the hint: contiguous bytes on the op's device
-    PG_OP_NEED(p.l2_after.device == p.out.device && p.l2_after.is_contiguous(), op,
-               "l2_after must be a contiguous tensor on the op's device");
-  }
+  NeedL2Hint(op, p.l2_after, p.out.device);
   const int64_t inter = p.experts[0].gate.ndim == 2 ? p.experts[0].gate.dim(0) : -1;
   for (size_t e = 0; e < p.experts.size(); ++e) {
     const MoeExpertWeights& w = p.experts[e];
