@@ -75,7 +75,7 @@ struct DeviceMoeFfn {
   int64_t expert_bytes = 0;                     // bytes of one expert (gate + up + down, scales)
   DeviceMlp shared;                             // shared experts (inter 0: none)
   TensorView topk_ids;                          // [capacity, top_k] i32, this layer's routes
-  // Optional: the weights read right after this block (the next layer's fused qkv / q + kv_a),
+  // Optional: the weights read right after this block (Qwen3-MoE: the next layer's fused qkv),
   // passed as MoeExpertsParams::l2_after (a hint; no effect on results).
   TensorView l2_after;
 };

@@ -146,7 +146,8 @@ class Qwen3MoeModel final : public Model {
       }
       else D.mlp = PlaceMlp(src, p + "mlp.", h, b.intermediate_size);
     }
-    // Each MoE block's hint: the next layer's fused qkv, read right after it (moe_device.h).
+    // Each MoE block's hint: the next layer's fused qkv, read right after it (moe_device.h;
+    // 1 x 1K 2545 -> 2527 us a step at the default 25 %, session 27).
     for (size_t i = 0; i + 1 < d_layers_.size(); ++i)
       if (d_layers_[i].moe) d_layers_[i].moe_ffn.l2_after = d_layers_[i + 1].wqkv;
     device_weight_bytes_ = mk.bytes();

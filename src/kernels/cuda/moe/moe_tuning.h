@@ -44,9 +44,11 @@ struct MoeTuning {
   // token: DeepSeek-V2-Lite step 2284 -> 2161 us, Moonlight 2357 -> 2255 us.
   bool walk_down_preload = true;
   // MoeExpertsParams::l2_after at one token on the tiled down kernel: the share of each of the
-  // hinted weights' slices its blocks ask the L2 for, in percent (0: the hint is dropped; off
-  // until measured).
-  int walk_l2_after_pct = 0;
+  // hinted weights' slices its blocks ask the L2 for, in percent (0: the hint is dropped).
+  // H200, Qwen3-30B-A3B 1 x 1K with the next layer's qkv: 2545 -> 2527 us a step at 25 %
+  // (12 %: -10, 50 %: +11, 100 %: +97); DeepSeek-V2-Lite slower at every share (its models
+  // pass no hint). docs/PERF.md, session 27.
+  int walk_l2_after_pct = 25;
   // Diagnostics only (wrong results; for timings by difference in a whole step): the one-token
   // routing inside MoeExperts skips its logits-form router kernel (bit 0: the walk reads stale
   // routes) and / or NormLogitsKernel (bit 1: stale logits and normed rows).
