@@ -15,6 +15,7 @@
 
 #if defined(PEREGRINE_HAVE_CUDA)
 #include "kernels/cuda/common/context.h"
+#include "kernels/cuda/moe/moe_params.h"  // MoeDownL2AfterLaunches
 #include "kernels/cuda/moe/moe_tuning.h"
 #endif
 

@@ -147,6 +147,8 @@ struct MoeWalkArgs {
 void LaunchMoeWalk(const MoeWalkArgs& a, cudaStream_t stream);
 // Kernel 2 alone in its tiled form (down_rows >= 2; vector layout, checked by LaunchMoeWalk).
 void LaunchMoeWalkDownTiled(const MoeWalkArgs& a, cudaStream_t stream);
+// Its launches that carried MoeWalkArgs::l2_after, by this process (tests tell the hint apart).
+long long MoeDownL2AfterLaunches();
 
 // ---- expert-sorted path (larger batches; moe_permute.cu, grouped_gemm.cu) -----------------------
 // Routes are sorted by expert: position p in [0, routes) holds route sorted_route[p]; expert e

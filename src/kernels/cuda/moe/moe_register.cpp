@@ -27,9 +27,9 @@ namespace {
 // walking down kernel's form), PEREGRINE_MOE_DOWN_PRELOAD (walk_down_preload),
 // PEREGRINE_MOE_GU_ROUTES (walk_self_route), PEREGRINE_MOE_L2_AFTER_PCT (walk_l2_after_pct),
 // PEREGRINE_MOE_FP8_WALK_MAX (walk_max_tokens_fp8), PEREGRINE_MOE_DOWN_WARPS / _GU_UNROLL /
-// _WALK_WARPS (walk_down_warps, walk_gu_unroll, walk_warps), for A/B runs of whole models, read once. Diagnostics (wrong
-// results, timings by difference in a whole step): PEREGRINE_MOE_WALK_PHASES (walk_phases),
-// PEREGRINE_MOE_SKIP_ROUTE (walk_skip_route).
+// _WALK_WARPS (walk_down_warps, walk_gu_unroll, walk_warps), for A/B runs of whole models, read
+// once. Diagnostics (wrong results, timings by difference in a whole step):
+// PEREGRINE_MOE_WALK_PHASES (walk_phases), PEREGRINE_MOE_SKIP_ROUTE (walk_skip_route).
 MoeTuning InitialTuning() {
   MoeTuning t;
   t.walk_down_rows = EnvInt("PEREGRINE_MOE_DOWN_ROWS", t.walk_down_rows);

@@ -56,7 +56,5 @@ struct MoeTuning {
 };
 void SetMoeTuning(const MoeTuning& t);
 const MoeTuning& GetMoeTuning();
-// Launches of the tiled down kernel that carried MoeExpertsParams::l2_after (tests tell it apart).
-long long MoeDownL2AfterLaunches();
 
 }  // namespace pg::cuda

@@ -19,7 +19,6 @@
 #include "kernels/cuda/common/pdl.cuh"
 #include "kernels/cuda/moe/moe_device.cuh"
 #include "kernels/cuda/moe/moe_route.cuh"
-#include "kernels/cuda/moe/moe_tuning.h"
 
 namespace pg::cuda {
 namespace {
