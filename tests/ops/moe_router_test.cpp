@@ -405,6 +405,143 @@ TEST(MoeRouterOp, RejectsBadDots) {
   EXPECT_THROW(MoeRouter(p), Error);  // dots without the norm
 }
 
+// The folded router (MoeRouterParams::fold): y = fold_x · W^T (bf16, as the o projection stores
+// it) added to the residual, fold = [router · diag(gamma) · W | router · diag(gamma)] rounded to
+// bf16 once. The reference's fold form against its unfolded composition (residual add, RMSNorm,
+// router matmul on the normed row): the residual and normed rows exactly (the same RmsNorm),
+// the logits up to the two bf16 roundings the fold skips or adds (y's and fold's: bf16
+// tolerance), the routes wherever the top-k margin on the unfolded logits is above 2 % of their
+// spread. Every backend against the reference's fold form (the logits from the same bf16
+// inputs: f32 sums; its routes against the reference router run on its own logits).
+TEST(MoeRouterOp, FoldMatchesTheUnfoldedNorm) {
+  PG_SEED_TRACE();
+  struct FoldCase {
+    int64_t tokens, experts, hidden, q, top_k;
+    int groups, topk_groups;
+    MoeScoring scoring;
+    bool bias, renormalize;
+    float scaling;
+  };
+  const FoldCase cases[] = {
+      {1, 128, 2048, 4096, 8, 1, 1, MoeScoring::kSoftmax, false, true, 1.0f},   // Qwen3-30B-A3B
+      {1, 64, 2048, 2048, 6, 1, 1, MoeScoring::kSoftmax, false, false, 1.0f},   // V2-Lite
+      {1, 64, 512, 256, 6, 8, 4, MoeScoring::kSigmoid, true, true, 2.5f},       // groups, bias
+      {3, 24, 96, 64, 5, 6, 2, MoeScoring::kSigmoid, true, true, 2.5f},         // 3 tokens
+  };
+  Coverage cov;
+  for (const FoldCase& c : cases) {
+    SCOPED_TRACE(fmt::format("tokens {} experts {} hidden {} q {} k {}", c.tokens, c.experts,
+                             c.hidden, c.q, c.top_k));
+    const int64_t n = c.tokens, E = c.experts, h = c.hidden, q = c.q;
+    Tensor fx = F32({n, q}), res0 = F32({n, h}), gamma = F32({h}, 0.3f), bias = F32({E}, 0.05f);
+    Tensor wf = F32({h, q}, 0.03f), rf = F32({E, h}, 0.05f);
+    RoundToBf16(fx), RoundToBf16(res0), RoundToBf16(wf), RoundToBf16(rf);
+    for (int64_t i = 0; i < h; ++i) gamma.data<float>()[i] += 1.0f;
+    auto bf16_of = [](const Tensor& f) {
+      Tensor b(DType::kBF16, {f.dim(0), f.dim(1)});
+      for (int64_t r = 0; r < f.dim(0); ++r)
+        quant::QuantizeRow(DType::kBF16, f.data<float>() + r * f.dim(1), b.view().row_ptr(r), f.dim(1));
+      return b;
+    };
+    const Tensor w = bf16_of(wf), router = bf16_of(rf);
+    // y = fx · W^T, stored in bf16.
+    Tensor y(DType::kF32, {n, h});
+    RunWith(RefImpl<MatmulParams>(), MatmulParams{.x = fx.view(), .w = w.view(), .out = y.view()});
+    RoundToBf16(y);
+    Tensor foldf(DType::kF32, {E, q + h});
+    for (int64_t e = 0; e < E; ++e) {
+      std::vector<double> rg(static_cast<size_t>(h));
+      for (int64_t j = 0; j < h; ++j)
+        rg[size_t(j)] = double(rf.data<float>()[e * h + j]) * gamma.data<float>()[j];
+      std::vector<double> acc(static_cast<size_t>(q), 0.0);  // (row-major over W's rows)
+      for (int64_t j = 0; j < h; ++j)
+        for (int64_t col = 0; col < q; ++col) acc[size_t(col)] += rg[size_t(j)] * wf.data<float>()[j * q + col];
+      for (int64_t col = 0; col < q; ++col) foldf.data<float>()[e * (q + h) + col] = float(acc[size_t(col)]);
+      for (int64_t j = 0; j < h; ++j) foldf.data<float>()[e * (q + h) + q + j] = float(rg[size_t(j)]);
+    }
+    const Tensor fold = bf16_of(foldf);
+    struct Outs {
+      Tensor logits, ids, w, normed, residual;
+    };
+    auto outs = [&] {
+      Outs o{Tensor(DType::kF32, {n, E}), Tensor(DType::kI32, {n, c.top_k}),
+             Tensor(DType::kF32, {n, c.top_k}), Tensor(DType::kF32, {n, h}), Tensor(DType::kF32, {n, h})};
+      o.logits.Zero(), o.ids.Zero(), o.w.Zero(), o.normed.Zero();
+      std::memcpy(o.residual.data<float>(), res0.data<float>(), size_t(res0.numel()) * 4);
+      return o;
+    };
+    auto params = [&](Outs& o, bool folded) {
+      MoeRouterParams p{.logits = o.logits.view(), .bias = c.bias ? bias.view() : TensorView{},
+                        .topk_ids = o.ids.view(), .topk_weights = o.w.view(),
+                        .scoring = c.scoring, .num_groups = c.groups, .topk_groups = c.topk_groups,
+                        .renormalize = c.renormalize, .scaling = c.scaling, .x = y.view(),
+                        .norm_weight = gamma.view(), .normed = o.normed.view(),
+                        .residual = o.residual.view(), .norm_eps = 1e-6f};
+      if (folded) p.fold = fold.view(), p.fold_x = fx.view();
+      else p.router = router.view();
+      return p;
+    };
+    Outs unfolded = outs(), ref = outs();
+    RunWith(RefImpl<MoeRouterParams>(), params(unfolded, false));
+    RunWith(RefImpl<MoeRouterParams>(), params(ref, true));
+    ExpectExact(unfolded.residual.data<float>(), ref.residual.data<float>(), ref.residual.numel(),
+                "ref fold residual");
+    ExpectExact(unfolded.normed.data<float>(), ref.normed.data<float>(), ref.normed.numel(),
+                "ref fold normed");
+    ExpectClose(unfolded.logits.data<float>(), ref.logits.data<float>(), ref.logits.numel(), kBf16,
+                "ref fold logits");
+    for (int64_t t = 0; t < n; ++t) {
+      std::vector<float> l(unfolded.logits.data<float>() + t * E, unfolded.logits.data<float>() + (t + 1) * E);
+      std::sort(l.rbegin(), l.rend());
+      if (c.groups > 1 || c.bias || l[size_t(c.top_k - 1)] - l[size_t(c.top_k)] < 0.02f * (l.front() - l.back()))
+        continue;
+      for (int64_t j = 0; j < c.top_k; ++j)
+        EXPECT_EQ(ref.ids.data<int32_t>()[t * c.top_k + j], unfolded.ids.data<int32_t>()[t * c.top_k + j])
+            << "token " << t << " rank " << j;
+    }
+    for (const auto* k : Backends<MoeRouterParams>()) {
+      Outs o = outs();
+      if (!RunBackend(*k, params(o, true))) continue;
+      cov.Ran(k->backend);
+      ExpectClose(ref.logits.data<float>(), o.logits.data<float>(), o.logits.numel(),
+                  Tolerance{1e-4, 1e-9}, k->backend + " fold logits");
+      ExpectClose(ref.normed.data<float>(), o.normed.data<float>(), o.normed.numel(), kBf16,
+                  k->backend + " fold normed");
+      ExpectClose(ref.residual.data<float>(), o.residual.data<float>(), o.residual.numel(), kBf16,
+                  k->backend + " fold residual");
+      Outs want = outs();
+      MoeRouterParams p = params(want, true);
+      p.logits = o.logits.view();
+      p.x = p.norm_weight = p.normed = p.residual = p.fold = p.fold_x = TensorView{};
+      RunWith(RefImpl<MoeRouterParams>(), p);
+      for (int64_t i = 0; i < o.ids.numel(); ++i) {
+        ASSERT_EQ(o.ids.data<int32_t>()[i], want.ids.data<int32_t>()[i]) << k->backend << " route " << i;
+        EXPECT_NEAR(o.w.data<float>()[i], want.w.data<float>()[i], 2e-6 * c.scaling) << k->backend;
+      }
+    }
+  }
+  cov.Check<MoeRouterParams>();
+}
+
+TEST(MoeRouterOp, RejectsBadFold) {
+  const int64_t n = 1, e = 8, h = 16, q = 24;
+  Tensor logits(DType::kF32, {n, e}), ids(DType::kI32, {n, 2}), w(DType::kF32, {n, 2});
+  Tensor y = F32({n, h}), fx = F32({n, q}), gamma = F32({h}), normed(DType::kF32, {n, h});
+  Tensor res = F32({n, h}), fold = F32({e, q + h}), short_fold = F32({e, q + h - 1});
+  MoeRouterParams p{.logits = logits.view(), .topk_ids = ids.view(), .topk_weights = w.view(),
+                    .x = y.view(), .norm_weight = gamma.view(), .normed = normed.view(),
+                    .residual = res.view(), .fold = short_fold.view(), .fold_x = fx.view()};
+  EXPECT_THROW(MoeRouter(p), Error);  // q + hidden - 1 columns
+  p.fold = fold.view();
+  p.residual = TensorView{};
+  EXPECT_THROW(MoeRouter(p), Error);  // fold without the residual
+  p.residual = res.view();
+  p.fold_x = TensorView{};
+  EXPECT_THROW(MoeRouter(p), Error);  // fold without fold_x
+  p.fold_x = fx.view();
+  EXPECT_NO_THROW(MoeRouter(p));
+}
+
 #if defined(PEREGRINE_HAVE_CUDA)
 // Exact ties on the device: logits of three levels, so many experts share a score; the
 // reference takes the lower index first, and so must the device routing, one token and several.

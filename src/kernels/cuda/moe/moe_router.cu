@@ -9,7 +9,10 @@
 //    stops after the logits (the walking gate/up kernel routes); NormLogitsKernel is that
 //    deferred form for rows up to 2048 without a residual, everything in registers;
 //  * DotsRouteKernel: the logits from the row dots the o projection wrote (ops_moe.h
-//    MoeRouterParams::dots), the normed row and the routing in one block a token.
+//    MoeRouterParams::dots), the normed row and the routing in one block a token;
+//  * FoldRouteKernel: the logits from the folded router (MoeRouterParams::fold), one block an
+//    expert before the projection in front has finished, then the last block to arrive adds
+//    the projection to the residual, norms, and routes.
 // (A one-cluster form meeting in distributed shared memory instead of the counter measured
 // slower still on the H200 — Qwen3-30B-A3B norm + router 13.4 vs 11.0 us — and was dropped:
 // commit 68e9a1a has it.)
@@ -19,6 +22,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cfloat>
 
 #include "core/env.h"
@@ -512,7 +516,93 @@ __global__ void __launch_bounds__(1024) DotsRouteKernel(MoeRouterArgs a) {
   PG_TRACE_MARK(2);  // routes stored
 }
 
+// Folded form (a.fold_w; ops_moe.h MoeRouterParams::fold), one token. Block e takes expert e:
+// z = fold_w[e] . concat(fold_x, residual), thread t the row's 16-byte chunks t, t + 128, ...
+// (at most kFoldChunks, all loaded at once; the four warp sums added in warp order) — before
+// PdlWait: the projection in front (y = this op's x) triggers late (pdl.cuh), so fold_x and
+// the residual, its inputs, are complete, and nothing writes them until this grid's last block
+// does. Also before the wait, z goes to logits[e] and the block counts itself in: neither is
+// the projection's. The block that arrives last waits for the projection, then adds y to the
+// residual, takes inv = 1 / rms, stores the residual and normed rows (StoreNormRow), the
+// logits inv * z, and routes in warp 0 (moe_route.cuh; <= 32 * kRoutePerLane experts).
+constexpr int kFoldThreads = 128;
+constexpr int kFoldChunks = 8;  // rows of fold_k + hidden <= 128 x 8 x 8 = 8192 elements
+
+__global__ void __launch_bounds__(kFoldThreads) FoldRouteKernel(MoeRouterArgs a) {
+  PG_BLOCK_TRACE(kTraceFoldRoute);
+  PdlTrigger();
+  __shared__ float red[kFoldThreads / 32];
+  __shared__ float z[kRouteRegMaxExperts];
+  __shared__ bool last;
+  const int t = threadIdx.x, warp = t / 32, lane = t % 32;
+  const int nq = a.fold_k / 8, nc = nq + a.hidden / 8;
+  const uint4* w4 = reinterpret_cast<const uint4*>(a.fold_w + int64_t(blockIdx.x) * a.ld_fold);
+  const uint4* q4 = reinterpret_cast<const uint4*>(a.fold_x);
+  const uint4* r4 = reinterpret_cast<const uint4*>(a.residual);
+  uint4 w[kFoldChunks], v[kFoldChunks];
+#pragma unroll
+  for (int i = 0; i < kFoldChunks; ++i) {
+    const int c = t + kFoldThreads * i;
+    if (c < nc) {
+      w[i] = __ldg(w4 + c);
+      v[i] = c < nq ? __ldcg(q4 + c) : __ldcg(r4 + (c - nq));  // (not the read-only path)
+    }
+  }
+  float acc = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kFoldChunks; ++i) {
+    if (t + kFoldThreads * i >= nc) continue;
+    float wf[8], vf[8];
+    moe::Widen<false>(w[i], wf);
+    moe::Widen<false>(v[i], vf);
+#pragma unroll
+    for (int q = 0; q < 8; ++q) acc = fmaf(wf[q], vf[q], acc);
+  }
+  acc = WarpSum(acc);
+  if (lane == 0) red[warp] = acc;
+  __syncthreads();
+  float* logits = static_cast<float*>(const_cast<void*>(a.logits));
+  if (t == 0) {
+    logits[blockIdx.x] = (red[0] + red[1]) + (red[2] + red[3]);
+    __threadfence();
+    last = atomicAdd(a.counter, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  PG_TRACE_MARK(0);  // z stored, arrived
+  if (!last) return;
+  __threadfence();
+  if (t == 0) *a.counter = 0;  // ready for the next (stream-ordered) launch
+  for (int e = t; e < a.num_experts; e += kFoldThreads) z[e] = __ldcg(logits + e);
+  PdlWait();  // y from the projection
+  const float inv = InvRms(a, a.x, a.residual, /*vec=*/true, red);  // (syncs: z is visible)
+  PG_TRACE_MARK(1);  // 1 / rms
+  StoreNormRow(a, 0, inv, /*vec=*/true);
+  for (int e = t; e < a.num_experts; e += kFoldThreads) logits[e] = inv * z[e];
+  if (warp == 0) {
+    float lg[moe::kRoutePerLane];
+#pragma unroll
+    for (int j = 0; j < moe::kRoutePerLane; ++j) {
+      const int e = lane + 32 * j;
+      lg[j] = e < a.num_experts ? inv * z[e] : 0.0f;
+    }
+    __shared__ float choice[kRouteRegMaxExperts];
+    int id;
+    float wt;
+    moe::RouteWarpLogits(a, lg, choice, lane, &id, &wt);
+    StoreRoute(a, 0, lane, id, wt);
+  }
+  PG_TRACE_MARK(2);  // routes stored
+}
+
 }  // namespace
+
+static std::atomic<int64_t> g_fold_launches{0};
+int64_t FoldRouteLaunches() { return g_fold_launches.load(std::memory_order_relaxed); }
+
+bool FoldRouteFits(int num_experts, int fold_k, int hidden) {
+  return num_experts >= 1 && num_experts <= kRouteRegMaxExperts && fold_k % 8 == 0 &&
+         hidden % 8 == 0 && fold_k + hidden <= kFoldThreads * kFoldChunks * 8;
+}
 
 // Lanes a column quad: 32 (PEREGRINE_MOE_DOTS_LANES, default; Qwen3-30B-A3B, 128 experts: 32
 // quads, 1024 threads, 5 quad loads a lane at 132 slots — a block that cannot start beside
@@ -548,7 +638,10 @@ void LaunchMoeRouter(const MoeRouterArgs& a, cudaStream_t stream) {
   // a layer in a block trace); DeepSeek-V2-Lite -6 us (docs/PERF.md "Session 16").
   static const bool warm = EnvFlag("PEREGRINE_MOE_NORM_LOGITS_WARM", true);
   const size_t smem = size_t(kWarps) * 2 * size_t(a.num_experts) * sizeof(float);
-  if (a.dots) {  // (the caller checked DotsRouteFits)
+  if (a.fold_w) {  // (the caller checked FoldRouteFits; one token)
+    g_fold_launches.fetch_add(1, std::memory_order_relaxed);
+    (void)LaunchPdl(FoldRouteKernel, dim3(unsigned(a.num_experts)), dim3(kFoldThreads), 0, stream, a);
+  } else if (a.dots) {  // (the caller checked DotsRouteFits)
     const unsigned threads = unsigned(DotsRouteThreads(a.num_experts, a.hidden, a.dot_slots));
     using K = void (*)(MoeRouterArgs);
     const int loads = DotsLoads(a.dot_slots);
