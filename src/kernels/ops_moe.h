@@ -50,7 +50,9 @@ namespace pg::ops {
 // — the fused RMSNorm + router matmul's logits up to rounding (y, the residual and the normed
 // row are not rounded inside z; fold's entries are rounded once). CUDA: one token, bf16, the
 // logits computed while the projection runs (it must be launched with
-// MatmulParams::dependents_read_inputs: the router reads fold_x and the residual first).
+// MatmulParams::dependents_read_inputs: the router reads fold_x and the residual first); where
+// the choice is the logits' order (no bias, no group limit) it picks the experts on z, the
+// same order up to f32 ties of inv * z.
 enum class MoeScoring : uint8_t { kSoftmax, kSigmoid };
 struct MoeRouterParams {
   TensorView logits;        // [num_tokens, num_experts] f32 (router matmul output; bf16 ok on CUDA)

@@ -503,8 +503,9 @@ TEST(MoeRouterOp, FoldMatchesTheUnfoldedNorm) {
       Outs o = outs();
       if (!RunBackend(*k, params(o, true))) continue;
       cov.Ran(k->backend);
+      // f32 sums; the device's inv from its bf16-rounded residual sum (the reference's is f32).
       ExpectClose(ref.logits.data<float>(), o.logits.data<float>(), o.logits.numel(),
-                  Tolerance{1e-4, 1e-9}, k->backend + " fold logits");
+                  Tolerance{1e-3, 1e-8}, k->backend + " fold logits");
       ExpectClose(ref.normed.data<float>(), o.normed.data<float>(), o.normed.numel(), kBf16,
                   k->backend + " fold normed");
       ExpectClose(ref.residual.data<float>(), o.residual.data<float>(), o.residual.numel(), kBf16,

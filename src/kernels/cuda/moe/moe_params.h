@@ -71,6 +71,7 @@ struct MoeRouterArgs {
   const bf16* fold_x = nullptr;
   int64_t ld_fold = 0;
   int fold_k = 0;
+  bool fold_trigger_late = false;  // (set by LaunchMoeRouter)
 };
 void LaunchMoeRouter(const MoeRouterArgs& a, cudaStream_t stream);
 // Whether the folded form takes these shapes (MoeRouterArgs::fold_w).
