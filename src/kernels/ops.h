@@ -83,11 +83,6 @@ struct MatmulParams {
   //   [ceil(m / 128), ceil(k / 128)]        DeepSeek 128x128 blocks (weight_scale_inv)
   TensorView w_scale;
   bool accumulate = false;
-  // A promise about scheduling, no effect on the result: the next op may read this op's
-  // inputs (x, and anything written before it) before it synchronises with this op (CUDA: the
-  // kernel lets its PDL dependents launch only once its own PDL wait returned, pdl.cuh "late
-  // trigger"; backends that cannot keep it do not take the op).
-  bool dependents_read_inputs = false;
 };
 void Matmul(const MatmulParams& p);
 

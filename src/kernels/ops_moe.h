@@ -39,20 +39,6 @@ namespace pg::ops {
 //   normed[t] = x[t] * inv * norm_weight (as RmsNorm, with this inv)
 // — the fused RMSNorm + router matmul's logits up to rounding (the normed row is not rounded
 // before the products, dot_w's products are rounded once).
-// Folded router (optional, instead of router; with x, norm_weight, residual and normed): when
-// x is a projection y = fold_x · W^T of fold_x [num_tokens, q], the logits are linear in
-// fold_x and the residual before the add, so with
-//   fold = [router · diag(norm_weight) · W  |  router · diag(norm_weight)]   ([E, q + hidden])
-// they are
-//   z[t, e] = fold[e] · concat(fold_x[t], residual[t] before the add),
-//   residual[t] += x[t], normed[t] as RmsNorm, inv = 1 / sqrt(mean(residual[t]^2) + norm_eps),
-//   logits[t, e] = inv * z[t, e]   (f32, written)
-// — the fused RMSNorm + router matmul's logits up to rounding (y, the residual and the normed
-// row are not rounded inside z; fold's entries are rounded once). CUDA: one token, bf16, the
-// logits computed while the projection runs (it must be launched with
-// MatmulParams::dependents_read_inputs: the router reads fold_x and the residual first); where
-// the choice is the logits' order (no bias, no group limit) it picks the experts on z, the
-// same order up to f32 ties of inv * z.
 enum class MoeScoring : uint8_t { kSoftmax, kSigmoid };
 struct MoeRouterParams {
   TensorView logits;        // [num_tokens, num_experts] f32 (router matmul output; bf16 ok on CUDA)
@@ -71,8 +57,6 @@ struct MoeRouterParams {
   TensorView residual;      // optional, with norm_weight: [num_tokens, hidden], updated in place
   float norm_eps = 1e-6f;
   TensorView dots;          // optional, with x and norm_weight, no router: [P, num_tokens, E + 1] f32
-  TensorView fold;          // optional, with x, norm_weight, residual, no router: [E, q + hidden]
-  TensorView fold_x;        // with fold: [num_tokens, q]
 };
 void MoeRouter(const MoeRouterParams& p);
 

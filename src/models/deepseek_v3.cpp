@@ -192,7 +192,6 @@ class DeepseekV3Model final : public Model {
       if (D.moe) {
         D.moe_ffn = PlaceMoeFfn(src, p + "mlp.", c_, cap);
         D.moe_ffn.router_dots = PlaceRouterDots(mk, memory, D.moe_ffn.router, D.ffn_norm, D.wo);
-        D.moe_ffn.router_fold = PlaceRouterFold(mk, memory, D.moe_ffn.router, D.ffn_norm, D.wo);
       } else {
         D.mlp = PlaceMlp(src, p + "mlp.", h, b.intermediate_size);
       }
@@ -371,11 +370,10 @@ class DeepseekV3Model final : public Model {
                          .scale = c_.softmax_scale,
                          .mode = decode ? ops::MlaMode::kAbsorbed : ops::MlaMode::kExpanded,
                          .positions = rope_pos, .rope = rope_cfg, .write = &write});
-      // x += attn · wo^T (at one token, y for the folded router: moe_device.cpp) -> hn.
-      const FfnNorm ffn_norm = RunDeviceOutProjection(
-          {.attn = attn, .wo = &L.wo, .x = x, .moe = L.moe ? &L.moe_ffn : nullptr, .config = &c_,
-           .scratch = &A.ffn_scratch, .norm_weight = L.ffn_norm, .eps = b.rms_norm_eps,
-           .normed = hn});
+      // x += attn · wo^T; at one token with the router's row dots (moe_device.cpp).
+      const TensorView dots = RunDeviceOutProjection(attn, L.wo, x, L.moe ? &L.moe_ffn : nullptr,
+                                                     A.ffn_scratch);
+      const FfnNorm ffn_norm{.x = x, .weight = L.ffn_norm, .eps = b.rms_norm_eps, .dots = dots};  // -> hn
       if (L.moe) RunDeviceMoeFfn(L.moe_ffn, c_, hn, x, A.ffn_scratch, &ffn_norm, /*accumulate=*/true);
       else RunDeviceMlp(L.mlp, hn, x, A.ffn_scratch, /*accumulate=*/true, &ffn_norm);
     }

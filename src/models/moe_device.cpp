@@ -201,7 +201,6 @@ DeviceFfnScratch PlaceFfnScratch(DeviceWeightMaker& mk, const MoeModelConfig& c,
   s.topk_weights = mk.Buffer(DType::kF32, capacity, std::max(c.top_k, 1));
   s.gate_up = mk.Activations(capacity, 2 * inter);
   s.act = mk.Activations(capacity, inter);
-  s.o_out = mk.Activations(1, c.base.hidden_size);
   if (c.num_experts > 0) {
     // [slots, 1, E + 1] at a slot stride of a multiple of 4 floats (the CUDA router kernel
     // reads 16-byte quads).
@@ -240,105 +239,20 @@ TensorView PlaceRouterDots(DeviceWeightMaker& mk, DeviceMemory& mem, const Tenso
   return mk.Derived(dots, h, E);
 }
 
-// PEREGRINE_MOE_FOLD_ROUTER (1 by default): the one-token MoE router folded through the o
-// projection (PlaceRouterFold, RunDeviceOutProjection): its logits are computed while the o
-// projection runs, and one router kernel adds y to the residual, norms and routes, in place
-// of the norm + logits kernel and the router kernel after it. Read at each placement (a model
-// placed with it off has no router_fold), so one process can place a model both ways.
-static bool FoldRouter() { return EnvFlag("PEREGRINE_MOE_FOLD_ROUTER", true); }
-
-TensorView PlaceRouterFold(DeviceWeightMaker& mk, DeviceMemory& mem, const TensorView& router,
-                           const TensorView& norm_weight, const DeviceMatrix& wo) {
-  if (!FoldRouter() || wo.scale.data || wo.w.dtype != DType::kBF16 ||
-      router.dtype != DType::kBF16 || norm_weight.dtype != DType::kF32 ||
-      !router.is_contiguous() || !wo.w.is_contiguous() || wo.w.dim(0) != router.dim(1))
-    return {};
-  const int64_t E = router.dim(0), h = router.dim(1), q = wo.w.dim(1);
-  std::vector<uint16_t> r(static_cast<size_t>(E * h)), w(static_cast<size_t>(h * q));
-  std::vector<float> g(static_cast<size_t>(h));
-  mem.CopyToHost(r.data(), router.data, r.size() * 2);
-  mem.CopyToHost(w.data(), wo.w.data, w.size() * 2);
-  mem.CopyToHost(g.data(), norm_weight.data, g.size() * 4);
-  // rg = router · diag(g) [E, h]; wt = wo^T [q, h] (in 64 x 64 tiles); m = rg · wo [E, q].
-  std::vector<float> rg(static_cast<size_t>(E * h)), wt(static_cast<size_t>(q * h)),
-      m(static_cast<size_t>(E * q));
-  for (int64_t e = 0; e < E; ++e)
-    for (int64_t j = 0; j < h; ++j)
-      rg[size_t(e * h + j)] = Bf16ToF32(r[size_t(e * h + j)]) * g[size_t(j)];
-  constexpr int64_t kTile = 64;
-  for (int64_t j0 = 0; j0 < h; j0 += kTile)
-    for (int64_t c0 = 0; c0 < q; c0 += kTile)
-      for (int64_t j = j0; j < std::min(h, j0 + kTile); ++j)
-        for (int64_t c = c0; c < std::min(q, c0 + kTile); ++c)
-          wt[size_t(c * h + j)] = Bf16ToF32(w[size_t(j * q + c)]);
-  ops::Matmul({.x = TensorView::Contiguous(rg.data(), DType::kF32, {E, h}),
-               .w = TensorView::Contiguous(wt.data(), DType::kF32, {q, h}),
-               .out = TensorView::Contiguous(m.data(), DType::kF32, {E, q})});
-  std::vector<float> fold(static_cast<size_t>(E * (q + h)));
-  for (int64_t e = 0; e < E; ++e) {
-    std::copy_n(m.begin() + e * q, q, fold.begin() + e * (q + h));
-    std::copy_n(rg.begin() + e * h, h, fold.begin() + e * (q + h) + q);
-  }
-  return mk.Derived(fold, E, q + h);
-}
-
-namespace {
-
-// The routing part of a block's router op for n tokens (no input: logits given).
-ops::MoeRouterParams RouteParams(const DeviceMoeFfn& w, const MoeModelConfig& c,
-                                 const DeviceFfnScratch& s, int64_t n) {
-  return {.logits = Flat(s.router_logits, n, c.num_experts), .bias = w.score_bias,
-          .topk_ids = w.topk_ids.Slice0(0, n), .topk_weights = Flat(s.topk_weights, n, c.top_k),
-          .scoring = c.scoring, .num_groups = c.n_group, .topk_groups = c.topk_group,
-          .renormalize = c.norm_topk_prob, .scaling = c.routed_scaling_factor};
-}
-
-// rp's input as the folded router (norm.fold_x set): x = y, the stream as the residual, the
-// normed rows into `normed`.
-void TakeFoldInput(ops::MoeRouterParams& rp, const DeviceMoeFfn& w, const FfnNorm& norm,
-                   const TensorView& normed) {
-  rp.x = norm.x;
-  rp.residual = norm.residual;
-  rp.norm_weight = norm.weight;
-  rp.norm_eps = norm.eps;
-  rp.normed = normed;
-  rp.fold = w.router_fold;
-  rp.fold_x = norm.fold_x;
-}
-
-}  // namespace
-
-FfnNorm RunDeviceOutProjection(const OutProjectionParams& p) {
-  const DeviceMatrix& wo = *p.wo;
-  const DeviceFfnScratch& s = *p.scratch;
-  const DeviceMoeFfn* moe = p.moe;
-  const int64_t n = p.attn.dim(0);
-  const FfnNorm plain{.x = p.x, .weight = p.norm_weight, .eps = p.eps};
-  if (moe && n == 1 && SelfRoute() > 0 && moe->router_fold.data && s.o_out.data) {
-    const FfnNorm fold{.x = s.o_out, .residual = p.x, .weight = p.norm_weight, .eps = p.eps,
-                       .fold_x = p.attn};
-    ops::MoeRouterParams rp = RouteParams(*moe, *p.config, s, n);
-    TakeFoldInput(rp, *moe, fold, p.normed);
-    if (ops::Registry::Global().Selected(rp) != nullptr) {
-      // y alone; the router reads attn and x before it synchronises with this projection.
-      ops::Matmul({.x = p.attn, .w = wo.w, .out = s.o_out, .w_scale = wo.scale,
-                   .dependents_read_inputs = true});
-      return fold;
-    }
-  }
-  if (moe && moe->router_dots.data && n == 1 && s.dots.data && !wo.scale.data &&
+TensorView RunDeviceOutProjection(const TensorView& attn, const DeviceMatrix& wo,
+                                  const TensorView& x, const DeviceMoeFfn* moe,
+                                  const DeviceFfnScratch& s) {
+  if (moe && moe->router_dots.data && attn.dim(0) == 1 && s.dots.data && !wo.scale.data &&
       SelfRoute() > 0) {
-    const ops::FusedMatmulParams fp{.x = p.attn, .w = wo.w, .out = p.x, .accumulate = true,
+    const ops::FusedMatmulParams fp{.x = attn, .w = wo.w, .out = x, .accumulate = true,
                                     .dot_w = moe->router_dots, .dots = s.dots};
     if (ops::Registry::Global().Selected(fp) != nullptr) {
       ops::FusedMatmul(fp);
-      FfnNorm dots = plain;
-      dots.dots = s.dots;
-      return dots;
+      return s.dots;
     }
   }
-  DeviceMatmul(p.attn, wo, p.x, /*accumulate=*/true);
-  return plain;
+  DeviceMatmul(attn, wo, x, /*accumulate=*/true);
+  return {};
 }
 
 void DeviceMatmul(const TensorView& x, const DeviceMatrix& w, const TensorView& out,
@@ -381,12 +295,17 @@ void RunDeviceMoeFfn(const DeviceMoeFfn& w, const MoeModelConfig& c, const Tenso
                      const TensorView& out, const DeviceFfnScratch& s, const FfnNorm* norm,
                      bool accumulate) {
   const int64_t n = x.dim(0);
+  const TensorView logits = Flat(s.router_logits, n, c.num_experts);
+  const TensorView weights = Flat(s.topk_weights, n, c.top_k);
+  const TensorView ids = w.topk_ids.Slice0(0, n);
   const ops::RmsNormParams np =
       norm ? ops::RmsNormParams{.x = norm->x, .weight = norm->weight, .out = x,
                                 .residual = norm->residual, .eps = norm->eps}
            : ops::RmsNormParams{};
-  ops::MoeRouterParams rp = RouteParams(w, c, s, n);
-  const TensorView logits = rp.logits, weights = rp.topk_weights, ids = rp.topk_ids;
+  ops::MoeRouterParams rp{.logits = logits, .bias = w.score_bias, .topk_ids = ids,
+                          .topk_weights = weights, .scoring = c.scoring, .num_groups = c.n_group,
+                          .topk_groups = c.topk_group, .renormalize = c.norm_topk_prob,
+                          .scaling = c.routed_scaling_factor};
   ops::MoeExpertsParams ep{.x = x, .topk_ids = ids, .topk_weights = weights,
                            .experts = w.experts, .out = out, .accumulate = accumulate,
                            .l2_after = w.l2_after};
@@ -399,16 +318,6 @@ void RunDeviceMoeFfn(const DeviceMoeFfn& w, const MoeModelConfig& c, const Tenso
     if (ops::Registry::Global().Selected(ep) == nullptr) ep.shared = {};
   }
   const bool shared_apart = shared && !ep.shared.gate.data;  // its own MLP, on the normed x
-  if (norm && norm->fold_x.data) {
-    // The folded router (RunDeviceOutProjection took it): adds y, norms, routes; then the
-    // experts on its routes.
-    TakeFoldInput(rp, w, *norm, x);
-    ops::MoeRouter(rp);
-    if (shared_apart) RunDeviceMlp(w.shared, x, out, s, accumulate);
-    ep.accumulate = accumulate || shared_apart;
-    ops::MoeExperts(ep);
-    return;
-  }
   const int self_route = decode ? SelfRoute() : 0;
   // Routing inside the experts op; mode 1 with the router matmul (+ the RMSNorm, when it has
   // no residual and no separate shared MLP needs the normed x first) too.

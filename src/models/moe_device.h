@@ -69,9 +69,6 @@ struct DeviceMoeFfn {
   // Optional (PlaceRouterDots): (router * the FFN norm's weight)^T, [hidden, num_experts]
   // bf16 — the o projection's RowDots weights at one token (RunDeviceOutProjection).
   TensorView router_dots;
-  // Optional (PlaceRouterFold): the router folded through the FFN norm's weight and the o
-  // projection, [num_experts, q + hidden] bf16 (ops_moe.h MoeRouterParams::fold).
-  TensorView router_fold;
   TensorView score_bias;                        // optional [num_experts] f32
   std::vector<DeviceMatrix> gate, up, down;     // [num_experts] each
   std::vector<ops::MoeExpertWeights> experts;   // [num_experts] views of the above
@@ -91,7 +88,6 @@ struct DeviceFfnScratch {
   TensorView act;            // [capacity, max inter] bf16
   TensorView dots;           // [ops::RowDotSlots, 1, num_experts + 1] f32 (slot stride a
                              // multiple of 4): one token's RowDots
-  TensorView o_out;          // [1, hidden] bf16: one token's o projection y (folded router)
 };
 
 DeviceMlp PlaceMlp(MoeDeviceSource& src, const std::string& prefix, int64_t hidden,
@@ -112,10 +108,6 @@ struct FfnNorm {
   // Optional: x's RowDots with (router * weight)^T (RunDeviceOutProjection); the MoE router
   // then takes its logits from them (ops_moe.h MoeRouterParams::dots).
   TensorView dots;
-  // Optional: the o projection's input, x being its output y (residual: the stream, not yet
-  // added); the MoE router adds it and takes its logits from the folded router
-  // (RunDeviceOutProjection; ops_moe.h MoeRouterParams::fold).
-  TensorView fold_x;
 };
 // x, out: [n, hidden] bf16 device; out must not alias x.
 // accumulate: out += result (the residual stream as `out`).
@@ -145,30 +137,13 @@ void RunDeviceMoeFfn(const DeviceMoeFfn& w, const MoeModelConfig& c, const Tenso
 // PEREGRINE_MOE_O_DOTS=1, off by default until measured); empty otherwise. Not counted as weights: the step reads it instead of the router.
 TensorView PlaceRouterDots(DeviceWeightMaker& mk, DeviceMemory& mem, const TensorView& router,
                            const TensorView& norm_weight, const DeviceMatrix& wo);
-// [router · diag(norm_weight) · wo | router · diag(norm_weight)] as a [num_experts, q +
-// hidden] bf16 device matrix (ops_moe.h MoeRouterParams::fold; from the placed router
-// [num_experts, hidden] bf16, norm_weight [hidden] f32 and bf16 wo [hidden, q]; the product in
-// f32 on the host), when PEREGRINE_MOE_FOLD_ROUTER (on by default) and the shapes allow;
-// empty otherwise. Not counted as weights: the step reads it instead of the router.
-TensorView PlaceRouterFold(DeviceWeightMaker& mk, DeviceMemory& mem, const TensorView& router,
-                           const TensorView& norm_weight, const DeviceMatrix& wo);
-// The attention's output projection of a layer and the FFN norm after it.
-struct OutProjectionParams {
-  TensorView attn;                      // [n, q] the attention's output
-  const DeviceMatrix* wo = nullptr;     // [hidden, q]
-  TensorView x;                         // [n, hidden] the residual stream
-  const DeviceMoeFfn* moe = nullptr;    // the layer's MoE block (null: dense)
-  const MoeModelConfig* config = nullptr;
-  const DeviceFfnScratch* scratch = nullptr;
-  TensorView norm_weight;               // [hidden] the FFN norm's weight
-  float eps = 1e-6f;
-  TensorView normed;                    // [n, hidden] the FFN block's input (the norm's output)
-};
-// x += attn · wo^T, and the FfnNorm of the FFN block after it. At one token with an MoE block:
-// with its router_fold (where the backend takes the fold), y = attn · wo^T goes to
-// scratch->o_out instead, and the MoE router adds it to x (FfnNorm::fold_x); else with its
-// router_dots, x's RowDots into scratch->dots (FfnNorm::dots; FusedMatmul, cuda_ring_dots).
-FfnNorm RunDeviceOutProjection(const OutProjectionParams& p);
+// The attention's output projection of a layer, x += attn · wo^T; at one token, where the
+// layer's MoE block has router_dots (moe may be null) and the backend fuses RowDots
+// (FusedMatmul, cuda_ring_dots), with x's RowDots into s.dots. Returns the dots view for
+// FfnNorm::dots (empty where not fused).
+TensorView RunDeviceOutProjection(const TensorView& attn, const DeviceMatrix& wo,
+                                  const TensorView& x, const DeviceMoeFfn* moe,
+                                  const DeviceFfnScratch& s);
 
 // Checks a device forward's inputs: positions and tokens agree, one KV view per layer, bf16
 // device logits [logit_rows, vocab], device tokens/positions of the batch's size, at most

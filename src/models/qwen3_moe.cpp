@@ -143,7 +143,6 @@ class Qwen3MoeModel final : public Model {
       if (D.moe) {
         D.moe_ffn = PlaceMoeFfn(src, p + "mlp.", c_, cap);
         D.moe_ffn.router_dots = PlaceRouterDots(mk, memory, D.moe_ffn.router, D.ffn_norm, D.wo);
-        D.moe_ffn.router_fold = PlaceRouterFold(mk, memory, D.moe_ffn.router, D.ffn_norm, D.wo);
       }
       else D.mlp = PlaceMlp(src, p + "mlp.", h, b.intermediate_size);
     }
@@ -282,12 +281,11 @@ class Qwen3MoeModel final : public Model {
         ops::Attention({.q = qs, .out = attn3, .cache = cache, .batch = fb.attention,
                         .scale = scale_});
       }
-      // x += attn · wo^T (at one token, y for the folded router: moe_device.cpp); hn =
-      // RmsNorm(x), inside the MoE block at one token (the router kernel).
-      const FfnNorm ffn_norm = RunDeviceOutProjection(
-          {.attn = attn, .wo = &L.wo, .x = x, .moe = L.moe ? &L.moe_ffn : nullptr, .config = &c_,
-           .scratch = &A.ffn_scratch, .norm_weight = L.ffn_norm, .eps = b.rms_norm_eps,
-           .normed = hn});
+      // x += attn · wo^T; at one token with the router's row dots (moe_device.cpp).
+      const TensorView dots = RunDeviceOutProjection(attn, L.wo, x, L.moe ? &L.moe_ffn : nullptr,
+                                                     A.ffn_scratch);
+      // hn = RmsNorm(x), inside the MoE block at one token (moe_device.cpp: the router kernel).
+      const FfnNorm ffn_norm{.x = x, .weight = L.ffn_norm, .eps = b.rms_norm_eps, .dots = dots};
       if (L.moe) {
         RunDeviceMoeFfn(L.moe_ffn, c_, hn, x, A.ffn_scratch, &ffn_norm, /*accumulate=*/true);
       } else {

@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -18,10 +17,6 @@
 
 namespace pg::models {
 namespace {
-
-// The folded router (moe_device.h PlaceRouterFold) is computed from the placed weights, read
-// back to the host, which a counting memory does not hold: placed without it here.
-const bool kNoFold = (setenv("PEREGRINE_MOE_FOLD_ROUTER", "0", 1), true);
 
 // Device memory that allocates nothing: addresses are offsets into an imaginary arena.
 class CountingMemory final : public DeviceMemory {

@@ -29,8 +29,6 @@ inline MoeRouterParams Mirror(DeviceMirror& m, const MoeRouterParams& p) {
   d.dots = m.Raw(p.dots);  // f32 row dots (an input)
   d.x = m.Act(p.x, false);
   d.router = m.Raw(p.router);
-  d.fold = m.Raw(p.fold);  // the folded router's bytes; fold_x a bf16 activation
-  d.fold_x = m.Act(p.fold_x, false);
   d.norm_weight = m.Raw(p.norm_weight);
   d.normed = m.Act(p.normed, true);
   d.residual = m.Act(p.residual, true);

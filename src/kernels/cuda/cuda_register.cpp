@@ -135,7 +135,6 @@ void RunMatmul(const MatmulParams& p) {
                       p.x.strides[0], p.w.strides[0], p.out.strides[0], p.accumulate};
     gv.out_f32 = p.out.as<float>();
     gv.w_constant = true;  // a Matmul's w is a weight: streamed before the PDL wait
-    gv.late_trigger = p.dependents_read_inputs;
     cuda::LaunchGemv(gv, stream);
     CheckLaunch();
     return;
@@ -143,8 +142,7 @@ void RunMatmul(const MatmulParams& p) {
   cuda::GemvArgs gv{Bf(p.x), Bf(p.w), Bf(p.out), bias, n, k, m,
                     p.x.strides[0], p.w.strides[0], p.out.strides[0], p.accumulate};
   gv.w_constant = true;
-  gv.late_trigger = p.dependents_read_inputs;  // every LaunchGemv kernel keeps it (not cuBLASLt)
-  if (n > kGemvMaxRows && !p.dependents_read_inputs && !cuda::Bf16RingMmaTake(gv)) {
+  if (n > kGemvMaxRows && !cuda::Bf16RingMmaTake(gv)) {
     cuda::LtGemmArgs lt{Bf(p.x), Bf(p.w), Bf(p.out), n, k, m,
                         p.x.strides[0], p.w.strides[0], p.out.strides[0], p.accumulate};
     if (cuda::LtMatmul(lt, stream)) {

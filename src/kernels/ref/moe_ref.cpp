@@ -63,32 +63,6 @@ void MoeRouter(const MoeRouterParams& p) {
       float* out = RowF32(p.normed, t);
       for (int64_t c = 0; c < h; ++c) out[c] = float(double(x[c]) * inv * double(g[size_t(c)]));
     }
-  } else if (p.fold.data) {  // folded router (ops_moe.h), in double
-    const int64_t h = p.x.dim(1), q = p.fold_x.dim(1);
-    std::vector<double> z(static_cast<size_t>(n * num_experts));
-    std::vector<float> wrow(static_cast<size_t>(q + h));
-    for (int e = 0; e < num_experts; ++e) {
-      WeightRow(p.fold, TensorView{}, e, wrow.data());
-      for (int64_t t = 0; t < n; ++t) {
-        const float* fx = RowF32(p.fold_x, t);
-        const float* res = RowF32(p.residual, t);  // before the add
-        double acc = 0;
-        for (int64_t c = 0; c < q; ++c) acc += double(fx[c]) * double(wrow[size_t(c)]);
-        for (int64_t c = 0; c < h; ++c) acc += double(res[c]) * double(wrow[size_t(q + c)]);
-        z[size_t(t * num_experts + e)] = acc;
-      }
-    }
-    Registry::Global().table<RmsNormParams>().Find("ref")->run(
-        {.x = p.x, .weight = p.norm_weight, .out = p.normed, .residual = p.residual,
-         .eps = p.norm_eps});
-    for (int64_t t = 0; t < n; ++t) {
-      const float* res = RowF32(p.residual, t);  // after the add
-      double ss = 0;
-      for (int64_t c = 0; c < h; ++c) ss += double(res[c]) * double(res[c]);
-      const double inv = 1.0 / std::sqrt(ss / double(h) + double(p.norm_eps));
-      for (int e = 0; e < num_experts; ++e)
-        RowF32(p.logits, t)[e] = float(inv * z[size_t(t * num_experts + e)]);
-    }
   } else if (p.x.data) {  // fused router matmul: logits = x · router^T, as the reference Matmul
     const int64_t h = p.x.dim(1);
     // Fused RMSNorm first: the reference RmsNorm kernel itself, into `normed`.

@@ -110,19 +110,10 @@ void Validate(const MoeRouterParams& p) {
                    p.dots.strides[2] == 1 && p.x.dim(0) == n && p.logits.dtype == DType::kF32,
                op, "dots {} must be [P, {}, {}] f32 (x {}, logits f32)", p.dots.ShapeString(), n,
                e + 1, p.x.ShapeString());
-  } else if (p.fold.data) {
-    PG_OP_NEED(p.x.data && p.norm_weight.data && p.residual.data && !p.router.data, op,
-               "fold needs x, norm_weight and residual, and takes no router or dots");
-    NeedAct(op, "x", p.x, 2);
-    NeedAct(op, "fold_x", p.fold_x, 2);
-    PG_OP_NEED(p.x.dim(0) == n && p.fold_x.dim(0) == n && p.logits.dtype == DType::kF32, op,
-               "fold: x {} and fold_x {} must have {} rows, logits f32", p.x.ShapeString(),
-               p.fold_x.ShapeString(), n);
-    NeedWeight(op, "fold", p.fold, e, p.fold_x.dim(1) + p.x.dim(1));
   } else {
     PG_OP_NEED(!p.x.data == !p.router.data, op, "x and router must be given together");
   }
-  if (p.x.data && !p.dots.data && !p.fold.data) {
+  if (p.x.data && !p.dots.data) {
     NeedAct(op, "x", p.x, 2);
     PG_OP_NEED(p.x.dim(0) == n && p.logits.dtype == DType::kF32, op,
                "fused router: x {} must have {} rows and logits {} must be f32",

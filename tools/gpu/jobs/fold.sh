@@ -1,4 +1,6 @@
 # Queue job (tools/gpu/queue.sh) for the router folded through the o projection
+# (Record only: the folded router measured slower and was reverted, docs/PERF.md "Session 28";
+# its binaries come from commits 6eabba6 / fa45d1e.)
 # (PEREGRINE_MOE_FOLD_ROUTER, on by default; session 28): the GPU tests of the new kernel and the
 # model paths (the goldens run with the fold on), then batch-1 step rows with the fold off and
 # on, interleaved, three rounds, for Qwen3-30B-A3B and DeepSeek-V2-Lite.

@@ -1,4 +1,6 @@
 # Queue job (tools/gpu/queue.sh), session 28, second round of the folded router
+# (Record only: the folded router measured slower and was reverted, docs/PERF.md "Session 28";
+# its binaries come from commits 6eabba6 / fa45d1e.)
 # (PEREGRINE_MOE_FOLD_ROUTER): its last block's post-wait work in one round trip of loads, the
 # norm weights in shared memory and the experts chosen on z before the wait; the grid's
 # trigger at its start or (PEREGRINE_MOE_FOLD_TRIGGER=1) after that block's wait. Tests, then

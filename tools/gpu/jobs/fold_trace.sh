@@ -1,4 +1,6 @@
 # Queue job (tools/gpu/queue.sh): block timelines (-DPEREGRINE_BLOCK_TRACE=ON build) of one
+# (Record only: the folded router measured slower and was reverted, docs/PERF.md "Session 28";
+# its binaries come from commits 6eabba6 / fa45d1e.)
 # Qwen3-30B-A3B 1 x 1K step with the folded router off / on (PEREGRINE_MOE_FOLD_ROUTER; session
 # 28), per kernel kind the critical-path increment and the phases; then the router harness.
 # Make it: ninja -C build/trace moe_gpu_check && ninja -C build/cuda moe_gpu_check

@@ -36,7 +36,6 @@ enum BlockTraceTag : int {
   kTraceMlaQAbsorb = 24,
   kTraceMlaCombineApply = 25,
   kTraceDotsRoute = 26,
-  kTraceFoldRoute = 27,
 };
 
 constexpr int kBlockTraceMarks = 4;

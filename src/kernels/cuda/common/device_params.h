@@ -91,10 +91,6 @@ struct GemvArgs {
   WeightType norm_type = WeightType::kF32;
   float norm_eps = 1e-5f;
   bool swiglu = false;
-  // The kernel lets its PDL dependents launch only once its own PdlWait returned (pdl.cuh,
-  // late trigger; ops::MatmulParams::dependents_read_inputs): they may read x and what came
-  // before it before their own wait.
-  bool late_trigger = false;
 };
 
 // ---- paged attention ----------------------------------------------------------------------

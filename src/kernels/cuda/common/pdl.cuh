@@ -10,10 +10,6 @@
 //    so ordering stays transitive along the stream as long as every PDL kernel waits.
 //  * PdlTrigger() lets the next kernel launch early; calling it anywhere (or never) is safe:
 //    the next kernel still blocks in its own PdlWait until this one completes.
-//  * Late trigger (PdlTriggerAt): a kernel asked to trigger late triggers only after its own
-//    PdlWait returned, so everything its predecessors wrote is complete when its dependent
-//    launches; that dependent may then read, before its own PdlWait, what was written before
-//    this kernel (this kernel's inputs) — not what this kernel writes.
 // A kernel that never calls PdlWait must be launched with <<<>>> (full serialisation).
 // Outside a PDL launch both calls are no-ops, so one kernel body serves both launch modes.
 #pragma once
@@ -39,13 +35,6 @@ __device__ __forceinline__ void PdlTrigger() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
-}
-
-// The trigger of a kernel that may be asked to trigger late (GemvArgs::late_trigger): call
-// PdlTriggerAt(late, false) where the kernel triggers now (at its start) and
-// PdlTriggerAt(late, true) right after its PdlWait; it triggers at one of the two.
-__device__ __forceinline__ void PdlTriggerAt(bool late, bool after_wait) {
-  if (late == after_wait) PdlTrigger();
 }
 
 // The launch configuration of LaunchPdl: attr[0] allows programmatic stream serialisation

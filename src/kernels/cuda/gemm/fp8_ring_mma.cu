@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
   constexpr int kEs = kBf16W ? 2 : 1;  // bytes a weight
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr int kOutRows = kSwiGlu ? kGroupRows / 2 : kGroupRows;  // output rows a group
-  PdlTriggerAt(a.late_trigger, false);
+  PdlTrigger();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t jb = a.m * blockIdx.x / gridDim.x, je = a.m * (blockIdx.x + 1) / gridDim.x;
   const int64_t groups = (je - jb + kOutRows - 1) / kOutRows;
@@ -198,7 +198,6 @@ __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
 
   // ---- consumers ---------------------------------------------------------------------------
   PdlWait();
-  PdlTriggerAt(a.late_trigger, true);
   float4* red = reinterpret_cast<float4*>(smem + kBarBytes);
   const int g = lane / 4, q = lane % 4;
   const bool has_x = g < p.rows;
@@ -607,7 +606,6 @@ Fp8GemvArgs AsRingArgs(const GemvArgs& g) {
   a.norm_type = g.norm_type;
   a.norm_eps = g.norm_eps;
   a.swiglu = g.swiglu;
-  a.late_trigger = g.late_trigger;
   return a;
 }
 
@@ -633,13 +631,10 @@ bool OneRowShareFits(const GemvArgs& g) {
 // is larger (Llama-3.1-8B's o, 242 KB a block): the co-resident form lost 100 us a step there
 // (its ring fill competes with the attention's keys), the one-block form with 6 slots gained
 // 20 us in the graph captured at 1K but lost 30-108 us in the engine's 2048-8192-key graph
-// sets. PEREGRINE_BF16_RING_MMA_ONE_ROW=0 turns the rule off. A late-triggering projection
-// is the same o projection when the MoE router is folded (moe_device.cpp): it stores y
-// instead of accumulating, and the router adds it to the residual.
+// sets. PEREGRINE_BF16_RING_MMA_ONE_ROW=0 turns the rule off.
 bool OneRowRule(const GemvArgs& g) {
   static const bool on = EnvFlag("PEREGRINE_BF16_RING_MMA_ONE_ROW", true);
-  return on && g.n == 1 && (g.accumulate || g.late_trigger) && !g.norm_weight && !g.swiglu &&
-         OneRowShareFits(g);
+  return on && g.n == 1 && g.accumulate && !g.norm_weight && !g.swiglu && OneRowShareFits(g);
 }
 
 // The one-row rule's layout (the variant at its defaults; a variant set by the env or a test

@@ -63,7 +63,7 @@ __global__ void __launch_bounds__(kWarps * 32) GemvVecKernel(GemvArgs a, int64_t
   PG_BLOCK_TRACE(kTraceGemvVec);
   constexpr int kW = kSwiGlu || kPair ? 2 : 1;  // weight rows per warp: j (and j + roff)
   extern __shared__ uint4 staged[];     // kNorm: [NB][k / 8]
-  PdlTriggerAt(a.late_trigger, false);
+  PdlTrigger();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t jstride = int64_t(gridDim.x) * kWarps;
   const int64_t mj = kPair ? (a.m + 1) / 2 : a.m;   // the warps' row index space
@@ -89,7 +89,6 @@ __global__ void __launch_bounds__(kWarps * 32) GemvVecKernel(GemvArgs a, int64_t
   [[maybe_unused]] gemv::NormWeightRegs<kWarps * 32> nw;
   if constexpr (kNorm) nw.Load(a.norm_weight, a.norm_type, a.k, threadIdx.x);
   PdlWait();
-  PdlTriggerAt(a.late_trigger, true);
   // One row with accumulate: lane 0 loads the warp's first output value now, not after the
   // dot (only this warp writes it).
   constexpr bool kPrevForm = NB == 1 && kW == 1;
@@ -150,9 +149,8 @@ __global__ void __launch_bounds__(kWarps * 32) GemvVecKernel(GemvArgs a, int64_t
 template <int NB>
 __global__ void __launch_bounds__(kWarps * 32) GemvScalarKernel(GemvArgs a, int64_t row0) {
   PG_BLOCK_TRACE(kTraceGemvScalar);
-  PdlTriggerAt(a.late_trigger, false);
+  PdlTrigger();
   PdlWait();
-  PdlTriggerAt(a.late_trigger, true);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t j = int64_t(blockIdx.x) * kWarps + warp;
   if (j >= a.m) return;

@@ -114,7 +114,7 @@ __global__ void __launch_bounds__(kThreads, 2) GemvRingKernel(GemvArgs a, RingPl
   constexpr int kWb = kFp8 ? 1 : 2;             // bytes per weight element
   constexpr int kXu = kFp8 ? 2 : 1;             // x 16-byte units per weight 16-byte unit
   extern __shared__ __align__(128) unsigned char smem[];
-  PdlTriggerAt(a.late_trigger, false);
+  PdlTrigger();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t mj = kPair ? (a.m + 1) / 2 : a.m;  // the warp-row space
   const int64_t roff = kSwiGlu ? a.m : mj;         // offset of a warp's second row
@@ -183,7 +183,6 @@ __global__ void __launch_bounds__(kThreads, 2) GemvRingKernel(GemvArgs a, RingPl
   if constexpr (kNorm)
     if (p.preload) nw.Load(a.norm_weight, a.norm_type, a.k, threadIdx.x);
   PdlWait();
-  PdlTriggerAt(a.late_trigger, true);
   // One row with accumulate: lane t holds the output value of the warp's row t (loaded now,
   // beside x, instead of a dependent load in each row's WarpStore). Only this warp writes
   // those rows.

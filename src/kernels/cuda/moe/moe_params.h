@@ -62,22 +62,8 @@ struct MoeRouterArgs {
   // dots 16-byte aligned, dots_ld and dots_row_ld multiples of 4 (the kernel reads quads).
   const float* dots = nullptr;
   int64_t dot_slots = 0, dots_ld = 0, dots_row_ld = 0;
-  // Folded form (ops_moe.h MoeRouterParams::fold; one token; x = the projection's output y,
-  // norm_w / normed / residual / counter set, no router): fold_w [num_experts, fold_k + hidden]
-  // (row stride ld_fold), fold_x [fold_k]. fold_k and hidden multiples of 8, the rows 16-byte
-  // aligned; FoldRouteFits. The kernel reads fold_x and the residual before its PdlWait: the
-  // kernel in front must trigger late (pdl.cuh).
-  const bf16* fold_w = nullptr;
-  const bf16* fold_x = nullptr;
-  int64_t ld_fold = 0;
-  int fold_k = 0;
-  bool fold_trigger_late = false;  // (set by LaunchMoeRouter)
 };
 void LaunchMoeRouter(const MoeRouterArgs& a, cudaStream_t stream);
-// Whether the folded form takes these shapes (MoeRouterArgs::fold_w).
-bool FoldRouteFits(int num_experts, int fold_k, int hidden);
-// Launches of the folded form by this process (tests check it ran; graph capture counts).
-int64_t FoldRouteLaunches();
 // Whether the row-dots form takes these shapes (its block of <= 1024 threads, its loads a
 // lane; MoeRouterArgs::dots).
 bool DotsRouteFits(int num_experts, int hidden, int64_t slots);
@@ -248,7 +234,6 @@ struct Fp8GemvArgs {
   WeightType norm_type;
   float norm_eps;
   bool swiglu;
-  bool late_trigger;  // as GemvArgs::late_trigger (the ring kernel only; LaunchFp8Gemv: unset)
 };
 void LaunchFp8Gemv(const Fp8GemvArgs& a, cudaStream_t stream);
 // The f32-FMA warp kernel alone (the reference twin of gemv_ring.cu's fp8 path, bitwise).

@@ -71,7 +71,7 @@ bool RouterSupports(const MoeRouterParams& p) {
                        (On(p.norm_weight, DType::kF32) && On(p.normed, DType::kBF16) &&
                         p.normed.strides[1] == 1 &&
                         (!p.residual.data || (On(p.residual, DType::kBF16) && p.residual.strides[1] == 1)));
-  const bool fused_ok = p.dots.data || p.fold.data || !p.x.data ||
+  const bool fused_ok = p.dots.data || !p.x.data ||
                         (On(p.x, DType::kBF16) && On(p.router, DType::kBF16) &&
                          On(p.logits, DType::kF32) && p.x.strides[1] == 1 && norm_ok);
   // Row dots (moe_router.cu DotsRouteKernel): bf16 rows of 8-element chunks, 16-byte aligned;
@@ -86,17 +86,7 @@ bool RouterSupports(const MoeRouterParams& p) {
        p.x.strides[1] == 1 && p.x.dim(1) % 8 == 0 && rows16(p.x) && rows16(p.normed) &&
        Aligned16(p.norm_weight.data) &&
        cuda::DotsRouteFits(int(p.logits.dim(1)), int(p.x.dim(1)), p.dots.dim(0)));
-  // Folded router (moe_router.cu FoldRouteKernel): one token, bf16 rows of 8-element chunks,
-  // 16-byte aligned.
-  const bool fold_ok =
-      !p.fold.data ||
-      (p.logits.dim(0) == 1 && On(p.fold, DType::kBF16) && On(p.fold_x, DType::kBF16) &&
-       On(p.x, DType::kBF16) && On(p.logits, DType::kF32) && norm_ok && p.residual.data &&
-       p.fold.strides[1] == 1 && p.fold_x.strides[1] == 1 && p.x.strides[1] == 1 &&
-       rows16(p.fold) && Aligned16(p.fold_x.data) && Aligned16(p.x.data) &&
-       Aligned16(p.residual.data) && Aligned16(p.normed.data) && Aligned16(p.norm_weight.data) &&
-       cuda::FoldRouteFits(int(p.logits.dim(1)), int(p.fold_x.dim(1)), int(p.x.dim(1))));
-  return logits_ok && fused_ok && dots_ok && fold_ok && On(p.topk_ids, DType::kI32) && On(p.topk_weights, DType::kF32) &&
+  return logits_ok && fused_ok && dots_ok && On(p.topk_ids, DType::kI32) && On(p.topk_weights, DType::kF32) &&
          (!p.bias.data || p.bias.device == Device::kCuda) &&
          p.logits.dim(1) <= cuda::kRouterMaxExperts && p.topk_ids.dim(1) <= cuda::kRouterMaxTopK &&
          p.num_groups <= cuda::kRouterMaxGroups;
@@ -150,21 +140,6 @@ cuda::MoeRouterArgs RouterArgsOf(const MoeRouterParams& p, cudaStream_t stream, 
     a.dot_slots = p.dots.dim(0);
     a.dots_ld = p.dots.strides[0];
     a.dots_row_ld = p.dots.strides[1];
-  } else if (p.fold.data) {  // folded router: x = the projection's output, the norm + residual
-    a.x = static_cast<const bf16*>(p.x.data);
-    a.ldx = p.x.strides[0];
-    a.hidden = int(p.x.dim(1));
-    a.counter = RouterCounter(stream);
-    a.norm_w = p.norm_weight.as<float>();
-    a.normed = static_cast<bf16*>(p.normed.data);
-    a.ld_normed = p.normed.strides[0];
-    a.residual = static_cast<bf16*>(p.residual.data);
-    a.ld_res = p.residual.strides[0];
-    a.eps = p.norm_eps;
-    a.fold_w = static_cast<const bf16*>(p.fold.data);
-    a.ld_fold = p.fold.strides[0];
-    a.fold_x = static_cast<const bf16*>(p.fold_x.data);
-    a.fold_k = int(p.fold_x.dim(1));
   } else if (p.x.data) {
     a.x = static_cast<const bf16*>(p.x.data);
     a.router_w = static_cast<const bf16*>(p.router.data);
@@ -422,8 +397,8 @@ void RunExperts(const MoeExpertsParams& p) {
       LaunchWalk(p, L, table, sh, int(k), act, p.accumulate, stream, &ra);
       return;
     }
-    if (p.route->dots.data || p.route->fold.data) {
-      RunRouter(*p.route);  // one kernel: the logits from dots / fold, the normed row, the routes
+    if (p.route->dots.data) {
+      RunRouter(*p.route);  // one kernel: the logits from the dots, the normed row, the routes
     } else if (!sorted && p.route->x.data && !p.route->residual.data) {
       // The fused router kernel stops after the logits and normed rows (no counter); the
       // router kernel routes from the logits; the walk reads the routes.
@@ -533,8 +508,7 @@ constexpr int64_t kFp8GemvMaxRows = 16;
 bool Fp8MatmulSupports(const MatmulParams& p) {
   return On(p.x, DType::kBF16) && On(p.out, DType::kBF16) && On(p.w, DType::kF8E4M3) &&
          On(p.w_scale, DType::kF32) && p.w_scale.ndim == 2 &&
-         (!p.bias.data || p.bias.device == Device::kCuda) &&
-         !p.dependents_read_inputs;  // its kernels trigger at their start
+         (!p.bias.data || p.bias.device == Device::kCuda);
 }
 
 void RunFp8Matmul(const MatmulParams& p) {

@@ -57,12 +57,16 @@ __device__ inline void MaskGroups(const MoeRouterArgs& a, float* choice, int lan
   __syncwarp();
 }
 
-// The routing scores of one token from its logits in registers (lg[j]: expert lane + 32 j;
-// entries past num_experts ignored): s = softmax(lg) or sigmoid(lg). Whole warp.
-__device__ __forceinline__ void WarpScores(const MoeRouterArgs& a, const float (&lg)[kRoutePerLane],
-                                           int lane, float (&s)[kRoutePerLane]) {
+// Routes one token from its logits in registers, lg[j] = logit of expert lane + 32 j (entries
+// past num_experts ignored); whole warp, a.num_experts <= 32 * kRoutePerLane. Lane j < top_k
+// gets the j-th chosen expert (descending choice score) in *id and its final weight
+// (renormalised, scaled) in *weight; other lanes get -1 / 0. choice_smem: [num_experts] f32 of
+// shared memory (used only by group-limited routing).
+__device__ inline void RouteWarpLogits(const MoeRouterArgs& a, const float (&lg)[kRoutePerLane],
+                                       float* choice_smem, int lane, int* id, float* weight) {
   constexpr int P = kRoutePerLane;
   const int E = a.num_experts;
+  float s[P], c[P];
   float mx = -FLT_MAX;
 #pragma unroll
   for (int j = 0; j < P; ++j) {
@@ -83,53 +87,6 @@ __device__ __forceinline__ void WarpScores(const MoeRouterArgs& a, const float (
 #pragma unroll
     for (int j = 0; j < P; ++j) s[j] *= inv;
   }
-}
-
-// Whether a routing's choice is the logits' order itself (so a positive scale of the logits
-// leaves it alone): no bias and no group limit (softmax and sigmoid are increasing).
-__host__ __device__ __forceinline__ bool ChoiceIsLogitOrder(const MoeRouterArgs& a) {
-  return !a.bias && !(a.num_groups > 1 && a.topk_groups < a.num_groups);
-}
-
-// The top_k of values v[j] (expert lane + 32 j, entries past num_experts ignored) by the
-// repeated warp arg-max of RouteWarpLogits (value descending, index ascending on ties): lane
-// j < top_k gets the j-th expert, other lanes -1. Whole warp.
-__device__ inline int WarpTopK(const MoeRouterArgs& a, const float (&v)[kRoutePerLane], int lane) {
-  constexpr int P = kRoutePerLane;
-  float c[P];
-#pragma unroll
-  for (int j = 0; j < P; ++j) c[j] = lane + 32 * j < a.num_experts ? v[j] : -INFINITY;
-  int my_id = -1;
-  for (int k = 0; k < a.top_k; ++k) {
-    float bv = c[0];
-    int bj = 0;
-#pragma unroll
-    for (int j = 1; j < P; ++j)
-      if (c[j] > bv) bv = c[j], bj = j;
-    const unsigned key = OrderKey(bv);
-    const unsigned best = __reduce_max_sync(0xffffffffu, key);
-    const unsigned e = __reduce_min_sync(0xffffffffu, key == best ? unsigned(lane + 32 * bj) : 0xffffffffu);
-    if (lane == int(e & 31u)) {
-#pragma unroll
-      for (int j = 0; j < P; ++j)
-        if (j == int(e >> 5)) c[j] = -INFINITY;
-    }
-    if (lane == k) my_id = int(e);
-  }
-  return my_id;
-}
-
-// Routes one token from its logits in registers, lg[j] = logit of expert lane + 32 j (entries
-// past num_experts ignored); whole warp, a.num_experts <= 32 * kRoutePerLane. Lane j < top_k
-// gets the j-th chosen expert (descending choice score) in *id and its final weight
-// (renormalised, scaled) in *weight; other lanes get -1 / 0. choice_smem: [num_experts] f32 of
-// shared memory (used only by group-limited routing).
-__device__ inline void RouteWarpLogits(const MoeRouterArgs& a, const float (&lg)[kRoutePerLane],
-                                       float* choice_smem, int lane, int* id, float* weight) {
-  constexpr int P = kRoutePerLane;
-  const int E = a.num_experts;
-  float s[P], c[P];
-  WarpScores(a, lg, lane, s);
   PG_TRACE_MARK(0);  // scores (the logits arrived)
 #pragma unroll
   for (int j = 0; j < P; ++j) {

@@ -9,10 +9,7 @@
 //    stops after the logits (the walking gate/up kernel routes); NormLogitsKernel is that
 //    deferred form for rows up to 2048 without a residual, everything in registers;
 //  * DotsRouteKernel: the logits from the row dots the o projection wrote (ops_moe.h
-//    MoeRouterParams::dots), the normed row and the routing in one block a token;
-//  * FoldRouteKernel: the logits from the folded router (MoeRouterParams::fold), one block an
-//    expert before the projection in front has finished, then the last block to arrive adds
-//    the projection to the residual, norms, and routes.
+//    MoeRouterParams::dots), the normed row and the routing in one block a token.
 // (A one-cluster form meeting in distributed shared memory instead of the counter measured
 // slower still on the H200 — Qwen3-30B-A3B norm + router 13.4 vs 11.0 us — and was dropped:
 // commit 68e9a1a has it.)
@@ -22,7 +19,6 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cfloat>
 
 #include "core/env.h"
@@ -516,177 +512,7 @@ __global__ void __launch_bounds__(1024) DotsRouteKernel(MoeRouterArgs a) {
   PG_TRACE_MARK(2);  // routes stored
 }
 
-// Folded form (a.fold_w; ops_moe.h MoeRouterParams::fold), one token. Block e takes expert e:
-// z = fold_w[e] . concat(fold_x, residual), thread t the row's 16-byte chunks t, t + 128, ...
-// (at most kFoldChunks, all loaded at once; the four warp sums added in warp order) — before
-// PdlWait: the projection in front (y = this op's x) triggers late (pdl.cuh), so fold_x and
-// the residual, its inputs, are complete, and nothing writes them until this grid's last block
-// does. Also before the wait, z goes to logits[e] and the block counts itself in: neither is
-// the projection's. The block that arrives last takes every z and the norm weights into shared
-// memory and, where the choice is the logits' order (moe_route.cuh ChoiceIsLogitOrder), picks
-// the top_k on z (inv > 0 keeps the order; ties as RouteWarpLogits'); then it waits for the
-// projection and, in one round trip of loads, adds y to the residual and takes inv = 1 / rms
-// (InvRms' order), stores the residual and normed rows (StoreNormRow's values), the logits
-// inv * z, and the weights (RouteWarpLogits' arithmetic; it routes in full where the choice
-// needs the scores). a.fold_trigger_late: the grid triggers its dependents once that block's
-// wait has returned, not at its start.
-constexpr int kFoldThreads = 128;
-constexpr int kFoldChunks = 8;      // rows of fold_k + hidden <= 128 x 8 x 8 = 8192 elements
-constexpr int kFoldNormChunks = 4;  // hidden <= 128 x 4 x 8 = 4096
-
-__global__ void __launch_bounds__(kFoldThreads) FoldRouteKernel(MoeRouterArgs a) {
-  PG_BLOCK_TRACE(kTraceFoldRoute);
-  if (!a.fold_trigger_late) PdlTrigger();
-  constexpr int P = moe::kRoutePerLane;
-  __shared__ float red[kFoldThreads / 32];
-  __shared__ float z[kRouteRegMaxExperts];
-  __shared__ float choice[kRouteRegMaxExperts];
-  __shared__ float gs[kFoldThreads * kFoldNormChunks * 8];
-  __shared__ bool last;
-  const int t = threadIdx.x, warp = t / 32, lane = t % 32;
-  const int nq = a.fold_k / 8, nc = nq + a.hidden / 8;
-  const uint4* w4 = reinterpret_cast<const uint4*>(a.fold_w + int64_t(blockIdx.x) * a.ld_fold);
-  const uint4* q4 = reinterpret_cast<const uint4*>(a.fold_x);
-  const uint4* r4 = reinterpret_cast<const uint4*>(a.residual);
-  uint4 w[kFoldChunks], v[kFoldChunks];
-#pragma unroll
-  for (int i = 0; i < kFoldChunks; ++i) {
-    const int c = t + kFoldThreads * i;
-    if (c < nc) {
-      w[i] = __ldg(w4 + c);
-      v[i] = c < nq ? __ldcg(q4 + c) : __ldcg(r4 + (c - nq));  // (not the read-only path)
-    }
-  }
-  float acc = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kFoldChunks; ++i) {
-    if (t + kFoldThreads * i >= nc) continue;
-    float wf[8], vf[8];
-    moe::Widen<false>(w[i], wf);
-    moe::Widen<false>(v[i], vf);
-#pragma unroll
-    for (int q = 0; q < 8; ++q) acc = fmaf(wf[q], vf[q], acc);
-  }
-  acc = WarpSum(acc);
-  if (lane == 0) red[warp] = acc;
-  __syncthreads();
-  float* logits = static_cast<float*>(const_cast<void*>(a.logits));
-  if (t == 0) {
-    logits[blockIdx.x] = (red[0] + red[1]) + (red[2] + red[3]);
-    __threadfence();
-    last = atomicAdd(a.counter, 1u) == gridDim.x - 1;
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  if (t == 0) *a.counter = 0;  // ready for the next (stream-ordered) launch
-  for (int e = t; e < a.num_experts; e += kFoldThreads) z[e] = __ldcg(logits + e);
-  for (int i = t; i < a.hidden; i += kFoldThreads) gs[i] = __ldg(a.norm_w + i);
-  __syncthreads();
-  const bool pre = moe::ChoiceIsLogitOrder(a);
-  float zl[P];
-  int my_id = -1;
-  if (warp == 0) {
-#pragma unroll
-    for (int j = 0; j < P; ++j) zl[j] = lane + 32 * j < a.num_experts ? z[lane + 32 * j] : 0.0f;
-    if (pre) my_id = moe::WarpTopK(a, zl, lane);
-  }
-  PG_TRACE_MARK(0);  // z gathered (and chosen)
-  PdlWait();  // y from the projection
-  if (a.fold_trigger_late) PdlTrigger();
-  // residual += y and 1 / rms from one round trip of loads (InvRms' summation order).
-  const int nh = a.hidden / 8;
-  const uint4* y4 = reinterpret_cast<const uint4*>(a.x);
-  uint4 yv[kFoldNormChunks], rv[kFoldNormChunks];
-#pragma unroll
-  for (int i = 0; i < kFoldNormChunks; ++i) {
-    const int c = t + kFoldThreads * i;
-    if (c < nh) yv[i] = __ldg(y4 + c), rv[i] = __ldg(r4 + c);
-  }
-  float ss = 0.0f, sum8[kFoldNormChunks][8];
-#pragma unroll
-  for (int i = 0; i < kFoldNormChunks; ++i) {
-    if (t + kFoldThreads * i >= nh) continue;
-    float f[8], r[8];
-    moe::Widen<false>(yv[i], f);
-    moe::Widen<false>(rv[i], r);
-#pragma unroll
-    for (int q = 0; q < 8; ++q) {
-      sum8[i][q] = RoundBf16(r[q] + f[q]);
-      ss = fmaf(sum8[i][q], sum8[i][q], ss);
-    }
-  }
-  ss = WarpSum(ss);
-  if (lane == 0) red[warp] = ss;
-  __syncthreads();
-  float total = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kFoldThreads / 32; ++i) total += red[i];
-  const float inv = rsqrtf(total / float(a.hidden) + a.eps);
-  PG_TRACE_MARK(1);  // 1 / rms
-  uint4* res_out = reinterpret_cast<uint4*>(a.residual);
-  uint4* normed_out = reinterpret_cast<uint4*>(a.normed);
-#pragma unroll
-  for (int i = 0; i < kFoldNormChunks; ++i) {
-    const int c = t + kFoldThreads * i;
-    if (c >= nh) continue;
-    __align__(16) bf16 rb[8], ob[8];
-#pragma unroll
-    for (int q = 0; q < 8; ++q) {
-      rb[q] = __float2bfloat16_rn(sum8[i][q]);
-      ob[q] = __float2bfloat16_rn(sum8[i][q] * inv * gs[c * 8 + q]);
-    }
-    res_out[c] = *reinterpret_cast<const uint4*>(rb);
-    normed_out[c] = *reinterpret_cast<const uint4*>(ob);
-  }
-  for (int e = t; e < a.num_experts; e += kFoldThreads) logits[e] = inv * z[e];
-  if (warp == 0) {
-    float lg[P];
-#pragma unroll
-    for (int j = 0; j < P; ++j) lg[j] = inv * zl[j];
-    int id;
-    float wt;
-    if (pre) {
-      // RouteWarpLogits' weights for the experts chosen above: the scores, their sum over the
-      // chosen in choice order, renormalised and scaled.
-      float s[P];
-      moe::WarpScores(a, lg, lane, s);
-      float sum = 0.0f, mine = 0.0f;
-      for (int k = 0; k < a.top_k; ++k) {
-        const int e = __shfl_sync(0xffffffffu, my_id, k);
-        float se = 0.0f;
-#pragma unroll
-        for (int j = 0; j < P; ++j)
-          if (j == (e >> 5)) se = s[j];
-        se = __shfl_sync(0xffffffffu, se, e & 31);
-        sum += se;
-        if (lane == k) mine = se;
-      }
-      id = my_id;
-      wt = 0.0f;
-      if (lane < a.top_k) {
-        wt = mine;
-        if (a.renormalize) wt /= sum + 1e-20f;
-        wt *= a.scaling;
-      }
-    } else {
-      moe::RouteWarpLogits(a, lg, choice, lane, &id, &wt);
-    }
-    StoreRoute(a, 0, lane, id, wt);
-  }
-  PG_TRACE_MARK(2);  // routes stored
-}
-
 }  // namespace
-
-static std::atomic<int64_t> g_fold_launches{0};
-int64_t FoldRouteLaunches() { return g_fold_launches.load(std::memory_order_relaxed); }
-
-bool FoldRouteFits(int num_experts, int fold_k, int hidden) {
-  return num_experts >= 1 && num_experts <= kRouteRegMaxExperts && fold_k % 8 == 0 &&
-         hidden % 8 == 0 && fold_k + hidden <= kFoldThreads * kFoldChunks * 8 &&
-         hidden <= kFoldThreads * kFoldNormChunks * 8;
-}
 
 // Lanes a column quad: 32 (PEREGRINE_MOE_DOTS_LANES, default; Qwen3-30B-A3B, 128 experts: 32
 // quads, 1024 threads, 5 quad loads a lane at 132 slots — a block that cannot start beside
@@ -722,15 +548,7 @@ void LaunchMoeRouter(const MoeRouterArgs& a, cudaStream_t stream) {
   // a layer in a block trace); DeepSeek-V2-Lite -6 us (docs/PERF.md "Session 16").
   static const bool warm = EnvFlag("PEREGRINE_MOE_NORM_LOGITS_WARM", true);
   const size_t smem = size_t(kWarps) * 2 * size_t(a.num_experts) * sizeof(float);
-  if (a.fold_w) {  // (the caller checked FoldRouteFits; one token)
-    g_fold_launches.fetch_add(1, std::memory_order_relaxed);
-    // PEREGRINE_MOE_FOLD_TRIGGER=1: the grid triggers once its last block's wait returned (the
-    // gate/up kernel launches later), else at its start.
-    static const bool late = EnvFlag("PEREGRINE_MOE_FOLD_TRIGGER", false);
-    MoeRouterArgs f = a;
-    f.fold_trigger_late = late;
-    (void)LaunchPdl(FoldRouteKernel, dim3(unsigned(a.num_experts)), dim3(kFoldThreads), 0, stream, f);
-  } else if (a.dots) {  // (the caller checked DotsRouteFits)
+  if (a.dots) {  // (the caller checked DotsRouteFits)
     const unsigned threads = unsigned(DotsRouteThreads(a.num_experts, a.hidden, a.dot_slots));
     using K = void (*)(MoeRouterArgs);
     const int loads = DotsLoads(a.dot_slots);
