@@ -2,10 +2,7 @@
 // (the composition of the reference kernels) and the unfused fallback backends.
 #include <string_view>
 #include <type_traits>
-#include <vector>
 
-#include "core/quant.h"
-#include "kernels/kernel_util.h"
 #include "kernels/ops_fused.h"
 #include "kernels/registry.h"
 #include "kernels/validate.h"
@@ -33,29 +30,6 @@ Steps StepsOf(const FusedMatmulParams& p) {
   return s;
 }
 
-// The RowDots step (ops_fused.h) on host tensors: whole sums in slot 0 (double), zeros in the
-// other slots.
-void RowDotsHost(const FusedMatmulParams& p) {
-  PG_CHECK(p.out.device == Device::kCpu, "FusedMatmul: RowDots of the composition on the host only");
-  const int64_t n = p.out.dim(0), m = p.out.dim(1), D = p.dot_w.dim(1), P = p.dots.dim(0);
-  std::vector<float> wrow(static_cast<size_t>(D));
-  std::vector<double> acc(static_cast<size_t>(n * (D + 1)), 0.0);
-  for (int64_t j = 0; j < m; ++j) {
-    quant::DequantizeRow(p.dot_w.dtype, p.dot_w.row_ptr(j), wrow.data(), D);
-    for (int64_t r = 0; r < n; ++r) {
-      const double v = detail::RowF32(p.out, r)[j];
-      double* a = acc.data() + r * (D + 1);
-      for (int64_t d = 0; d < D; ++d) a[d] += v * double(wrow[size_t(d)]);
-      a[D] += v * v;
-    }
-  }
-  for (int64_t s = 0; s < P; ++s)
-    for (int64_t r = 0; r < n; ++r) {
-      float* o = p.dots.as<float>() + s * p.dots.strides[0] + r * p.dots.strides[1];
-      for (int64_t d = 0; d <= D; ++d) o[d] = s == 0 ? float(acc[size_t(r * (D + 1) + d)]) : 0.0f;
-    }
-}
-
 void RunRef(const FusedMatmulParams& p) { RunFusedMatmulComposed(p, /*reference=*/true); }
 void RunComposed(const FusedMatmulParams& p) { RunFusedMatmulComposed(p, /*reference=*/false); }
 
@@ -74,18 +48,6 @@ void Validate(const FusedMatmulParams& p) {
                "projected scratch {} must have at least {} rows", p.projected.ShapeString(), n);
   PG_OP_NEED(p.out.data != p.x.data || p.x.numel() == 0, op, "out must not alias x");
   PG_OP_NEED(!(p.accumulate && p.swiglu), op, "accumulate is not taken with swiglu");
-  PG_OP_NEED(!p.dot_w.data == !p.dots.data, op, "dot_w and dots must be given together");
-  if (p.dot_w.data) {
-    const int64_t m = p.out.dim(1);
-    PG_OP_NEED(p.dot_w.ndim == 2 && p.dot_w.dim(0) == m && p.dot_w.dim(1) >= 1 &&
-                   p.dot_w.strides[1] == 1 && p.dot_w.device == p.out.device,
-               op, "dot_w {} must be [{}, D] (row-major, on out's device)", p.dot_w.ShapeString(), m);
-    const int64_t D = p.dot_w.dim(1);
-    PG_OP_NEED(p.dots.ndim == 3 && p.dots.dim(0) >= 1 && p.dots.dim(1) == n &&
-                   p.dots.dim(2) == D + 1 && p.dots.dtype == DType::kF32 && p.dots.strides[2] == 1 &&
-                   p.dots.device == p.out.device,
-               op, "dots {} must be [P, {}, {}] f32", p.dots.ShapeString(), n, D + 1);
-  }
   const Steps s = StepsOf(p);
   if (p.norm_weight.data) Validate(s.norm);
   Validate(s.matmul);
@@ -106,15 +68,6 @@ void RunFusedMatmulComposed(const FusedMatmulParams& p, bool reference) {
   if (p.norm_weight.data) run(s.norm);
   run(s.matmul);
   if (p.swiglu) run(s.swiglu);
-  if (p.dots.data) RowDotsHost(p);
-}
-
-int64_t RowDotSlots(Device device) {
-#if defined(PEREGRINE_HAVE_CUDA)
-  if (device == Device::kCuda) return CudaRowDotSlots();
-#endif
-  (void)device;
-  return 1;
 }
 
 void FusedMatmul(const FusedMatmulParams& p) { Registry::Global().Run(p); }

@@ -18,23 +18,9 @@ namespace pg::ops {
 //   h   = norm_weight set ? RmsNorm(x, norm_weight, eps) : x               -> normed
 //   y   = Matmul(h, w, bias, w_scale)                                      -> projected
 //   out = swiglu ? SwiGlu(y) (gate y[:, :m/2], up y[:, m/2:]) : y      (accumulate: out += y)
-//   dots (optional) = RowDots(out, dot_w)                              (after out is written)
 // Llama's decode uses it for attn_norm + qkv projection, and for ffn_norm + gate_up + SwiGLU.
 // CUDA fuses bf16 weights at n <= 4 (the GEMV range) into one kernel; larger batches and fp8
 // weights run the composition (cuBLASLt).
-//
-// RowDots — what the next RMSNorm + matmul of the residual stream needs of out, so that the
-// projection writing it computes them (MoE decode: the o projection writes the residual h,
-// and with dot_w = (router * ffn_norm)^T the router's logits are inv_rms(h) * (h . dot_w)):
-//   sum_p dots[p, r, d] = sum_j out[r, j] * dot_w[j, d]   (d < D)
-//   sum_p dots[p, r, D] = sum_j out[r, j]^2
-// with out as stored (after accumulate, rounded to out's dtype). How the sums are split over
-// the P slots is the backend's (every slot is written; the reference puts the whole sums in
-// slot 0 and zeros elsewhere); a reader adds the P slots in slot order. P is the caller's:
-// RowDotSlots(device) is the count the fused CUDA kernel takes.
-// CUDA: only the one-row ring kernel (n = 1, bf16 weights, accumulate, no norm / swiglu /
-// bias, D % 8 == 0, P = RowDotSlots) writes dots; nothing else on CUDA takes them (the
-// caller asks Registry::Selected first and keeps the unfused path otherwise).
 struct FusedMatmulParams {
   TensorView x;            // [n, k] f32 (bf16 on CUDA)
   TensorView norm_weight;  // optional [k] f32/f16/bf16 (data == nullptr: no norm)
@@ -48,14 +34,8 @@ struct FusedMatmulParams {
   // norm_weight is set, projected [n, m] when swiglu is set; unused otherwise.
   TensorView normed, projected;
   bool accumulate = false;  // out += y (not with swiglu)
-  TensorView dot_w;         // optional [m, D] (f32 / bf16 on the host, bf16 on CUDA)
-  TensorView dots;          // with dot_w: [P, n, D + 1] f32, out (RowDots above)
 };
 void FusedMatmul(const FusedMatmulParams& p);
-
-// The slot count P of FusedMatmulParams::dots that `device`'s fused kernel writes: 1 on the
-// host; on CUDA the current device's multiprocessor count (the one-row ring kernel's grid).
-int64_t RowDotSlots(Device device);
 
 void Validate(const FusedMatmulParams& p);
 Device DeviceOf(const FusedMatmulParams& p);

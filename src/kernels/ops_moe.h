@@ -31,14 +31,6 @@ namespace pg::ops {
 // runs first, exactly as RmsNorm({.x = x, .weight = norm_weight, .out = normed,
 // .residual = residual, .eps = norm_eps}), and the logits are computed from `normed` (the
 // experts' input). CUDA: norm_weight f32, normed / residual bf16.
-// Logits from row dots (optional, instead of router; ops_fused.h RowDots): dots = [P, num_tokens,
-// num_experts + 1] f32 as a FusedMatmul with dot_w = (router * norm_weight)^T wrote them for x
-// (the norm's input; norm_weight, normed required, no residual):
-//   raw[t, e] = sum_p dots[p, t, e], ss[t] = sum_p dots[p, t, E] (slot order),
-//   inv = 1 / sqrt(ss / hidden + norm_eps), logits[t, e] = inv * raw[t, e],
-//   normed[t] = x[t] * inv * norm_weight (as RmsNorm, with this inv)
-// — the fused RMSNorm + router matmul's logits up to rounding (the normed row is not rounded
-// before the products, dot_w's products are rounded once).
 enum class MoeScoring : uint8_t { kSoftmax, kSigmoid };
 struct MoeRouterParams {
   TensorView logits;        // [num_tokens, num_experts] f32 (router matmul output; bf16 ok on CUDA)
@@ -56,7 +48,6 @@ struct MoeRouterParams {
   TensorView normed;        // with norm_weight: [num_tokens, hidden], out
   TensorView residual;      // optional, with norm_weight: [num_tokens, hidden], updated in place
   float norm_eps = 1e-6f;
-  TensorView dots;          // optional, with x and norm_weight, no router: [P, num_tokens, E + 1] f32
 };
 void MoeRouter(const MoeRouterParams& p);
 

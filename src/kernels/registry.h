@@ -211,7 +211,6 @@ void RegisterCudaSampleKernels(Registry& r);  // ops_sample.h (cuda/sampling/sam
 void RegisterCudaFp8MatmulKernels(Registry& r);  // fp8 per-tensor/channel (cuda/gemm/fp8_matmul.cpp)
 void RegisterCudaFusedKernels(Registry& r);  // ops_fused.h (cuda/gemm/gemv_register.cpp)
 void RegisterCudaFusedAttentionKernels(Registry& r);  // ops_fused_attention.h (cuda/cuda_register.cpp)
-int64_t CudaRowDotSlots();  // ops_fused.h RowDotSlots on CUDA (cuda/gemm/gemv_register.cpp)
 #endif
 
 }  // namespace pg::ops

@@ -189,12 +189,8 @@ class DeepseekV3Model final : public Model {
       D.wkv_b = src.Bf16(a + "kv_b_proj.weight", nh * (nope + vd), rank);
       D.wo = src.Linear(a + "o_proj.weight", h, nh * vd);
       D.moe = c_.IsMoeLayer(i);
-      if (D.moe) {
-        D.moe_ffn = PlaceMoeFfn(src, p + "mlp.", c_, cap);
-        D.moe_ffn.router_dots = PlaceRouterDots(mk, memory, D.moe_ffn.router, D.ffn_norm, D.wo);
-      } else {
-        D.mlp = PlaceMlp(src, p + "mlp.", h, b.intermediate_size);
-      }
+      if (D.moe) D.moe_ffn = PlaceMoeFfn(src, p + "mlp.", c_, cap);
+      else D.mlp = PlaceMlp(src, p + "mlp.", h, b.intermediate_size);
     }
     // No MoE block hint (DeviceMoeFfn::l2_after) for the next layer's q + kv_a: DeepSeek-V2-Lite
     // 1 x 1K was 14-39 us a step slower at 12-100 % (session 27).
@@ -370,10 +366,8 @@ class DeepseekV3Model final : public Model {
                          .scale = c_.softmax_scale,
                          .mode = decode ? ops::MlaMode::kAbsorbed : ops::MlaMode::kExpanded,
                          .positions = rope_pos, .rope = rope_cfg, .write = &write});
-      // x += attn · wo^T; at one token with the router's row dots (moe_device.cpp).
-      const TensorView dots = RunDeviceOutProjection(attn, L.wo, x, L.moe ? &L.moe_ffn : nullptr,
-                                                     A.ffn_scratch);
-      const FfnNorm ffn_norm{.x = x, .weight = L.ffn_norm, .eps = b.rms_norm_eps, .dots = dots};  // -> hn
+      DeviceMatmul(attn, L.wo, x, /*accumulate=*/true);
+      const FfnNorm ffn_norm{.x = x, .weight = L.ffn_norm, .eps = b.rms_norm_eps};  // -> hn
       if (L.moe) RunDeviceMoeFfn(L.moe_ffn, c_, hn, x, A.ffn_scratch, &ffn_norm, /*accumulate=*/true);
       else RunDeviceMlp(L.mlp, hn, x, A.ffn_scratch, /*accumulate=*/true, &ffn_norm);
     }

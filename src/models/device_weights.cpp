@@ -118,17 +118,6 @@ TensorView DeviceWeightMaker::Vector(std::initializer_list<TensorView> parts, in
   return out;
 }
 
-TensorView DeviceWeightMaker::Derived(std::span<const float> values, int64_t rows, int64_t cols) {
-  PG_CHECK(int64_t(values.size()) == rows * cols, "derived matrix of {} values for [{}, {}]",
-           values.size(), rows, cols);
-  TensorView out = TensorView::Contiguous(Alloc(rows * cols * 2), DType::kBF16, {rows, cols},
-                                          mem_.device());
-  std::vector<uint16_t> staging(values.size());
-  for (size_t i = 0; i < values.size(); ++i) staging[i] = F32ToBf16(values[i]);
-  mem_.CopyToDevice(out.data, staging.data(), staging.size() * 2);
-  return out;
-}
-
 TensorView DeviceWeightMaker::Buffer(DType dtype, int64_t rows, int64_t cols) {
   const int64_t elem = Info(dtype).block_bytes;
   return TensorView::Contiguous(Alloc(rows * cols * elem), dtype, {rows, cols}, mem_.device());

@@ -42,7 +42,6 @@ class DeviceWeightMaker {
   DeviceWeightMaker(DeviceMemory& mem, bool random, uint64_t seed)
       : mem_(mem), random_(random), seed_(seed) {}
   bool random() const { return random_; }
-  Device device() const { return mem_.device(); }
 
   // The row-wise concatenation of host matrices `parts` (each [r_i, cols]) as one bf16 device
   // matrix [rows, cols] (sum r_i == rows); in random mode a random matrix [rows, cols].
@@ -67,9 +66,6 @@ class DeviceWeightMaker {
   // The concatenation of host f32 vectors as one f32 device vector [n]; random: mean + noise.
   TensorView Vector(std::initializer_list<TensorView> parts, int64_t n, float mean);
 
-  // A bf16 device matrix [rows, cols] from host f32 values (row-major), in random mode too: a
-  // weight derived from placed ones and read in their stead (not counted in bytes()).
-  TensorView Derived(std::span<const float> values, int64_t rows, int64_t cols);
   // Activation scratch [rows, cols] bf16 (not counted as weights).
   TensorView Activations(int64_t rows, int64_t cols) { return Buffer(DType::kBF16, rows, cols); }
   // Other scratch [rows, cols] of `dtype` (i32 routing ids, f32 routing weights).

@@ -6,7 +6,6 @@
 #include <cstring>
 #include <vector>
 
-#include "core/dtype.h"
 #include "core/status.h"
 #include "kernels/ops.h"
 #include "kernels/ops_fused.h"
@@ -201,58 +200,7 @@ DeviceFfnScratch PlaceFfnScratch(DeviceWeightMaker& mk, const MoeModelConfig& c,
   s.topk_weights = mk.Buffer(DType::kF32, capacity, std::max(c.top_k, 1));
   s.gate_up = mk.Activations(capacity, 2 * inter);
   s.act = mk.Activations(capacity, inter);
-  if (c.num_experts > 0) {
-    // [slots, 1, E + 1] at a slot stride of a multiple of 4 floats (the CUDA router kernel
-    // reads 16-byte quads).
-    const int64_t slots = ops::RowDotSlots(mk.device()), cols = c.num_experts + 1;
-    const int64_t ld = (cols + 3) / 4 * 4;
-    s.dots = mk.Buffer(DType::kF32, slots, ld);
-    s.dots.ndim = 3;
-    s.dots.shape = {slots, 1, cols};
-    s.dots.strides = {ld, ld, 1};
-  }
   return s;
-}
-
-// PEREGRINE_MOE_O_DOTS=1: the one-token o projection computes the router's row dots
-// (PlaceRouterDots, RunDeviceOutProjection), so one router kernel takes the logits, the
-// normed row and the routes from them instead of the norm + logits kernel and the router
-// kernel. Off by default until measured on the H200 (session 25 had no device time:
-// tools/gpu/jobs/o_dots.sh is the A/B and the tests). Read at each placement (a model placed
-// with it off has no router_dots and never takes the path), so one process can place the
-// model both ways (tests/models/moe_dots_gpu_test.cpp).
-static bool OutDots() { return EnvFlag("PEREGRINE_MOE_O_DOTS", false); }
-
-TensorView PlaceRouterDots(DeviceWeightMaker& mk, DeviceMemory& mem, const TensorView& router,
-                           const TensorView& norm_weight, const DeviceMatrix& wo) {
-  if (!OutDots() || wo.scale.data || router.dtype != DType::kBF16 ||
-      norm_weight.dtype != DType::kF32 || !router.is_contiguous())
-    return {};
-  const int64_t E = router.dim(0), h = router.dim(1);
-  std::vector<uint16_t> r(static_cast<size_t>(E * h));
-  std::vector<float> g(static_cast<size_t>(h)), dots(static_cast<size_t>(h * E));
-  mem.CopyToHost(r.data(), router.data, r.size() * 2);
-  mem.CopyToHost(g.data(), norm_weight.data, g.size() * 4);
-  for (int64_t e = 0; e < E; ++e)
-    for (int64_t j = 0; j < h; ++j)
-      dots[size_t(j * E + e)] = Bf16ToF32(r[size_t(e * h + j)]) * g[size_t(j)];
-  return mk.Derived(dots, h, E);
-}
-
-TensorView RunDeviceOutProjection(const TensorView& attn, const DeviceMatrix& wo,
-                                  const TensorView& x, const DeviceMoeFfn* moe,
-                                  const DeviceFfnScratch& s) {
-  if (moe && moe->router_dots.data && attn.dim(0) == 1 && s.dots.data && !wo.scale.data &&
-      SelfRoute() > 0) {
-    const ops::FusedMatmulParams fp{.x = attn, .w = wo.w, .out = x, .accumulate = true,
-                                    .dot_w = moe->router_dots, .dots = s.dots};
-    if (ops::Registry::Global().Selected(fp) != nullptr) {
-      ops::FusedMatmul(fp);
-      return s.dots;
-    }
-  }
-  DeviceMatmul(attn, wo, x, /*accumulate=*/true);
-  return {};
 }
 
 void DeviceMatmul(const TensorView& x, const DeviceMatrix& w, const TensorView& out,
@@ -322,17 +270,11 @@ void RunDeviceMoeFfn(const DeviceMoeFfn& w, const MoeModelConfig& c, const Tenso
   // Routing inside the experts op; mode 1 with the router matmul (+ the RMSNorm, when it has
   // no residual and no separate shared MLP needs the normed x first) too.
   const bool route_matmul = self_route == 1 && !shared_apart && !(norm && norm->residual.data);
-  // The logits from the o projection's row dots (FfnNorm::dots): the router op takes x, the
-  // norm and the dots, no router matmul.
-  const bool route_dots = self_route > 0 && !shared_apart && norm && norm->dots.data &&
-                          !norm->residual.data;
-  // The router op's own input: (RMSNorm +) router matmul inside it, or with from_dots the
-  // RMSNorm and the row dots (residual: empty when route_matmul or route_dots, by their
-  // conditions); dropped again where no backend takes it.
-  auto router_takes_input = [&](bool from_dots) {
+  // The router op's own input: (RMSNorm +) router matmul inside it (residual: empty when
+  // route_matmul, by its condition).
+  auto router_takes_input = [&] {
     rp.x = norm ? norm->x : x;
-    if (from_dots) rp.dots = norm->dots;
-    else rp.router = w.router;
+    rp.router = w.router;
     if (norm) {
       rp.norm_weight = norm->weight;
       rp.normed = x;
@@ -340,27 +282,14 @@ void RunDeviceMoeFfn(const DeviceMoeFfn& w, const MoeModelConfig& c, const Tenso
       rp.norm_eps = norm->eps;
     }
   };
-  auto drop_router_input = [&] {
-    rp.x = rp.router = rp.norm_weight = rp.normed = rp.residual = rp.dots = TensorView{};
-  };
   // Or the logits from their own ops.
   auto norm_then_logits = [&] {
     if (norm) ops::RmsNorm(np);
     ops::Matmul({.x = x, .w = w.router, .out = logits});
   };
   if (self_route > 0) {
-    // The dots form where a backend takes it (else the norm and logits from x, which the
-    // projection wrote).
-    bool dots = route_dots;
-    if (dots) {
-      router_takes_input(/*from_dots=*/true);
-      dots = ops::Registry::Global().Selected(rp) != nullptr;
-      if (!dots) drop_router_input();
-    }
-    if (!dots) {
-      if (route_matmul) router_takes_input(/*from_dots=*/false);
-      else norm_then_logits();
-    }
+    if (route_matmul) router_takes_input();
+    else norm_then_logits();
     ep.route = &rp;
     if (ops::Registry::Global().Selected(ep) == nullptr) {
       ops::MoeRouter(rp);  // the same routing as its own op
@@ -370,11 +299,11 @@ void RunDeviceMoeFfn(const DeviceMoeFfn& w, const MoeModelConfig& c, const Tenso
     // (RMSNorm +) router matmul + routing in one op (one kernel on CUDA) when fused.
     bool fused = false;
     if (decode && FuseRouter()) {
-      router_takes_input(/*from_dots=*/false);
+      router_takes_input();
       fused = ops::Registry::Global().Selected(rp) != nullptr;
     }
     if (!fused) {
-      drop_router_input();
+      rp.x = rp.router = rp.norm_weight = rp.normed = rp.residual = TensorView{};
       norm_then_logits();
     }
     ops::MoeRouter(rp);

@@ -66,9 +66,6 @@ struct DeviceMlp {
 // `experts` are views into them (ops::MoeExpertsParams::experts).
 struct DeviceMoeFfn {
   TensorView router;                            // [num_experts, hidden] bf16
-  // Optional (PlaceRouterDots): (router * the FFN norm's weight)^T, [hidden, num_experts]
-  // bf16 — the o projection's RowDots weights at one token (RunDeviceOutProjection).
-  TensorView router_dots;
   TensorView score_bias;                        // optional [num_experts] f32
   std::vector<DeviceMatrix> gate, up, down;     // [num_experts] each
   std::vector<ops::MoeExpertWeights> experts;   // [num_experts] views of the above
@@ -86,8 +83,6 @@ struct DeviceFfnScratch {
   TensorView topk_weights;   // [capacity, top_k] f32
   TensorView gate_up;        // [capacity, 2 * max inter] bf16
   TensorView act;            // [capacity, max inter] bf16
-  TensorView dots;           // [ops::RowDotSlots, 1, num_experts + 1] f32 (slot stride a
-                             // multiple of 4): one token's RowDots
 };
 
 DeviceMlp PlaceMlp(MoeDeviceSource& src, const std::string& prefix, int64_t hidden,
@@ -105,9 +100,6 @@ void DeviceMatmul(const TensorView& x, const DeviceMatrix& w, const TensorView& 
 struct FfnNorm {
   TensorView x, residual, weight;
   float eps = 1e-6f;
-  // Optional: x's RowDots with (router * weight)^T (RunDeviceOutProjection); the MoE router
-  // then takes its logits from them (ops_moe.h MoeRouterParams::dots).
-  TensorView dots;
 };
 // x, out: [n, hidden] bf16 device; out must not alias x.
 // accumulate: out += result (the residual stream as `out`).
@@ -130,20 +122,6 @@ inline constexpr int64_t kMoeDecodeFuseMaxTokens = 1;
 void RunDeviceMoeFfn(const DeviceMoeFfn& w, const MoeModelConfig& c, const TensorView& x,
                      const TensorView& out, const DeviceFfnScratch& s,
                      const FfnNorm* norm = nullptr, bool accumulate = false);
-
-// (router * norm_weight)^T as a [hidden, num_experts] bf16 device matrix (from the placed
-// device tensors: router [num_experts, hidden] bf16, norm_weight [hidden] f32), where the
-// one-token o projection `wo` may fold the router into its epilogue (bf16 wo;
-// PEREGRINE_MOE_O_DOTS=1, off by default until measured); empty otherwise. Not counted as weights: the step reads it instead of the router.
-TensorView PlaceRouterDots(DeviceWeightMaker& mk, DeviceMemory& mem, const TensorView& router,
-                           const TensorView& norm_weight, const DeviceMatrix& wo);
-// The attention's output projection of a layer, x += attn · wo^T; at one token, where the
-// layer's MoE block has router_dots (moe may be null) and the backend fuses RowDots
-// (FusedMatmul, cuda_ring_dots), with x's RowDots into s.dots. Returns the dots view for
-// FfnNorm::dots (empty where not fused).
-TensorView RunDeviceOutProjection(const TensorView& attn, const DeviceMatrix& wo,
-                                  const TensorView& x, const DeviceMoeFfn* moe,
-                                  const DeviceFfnScratch& s);
 
 // Checks a device forward's inputs: positions and tokens agree, one KV view per layer, bf16
 // device logits [logit_rows, vocab], device tokens/positions of the batch's size, at most

@@ -140,10 +140,7 @@ class Qwen3MoeModel final : public Model {
       }
       D.wo = src.Linear(p + "self_attn.o_proj.weight", h, qd);
       D.moe = c_.IsMoeLayer(i);
-      if (D.moe) {
-        D.moe_ffn = PlaceMoeFfn(src, p + "mlp.", c_, cap);
-        D.moe_ffn.router_dots = PlaceRouterDots(mk, memory, D.moe_ffn.router, D.ffn_norm, D.wo);
-      }
+      if (D.moe) D.moe_ffn = PlaceMoeFfn(src, p + "mlp.", c_, cap);
       else D.mlp = PlaceMlp(src, p + "mlp.", h, b.intermediate_size);
     }
     // Each MoE block's hint: the next layer's fused qkv, read right after it (moe_device.h;
@@ -281,11 +278,9 @@ class Qwen3MoeModel final : public Model {
         ops::Attention({.q = qs, .out = attn3, .cache = cache, .batch = fb.attention,
                         .scale = scale_});
       }
-      // x += attn · wo^T; at one token with the router's row dots (moe_device.cpp).
-      const TensorView dots = RunDeviceOutProjection(attn, L.wo, x, L.moe ? &L.moe_ffn : nullptr,
-                                                     A.ffn_scratch);
+      DeviceMatmul(attn, L.wo, x, /*accumulate=*/true);
       // hn = RmsNorm(x), inside the MoE block at one token (moe_device.cpp: the router kernel).
-      const FfnNorm ffn_norm{.x = x, .weight = L.ffn_norm, .eps = b.rms_norm_eps, .dots = dots};
+      const FfnNorm ffn_norm{.x = x, .weight = L.ffn_norm, .eps = b.rms_norm_eps};
       if (L.moe) {
         RunDeviceMoeFfn(L.moe_ffn, c_, hn, x, A.ffn_scratch, &ffn_norm, /*accumulate=*/true);
       } else {

@@ -152,8 +152,6 @@ inline FusedMatmulParams Mirror(DeviceMirror& m, const FusedMatmulParams& p) {
   d.out = m.Act(p.out, true);
   d.normed = m.Act(p.normed, false);  // scratch
   d.projected = m.Act(p.projected, false);
-  d.dot_w = m.Raw(p.dot_w);
-  d.dots = m.RawOut(p.dots);  // f32 on both sides
   return d;
 }
 inline SwiGluParams Mirror(DeviceMirror& m, const SwiGluParams& p) {

@@ -329,14 +329,12 @@ TEST(MoeExpertsOp, SharedExpertEveryBackendMatchesReference) {
 // normed rows are held against the reference's, its routes against the reference router run on
 // the backend's own logits (no near-tie can flip the comparison), and its output against the
 // reference experts on its own routes and normed rows. Forms: logits given; router matmul;
-// router matmul behind an RMSNorm; RMSNorm with a residual (CUDA: MoeRouter's kernel first);
-// the logits from row dots behind an RMSNorm (MoeRouterParams::dots; CUDA: its router kernel
-// first).
+// router matmul behind an RMSNorm; RMSNorm with a residual (CUDA: MoeRouter's kernel first).
 // CUDA runs each case with the walking gate/up kernel routing for itself and without, and
 // with the down kernel routing before its PDL wait (preload).
 TEST(MoeExpertsOp, RouteInsideMatchesRouterThenExperts) {
   PG_SEED_TRACE();
-  enum Form { kLogits, kMatmul, kNorm, kNormResidual, kDots };
+  enum Form { kLogits, kMatmul, kNorm, kNormResidual };
   struct RouteCase {
     int64_t tokens, hidden, inter;
     int experts, top_k, groups, topk_groups;
@@ -355,8 +353,6 @@ TEST(MoeExpertsOp, RouteInsideMatchesRouterThenExperts) {
       {1, 256, 64, 384, 8, 1, 1, MoeScoring::kSigmoid, true, true, 2.8f, DType::kBF16, 0, kMatmul},  // > 256 experts
       {2, 256, 64, 128, 8, 1, 1, MoeScoring::kSoftmax, false, true, 1.0f, DType::kBF16, 0, kNormResidual},
       {1, 111, 37, 24, 5, 6, 2, MoeScoring::kSoftmax, true, true, 1.0f, DType::kBF16, 0, kNorm},  // scalar paths
-      {1, 256, 64, 128, 8, 1, 1, MoeScoring::kSoftmax, false, true, 1.0f, DType::kBF16, 0, kDots},  // Qwen3
-      {2, 256, 64, 64, 6, 1, 1, MoeScoring::kSoftmax, false, false, 1.0f, DType::kBF16, 2, kDots},  // V2-Lite
   };
   int device_runs = 0;
   for (const RouteCase& c : cases) {
@@ -375,8 +371,7 @@ TEST(MoeExpertsOp, RouteInsideMatchesRouterThenExperts) {
       quant::QuantizeRow(DType::kBF16, wf.data<float>() + r * c.hidden, router.view().row_ptr(r),
                          c.hidden);
     const Tensor logits0 = RampLogits(c.tokens, c.experts);  // kLogits: the given logits
-    const bool norm = c.form == kNorm || c.form == kNormResidual || c.form == kDots;
-    const Tensor dots = RouterDots(x0, router, gamma, 3);  // kDots
+    const bool norm = c.form == kNorm || c.form == kNormResidual;
     struct Outs {
       Tensor logits, ids, w, x, normed, residual, out;
     };
@@ -399,7 +394,6 @@ TEST(MoeExpertsOp, RouteInsideMatchesRouterThenExperts) {
                             .topk_groups = c.topk_groups, .renormalize = c.renormalize,
                             .scaling = c.scaling};
       if (c.form != kLogits) rp->x = o.x.view(), rp->router = router.view();
-      if (c.form == kDots) rp->router = TensorView{}, rp->dots = DotsView(dots, c.experts);
       if (norm) {
         rp->norm_weight = gamma.view();
         rp->normed = o.normed.view();
@@ -460,7 +454,7 @@ TEST(MoeExpertsOp, RouteInsideMatchesRouterThenExperts) {
         MoeRouterParams wrp;
         MoeExpertsParams wp = params(want, &wrp);
         wrp.logits = o.logits.view();
-        wrp.x = wrp.router = wrp.norm_weight = wrp.normed = wrp.residual = wrp.dots = TensorView{};
+        wrp.x = wrp.router = wrp.norm_weight = wrp.normed = wrp.residual = TensorView{};
         RunWith(RefImpl<MoeRouterParams>(), wrp);
         for (int64_t i = 0; i < o.ids.numel(); ++i) {
           ASSERT_EQ(o.ids.data<int32_t>()[i], want.ids.data<int32_t>()[i]) << name << " route " << i;

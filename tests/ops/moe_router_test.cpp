@@ -11,7 +11,6 @@
 #include <set>
 
 #include "core/quant.h"
-#include "kernels/ops_fused.h"
 #include "moe_test_util.h"
 
 #if defined(PEREGRINE_HAVE_CUDA)
@@ -304,105 +303,6 @@ TEST(MoeRouterOp, FusedMatmulMatchesMatmulThenRouter) {
     }
   }
   cov.Check<MoeRouterParams>();
-}
-
-// Logits from row dots (MoeRouterParams::dots): dots made as the o projection's RowDots would
-// (dot_w = (router * gamma)^T, the columns' sums spread over P slots by row ranges) give the
-// fused RMSNorm + router matmul's logits and normed rows (the reference: equal up to the
-// rounding of the f32 normed row and dot_w, ~1e-6 relative), and its routes wherever the
-// top-k margin is above that; every backend against the reference's dots form (its logits,
-// normed rows, and its routes against the reference router run on its own logits).
-TEST(MoeRouterOp, DotsMatchTheFusedNorm) {
-  PG_SEED_TRACE();
-  const FusedRouterCase cases[] = {
-      {1, 128, 2048, 8, 1, 1, MoeScoring::kSoftmax, false, 1.0f, true, false},  // Qwen3-30B-A3B
-      {3, 64, 2048, 6, 1, 1, MoeScoring::kSoftmax, false, 1.0f, true, false},   // V2-Lite
-      {2, 24, 96, 5, 6, 2, MoeScoring::kSigmoid, true, 2.5f, true, false},      // groups, bias
-  };
-  // The slots the o projection's CUDA kernel writes (its grid), else 5.
-  const int64_t P = RowDotSlots(Device::kCuda) > 1 ? RowDotSlots(Device::kCuda) : 5;
-  for (const FusedRouterCase& c : cases) {
-    SCOPED_TRACE(fmt::format("tokens {} experts {} hidden {} k {}", c.tokens, c.experts, c.hidden, c.top_k));
-    Tensor x = F32({c.tokens, c.hidden}, 1.0f), wf = F32({c.experts, c.hidden}, 0.05f);
-    Tensor gamma = F32({c.hidden}, 0.3f), bias = F32({c.experts}, 0.05f);
-    RoundToBf16(x);
-    for (int64_t i = 0; i < c.hidden; ++i) gamma.data<float>()[i] += 1.0f;
-    Tensor router(DType::kBF16, {c.experts, c.hidden});
-    for (int64_t r = 0; r < c.experts; ++r)
-      quant::QuantizeRow(DType::kBF16, wf.data<float>() + r * c.hidden, router.view().row_ptr(r), c.hidden);
-    const Tensor dots = RouterDots(x, router, gamma, P);
-    struct Outs {
-      Tensor logits, ids, w, normed;
-    };
-    auto outs = [&] {
-      Outs o{Tensor(DType::kF32, {c.tokens, c.experts}), Tensor(DType::kI32, {c.tokens, c.top_k}),
-             Tensor(DType::kF32, {c.tokens, c.top_k}), Tensor(DType::kF32, {c.tokens, c.hidden})};
-      o.logits.Zero(), o.ids.Zero(), o.w.Zero(), o.normed.Zero();
-      return o;
-    };
-    auto params = [&](Outs& o, bool from_dots) {
-      MoeRouterParams p{.logits = o.logits.view(), .bias = c.bias ? bias.view() : TensorView{},
-                        .topk_ids = o.ids.view(), .topk_weights = o.w.view(),
-                        .scoring = c.scoring, .num_groups = c.groups, .topk_groups = c.topk_groups,
-                        .renormalize = true, .scaling = c.scaling, .x = x.view(),
-                        .norm_weight = gamma.view(), .normed = o.normed.view(), .norm_eps = 1e-6f};
-      if (from_dots) p.dots = DotsView(dots, c.experts);
-      else p.router = router.view();
-      return p;
-    };
-    Outs fused = outs(), ref = outs();
-    RunWith(RefImpl<MoeRouterParams>(), params(fused, false));
-    RunWith(RefImpl<MoeRouterParams>(), params(ref, true));
-    ExpectClose(fused.logits.data<float>(), ref.logits.data<float>(), ref.logits.numel(),
-                Tolerance{1e-5, 1e-10}, "ref dots logits");
-    ExpectClose(fused.normed.data<float>(), ref.normed.data<float>(), ref.normed.numel(),
-                Tolerance{1e-6, 1e-12}, "ref dots normed");
-    for (int64_t t = 0; t < c.tokens; ++t) {
-      // The top-k margin on the fused logits: the k-th best choice above the (k+1)-th.
-      std::vector<float> l(fused.logits.data<float>() + t * c.experts,
-                           fused.logits.data<float>() + (t + 1) * c.experts);
-      std::sort(l.rbegin(), l.rend());
-      if (c.groups > 1 || l[size_t(c.top_k - 1)] - l[size_t(c.top_k)] < 1e-3f) continue;
-      for (int64_t j = 0; j < c.top_k; ++j)
-        EXPECT_EQ(ref.ids.data<int32_t>()[t * c.top_k + j], fused.ids.data<int32_t>()[t * c.top_k + j])
-            << "token " << t << " rank " << j;
-    }
-    for (const auto* k : Backends<MoeRouterParams>()) {
-      if (k->backend == "ref") continue;
-      Outs o = outs();
-      if (!RunBackend(*k, params(o, true))) continue;
-      ExpectClose(ref.logits.data<float>(), o.logits.data<float>(), o.logits.numel(),
-                  Tolerance{1e-5, 1e-10}, k->backend + " dots logits");
-      ExpectClose(ref.normed.data<float>(), o.normed.data<float>(), o.normed.numel(), kBf16,
-                  k->backend + " dots normed");
-      Outs want = outs();
-      MoeRouterParams p = params(want, true);
-      p.logits = o.logits.view();
-      p.x = p.norm_weight = p.normed = p.dots = TensorView{};
-      RunWith(RefImpl<MoeRouterParams>(), p);
-      for (int64_t i = 0; i < o.ids.numel(); ++i) {
-        ASSERT_EQ(o.ids.data<int32_t>()[i], want.ids.data<int32_t>()[i]) << k->backend << " route " << i;
-        EXPECT_NEAR(o.w.data<float>()[i], want.w.data<float>()[i], 2e-6 * c.scaling) << k->backend;
-      }
-    }
-  }
-}
-
-TEST(MoeRouterOp, RejectsBadDots) {
-  const int64_t n = 1, e = 8, h = 16;
-  Tensor logits(DType::kF32, {n, e}), ids(DType::kI32, {n, 2}), w(DType::kF32, {n, 2});
-  Tensor x = F32({n, h}), gamma = F32({h}), normed(DType::kF32, {n, h}), router = F32({e, h});
-  Tensor dots(DType::kF32, {3, n, e + 1}), short_dots(DType::kF32, {3, n, e});
-  MoeRouterParams p{.logits = logits.view(), .topk_ids = ids.view(), .topk_weights = w.view(),
-                    .x = x.view(), .norm_weight = gamma.view(), .normed = normed.view(),
-                    .dots = short_dots.view()};
-  EXPECT_THROW(MoeRouter(p), Error);  // E columns, not E + 1
-  p.dots = dots.view();
-  p.router = router.view();
-  EXPECT_THROW(MoeRouter(p), Error);  // dots and a router
-  p.router = TensorView{};
-  p.norm_weight = TensorView{};
-  EXPECT_THROW(MoeRouter(p), Error);  // dots without the norm
 }
 
 #if defined(PEREGRINE_HAVE_CUDA)

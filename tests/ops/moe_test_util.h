@@ -8,7 +8,6 @@
 #include <random>
 #include <vector>
 
-#include "core/quant.h"
 #include "kernels/ops_moe.h"
 #include "op_test_util.h"
 
@@ -26,7 +25,6 @@ inline MoeRouterParams Mirror(DeviceMirror& m, const MoeRouterParams& p) {
   MoeRouterParams d = p;
   // Fused router matmul: x as a bf16 activation, the router's bytes, the logits an output.
   d.logits = p.x.data ? m.RawOut(p.logits) : m.Raw(p.logits);
-  d.dots = m.Raw(p.dots);  // f32 row dots (an input)
   d.x = m.Act(p.x, false);
   d.router = m.Raw(p.router);
   d.norm_weight = m.Raw(p.norm_weight);
@@ -69,36 +67,6 @@ inline Tensor F32(std::initializer_list<int64_t> shape, float stddev = 1.0f) {
   Tensor t(DType::kF32, shape);
   FillNormal(t, 0.0f, stddev);
   return t;
-}
-
-// Row dots of x [n, h] with dot_w = (router * gamma)^T (router [E, h] any dtype, gamma [h] f32)
-// as the o projection's RowDots would write them (ops_fused.h; MoeRouterParams::dots): storage
-// [slots, n, ld] f32 with ld = E + 1 rounded up to 4 (the models' layout: the CUDA router
-// kernel reads 16-byte quads), slot p holding the sums (in double) over the rows [h p / slots,
-// h (p + 1) / slots), column E the squares of x; DotsView is the [slots, n, E + 1] view.
-inline Tensor RouterDots(const Tensor& x, const Tensor& router, const Tensor& gamma, int64_t slots) {
-  const int64_t n = x.dim(0), h = x.dim(1), E = router.dim(0), ld = (E + 4) / 4 * 4;
-  Tensor dots(DType::kF32, {slots, n, ld});
-  dots.Zero();
-  std::vector<float> rrow(static_cast<size_t>(h));
-  for (int64_t e = 0; e <= E; ++e) {
-    if (e < E) quant::DequantizeRow(router.dtype(), router.view().row_ptr(e), rrow.data(), h);
-    for (int64_t t = 0; t < n; ++t)
-      for (int64_t p = 0; p < slots; ++p) {
-        double acc = 0;
-        for (int64_t j = h * p / slots; j < h * (p + 1) / slots; ++j) {
-          const double xv = x.data<float>()[t * h + j];
-          acc += e < E ? xv * double(rrow[size_t(j)] * gamma.data<float>()[j]) : xv * xv;
-        }
-        dots.data<float>()[(p * n + t) * ld + e] = float(acc);
-      }
-  }
-  return dots;
-}
-inline TensorView DotsView(const Tensor& dots, int64_t num_experts) {
-  TensorView v = dots.view();
-  v.shape[2] = num_experts + 1;
-  return v;
 }
 
 // Logits whose order is unambiguous in f32 (a shuffled ramp, spacing 6 / experts, plus noise

@@ -29,6 +29,6 @@ ab_serve() {  # label binary model [VAR=value ...]
 ab_tests() {  # binary gtest-filter [VAR=value ...]: the run's verdict lines (passes, failures)
   local bin=$1 filter=$2; shift 2
   env "$@" timeout "${AB_TEST_TIMEOUT:-240}" "$BIN/$bin" --gtest_filter="$filter" 2>&1 |
-    command grep -E '^\[ +(OK|FAILED|PASSED) |Failure|Expected|Which is|differs|dots vs|max_rel|nmse' |
+    command grep -E '^\[ +(OK|FAILED|PASSED) |Failure|Expected|Which is|differs|max_rel|nmse' |
     command tail -40
 }

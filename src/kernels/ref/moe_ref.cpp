@@ -47,23 +47,7 @@ void WeightRow(const TensorView& w, const TensorView& scale, int64_t r, float* r
 void MoeRouter(const MoeRouterParams& p) {
   const int64_t n = p.logits.dim(0);
   const int num_experts = int(p.logits.dim(1)), k = int(p.topk_ids.dim(1));
-  if (p.dots.data) {  // logits from row dots (ops_moe.h), in double
-    const int64_t h = p.x.dim(1), P = p.dots.dim(0);
-    std::vector<float> g(static_cast<size_t>(h));
-    quant::DequantizeRow(p.norm_weight.dtype, p.norm_weight.data, g.data(), h);
-    for (int64_t t = 0; t < n; ++t) {
-      std::vector<double> raw(static_cast<size_t>(num_experts + 1), 0.0);
-      for (int64_t s = 0; s < P; ++s) {
-        const float* d = p.dots.as<float>() + s * p.dots.strides[0] + t * p.dots.strides[1];
-        for (int e = 0; e <= num_experts; ++e) raw[size_t(e)] += d[e];
-      }
-      const double inv = 1.0 / std::sqrt(raw[size_t(num_experts)] / double(h) + double(p.norm_eps));
-      for (int e = 0; e < num_experts; ++e) RowF32(p.logits, t)[e] = float(inv * raw[size_t(e)]);
-      const float* x = RowF32(p.x, t);
-      float* out = RowF32(p.normed, t);
-      for (int64_t c = 0; c < h; ++c) out[c] = float(double(x[c]) * inv * double(g[size_t(c)]));
-    }
-  } else if (p.x.data) {  // fused router matmul: logits = x · router^T, as the reference Matmul
+  if (p.x.data) {  // fused router matmul: logits = x · router^T, as the reference Matmul
     const int64_t h = p.x.dim(1);
     // Fused RMSNorm first: the reference RmsNorm kernel itself, into `normed`.
     if (p.norm_weight.data)

@@ -101,19 +101,8 @@ void Validate(const MoeRouterParams& p) {
   if (p.bias.data)
     PG_OP_NEED(p.bias.ndim == 1 && p.bias.dim(0) == e && p.bias.dtype == DType::kF32 &&
              p.bias.is_contiguous(), op, "bias {} must be [{}] f32", p.bias.ShapeString(), e);
-  if (p.dots.data) {
-    PG_OP_NEED(p.x.data && p.norm_weight.data && !p.router.data && !p.residual.data, op,
-               "dots need x and norm_weight, and take no router or residual");
-    NeedAct(op, "x", p.x, 2);
-    PG_OP_NEED(p.dots.ndim == 3 && p.dots.dim(0) >= 1 && p.dots.dim(1) == n &&
-                   p.dots.dim(2) == e + 1 && p.dots.dtype == DType::kF32 &&
-                   p.dots.strides[2] == 1 && p.x.dim(0) == n && p.logits.dtype == DType::kF32,
-               op, "dots {} must be [P, {}, {}] f32 (x {}, logits f32)", p.dots.ShapeString(), n,
-               e + 1, p.x.ShapeString());
-  } else {
-    PG_OP_NEED(!p.x.data == !p.router.data, op, "x and router must be given together");
-  }
-  if (p.x.data && !p.dots.data) {
+  PG_OP_NEED(!p.x.data == !p.router.data, op, "x and router must be given together");
+  if (p.x.data) {
     NeedAct(op, "x", p.x, 2);
     PG_OP_NEED(p.x.dim(0) == n && p.logits.dtype == DType::kF32, op,
                "fused router: x {} must have {} rows and logits {} must be f32",

@@ -42,7 +42,6 @@
 #include <atomic>
 
 #include "core/env.h"
-#include "core/status.h"
 #include "kernels/cuda/common/bulk_copy.cuh"
 #include "kernels/cuda/common/context.h"
 #include "kernels/cuda/common/pdl.cuh"
@@ -81,56 +80,13 @@ struct RingMmaPlan {
                     // swiglu), copied with one bulk copy each (row_stride = k, no pad)
   int x_offset;     // kStageX: byte offset of the staged rows
 };
-// kDots (RowDots, ops_fused.h; one activation row, one group a block): the block's dot_w rows
-// [jb, je) x d bf16 land at offset + kDotsRowsAt (one bulk copy before PdlWait, counted on the
-// mbarrier at offset); the block writes slot blockIdx.x of dots (d + 1 f32). A parameter of its
-// own, after the plan: the other kernels' code does not change with it (a larger RingMmaPlan
-// changed their SASS).
-struct RingDotsPlan {
-  int offset = 0;
-  int d = 0;
-  const bf16* w = nullptr;  // [m, d], row-major
-  float* dots = nullptr;    // slot s at dots + s * ld
-  int64_t ld = 0;
-};
-constexpr int kDotsRowsAt = 16;  // bytes from RingDotsPlan::offset (the mbarrier) to the rows
-constexpr int kMaxDotD = 256;    // RingDotsPlan::d <= 32 lanes x 8
-
-// The RowDots epilogue (kDots; the epilogue warp of the block's only group, one activation
-// row): lane (g, q = 0) holds the stored outputs of rows g (stored[0]) and g + 8 (stored[2]),
-// 0 past je; rows = je - j0 <= 16. Slot blockIdx.x of p.dots gets, for c < p.d, sum_i h[i] *
-// w[j0 + i, c] (i ascending, one f32 FMA chain a column) and at p.d sum_i h[i]^2 (i ascending);
-// h[i] comes by shuffle from lane 4 (i % 8).
-__device__ __forceinline__ void DotsEpilogue(const RingDotsPlan& p, unsigned char* smem, int64_t rows,
-                                             const float (&stored)[4], int lane) {
-  bulk::MbarWait(bulk::SmemAddr(smem + p.offset), 0);  // landed long ago (before PdlWait)
-  const bf16* ws = reinterpret_cast<const bf16*>(smem + p.offset + kDotsRowsAt);
-  constexpr int kPer = kMaxDotD / 32;
-  float acc[kPer] = {};
-  float ss = 0.0f;
-  for (int i = 0; i < int(rows); ++i) {
-    const float h = __shfl_sync(0xffffffffu, i < 8 ? stored[0] : stored[2], 4 * (i % 8));
-    ss = fmaf(h, h, ss);
-#pragma unroll
-    for (int u = 0; u < kPer; ++u)
-      if (lane + 32 * u < p.d) acc[u] = fmaf(__bfloat162float(ws[i * p.d + lane + 32 * u]), h, acc[u]);
-  }
-  float* slot = p.dots + int64_t(blockIdx.x) * p.ld;
-#pragma unroll
-  for (int u = 0; u < kPer; ++u)
-    if (lane + 32 * u < p.d) slot[lane + 32 * u] = acc[u];
-  if (lane == 0) slot[p.d] = ss;
-}
 
 // kMinBlocks: blocks an SM the registers must allow (2: ring_blocks 2, 8 warps). kBf16W: the
 // weights are bf16 (a.w holds their bytes, ldw in elements, no scales: scale_mode kNone), a
 // 64-column step is 128 bytes a row and lane q's 16 columns two 16-byte loads.
-// kDots: RowDots epilogue (RingDotsPlan dp; others ignore dp), one-row launches whose blocks
-// own one group.
-template <int kCw, int kMinBlocks, bool kBlock, bool kStageX, bool kSwiGlu, bool kBf16W = false,
-          bool kDots = false>
+template <int kCw, int kMinBlocks, bool kBlock, bool kStageX, bool kSwiGlu, bool kBf16W = false>
 __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
-    Fp8RingMmaKernel(Fp8GemvArgs a, RingMmaPlan p, RingDotsPlan dp) {
+    Fp8RingMmaKernel(Fp8GemvArgs a, RingMmaPlan p) {
   PG_BLOCK_TRACE(kTraceFp8Ring);
   constexpr int kConsumerWarps = kCw;
   constexpr int kEs = kBf16W ? 2 : 1;  // bytes a weight
@@ -153,7 +109,6 @@ __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
       bulk::MbarInit(full0 + 8 * s, 1);
       bulk::MbarInit(empty0 + 8 * s, kConsumerWarps);
     }
-    if constexpr (kDots) bulk::MbarInit(bulk::SmemAddr(smem + dp.offset), 1);  // RowDots rows
     bulk::FenceMbarInit();
   }
   __syncthreads();
@@ -161,15 +116,6 @@ __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
   if (warp == kConsumerWarps) {  // ---- producer: slot s = (group gi, piece c)
     const uint64_t policy = bulk::EvictFirstPolicy();
     const uint32_t ring0 = bulk::SmemAddr(smem + ring_offset);
-    if constexpr (kDots) {  // the block's dot_w rows (weights: before PdlWait), first
-      const uint32_t bytes = uint32_t(je - jb) * uint32_t(dp.d) * 2;
-      const uint32_t dots_bar = bulk::SmemAddr(smem + dp.offset);
-      if (lane == 0) {
-        bulk::MbarArriveExpectTx(dots_bar, bytes);
-        bulk::BulkLoad(bulk::SmemAddr(smem + dp.offset + kDotsRowsAt), dp.w + jb * dp.d, bytes,
-                       dots_bar, policy);
-      }
-    }
     // Slot s = gi * chunks + c. (One loop over s, not one over gi and c: the nested form left
     // ptxas with other register spills in several instantiations.)
     bulk::RingCursor ring_at;
@@ -352,7 +298,6 @@ __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
         a.out[(p.row0 + r) * a.ldo + j] = SiluMul(ToF(ToB(gate)), ToF(ToB(up)));
       }
     } else {
-      [[maybe_unused]] float stored[4] = {};  // kDots: the outputs as stored
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int64_t j = j0 + g + 8 * (e / 2);
@@ -361,11 +306,8 @@ __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
         float v = sum[e] * mul[e];
         if (a.bias) v += bias[e];
         if (a.accumulate) v += prev[e];
-        const bf16 o = __float2bfloat16_rn(v);
-        a.out[(p.row0 + r) * a.ldo + j] = o;
-        if constexpr (kDots) stored[e] = __bfloat162float(o);
+        a.out[(p.row0 + r) * a.ldo + j] = __float2bfloat16_rn(v);
       }
-      if constexpr (kDots) DotsEpilogue(dp, smem, je - j0, stored, lane);
     }
   }
 }
@@ -424,21 +366,10 @@ bool Fp8RingMmaWants(const Fp8GemvArgs& a) {
 
 namespace {
 
-using Kernel = void (*)(Fp8GemvArgs, RingMmaPlan, RingDotsPlan);
-// The RowDots form: the one-row rule's kernel (8 warps, two blocks' registers, bf16, x staged,
-// no swiglu) with the epilogue (Bf16RingMmaDotsFits checks the launch takes that kernel).
-constexpr Kernel kDotsKernel = Fp8RingMmaKernel<8, 2, false, true, false, true, true>;
-
-// Shared memory of the RowDots region: the mbarrier, the block's dot_w rows.
-int DotsBytes(int64_t m, int64_t blocks, int d) {
-  return kDotsRowsAt + int((m + blocks - 1) / blocks) * d * 2;
-}
-
-// Both weight types (bf16w: Fp8GemvArgs carrying bf16 weights, LaunchBf16RingMma). dots: the
-// RowDots epilogue (bf16w, one row; Bf16RingMmaDotsFits), else null.
-void LaunchRingMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVariant& v, bool bf16w,
-                   const RingRowDots* dots = nullptr) {
+// Both weight types (bf16w: Fp8GemvArgs carrying bf16 weights, LaunchBf16RingMma).
+void LaunchRingMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVariant& v, bool bf16w) {
   if (a.n == 0 || a.m == 0) return;
+  using Kernel = void (*)(Fp8GemvArgs, RingMmaPlan);
 #define PG_RING_MMA_KERNELS(W, B)                                                                 \
   {{{Fp8RingMmaKernel<W, B, false, false, false>, Fp8RingMmaKernel<W, B, false, false, true>},        \
     {Fp8RingMmaKernel<W, B, false, true, false>, Fp8RingMmaKernel<W, B, false, true, true>}},         \
@@ -465,13 +396,7 @@ void LaunchRingMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVaria
   const int64_t groups = GroupsPerBlock(a, blocks);
   const bool stage_x = StageX(a, v, groups);
   const int wkind = bf16w ? 2 : a.scale_mode == ScaleMode::kBlock ? 1 : 0;
-  // The RowDots kernel is kKernels[1][2][1][0] with the epilogue: the launch must be that layout
-  // (Bf16RingMmaDotsFits), one row, one group a block, a block a slot.
-  PG_CHECK(!dots || (flavour == 1 && wkind == 2 && stage_x && !a.swiglu && a.n == 1 &&
-                     groups == 1 && blocks == dots->slots),
-           "RowDots ring launch outside its layout (flavour {}, groups {}, blocks {}, slots {})",
-           flavour, groups, blocks, dots ? dots->slots : 0);
-  const Kernel kernel = dots ? kDotsKernel : kKernels[flavour][wkind][stage_x][a.swiglu];
+  const Kernel kernel = kKernels[flavour][wkind][stage_x][a.swiglu];
   // Shared memory a block: the opt-in maximum (the kernels have no static shared memory), or
   // with two blocks an SM (ring_blocks 2, 8 warps) half the SM's less the per-block reserve.
   struct Limits {
@@ -494,22 +419,18 @@ void LaunchRingMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVaria
     }
     const int static_bytes = (static_max + 127) / 128 * 128;
     optin -= static_bytes;
-    auto opt_in = [optin](Kernel k) {
-      (void)cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
-      (void)cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout,
+    for (const Kernel* k = &kKernels[0][0][0][0]; k != &kKernels[0][0][0][0] + kVariants; ++k) {
+      (void)cudaFuncSetAttribute(*k, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
+      (void)cudaFuncSetAttribute(*k, cudaFuncAttributePreferredSharedMemoryCarveout,
                                  int(cudaSharedmemCarveoutMaxShared));
-    };
-    for (const Kernel* k = &kKernels[0][0][0][0]; k != &kKernels[0][0][0][0] + kVariants; ++k)
-      opt_in(*k);
-    opt_in(kDotsKernel);
+    }
     l.one = optin;
     l.two = std::min(optin, per_sm / 2 - reserved - static_bytes) / 128 * 128;
     return l;
   }();
   const int smem_limit = per_sm == 2 ? limits.two : limits.one;
   const int staged = stage_x ? int(StagedBytes(a)) : 0;
-  const int dots_bytes = dots ? DotsBytes(a.m, blocks, dots->d) + 128 : 0;  // + alignment
-  const int room = smem_limit - kBarBytes - RedBytes(cw) - staged - dots_bytes;
+  const int room = smem_limit - kBarBytes - RedBytes(cw) - staged;
   RingMmaPlan p{};
   // ring_piece_kb 0 (auto, request 4's fastest layouts, measured on fp8; bf16 takes the same
   // rules in bytes): blocks with at most kFewGroups groups take 2 KB row pieces in 4 slots
@@ -557,20 +478,11 @@ void LaunchRingMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVaria
   if (depth > 0) p.stages = std::min(p.stages, depth);
   p.stages = std::max(p.stages, 1);
   p.x_offset = kBarBytes + RedBytes(cw) + p.stages * p.slot_bytes;
-  size_t smem = size_t(p.x_offset) + size_t(staged);
-  RingDotsPlan dp;
-  if (dots) {
-    dp.offset = int((smem + 127) / 128 * 128);
-    dp.d = dots->d;
-    dp.w = dots->w;
-    dp.dots = dots->dots;
-    dp.ld = dots->ld;
-    smem = size_t(dp.offset) + size_t(DotsBytes(a.m, blocks, dots->d));
-  }
+  const size_t smem = size_t(p.x_offset) + size_t(staged);
   for (int64_t row0 = 0; row0 < a.n; row0 += 8) {
     p.row0 = row0;
     p.rows = int(a.n - row0 < 8 ? a.n - row0 : 8);
-    (void)LaunchPdl(kernel, dim3(unsigned(blocks)), dim3(unsigned(32 * (cw + 1))), smem, stream, a, p, dp);
+    (void)LaunchPdl(kernel, dim3(unsigned(blocks)), dim3(unsigned(32 * (cw + 1))), smem, stream, a, p);
   }
 }
 
@@ -676,12 +588,10 @@ bool Bf16RingMmaFirst(const GemvArgs& g) {
 
 namespace {
 // one_row: the one-row rule holds for g (its layout, OneRowVariant).
-// dots: the RowDots launch (one_row; Bf16RingMmaDotsFits), else null.
-void LaunchBf16(const GemvArgs& g, cudaStream_t stream, bool one_row,
-                const RingRowDots* dots = nullptr) {
+void LaunchBf16(const GemvArgs& g, cudaStream_t stream, bool one_row) {
   g_bf16_launches.fetch_add(1, std::memory_order_relaxed);
   const Fp8GemvVariant v = GetFp8GemvVariant();
-  LaunchRingMma(AsRingArgs(g), stream, one_row ? OneRowVariant(v) : v, /*bf16w=*/true, dots);
+  LaunchRingMma(AsRingArgs(g), stream, one_row ? OneRowVariant(v) : v, /*bf16w=*/true);
 }
 }  // namespace
 
@@ -692,30 +602,6 @@ bool LaunchBf16RingMmaFirst(const GemvArgs& g, cudaStream_t stream) {
 }
 
 void LaunchBf16RingMma(const GemvArgs& g, cudaStream_t stream) { LaunchBf16(g, stream, OneRowRule(g)); }
-
-int64_t Bf16RingDotSlots() { return MultiprocessorCount(); }
-
-// The RowDots launch is the one-row rule's (its variant at the defaults: 8 warps, two blocks'
-// registers, x staged), each block owning one group, the grid (one block an SM) as many
-// blocks as dots has slots.
-bool Bf16RingMmaDotsFits(const GemvArgs& g, const RingRowDots& d) {
-  if (!Bf16RingMmaFirst(g) || g.n != 1 || g.bias || !d.w || !d.dots) return false;
-  if (d.d < 1 || d.d > kMaxDotD || d.d % 8 || (reinterpret_cast<uintptr_t>(d.w) & 15) || d.ld < d.d + 1)
-    return false;
-  const Fp8GemvVariant v = OneRowVariant(GetFp8GemvVariant());
-  if (v.ring_warps == 16 || v.ring_blocks != 4 || v.ring_stage_x != 1) return false;
-  const int64_t blocks = std::min<int64_t>(MultiprocessorCount(), g.m);
-  const Fp8GemvArgs a = AsRingArgs(g);
-  return blocks == d.slots && GroupsPerBlock(a, blocks) == 1 && StagedBytes(a) <= kMaxStagedBytes;
-}
-
-static std::atomic<int64_t> g_dots_launches{0};
-int64_t Bf16RingDotsLaunches() { return g_dots_launches.load(std::memory_order_relaxed); }
-
-void LaunchBf16RingMmaDots(const GemvArgs& g, const RingRowDots& d, cudaStream_t stream) {
-  g_dots_launches.fetch_add(1, std::memory_order_relaxed);
-  LaunchBf16(g, stream, /*one_row=*/true, &d);
-}
 
 void SetBf16RingMmaMode(Bf16RingMmaMode mode) { Bf16ModeRef() = mode; }
 Bf16RingMmaMode GetBf16RingMmaMode() { return Bf16ModeRef(); }

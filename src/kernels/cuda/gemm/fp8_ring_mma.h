@@ -48,21 +48,4 @@ void SetBf16RingMmaMode(Bf16RingMmaMode mode);
 Bf16RingMmaMode GetBf16RingMmaMode();
 int64_t Bf16RingMmaLaunches();  // launches by this process (tests check it ran)
 
-// RowDots (ops_fused.h FusedMatmulParams::dots) in the one-row launch's epilogue: block b of
-// the grid writes slot b of dots, [slots][d + 1] f32 at slot stride ld floats, from its stored
-// outputs and its rows of w ([m, d] bf16, row-major; copied into shared memory before the
-// PDL wait). Fits where the one-row rule holds for g (no bias), every block owns one 16-row
-// group, d % 8 == 0, d <= 256, and slots == the grid (Bf16RingDotSlots(), m >= it).
-struct RingRowDots {
-  const bf16* w = nullptr;
-  float* dots = nullptr;
-  int d = 0;
-  int64_t ld = 0;
-  int64_t slots = 0;
-};
-int64_t Bf16RingDotSlots();
-bool Bf16RingMmaDotsFits(const GemvArgs& g, const RingRowDots& d);
-void LaunchBf16RingMmaDots(const GemvArgs& g, const RingRowDots& d, cudaStream_t stream);
-int64_t Bf16RingDotsLaunches();  // RowDots launches by this process (tests check it ran)
-
 }  // namespace pg::cuda

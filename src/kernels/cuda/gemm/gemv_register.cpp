@@ -2,8 +2,7 @@
 // prologue, SwiGLU epilogue) for bf16 weights at n <= 4 rows; "cuda_fp8_ring" the ring
 // tensor-core GEMV (fp8_ring_mma.cu, the same fused options) for fp8 e4m3 weights (per-tensor,
 // per-row or 128x128 block scales) at n <= 8 rows where Fp8GemvVariant::ring selects it;
-// "cuda_ring_dots" the one-row ring kernel with the RowDots epilogue (FusedMatmulParams::dots:
-// the MoE o projection at one token); "cuda_composed" runs the composition (RmsNorm, Matmul, SwiGlu on their CUDA backends) for
+// "cuda_composed" runs the composition (RmsNorm, Matmul, SwiGlu on their CUDA backends) for
 // everything else (larger batches, shapes the kernels' staging does not take).
 #include "core/env.h"
 #include "core/log.h"
@@ -50,7 +49,6 @@ cuda::GemvArgs ArgsOf(const FusedMatmulParams& p) {
 }
 
 bool Supports(const FusedMatmulParams& p) {
-  if (p.dots.data) return false;  // cuda_ring_dots
   if (!(DevBf16(p.x) && DevBf16(p.w) && DevBf16(p.out) && !p.w_scale.data)) return false;
   if (p.norm_weight.data && p.norm_weight.device != Device::kCuda) return false;
   return cuda::GemvFusedSupports(ArgsOf(p));
@@ -61,33 +59,7 @@ void RunFused(const FusedMatmulParams& p) {
   PG_CUDA_CHECK_LAUNCH();
 }
 
-// The composition's RowDots step runs on the host only (fused_matmul.cpp).
-bool ComposedSupports(const FusedMatmulParams& p) { return !p.dots.data; }
 void RunComposed(const FusedMatmulParams& p) { RunFusedMatmulComposed(p, /*reference=*/false); }
-
-// RowDots (FusedMatmulParams::dots): the one-row ring kernel's epilogue (fp8_ring_mma.h).
-cuda::RingRowDots DotsOf(const FusedMatmulParams& p) {
-  cuda::RingRowDots d;
-  d.w = static_cast<const bf16*>(p.dot_w.data);
-  d.dots = p.dots.as<float>();
-  d.d = int(p.dot_w.dim(1));
-  d.ld = p.dots.strides[0];
-  d.slots = p.dots.dim(0);
-  return d;
-}
-
-bool DotsSupports(const FusedMatmulParams& p) {
-  if (!p.dots.data || !(DevBf16(p.x) && DevBf16(p.w) && DevBf16(p.out) && DevBf16(p.dot_w)))
-    return false;
-  if (p.w_scale.data || p.norm_weight.data || p.swiglu || p.bias.data || p.dot_w.strides[0] != p.dot_w.dim(1))
-    return false;
-  return p.dots.device == Device::kCuda && cuda::Bf16RingMmaDotsFits(ArgsOf(p), DotsOf(p));
-}
-
-void RunDots(const FusedMatmulParams& p) {
-  cuda::LaunchBf16RingMmaDots(ArgsOf(p), DotsOf(p), cuda::CurrentStream());
-  PG_CUDA_CHECK_LAUNCH();
-}
 
 // fp8 weights: the ring kernel's arguments (w_scale [1] per tensor, [rows] per row, 2-D
 // [ceil(rows / 128), ceil(k / 128)] blocks; m: outputs per row, half of w's rows with swiglu).
@@ -114,7 +86,6 @@ cuda::Fp8GemvArgs Fp8ArgsOf(const FusedMatmulParams& p) {
 }
 
 bool Fp8Supports(const FusedMatmulParams& p) {
-  if (p.dots.data) return false;  // cuda_ring_dots (bf16 only)
   if (!(DevBf16(p.x) && DevBf16(p.out) && p.w.device == Device::kCuda &&
         p.w.dtype == DType::kF8E4M3 && p.w_scale.data && p.w_scale.device == Device::kCuda &&
         p.w_scale.dtype == DType::kF32 && (p.w_scale.ndim == 1 || p.w_scale.ndim == 2)))
@@ -142,12 +113,8 @@ void RegisterCudaFusedKernels(Registry& r) {
   r.Register(KernelImpl<FusedMatmulParams>{"cuda", Device::kCuda, kPriorityCuda, &Supports, &RunFused});
   r.Register(KernelImpl<FusedMatmulParams>{"cuda_fp8_ring", Device::kCuda, kPriorityCuda, &Fp8Supports,
                                            &RunFusedFp8});
-  r.Register(KernelImpl<FusedMatmulParams>{"cuda_ring_dots", Device::kCuda, kPriorityCuda,
-                                           &DotsSupports, &RunDots});
   r.Register(KernelImpl<FusedMatmulParams>{"cuda_composed", Device::kCuda, kPriorityCuda - 1,
-                                           &ComposedSupports, &RunComposed});
+                                           {}, &RunComposed});
 }
-
-int64_t CudaRowDotSlots() { return cuda::Bf16RingDotSlots(); }
 
 }  // namespace pg::ops

@@ -56,17 +56,8 @@ struct MoeRouterArgs {
   // stop: no routing, no counter. The walking gate/up kernel routes from the logits
   // (MoeWalkArgs::self_route). Needs no residual (block 0 would overwrite another block's input).
   bool defer_route;
-  // Row-dots form (ops_moe.h MoeRouterParams::dots; x = the norm's input, norm_w / normed set,
-  // no router): token t's slot s at dots + s * dots_ld + t * dots_row_ld, num_experts + 1 f32
-  // (the last: the sum of squares of x's row). hidden % 8 == 0, 16-byte aligned x / normed rows;
-  // dots 16-byte aligned, dots_ld and dots_row_ld multiples of 4 (the kernel reads quads).
-  const float* dots = nullptr;
-  int64_t dot_slots = 0, dots_ld = 0, dots_row_ld = 0;
 };
 void LaunchMoeRouter(const MoeRouterArgs& a, cudaStream_t stream);
-// Whether the row-dots form takes these shapes (its block of <= 1024 threads, its loads a
-// lane; MoeRouterArgs::dots).
-bool DotsRouteFits(int num_experts, int hidden, int64_t slots);
 
 // ---- expert weights -------------------------------------------------------------------------
 // How an fp8 weight's scale is looked up for element (row r, col c):

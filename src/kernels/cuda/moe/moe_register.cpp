@@ -71,22 +71,9 @@ bool RouterSupports(const MoeRouterParams& p) {
                        (On(p.norm_weight, DType::kF32) && On(p.normed, DType::kBF16) &&
                         p.normed.strides[1] == 1 &&
                         (!p.residual.data || (On(p.residual, DType::kBF16) && p.residual.strides[1] == 1)));
-  const bool fused_ok = p.dots.data || !p.x.data ||
-                        (On(p.x, DType::kBF16) && On(p.router, DType::kBF16) &&
-                         On(p.logits, DType::kF32) && p.x.strides[1] == 1 && norm_ok);
-  // Row dots (moe_router.cu DotsRouteKernel): bf16 rows of 8-element chunks, 16-byte aligned;
-  // the dots' slots and rows at strides of 4 floats (16-byte quads); register routing's expert
-  // count; one block a token.
-  auto rows16 = [](const TensorView& t) { return Aligned16(t.data) && t.strides[0] % 8 == 0; };
-  const bool dots_ok =
-      !p.dots.data ||
-      (On(p.dots, DType::kF32) && On(p.x, DType::kBF16) && On(p.logits, DType::kF32) && norm_ok &&
-       Aligned16(p.dots.data) && p.dots.strides[0] % 4 == 0 &&
-       (p.dots.dim(1) == 1 || p.dots.strides[1] % 4 == 0) &&
-       p.x.strides[1] == 1 && p.x.dim(1) % 8 == 0 && rows16(p.x) && rows16(p.normed) &&
-       Aligned16(p.norm_weight.data) &&
-       cuda::DotsRouteFits(int(p.logits.dim(1)), int(p.x.dim(1)), p.dots.dim(0)));
-  return logits_ok && fused_ok && dots_ok && On(p.topk_ids, DType::kI32) && On(p.topk_weights, DType::kF32) &&
+  const bool fused_ok = !p.x.data || (On(p.x, DType::kBF16) && On(p.router, DType::kBF16) &&
+                                      On(p.logits, DType::kF32) && p.x.strides[1] == 1 && norm_ok);
+  return logits_ok && fused_ok && On(p.topk_ids, DType::kI32) && On(p.topk_weights, DType::kF32) &&
          (!p.bias.data || p.bias.device == Device::kCuda) &&
          p.logits.dim(1) <= cuda::kRouterMaxExperts && p.topk_ids.dim(1) <= cuda::kRouterMaxTopK &&
          p.num_groups <= cuda::kRouterMaxGroups;
@@ -128,19 +115,7 @@ cuda::MoeRouterArgs RouterArgsOf(const MoeRouterParams& p, cudaStream_t stream, 
   a.sigmoid = p.scoring == MoeScoring::kSigmoid;
   a.renormalize = p.renormalize;
   a.scaling = p.scaling;
-  if (p.dots.data) {  // row dots: x, the norm (no router, no residual)
-    a.x = static_cast<const bf16*>(p.x.data);
-    a.ldx = p.x.strides[0];
-    a.hidden = int(p.x.dim(1));
-    a.norm_w = p.norm_weight.as<float>();
-    a.normed = static_cast<bf16*>(p.normed.data);
-    a.ld_normed = p.normed.strides[0];
-    a.eps = p.norm_eps;
-    a.dots = p.dots.as<float>();
-    a.dot_slots = p.dots.dim(0);
-    a.dots_ld = p.dots.strides[0];
-    a.dots_row_ld = p.dots.strides[1];
-  } else if (p.x.data) {
+  if (p.x.data) {
     a.x = static_cast<const bf16*>(p.x.data);
     a.router_w = static_cast<const bf16*>(p.router.data);
     a.ldx = p.x.strides[0];
@@ -287,7 +262,7 @@ bool ExpertsSupport(const MoeExpertsParams& p) {
 bool SelfRouteOk(const MoeExpertsParams& p) {
   const MoeRouterParams& r = *p.route;
   return cuda::GetMoeTuning().walk_self_route && r.logits.dim(1) <= cuda::kRouteRegMaxExperts &&
-         !r.residual.data && !r.dots.data;
+         !r.residual.data;
 }
 
 // Bump allocator over one scratch slot (first pass with base == nullptr measures).
@@ -397,9 +372,7 @@ void RunExperts(const MoeExpertsParams& p) {
       LaunchWalk(p, L, table, sh, int(k), act, p.accumulate, stream, &ra);
       return;
     }
-    if (p.route->dots.data) {
-      RunRouter(*p.route);  // one kernel: the logits from the dots, the normed row, the routes
-    } else if (!sorted && p.route->x.data && !p.route->residual.data) {
+    if (!sorted && p.route->x.data && !p.route->residual.data) {
       // The fused router kernel stops after the logits and normed rows (no counter); the
       // router kernel routes from the logits; the walk reads the routes.
       cuda::MoeRouterArgs ra = RouterArgsOf(*p.route, stream, /*defer_route=*/true);

@@ -7,9 +7,7 @@
 //    fused RMSNorm (+ residual add) every block normalises the rows on the fly and the last
 //    block stores them, one kernel instead of RmsNorm + GEMV + router. With defer_route it
 //    stops after the logits (the walking gate/up kernel routes); NormLogitsKernel is that
-//    deferred form for rows up to 2048 without a residual, everything in registers;
-//  * DotsRouteKernel: the logits from the row dots the o projection wrote (ops_moe.h
-//    MoeRouterParams::dots), the normed row and the routing in one block a token.
+//    deferred form for rows up to 2048 without a residual, everything in registers.
 // (A one-cluster form meeting in distributed shared memory instead of the counter measured
 // slower still on the H200 — Qwen3-30B-A3B norm + router 13.4 vs 11.0 us — and was dropped:
 // commit 68e9a1a has it.)
@@ -18,7 +16,6 @@
 // result is the reference's up to f32 rounding of the scores.
 #include <cuda_bf16.h>
 
-#include <algorithm>
 #include <cfloat>
 
 #include "core/env.h"
@@ -111,14 +108,6 @@ __device__ void RouteToken(const MoeRouterArgs& a, int64_t t, float* score, floa
   __syncwarp();  // score / choice are reused by the warp's next token
 }
 
-// Lane j < top_k stores token t's j-th route (RouteWarpLogits' id / weight of that lane).
-__device__ __forceinline__ void StoreRoute(const MoeRouterArgs& a, int64_t t, int lane, int id, float w) {
-  if (lane < a.top_k) {
-    a.topk_ids[t * a.top_k + lane] = id;
-    a.topk_weights[t * a.weights_stride + lane] = w;
-  }
-}
-
 // Routes token t: in registers (moe_route.cuh) up to 32 * kRoutePerLane experts, else
 // through shared memory (RouteToken); kForm fixes the form at compile time (the caller knows
 // the expert count), so a kernel carries only that form's code. score / choice:
@@ -132,7 +121,10 @@ __device__ void RouteAny(const MoeRouterArgs& a, int64_t t, float* score, float*
   int id;
   float w;
   moe::RouteWarp(a, t, choice, lane, &id, &w);
-  StoreRoute(a, t, lane, id, w);
+  if (lane < a.top_k) {
+    a.topk_ids[t * a.top_k + lane] = id;
+    a.topk_weights[t * a.weights_stride + lane] = w;
+  }
 }
 
 // kReg: a.num_experts <= 32 * kRoutePerLane, routed in registers only (the kernel carries no
@@ -421,125 +413,7 @@ __global__ void __launch_bounds__(kWarps * 32) NormLogitsKernel(MoeRouterArgs a,
   PG_TRACE_MARK(2);  // logits stored
 }
 
-// Row-dots form (a.dots): block t takes token t. The expert columns are read as quads of 4
-// (16-byte loads: the slots' stride a multiple of 4 floats; columns past E in the last quad
-// ignored); quad q is summed over the slots by kDotsLanes consecutive lanes — lane s the slots s,
-// s + kDotsLanes, ... in order, then an xor butterfly; the sum-of-squares column E by one lane a slot
-// (thread p loads slot p), an xor butterfly a warp, then the warps' sums in warp order — so
-// no sum depends on timing. Then inv = 1 / rms, the logits (inv * sum), the normed row
-// (bf16(x * inv * norm_w), the norm weights loaded before PdlWait) and, in warp 0, the
-// routing from registers (moe_route.cuh RouteWarpLogits). A lane's loads (kLoads quads, >=
-// the slots / kDotsLanes, and one square) are independent of each other.
-// blockDim: a multiple of 32, at least kDotsLanes x quads, the slots and hidden / 8 (one 8-element
-// chunk of the row a thread); DotsRouteFits. kDotsLanes: lanes a column quad (16 or 32).
-template <int kDotsLanes, int kLoads>
-__global__ void __launch_bounds__(1024) DotsRouteKernel(MoeRouterArgs a) {
-  PG_BLOCK_TRACE(kTraceDotsRoute);
-  __shared__ float raw[kRouteRegMaxExperts];
-  __shared__ float ss_warp[32];
-  __shared__ float choice[kRouteRegMaxExperts];
-  const int64_t t = blockIdx.x;
-  const int E = a.num_experts, nc = a.hidden / 8, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int c8 = threadIdx.x;  // this thread's 8-element chunk of the row
-  float4 g0{}, g1{};
-  if (c8 < nc) {
-    const float4* gp = reinterpret_cast<const float4*>(a.norm_w) + 2 * c8;
-    g0 = __ldg(gp), g1 = __ldg(gp + 1);
-  }
-  PdlWait();  // dots and x come from the projection before
-  PdlTrigger();
-  uint4 xv{};
-  if (c8 < nc) xv = reinterpret_cast<const uint4*>(a.x + t * a.ldx)[c8];
-  const int q = int(threadIdx.x) / kDotsLanes, s = int(threadIdx.x) % kDotsLanes, nq = (E + 3) / 4;
-  const int slots = int(a.dot_slots), ld = int(a.dots_ld);
-  const float* dt = a.dots + t * a.dots_row_ld;
-  // Unpredicated loads (a lane past the last slot or quad reloads a valid one and drops it):
-  // predicated, each went out after the adds of the one before (cuobjdump -sass).
-  const int qc = q < nq ? q : nq - 1;
-  float4 v[kLoads];
-#pragma unroll
-  for (int i = 0; i < kLoads; ++i) {
-    const int p = s + i * kDotsLanes;
-    v[i] = reinterpret_cast<const float4*>(dt)[qc + (p < slots ? p : slots - 1) * (ld / 4)];
-  }
-  float sq = dt[int64_t(int(threadIdx.x) < slots ? threadIdx.x : 0) * ld + E];
-  if (int(threadIdx.x) >= slots) sq = 0.0f;
-  // (cuobjdump -sass: ptxas issues the first 3-4 loads and the square, then the adds of the
-  // first while the rest go out: about two L2 round trips; a barrier between loads and adds
-  // did not change its order.)
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-  for (int i = 0; i < kLoads; ++i)
-    if (s + i * kDotsLanes < slots) acc[0] += v[i].x, acc[1] += v[i].y, acc[2] += v[i].z, acc[3] += v[i].w;
-#pragma unroll
-  for (int o = kDotsLanes / 2; o > 0; o >>= 1)
-#pragma unroll
-    for (int k = 0; k < 4; ++k) acc[k] += __shfl_xor_sync(0xffffffffu, acc[k], o);
-  if (q < nq && s == 0)
-#pragma unroll
-    for (int k = 0; k < 4; ++k)
-      if (4 * q + k < E) raw[4 * q + k] = acc[k];
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
-  if (lane == 0) ss_warp[warp] = sq;
-  __syncthreads();
-  PG_TRACE_MARK(0);  // slots summed
-  float ss = 0.0f;
-  for (int w = 0; w < (slots + 31) / 32; ++w) ss += ss_warp[w];
-  const float inv = rsqrtf(ss / float(a.hidden) + a.eps);
-  if (c8 < nc) {
-    float f[8];
-    moe::Widen<false>(xv, f);
-    const float gw[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
-    __align__(16) bf16 ov[8];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) ov[i] = __float2bfloat16_rn(f[i] * inv * gw[i]);
-    reinterpret_cast<uint4*>(a.normed + t * a.ld_normed)[c8] = *reinterpret_cast<const uint4*>(ov);
-  }
-  float* logits = static_cast<float*>(const_cast<void*>(a.logits)) + t * a.logits_stride;
-  for (int e = threadIdx.x; e < E; e += blockDim.x) logits[e] = inv * raw[e];
-  if (threadIdx.x >= 32) return;
-  float lg[moe::kRoutePerLane];
-#pragma unroll
-  for (int j = 0; j < moe::kRoutePerLane; ++j) {
-    const int e = lane + 32 * j;
-    lg[j] = e < E ? inv * raw[e] : 0.0f;
-  }
-  int id;
-  float w;
-  moe::RouteWarpLogits(a, lg, choice, lane, &id, &w);
-  StoreRoute(a, t, lane, id, w);
-  PG_TRACE_MARK(2);  // routes stored
-}
-
 }  // namespace
-
-// Lanes a column quad: 32 (PEREGRINE_MOE_DOTS_LANES, default; Qwen3-30B-A3B, 128 experts: 32
-// quads, 1024 threads, 5 quad loads a lane at 132 slots — a block that cannot start beside
-// the o projection's block of 96 x 288 registers on its SM) or 16 (512 threads that can, 10
-// loads a lane, the last past the 132 slots). Unmeasured either way (session 25): the next device session's A/B.
-static int DotsLanes() {
-  static const int lanes = EnvInt("PEREGRINE_MOE_DOTS_LANES", 32) == 16 ? 16 : 32;
-  return lanes;
-}
-
-// The row-dots kernel's threads: DotsLanes() a quad, at least one a slot and one an 8-element
-// chunk of the row.
-static int DotsRouteThreads(int num_experts, int hidden, int64_t slots) {
-  const int64_t want =
-      std::max<int64_t>({int64_t(DotsLanes()) * ((num_experts + 3) / 4), slots, hidden / 8});
-  return int((want + 31) / 32 * 32);
-}
-
-// Loads a lane (the kernel's instantiations: 5, 10) for these slots; 0: too many slots.
-static int DotsLoads(int64_t slots) {
-  const int64_t need = (slots + DotsLanes() - 1) / DotsLanes();
-  return need <= 5 ? 5 : need <= 10 ? 10 : 0;
-}
-
-bool DotsRouteFits(int num_experts, int hidden, int64_t slots) {
-  return num_experts <= 128 && DotsLoads(slots) > 0 && DotsRouteThreads(num_experts, hidden, slots) <= 1024;
-}
 
 void LaunchMoeRouter(const MoeRouterArgs& a, cudaStream_t stream) {
   if (a.num_tokens == 0) return;
@@ -548,14 +422,7 @@ void LaunchMoeRouter(const MoeRouterArgs& a, cudaStream_t stream) {
   // a layer in a block trace); DeepSeek-V2-Lite -6 us (docs/PERF.md "Session 16").
   static const bool warm = EnvFlag("PEREGRINE_MOE_NORM_LOGITS_WARM", true);
   const size_t smem = size_t(kWarps) * 2 * size_t(a.num_experts) * sizeof(float);
-  if (a.dots) {  // (the caller checked DotsRouteFits)
-    const unsigned threads = unsigned(DotsRouteThreads(a.num_experts, a.hidden, a.dot_slots));
-    using K = void (*)(MoeRouterArgs);
-    const int loads = DotsLoads(a.dot_slots);
-    const K kernel = DotsLanes() == 16 ? (loads == 5 ? DotsRouteKernel<16, 5> : DotsRouteKernel<16, 10>)
-                                       : (loads == 5 ? DotsRouteKernel<32, 5> : DotsRouteKernel<32, 10>);
-    (void)LaunchPdl(kernel, dim3(unsigned(a.num_tokens)), dim3(threads), 0, stream, a);
-  } else if (a.x) {
+  if (a.x) {
     auto al16 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
     const bool vec = a.hidden % 8 == 0 && a.ldx % 8 == 0 && a.ld_router % 8 == 0 && al16(a.x) &&
                      al16(a.router_w) && al16(a.norm_w) &&
