@@ -32,3 +32,22 @@ ab_tests() {  # binary gtest-filter [VAR=value ...]: the run's verdict lines (pa
     command grep -E '^\[ +(OK|FAILED|PASSED) |Failure|Expected|Which is|differs|max_rel|nmse' |
     command tail -40
 }
+ab_trace() {  # label binary model [VAR=value ...]: block timeline of one batch-1 step (a binary of
+  # the -DPEREGRINE_BLOCK_TRACE=ON build; tools/gpu/block_timeline.py): per kernel kind, the
+  # first AB_TRACE_PHASES (60) lines of the phases, with AB_TRACE_LAUNCHES=1 also two middle
+  # layers' launches; the trace itself is gzipped under $OUT/tr/<label>.
+  local label=$1 bin=$2 model=$3 ctx=${AB_CONTEXT:-1024}; shift 3
+  local dir="$OUT/tr/$label"
+  env "$@" PEREGRINE_BLOCK_TRACE_OUT="$dir" timeout 90 "$BIN/$bin" bench gpu-decode \
+    --load-format dummy --iters 20 --batch 1 --context "$ctx" --model "configs/$model/config.json" 2>&1 |
+    command tr '\r' '\n' | command grep -E "^ +1 +$ctx "
+  local f="$dir/trace_b1_c$ctx.csv"
+  [[ -f "$f" ]] || { echo "no trace for $label"; return; }
+  echo "== $label: per kernel kind"; python3 tools/gpu/block_timeline.py "$f"
+  if [[ -n "${AB_TRACE_LAUNCHES:-}" ]]; then
+    echo "== $label: launches of two middle layers"
+    python3 tools/gpu/block_timeline.py "$f" --launches | command sed -n '2,3p;150,166p'
+  fi
+  echo "== $label: phases"; python3 tools/gpu/block_timeline.py "$f" --phases | command head -"${AB_TRACE_PHASES:-60}"
+  command gzip -f "$f"
+}

@@ -22,18 +22,5 @@ for r in 1 2 3; do
     ab_step "late-$m" new_moe_gpu_check "$m" PEREGRINE_MOE_FOLD_TRIGGER=1
   done
 done
-mkdir -p "$OUT/tr"
-for mode in fold late; do
-  case $mode in
-    fold) env_args=(PEREGRINE_MOE_FOLD_TRIGGER=0) ;;
-    late) env_args=(PEREGRINE_MOE_FOLD_TRIGGER=1) ;;
-  esac
-  env "${env_args[@]}" PEREGRINE_BLOCK_TRACE_OUT="$OUT/tr/$mode" timeout 90 "$BIN/trace_moe_gpu_check" \
-    bench gpu-decode --load-format dummy --iters 20 --batch 1 --context 1024 \
-    --model configs/qwen3-30b-a3b/config.json 2>&1 | command tr '\r' '\n' | command grep -E '^ +1 +1024 '
-  f="$OUT/tr/$mode/trace_b1_c1024.csv"
-  [[ -f "$f" ]] || { echo "no trace for $mode"; continue; }
-  echo "== $mode: per kernel kind"; python3 tools/gpu/block_timeline.py "$f"
-  echo "== $mode: phases"; python3 tools/gpu/block_timeline.py "$f" --phases | grep -A8 -E "^-- (fold_route|gate_up)"
-  rm -f "$f"
-done
+ab_trace fold trace_moe_gpu_check qwen3-30b-a3b PEREGRINE_MOE_FOLD_TRIGGER=0
+ab_trace late trace_moe_gpu_check qwen3-30b-a3b PEREGRINE_MOE_FOLD_TRIGGER=1

@@ -1,4 +1,6 @@
 # Queue job (tools/gpu/queue.sh) for the router's row dots in the o projection
+# (Record only: the router-from-o-dots path measured slower and was removed in 4b5b696,
+# docs/PERF.md "Session 28"; its binaries come from commits before it.)
 # (PEREGRINE_MOE_O_DOTS=1, off by default; session 25): the GPU tests of the new kernels and
 # the model paths, then batch-1 step rows — main before the change (5e71c10, "base"), the
 # change with the dots on ("dots"; "dots16": the router kernel at 16 lanes a quad, 512 threads)

@@ -1,4 +1,6 @@
 # Queue job (tools/gpu/queue.sh): block timelines (-DPEREGRINE_BLOCK_TRACE=ON build) of one
+# (Record only: the router-from-o-dots path measured slower and was removed in 4b5b696,
+# docs/PERF.md "Session 28"; its binaries come from commits before it.)
 # Qwen3-30B-A3B 1 x 1K step with the router from the o projection's row dots off / on / on at
 # 16 lanes (PEREGRINE_MOE_O_DOTS, PEREGRINE_MOE_DOTS_LANES; session 25), so the next session sees
 # where a layer's time moved: per kernel kind the critical-path increment and the phases.
@@ -6,20 +8,8 @@
 #   tools/gpu/make_job.sh o_dots_trace tools/gpu/jobs/o_dots_trace.sh 240 \
 #     trace_moe_gpu_check=build/trace/tests/models/moe_gpu_check
 source tools/gpu/queue_env.sh
-mkdir -p "$OUT/tr"
-for mode in off on on16; do
-  case $mode in
-    off) env_args=(PEREGRINE_MOE_O_DOTS=0) ;;
-    on) env_args=(PEREGRINE_MOE_O_DOTS=1) ;;
-    on16) env_args=(PEREGRINE_MOE_O_DOTS=1 PEREGRINE_MOE_DOTS_LANES=16) ;;
-  esac
-  env "${env_args[@]}" PEREGRINE_BLOCK_TRACE_OUT="$OUT/tr/$mode" timeout 90 "$BIN/trace_moe_gpu_check" \
-    bench gpu-decode --load-format dummy --iters 20 --batch 1 --context 1024 \
-    --model configs/qwen3-30b-a3b/config.json 2>&1 | command tr '\r' '\n' | command grep -E '^ +1 +1024 '
-  f="$OUT/tr/$mode/trace_b1_c1024.csv"
-  [[ -f "$f" ]] || { echo "no trace for $mode"; continue; }
-  echo "== $mode: per kernel kind"; python3 tools/gpu/block_timeline.py "$f"
-  echo "== $mode: launches of two middle layers"; python3 tools/gpu/block_timeline.py "$f" --launches | sed -n '2,3p;150,166p'
-  echo "== $mode: phases"; python3 tools/gpu/block_timeline.py "$f" --phases | head -60
-  gzip -f "$f"
-done
+source tools/gpu/ab_rows.sh
+export AB_TRACE_LAUNCHES=1
+ab_trace off trace_moe_gpu_check qwen3-30b-a3b PEREGRINE_MOE_O_DOTS=0
+ab_trace on trace_moe_gpu_check qwen3-30b-a3b PEREGRINE_MOE_O_DOTS=1
+ab_trace on16 trace_moe_gpu_check qwen3-30b-a3b PEREGRINE_MOE_O_DOTS=1 PEREGRINE_MOE_DOTS_LANES=16
