@@ -76,6 +76,7 @@ std::vector<FusedCase> Cases() {
       {32, 2, 128, 16, {333, 70, 1}},                          // group 16 (the largest)
       {32, 4, 128, 16, {1024, 2047, 65}, DType::kF32, true},   // group 8: the cluster plan (run 7)
       {32, 8, 128, 16, {1000}},                                // group 4: the two-tile plan (run 7)
+      {32, 4, 128, 16, {1024}, DType::kF32, true},             // Qwen3-30B-A3B 1 x 1K: one cluster a kv head
   };
 }
 
@@ -163,6 +164,8 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
   [[maybe_unused]] int64_t small_runs = 0;  // CUDA runs that took the small-shared-memory variant
   [[maybe_unused]] int64_t cluster_runs = 0;  // of those, launches that merged in a cluster
   [[maybe_unused]] int64_t two_tile_runs = 0;  // launches of the two-tile plan (run 7)
+  // Launches of the exchange form (runs 8-10): by its merge (cluster / counter) and plan.
+  [[maybe_unused]] int64_t xw_cluster = 0, xw_counter = 0, xw_two_tile = 0;
 #if defined(PEREGRINE_HAVE_CUDA)
   const int64_t stream_fused0 = cuda::DecodeStreamFusedLaunches();  // long plans' route
 #endif
@@ -205,17 +208,23 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
       // off (run 5): the default picks them by the rows (q / k norm); run 6 the small variant
       // (3 tile warps) with its splits merged in a thread-block cluster where they fit one;
       // run 7 every choice by its rule (the process defaults: the cluster plan or the two-tile
-      // plan where they apply, decode_fused_plan.cu ClusterPlan / TwoTilePlan).
-      for (int rep = 0; rep < (kb->backend == "cuda" ? 8 : 1); ++rep) {
+      // plan where they apply, decode_fused_plan.cu ClusterPlan / TwoTilePlan). Runs 8-10 take
+      // the exchange form (decode_xw.cuh) wherever a split's tiles fit the rings: 8 by the
+      // rules (the cluster and two-tile plans), 9 the small variant with 4 tile warps and the
+      // cluster merge forced, 10 with 3 tile warps and the counter merge.
+      for (int rep = 0; rep < (kb->backend == "cuda" ? 11 : 1); ++rep) {
 #if defined(PEREGRINE_HAVE_CUDA)
         const int64_t small0 = cuda::DecodeFusedSmallLaunches(), mma0 = cuda::DecodeFusedLaunches();
         const int64_t cluster0 = cuda::DecodeFusedClusterLaunches();
         const int64_t two_tile0 = cuda::DecodeFusedTwoTileLaunches();
-        const bool small_run = kb->backend == "cuda" && (rep == 2 || rep == 3 || rep == 6);
-        const bool rules = rep == 7;
-        const int mode0 = cuda::SetDecodeFusedSmallMode(rules ? -1 : small_run ? (rep == 6 ? 3 : rep + 1) : 0);
-        const int cluster0_mode = cuda::SetDecodeFusedClusterMode(rules ? -1 : rep == 6 ? 1 : 0);
+        const int64_t xw0 = cuda::DecodeFusedXwLaunches();
+        const bool small_run = kb->backend == "cuda" && (rep == 2 || rep == 3 || rep == 6 || rep >= 9);
+        const bool rules = rep == 7 || rep == 8;
+        const int small_mode = rep == 6 || rep == 10 ? 3 : rep == 9 ? 4 : rep + 1;
+        const int mode0 = cuda::SetDecodeFusedSmallMode(rules ? -1 : small_run ? small_mode : 0);
+        const int cluster0_mode = cuda::SetDecodeFusedClusterMode(rules ? -1 : rep == 6 || rep == 9 ? 1 : 0);
         const int prep0 = cuda::SetDecodeFusedPrepMode(rep == 4 ? 1 : rep == 5 ? 0 : -1);
+        const int xw_mode0 = cuda::SetDecodeFusedXwMode(rep >= 8 ? 1 : 0);
 #endif
         Tensor bk = in.Fresh(in.kc0), bv = in.Fresh(in.vc0);
         Tensor out(DType::kF32, {pb.tokens, c.heads, c.head_dim});
@@ -228,9 +237,19 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
         cuda::SetDecodeFusedSmallMode(mode0);
         cuda::SetDecodeFusedPrepMode(prep0);
         cuda::SetDecodeFusedClusterMode(cluster0_mode);
+        cuda::SetDecodeFusedXwMode(xw_mode0);
         if (ran && kb->backend == "cuda") {
-          cluster_runs += cuda::DecodeFusedClusterLaunches() - cluster0;
-          two_tile_runs += cuda::DecodeFusedTwoTileLaunches() - two_tile0;
+          const int64_t clusters = cuda::DecodeFusedClusterLaunches() - cluster0;
+          const int64_t two_tiles = cuda::DecodeFusedTwoTileLaunches() - two_tile0;
+          const int64_t xw = cuda::DecodeFusedXwLaunches() - xw0;
+          if (rep < 8) {
+            EXPECT_EQ(xw, 0) << "run " << rep << ": the exchange form was set off";
+          }
+          xw_cluster += clusters > 0 ? xw : 0;
+          xw_counter += clusters == 0 ? xw : 0;
+          xw_two_tile += two_tiles > 0 ? xw : 0;
+          cluster_runs += clusters;
+          two_tile_runs += two_tiles;
           // Forced on (runs 2, 3, 6), the small variant runs wherever the fused tensor-core
           // kernel does; long plans go to the streaming kernel instead (no fused launch).
           const int64_t small = cuda::DecodeFusedSmallLaunches() - small0;
@@ -269,10 +288,13 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
     int fused_cases = 0;
     for (const FusedCase& c : Cases()) fused_cases += c.kv_lens.size() <= 8 && c.softcap == 0.0f;
     EXPECT_EQ(fused_cases, int(Cases().size()) - 2);
-    EXPECT_EQ(fused_runs, 8 * fused_cases) << "the fused kernel declined a case";
+    EXPECT_EQ(fused_runs, 11 * fused_cases) << "the fused kernel declined a case";
     EXPECT_GT(two_tile_runs, 0) << "no case reached the two-tile plan";
     EXPECT_GT(small_runs, 0) << "no case reached the small-shared-memory variant";
     EXPECT_GT(cluster_runs, 0) << "no case reached the cluster merge";
+    EXPECT_GT(xw_cluster, 0) << "no case reached the exchange form with the cluster merge";
+    EXPECT_GT(xw_counter, 0) << "no case reached the exchange form with the counter merge";
+    EXPECT_GT(xw_two_tile, 0) << "no case reached the exchange form of the two-tile plan";
     EXPECT_GT(cuda::DecodeStreamFusedLaunches() - stream_fused0, 0)
         << "no case reached the streaming kernel with the new token inside";
   }

@@ -30,6 +30,7 @@
 #include "kernels/cuda/attention/decode_common.cuh"
 #include "kernels/cuda/attention/decode_fused.cuh"
 #include "kernels/cuda/attention/decode_mma_util.cuh"
+#include "kernels/cuda/attention/decode_xw.cuh"
 #include "kernels/cuda/mla/mma_util.cuh"
 
 namespace pg::cuda::decode {
@@ -94,12 +95,13 @@ __host__ __device__ constexpr int MergeRows(int group) {
 // new-token scratch, or the merge (kWarps x rows x (D + 2) floats, then rows x num_splits split
 // weights) if larger (the merge overlays both after the key loop). d 128 bf16, group 4
 // (Llama-3.1-8B), kTW 3: 24576 + 2624 = 27200 bytes.
-template <int D, bool kF8, int kTW, int S = kSmallStages>
+// kXw: the exchange form's buffers (decode_xw.cuh) follow the scratch.
+template <int D, bool kF8, int kTW, int S = kSmallStages, bool kXw = false>
 constexpr int FusedSmallSmemBytes(int group, int num_splits) {
   using M = MmaGeo<D, kF8, S>;
   const int rows = MergeRows<S>(group);
   const int merge = (kWarps * rows * (D + 2) + rows * num_splits) * 4;
-  const int ring = kTW * M::kWarpU4 * 16 + FusedScratch<D>::Bytes(rows);
+  const int ring = kTW * M::kWarpU4 * 16 + FusedScratch<D>::Bytes(rows) + (kXw ? XwBytes(kTW * S) : 0);
   return (ring > merge ? ring : merge + 15) / 16 * 16;
 }
 
@@ -123,15 +125,20 @@ struct NoFusion {};  // the unfused kernel's (empty) second parameter
 // Registers: the one-stage small variant is bounded to <= 168 a thread (three 4-warp blocks an
 // SM), as it compiled with the softcap (164); without it ptxas chose 170, which the 8-register
 // granule allocates as 176 and an SM sub-partition beside a ring GEMV's warps then fits fewer.
-// The others keep no minimum (0: unspecified; their registers as before).
-template <int D, bool kF8, bool kHeadWarps, bool kFused, int kSt = kStages, int kTW = kWarps>
-__global__ void __launch_bounds__(kSt == 1 ? kWarps * 32 : 256, kSt == 1 ? 3 : 0)
+// The others keep no minimum (0: unspecified; their registers as before), but the exchange
+// forms, bounded as the one-stage variant (the two-stage one compiled to 252 unbounded).
+// kXw: the small variant's exchange form (decode_xw.cuh) where the split's tiles all fit the
+// rings (else the loop below runs); bf16 caches.
+template <int D, bool kF8, bool kHeadWarps, bool kFused, int kSt = kStages, int kTW = kWarps,
+          bool kXw = false>
+__global__ void __launch_bounds__(kSt == 1 || kXw ? kWarps * 32 : 256, kSt == 1 || kXw ? 3 : 0)
     DecodeMmaKernel(const __grid_constant__ AttentionArgs a,
                     const __grid_constant__ std::conditional_t<kFused, RopeKvWriteArgs, NoFusion> f) {
   PG_BLOCK_TRACE(kTraceDecodeMma);
   static_assert(!(kFused && kHeadWarps), "the fused kernel uses the round-robin layout");
   static_assert(kSt == kStages || (kFused && kSt < kStages), "small variant: fused only");
   static_assert(kSt < kStages ? (kTW == 3 || kTW == 4) : kTW == kWarps, "tile warps");
+  static_assert(!kXw || (kFused && kSt < kStages && !kF8), "exchange form: small variant, bf16");
   // Tiles in the ring before the loop: all of a small variant's stages (its warps' first kSt
   // tiles load before PdlWait), one stage less for the 3-stage kernel.
   constexpr int kLead = kSt < kStages ? kSt : kSt - 1;
@@ -261,6 +268,26 @@ __global__ void __launch_bounds__(kSt == 1 ? kWarps * 32 : 256, kSt == 1 ? 3 : 0
                            : a.q + int64_t(row) * a.q_stride + int64_t(h0) * D;
     LoadQFragments<kF8, D, M::kKc, M::kCpv, M::kVe>(qa, q, active ? group : 0, g, t);
   }
+  if constexpr (kXw) {
+    if (tiles <= kTW * kSt) {  // block-uniform; every tile issued before PdlWait (kLead = kSt)
+      const int mrows = MergeRows<kSt>(group), ng = min(group, 16);
+      const FusedScratch<D> fs(smem + kTW * M::kWarpU4, mrows);
+      float* xw = reinterpret_cast<float*>(reinterpret_cast<char*>(smem) + kTW * M::kWarpU4 * 16 +
+                                           FusedScratch<D>::Bytes(mrows));
+      float* part = a.cluster_merge ? reinterpret_cast<float*>(reinterpret_cast<char*>(smem) +
+                                                               ClusterPartOffset(mrows, D, num_splits))
+                                    : nullptr;
+      const XwSplit sp{row, h0, group, ng, split, active_splits, r.begin, kv_end, tiles, my_tiles,
+                       owner, qscale};
+      XwSplitAndStore<M, D, kSt, kTW>(a, sp, qa, smem, fs, xw, part);
+      PG_TRACE_MARK(2);  // the split stored
+      if (part != nullptr) ClusterMergeSplits(a, row, h0, ng, active_splits, split, part);
+      else  // split weights [ng][active] where the loop's merge keeps them (past the rings' use)
+        FusedFinishSplits(a, row, h0, ng, active_splits,
+                          reinterpret_cast<float*>(smem) + kWarps * mrows * (D + 2));
+      return;
+    }
+  }
 
   float o[M::kNb][4];
 #pragma unroll
@@ -321,25 +348,7 @@ __global__ void __launch_bounds__(kSt == 1 ? kWarps * 32 : 256, kSt == 1 ? 3 : 0
     const int key0 = r.begin + (first_tile + i * tile_step) * kTK;
 
     float sc[2][4];
-#pragma unroll
-    for (int bb = 0; bb < 2; ++bb) {
-      sc[bb][0] = sc[bb][1] = sc[bb][2] = sc[bb][3] = 0.0f;
-#pragma unroll
-      for (int v = 0; v < M::kNvt; ++v) {
-        const uint4 kv = st[(bb * M::kNvt + v) * 32 + lane];
-#pragma unroll
-        for (int sub = 0; sub < M::kCpv; ++sub) {
-          uint32_t b0, b1;
-          if constexpr (kF8) {
-            const uint32_t w = Word(kv, sub);  // dims +0..3 as e4m3
-            b0 = F8x2ToH2(w), b1 = F8x2ToH2(w >> 16);
-          } else {
-            b0 = Word(kv, 2 * sub), b1 = Word(kv, 2 * sub + 1);
-          }
-          MmaT<kF8>(sc[bb], qa[v * M::kCpv + sub], b0, b1);
-        }
-      }
-    }
+    QkTile<kF8, M::kNvt, M::kCpv, M::kKc>(sc, st, qa, lane);
     // Scores to p in log2 units, (m, l, o) updated, p packed (decode_mma_util.cuh).
     uint32_t pa[4];
     SoftmaxTileStep<kF8, M::kNb>(sc, qscale, softcap_v, key0, t, kv_end, m0, m1, l0, l1, o, pa);
@@ -433,13 +442,13 @@ void Launch(const AttentionArgs& a, dim3 grid, int warps, cudaStream_t stream) {
 // carveout, so that an SM that runs a ring GEMV block can take two of its blocks (the SM's
 // L1 / shared split changes only when it drains; PG_FUSED_SMALL_CARVEOUT=-1 leaves it to the
 // driver, A/B).
-template <int D, bool kF8, int kTW, int S>
+template <int D, bool kF8, int kTW, int S, bool kXw>
 void PrepareSmall() {
   static const bool done = [] {
-    const void* k = reinterpret_cast<const void*>(&DecodeMmaKernel<D, kF8, false, true, S, kTW>);
+    const void* k = reinterpret_cast<const void*>(&DecodeMmaKernel<D, kF8, false, true, S, kTW, kXw>);
     // (+ the cluster merge's inbox, which LaunchSmall places right past it)
     cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         FusedSmallSmemBytes<D, kF8, kTW, S>(16, 256) + ClusterInboxBytes(16, D));
+                         FusedSmallSmemBytes<D, kF8, kTW, S, kXw>(16, 256) + ClusterInboxBytes(16, D));
     const int carveout = EnvInt("PG_FUSED_SMALL_CARVEOUT", 100);
     if (carveout >= 0) cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, carveout);
     return true;
@@ -447,17 +456,17 @@ void PrepareSmall() {
   (void)done;
 }
 
-template <int D, bool kF8, int kTW, int S = kSmallStages>
+template <int D, bool kF8, int kTW, int S = kSmallStages, bool kXw = false>
 void LaunchSmall(const AttentionArgs& a_in, const RopeKvWriteArgs& rope, dim3 grid, cudaStream_t stream) {
-  PrepareSmall<D, kF8, kTW, S>();
+  PrepareSmall<D, kF8, kTW, S, kXw>();
   const int group = a_in.heads / a_in.kv_heads, ng = std::min(group, 16);
-  const int smem = FusedSmallSmemBytes<D, kF8, kTW, S>(group, a_in.num_splits);  // 16-byte multiple
+  const int smem = FusedSmallSmemBytes<D, kF8, kTW, S, kXw>(group, a_in.num_splits);  // 16-byte multiple
   AttentionArgs a = a_in;
   // The cluster merge where a kv head's splits fit one cluster and its partial fits the
   // block's shared memory past the merge buffers.
   a.cluster_merge = a_in.cluster_merge && a.num_splits > 1 && a.num_splits <= kMaxClusterSplits &&
                     ClusterPartOffset(MergeRows<S>(group), D, a.num_splits) + ClusterPartBytes(ng, D) <= smem;
-  auto* k = DecodeMmaKernel<D, kF8, false, true, S, kTW>;
+  auto* k = DecodeMmaKernel<D, kF8, false, true, S, kTW, kXw>;
   if (!a.cluster_merge) {
     LaunchPdl(k, grid, dim3(unsigned(kWarps * 32)), size_t(smem), stream, a, rope);
     return;
@@ -477,10 +486,17 @@ void LaunchSmall(const AttentionArgs& a_in, const RopeKvWriteArgs& rope, dim3 gr
 }
 
 // small_warps: 0 the 3-stage kernel, 3 / 4 the small variant with that many tile warps;
-// stages: the small variant's ring stages a warp (2: d 128 bf16 with 4 tile warps only, else 1).
+// stages: the small variant's ring stages a warp (2: d 128 bf16 with 4 tile warps only, else 1);
+// xw: the small variant's exchange form (bf16 only).
 template <int D, bool kF8>
 void LaunchFused(const AttentionArgs& a, const RopeKvWriteArgs& rope, dim3 grid, int small_warps,
-                 int stages, cudaStream_t stream) {
+                 int stages, bool xw, cudaStream_t stream) {
+  if constexpr (!kF8) {
+    if constexpr (D == 128)
+      if (xw && small_warps == 4 && stages == 2) return LaunchSmall<D, kF8, 4, 2, true>(a, rope, grid, stream);
+    if (xw && small_warps == 3 && stages == 1) return LaunchSmall<D, kF8, 3, 1, true>(a, rope, grid, stream);
+    if (xw && small_warps == 4 && stages == 1) return LaunchSmall<D, kF8, 4, 1, true>(a, rope, grid, stream);
+  }
   if constexpr (D == 128 && !kF8)
     if (small_warps == 4 && stages == 2) return LaunchSmall<D, kF8, 4, 2>(a, rope, grid, stream);
   if (small_warps == 3) return LaunchSmall<D, kF8, 3>(a, rope, grid, stream);
@@ -551,14 +567,14 @@ MmaShape MmaFusedShape(const AttentionArgs& a) {
 }
 
 void LaunchMmaFused(const AttentionArgs& a, const RopeKvWriteArgs& rope, int num_seqs, int small,
-                    int small_stages, cudaStream_t stream) {
+                    int small_stages, bool xw, cudaStream_t stream) {
   const dim3 grid(unsigned(num_seqs), unsigned(a.kv_heads), unsigned(a.num_splits));
   const bool f8 = a.kv_type == KvType::kF8E4M3;
   const int st = small_stages;
   if (a.head_dim == 64)
-    f8 ? LaunchFused<64, true>(a, rope, grid, small, st, stream) : LaunchFused<64, false>(a, rope, grid, small, st, stream);
+    f8 ? LaunchFused<64, true>(a, rope, grid, small, st, xw, stream) : LaunchFused<64, false>(a, rope, grid, small, st, xw, stream);
   else
-    f8 ? LaunchFused<128, true>(a, rope, grid, small, st, stream) : LaunchFused<128, false>(a, rope, grid, small, st, stream);
+    f8 ? LaunchFused<128, true>(a, rope, grid, small, st, xw, stream) : LaunchFused<128, false>(a, rope, grid, small, st, xw, stream);
 }
 
 }  // namespace pg::cuda::decode

@@ -289,10 +289,12 @@ void LaunchStreamFused(const AttentionArgs& a, const RopeKvWriteArgs& rope, int 
 // MmaFusedShape: the 3-stage kernel's (the split plan uses it for both variants); small: 0 that
 // kernel, 3 / 4 the small variant with that many tile warps (27-36 KB of shared memory a
 // block at d 128 instead of ~102 KB); small_stages: its ring stages a warp, 1, or 2 (d 128
-// bf16 with 4 tile warps only; ~67 KB a block: both stages load before PdlWait).
+// bf16 with 4 tile warps only; ~67 KB a block: both stages load before PdlWait); xw: the small
+// variant's exchange form (decode_xw.cuh; bf16 caches, ignored otherwise), which the caller
+// takes only where every split's tiles fit its rings (small x small_stages tiles).
 bool MmaFusedSupports(int head_dim, int group);
 MmaShape MmaFusedShape(const AttentionArgs& a);
 void LaunchMmaFused(const AttentionArgs& a, const RopeKvWriteArgs& rope, int num_seqs, int small,
-                    int small_stages, cudaStream_t stream);
+                    int small_stages, bool xw, cudaStream_t stream);
 
 }  // namespace pg::cuda::decode

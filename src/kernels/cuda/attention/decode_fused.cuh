@@ -30,7 +30,7 @@ namespace pg::cuda::decode {
 template <int D>
 struct FusedScratch {
   static constexpr int kRows = 16;
-  static constexpr int Bytes(int q_rows) { return q_rows * D * 2 + 3 * D * 4 + kRows * 4; }
+  __host__ __device__ static constexpr int Bytes(int q_rows) { return q_rows * D * 2 + 3 * D * 4 + kRows * 4; }
   static constexpr int kBytes = Bytes(kRows);
   static_assert(D * 2 % 16 == 0 && kBytes % 16 == 0, "scratch keeps 16-byte alignment");
   bf16* q;       // [q_rows][D] normalised + rotated q of the group, bf16

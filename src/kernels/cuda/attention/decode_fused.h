@@ -67,6 +67,13 @@ int64_t DecodeFusedLaunches();
 // set it; returns the previous mode), and the launches that took it.
 int SetDecodeFusedClusterMode(int mode);
 int64_t DecodeFusedClusterLaunches();
+// The small variant's exchange form (decode_xw.cuh: the warps share the softmax and split the
+// head dims of P · V instead of merging their outputs): 0 never (the default until measured),
+// 1 wherever every split's tiles fit its rings at every length the plan serves; the process
+// default from PG_FUSED_XW (tests set it; returns the previous mode), and the launches that
+// took it.
+int SetDecodeFusedXwMode(int mode);
+int64_t DecodeFusedXwLaunches();
 // Launches of the two-tile plan (decode_fused_plan.cu TwoTilePlan: 128-key splits, two ring
 // stages a warp, cluster merge; taken by rule only, never under a forced mode).
 int64_t DecodeFusedTwoTileLaunches();

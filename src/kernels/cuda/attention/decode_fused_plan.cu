@@ -227,6 +227,22 @@ static int FusedSmall(const AttentionArgs& a, int64_t max_len) {
 
 int SetDecodeFusedSmallMode(int mode) { return std::exchange(FusedSmallModeRef(), mode); }
 
+// The small variant's exchange form (decode_xw.cuh; decode_fused.h SetDecodeFusedXwMode):
+// 0 (default until it is measured on the H200) never, 1 wherever the plan puts at most
+// tile warps x stages tiles in a split at every length it serves (WorstSplitKeys), so that the
+// kernel never falls back to its loop; bf16 caches.
+static int& FusedXwRef() {
+  static int mode = EnvInt("PG_FUSED_XW", 0);
+  return mode;
+}
+int SetDecodeFusedXwMode(int mode) { return std::exchange(FusedXwRef(), mode); }
+static std::atomic<int64_t> g_xw_launches{0};
+int64_t DecodeFusedXwLaunches() { return g_xw_launches.load(std::memory_order_relaxed); }
+static bool XwApplies(const AttentionArgs& a, int64_t max_len, int small, int stages) {
+  if (FusedXwRef() != 1 || small == 0 || a.kv_type != KvType::kBF16) return false;
+  return WorstSplitKeys(a, std::max<int64_t>(1, max_len)) <= int64_t(small) * stages * kSplitGranule;
+}
+
 static std::atomic<int64_t> g_small_launches{0}, g_fused_launches{0};
 int64_t DecodeFusedSmallLaunches() { return g_small_launches.load(std::memory_order_relaxed); }
 int64_t DecodeFusedLaunches() { return g_fused_launches.load(std::memory_order_relaxed); }
@@ -266,7 +282,10 @@ void LaunchDecodeFused(const AttentionArgs& args, const RopeKvWriteArgs& rope, c
     std::fprintf(stderr, "fused attention: %s variant (%d tile warps), %d splits, max_len %lld, worst keys a split %lld\n",
                  small ? "small" : "3-stage", small ? small : kWarps, a.num_splits, (long long)max_len,
                  (long long)WorstSplitKeys(a, max_len));
-  LaunchMmaFused(a, rope, a.batch.num_seqs, small, two_tile ? 2 : 1, stream);
+  const int stages = two_tile ? 2 : 1;
+  const bool xw = XwApplies(a, max_len, small, stages);
+  if (xw) g_xw_launches.fetch_add(1, std::memory_order_relaxed);
+  LaunchMmaFused(a, rope, a.batch.num_seqs, small, stages, xw, stream);
 }
 
 }  // namespace pg::cuda

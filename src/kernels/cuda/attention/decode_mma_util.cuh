@@ -98,6 +98,50 @@ __device__ __forceinline__ void SoftmaxTileStep(float (&sc)[2][4], float qscale,
   pa[2] = pack(sc[1][0], sc[1][1]), pa[3] = pack(sc[1][2], sc[1][3]);
 }
 
+// S[16 rows x 16 keys] = Q · K^T of one tile (decode_attention_mma.cu's layout): K as B
+// operands from the warp's thread-private stage st (lane (g, t): key g of each 8-key half,
+// kNvt 16-byte vectors a key, kCpv k-chunks a vector), Q as the A fragments qa.
+template <bool kF8, int kNvt, int kCpv, int kKc>
+__device__ __forceinline__ void QkTile(float (&sc)[2][4], const uint4* st,
+                                       const uint32_t (&qa)[kKc][4], int lane) {
+#pragma unroll
+  for (int bb = 0; bb < 2; ++bb) {
+    sc[bb][0] = sc[bb][1] = sc[bb][2] = sc[bb][3] = 0.0f;
+#pragma unroll
+    for (int v = 0; v < kNvt; ++v) {
+      const uint4 kv = st[(bb * kNvt + v) * 32 + lane];
+#pragma unroll
+      for (int sub = 0; sub < kCpv; ++sub) {
+        uint32_t b0, b1;
+        if constexpr (kF8) {
+          const uint32_t w = Word(kv, sub);  // dims +0..3 as e4m3
+          b0 = F8x2ToH2(w), b1 = F8x2ToH2(w >> 16);
+        } else {
+          b0 = Word(kv, 2 * sub), b1 = Word(kv, 2 * sub + 1);
+        }
+        MmaT<kF8>(sc[bb], qa[v * kCpv + sub], b0, b1);
+      }
+    }
+  }
+}
+
+// o[2 q], o[2 q + 1] += P · V for the n-block pairs np0 + q (q < kN / 2, 8 dims a block) of
+// one tile: P as the A fragment pa, V through ldmatrix.trans from the tile sv ([16 keys][kNb
+// 16-byte chunks], chunk c of key k at c ^ (k % 8)).
+template <bool kF8, int kNb, int kN>
+__device__ __forceinline__ void PvTile(float (&o)[kN][4], const uint32_t (&pa)[4], const uint4* sv,
+                                       int np0, int lane) {
+  const int lk = lane % 8 + ((lane / 8) % 2) * 8;  // ldmatrix row (key) this lane addresses
+#pragma unroll
+  for (int q = 0; q < kN / 2; ++q) {
+    const int chunk = 2 * (np0 + q) + lane / 16;
+    uint32_t vb[4];
+    mla::Ldmatrix4Trans(vb, sv + lk * kNb + (chunk ^ (lk % 8)));
+    MmaT<kF8>(o[2 * q], pa, vb[0], vb[1]);
+    MmaT<kF8>(o[2 * q + 1], pa, vb[2], vb[3]);
+  }
+}
+
 // A warp's rows g and g + 8 (query heads h0 + g, h0 + g + 8 below h0 + group) of query row
 // `row` after its key loop: with one active split the bf16 output (o / l, times a.v_scale),
 // else its split's partial (o, and (m, l) from the quad's lane t 0) at a.partial_acc /

@@ -1,0 +1,190 @@
+// The fused decode attention's exchange form (decode_attention_mma.cu DecodeMmaKernel with kXw;
+// AttentionArgs-level switch: decode_fused.h SetDecodeFusedXwMode): for a small-variant split
+// whose every 16-key tile sits in the block's rings at once (tiles <= tile warps x ring stages),
+// the warps exchange the softmax instead of merging their outputs.
+//   1. Each tile warp computes S = Q · K^T of its own tiles (K is in its thread-private layout)
+//      and publishes its row maxima; one barrier.
+//   2. Every warp takes the block's row maxima (with the new token's logit in the owner
+//      block), turns its scores into p = 2^(s - m), publishes its P tiles (the PV MMA's A
+//      fragments, as each lane holds them) and its row sums; one barrier.
+//   3. Warp w computes O[:, w D / 4 .. (w + 1) D / 4) = P · V over every tile of the split (V
+//      through ldmatrix.trans from the tile's ring stage, any warp's), adds the new token, and
+//      stores its quarter of the split's partial directly.
+// Against the round-robin loop it replaces the online rescales and the warps' merge through
+// shared memory ([4][rows][D] floats written, a barrier, 4 loads and 4 exponentials an output)
+// by two barriers over 16 maxima / sums a warp and 2 KB of P. Same m / l / o meaning as
+// MergeWarpsAndStore's outputs (maxima in log2 units, o unnormalised), so the split merges
+// (ClusterMergeSplits, FusedFinishSplits) are shared; sums differ from the loop's by f32
+// rounding only (the same p, added in another order).
+// bf16 caches only (the P and V products in bf16, as the loop's).
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include "kernels/cuda/attention/decode_common.cuh"
+#include "kernels/cuda/attention/decode_fused.cuh"
+#include "kernels/cuda/attention/decode_mma_util.cuh"
+
+namespace pg::cuda::decode {
+
+// Shared memory of the exchange past the new token's scratch: [kWarps][16] row maxima,
+// [kWarps][16] row sums (log2 units / weights), then [tiles][32 lanes] P fragments (uint4).
+__host__ __device__ constexpr int XwBytes(int max_tiles) {
+  return 2 * kWarps * 16 * 4 + max_tiles * 32 * 16;
+}
+
+// One split block's state entering the exchange (after the new token's preparation; every
+// value block-uniform but the lane's own).
+struct XwSplit {
+  int row, h0, group, ng, split, active;  // query row, first q head, GQA group, rows stored, split, active splits
+  int begin, kv_end, tiles, my_tiles;     // cache keys [begin, kv_end); tiles of the block / of this warp
+  bool owner;                             // this split holds the new token (its logit / v in the scratch)
+  float qscale;                           // logit scale in log2 units
+};
+
+// Where a split's result goes: the bf16 output (one active split), the cluster partial
+// (ClusterPart layout of decode_fused.cuh, in this block's shared memory) or the global
+// partials (a.partial_acc / a.partial_ml) that FusedFinishSplits merges.
+// Stores rows g and g + 8 (< ng) of the lane's quad over this warp's dims: n-blocks nb0 + q.
+template <int D, int kN>
+__device__ __forceinline__ void XwStore(const AttentionArgs& a, const XwSplit& sp, float* part,
+                                        int nb0, float m0, float m1, float l0, float l1,
+                                        const float (&o)[kN][4]) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int rr = g + 8 * hr;
+    if (rr >= sp.ng) continue;
+    const float m = hr ? m1 : m0, l = hr ? l1 : l0;
+    const int h = sp.h0 + rr;
+    const int64_t base = (int64_t(sp.row) * a.heads + h) * a.num_splits + sp.split;
+    const bool ml_lane = warp == 0 && t == 0;  // one lane a row stores (m, l)
+    if (sp.active == 1) {
+      const float inv = l > 0.0f ? a.v_scale / l : 0.0f;
+      bf16* out = a.out + int64_t(sp.row) * a.out_stride + int64_t(h) * D + 2 * t;
+#pragma unroll
+      for (int q = 0; q < kN; ++q)
+        *reinterpret_cast<__nv_bfloat162*>(out + (nb0 + q) * 8) =
+            __floats2bfloat162_rn(o[q][2 * hr] * inv, o[q][2 * hr + 1] * inv);
+    } else if (part != nullptr) {
+#pragma unroll
+      for (int q = 0; q < kN; ++q)
+        *reinterpret_cast<float2*>(part + rr * D + (nb0 + q) * 8 + 2 * t) =
+            make_float2(o[q][2 * hr], o[q][2 * hr + 1]);
+      if (ml_lane) part[sp.ng * D + rr] = m, part[sp.ng * D + sp.ng + rr] = l;
+    } else {
+      float* acc = a.partial_acc + base * D + 2 * t;
+#pragma unroll
+      for (int q = 0; q < kN; ++q)
+        *reinterpret_cast<float2*>(acc + (nb0 + q) * 8) = make_float2(o[q][2 * hr], o[q][2 * hr + 1]);
+      if (ml_lane) a.partial_ml[2 * base] = m, a.partial_ml[2 * base + 1] = l;
+    }
+  }
+}
+
+// The exchange (steps 1-3 above) and the store; every thread of the block calls it. M: the
+// kernel's geometry (MmaGeo: kStageU4 / kWarpU4 uint4 a stage / warp ring, kKU4 K part, kNvt,
+// kCpv, kKc, kNb); kSt stages a warp, kTW tile warps (warp w's tile i is the split's tile
+// w + i kTW, in stage i of warp w's ring). Requires sp.tiles <= kTW * kSt (the caller falls
+// back to the loop otherwise) and every warp's tiles issued (cp.async) by this thread's warp.
+// smem: the block's rings (warp w's at w * kWarpU4); xw: XwBytes(kTW * kSt) of shared memory
+// that nothing else uses before the final barrier; part: the cluster partial or null. Ends
+// with every store issued; part (if any) is complete after the caller's next __syncthreads.
+template <class M, int D, int kSt, int kTW>
+__device__ __forceinline__ void XwSplitAndStore(const AttentionArgs& a, const XwSplit& sp,
+                                                const uint32_t (&qa)[M::kKc][4], const uint4* smem,
+                                                const FusedScratch<D>& fs, float* xw, float* part) {
+  constexpr int kNbW = M::kNb / kWarps;  // 8-dim n-blocks of a warp's output slice
+  static_assert(M::kNb % (2 * kWarps) == 0, "a warp's slice is whole n-block pairs");
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  float* xmax = xw;                  // [kWarps][16]
+  float* xsum = xw + kWarps * 16;    // [kWarps][16]
+  uint4* xp = reinterpret_cast<uint4*>(xw + 2 * kWarps * 16);  // [tiles][32]
+  CpAsyncWait<0>();  // this warp's tiles landed (visible to the block after the barrier)
+  PG_TRACE_MARK(3);
+  // 1. S of this warp's tiles, masked (-inf past kv_end and for tiles it does not have).
+  float s[kSt][2][4];
+  float mx0 = -INFINITY, mx1 = -INFINITY;
+  const uint4* ring = smem + warp * M::kWarpU4;
+#pragma unroll
+  for (int i = 0; i < kSt; ++i) {
+    const bool have = i < sp.my_tiles;  // warp-uniform
+    if (have) QkTile<false, M::kNvt, M::kCpv, M::kKc>(s[i], ring + i * M::kStageU4, qa, lane);
+    const int key0 = sp.begin + (warp + i * kTW) * kSplitGranule;
+#pragma unroll
+    for (int bb = 0; bb < 2; ++bb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        s[i][bb][e] = have && key0 + bb * 8 + 2 * t + (e & 1) < sp.kv_end ? s[i][bb][e] * sp.qscale : -INFINITY;
+    mx0 = fmaxf(mx0, fmaxf(fmaxf(s[i][0][0], s[i][0][1]), fmaxf(s[i][1][0], s[i][1][1])));
+    mx1 = fmaxf(mx1, fmaxf(fmaxf(s[i][0][2], s[i][0][3]), fmaxf(s[i][1][2], s[i][1][3])));
+  }
+#pragma unroll
+  for (int off = 1; off <= 2; off <<= 1) {  // the quad holds the rows' keys
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
+  }
+  if (t == 0) xmax[warp * 16 + g] = mx0, xmax[warp * 16 + g + 8] = mx1;
+  __syncthreads();
+  // 2. The block's row maxima, the new token's logit included; p, row sums, P published.
+  const float sn0 = sp.owner && g < sp.group ? fs.score[g] : -INFINITY;
+  const float sn1 = sp.owner && g + 8 < sp.group ? fs.score[g + 8] : -INFINITY;
+  float m0 = sn0, m1 = sn1;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) m0 = fmaxf(m0, xmax[w * 16 + g]), m1 = fmaxf(m1, xmax[w * 16 + g + 8]);
+  float l0 = 0.0f, l1 = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kSt; ++i) {
+    if (i >= sp.my_tiles) break;  // warp-uniform
+    float (&p)[2][4] = s[i];
+#pragma unroll
+    for (int bb = 0; bb < 2; ++bb) {
+      p[bb][0] = Exp2Or0(p[bb][0], m0), p[bb][1] = Exp2Or0(p[bb][1], m0);
+      p[bb][2] = Exp2Or0(p[bb][2], m1), p[bb][3] = Exp2Or0(p[bb][3], m1);
+      l0 += p[bb][0] + p[bb][1], l1 += p[bb][2] + p[bb][3];
+    }
+    xp[(warp + i * kTW) * 32 + lane] =
+        make_uint4(mla::PackBf16(p[0][0], p[0][1]), mla::PackBf16(p[0][2], p[0][3]),
+                   mla::PackBf16(p[1][0], p[1][1]), mla::PackBf16(p[1][2], p[1][3]));
+  }
+#pragma unroll
+  for (int off = 1; off <= 2; off <<= 1) {
+    l0 += __shfl_xor_sync(0xffffffffu, l0, off);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, off);
+  }
+  if (t == 0) xsum[warp * 16 + g] = l0, xsum[warp * 16 + g + 8] = l1;
+  __syncthreads();  // P, the sums and every warp's V tiles visible
+  // 3. This warp's dims over every tile, then the new token (p = 2^(s_new - m), v from the
+  // scratch) and the block's row sums.
+  float o[kNbW][4];
+#pragma unroll
+  for (int q = 0; q < kNbW; ++q) o[q][0] = o[q][1] = o[q][2] = o[q][3] = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kTW * kSt; ++j) {
+    if (j >= sp.tiles) break;  // block-uniform
+    const uint4 pv = xp[j * 32 + lane];
+    const uint32_t pa[4] = {pv.x, pv.y, pv.z, pv.w};
+    const uint4* sv = smem + (j % kTW) * M::kWarpU4 + (j / kTW) * M::kStageU4 + M::kKU4;
+    PvTile<false, M::kNb, kNbW>(o, pa, sv, warp * kNbW / 2, lane);
+  }
+  l0 = 0.0f, l1 = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) l0 += xsum[w * 16 + g], l1 += xsum[w * 16 + g + 8];
+  if (sp.owner) {
+    const float p0 = Exp2Or0(sn0, m0), p1 = Exp2Or0(sn1, m1);
+    l0 += p0, l1 += p1;
+#pragma unroll
+    for (int q = 0; q < kNbW; ++q) {
+      const int e = (warp * kNbW + q) * 8 + 2 * t;
+      o[q][0] += p0 * fs.v[e], o[q][1] += p0 * fs.v[e + 1];
+      o[q][2] += p1 * fs.v[e], o[q][3] += p1 * fs.v[e + 1];
+    }
+  }
+  if (a.pdl_late_trigger) PdlTrigger();
+  PG_TRACE_MARK(1);  // the split's keys done
+  // The cluster partial overlays the rings: every warp's V and P reads end first.
+  if (part != nullptr && sp.active > 1) __syncthreads();
+  XwStore<D, kNbW>(a, sp, part, warp * kNbW, m0, m1, l0, l1, o);
+}
+
+}  // namespace pg::cuda::decode
