@@ -165,7 +165,7 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
   [[maybe_unused]] int64_t cluster_runs = 0;  // of those, launches that merged in a cluster
   [[maybe_unused]] int64_t two_tile_runs = 0;  // launches of the two-tile plan (run 7)
   // Launches of the exchange form (runs 8-10): by its merge (cluster / counter) and plan.
-  [[maybe_unused]] int64_t xw_cluster = 0, xw_counter = 0, xw_two_tile = 0;
+  [[maybe_unused]] int64_t xw_cluster = 0, xw_counter = 0, xw_two_tile = 0, xw_push = 0;
 #if defined(PEREGRINE_HAVE_CUDA)
   const int64_t stream_fused0 = cuda::DecodeStreamFusedLaunches();  // long plans' route
 #endif
@@ -210,8 +210,9 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
       // run 7 every choice by its rule (the process defaults: the cluster plan or the two-tile
       // plan where they apply, decode_fused_plan.cu ClusterPlan / TwoTilePlan). Runs 8-10 take
       // the exchange form (decode_xw.cuh) wherever a split's tiles fit the rings: 8 by the
-      // rules (the cluster and two-tile plans), 9 the small variant with 4 tile warps and the
-      // cluster merge forced, 10 with 3 tile warps and the counter merge.
+      // rules (the cluster and two-tile plans) with the partials pushed from registers
+      // (PG_FUSED_XW=2), 9 the small variant with 4 tile warps and the cluster merge forced,
+      // 10 with 3 tile warps and the counter merge.
       for (int rep = 0; rep < (kb->backend == "cuda" ? 11 : 1); ++rep) {
 #if defined(PEREGRINE_HAVE_CUDA)
         const int64_t small0 = cuda::DecodeFusedSmallLaunches(), mma0 = cuda::DecodeFusedLaunches();
@@ -224,7 +225,7 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
         const int mode0 = cuda::SetDecodeFusedSmallMode(rules ? -1 : small_run ? small_mode : 0);
         const int cluster0_mode = cuda::SetDecodeFusedClusterMode(rules ? -1 : rep == 6 || rep == 9 ? 1 : 0);
         const int prep0 = cuda::SetDecodeFusedPrepMode(rep == 4 ? 1 : rep == 5 ? 0 : -1);
-        const int xw_mode0 = cuda::SetDecodeFusedXwMode(rep >= 8 ? 1 : 0);
+        const int xw_mode0 = cuda::SetDecodeFusedXwMode(rep == 8 ? 2 : rep > 8 ? 1 : 0);
 #endif
         Tensor bk = in.Fresh(in.kc0), bv = in.Fresh(in.vc0);
         Tensor out(DType::kF32, {pb.tokens, c.heads, c.head_dim});
@@ -245,7 +246,8 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
           if (rep < 8) {
             EXPECT_EQ(xw, 0) << "run " << rep << ": the exchange form was set off";
           }
-          xw_cluster += clusters > 0 ? xw : 0;
+          xw_cluster += clusters > 0 && rep != 8 ? xw : 0;
+          xw_push += clusters > 0 && rep == 8 ? xw : 0;
           xw_counter += clusters == 0 ? xw : 0;
           xw_two_tile += two_tiles > 0 ? xw : 0;
           cluster_runs += clusters;
@@ -293,6 +295,7 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
     EXPECT_GT(small_runs, 0) << "no case reached the small-shared-memory variant";
     EXPECT_GT(cluster_runs, 0) << "no case reached the cluster merge";
     EXPECT_GT(xw_cluster, 0) << "no case reached the exchange form with the cluster merge";
+    EXPECT_GT(xw_push, 0) << "no case reached the exchange form's push into the cluster merge";
     EXPECT_GT(xw_counter, 0) << "no case reached the exchange form with the counter merge";
     EXPECT_GT(xw_two_tile, 0) << "no case reached the exchange form of the two-tile plan";
     EXPECT_GT(cuda::DecodeStreamFusedLaunches() - stream_fused0, 0)

@@ -281,8 +281,10 @@ __global__ void __launch_bounds__(kSt == 1 || kXw ? kWarps * 32 : 256, kSt == 1 
                        owner, qscale};
       XwSplitAndStore<M, D, kSt, kTW>(a, sp, qa, smem, fs, xw, part);
       PG_TRACE_MARK(2);  // the split stored
-      if (part != nullptr) ClusterMergeSplits(a, row, h0, ng, active_splits, split, part);
-      else  // split weights [ng][active] where the loop's merge keeps them (past the rings' use)
+      if (part != nullptr) {  // (xw_push: pushed from registers already)
+        if (!a.xw_push) ClusterMergePush(a, ng, active_splits, split, part);
+        ClusterMergeOwners(a, row, h0, ng, active_splits, active_splits > 1);
+      } else  // split weights [ng][active] where the loop's merge keeps them (past the rings' use)
         FusedFinishSplits(a, row, h0, ng, active_splits,
                           reinterpret_cast<float*>(smem) + kWarps * mrows * (D + 2));
       return;

@@ -478,32 +478,20 @@ __device__ __forceinline__ int MergeShare(int items, int active) { return (items
 __device__ __forceinline__ void ClusterMergeStart() {
   asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory");
 }
-__device__ __forceinline__ void ClusterMergeSplits(const AttentionArgs& a, int t, int h0, int ng,
-                                                   int active, int split, const float* part) {
+// The merge's second half, from the cluster barrier on (pushed: this block's split stored its
+// partial into the owners' inboxes; every block of the cluster calls it once, after its
+// pushes): each owner r < active merges its items from its own shared memory.
+__device__ __forceinline__ void ClusterMergeOwners(const AttentionArgs& a, int t, int h0, int ng,
+                                                   int active, bool pushed) {
   namespace cg = cooperative_groups;
   cg::cluster_group cl = cg::this_cluster();
   extern __shared__ uint4 smem_base[];
-  float* inbox = reinterpret_cast<float*>(reinterpret_cast<char*>(smem_base) + a.cluster_inbox);
+  const float* inbox = reinterpret_cast<const float*>(reinterpret_cast<const char*>(smem_base) + a.cluster_inbox);
   const int D = a.head_dim, items = ng * D;
-  const bool push = part != nullptr && active > 1;
-  if (push) __syncthreads();  // part was written by the block's threads (MergeWarpsAndStore)
-  asm volatile("barrier.cluster.wait;" ::: "memory");  // every block has started
-  if (push) {
-    const int P = MergeShare(items, active);
-    for (int idx = threadIdx.x; idx < items; idx += blockDim.x) {
-      const int r = idx / P;
-      cl.map_shared_rank(inbox, r)[split * P + idx - r * P] = part[idx];
-    }
-    for (int x = threadIdx.x; x < active * ng; x += blockDim.x) {
-      const int r = x / ng, g = x % ng;
-      float* ml = cl.map_shared_rank(inbox + items + kMaxClusterSplits, r) + 2 * (split * ng + g);
-      ml[0] = part[items + g], ml[1] = part[items + ng + g];
-    }
-  }
   asm volatile("barrier.cluster.arrive.release;" ::: "memory");
   asm volatile("barrier.cluster.wait.acquire;" ::: "memory");
   const int r = int(cl.block_rank());
-  if (!push || r >= active) return;
+  if (!pushed || r >= active) return;
   const int P = MergeShare(items, active);
   const float* ml = inbox + items + kMaxClusterSplits;
   constexpr int kMax = kMaxClusterSplits;
@@ -528,6 +516,39 @@ __device__ __forceinline__ void ClusterMergeSplits(const AttentionArgs& a, int t
     const float inv = sum > 0.0f ? a.v_scale / sum : 0.0f;
     a.out[int64_t(t) * a.out_stride + int64_t(h0 + g) * D + idx % D] = __float2bfloat16_rn(o * inv);
   }
+}
+
+// The merge's first half: this block's split partial (part, complete in its threads' stores)
+// into the owners' inboxes, after the barrier phase that says every block has started. With
+// one active split or no partial it only waits for that phase.
+__device__ __forceinline__ void ClusterMergePush(const AttentionArgs& a, int ng, int active,
+                                                 int split, const float* part) {
+  namespace cg = cooperative_groups;
+  cg::cluster_group cl = cg::this_cluster();
+  extern __shared__ uint4 smem_base[];
+  float* inbox = reinterpret_cast<float*>(reinterpret_cast<char*>(smem_base) + a.cluster_inbox);
+  const int D = a.head_dim, items = ng * D;
+  const bool push = part != nullptr && active > 1;
+  if (push) __syncthreads();  // part was written by the block's threads (MergeWarpsAndStore)
+  asm volatile("barrier.cluster.wait;" ::: "memory");  // every block has started
+  if (push) {
+    const int P = MergeShare(items, active);
+    for (int idx = threadIdx.x; idx < items; idx += blockDim.x) {
+      const int r = idx / P;
+      cl.map_shared_rank(inbox, r)[split * P + idx - r * P] = part[idx];
+    }
+    for (int x = threadIdx.x; x < active * ng; x += blockDim.x) {
+      const int r = x / ng, g = x % ng;
+      float* ml = cl.map_shared_rank(inbox + items + kMaxClusterSplits, r) + 2 * (split * ng + g);
+      ml[0] = part[items + g], ml[1] = part[items + ng + g];
+    }
+  }
+}
+
+__device__ __forceinline__ void ClusterMergeSplits(const AttentionArgs& a, int t, int h0, int ng,
+                                                   int active, int split, const float* part) {
+  ClusterMergePush(a, ng, active, split, part);
+  ClusterMergeOwners(a, t, h0, ng, active, part != nullptr && active > 1);
 }
 
 }  // namespace pg::cuda::decode

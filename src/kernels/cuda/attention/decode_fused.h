@@ -69,7 +69,8 @@ int SetDecodeFusedClusterMode(int mode);
 int64_t DecodeFusedClusterLaunches();
 // The small variant's exchange form (decode_xw.cuh: the warps share the softmax and split the
 // head dims of P · V instead of merging their outputs): 0 never (the default until measured),
-// 1 wherever every split's tiles fit its rings at every length the plan serves; the process
+// 1 wherever every split's tiles fit its rings at every length the plan serves, 2 as 1 with
+// the cluster merge's partials pushed from registers; the process
 // default from PG_FUSED_XW (tests set it; returns the previous mode), and the launches that
 // took it.
 int SetDecodeFusedXwMode(int mode);

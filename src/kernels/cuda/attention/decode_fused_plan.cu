@@ -230,7 +230,8 @@ int SetDecodeFusedSmallMode(int mode) { return std::exchange(FusedSmallModeRef()
 // The small variant's exchange form (decode_xw.cuh; decode_fused.h SetDecodeFusedXwMode):
 // 0 (default until it is measured on the H200) never, 1 wherever the plan puts at most
 // tile warps x stages tiles in a split at every length it serves (WorstSplitKeys), so that the
-// kernel never falls back to its loop; bf16 caches.
+// kernel never falls back to its loop; bf16 caches; 2 as 1, with the cluster merge's partials
+// stored from registers (AttentionArgs::xw_push).
 static int& FusedXwRef() {
   static int mode = EnvInt("PG_FUSED_XW", 0);
   return mode;
@@ -239,7 +240,7 @@ int SetDecodeFusedXwMode(int mode) { return std::exchange(FusedXwRef(), mode); }
 static std::atomic<int64_t> g_xw_launches{0};
 int64_t DecodeFusedXwLaunches() { return g_xw_launches.load(std::memory_order_relaxed); }
 static bool XwApplies(const AttentionArgs& a, int64_t max_len, int small, int stages) {
-  if (FusedXwRef() != 1 || small == 0 || a.kv_type != KvType::kBF16) return false;
+  if (FusedXwRef() < 1 || small == 0 || a.kv_type != KvType::kBF16) return false;
   return WorstSplitKeys(a, std::max<int64_t>(1, max_len)) <= int64_t(small) * stages * kSplitGranule;
 }
 
@@ -285,6 +286,7 @@ void LaunchDecodeFused(const AttentionArgs& args, const RopeKvWriteArgs& rope, c
   const int stages = two_tile ? 2 : 1;
   const bool xw = XwApplies(a, max_len, small, stages);
   if (xw) g_xw_launches.fetch_add(1, std::memory_order_relaxed);
+  a.xw_push = xw && FusedXwRef() == 2;
   LaunchMmaFused(a, rope, a.batch.num_seqs, small, stages, xw, stream);
 }
 

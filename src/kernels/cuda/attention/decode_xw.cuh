@@ -82,6 +82,43 @@ __device__ __forceinline__ void XwStore(const AttentionArgs& a, const XwSplit& s
   }
 }
 
+// The cluster merge's push from registers (AttentionArgs::xw_push; after barrier.cluster.wait,
+// with more than one active split): the lane's values of rows g and g + 8 (< ng) over this
+// warp's dims (n-blocks nb0 + q) go straight into their owners' inboxes in
+// ClusterMergeSplits' layout, and the row maxima / sums to owner r = 4 warp + t (every owner
+// gets every row: active <= kMaxClusterSplits = 16 = 4 warps x 4 lanes of a quad).
+template <int D, int kN>
+__device__ __forceinline__ void XwPush(const AttentionArgs& a, const XwSplit& sp, int nb0, float m0,
+                                       float m1, float l0, float l1, const float (&o)[kN][4]) {
+  namespace cg = cooperative_groups;
+  cg::cluster_group cl = cg::this_cluster();
+  extern __shared__ uint4 smem_base[];
+  float* inbox = reinterpret_cast<float*>(reinterpret_cast<char*>(smem_base) + a.cluster_inbox);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  const int items = sp.ng * D, P = MergeShare(items, sp.active);
+  const int owner = warp * 4 + t;
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int rr = g + 8 * hr;
+    if (rr >= sp.ng) continue;
+#pragma unroll
+    for (int q = 0; q < kN; ++q) {
+      const int idx = rr * D + (nb0 + q) * 8 + 2 * t, r = idx / P, r1 = (idx + 1) / P;
+      float* dst = cl.map_shared_rank(inbox, r) + sp.split * P + idx - r * P;
+      if (r1 == r) {  // both dims with one owner (always where P is even)
+        dst[0] = o[q][2 * hr], dst[1] = o[q][2 * hr + 1];
+      } else {
+        dst[0] = o[q][2 * hr];
+        cl.map_shared_rank(inbox, r1)[sp.split * P + idx + 1 - r1 * P] = o[q][2 * hr + 1];
+      }
+    }
+    if (owner < sp.active) {
+      float* ml = cl.map_shared_rank(inbox + items + kMaxClusterSplits, owner) + 2 * (sp.split * sp.ng + rr);
+      ml[0] = hr ? m1 : m0, ml[1] = hr ? l1 : l0;
+    }
+  }
+}
+
 // The exchange (steps 1-3 above) and the store; every thread of the block calls it. M: the
 // kernel's geometry (MmaGeo: kStageU4 / kWarpU4 uint4 a stage / warp ring, kKU4 K part, kNvt,
 // kCpv, kKc, kNb); kSt stages a warp, kTW tile warps (warp w's tile i is the split's tile
@@ -90,6 +127,8 @@ __device__ __forceinline__ void XwStore(const AttentionArgs& a, const XwSplit& s
 // smem: the block's rings (warp w's at w * kWarpU4); xw: XwBytes(kTW * kSt) of shared memory
 // that nothing else uses before the final barrier; part: the cluster partial or null. Ends
 // with every store issued; part (if any) is complete after the caller's next __syncthreads.
+// With part and a.xw_push it has passed barrier.cluster.wait and pushed (more than one active
+// split): the caller continues with ClusterMergeOwners, not ClusterMergeSplits.
 template <class M, int D, int kSt, int kTW>
 __device__ __forceinline__ void XwSplitAndStore(const AttentionArgs& a, const XwSplit& sp,
                                                 const uint32_t (&qa)[M::kKc][4], const uint4* smem,
@@ -182,6 +221,11 @@ __device__ __forceinline__ void XwSplitAndStore(const AttentionArgs& a, const Xw
   }
   if (a.pdl_late_trigger) PdlTrigger();
   PG_TRACE_MARK(1);  // the split's keys done
+  const bool push = part != nullptr && a.xw_push;  // block-uniform
+  if (push) {
+    asm volatile("barrier.cluster.wait;" ::: "memory");  // every block of the cluster has started
+    if (sp.active > 1) return XwPush<D, kNbW>(a, sp, warp * kNbW, m0, m1, l0, l1, o);
+  }
   // The cluster partial overlays the rings: every warp's V and P reads end first.
   if (part != nullptr && sp.active > 1) __syncthreads();
   XwStore<D, kNbW>(a, sp, part, warp * kNbW, m0, m1, l0, l1, o);

@@ -225,6 +225,10 @@ struct AttentionArgs {
   // work and the HBM has little left to do), active split i of the first sequence's A asks for
   // share i of A.
   L2After l2_after;
+  // The fused small kernel's exchange form with the cluster merge (decode_xw.cuh): each lane
+  // stores its quarter of the split's partial straight into the owners' inboxes instead of
+  // through the block's own partial (PG_FUSED_XW=2; decode_fused_plan.cu sets it).
+  bool xw_push = false;
 };
 
 // ---- launchers (defined in the .cu files; all asynchronous on `stream`) --------------------
