@@ -87,7 +87,8 @@ struct MoeExpertsParams {
   const MoeRouterParams* route = nullptr;
   // A hint with no effect on any result: the weights the caller reads next (the next layer's
   // qkv projection), which a backend may ask its cache for as its own reads end (CUDA: the
-  // one-token down kernel's blocks, at cuda::MoeTuning::walk_l2_after_pct of the bytes).
+  // one-token down kernel's blocks, at cuda::MoeTuning::walk_l2_after_pct of the bytes; with
+  // the routing inside, also its NormLogits kernel at walk_router_l2_pct, default off).
   // Contiguous, on the op's device; empty: none.
   TensorView l2_after;
 };

@@ -15,7 +15,7 @@
 
 #if defined(PEREGRINE_HAVE_CUDA)
 #include "kernels/cuda/common/context.h"
-#include "kernels/cuda/moe/moe_params.h"  // MoeDownL2AfterLaunches
+#include "kernels/cuda/moe/moe_params.h"  // MoeDownL2AfterLaunches, MoeRouterL2AfterLaunches
 #include "kernels/cuda/moe/moe_tuning.h"
 #endif
 
@@ -537,6 +537,69 @@ TEST(MoeExpertsOp, CudaL2AfterHintChangesNoBit) {
       continue;
     }
     ExpectExact(base.data(), got.data<float>(), got.numel(), "with the hint");
+  }
+}
+
+// The router's L2 hint (MoeExpertsParams::l2_after with the routing inside at one token: the
+// NormLogits kernel asks for MoeTuning::walk_router_l2_pct of it right after its PDL wait)
+// changes no bit of the logits, normed row, routes or output: Qwen3-30B-A3B's routing (128
+// experts, top 8, RMSNorm in front) at hidden 256, shares 0 (the hint dropped), 100 % and an
+// uneven 37 %; the share-0 run's routes are the reference router's on its own logits.
+TEST(MoeExpertsOp, CudaRouterL2HintChangesNoBit) {
+  PG_SEED_TRACE();
+  const auto* cuda_impl = Registry::Global().table<MoeExpertsParams>().Find("cuda");
+  ASSERT_NE(cuda_impl, nullptr) << "no CUDA backend registered";
+  const int64_t h = 256, inter = 64, E = 128, k = 8;
+  ExpertSet ex = MakeExperts(int(E), h, inter, DType::kBF16);
+  Tensor x = F32({1, h}), gamma = F32({h}, 0.3f), wf = F32({E, h}, 0.05f);
+  Tensor router(DType::kBF16, {E, h});
+  RoundToBf16(x);
+  for (int64_t i = 0; i < h; ++i) gamma.data<float>()[i] += 1.0f;
+  for (int64_t r = 0; r < E; ++r)
+    quant::QuantizeRow(DType::kBF16, wf.data<float>() + r * h, router.view().row_ptr(r), h);
+  Tensor hint(DType::kBF16, {4096, 4100});  // the hinted bytes (never read into a result)
+  std::memset(hint.data<uint8_t>(), 0, size_t(hint.nbytes()));
+  std::vector<std::vector<float>> base;  // the share-0 run: logits, normed, weights, out
+  std::vector<int32_t> base_ids;
+  for (int pct : {0, 100, 37}) {
+    SCOPED_TRACE(fmt::format("share {} %", pct));
+    Tensor logits = F32({1, E}), ids(DType::kI32, {1, k}), w = F32({1, k});
+    Tensor normed = F32({1, h}), out = F32({1, h});
+    logits.Zero(), ids.Zero(), w.Zero(), normed.Zero(), out.Zero();
+    MoeRouterParams rp{.logits = logits.view(), .topk_ids = ids.view(), .topk_weights = w.view(),
+                       .scoring = MoeScoring::kSoftmax, .renormalize = true};
+    rp.x = x.view(), rp.router = router.view(), rp.norm_weight = gamma.view();
+    rp.normed = normed.view(), rp.norm_eps = 1e-6f;
+    const MoeExpertsParams p{.x = normed.view(), .topk_ids = ids.view(), .topk_weights = w.view(),
+                             .experts = ex.views, .out = out.view(), .route = &rp,
+                             .l2_after = hint.view()};
+    cuda::MoeTuning t;
+    t.path = cuda::MoePath::kWalk;
+    t.walk_l2_after_pct = 0;  // the down kernel's hint off: this one alone
+    t.walk_router_l2_pct = pct;
+    cuda::SetMoeTuning(t);
+    const long long hinted0 = cuda::MoeRouterL2AfterLaunches();
+    const bool ran = RunBackend(*cuda_impl, p);
+    cuda::SetMoeTuning({});
+    ASSERT_TRUE(ran) << "the CUDA backend declined";
+    EXPECT_EQ(cuda::MoeRouterL2AfterLaunches() - hinted0, pct > 0 ? 1 : 0) << "hint taken";
+    const std::vector<std::vector<float>> got = {Copy(logits), Copy(normed), Copy(w), Copy(out)};
+    const std::vector<int32_t> got_ids(ids.data<int32_t>(), ids.data<int32_t>() + k);
+    if (base.empty()) {
+      Tensor want_ids(DType::kI32, {1, k}), want_w = F32({1, k});
+      RunWith(RefImpl<MoeRouterParams>(),
+              MoeRouterParams{.logits = logits.view(), .topk_ids = want_ids.view(),
+                              .topk_weights = want_w.view(), .scoring = MoeScoring::kSoftmax,
+                              .renormalize = true});
+      for (int64_t i = 0; i < k; ++i)
+        EXPECT_EQ(got_ids[size_t(i)], want_ids.data<int32_t>()[i]) << "route " << i;
+      base = got, base_ids = got_ids;
+      continue;
+    }
+    EXPECT_EQ(got_ids, base_ids) << "routes with the hint";
+    const char* what[] = {"logits", "normed", "weights", "out"};
+    for (size_t i = 0; i < got.size(); ++i)
+      ExpectExact(base[i].data(), got[i].data(), int64_t(got[i].size()), std::string(what[i]) + " with the hint");
   }
 }
 #endif

@@ -56,8 +56,15 @@ struct MoeRouterArgs {
   // stop: no routing, no counter. The walking gate/up kernel routes from the logits
   // (MoeWalkArgs::self_route). Needs no residual (block 0 would overwrite another block's input).
   bool defer_route;
+  // The deferred-routing NormLogits form at one token: right after its PDL wait (the o
+  // projection done, the HBM idle through the routing), block i of n asks the L2 for share i
+  // of these weights (the next layer's qkv: MoeExpertsParams::l2_after at
+  // MoeTuning::walk_router_l2_pct). A hint: no effect on any result.
+  L2After l2_after;
 };
 void LaunchMoeRouter(const MoeRouterArgs& a, cudaStream_t stream);
+// Launches of the NormLogits form that carried MoeRouterArgs::l2_after, by this process.
+long long MoeRouterL2AfterLaunches();
 
 // ---- expert weights -------------------------------------------------------------------------
 // How an fp8 weight's scale is looked up for element (row r, col c):

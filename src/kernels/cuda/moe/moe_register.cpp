@@ -26,6 +26,7 @@ namespace {
 // The process's initial tuning: defaults, with PEREGRINE_MOE_DOWN_ROWS (walk_down_rows: the
 // walking down kernel's form), PEREGRINE_MOE_DOWN_PRELOAD (walk_down_preload),
 // PEREGRINE_MOE_GU_ROUTES (walk_self_route), PEREGRINE_MOE_L2_AFTER_PCT (walk_l2_after_pct),
+// PEREGRINE_MOE_ROUTER_L2_PCT (walk_router_l2_pct),
 // PEREGRINE_MOE_FP8_WALK_MAX (walk_max_tokens_fp8), PEREGRINE_MOE_DOWN_WARPS / _GU_UNROLL /
 // _WALK_WARPS (walk_down_warps, walk_gu_unroll, walk_warps), for A/B runs of whole models, read
 // once. Diagnostics (wrong results, timings by difference in a whole step):
@@ -42,6 +43,7 @@ MoeTuning InitialTuning() {
   t.walk_phases = EnvInt("PEREGRINE_MOE_WALK_PHASES", t.walk_phases);
   t.walk_skip_route = EnvInt("PEREGRINE_MOE_SKIP_ROUTE", t.walk_skip_route);
   t.walk_l2_after_pct = EnvInt("PEREGRINE_MOE_L2_AFTER_PCT", t.walk_l2_after_pct);
+  t.walk_router_l2_pct = EnvInt("PEREGRINE_MOE_ROUTER_L2_PCT", t.walk_router_l2_pct);
   return t;
 }
 MoeTuning g_tuning = InitialTuning();
@@ -358,11 +360,17 @@ void RunExperts(const MoeExpertsParams& p) {
   const bool sorted = sorted_ok && (tune.path == cuda::MoePath::kSorted ||
                                     (tune.path == cuda::MoePath::kAuto &&
                                      n > (L.fp8 ? tune.walk_max_tokens_fp8 : tune.walk_max_tokens)));
+  // The hint for the deferred-routing NormLogits kernel (MoeRouterArgs::l2_after; one token).
+  auto router_hint = [&](cuda::MoeRouterArgs& ra) {
+    if (n == 1 && p.l2_after.data != nullptr)
+      ra.l2_after = cuda::MakeL2After(p.l2_after.data, p.l2_after.nbytes(), tune.walk_router_l2_pct);
+  };
   if (p.route) {
     if (!sorted && SelfRouteOk(p)) {
       // The router kernel (fused form) computes only the logits and normed rows; the gate/up
       // kernel routes.
-      const cuda::MoeRouterArgs ra = RouterArgsOf(*p.route, stream, /*defer_route=*/true);
+      cuda::MoeRouterArgs ra = RouterArgsOf(*p.route, stream, /*defer_route=*/true);
+      router_hint(ra);
       if (ra.x) {
         cuda::LaunchMoeRouter(ra, stream);
         PG_CUDA_CHECK_LAUNCH();
@@ -376,11 +384,13 @@ void RunExperts(const MoeExpertsParams& p) {
       // The fused router kernel stops after the logits and normed rows (no counter); the
       // router kernel routes from the logits; the walk reads the routes.
       cuda::MoeRouterArgs ra = RouterArgsOf(*p.route, stream, /*defer_route=*/true);
+      router_hint(ra);
       if (!(tune.walk_skip_route & 2)) {  // diagnostics only
         cuda::LaunchMoeRouter(ra, stream);
         PG_CUDA_CHECK_LAUNCH();
       }
       ra.x = nullptr;
+      ra.l2_after = {};
       ra.defer_route = false;
       if (!(tune.walk_skip_route & 1)) {  // diagnostics only
         cuda::LaunchMoeRouter(ra, stream);

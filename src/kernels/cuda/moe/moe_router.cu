@@ -16,9 +16,11 @@
 // result is the reference's up to f32 rounding of the scores.
 #include <cuda_bf16.h>
 
+#include <atomic>
 #include <cfloat>
 
 #include "core/env.h"
+#include "kernels/cuda/common/bulk_copy.cuh"
 #include "kernels/cuda/common/pdl.cuh"
 #include "kernels/cuda/moe/moe_device.cuh"
 #include "kernels/cuda/moe/moe_params.h"
@@ -329,8 +331,9 @@ __global__ void __launch_bounds__(kWarps * 32) FusedRouterKernel(MoeRouterArgs a
 // chunks per lane), reduces its sum of squares itself (every warp the same 1/rms: no block
 // barrier) and takes the dot. Warp 0 of block 0 stores the normed row. Same values as
 // FusedRouterKernel's (bf16-rounded normed inputs), up to the f32 order of the squares' sum.
-// kNorm: a.norm_w is set (the RMSNorm in front), fixed at compile time.
-template <bool kNorm>
+// kNorm: a.norm_w is set (the RMSNorm in front), fixed at compile time. kL2: a.l2_after is
+// set (its own instantiation, so the kernel without the hint is the code it was).
+template <bool kNorm, bool kL2 = false>
 __global__ void __launch_bounds__(kWarps * 32) NormLogitsKernel(MoeRouterArgs a, bool warm) {
   PG_BLOCK_TRACE(kTraceNormLogits);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -368,6 +371,9 @@ __global__ void __launch_bounds__(kWarps * 32) NormLogitsKernel(MoeRouterArgs a,
 #pragma unroll
       for (int q = 0; q < kPreChunks; ++q)
         if (lane + 32 * q < nc) xr[q] = real ? __ldg(x4 + lane + 32 * q) : w[q];
+      // The hint behind this block's x loads (MoeRouterArgs::l2_after): its share of the next
+      // weights, while the HBM has nothing else to do until the experts' stream.
+      if (kL2 && real && t == 0 && threadIdx.x == 0) bulk::PrefetchL2Share(a.l2_after, int(blockIdx.x), int(gridDim.x));
       float inv = 1.0f;
       if (kNorm) {
         float ss = 0.0f;
@@ -413,7 +419,11 @@ __global__ void __launch_bounds__(kWarps * 32) NormLogitsKernel(MoeRouterArgs a,
   PG_TRACE_MARK(2);  // logits stored
 }
 
+std::atomic<long long> g_router_l2_launches{0};
+
 }  // namespace
+
+long long MoeRouterL2AfterLaunches() { return g_router_l2_launches.load(std::memory_order_relaxed); }
 
 void LaunchMoeRouter(const MoeRouterArgs& a, cudaStream_t stream) {
   if (a.num_tokens == 0) return;
@@ -429,9 +439,13 @@ void LaunchMoeRouter(const MoeRouterArgs& a, cudaStream_t stream) {
                      (!a.residual || (a.ld_res % 8 == 0 && al16(a.residual))) &&
                      (!a.normed || (a.ld_normed % 8 == 0 && al16(a.normed)));
     const unsigned blocks = unsigned((a.num_experts + kWarps - 1) / kWarps);
-    if (a.defer_route && vec && !a.residual && a.hidden <= 8 * 32 * kPreChunks)
-      (void)LaunchPdl(a.norm_w ? NormLogitsKernel<true> : NormLogitsKernel<false>, dim3(blocks),
-                      dim3(kWarps * 32), 0, stream, a, warm);
+    if (a.defer_route && vec && !a.residual && a.hidden <= 8 * 32 * kPreChunks) {
+      const bool l2 = a.l2_after.ptr != nullptr;
+      if (l2) g_router_l2_launches.fetch_add(1, std::memory_order_relaxed);
+      (void)LaunchPdl(a.norm_w ? (l2 ? NormLogitsKernel<true, true> : NormLogitsKernel<true>)
+                               : (l2 ? NormLogitsKernel<false, true> : NormLogitsKernel<false>),
+                      dim3(blocks), dim3(kWarps * 32), 0, stream, a, warm);
+    }
     else
       (void)LaunchPdl(FusedRouterKernel, dim3(blocks), dim3(kWarps * 32), smem, stream, a, vec);
   } else {

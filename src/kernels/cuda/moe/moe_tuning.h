@@ -49,6 +49,10 @@ struct MoeTuning {
   // (12 %: -10, 50 %: +11, 100 %: +97); DeepSeek-V2-Lite slower at every share (its models
   // pass no hint). docs/PERF.md, session 27.
   int walk_l2_after_pct = 25;
+  // The same hint taken earlier, by the router's NormLogits kernel right after its PDL wait
+  // (MoeRouterArgs::l2_after; the HBM idles through the routing): its share in percent, 0 off
+  // (the default until measured).
+  int walk_router_l2_pct = 0;
   // Diagnostics only (wrong results; for timings by difference in a whole step): the one-token
   // routing inside MoeExperts skips its logits-form router kernel (bit 0: the walk reads stale
   // routes) and / or NormLogitsKernel (bit 1: stale logits and normed rows).
