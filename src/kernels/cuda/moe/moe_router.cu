@@ -445,9 +445,9 @@ void LaunchMoeRouter(const MoeRouterArgs& a, cudaStream_t stream) {
       (void)LaunchPdl(a.norm_w ? (l2 ? NormLogitsKernel<true, true> : NormLogitsKernel<true>)
                                : (l2 ? NormLogitsKernel<false, true> : NormLogitsKernel<false>),
                       dim3(blocks), dim3(kWarps * 32), 0, stream, a, warm);
-    }
-    else
+    } else {
       (void)LaunchPdl(FusedRouterKernel, dim3(blocks), dim3(kWarps * 32), smem, stream, a, vec);
+    }
   } else {
     const unsigned blocks = unsigned((a.num_tokens + kWarps - 1) / kWarps);
     if (a.num_experts <= 32 * moe::kRoutePerLane)
