@@ -193,7 +193,13 @@ class DeepseekV3Model final : public Model {
       else D.mlp = PlaceMlp(src, p + "mlp.", h, b.intermediate_size);
     }
     // No MoE block hint (DeviceMoeFfn::l2_after) for the next layer's q + kv_a: DeepSeek-V2-Lite
-    // 1 x 1K was 14-39 us a step slower at 12-100 % (session 27).
+    // 1 x 1K was 14-39 us a step slower at 12-100 % (session 27), taken by the down kernel.
+    // PEREGRINE_DSV3_MOE_HINT=1 passes it, for A/B runs of the router's hint
+    // (PEREGRINE_MOE_ROUTER_L2_PCT, with PEREGRINE_MOE_L2_AFTER_PCT=0 for the down kernel's).
+    static const bool moe_hint = EnvFlag("PEREGRINE_DSV3_MOE_HINT", false);
+    if (moe_hint && fused_qkva_)
+      for (size_t i = 0; i + 1 < d_layers_.size(); ++i)
+        if (d_layers_[i].moe) d_layers_[i].moe_ffn.l2_after = d_layers_[i + 1].wq_kva.w;
     device_weight_bytes_ = mk.bytes();
     DeviceActs& A = d_;
     A.capacity = cap;
