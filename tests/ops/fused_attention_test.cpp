@@ -165,7 +165,7 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
   [[maybe_unused]] int64_t cluster_runs = 0;  // of those, launches that merged in a cluster
   [[maybe_unused]] int64_t two_tile_runs = 0;  // launches of the two-tile plan (run 7)
   // Launches of the exchange form (runs 8-10): by its merge (cluster / counter) and plan.
-  [[maybe_unused]] int64_t xw_cluster = 0, xw_counter = 0, xw_two_tile = 0, xw_push = 0;
+  [[maybe_unused]] int64_t xw_cluster = 0, xw_counter = 0, xw_two_tile = 0, xw_push = 0, xw_async_runs = 0;
 #if defined(PEREGRINE_HAVE_CUDA)
   const int64_t stream_fused0 = cuda::DecodeStreamFusedLaunches();  // long plans' route
 #endif
@@ -212,20 +212,21 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
       // the exchange form (decode_xw.cuh) wherever a split's tiles fit the rings: 8 by the
       // rules (the cluster and two-tile plans) with the partials pushed from registers
       // (PG_FUSED_XW=2), 9 the small variant with 4 tile warps and the cluster merge forced,
-      // 10 with 3 tile warps and the counter merge.
-      for (int rep = 0; rep < (kb->backend == "cuda" ? 11 : 1); ++rep) {
+      // 10 with 3 tile warps and the counter merge, 11 by the rules with the asynchronous push
+      // (PG_FUSED_XW=3).
+      for (int rep = 0; rep < (kb->backend == "cuda" ? 12 : 1); ++rep) {
 #if defined(PEREGRINE_HAVE_CUDA)
         const int64_t small0 = cuda::DecodeFusedSmallLaunches(), mma0 = cuda::DecodeFusedLaunches();
         const int64_t cluster0 = cuda::DecodeFusedClusterLaunches();
         const int64_t two_tile0 = cuda::DecodeFusedTwoTileLaunches();
-        const int64_t xw0 = cuda::DecodeFusedXwLaunches();
-        const bool small_run = kb->backend == "cuda" && (rep == 2 || rep == 3 || rep == 6 || rep >= 9);
-        const bool rules = rep == 7 || rep == 8;
+        const int64_t xw0 = cuda::DecodeFusedXwLaunches(), xw_async0 = cuda::DecodeFusedXwAsyncLaunches();
+        const bool small_run = kb->backend == "cuda" && (rep == 2 || rep == 3 || rep == 6 || rep == 9 || rep == 10);
+        const bool rules = rep == 7 || rep == 8 || rep == 11;
         const int small_mode = rep == 6 || rep == 10 ? 3 : rep == 9 ? 4 : rep + 1;
         const int mode0 = cuda::SetDecodeFusedSmallMode(rules ? -1 : small_run ? small_mode : 0);
         const int cluster0_mode = cuda::SetDecodeFusedClusterMode(rules ? -1 : rep == 6 || rep == 9 ? 1 : 0);
         const int prep0 = cuda::SetDecodeFusedPrepMode(rep == 4 ? 1 : rep == 5 ? 0 : -1);
-        const int xw_mode0 = cuda::SetDecodeFusedXwMode(rep == 8 ? 2 : rep > 8 ? 1 : 0);
+        const int xw_mode0 = cuda::SetDecodeFusedXwMode(rep == 8 ? 2 : rep == 11 ? 3 : rep > 8 ? 1 : 0);
 #endif
         Tensor bk = in.Fresh(in.kc0), bv = in.Fresh(in.vc0);
         Tensor out(DType::kF32, {pb.tokens, c.heads, c.head_dim});
@@ -246,8 +247,13 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
           if (rep < 8) {
             EXPECT_EQ(xw, 0) << "run " << rep << ": the exchange form was set off";
           }
-          xw_cluster += clusters > 0 && rep != 8 ? xw : 0;
+          xw_cluster += clusters > 0 && rep == 9 ? xw : 0;
           xw_push += clusters > 0 && rep == 8 ? xw : 0;
+          const int64_t xw_async = cuda::DecodeFusedXwAsyncLaunches() - xw_async0;
+          if (rep != 11) {
+            EXPECT_EQ(xw_async, 0) << "run " << rep << ": the asynchronous push was not asked for";
+          }
+          xw_async_runs += xw_async;
           xw_counter += clusters == 0 ? xw : 0;
           xw_two_tile += two_tiles > 0 ? xw : 0;
           cluster_runs += clusters;
@@ -284,18 +290,19 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
   }
   cov.Check<RopeKvWriteAttentionParams>();
 #if defined(PEREGRINE_HAVE_CUDA)
-  // Every case fits the fused kernel (8 runs each) but the 9-row one and the softcapped one
+  // Every case fits the fused kernel (12 runs each) but the 9-row one and the softcapped one
   // (the fused kernels take no softcap: cuda_register.cpp FusedAttentionSupported).
   if (Registry::Global().table<RopeKvWriteAttentionParams>().Find("cuda") != nullptr) {
     int fused_cases = 0;
     for (const FusedCase& c : Cases()) fused_cases += c.kv_lens.size() <= 8 && c.softcap == 0.0f;
     EXPECT_EQ(fused_cases, int(Cases().size()) - 2);
-    EXPECT_EQ(fused_runs, 11 * fused_cases) << "the fused kernel declined a case";
+    EXPECT_EQ(fused_runs, 12 * fused_cases) << "the fused kernel declined a case";
     EXPECT_GT(two_tile_runs, 0) << "no case reached the two-tile plan";
     EXPECT_GT(small_runs, 0) << "no case reached the small-shared-memory variant";
     EXPECT_GT(cluster_runs, 0) << "no case reached the cluster merge";
     EXPECT_GT(xw_cluster, 0) << "no case reached the exchange form with the cluster merge";
     EXPECT_GT(xw_push, 0) << "no case reached the exchange form's push into the cluster merge";
+    EXPECT_GT(xw_async_runs, 0) << "no case reached the exchange form's asynchronous push";
     EXPECT_GT(xw_counter, 0) << "no case reached the exchange form with the counter merge";
     EXPECT_GT(xw_two_tile, 0) << "no case reached the exchange form of the two-tile plan";
     EXPECT_GT(cuda::DecodeStreamFusedLaunches() - stream_fused0, 0)

@@ -51,7 +51,7 @@ constexpr int kTK = 16;  // keys per warp tile
 // (kSt 2; d 128 bf16, 4 tile warps: ~67 KB a block) loads each warp's first two tiles before
 // PdlWait: the two-tile plan's 128-key splits (decode_fused_plan.cu TwoTilePlan).
 constexpr int kSmallStages = 1;
-std::atomic<int64_t> g_cluster_launches{0};
+std::atomic<int64_t> g_cluster_launches{0}, g_xw_async_launches{0};
 
 // kF8: fp8 e4m3 cache; K and V are widened to f16 (exact) and the products run in f16 (q, p
 // rounded to f16: more mantissa than bf16); bf16 caches run bf16 products.
@@ -151,11 +151,19 @@ __global__ void __launch_bounds__(kSt == 1 || kXw ? kWarps * 32 : 256, kSt == 1 
   const int group = a.heads / a.kv_heads;
   const int split = blockIdx.z, num_splits = gridDim.z;
   const int active_splits = ActiveSplits(a, s, num_splits);
-  if constexpr (kFused && kSt < kStages)
+  // The exchange form's asynchronous push (xw_async): no second cluster barrier phase; each
+  // owner waits on its own transaction barrier (decode_xw.cuh).
+  [[maybe_unused]] const bool xw_async = kXw && a.cluster_merge && a.xw_async;
+  if constexpr (kFused && kSt < kStages) {
+    if constexpr (kXw)
+      if (xw_async) XwAsyncInit(a, min(group, 16), active_splits, ClusterRank());
     if (a.cluster_merge) ClusterMergeStart();  // the merge barrier's first phase
+  }
   if (split >= active_splits) {  // surplus split of a graph planned for longer contexts
-    if constexpr (kFused && kSt < kStages)
-      if (a.cluster_merge) ClusterMergeSplits(a, 0, 0, 0, 0, split, nullptr);  // the barriers only
+    if constexpr (kFused && kSt < kStages) {
+      if (xw_async) asm volatile("barrier.cluster.wait;" ::: "memory");  // the one phase
+      else if (a.cluster_merge) ClusterMergeSplits(a, 0, 0, 0, 0, split, nullptr);  // the barriers only
+    }
     return;
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -269,6 +277,9 @@ __global__ void __launch_bounds__(kSt == 1 || kXw ? kWarps * 32 : 256, kSt == 1 
     LoadQFragments<kF8, D, M::kKc, M::kCpv, M::kVe>(qa, q, active ? group : 0, g, t);
   }
   if constexpr (kXw) {
+    // The loop below merges through the cluster barrier, which the asynchronous push's blocks
+    // do not reach: the host never plans it (XwApplies); fail the launch rather than hang.
+    if (xw_async && tiles > kTW * kSt) __trap();
     if (tiles <= kTW * kSt) {  // block-uniform; every tile issued before PdlWait (kLead = kSt)
       const int mrows = MergeRows<kSt>(group), ng = min(group, 16);
       const FusedScratch<D> fs(smem + kTW * M::kWarpU4, mrows);
@@ -281,9 +292,14 @@ __global__ void __launch_bounds__(kSt == 1 || kXw ? kWarps * 32 : 256, kSt == 1 
                        owner, qscale};
       XwSplitAndStore<M, D, kSt, kTW>(a, sp, qa, smem, fs, xw, part);
       PG_TRACE_MARK(2);  // the split stored
-      if (part != nullptr) {  // (xw_push: pushed from registers already)
-        if (!a.xw_push) ClusterMergePush(a, ng, active_splits, split, part);
-        ClusterMergeOwners(a, row, h0, ng, active_splits, active_splits > 1);
+      if (part != nullptr) {  // every split's block owns a share of the merge (one call site)
+        if (xw_async) {  // pushed with st.async, counted on this block's barrier
+          if (active_splits > 1) XwAsyncOwnerWait(a, ng);
+        } else {  // (xw_push: pushed from registers already)
+          if (!a.xw_push) ClusterMergePush(a, ng, active_splits, split, part);
+          ClusterMergeBarrier();
+        }
+        if (active_splits > 1) ClusterMergeItems(a, row, h0, ng, active_splits, ClusterRank());
       } else  // split weights [ng][active] where the loop's merge keeps them (past the rings' use)
         FusedFinishSplits(a, row, h0, ng, active_splits,
                           reinterpret_cast<float*>(smem) + kWarps * mrows * (D + 2));
@@ -450,7 +466,8 @@ void PrepareSmall() {
     const void* k = reinterpret_cast<const void*>(&DecodeMmaKernel<D, kF8, false, true, S, kTW, kXw>);
     // (+ the cluster merge's inbox, which LaunchSmall places right past it)
     cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         FusedSmallSmemBytes<D, kF8, kTW, S, kXw>(16, 256) + ClusterInboxBytes(16, D));
+                         FusedSmallSmemBytes<D, kF8, kTW, S, kXw>(16, 256) + ClusterInboxBytes(16, D) +
+                             (kXw ? kXwAsyncBarBytes : 0));
     const int carveout = EnvInt("PG_FUSED_SMALL_CARVEOUT", 100);
     if (carveout >= 0) cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, carveout);
     return true;
@@ -477,7 +494,10 @@ void LaunchSmall(const AttentionArgs& a_in, const RopeKvWriteArgs& rope, dim3 gr
   // before the merge's barrier (ring, scratch, warp merge buffers and, by the rule above, its
   // own partial: all within smem): peers store into it while this block may still walk its keys.
   a.cluster_inbox = smem;
-  const size_t smem_total = size_t(smem) + size_t(ClusterInboxBytes(ng, D));
+  // (+ the asynchronous push's transaction barrier right past the inbox)
+  a.xw_async = kXw && a.xw_async;
+  if (a.xw_async) g_xw_async_launches.fetch_add(1, std::memory_order_relaxed);
+  const size_t smem_total = size_t(smem) + size_t(ClusterInboxBytes(ng, D)) + (a.xw_async ? kXwAsyncBarBytes : 0);
   g_cluster_launches.fetch_add(1, std::memory_order_relaxed);
   static const bool non_portable = [k] {
     return cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
@@ -583,4 +603,5 @@ void LaunchMmaFused(const AttentionArgs& a, const RopeKvWriteArgs& rope, int num
 
 namespace pg::cuda {
 int64_t DecodeFusedClusterLaunches() { return decode::g_cluster_launches.load(std::memory_order_relaxed); }
+int64_t DecodeFusedXwAsyncLaunches() { return decode::g_xw_async_launches.load(std::memory_order_relaxed); }
 }  // namespace pg::cuda

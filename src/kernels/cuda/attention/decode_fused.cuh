@@ -478,20 +478,16 @@ __device__ __forceinline__ int MergeShare(int items, int active) { return (items
 __device__ __forceinline__ void ClusterMergeStart() {
   asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory");
 }
-// The merge's second half, from the cluster barrier on (pushed: this block's split stored its
-// partial into the owners' inboxes; every block of the cluster calls it once, after its
-// pushes): each owner r < active merges its items from its own shared memory.
-__device__ __forceinline__ void ClusterMergeOwners(const AttentionArgs& a, int t, int h0, int ng,
-                                                   int active, bool pushed) {
-  namespace cg = cooperative_groups;
-  cg::cluster_group cl = cg::this_cluster();
+// This block's rank in its cluster (a kv head's splits: the split index).
+__device__ __forceinline__ int ClusterRank() { return int(cooperative_groups::this_cluster().block_rank()); }
+
+// The owners' merge after every split's partial has reached the inboxes: owner r < active
+// merges its items [r P, min((r + 1) P, ng D)) from its own shared memory into the output.
+__device__ __forceinline__ void ClusterMergeItems(const AttentionArgs& a, int t, int h0, int ng,
+                                                  int active, int r) {
   extern __shared__ uint4 smem_base[];
   const float* inbox = reinterpret_cast<const float*>(reinterpret_cast<const char*>(smem_base) + a.cluster_inbox);
   const int D = a.head_dim, items = ng * D;
-  asm volatile("barrier.cluster.arrive.release;" ::: "memory");
-  asm volatile("barrier.cluster.wait.acquire;" ::: "memory");
-  const int r = int(cl.block_rank());
-  if (!pushed || r >= active) return;
   const int P = MergeShare(items, active);
   const float* ml = inbox + items + kMaxClusterSplits;
   constexpr int kMax = kMaxClusterSplits;
@@ -516,6 +512,21 @@ __device__ __forceinline__ void ClusterMergeOwners(const AttentionArgs& a, int t
     const float inv = sum > 0.0f ? a.v_scale / sum : 0.0f;
     a.out[int64_t(t) * a.out_stride + int64_t(h0 + g) * D + idx % D] = __float2bfloat16_rn(o * inv);
   }
+}
+
+// The merge's second half, from the cluster barrier on (pushed: this block's split stored its
+// partial into the owners' inboxes; every block of the cluster calls it once, after its
+// pushes): each owner r < active merges its items from its own shared memory.
+// The merge barrier's second phase: every block's pushes are visible to their owners.
+__device__ __forceinline__ void ClusterMergeBarrier() {
+  asm volatile("barrier.cluster.arrive.release;" ::: "memory");
+  asm volatile("barrier.cluster.wait.acquire;" ::: "memory");
+}
+__device__ __forceinline__ void ClusterMergeOwners(const AttentionArgs& a, int t, int h0, int ng,
+                                                   int active, bool pushed) {
+  ClusterMergeBarrier();
+  const int r = ClusterRank();
+  if (pushed && r < active) ClusterMergeItems(a, t, h0, ng, active, r);
 }
 
 // The merge's first half: this block's split partial (part, complete in its threads' stores)

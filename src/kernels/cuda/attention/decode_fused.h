@@ -70,11 +70,13 @@ int64_t DecodeFusedClusterLaunches();
 // The small variant's exchange form (decode_xw.cuh: the warps share the softmax and split the
 // head dims of P · V instead of merging their outputs): 0 never (the default until measured),
 // 1 wherever every split's tiles fit its rings at every length the plan serves, 2 as 1 with
-// the cluster merge's partials pushed from registers; the process
+// the cluster merge's partials pushed from registers, 3 as 2 with asynchronous stores that
+// each owner's transaction barrier counts (no cluster barrier after the push); the process
 // default from PG_FUSED_XW (tests set it; returns the previous mode), and the launches that
 // took it.
 int SetDecodeFusedXwMode(int mode);
 int64_t DecodeFusedXwLaunches();
+int64_t DecodeFusedXwAsyncLaunches();  // of those, cluster launches with the asynchronous push
 // Launches of the two-tile plan (decode_fused_plan.cu TwoTilePlan: 128-key splits, two ring
 // stages a warp, cluster merge; taken by rule only, never under a forced mode).
 int64_t DecodeFusedTwoTileLaunches();

@@ -231,7 +231,8 @@ int SetDecodeFusedSmallMode(int mode) { return std::exchange(FusedSmallModeRef()
 // 0 (default until it is measured on the H200) never, 1 wherever the plan puts at most
 // tile warps x stages tiles in a split at every length it serves (WorstSplitKeys), so that the
 // kernel never falls back to its loop; bf16 caches; 2 as 1, with the cluster merge's partials
-// stored from registers (AttentionArgs::xw_push).
+// stored from registers (AttentionArgs::xw_push); 3 as 2, the stores asynchronous and counted
+// on each owner's transaction barrier instead of a cluster barrier (AttentionArgs::xw_async).
 static int& FusedXwRef() {
   static int mode = EnvInt("PG_FUSED_XW", 0);
   return mode;
@@ -286,7 +287,8 @@ void LaunchDecodeFused(const AttentionArgs& args, const RopeKvWriteArgs& rope, c
   const int stages = two_tile ? 2 : 1;
   const bool xw = XwApplies(a, max_len, small, stages);
   if (xw) g_xw_launches.fetch_add(1, std::memory_order_relaxed);
-  a.xw_push = xw && FusedXwRef() == 2;
+  a.xw_push = xw && FusedXwRef() >= 2;
+  a.xw_async = xw && FusedXwRef() == 3;
   LaunchMmaFused(a, rope, a.batch.num_seqs, small, stages, xw, stream);
 }
 

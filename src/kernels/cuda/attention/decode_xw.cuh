@@ -22,6 +22,7 @@
 #include <cuda_bf16.h>
 
 #include "kernels/cuda/attention/decode_common.cuh"
+#include "kernels/cuda/common/bulk_copy.cuh"
 #include "kernels/cuda/attention/decode_fused.cuh"
 #include "kernels/cuda/attention/decode_mma_util.cuh"
 
@@ -82,6 +83,43 @@ __device__ __forceinline__ void XwStore(const AttentionArgs& a, const XwSplit& s
   }
 }
 
+// The asynchronous push (AttentionArgs::xw_async): each block's transaction barrier sits right
+// past its inbox (8-byte aligned: ClusterInboxBytes is a multiple of 64), at a byte offset of
+// the block's dynamic shared memory; the launcher adds kXwAsyncBarBytes to the inbox.
+constexpr int kXwAsyncBarBytes = 16;
+__device__ __forceinline__ uint32_t XwAsyncBar(const AttentionArgs& a, int ng) {
+  extern __shared__ uint4 smem_base[];
+  return bulk::SmemAddr(reinterpret_cast<const char*>(smem_base) + a.cluster_inbox +
+                        ClusterInboxBytes(ng, a.head_dim));
+}
+// Bytes owner r of `active` receives: every split's items of r's share, and every split's
+// (max, sum) of the ng rows.
+__device__ __forceinline__ uint32_t XwAsyncOwnerBytes(int ng, int D, int active, int r) {
+  const int items = ng * D, P = MergeShare(items, active);
+  const int mine = max(0, min(P, items - r * P));
+  return uint32_t(active) * uint32_t(mine + 2 * ng) * 4u;
+}
+// At the kernel's start, before ClusterMergeStart (whose barrier phase every pusher waits for
+// before its first store, so the barrier is initialised before any store counts on it): thread
+// 0 initialises the block's barrier and, in an owner of a merge (active > 1, rank < active),
+// arrives with the bytes it will receive. A phase that never completes (no owner) is never
+// waited on.
+__device__ __forceinline__ void XwAsyncInit(const AttentionArgs& a, int ng, int active, int rank) {
+  if (threadIdx.x != 0) return;
+  const uint32_t bar = XwAsyncBar(a, ng);
+  bulk::MbarInit(bar, 1);
+  if (active > 1 && rank < active) bulk::MbarArriveExpectTx(bar, XwAsyncOwnerBytes(ng, a.head_dim, active, rank));
+  bulk::FenceMbarInit();
+}
+// An owner's wait for every split's partial (all threads). A phase that is not done after ~2 s
+// means the pushes and the expected bytes disagree: trap (a failed launch) instead of hanging.
+__device__ __forceinline__ void XwAsyncOwnerWait(const AttentionArgs& a, int ng) {
+  const uint32_t bar = XwAsyncBar(a, ng);
+  const long long t0 = clock64();
+  while (!bulk::MbarTryWait(bar, 0))
+    if (clock64() - t0 > (1ll << 32)) __trap();
+}
+
 // The cluster merge's push from registers (AttentionArgs::xw_push; after barrier.cluster.wait,
 // with more than one active split): the lane's values of rows g and g + 8 (< ng) over this
 // warp's dims (n-blocks nb0 + q) go straight into their owners' inboxes in
@@ -97,6 +135,21 @@ __device__ __forceinline__ void XwPush(const AttentionArgs& a, const XwSplit& sp
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
   const int items = sp.ng * D, P = MergeShare(items, sp.active);
   const int owner = warp * 4 + t;
+  const bool async = a.xw_async;  // block-uniform
+  const uint32_t bar = async ? XwAsyncBar(a, sp.ng) : 0u;
+  // One value (two: v2, 8-byte aligned) into owner r's inbox at float offset off.
+  auto put = [&](int r, int off, float v0, float v1, bool two) {
+    if (async) {
+      const uint32_t dst = bulk::MapaCluster(bulk::SmemAddr(inbox + off), r);
+      const uint32_t rbar = bulk::MapaCluster(bar, r);
+      if (two) bulk::StAsync2(dst, v0, v1, rbar);
+      else bulk::StAsync(dst, v0, rbar);
+    } else {
+      float* p = cl.map_shared_rank(inbox + off, r);
+      p[0] = v0;
+      if (two) p[1] = v1;
+    }
+  };
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
     const int rr = g + 8 * hr;
@@ -104,18 +157,17 @@ __device__ __forceinline__ void XwPush(const AttentionArgs& a, const XwSplit& sp
 #pragma unroll
     for (int q = 0; q < kN; ++q) {
       const int idx = rr * D + (nb0 + q) * 8 + 2 * t, r = idx / P, r1 = (idx + 1) / P;
-      float* dst = cl.map_shared_rank(inbox, r) + sp.split * P + idx - r * P;
-      if (r1 == r) {  // both dims with one owner (always where P is even)
-        dst[0] = o[q][2 * hr], dst[1] = o[q][2 * hr + 1];
+      const int off = sp.split * P + idx - r * P;
+      // Both dims with one owner (where P is even), in one 8-byte store where aligned.
+      if (r1 == r && off % 2 == 0) {
+        put(r, off, o[q][2 * hr], o[q][2 * hr + 1], true);
       } else {
-        dst[0] = o[q][2 * hr];
-        cl.map_shared_rank(inbox, r1)[sp.split * P + idx + 1 - r1 * P] = o[q][2 * hr + 1];
+        put(r, off, o[q][2 * hr], 0.0f, false);
+        put(r1, sp.split * P + idx + 1 - r1 * P, o[q][2 * hr + 1], 0.0f, false);
       }
     }
-    if (owner < sp.active) {
-      float* ml = cl.map_shared_rank(inbox + items + kMaxClusterSplits, owner) + 2 * (sp.split * sp.ng + rr);
-      ml[0] = hr ? m1 : m0, ml[1] = hr ? l1 : l0;
-    }
+    if (owner < sp.active)  // (max, sum): float offset items + 16 + 2 (split ng + rr), even
+      put(owner, items + kMaxClusterSplits + 2 * (sp.split * sp.ng + rr), hr ? m1 : m0, hr ? l1 : l0, true);
   }
 }
 

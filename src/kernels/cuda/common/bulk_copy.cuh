@@ -50,6 +50,25 @@ __device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity, int slee
   while (!MbarTryWait(bar, parity))
     if (sleep_ns > 0) __nanosleep(sleep_ns);
 }
+// The shared::cluster address of shared-memory address `addr` (SmemAddr) in the cluster's
+// block of rank `rank`.
+__device__ __forceinline__ uint32_t MapaCluster(uint32_t addr, int rank) {
+  uint32_t out;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(out) : "r"(addr), "r"(rank));
+  return out;
+}
+// Stores into another block's shared memory of the cluster (remote: a MapaCluster address),
+// counted on that block's barrier `remote_bar` (a MapaCluster address too) as transaction
+// bytes: its waiters see the values once the barrier's phase completes. v2: 8-byte aligned.
+__device__ __forceinline__ void StAsync(uint32_t remote, float v, uint32_t remote_bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];"
+               ::"r"(remote), "r"(__float_as_uint(v)), "r"(remote_bar) : "memory");
+}
+__device__ __forceinline__ void StAsync2(uint32_t remote, float v0, float v1, uint32_t remote_bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.b32 [%0], {%1, %2}, [%3];"
+               ::"r"(remote), "r"(__float_as_uint(v0)), "r"(__float_as_uint(v1)), "r"(remote_bar)
+               : "memory");
+}
 // bytes from global to shared, counted on `bar`'s transaction count, with an L2 policy.
 __device__ __forceinline__ void BulkLoad(uint32_t dst, const void* src, uint32_t bytes,
                                          uint32_t bar, uint64_t policy) {

@@ -229,6 +229,10 @@ struct AttentionArgs {
   // stores its quarter of the split's partial straight into the owners' inboxes instead of
   // through the block's own partial (PG_FUSED_XW=2; decode_fused_plan.cu sets it).
   bool xw_push = false;
+  // With xw_push (PG_FUSED_XW=3): the push as st.async, counted on a transaction barrier in
+  // each owner's shared memory past the inbox (decode_xw.cuh XwAsyncInit), which the owner
+  // waits on instead of the cluster barrier.
+  bool xw_async = false;
 };
 
 // ---- launchers (defined in the .cu files; all asynchronous on `stream`) --------------------
