@@ -16,15 +16,19 @@
 // MergeWarpsAndStore's outputs (maxima in log2 units, o unnormalised), so the split merges
 // (ClusterMergeSplits, FusedFinishSplits) are shared; sums differ from the loop's by f32
 // rounding only (the same p, added in another order).
+// With the cluster merge the partial goes on as the loop's does (PG_FUSED_XW=1), straight from
+// registers into the owners' inboxes (xw_push, 2), or as st.async counted on a transaction
+// barrier in each owner, which then waits for its own bytes only: no cluster barrier after the
+// push (xw_async, 3).
 // bf16 caches only (the P and V products in bf16, as the loop's).
 #pragma once
 
 #include <cuda_bf16.h>
 
 #include "kernels/cuda/attention/decode_common.cuh"
-#include "kernels/cuda/common/bulk_copy.cuh"
 #include "kernels/cuda/attention/decode_fused.cuh"
 #include "kernels/cuda/attention/decode_mma_util.cuh"
+#include "kernels/cuda/common/bulk_copy.cuh"
 
 namespace pg::cuda::decode {
 
