@@ -155,8 +155,7 @@ __global__ void __launch_bounds__(kSt == 1 || kXw ? kWarps * 32 : 256, kSt == 1 
   // owner waits on its own transaction barrier (decode_xw.cuh).
   [[maybe_unused]] const bool xw_async = kXw && a.cluster_merge && a.xw_async;
   if constexpr (kFused && kSt < kStages) {
-    if constexpr (kXw)
-      if (xw_async) XwAsyncInit(a, min(group, 16), active_splits, ClusterRank());
+    if (xw_async) XwAsyncInit(a, group, active_splits, ClusterRank());
     if (a.cluster_merge) ClusterMergeStart();  // the merge barrier's first phase
   }
   if (split >= active_splits) {  // surplus split of a graph planned for longer contexts
@@ -281,27 +280,27 @@ __global__ void __launch_bounds__(kSt == 1 || kXw ? kWarps * 32 : 256, kSt == 1 
     // do not reach: the host never plans it (XwApplies); fail the launch rather than hang.
     if (xw_async && tiles > kTW * kSt) __trap();
     if (tiles <= kTW * kSt) {  // block-uniform; every tile issued before PdlWait (kLead = kSt)
-      const int mrows = MergeRows<kSt>(group), ng = min(group, 16);
+      const int mrows = MergeRows<kSt>(group);  // (group <= 16: MmaFusedSupports)
       const FusedScratch<D> fs(smem + kTW * M::kWarpU4, mrows);
       float* xw = reinterpret_cast<float*>(reinterpret_cast<char*>(smem) + kTW * M::kWarpU4 * 16 +
                                            FusedScratch<D>::Bytes(mrows));
       float* part = a.cluster_merge ? reinterpret_cast<float*>(reinterpret_cast<char*>(smem) +
                                                                ClusterPartOffset(mrows, D, num_splits))
                                     : nullptr;
-      const XwSplit sp{row, h0, group, ng, split, active_splits, r.begin, kv_end, tiles, my_tiles,
+      const XwSplit sp{row, h0, group, split, active_splits, r.begin, kv_end, tiles, my_tiles,
                        owner, qscale};
       XwSplitAndStore<M, D, kSt, kTW>(a, sp, qa, smem, fs, xw, part);
       PG_TRACE_MARK(2);  // the split stored
       if (part != nullptr) {  // every split's block owns a share of the merge (one call site)
         if (xw_async) {  // pushed with st.async, counted on this block's barrier
-          if (active_splits > 1) XwAsyncOwnerWait(a, ng);
+          if (active_splits > 1) XwAsyncOwnerWait(a, group);
         } else {  // (xw_push: pushed from registers already)
-          if (!a.xw_push) ClusterMergePush(a, ng, active_splits, split, part);
+          if (!a.xw_push) ClusterMergePush(a, group, active_splits, split, part);
           ClusterMergeBarrier();
         }
-        if (active_splits > 1) ClusterMergeItems(a, row, h0, ng, active_splits, ClusterRank());
-      } else  // split weights [ng][active] where the loop's merge keeps them (past the rings' use)
-        FusedFinishSplits(a, row, h0, ng, active_splits,
+        if (active_splits > 1) ClusterMergeItems(a, row, h0, group, active_splits, ClusterRank());
+      } else  // split weights [group][active] where the loop's merge keeps them (past the rings' use)
+        FusedFinishSplits(a, row, h0, group, active_splits,
                           reinterpret_cast<float*>(smem) + kWarps * mrows * (D + 2));
       return;
     }
@@ -370,15 +369,7 @@ __global__ void __launch_bounds__(kSt == 1 || kXw ? kWarps * 32 : 256, kSt == 1 
     // Scores to p in log2 units, (m, l, o) updated, p packed (decode_mma_util.cuh).
     uint32_t pa[4];
     SoftmaxTileStep<kF8, M::kNb>(sc, qscale, softcap_v, key0, t, kv_end, m0, m1, l0, l1, o, pa);
-    const int lk = lane % 8 + ((lane / 8) % 2) * 8;  // ldmatrix row (key) this lane addresses
-#pragma unroll
-    for (int np = 0; np < M::kNb / 2; ++np) {
-      const int chunk = 2 * np + lane / 16;
-      uint32_t vb[4];
-      mla::Ldmatrix4Trans(vb, sv + lk * M::kNb + (chunk ^ (lk % 8)));
-      MmaT<kF8>(o[2 * np], pa, vb[0], vb[1]);
-      MmaT<kF8>(o[2 * np + 1], pa, vb[2], vb[3]);
-    }
+    PvTile<kF8, M::kNb, M::kNb>(o, pa, sv, 0, lane);
   }
   CpAsyncWait<0>();
   if (a.pdl_late_trigger) PdlTrigger();
@@ -392,7 +383,7 @@ __global__ void __launch_bounds__(kSt == 1 || kXw ? kWarps * 32 : 256, kSt == 1 
   }
   if constexpr (kHeadWarps) {  // each warp stores its own heads
     if (active)
-      StoreWarpRows<D, M::kNb>(a, row, h0, group, split, num_splits, active_splits, g, t, m0, m1,
+      StoreWarpRows<D, M::kNb>(a, {row, h0, group, split, num_splits, active_splits}, g, t, m0, m1,
                                l0, l1, o);
     const int first_kvh = int(blockIdx.y) * warps;
     FinishSplits(a, row, first_kvh * group, (min(a.kv_heads, first_kvh + warps) - first_kvh) * group,

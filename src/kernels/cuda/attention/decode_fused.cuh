@@ -461,6 +461,19 @@ __host__ __device__ constexpr int ClusterInboxBytes(int ng, int D) {
 
 // Owner r < active of the merge: items [r P, min((r + 1) P, ng D)), P = MergeShare.
 __device__ __forceinline__ int MergeShare(int items, int active) { return (items + active - 1) / active; }
+// Where split `split`'s item idx lands: owner r's inbox, at float offset off.
+struct InboxSlot {
+  int r, off;
+};
+__device__ __forceinline__ InboxSlot InboxItem(int idx, int P, int split) {
+  const int r = idx / P;
+  return {r, split * P + idx - r * P};
+}
+// Float offset of split `split`'s (max, sum) of row g in every owner's inbox (even: 8-byte
+// aligned pairs).
+__device__ __forceinline__ int InboxMl(int items, int ng, int split, int g) {
+  return items + kMaxClusterSplits + 2 * (split * ng + g);
+}
 
 // The cluster merge. The kernel calls ClusterMergeStart at its start (every block: the
 // cluster barrier's first phase, which the first distributed-shared-memory store waits for, so
@@ -489,7 +502,7 @@ __device__ __forceinline__ void ClusterMergeItems(const AttentionArgs& a, int t,
   const float* inbox = reinterpret_cast<const float*>(reinterpret_cast<const char*>(smem_base) + a.cluster_inbox);
   const int D = a.head_dim, items = ng * D;
   const int P = MergeShare(items, active);
-  const float* ml = inbox + items + kMaxClusterSplits;
+  const float* ml = inbox + InboxMl(items, ng, 0, 0);  // split i's row g at 2 (i ng + g)
   constexpr int kMax = kMaxClusterSplits;
   for (int j = threadIdx.x; j < P; j += blockDim.x) {
     const int idx = r * P + j;
@@ -514,19 +527,10 @@ __device__ __forceinline__ void ClusterMergeItems(const AttentionArgs& a, int t,
   }
 }
 
-// The merge's second half, from the cluster barrier on (pushed: this block's split stored its
-// partial into the owners' inboxes; every block of the cluster calls it once, after its
-// pushes): each owner r < active merges its items from its own shared memory.
 // The merge barrier's second phase: every block's pushes are visible to their owners.
 __device__ __forceinline__ void ClusterMergeBarrier() {
   asm volatile("barrier.cluster.arrive.release;" ::: "memory");
   asm volatile("barrier.cluster.wait.acquire;" ::: "memory");
-}
-__device__ __forceinline__ void ClusterMergeOwners(const AttentionArgs& a, int t, int h0, int ng,
-                                                   int active, bool pushed) {
-  ClusterMergeBarrier();
-  const int r = ClusterRank();
-  if (pushed && r < active) ClusterMergeItems(a, t, h0, ng, active, r);
 }
 
 // The merge's first half: this block's split partial (part, complete in its threads' stores)
@@ -545,12 +549,12 @@ __device__ __forceinline__ void ClusterMergePush(const AttentionArgs& a, int ng,
   if (push) {
     const int P = MergeShare(items, active);
     for (int idx = threadIdx.x; idx < items; idx += blockDim.x) {
-      const int r = idx / P;
-      cl.map_shared_rank(inbox, r)[split * P + idx - r * P] = part[idx];
+      const InboxSlot s = InboxItem(idx, P, split);
+      cl.map_shared_rank(inbox, s.r)[s.off] = part[idx];
     }
     for (int x = threadIdx.x; x < active * ng; x += blockDim.x) {
       const int r = x / ng, g = x % ng;
-      float* ml = cl.map_shared_rank(inbox + items + kMaxClusterSplits, r) + 2 * (split * ng + g);
+      float* ml = cl.map_shared_rank(inbox + InboxMl(items, ng, split, g), r);
       ml[0] = part[items + g], ml[1] = part[items + ng + g];
     }
   }
@@ -559,7 +563,9 @@ __device__ __forceinline__ void ClusterMergePush(const AttentionArgs& a, int ng,
 __device__ __forceinline__ void ClusterMergeSplits(const AttentionArgs& a, int t, int h0, int ng,
                                                    int active, int split, const float* part) {
   ClusterMergePush(a, ng, active, split, part);
-  ClusterMergeOwners(a, t, h0, ng, active, part != nullptr && active > 1);
+  ClusterMergeBarrier();
+  const int r = ClusterRank();
+  if (part != nullptr && active > 1 && r < active) ClusterMergeItems(a, t, h0, ng, active, r);
 }
 
 }  // namespace pg::cuda::decode

@@ -142,35 +142,51 @@ __device__ __forceinline__ void PvTile(float (&o)[kN][4], const uint32_t (&pa)[4
   }
 }
 
-// A warp's rows g and g + 8 (query heads h0 + g, h0 + g + 8 below h0 + group) of query row
-// `row` after its key loop: with one active split the bf16 output (o / l, times a.v_scale),
-// else its split's partial (o, and (m, l) from the quad's lane t 0) at a.partial_acc /
-// a.partial_ml, layout [row][head][num_splits][...]. D: head_dim; o: the PV accumulators.
-template <int D, int kNb>
-__device__ __forceinline__ void StoreWarpRows(const AttentionArgs& a, int row, int h0, int group,
-                                              int split, int num_splits, int active_splits,
-                                              int g, int t, float m0, float m1, float l0,
-                                              float l1, const float (&o)[kNb][4]) {
+// Where a warp's rows of one split go (StoreWarpRows): query row `row`'s heads h0 + rr for the
+// rows rr < rows, split `split` of num_splits (active of them live).
+struct WarpRowsDest {
+  int row, h0, rows, split, num_splits, active;
+  // With more than one active split: the cluster merge's partial in shared memory ([rows][D]
+  // unnormalised sums, then [rows] maxima and [rows] sums: decode_fused.cuh ClusterPart), or,
+  // null, the global partials at a.partial_acc / a.partial_ml ([row][head][num_splits][...]).
+  float* part = nullptr;
+  int nb0 = 0;      // the warp's first 8-dim n-block: o[q] holds n-block nb0 + q
+  bool ml = true;   // this warp's lanes t 0 store (m, l) (warps holding the same rows: one does)
+};
+
+// A warp's rows g and g + 8 (< d.rows) after its key loop, over its n-blocks: with one active
+// split the bf16 output (o / l, times a.v_scale), else its split's partial (o, and (m, l) from
+// the quad's lane t 0) where d says. D: head_dim; o: the PV accumulators.
+template <int D, int kN>
+__device__ __forceinline__ void StoreWarpRows(const AttentionArgs& a, const WarpRowsDest& d, int g,
+                                              int t, float m0, float m1, float l0, float l1,
+                                              const float (&o)[kN][4]) {
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
     const int rr = g + 8 * hr;
-    if (rr >= group) continue;
-    const int h = h0 + rr;
+    if (rr >= d.rows) continue;
+    const int h = d.h0 + rr;
     const float m = hr ? m1 : m0, l = hr ? l1 : l0;
-    if (active_splits == 1) {
+    if (d.active == 1) {
       const float inv = l > 0.0f ? a.v_scale / l : 0.0f;
-      bf16* out = a.out + int64_t(row) * a.out_stride + int64_t(h) * D + 2 * t;
+      bf16* out = a.out + int64_t(d.row) * a.out_stride + int64_t(h) * D + d.nb0 * 8 + 2 * t;
 #pragma unroll
-      for (int nb = 0; nb < kNb; ++nb)
+      for (int nb = 0; nb < kN; ++nb)
         *reinterpret_cast<__nv_bfloat162*>(out + nb * 8) =
             __floats2bfloat162_rn(o[nb][2 * hr] * inv, o[nb][2 * hr + 1] * inv);
-    } else {
-      const int64_t base = (int64_t(row) * a.heads + h) * num_splits + split;
-      float* acc = a.partial_acc + base * D + 2 * t;
+    } else if (d.part != nullptr) {
+      float* acc = d.part + rr * D + d.nb0 * 8 + 2 * t;
 #pragma unroll
-      for (int nb = 0; nb < kNb; ++nb)
+      for (int nb = 0; nb < kN; ++nb)
         *reinterpret_cast<float2*>(acc + nb * 8) = make_float2(o[nb][2 * hr], o[nb][2 * hr + 1]);
-      if (t == 0) a.partial_ml[2 * base] = m, a.partial_ml[2 * base + 1] = l;
+      if (d.ml && t == 0) d.part[d.rows * D + rr] = m, d.part[d.rows * D + d.rows + rr] = l;
+    } else {
+      const int64_t base = (int64_t(d.row) * a.heads + h) * d.num_splits + d.split;
+      float* acc = a.partial_acc + base * D + d.nb0 * 8 + 2 * t;
+#pragma unroll
+      for (int nb = 0; nb < kN; ++nb)
+        *reinterpret_cast<float2*>(acc + nb * 8) = make_float2(o[nb][2 * hr], o[nb][2 * hr + 1]);
+      if (d.ml && t == 0) a.partial_ml[2 * base] = m, a.partial_ml[2 * base + 1] = l;
     }
   }
 }

@@ -398,7 +398,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   }
   // Rows g, g + 8 of the head's query heads: the output (one active split) or the partial.
   if (j == 0)
-    StoreWarpRows<D, G::kNb>(a, row, h0, group, split, num_splits, active_splits, g, t, m0, m1,
+    StoreWarpRows<D, G::kNb>(a, {row, h0, group, split, num_splits, active_splits}, g, t, m0, m1,
                              l0, l1, o);
   if (active_splits == 1 || p.mergers == 0) return;  // (the combine kernel merges)
   MergeSplitsInKernel(a, p, row, active_splits, int(threadIdx.x), nthreads,

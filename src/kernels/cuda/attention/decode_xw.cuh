@@ -41,51 +41,11 @@ __host__ __device__ constexpr int XwBytes(int max_tiles) {
 // One split block's state entering the exchange (after the new token's preparation; every
 // value block-uniform but the lane's own).
 struct XwSplit {
-  int row, h0, group, ng, split, active;  // query row, first q head, GQA group, rows stored, split, active splits
+  int row, h0, group, split, active;      // query row, first q head, GQA group (<= 16), split, active splits
   int begin, kv_end, tiles, my_tiles;     // cache keys [begin, kv_end); tiles of the block / of this warp
   bool owner;                             // this split holds the new token (its logit / v in the scratch)
   float qscale;                           // logit scale in log2 units
 };
-
-// Where a split's result goes: the bf16 output (one active split), the cluster partial
-// (ClusterPart layout of decode_fused.cuh, in this block's shared memory) or the global
-// partials (a.partial_acc / a.partial_ml) that FusedFinishSplits merges.
-// Stores rows g and g + 8 (< ng) of the lane's quad over this warp's dims: n-blocks nb0 + q.
-template <int D, int kN>
-__device__ __forceinline__ void XwStore(const AttentionArgs& a, const XwSplit& sp, float* part,
-                                        int nb0, float m0, float m1, float l0, float l1,
-                                        const float (&o)[kN][4]) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    const int rr = g + 8 * hr;
-    if (rr >= sp.ng) continue;
-    const float m = hr ? m1 : m0, l = hr ? l1 : l0;
-    const int h = sp.h0 + rr;
-    const int64_t base = (int64_t(sp.row) * a.heads + h) * a.num_splits + sp.split;
-    const bool ml_lane = warp == 0 && t == 0;  // one lane a row stores (m, l)
-    if (sp.active == 1) {
-      const float inv = l > 0.0f ? a.v_scale / l : 0.0f;
-      bf16* out = a.out + int64_t(sp.row) * a.out_stride + int64_t(h) * D + 2 * t;
-#pragma unroll
-      for (int q = 0; q < kN; ++q)
-        *reinterpret_cast<__nv_bfloat162*>(out + (nb0 + q) * 8) =
-            __floats2bfloat162_rn(o[q][2 * hr] * inv, o[q][2 * hr + 1] * inv);
-    } else if (part != nullptr) {
-#pragma unroll
-      for (int q = 0; q < kN; ++q)
-        *reinterpret_cast<float2*>(part + rr * D + (nb0 + q) * 8 + 2 * t) =
-            make_float2(o[q][2 * hr], o[q][2 * hr + 1]);
-      if (ml_lane) part[sp.ng * D + rr] = m, part[sp.ng * D + sp.ng + rr] = l;
-    } else {
-      float* acc = a.partial_acc + base * D + 2 * t;
-#pragma unroll
-      for (int q = 0; q < kN; ++q)
-        *reinterpret_cast<float2*>(acc + (nb0 + q) * 8) = make_float2(o[q][2 * hr], o[q][2 * hr + 1]);
-      if (ml_lane) a.partial_ml[2 * base] = m, a.partial_ml[2 * base + 1] = l;
-    }
-  }
-}
 
 // The asynchronous push (AttentionArgs::xw_async): each block's transaction barrier sits right
 // past its inbox (8-byte aligned: ClusterInboxBytes is a multiple of 64), at a byte offset of
@@ -125,7 +85,7 @@ __device__ __forceinline__ void XwAsyncOwnerWait(const AttentionArgs& a, int ng)
 }
 
 // The cluster merge's push from registers (AttentionArgs::xw_push; after barrier.cluster.wait,
-// with more than one active split): the lane's values of rows g and g + 8 (< ng) over this
+// with more than one active split): the lane's values of rows g and g + 8 (< group) over this
 // warp's dims (n-blocks nb0 + q) go straight into their owners' inboxes in
 // ClusterMergeSplits' layout, and the row maxima / sums to owner r = 4 warp + t (every owner
 // gets every row: active <= kMaxClusterSplits = 16 = 4 warps x 4 lanes of a quad).
@@ -137,10 +97,10 @@ __device__ __forceinline__ void XwPush(const AttentionArgs& a, const XwSplit& sp
   extern __shared__ uint4 smem_base[];
   float* inbox = reinterpret_cast<float*>(reinterpret_cast<char*>(smem_base) + a.cluster_inbox);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
-  const int items = sp.ng * D, P = MergeShare(items, sp.active);
+  const int items = sp.group * D, P = MergeShare(items, sp.active);
   const int owner = warp * 4 + t;
   const bool async = a.xw_async;  // block-uniform
-  const uint32_t bar = async ? XwAsyncBar(a, sp.ng) : 0u;
+  const uint32_t bar = async ? XwAsyncBar(a, sp.group) : 0u;
   // One value (two: v2, 8-byte aligned) into owner r's inbox at float offset off.
   auto put = [&](int r, int off, float v0, float v1, bool two) {
     if (async) {
@@ -157,21 +117,20 @@ __device__ __forceinline__ void XwPush(const AttentionArgs& a, const XwSplit& sp
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
     const int rr = g + 8 * hr;
-    if (rr >= sp.ng) continue;
+    if (rr >= sp.group) continue;
 #pragma unroll
     for (int q = 0; q < kN; ++q) {
-      const int idx = rr * D + (nb0 + q) * 8 + 2 * t, r = idx / P, r1 = (idx + 1) / P;
-      const int off = sp.split * P + idx - r * P;
+      const int idx = rr * D + (nb0 + q) * 8 + 2 * t;
+      const InboxSlot s0 = InboxItem(idx, P, sp.split), s1 = InboxItem(idx + 1, P, sp.split);
       // Both dims with one owner (where P is even), in one 8-byte store where aligned.
-      if (r1 == r && off % 2 == 0) {
-        put(r, off, o[q][2 * hr], o[q][2 * hr + 1], true);
+      if (s1.r == s0.r && s0.off % 2 == 0) {
+        put(s0.r, s0.off, o[q][2 * hr], o[q][2 * hr + 1], true);
       } else {
-        put(r, off, o[q][2 * hr], 0.0f, false);
-        put(r1, sp.split * P + idx + 1 - r1 * P, o[q][2 * hr + 1], 0.0f, false);
+        put(s0.r, s0.off, o[q][2 * hr], 0.0f, false);
+        put(s1.r, s1.off, o[q][2 * hr + 1], 0.0f, false);
       }
     }
-    if (owner < sp.active)  // (max, sum): float offset items + 16 + 2 (split ng + rr), even
-      put(owner, items + kMaxClusterSplits + 2 * (sp.split * sp.ng + rr), hr ? m1 : m0, hr ? l1 : l0, true);
+    if (owner < sp.active) put(owner, InboxMl(items, sp.group, sp.split, rr), hr ? m1 : m0, hr ? l1 : l0, true);
   }
 }
 
@@ -184,7 +143,8 @@ __device__ __forceinline__ void XwPush(const AttentionArgs& a, const XwSplit& sp
 // that nothing else uses before the final barrier; part: the cluster partial or null. Ends
 // with every store issued; part (if any) is complete after the caller's next __syncthreads.
 // With part and a.xw_push it has passed barrier.cluster.wait and pushed (more than one active
-// split): the caller continues with ClusterMergeOwners, not ClusterMergeSplits.
+// split): the caller goes on from the merge's second phase (ClusterMergeBarrier, or with
+// xw_async the owner's own barrier), not from ClusterMergePush.
 template <class M, int D, int kSt, int kTW>
 __device__ __forceinline__ void XwSplitAndStore(const AttentionArgs& a, const XwSplit& sp,
                                                 const uint32_t (&qa)[M::kKc][4], const uint4* smem,
@@ -284,7 +244,10 @@ __device__ __forceinline__ void XwSplitAndStore(const AttentionArgs& a, const Xw
   }
   // The cluster partial overlays the rings: every warp's V and P reads end first.
   if (part != nullptr && sp.active > 1) __syncthreads();
-  XwStore<D, kNbW>(a, sp, part, warp * kNbW, m0, m1, l0, l1, o);
+  // Every warp holds the same rows (its own dims): warp 0 stores (m, l).
+  const WarpRowsDest dest{sp.row, sp.h0, sp.group, sp.split, a.num_splits, sp.active, part,
+                          warp * kNbW, warp == 0};
+  StoreWarpRows<D, kNbW>(a, dest, g, t, m0, m1, l0, l1, o);
 }
 
 }  // namespace pg::cuda::decode

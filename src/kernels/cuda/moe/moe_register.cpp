@@ -389,8 +389,7 @@ void RunExperts(const MoeExpertsParams& p) {
         cuda::LaunchMoeRouter(ra, stream);
         PG_CUDA_CHECK_LAUNCH();
       }
-      ra.x = nullptr;
-      ra.l2_after = {};
+      ra.x = nullptr;  // (the logits-form router kernel reads no hint)
       ra.defer_route = false;
       if (!(tune.walk_skip_route & 1)) {  // diagnostics only
         cuda::LaunchMoeRouter(ra, stream);
