@@ -50,16 +50,23 @@ std::string ModelConfig::Summary() const {
 }
 
 ModelConfig ConfigFromGguf(const io::GgufFile& g) {
-  ModelConfig c;
-  c.architecture = g.GetString("general.architecture");
-  if (!IsSupportedArch(c.architecture))
+  const std::string arch = g.GetString("general.architecture");
+  if (!IsSupportedArch(arch))
     Throw(ErrorCode::kUnsupported,
-          "{}: architecture '{}' is not supported (supported: llama, qwen2, qwen3)", g.path(),
-          c.architecture);
-  const std::string a = c.architecture + ".";
+          "{}: architecture '{}' is not supported (supported: llama, qwen2, qwen3, qwen3moe)",
+          g.path(), arch);
+  return ConfigFromGgufAs(g, arch);
+}
+
+ModelConfig ConfigFromGgufAs(const io::GgufFile& g, const std::string& as) {
+  ModelConfig c;
+  c.architecture = as;
+  const std::string a = g.GetString("general.architecture") + ".";
   c.name = g.GetStringOr("general.name", c.architecture);
   c.hidden_size = int(g.GetInt(a + "embedding_length"));
-  c.intermediate_size = int(g.GetInt(a + "feed_forward_length"));
+  // MoE files may leave the dense size out (llama.cpp's qwen3moe reads only the experts').
+  c.intermediate_size = int(g.GetIntOr(a + "feed_forward_length",
+                                       g.GetIntOr(a + "expert_feed_forward_length", 0)));
   c.num_layers = int(g.GetInt(a + "block_count"));
   c.num_heads = int(g.GetInt(a + "attention.head_count"));
   c.num_kv_heads = int(g.GetIntOr(a + "attention.head_count_kv", c.num_heads));

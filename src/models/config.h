@@ -62,6 +62,10 @@ T ConfigField(const nlohmann::json& j, const char* key, T def) {
 // weights have q/k rows permuted for interleaved rotation (neox = false); qwen2/3 keep HF's
 // rotate-half layout (neox = true).
 ModelConfig ConfigFromGguf(const io::GgufFile& gguf);
+// The same fields of a GGUF of another general.architecture (whose "<arch>.*" keys are read)
+// as the dense architecture `as` it shares them with (qwen3moe's as "qwen3": q/k norm, rotate-
+// half rope). Validated as `as`.
+ModelConfig ConfigFromGgufAs(const io::GgufFile& gguf, const std::string& as);
 // HF config.json (transformers 4.x "rope_theta"/"rope_scaling" and 5.x "rope_parameters").
 ModelConfig ConfigFromHf(const nlohmann::json& config);
 

@@ -60,7 +60,7 @@ bool IsGguf(const fs::path& p) {
 
 // Touches every page of the weights so the first request does not pay for page faults, and
 // reports progress.
-void PageIn(const WeightStore& w, const LoadOptions& o, const std::vector<TensorView>& views) {
+void PageIn(const LoadOptions& o, const std::vector<TensorView>& views) {
   int64_t total = 0, done = 0;
   for (const auto& v : views) total += v.nbytes();
   volatile uint8_t sink = 0;
@@ -70,7 +70,6 @@ void PageIn(const WeightStore& w, const LoadOptions& o, const std::vector<Tensor
     done += v.nbytes();
     if (o.progress) o.progress(done, total);
   }
-  (void)w;
 }
 
 }  // namespace
@@ -96,6 +95,14 @@ std::unique_ptr<Model> LoadModel(const LoadOptions& o) {
     weights = WeightStore::Dummy(config, o.dummy_dtype, o.dummy_seed);
   } else if (fs::is_regular_file(path) && IsGguf(path)) {
     auto gguf = io::GgufFile::Open(path.string());
+    if (IsMoeGgufArch(gguf->GetStringOr("general.architecture", ""))) {
+      std::vector<TensorView> views;  // the matrices; the mapping lives as long as the model
+      for (const auto& t : gguf->tensors())
+        if (t.ndim >= 2) views.push_back(t.view());
+      std::unique_ptr<Model> m = LoadMoeModelFromGguf(std::move(gguf));
+      PageIn(o, views);
+      return m;
+    }
     config = ConfigFromGguf(*gguf);
     weights = WeightStore::FromGguf(std::move(gguf));
   } else if (fs::is_directory(path) && fs::exists(path / "config.json")) {
@@ -117,7 +124,7 @@ std::unique_ptr<Model> LoadModel(const LoadOptions& o) {
     for (const char* s : {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"})
       if (const TensorView* v = weights->Find("blk." + std::to_string(i) + "." + s + ".weight"))
         views.push_back(*v);
-  PageIn(*weights, o, views);
+  PageIn(o, views);
   PG_LOG_INFO("model: {}", config.Summary());
   return CreateLlama(std::move(config), std::move(weights));
 }

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/status.h"
+#include "io/gguf.h"
 #include "kernels/rope_freq.h"
 
 namespace pg::models {
@@ -164,6 +165,45 @@ MoeModelConfig MoeConfigFromHf(const nlohmann::json& j) {
     c.base.num_kv_heads = 1;
     c.base.head_dim = int(ops::MlaCacheHalfDim(c.kv_lora_rank, c.qk_rope_head_dim));
   }
+  c.Validate();
+  return c;
+}
+
+bool IsMoeGgufArch(const std::string& arch) { return arch == "qwen3moe"; }
+
+MoeModelConfig MoeConfigFromGguf(const io::GgufFile& g) {
+  MoeModelConfig c;
+  const std::string arch = g.GetString("general.architecture");
+  PG_ENSURE(IsMoeGgufArch(arch), kUnsupported,
+            "{}: GGUF architecture '{}' is not a MoE architecture Peregrine reads (qwen3moe)",
+            g.path(), arch);
+  const std::string a = arch + ".";
+  c.arch = MoeArch::kQwen3Moe;
+  c.model_type = "qwen3_moe";
+  c.base = ConfigFromGgufAs(g, "qwen3");
+  c.base.architecture = c.model_type;
+  c.num_experts = int(g.GetInt(a + "expert_count"));
+  c.top_k = int(g.GetInt(a + "expert_used_count"));
+  // A per-layer array (newer llama.cpp files) is accepted when every layer has one size.
+  if (const io::GgufValue* ff = g.Find(a + "expert_feed_forward_length");
+      ff != nullptr && ff->type == io::GgufType::kArray) {
+    const io::GgufArray& sizes = ff->AsArray();
+    PG_ENSURE(!sizes.empty(), kMalformed, "{}: {}expert_feed_forward_length is empty", g.path(), a);
+    for (const io::GgufValue& v : sizes)
+      PG_ENSURE(v.AsInt() == sizes[0].AsInt(), kUnsupported,
+                "{}: experts of different sizes per layer are not supported", g.path());
+    c.moe_intermediate_size = int(sizes[0].AsInt());
+  } else {
+    c.moe_intermediate_size = int(g.GetInt(a + "expert_feed_forward_length"));
+  }
+  // llama.cpp's qwen3moe graph always renormalises the top-k weights (HF: norm_topk_prob).
+  const io::GgufValue* norm = g.Find(a + "expert_weights_norm");
+  c.norm_topk_prob = norm == nullptr || norm->AsBool();
+  c.scoring = ops::MoeScoring::kSoftmax;
+  // A layer without a router (blk.N.ffn_gate_inp) is a dense SwiGLU block (HF mlp_only_layers).
+  for (int i = 0; i < c.base.num_layers; ++i)
+    if (!g.FindTensor("blk." + std::to_string(i) + ".ffn_gate_inp.weight"))
+      c.mlp_only_layers.push_back(i);
   c.Validate();
   return c;
 }

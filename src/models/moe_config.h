@@ -12,6 +12,10 @@
 #include "kernels/ops_moe.h"
 #include "models/config.h"
 
+namespace pg::io {
+class GgufFile;
+}
+
 namespace pg::models {
 
 enum class MoeArch { kQwen3Moe, kDeepseekV3 };
@@ -61,5 +65,10 @@ struct MoeModelConfig {
 bool IsMoeModelType(const std::string& model_type);
 // Throws kUnsupported (other model types, scoring functions) / kMalformed (bad fields).
 MoeModelConfig MoeConfigFromHf(const nlohmann::json& config);
+// Whether a GGUF's general.architecture is one of these (llama.cpp's "qwen3moe").
+bool IsMoeGgufArch(const std::string& arch);
+// llama.cpp's qwen3moe keys ("qwen3moe.expert_count", ...); a layer without a router tensor is
+// dense. Throws kUnsupported / kMalformed / kNotFound (a required key absent).
+MoeModelConfig MoeConfigFromGguf(const io::GgufFile& gguf);
 
 }  // namespace pg::models

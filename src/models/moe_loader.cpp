@@ -5,6 +5,7 @@
 
 #include "core/log.h"
 #include "core/status.h"
+#include "io/gguf.h"
 #include "io/safetensors.h"
 #include "models/deepseek_v3.h"
 #include "models/moe_config.h"
@@ -29,6 +30,12 @@ std::unique_ptr<Model> LoadMoeModel(const LoadOptions& o, const nlohmann::json& 
   PG_LOG_INFO("model: {}", c.Summary());
   if (c.arch == MoeArch::kQwen3Moe) return CreateQwen3Moe(std::move(c), std::move(w));
   return CreateDeepseekV3(std::move(c), std::move(w));
+}
+
+std::unique_ptr<Model> LoadMoeModelFromGguf(std::unique_ptr<io::GgufFile> gguf) {
+  MoeModelConfig c = MoeConfigFromGguf(*gguf);
+  PG_LOG_INFO("model: {}", c.Summary());
+  return CreateQwen3Moe(std::move(c), MoeWeights::FromGguf(std::move(gguf)));
 }
 
 std::unique_ptr<Model> CreateDummyMoeModelOnDevice(const MoeModelConfig& config,

@@ -1,5 +1,5 @@
 // Loading of the MoE architectures (moe_config.h), called by LoadModel (loader.cpp) when a
-// config.json names one of them.
+// config.json or a GGUF's general.architecture names one of them.
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>
@@ -10,12 +10,20 @@
 #include "models/model.h"
 #include "models/moe_config.h"
 
+namespace pg::io {
+class GgufFile;
+}
+
 namespace pg::models {
 
 // `config` is the parsed config.json; `folder` holds it (and the safetensors, unless
 // options.format is kDummy). Throws pg::Error like LoadModel.
 std::unique_ptr<Model> LoadMoeModel(const LoadOptions& options, const nlohmann::json& config,
                                     const std::string& folder);
+// A llama.cpp GGUF whose architecture IsMoeGgufArch (qwen3moe): config from its metadata,
+// weights mapped as stored (block-quantized experts included). CPU only for now: the device
+// placement converts HF-named bf16/fp8 weights, not GGUF block types.
+std::unique_ptr<Model> LoadMoeModelFromGguf(std::unique_ptr<io::GgufFile> gguf);
 
 // A MoE model of `config`'s real shapes made on the device with random weights, already
 // placed (`--load-format dummy` for shapes too large for the host): bf16, or for DeepSeek-V3

@@ -1,10 +1,13 @@
 #include "models/moe_weights.h"
 
 #include <random>
+#include <regex>
 
 #include "core/quant.h"
 #include "core/status.h"
+#include "io/gguf.h"
 #include "io/safetensors.h"
+#include "models/weights.h"
 
 namespace pg::models {
 namespace {
@@ -68,6 +71,38 @@ std::unique_ptr<MoeWeights> MoeWeights::FromSafetensors(std::unique_ptr<io::Safe
   return w;
 }
 
+std::unique_ptr<MoeWeights> MoeWeights::FromGguf(std::unique_ptr<io::GgufFile> file) {
+  std::unique_ptr<MoeWeights> w(new MoeWeights());
+  w->source_ = file->path();
+  static const std::regex kExperts(R"(blk\.(\d+)\.ffn_(gate|up|down)_exps\.weight)");
+  for (const io::GgufTensorInfo& t : file->tensors()) {
+    const TensorView v = t.view();
+    w->total_bytes_ += int64_t(t.nbytes);
+    std::smatch m;
+    if (!std::regex_match(t.name, m, kExperts)) {
+      w->gguf_views_.emplace(HfNameFromCanonical(t.name), v);
+      continue;
+    }
+    PG_ENSURE(v.ndim == 3, kMalformed, "{}: tensor '{}' has shape {}, expected [experts, out, in]",
+              w->source_, t.name, v.ShapeString());
+    for (int64_t e = 0; e < v.dim(0); ++e)
+      w->gguf_views_.emplace("model.layers." + m[1].str() + ".mlp.experts." + std::to_string(e) +
+                                 "." + m[2].str() + "_proj.weight",
+                             v.Slice0(e, 1).Reshape({v.dim(1), v.dim(2)}));
+  }
+  w->gguf_ = std::move(file);
+  return w;
+}
+
+std::optional<TensorView> MoeWeights::FindStored(const std::string& name) const {
+  if (st_) {
+    if (const io::SafetensorsTensorInfo* info = st_->FindTensor(name)) return info->view();
+  } else if (auto it = gguf_views_.find(name); it != gguf_views_.end()) {
+    return it->second;
+  }
+  return std::nullopt;
+}
+
 std::unique_ptr<MoeWeights> MoeWeights::Dummy(DType dtype, uint64_t seed) {
   PG_ENSURE(quant::CanDequantize(dtype), kUnsupported, "dummy weights: dtype {} not supported",
             Name(dtype));
@@ -80,7 +115,8 @@ std::unique_ptr<MoeWeights> MoeWeights::Dummy(DType dtype, uint64_t seed) {
 }
 
 bool MoeWeights::Has(std::string_view name) const {
-  return dummy_ || cache_.count(name) || (st_ && st_->FindTensor(name));
+  return dummy_ || cache_.count(name) || gguf_views_.count(name) ||
+         (st_ && st_->FindTensor(name));
 }
 
 TensorView MoeWeights::Own(Tensor t) {
@@ -110,15 +146,15 @@ TensorView MoeWeights::Get(const std::string& name, std::initializer_list<int64_
   if (dummy_) {
     v = DummyTensor(shape, dummy_dtype_, 0.0f, NameSeed(seed_, name));
   } else {
-    const io::SafetensorsTensorInfo* info = st_->FindTensor(name);
-    PG_ENSURE(info != nullptr, kMalformed, "{}: missing tensor '{}'", source_, name);
-    v = info->view();
+    const std::optional<TensorView> stored = FindStored(name);
+    PG_ENSURE(stored.has_value(), kMalformed, "{}: missing tensor '{}'", source_, name);
+    v = *stored;
     if (v.dtype == DType::kF8E4M3) {
-      const io::SafetensorsTensorInfo* s = st_->FindTensor(name + "_scale_inv");
-      PG_ENSURE(s != nullptr, kMalformed,
+      const std::optional<TensorView> s = FindStored(name + "_scale_inv");
+      PG_ENSURE(s.has_value(), kMalformed,
                 "{}: fp8 tensor '{}' has no '{}_scale_inv' (only block-scaled fp8 is supported)",
                 source_, name, name);
-      v = Own(DequantizeFp8BlockScaled(v, s->view(), block_rows_, block_cols_, name));
+      v = Own(DequantizeFp8BlockScaled(v, *s, block_rows_, block_cols_, name));
     }
   }
   PG_ENSURE(SameShape(v, shape), kMalformed, "{}: tensor '{}' has shape {}, expected {}", source_,
@@ -130,25 +166,23 @@ TensorView MoeWeights::Get(const std::string& name, std::initializer_list<int64_
 }
 
 bool MoeWeights::IsStoredFp8(std::string_view name) const {
-  if (dummy_ || !st_) return false;
-  const io::SafetensorsTensorInfo* info = st_->FindTensor(name);
-  return info != nullptr && info->view().dtype == DType::kF8E4M3;
+  const std::optional<TensorView> v = FindStored(std::string(name));
+  return v.has_value() && v->dtype == DType::kF8E4M3;
 }
 
 MoeWeights::Stored MoeWeights::GetStored(const std::string& name,
                                          std::initializer_list<int64_t> shape) {
   if (!dummy_) {
-    const io::SafetensorsTensorInfo* info = st_->FindTensor(name);
-    PG_ENSURE(info != nullptr, kMalformed, "{}: missing tensor '{}'", source_, name);
-    if (info->view().dtype == DType::kF8E4M3) {
-      const io::SafetensorsTensorInfo* s = st_->FindTensor(name + "_scale_inv");
-      PG_ENSURE(s != nullptr, kMalformed,
+    const std::optional<TensorView> w = FindStored(name);
+    PG_ENSURE(w.has_value(), kMalformed, "{}: missing tensor '{}'", source_, name);
+    if (w->dtype == DType::kF8E4M3) {
+      const std::optional<TensorView> s = FindStored(name + "_scale_inv");
+      PG_ENSURE(s.has_value(), kMalformed,
                 "{}: fp8 tensor '{}' has no '{}_scale_inv' (only block-scaled fp8 is supported)",
                 source_, name, name);
-      const TensorView w = info->view();
-      PG_ENSURE(SameShape(w, shape), kMalformed, "{}: tensor '{}' has shape {}, expected {}",
-                source_, name, w.ShapeString(), ShapeOf(shape));
-      return {w, s->view()};
+      PG_ENSURE(SameShape(*w, shape), kMalformed, "{}: tensor '{}' has shape {}, expected {}",
+                source_, name, w->ShapeString(), ShapeOf(shape));
+      return {*w, *s};
     }
   }
   return {Get(name, shape), TensorView{}};

@@ -15,6 +15,7 @@
 #include <initializer_list>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -22,6 +23,7 @@
 #include "core/tensor.h"
 
 namespace pg::io {
+class GgufFile;
 class SafetensorsModel;
 }
 
@@ -31,6 +33,11 @@ class MoeWeights {
  public:
   static std::unique_ptr<MoeWeights> FromSafetensors(std::unique_ptr<io::SafetensorsModel> m,
                                                      int fp8_block_rows, int fp8_block_cols);
+  // A llama.cpp GGUF: each tensor under its HF name (weights.h HfNameFromCanonical); the
+  // stacked experts "blk.<i>.ffn_{gate,up,down}_exps.weight" [experts, out, in] become
+  // "model.layers.<i>.mlp.experts.<e>.{gate,up,down}_proj.weight" views of one expert each.
+  // Block-quantized tensors stay as stored (the CPU matmuls read them directly).
+  static std::unique_ptr<MoeWeights> FromGguf(std::unique_ptr<io::GgufFile> file);
   static std::unique_ptr<MoeWeights> Dummy(DType dtype, uint64_t seed);
   ~MoeWeights();
 
@@ -62,7 +69,13 @@ class MoeWeights {
                         uint64_t seed);
 
   std::string source_;
+  // The stored tensor `name` (HF name) as in the file; nullopt when absent (always for dummy
+  // stores).
+  std::optional<TensorView> FindStored(const std::string& name) const;
+
   std::unique_ptr<io::SafetensorsModel> st_;
+  std::unique_ptr<io::GgufFile> gguf_;
+  std::map<std::string, TensorView, std::less<>> gguf_views_;  // by HF name
   int block_rows_ = 128, block_cols_ = 128;
   bool dummy_ = false;
   DType dummy_dtype_ = DType::kBF16;

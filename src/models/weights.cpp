@@ -14,31 +14,45 @@ namespace pg::models {
 
 WeightStore::~WeightStore() = default;
 
-std::string CanonicalNameFromHf(std::string_view hf) {
-  static const std::pair<const char*, const char*> kTop[] = {
-      {"model.embed_tokens.weight", "token_embd.weight"},
-      {"model.norm.weight", "output_norm.weight"},
-      {"lm_head.weight", "output.weight"},
-  };
-  for (const auto& [from, to] : kTop)
-    if (hf == from) return to;
-  static const std::regex kLayer(R"(model\.layers\.(\d+)\.(.+)\.(weight|bias))");
-  static const std::pair<const char*, const char*> kSub[] = {
-      {"input_layernorm", "attn_norm"},     {"self_attn.q_proj", "attn_q"},
-      {"self_attn.k_proj", "attn_k"},       {"self_attn.v_proj", "attn_v"},
-      {"self_attn.o_proj", "attn_output"},  {"self_attn.q_norm", "attn_q_norm"},
-      {"self_attn.k_norm", "attn_k_norm"},  {"post_attention_layernorm", "ffn_norm"},
-      {"mlp.gate_proj", "ffn_gate"},        {"mlp.up_proj", "ffn_up"},
-      {"mlp.down_proj", "ffn_down"},
-  };
-  std::string s(hf);
+namespace {
+
+// HF <-> GGUF (llama.cpp) tensor names. Top-level names map whole; layer names map their
+// middle part: "model.layers.<i>.<hf>.<weight|bias>" <-> "blk.<i>.<gguf>.<weight|bias>".
+constexpr std::pair<const char*, const char*> kTopNames[] = {
+    {"model.embed_tokens.weight", "token_embd.weight"},
+    {"model.norm.weight", "output_norm.weight"},
+    {"lm_head.weight", "output.weight"},
+};
+constexpr std::pair<const char*, const char*> kLayerNames[] = {
+    {"input_layernorm", "attn_norm"},     {"self_attn.q_proj", "attn_q"},
+    {"self_attn.k_proj", "attn_k"},       {"self_attn.v_proj", "attn_v"},
+    {"self_attn.o_proj", "attn_output"},  {"self_attn.q_norm", "attn_q_norm"},
+    {"self_attn.k_norm", "attn_k_norm"},  {"post_attention_layernorm", "ffn_norm"},
+    {"mlp.gate_proj", "ffn_gate"},        {"mlp.up_proj", "ffn_up"},
+    {"mlp.down_proj", "ffn_down"},        {"mlp.gate", "ffn_gate_inp"},
+};
+
+// `from_hf`: HF -> GGUF, else GGUF -> HF.
+std::string MapName(std::string_view name, bool from_hf) {
+  for (const auto& [hf, gguf] : kTopNames)
+    if (name == (from_hf ? hf : gguf)) return from_hf ? gguf : hf;
+  static const std::regex kHfLayer(R"(model\.layers\.(\d+)\.(.+)\.(weight|bias))");
+  static const std::regex kGgufLayer(R"(blk\.(\d+)\.(.+)\.(weight|bias))");
+  std::string s(name);
   std::smatch m;
-  if (std::regex_match(s, m, kLayer)) {
-    for (const auto& [from, to] : kSub)
-      if (m[2] == from) return "blk." + m[1].str() + "." + to + "." + m[3].str();
+  if (std::regex_match(s, m, from_hf ? kHfLayer : kGgufLayer)) {
+    for (const auto& [hf, gguf] : kLayerNames)
+      if (m[2] == (from_hf ? hf : gguf))
+        return (from_hf ? "blk." : "model.layers.") + m[1].str() + "." + (from_hf ? gguf : hf) +
+               "." + m[3].str();
   }
   return s;
 }
+
+}  // namespace
+
+std::string CanonicalNameFromHf(std::string_view hf) { return MapName(hf, true); }
+std::string HfNameFromCanonical(std::string_view gguf) { return MapName(gguf, false); }
 
 void WeightStore::Add(std::string name, TensorView view) {
   auto [it, inserted] = tensors_.emplace(std::move(name), view);

@@ -55,5 +55,9 @@ class WeightStore {
 // "model.layers.3.mlp.up_proj.weight" -> "blk.3.ffn_up.weight"; unknown names are returned
 // unchanged (and simply never looked up).
 std::string CanonicalNameFromHf(std::string_view hf_name);
+// The inverse: "blk.3.ffn_up.weight" -> "model.layers.3.mlp.up_proj.weight" (and
+// "blk.3.ffn_gate_inp.weight" -> "model.layers.3.mlp.gate.weight", the MoE router); unknown
+// names are returned unchanged.
+std::string HfNameFromCanonical(std::string_view gguf_name);
 
 }  // namespace pg::models
