@@ -97,7 +97,11 @@ int main(int argc, char** argv) {
                           {"attn k/v 192x576", 192, 576, DType::kQ4_1},
                           {"mlp gate/up 1536x576", 1536, 576, DType::kQ4_1},
                           {"mlp down 576x1536", 576, 1536, DType::kQ4_1},
-                          {"logits 49152x576", 49152, 576, DType::kQ8_0}};
+                          {"logits 49152x576", 49152, 576, DType::kQ8_0},
+                          // Qwen3-30B-A3B's experts and a q4_0 GGUF's attention (llama.cpp files)
+                          {"expert gate/up 768x2048", 768, 2048, DType::kQ4_0},
+                          {"expert down 2048x768", 2048, 768, DType::kQ4_0},
+                          {"attn q 4096x2048", 4096, 2048, DType::kQ4_0}};
   const auto& table = ops::Registry::Global().table<ops::MatmulParams>();
   std::printf("decode GEMV, n=1: GB/s of weight bytes (hot = same weight; cold = streamed)\n");
   std::printf("%-24s %-6s %-16s %10s %10s %10s %8s %10s\n", "shape", "dtype", "backend",

@@ -196,6 +196,8 @@ TEST(MoeExpertsOp, EveryBackendMatchesReference) {
   const std::vector<ExpertCase> cases = {
       {19, 111, 37, 3, 7, DType::kF32},   {19, 111, 37, 3, 7, DType::kBF16},
       {1, 96, 64, 4, 9, DType::kQ8_0},    {64, 64, 96, 2, 5, DType::kQ4_1},
+      // At most 16 rows per expert: the CPU backend's one-dispatch path on VNNI CPUs.
+      {8, 128, 64, 3, 6, DType::kQ4_0},   {12, 64, 96, 2, 3, DType::kQ8_0},
       {33, 128, 48, 8, 16, DType::kF16},
       // CUDA shapes: bf16 / fp8 weights; multiples of 64 take the expert-sorted path too.
       {3, 136, 40, 4, 6, DType::kF8E4M3, Fp8Scale::kBlock},   // partial 128-blocks, walk only
@@ -234,7 +236,8 @@ TEST(MoeExpertsOp, EveryBackendMatchesReference) {
         // weights (as the dense Matmul "_q8" backends do, held at {0.06, 2e-4} there); two
         // such matmuls in a row (gate/up, then down) roughly double that. f32/f16/bf16
         // weights must match to rounding.
-        const bool block = c.dtype == DType::kQ8_0 || c.dtype == DType::kQ4_1;
+        const bool block =
+            c.dtype == DType::kQ8_0 || c.dtype == DType::kQ4_1 || c.dtype == DType::kQ4_0;
         ExpectClose(ref_out.data<float>(), got.data<float>(), got.numel(),
                     block ? Tolerance{0.12, 5e-4} : Tolerance{1e-5, 1e-11}, k->backend);
       }
@@ -247,6 +250,52 @@ TEST(MoeExpertsOp, EveryBackendMatchesReference) {
 // shared MLP evaluated densely through the reference Matmul / SwiGlu; every backend that takes
 // it matches the reference (CUDA: the walking kernels' extra slots, on every path); the CPU
 // sorted backend refuses it.
+// The CPU backend runs its experts' matmuls as one pool dispatch per phase where the VNNI
+// kernel takes them all: that must give exactly the bits of one Matmul per expert (same
+// rows in the same order, same SwiGLU, same scatter order), on every CPU.
+TEST(MoeExpertsOp, CpuSortedEqualsItsMatmulsBitwise) {
+  PG_SEED_TRACE();
+  const KernelImpl<MoeExpertsParams>* cpu = nullptr;
+  for (const auto* k : Backends<MoeExpertsParams>())
+    if (k->backend == "cpu_sorted") cpu = k;
+  ASSERT_NE(cpu, nullptr);
+  for (DType dt : {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0}) {
+    SCOPED_TRACE(Name(dt));
+    const int64_t n = 9, h = 256, inter = 96, k = 3;
+    const int experts = 5;
+    ExpertSet ex = MakeExperts(experts, h, inter, dt);
+    Tensor x = F32({n, h}), ids(DType::kI32, {n, k}), w = F32({n, k}), got = F32({n, h});
+    for (int64_t i = 0; i < n * k; ++i) ids.data<int32_t>()[i] = int32_t(RandInt(0, experts - 1));
+    RunWith(*cpu, MoeExpertsParams{.x = x.view(), .topk_ids = ids.view(),
+                                   .topk_weights = w.view(), .experts = ex.views,
+                                   .out = got.view()});
+    Tensor want(DType::kF32, {n, h});
+    want.Zero();
+    for (int e = 0; e < experts; ++e) {
+      std::vector<int64_t> routes;  // t * k + j, ascending
+      for (int64_t r = 0; r < n * k; ++r)
+        if (ids.data<int32_t>()[r] == e) routes.push_back(r);
+      const int64_t m = int64_t(routes.size());
+      if (m == 0) continue;
+      Tensor xs(DType::kF32, {m, h}), g(DType::kF32, {m, inter}), u(DType::kF32, {m, inter}),
+          a(DType::kF32, {m, inter}), y(DType::kF32, {m, h});
+      for (int64_t i = 0; i < m; ++i)
+        std::memcpy(xs.data<float>() + i * h, x.data<float>() + routes[size_t(i)] / k * h,
+                    size_t(h) * 4);
+      Matmul({.x = xs.view(), .w = ex.views[size_t(e)].gate, .out = g.view()});
+      Matmul({.x = xs.view(), .w = ex.views[size_t(e)].up, .out = u.view()});
+      SwiGlu({.gate = g.view(), .up = u.view(), .out = a.view()});
+      Matmul({.x = a.view(), .w = ex.views[size_t(e)].down, .out = y.view()});
+      for (int64_t i = 0; i < m; ++i) {
+        const int64_t r = routes[size_t(i)], t = r / k;
+        for (int64_t c = 0; c < h; ++c)
+          want.data<float>()[t * h + c] += w.data<float>()[r] * y.data<float>()[i * h + c];
+      }
+    }
+    ASSERT_EQ(std::memcmp(want.data<float>(), got.data<float>(), size_t(n * h) * 4), 0);
+  }
+}
+
 TEST(MoeExpertsOp, SharedExpertMatchesDenseEvaluation) {
   PG_SEED_TRACE();
   const int64_t n = 4, h = 96, inter = 24, k = 3, S = 2;

@@ -22,6 +22,9 @@ src/models/qwen3moe.cpp reads):
                            vocab 384
       --shape qwen3-30b-a3b  Qwen3-30B-A3B's layer shapes (hidden 2048, 32/4 heads of 128,
                            128 experts top 8 of ffn 768, vocab 151936) over --layers layers
+      --tokenizer-from F.gguf  copy F's gpt2 BPE tokenizer (tokens padded to the vocab with
+                           "[PAD<i>]" pieces) instead of the SPM one, for tools that load the
+                           tokenizer too (peregrine bench decode)
       --types f32|quant|q4_0  f32 everywhere; or "quant": experts Q4_0 (gate) / Q4_1 (up) /
                            Q8_0 (down), attention Q8_0, embedding Q8_0, output Q8_0, router
                            and norms f32; or "q4_0": every matrix Q4_0 (bench files), router
@@ -143,7 +146,25 @@ def spm_vocab(w, n):
     w.add_unk_token_id(0)
 
 
-def random_model(out, shape, types, layers, seed):
+def copy_bpe_vocab(w, src, n):
+    r = gguf.GGUFReader(src)
+    f = r.fields
+    assert f["tokenizer.ggml.model"].contents() == "gpt2", "only a gpt2 BPE tokenizer can be copied"
+    tokens = list(f["tokenizer.ggml.tokens"].contents())
+    types = list(f["tokenizer.ggml.token_type"].contents())
+    assert len(tokens) <= n, f"the tokenizer has {len(tokens)} tokens, more than the vocab {n}"
+    tokens += [f"[PAD{i}]" for i in range(n - len(tokens))]
+    types += [1] * (n - len(types))
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(f["tokenizer.ggml.pre"].contents())
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(list(f["tokenizer.ggml.merges"].contents()))
+    w.add_bos_token_id(f["tokenizer.ggml.bos_token_id"].contents())
+    w.add_eos_token_id(f["tokenizer.ggml.eos_token_id"].contents())
+
+
+def random_model(out, shape, types, layers, seed, tokenizer_from=None):
     c = dict(SHAPES[shape], max_position_embeddings=4096, rms_norm_eps=1e-6, rope_theta=1e6)
     if layers:
         c["num_hidden_layers"] = layers
@@ -154,7 +175,10 @@ def random_model(out, shape, types, layers, seed):
     w = gguf.GGUFWriter(out, ARCH)
     w.add_name(f"random qwen3moe ({shape}, {types})")
     write_common(w, c, V)
-    spm_vocab(w, V)
+    if tokenizer_from:
+        copy_bpe_vocab(w, tokenizer_from, V)
+    else:
+        spm_vocab(w, V)
 
     def mat(shape_, std, qt):
         a = (rng.standard_normal(shape_, dtype=np.float32) * std).astype(np.float32)
@@ -203,12 +227,13 @@ def main():
     ap.add_argument("--types", default="f32", choices=["f32", "quant", "q4_0"])
     ap.add_argument("--layers", type=int, default=0, help="override the shape's layer count")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--tokenizer-from", metavar="F.gguf")
     ap.add_argument("out")
     a = ap.parse_args()
     if a.from_hf:
         from_hf(a.from_hf, a.out)
     elif a.random:
-        random_model(a.out, a.shape, a.types, a.layers, a.seed)
+        random_model(a.out, a.shape, a.types, a.layers, a.seed, a.tokenizer_from)
     else:
         ap.error("give --from-hf DIR or --random")
 

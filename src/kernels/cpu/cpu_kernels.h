@@ -1,10 +1,21 @@
 // Registration entry points of the CPU backend's files (called by RegisterCpuKernels).
 #pragma once
 
+#include <span>
+
+#include "kernels/ops.h"
 #include "kernels/registry.h"
 
 namespace pg::ops::cpu {
 void RegisterMatmul(Registry& r);       // matmul_gemv.cpp, matmul_gemm.cpp
 void RegisterAttention(Registry& r);    // attention.cpp
 void RegisterElementwise(Registry& r);  // elementwise.cpp
+
+// matmul_gemv_vnni.cpp: independent matmuls as one parallel loop over all their weight row
+// groups, i.e. one pool dispatch for, say, every hit expert's gate and up projections instead
+// of one each. Each runs the cpu_vnni_q8 kernel's row arithmetic (the same bits as Matmul
+// choosing it). GemvQuantVnni512Takes(p): this CPU has AVX-512 VNNI, the weights are Q4_0 /
+// Q4_1 / Q8_0 and p has at most 16 activation rows.
+bool GemvQuantVnni512Takes(const MatmulParams& p);
+void GemvQuantVnni512Many(std::span<const MatmulParams> ps);
 }  // namespace pg::ops::cpu
