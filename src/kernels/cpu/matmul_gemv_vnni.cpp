@@ -173,65 +173,80 @@ PG_TARGET_VNNI void DotRows(const uint8_t* const* rows, const uint8_t* const* ah
 // Q4_0 / Q4_1 with int16 activations (ActPairs16): per pair of blocks the nibbles are widened
 // to 16 bits, lo = [b0 0-15 | b1 0-15], hi = [b0 16-31 | b1 16-31], and two chained vpdpwssd
 // leave b0's partial sums in lanes 0-7 and b1's in lanes 8-15 (the Q8_0 lane pattern).
-template <WKind K, int R>
+template <WKind K, int R, int A>
 PG_TARGET_VNNI void DotRows16(const uint8_t* const* rows, const uint8_t* const* ahead,
-                              const ActPairs16& act, int64_t nb, float* out) {
+                              const ActPairs16* acts, int64_t nb, float* out) {
+  // A activation rows share each weight pair's unpacking (prefill); out[a * R + r]. Every
+  // (r, a) runs exactly the single-row sequence (same operations, same order), so a row's
+  // bits do not depend on A or on which rows share its pass (batch invariance).
   using T = Traits<K>;
   static_assert(T::kNibbles);
   const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
   const __m512i lo_mask = _mm512_set1_epi16(0x0F);
-  __m512 acc[R];
-  __m128 macc[R];
-  for (int r = 0; r < R; ++r) {
-    acc[r] = _mm512_setzero_ps();
-    macc[r] = _mm_setzero_ps();
-  }
+  __m512 acc[A][R];
+  __m128 macc[A][R];
+  for (int a = 0; a < A; ++a)
+    for (int r = 0; r < R; ++r) {
+      acc[a][r] = _mm512_setzero_ps();
+      macc[a][r] = _mm_setzero_ps();
+    }
   for (int64_t b = 0; b + 1 < nb; b += 2) {
-    const __m512i a_lo = _mm512_loadu_si512(act.qs + b * 32);
-    const __m512i a_hi = _mm512_loadu_si512(act.qs + b * 32 + 32);
-    const __m128 ad = _mm_loadu_ps(act.ds + 2 * b);  // [da0, s0, da1, s1]
+    __m512i a_lo[A], a_hi[A];
+    __m128 ad[A];  // [da0, s0, da1, s1]
+    for (int a = 0; a < A; ++a) {
+      a_lo[a] = _mm512_loadu_si512(acts[a].qs + b * 32);
+      a_hi[a] = _mm512_loadu_si512(acts[a].qs + b * 32 + 32);
+      ad[a] = _mm_loadu_ps(acts[a].ds + 2 * b);
+    }
     for (int r = 0; r < R; ++r) {
       const uint8_t* b0 = rows[r] + b * T::kBytes;
       const uint8_t* b1 = b0 + T::kBytes;
       PrefetchAt(ahead[r] + b * T::kBytes);
-      const __m128 prod = _mm_mul_ps(PairScales<K>(b0, b1), ad);
-      macc[r] = _mm_add_ps(macc[r], prod);
-      const __m512 sc = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(prod));
+      const __m128 ws = PairScales<K>(b0, b1);
       const __m256i q = _mm256_inserti128_si256(
           _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + T::kQsOff))),
           _mm_loadu_si128(reinterpret_cast<const __m128i*>(b1 + T::kQsOff)), 1);
       const __m512i w16 = _mm512_cvtepu8_epi16(q);
-      __m512i dot = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_and_si512(w16, lo_mask), a_lo);
-      dot = _mm512_dpwssd_epi32(dot, _mm512_srli_epi16(w16, 4), a_hi);
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), sc, acc[r]);
+      const __m512i w_lo = _mm512_and_si512(w16, lo_mask), w_hi = _mm512_srli_epi16(w16, 4);
+      for (int a = 0; a < A; ++a) {
+        const __m128 prod = _mm_mul_ps(ws, ad[a]);
+        macc[a][r] = _mm_add_ps(macc[a][r], prod);
+        const __m512 sc = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(prod));
+        __m512i dot = _mm512_dpwssd_epi32(_mm512_setzero_si512(), w_lo, a_lo[a]);
+        dot = _mm512_dpwssd_epi32(dot, w_hi, a_hi[a]);
+        acc[a][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), sc, acc[a][r]);
+      }
     }
   }
-  for (int r = 0; r < R; ++r) {
-    const __m128 m = macc[r];
-    float v = _mm512_reduce_add_ps(acc[r]) +
-              T::kOffset * (_mm_cvtss_f32(_mm_shuffle_ps(m, m, 1)) +
-                            _mm_cvtss_f32(_mm_shuffle_ps(m, m, 3)));
-    if (nb % 2) {  // last block, element order: [0-15 | 16-31]
-      const int64_t b = nb - 1;
-      const uint8_t* blk = rows[r] + b * T::kBytes;
-      const __m128 ws = PairScales<K>(blk, blk);
-      const __m256i w16 = _mm256_cvtepu8_epi16(
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + T::kQsOff)));
-      const __m512i w = _mm512_inserti64x4(
-          _mm512_castsi256_si512(_mm256_and_si256(w16, _mm256_set1_epi16(0x0F))),
-          _mm256_srli_epi16(w16, 4), 1);
-      const __m512i dot = _mm512_dpwssd_epi32(_mm512_setzero_si512(), w,
-                                              _mm512_loadu_si512(act.qs + b * 32));
-      const float dw = _mm_cvtss_f32(ws), mw = _mm_cvtss_f32(_mm_shuffle_ps(ws, ws, 1));
-      v += dw * act.ds[2 * b] * float(_mm512_reduce_add_epi32(dot)) +
-           T::kOffset * (mw * act.ds[2 * b + 1]);
+  for (int a = 0; a < A; ++a)
+    for (int r = 0; r < R; ++r) {
+      const ActPairs16& act = acts[a];
+      const __m128 m = macc[a][r];
+      float v = _mm512_reduce_add_ps(acc[a][r]) +
+                T::kOffset * (_mm_cvtss_f32(_mm_shuffle_ps(m, m, 1)) +
+                              _mm_cvtss_f32(_mm_shuffle_ps(m, m, 3)));
+      if (nb % 2) {  // last block, element order: [0-15 | 16-31]
+        const int64_t b = nb - 1;
+        const uint8_t* blk = rows[r] + b * T::kBytes;
+        const __m128 ws = PairScales<K>(blk, blk);
+        const __m256i w16 = _mm256_cvtepu8_epi16(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + T::kQsOff)));
+        const __m512i w = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_and_si256(w16, _mm256_set1_epi16(0x0F))),
+            _mm256_srli_epi16(w16, 4), 1);
+        const __m512i dot = _mm512_dpwssd_epi32(_mm512_setzero_si512(), w,
+                                                _mm512_loadu_si512(act.qs + b * 32));
+        const float dw = _mm_cvtss_f32(ws), mw = _mm_cvtss_f32(_mm_shuffle_ps(ws, ws, 1));
+        v += dw * act.ds[2 * b] * float(_mm512_reduce_add_epi32(dot)) +
+             T::kOffset * (mw * act.ds[2 * b + 1]);
+      }
+      out[a * R + r] = v;
     }
-    out[r] = v;
-  }
 }
 
 // Weight rows per pass and row groups per parallel chunk (below: one thread).
 constexpr int64_t kRowsPerPass = 4;
+constexpr int64_t kActsPerPass = 2;  // activation rows per pass of the int16 kernel (prefill)
 constexpr int64_t kMinGroupsPerChunk = 8;
 constexpr int64_t kMaxActRows = 16;  // the registry sends at most kGemvMaxRows rows
 
@@ -267,22 +282,36 @@ void RunGroup(const GemvJob& job, int64_t g) {
     ahead[i] = j0 + kRowsPerPass + i < job.m ? rows[i] + kRowsPerPass * job.row_bytes : rows[i];
   }
   const float* bias = p.bias.data ? p.bias.as<float>() : nullptr;
-  float v[kRowsPerPass];
-  for (int64_t r = 0; r < job.n; ++r) {
-    const typename A::Row a{static_cast<typename A::Elem*>(job.qs) + r * nb * 32,
-                            job.ds + r * nb * 2};
-    if constexpr (A::kWide) {
-      if (rows_here == kRowsPerPass) DotRows16<K, kRowsPerPass>(rows, ahead, a, nb, v);
-      else for (int i = 0; i < rows_here; ++i) DotRows16<K, 1>(rows + i, ahead + i, a, nb, v + i);
-    } else {
-      if (rows_here == kRowsPerPass) DotRows<K, kRowsPerPass>(rows, ahead, a, nb, v);
-      else for (int i = 0; i < rows_here; ++i) DotRows<K, 1>(rows + i, ahead + i, a, nb, v + i);
-    }
+  auto act = [&](int64_t r) {
+    return typename A::Row{static_cast<typename A::Elem*>(job.qs) + r * nb * 32,
+                           job.ds + r * nb * 2};
+  };
+  auto store = [&](int64_t r, const float* v) {
     float* out = detail::RowF32(p.out, r);
     for (int64_t i = 0; i < rows_here; ++i) {
       const float x = bias ? v[i] + bias[j0 + i] : v[i];
       out[j0 + i] = p.accumulate ? out[j0 + i] + x : x;
     }
+  };
+  float v[kActsPerPass * kRowsPerPass];
+  int64_t r = 0;
+  if constexpr (A::kWide) {  // activation rows in pairs share the weights' unpacking
+    for (; rows_here == kRowsPerPass && r + kActsPerPass <= job.n; r += kActsPerPass) {
+      const typename A::Row two[kActsPerPass] = {act(r), act(r + 1)};
+      DotRows16<K, kRowsPerPass, kActsPerPass>(rows, ahead, two, nb, v);
+      for (int64_t a = 0; a < kActsPerPass; ++a) store(r + a, v + a * kRowsPerPass);
+    }
+  }
+  for (; r < job.n; ++r) {
+    const typename A::Row a = act(r);
+    if constexpr (A::kWide) {
+      if (rows_here == kRowsPerPass) DotRows16<K, kRowsPerPass, 1>(rows, ahead, &a, nb, v);
+      else for (int i = 0; i < rows_here; ++i) DotRows16<K, 1, 1>(rows + i, ahead + i, &a, nb, v + i);
+    } else {
+      if (rows_here == kRowsPerPass) DotRows<K, kRowsPerPass>(rows, ahead, a, nb, v);
+      else for (int i = 0; i < rows_here; ++i) DotRows<K, 1>(rows + i, ahead + i, a, nb, v + i);
+    }
+    store(r, v);
   }
 }
 
