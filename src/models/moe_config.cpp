@@ -201,9 +201,15 @@ MoeModelConfig MoeConfigFromGguf(const io::GgufFile& g) {
   c.norm_topk_prob = norm == nullptr || norm->AsBool();
   c.scoring = ops::MoeScoring::kSoftmax;
   // A layer without a router (blk.N.ffn_gate_inp) is a dense SwiGLU block (HF mlp_only_layers).
-  for (int i = 0; i < c.base.num_layers; ++i)
-    if (!g.FindTensor("blk." + std::to_string(i) + ".ffn_gate_inp.weight"))
-      c.mlp_only_layers.push_back(i);
+  for (int i = 0; i < c.base.num_layers; ++i) {
+    const std::string p = "blk." + std::to_string(i) + ".";
+    if (g.FindTensor(p + "ffn_gate_inp.weight")) continue;
+    PG_ENSURE(g.FindTensor(p + "ffn_gate.weight"), kMalformed,
+              "{}: layer {} has neither a router ({}ffn_gate_inp.weight) nor a dense MLP "
+              "({}ffn_gate.weight)",
+              g.path(), i, p, p);
+    c.mlp_only_layers.push_back(i);
+  }
   c.Validate();
   return c;
 }

@@ -94,6 +94,15 @@ std::unique_ptr<MoeWeights> MoeWeights::FromGguf(std::unique_ptr<io::GgufFile> f
   return w;
 }
 
+std::string MoeWeights::FileName(const std::string& name) const {
+  if (!gguf_) return name;
+  static const std::regex kExpert(R"(model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate|up|down)_proj\.weight)");
+  std::smatch m;
+  if (std::regex_match(name, m, kExpert))
+    return "blk." + m[1].str() + ".ffn_" + m[3].str() + "_exps.weight[" + m[2].str() + "]";
+  return CanonicalNameFromHf(name);
+}
+
 std::optional<TensorView> MoeWeights::FindStored(const std::string& name) const {
   if (st_) {
     if (const io::SafetensorsTensorInfo* info = st_->FindTensor(name)) return info->view();
@@ -147,7 +156,7 @@ TensorView MoeWeights::Get(const std::string& name, std::initializer_list<int64_
     v = DummyTensor(shape, dummy_dtype_, 0.0f, NameSeed(seed_, name));
   } else {
     const std::optional<TensorView> stored = FindStored(name);
-    PG_ENSURE(stored.has_value(), kMalformed, "{}: missing tensor '{}'", source_, name);
+    PG_ENSURE(stored.has_value(), kMalformed, "{}: missing tensor '{}'", source_, FileName(name));
     v = *stored;
     if (v.dtype == DType::kF8E4M3) {
       const std::optional<TensorView> s = FindStored(name + "_scale_inv");
@@ -158,9 +167,9 @@ TensorView MoeWeights::Get(const std::string& name, std::initializer_list<int64_
     }
   }
   PG_ENSURE(SameShape(v, shape), kMalformed, "{}: tensor '{}' has shape {}, expected {}", source_,
-            name, v.ShapeString(), ShapeOf(shape));
+            FileName(name), v.ShapeString(), ShapeOf(shape));
   PG_ENSURE(quant::CanDequantize(v.dtype), kUnsupported, "{}: tensor '{}' has dtype {}", source_,
-            name, Name(v.dtype));
+            FileName(name), Name(v.dtype));
   cache_.emplace(name, v);
   return v;
 }

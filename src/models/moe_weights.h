@@ -72,6 +72,9 @@ class MoeWeights {
   // The stored tensor `name` (HF name) as in the file; nullopt when absent (always for dummy
   // stores).
   std::optional<TensorView> FindStored(const std::string& name) const;
+  // `name` as the file spells it, for errors: the GGUF name of a GGUF store's tensor (a stacked
+  // expert as "blk.3.ffn_up_exps.weight[7]"), else the HF name.
+  std::string FileName(const std::string& name) const;
 
   std::unique_ptr<io::SafetensorsModel> st_;
   std::unique_ptr<io::GgufFile> gguf_;

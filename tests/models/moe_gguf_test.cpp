@@ -1,0 +1,164 @@
+// llama.cpp "qwen3moe" GGUFs that are wrong in one way each: the loader must refuse them with an
+// error naming what is wrong (and not crash, nor load a model that computes garbage). The
+// valid file of the same builder loads and runs, so each refusal is the one change's doing.
+// (The numbers of real files are checked in moe_golden_test.cpp against HF and llama.cpp.)
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "models/loader.h"
+#include "models/model.h"
+#include "runtime/sequence_runner.h"
+#include "unit/io/gguf_builder.h"
+
+namespace pg {
+namespace {
+
+using io::testing::BuilderTensor;
+using io::testing::GgufBuilder;
+
+// hidden 64, 1 layer, 2 heads of 32 (1 kv head), 4 experts of ffn 32, top 2, vocab 40; f32.
+struct Shape {
+  uint64_t hidden = 64, heads = 2, kv_heads = 1, head_dim = 32, experts = 4, top_k = 2,
+           ffn = 32, vocab = 40;
+};
+
+BuilderTensor F32(std::string name, std::vector<uint64_t> ne, float value = 0.01f) {
+  uint64_t n = 1;
+  for (uint64_t d : ne) n *= d;
+  std::vector<uint8_t> data(n * 4);
+  for (uint64_t i = 0; i < n; ++i) {
+    const float v = value * float(1 + i % 7);
+    std::memcpy(data.data() + i * 4, &v, 4);
+  }
+  return {std::move(name), std::move(ne), 0, std::move(data)};
+}
+
+// `edit` may change the metadata / tensors before they are added (names as keys).
+struct Edits {
+  std::function<bool(const std::string& key)> drop_key = [](const std::string&) { return false; };
+  std::function<void(BuilderTensor&)> tensor = [](BuilderTensor&) {};
+  uint64_t top_k_override = 0;
+};
+
+std::string Write(const Edits& e, const std::string& name) {
+  const Shape s;
+  GgufBuilder b;
+  auto u32 = [&](const std::string& key, uint64_t v) {
+    if (!e.drop_key(key)) b.AddU32(key, uint32_t(v));
+  };
+  b.AddString("general.architecture", "qwen3moe");
+  u32("qwen3moe.embedding_length", s.hidden);
+  u32("qwen3moe.block_count", 1);
+  u32("qwen3moe.attention.head_count", s.heads);
+  u32("qwen3moe.attention.head_count_kv", s.kv_heads);
+  u32("qwen3moe.attention.key_length", s.head_dim);
+  u32("qwen3moe.expert_count", s.experts);
+  u32("qwen3moe.expert_used_count", e.top_k_override ? e.top_k_override : s.top_k);
+  u32("qwen3moe.expert_feed_forward_length", s.ffn);
+  b.AddF32("qwen3moe.attention.layer_norm_rms_epsilon", 1e-6f);
+  const uint64_t q = s.heads * s.head_dim, kv = s.kv_heads * s.head_dim;
+  std::vector<BuilderTensor> ts = {
+      F32("token_embd.weight", {s.hidden, s.vocab}), F32("output_norm.weight", {s.hidden}, 1.0f),
+      F32("blk.0.attn_norm.weight", {s.hidden}, 1.0f), F32("blk.0.ffn_norm.weight", {s.hidden}, 1.0f),
+      F32("blk.0.attn_q.weight", {s.hidden, q}), F32("blk.0.attn_k.weight", {s.hidden, kv}),
+      F32("blk.0.attn_v.weight", {s.hidden, kv}), F32("blk.0.attn_output.weight", {q, s.hidden}),
+      F32("blk.0.attn_q_norm.weight", {s.head_dim}, 1.0f),
+      F32("blk.0.attn_k_norm.weight", {s.head_dim}, 1.0f),
+      F32("blk.0.ffn_gate_inp.weight", {s.hidden, s.experts}),
+      F32("blk.0.ffn_gate_exps.weight", {s.hidden, s.ffn, s.experts}),
+      F32("blk.0.ffn_up_exps.weight", {s.hidden, s.ffn, s.experts}),
+      F32("blk.0.ffn_down_exps.weight", {s.ffn, s.hidden, s.experts}),
+  };
+  for (BuilderTensor& t : ts) {
+    e.tensor(t);
+    if (!t.name.empty()) b.AddTensor(std::move(t));
+  }
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("pg_moe_gguf_" + name + ".gguf")).string();
+  const std::vector<uint8_t> bytes = b.Build().bytes;
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+  return path;
+}
+
+// Loads `path`; returns the error's text ("" when it loaded), checking its code.
+std::string LoadError(const std::string& path, ErrorCode want) {
+  try {
+    auto m = models::LoadModel({.path = path});
+    std::remove(path.c_str());
+    return "";
+  } catch (const Error& e) {
+    std::remove(path.c_str());
+    EXPECT_EQ(e.code(), want) << e.what();
+    std::printf("  refused: %s\n", e.what());  // what a user sees
+    return e.what();
+  }
+}
+
+TEST(MoeGguf, ValidFileLoadsAndRuns) {
+  const std::string path = Write({}, "valid");
+  auto model = models::LoadModel({.path = path});
+  EXPECT_EQ(model->config().architecture, "qwen3_moe");
+  runtime::SequenceRunner runner(*model, {.max_context = 64, .page_size = 16});
+  const std::vector<int32_t> prompt = {1, 5, 9};
+  std::span<float> logits = runner.Append(prompt);
+  ASSERT_EQ(logits.size(), 40u);
+  for (float v : logits) ASSERT_TRUE(std::isfinite(v));
+  std::remove(path.c_str());
+}
+
+TEST(MoeGguf, MissingExpertCountIsNamed) {
+  Edits e;
+  e.drop_key = [](const std::string& k) { return k == "qwen3moe.expert_count"; };
+  EXPECT_NE(LoadError(Write(e, "no_count"), ErrorCode::kNotFound).find("qwen3moe.expert_count"),
+            std::string::npos);
+}
+
+TEST(MoeGguf, TopKAboveExpertsIsRefused) {
+  Edits e;
+  e.top_k_override = 9;
+  EXPECT_NE(LoadError(Write(e, "topk"), ErrorCode::kMalformed).find("num_experts_per_tok 9"),
+            std::string::npos);
+}
+
+TEST(MoeGguf, TwoDimensionalExpertTensorIsRefused) {
+  Edits e;
+  e.tensor = [](BuilderTensor& t) {
+    if (t.name == "blk.0.ffn_up_exps.weight") t = F32(t.name, {64, 32 * 4});
+  };
+  EXPECT_NE(LoadError(Write(e, "2d"), ErrorCode::kMalformed).find("blk.0.ffn_up_exps.weight"),
+            std::string::npos);
+}
+
+TEST(MoeGguf, ExpertOfTheWrongShapeIsNamed) {
+  Edits e;  // down stored [experts, ffn, hidden] instead of [experts, hidden, ffn]
+  e.tensor = [](BuilderTensor& t) {
+    if (t.name == "blk.0.ffn_down_exps.weight") t = F32(t.name, {64, 32, 4});
+  };
+  const std::string err = LoadError(Write(e, "down_shape"), ErrorCode::kMalformed);
+  EXPECT_NE(err.find("'blk.0.ffn_down_exps.weight[0]' has shape"), std::string::npos) << err;
+}
+
+TEST(MoeGguf, LayerWithoutRouterOrMlpIsNamed) {
+  // Without ffn_gate_inp a layer is a dense SwiGLU (HF mlp_only_layers), so its ffn_gate /
+  // ffn_up / ffn_down must then exist.
+  Edits e;
+  e.tensor = [](BuilderTensor& t) {
+    if (t.name == "blk.0.ffn_gate_inp.weight") t.name.clear();
+  };
+  const std::string err = LoadError(Write(e, "no_router"), ErrorCode::kMalformed);
+  EXPECT_NE(err.find("layer 0 has neither a router (blk.0.ffn_gate_inp.weight)"),
+            std::string::npos) << err;
+}
+
+}  // namespace
+}  // namespace pg
