@@ -21,8 +21,9 @@ namespace pg::models {
 std::unique_ptr<Model> LoadMoeModel(const LoadOptions& options, const nlohmann::json& config,
                                     const std::string& folder);
 // A llama.cpp GGUF whose architecture IsMoeGgufArch (qwen3moe): config from its metadata,
-// weights mapped as stored (block-quantized experts included). CPU only for now: the device
-// placement converts HF-named bf16/fp8 weights, not GGUF block types.
+// weights mapped as stored (block-quantized experts included), which the CPU kernels read
+// directly. Placed on a device, they are dequantized to bf16 row by row (MoeDeviceSource, as a
+// dense GGUF's are); that path has not run on the GPU yet.
 std::unique_ptr<Model> LoadMoeModelFromGguf(std::unique_ptr<io::GgufFile> gguf);
 
 // A MoE model of `config`'s real shapes made on the device with random weights, already
