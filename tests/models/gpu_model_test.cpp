@@ -21,6 +21,7 @@
 #include "kernels/cuda/common/context.h"
 #include "models/loader.h"
 #include "golden_util.h"
+#include "hf_to_gguf.h"
 #include "models/model.h"
 #include "runtime/cuda/gpu_prefill_bench.h"
 #include "runtime/cuda/gpu_runner.h"
@@ -298,6 +299,11 @@ TEST(GpuModelGolden, SmolLM2Gguf) {
 // decode in the graphs), fp8 128x128 block-scaled weights kept fp8 on the device.
 TEST(GpuModelGolden, TinyQwen3Moe) {
   CheckModel("tests/data/models/tiny-qwen3-moe", "tests/data/models/tiny-qwen3-moe", 0.05f);
+}
+// The same checkpoint as a llama.cpp GGUF (hf_to_gguf.h; bf16 as stored, experts stacked):
+// placed through the GGUF MoE loader's views, the same HF goldens.
+TEST(GpuModelGolden, TinyQwen3MoeGguf) {
+  CheckModel(testing::TinyQwen3MoeGguf(), "tests/data/models/tiny-qwen3-moe", 0.05f);
 }
 
 TEST(GpuModelGolden, TinyDeepseekV3) {

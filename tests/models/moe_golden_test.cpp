@@ -14,6 +14,7 @@
 
 #include "models/loader.h"
 #include "golden_util.h"
+#include "hf_to_gguf.h"
 #include "models/model.h"
 #include "runtime/sequence_runner.h"
 
@@ -79,12 +80,11 @@ void CheckGolden(const std::string& dir, double max_abs_over_std) {
 }
 
 TEST(MoeGolden, TinyQwen3Moe) { CheckGolden("tests/data/models/tiny-qwen3-moe", 1e-4); }
-// The same checkpoint as a llama.cpp GGUF (tools/golden/make_qwen3moe_gguf.py --from-hf: bf16
-// as stored, experts stacked in ffn_*_exps, router ffn_gate_inp, layer 1 dense), read by the
-// GGUF MoE loader: the same HF goldens at the same bound.
+// The same checkpoint as a llama.cpp GGUF (hf_to_gguf.h: bf16 as stored, experts stacked in
+// ffn_*_exps, router ffn_gate_inp, layer 1 dense), read by the GGUF MoE loader: the same HF
+// goldens at the same bound.
 TEST(MoeGolden, TinyQwen3MoeGguf) {
-  CheckGolden({.dir = "tests/data/models/tiny-qwen3-moe",
-               .model_path = "tests/data/models/tiny-qwen3-moe-gguf/model.gguf"});
+  CheckGolden({.dir = "tests/data/models/tiny-qwen3-moe", .model_path = testing::TinyQwen3MoeGguf()});
 }
 // Random all-MoE qwen3moe GGUFs (make_qwen3moe_gguf.py --random) against llama.cpp itself
 // (tools/golden/llamacpp_goldens.cpp: CPU, f32 KV cache). f32 weights: only summation order

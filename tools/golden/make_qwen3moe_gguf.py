@@ -15,7 +15,8 @@ src/models/qwen3moe.cpp reads):
 
   --from-hf DIR OUT.gguf   convert a HF checkpoint (config.json + one model.safetensors) with
                            each tensor in its stored dtype (bf16 stays bf16, so the GGUF holds
-                           exactly the golden model's weights)
+                           exactly the golden model's weights); tests/models/hf_to_gguf.h does
+                           the same at test time for MoeGolden.TinyQwen3MoeGguf
   --random OUT.gguf        a random all-MoE model llama.cpp can load, with an SPM vocabulary
                            (<unk> <s> </s>, 256 byte tokens, filler pieces):
       --shape tiny         hidden 64, 2 layers, 4/2 heads of 16, 8 experts top 2 of ffn 32,

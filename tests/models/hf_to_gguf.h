@@ -1,0 +1,96 @@
+// A Hugging Face Qwen3-MoE checkpoint (config.json + safetensors) written as a llama.cpp
+// "qwen3moe" GGUF, for the GGUF MoE loader's golden tests: the same weights in their stored
+// dtype (bf16 stays bf16), so the file holds exactly the golden model. The layout is the one
+// tools/golden/make_qwen3moe_gguf.py --from-hf writes (whose random files llama.cpp itself
+// reads in the llama.cpp golden tests): experts stacked in blk.<i>.ffn_{gate,up,down}_exps
+// ([experts, out, in] row-major), the router as blk.<i>.ffn_gate_inp, a layer without one
+// dense. Written with the tests' own GGUF writer (tests/unit/io/gguf_builder.h), not the
+// reader under test; made at test time so the repository does not hold the weights twice.
+#pragma once
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/dtype.h"
+#include "io/safetensors.h"
+#include "unit/io/gguf_builder.h"
+
+namespace pg::testing {
+
+// Writes `dir`'s checkpoint to `out`; returns `out`.
+inline std::string WriteQwen3MoeGguf(const std::string& dir, const std::string& out) {
+  const nlohmann::json c = nlohmann::json::parse(std::ifstream(dir + "/config.json"));
+  auto st = io::SafetensorsModel::Open(dir);
+  io::testing::GgufBuilder b;
+  b.AddString("general.architecture", "qwen3moe");
+  const std::string a = "qwen3moe.";
+  b.AddU32(a + "context_length", c["max_position_embeddings"].get<uint32_t>());
+  b.AddU32(a + "embedding_length", c["hidden_size"].get<uint32_t>());
+  b.AddU32(a + "block_count", c["num_hidden_layers"].get<uint32_t>());
+  b.AddU32(a + "feed_forward_length", c["intermediate_size"].get<uint32_t>());
+  b.AddU32(a + "attention.head_count", c["num_attention_heads"].get<uint32_t>());
+  b.AddU32(a + "attention.head_count_kv", c["num_key_value_heads"].get<uint32_t>());
+  b.AddU32(a + "attention.key_length", c["head_dim"].get<uint32_t>());
+  b.AddU32(a + "attention.value_length", c["head_dim"].get<uint32_t>());
+  b.AddF32(a + "attention.layer_norm_rms_epsilon", c["rms_norm_eps"].get<float>());
+  b.AddF32(a + "rope.freq_base", c["rope_parameters"]["rope_theta"].get<float>());
+  const int experts = c["num_local_experts"].get<int>();
+  b.AddU32(a + "expert_count", uint32_t(experts));
+  b.AddU32(a + "expert_used_count", c["num_experts_per_tok"].get<uint32_t>());
+  b.AddU32(a + "expert_feed_forward_length", c["moe_intermediate_size"].get<uint32_t>());
+  auto ggml_type = [](DType t) -> uint32_t {
+    return t == DType::kBF16 ? 30 : t == DType::kF16 ? 1 : 0;  // ggml type ids; else f32
+  };
+  // One tensor from the stacked `parts` (same shape and dtype each); `ne` in GGUF order.
+  auto add = [&](const std::string& name, const std::vector<std::string>& parts) {
+    const io::SafetensorsTensorInfo& t0 = st->GetTensor(parts[0]);
+    io::testing::BuilderTensor t{name, {}, ggml_type(t0.dtype), {}};
+    for (int d = t0.ndim - 1; d >= 0; --d) t.ne.push_back(uint64_t(t0.shape[size_t(d)]));
+    if (parts.size() > 1) t.ne.push_back(parts.size());
+    for (const std::string& p : parts) {
+      const io::SafetensorsTensorInfo& ti = st->GetTensor(p);
+      t.data.insert(t.data.end(), ti.data, ti.data + ti.nbytes());
+    }
+    b.AddTensor(std::move(t));
+  };
+  add("token_embd.weight", {"model.embed_tokens.weight"});
+  add("output_norm.weight", {"model.norm.weight"});
+  if (st->FindTensor("lm_head.weight")) add("output.weight", {"lm_head.weight"});
+  const std::pair<const char*, const char*> kLayer[] = {
+      {"input_layernorm", "attn_norm"},   {"self_attn.q_proj", "attn_q"},
+      {"self_attn.k_proj", "attn_k"},     {"self_attn.v_proj", "attn_v"},
+      {"self_attn.o_proj", "attn_output"}, {"self_attn.q_norm", "attn_q_norm"},
+      {"self_attn.k_norm", "attn_k_norm"}, {"post_attention_layernorm", "ffn_norm"},
+      {"mlp.gate_proj", "ffn_gate"},      {"mlp.up_proj", "ffn_up"},
+      {"mlp.down_proj", "ffn_down"},      {"mlp.gate", "ffn_gate_inp"},
+  };
+  for (int i = 0; i < c["num_hidden_layers"].get<int>(); ++i) {
+    const std::string hf = "model.layers." + std::to_string(i) + ".", g = "blk." + std::to_string(i) + ".";
+    for (const auto& [from, to] : kLayer)
+      if (st->FindTensor(hf + from + ".weight")) add(g + to + ".weight", {hf + from + ".weight"});
+    for (const char* proj : {"gate", "up", "down"}) {
+      std::vector<std::string> parts;
+      for (int e = 0; e < experts; ++e)
+        parts.push_back(hf + "mlp.experts." + std::to_string(e) + "." + proj + "_proj.weight");
+      if (st->FindTensor(parts[0])) add(g + "ffn_" + proj + "_exps.weight", parts);
+    }
+  }
+  const std::vector<uint8_t> bytes = b.Build().bytes;
+  std::ofstream(out, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+  return out;
+}
+
+// The tiny-qwen3-moe golden checkpoint as a GGUF in the temp directory.
+inline std::string TinyQwen3MoeGguf() {
+  return WriteQwen3MoeGguf(
+      "tests/data/models/tiny-qwen3-moe",
+      (std::filesystem::temp_directory_path() / "pg_tiny_qwen3_moe.gguf").string());
+}
+
+}  // namespace pg::testing
