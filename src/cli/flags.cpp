@@ -2,6 +2,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "core/quant.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
 
@@ -22,7 +23,10 @@ engine::BundleOptions ModelFlags::ToBundleOptions() const {
   o.model = model;
   o.format = load_format == "dummy" ? models::LoadFormat::kDummy : models::LoadFormat::kAuto;
   auto dt = FromName(dummy_dtype);
-  PG_ENSURE(dt.has_value(), kInvalidArgument, "unknown --dummy-dtype '{}'", dummy_dtype);
+  PG_ENSURE(dt.has_value() && quant::CanDequantize(*dt), kInvalidArgument,
+            "--dummy-dtype '{}' is not a dtype dummy weights can be made in (f32, f16, bf16, "
+            "q8_0, q4_0, q4_1, ...)",
+            dummy_dtype);
   o.dummy_dtype = *dt;
   o.tokenizer_path = tokenizer;
   return o;

@@ -28,6 +28,7 @@ constexpr std::array<DTypeInfo, size_t(DType::kCount)> kInfos = {{
     {"iq2_s", 256, 82, false, true},   {"iq4_xs", 256, 136, false, true},
     {"iq1_m", 256, 56, false, true},   {"tq1_0", 256, 54, false, true},
     {"tq2_0", 256, 66, false, true},   {"mxfp4", 32, 17, false, true},
+    {"q4_0x4", 32, 18, false, true},   {"q4_1x4", 32, 20, false, true},
 }};
 
 struct GgmlMap { uint32_t id; DType t; };

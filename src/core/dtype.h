@@ -18,6 +18,10 @@ enum class DType : uint8_t {
   kQ2_K, kQ3_K, kQ4_K, kQ5_K, kQ6_K, kQ8_K,
   kIQ2_XXS, kIQ2_XS, kIQ3_XXS, kIQ1_S, kIQ4_NL, kIQ3_S, kIQ2_S, kIQ4_XS, kIQ1_M,
   kTQ1_0, kTQ2_0, kMXFP4,
+  // CPU-only layouts of Q4_0 / Q4_1 made at load (never in files, never on a device): groups of
+  // 4 rows interleaved per pair of blocks (kernels/cpu/cpu_kernels.h, RepackRows4). Same
+  // bytes per row as the source type; a row is not addressable on its own.
+  kQ4_0x4, kQ4_1x4,
   kCount,
 };
 
@@ -30,6 +34,8 @@ struct DTypeInfo {
 };
 
 const DTypeInfo& Info(DType t);
+// The CPU-only interleaved layouts (kQ4_0x4, kQ4_1x4): only the VNNI GEMV reads them.
+inline bool IsRows4(DType t) { return t == DType::kQ4_0x4 || t == DType::kQ4_1x4; }
 inline std::string_view Name(DType t) { return Info(t).name; }
 
 // Bytes for `num_elements` elements; num_elements must be a multiple of the block size

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 
 #include "core/tensor.h"
@@ -85,6 +86,11 @@ struct MatmulParams {
   bool accumulate = false;
 };
 void Matmul(const MatmulParams& p);
+// A copy of host weight matrix w in a layout this CPU's fastest Matmul kernel streams better
+// (Q4_0 / Q4_1 with 4 rows interleaved, on AVX-512 VNNI CPUs), or nullopt where none applies,
+// where SetMaxKernelPriority keeps that kernel from running, or with PEREGRINE_CPU_REPACK=0.
+// Matmul on the copy gives w's bits; only the CPU Matmul's VNNI kernel reads it.
+std::optional<Tensor> PackMatmulWeightForCpu(const TensorView& w);
 
 // ---- activation ------------------------------------------------------------------------
 // out[r, i] = silu(gate_up[r, i]) * gate_up[r, i + inter]   (gate and up concatenated)

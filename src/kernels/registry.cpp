@@ -166,7 +166,8 @@ void Validate(const MatmulParams& p) {
   constexpr std::string_view op = "Matmul";
   NeedF32Rows(op, "x", p.x, 2);
   NeedF32Rows(op, "out", p.out, 2);
-  PG_OP_NEED(p.w.ndim == 2 && p.w.data && p.w.strides[1] == 1 && quant::CanDequantize(p.w.dtype), op, "w must be a 2-D row-major dequantizable matrix, got {}", p.w.ShapeString());
+  PG_OP_NEED(p.w.ndim == 2 && p.w.data && p.w.strides[1] == 1 && (quant::CanDequantize(p.w.dtype) || IsRows4(p.w.dtype)), op, "w must be a 2-D row-major dequantizable matrix, got {}", p.w.ShapeString());
+  PG_OP_NEED(!IsRows4(p.w.dtype) || (p.w.is_contiguous() && p.w.dim(0) % 4 == 0 && p.w.device == Device::kCpu), op, "w {} {}: an interleaved layout must be a whole contiguous host matrix", p.w.ShapeString(), Name(p.w.dtype));
   PG_OP_NEED(p.w.dim(1) == p.x.dim(1), op, "x {} and w {} disagree on k", p.x.ShapeString(), p.w.ShapeString());
   PG_OP_NEED(p.out.dim(0) == p.x.dim(0) && p.out.dim(1) == p.w.dim(0), op, "out {} must be [{}, {}] for x {} w {}", p.out.ShapeString(), p.x.dim(0),
                    p.w.dim(0), p.x.ShapeString(), p.w.ShapeString());

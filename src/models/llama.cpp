@@ -13,6 +13,7 @@
 #include "kernels/ops_fused.h"
 #include "kernels/ops_mega.h"
 #include "kernels/ops_fused_attention.h"
+#include "models/cpu_pack.h"
 #include "models/device_weights.h"
 #include "models/logit_head.h"
 
@@ -238,6 +239,7 @@ class LlamaModel final : public Model {
     PG_CHECK(logits.ndim == 2 && logits.dim(0) == m && logits.dim(1) == c.vocab_size,
              "logits {}", logits.ShapeString());
     if (n == 0) return;
+    if (!host_packed_) PackHostWeights();
     Reserve(n);
     const int64_t h = c.hidden_size, nh = c.num_heads, nkv = c.num_kv_heads, hd = c.head_dim,
                   f = c.intermediate_size;
@@ -257,7 +259,7 @@ class LlamaModel final : public Model {
     ops::Embedding({.table = embed_, .ids = ids, .out = x});
     TensorView pending;  // the previous sub-layer's output, not yet added to x
     for (int li = 0; li < c.num_layers; ++li) {
-      const LayerWeights& L = layers_[size_t(li)];
+      const LayerWeights& L = host_layers_[size_t(li)];
       ops::RmsNorm({.x = pending.data ? pending : x, .weight = L.attn_norm, .out = hn,
                     .residual = pending.data ? x : TensorView{}, .eps = c.rms_norm_eps});
       ops::Matmul({.x = hn, .w = L.wq, .out = q, .bias = L.bq});
@@ -286,10 +288,23 @@ class LlamaModel final : public Model {
     RunLogitHead({.residual = x, .last = pending, .logit_rows = b.logit_rows,
                   .gathered = s_.gathered.view(),
                   .normed = s_.hn.view(), .norm_weight = output_norm_,
-                  .eps = c.rms_norm_eps, .output = output_, .logits = logits});
+                  .eps = c.rms_norm_eps, .output = host_output_, .logits = logits});
   }
 
  private:
+  // The host forward's matrices: layers_ / output_ with each packed for the CPU kernels
+  // (cpu_pack.h), made on the first host forward; layers_ stays as loaded for Place.
+  void PackHostWeights() {
+    host_layers_ = layers_;
+    host_output_ = output_;
+    for (LayerWeights& L : host_layers_)
+      for (TensorView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
+        packed_.Add(w);
+    packed_.Add(&host_output_);
+    packed_.Pack();
+    host_packed_ = true;
+  }
+
   // The device path: the same computation in bf16 on device buffers (weights and scratch at
   // fixed addresses, so the runtime can capture it in a CUDA graph). Host work here is only
   // validation and launches; nothing synchronises except Embedding outside capture.
@@ -450,6 +465,10 @@ class LlamaModel final : public Model {
   std::unique_ptr<WeightStore> weights_;
   TensorView embed_, output_norm_, output_;
   std::vector<LayerWeights> layers_;
+  std::vector<LayerWeights> host_layers_;  // PackHostWeights
+  TensorView host_output_;
+  CpuPackedWeights packed_;
+  bool host_packed_ = false;
   float attn_scale_ = 1.0f;
   Scratch s_;
   // Device copy (null device_: the model runs on the host).

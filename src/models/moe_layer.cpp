@@ -120,4 +120,15 @@ float RunHostLayerTail(const HostLayerTail& t, const MoeModelConfig& c, FfnScrat
   return margin;
 }
 
+void AddForCpuPacking(MlpWeights& w, CpuPackedWeights& packer) {
+  for (TensorView* m : {&w.gate, &w.up, &w.down})
+    if (m->data) packer.Add(m);
+}
+
+void AddForCpuPacking(MoeFfnWeights& w, CpuPackedWeights& packer) {
+  for (ops::MoeExpertWeights& e : w.experts)
+    for (TensorView* m : {&e.gate, &e.up, &e.down}) packer.Add(m);
+  AddForCpuPacking(w.shared, packer);
+}
+
 }  // namespace pg::models

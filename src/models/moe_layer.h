@@ -9,6 +9,7 @@
 
 #include "core/tensor.h"
 #include "kernels/ops_moe.h"
+#include "models/cpu_pack.h"
 #include "models/moe_config.h"
 #include "models/moe_weights.h"
 
@@ -31,6 +32,10 @@ struct MoeFfnWeights {
 MlpWeights LoadMlp(MoeWeights& w, const std::string& prefix, int64_t hidden, int64_t inter);
 // gate.weight, gate.e_score_correction_bias, experts.<e>.*, shared_experts.*
 MoeFfnWeights LoadMoeFfn(MoeWeights& w, const std::string& prefix, const MoeModelConfig& c);
+
+// Registers the block's matrices (not the router) with `packer` (cpu_pack.h).
+void AddForCpuPacking(MlpWeights& w, CpuPackedWeights& packer);
+void AddForCpuPacking(MoeFfnWeights& w, CpuPackedWeights& packer);
 
 // Grow-only activations of the feed-forward blocks; views are re-sliced per batch.
 class FfnScratch {

@@ -89,8 +89,10 @@ TEST(ModelGolden, SmolLM2EmbeddedGgufReferenceKernels) {
   std::string path = models::EmbeddedModelPath();
   ASSERT_TRUE(std::filesystem::exists(path)) << path << " missing: run scripts/lib/setup.sh";
   ops::SetMaxKernelPriority(ops::kPriorityRef);
+  struct Restore {  // also when CheckModel throws
+    ~Restore() { ops::SetMaxKernelPriority(std::numeric_limits<int>::max()); }
+  } restore;
   CheckModel(path, "tests/data/models/smollm2", {1e-3f});
-  ops::SetMaxKernelPriority(std::numeric_limits<int>::max());
 }
 
 TEST(ModelGolden, SmolLM2EmbeddedGguf) {

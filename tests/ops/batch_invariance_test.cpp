@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "core/quant.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "kernels/ops.h"
 #include "op_test_util.h"
 
@@ -45,6 +46,30 @@ TEST(BatchInvariance, MatmulRowsDoNotDependOnTheBatch) {
       for (int64_t r = 0; r < n; ++r)
         ASSERT_EQ(std::memcmp(out.data<float>() + r * m, alone.data<float>() + r * m, size_t(m) * 4), 0)
             << "row " << r << " of a batch of " << n << " differs from the row alone";
+    }
+  }
+}
+
+// The interleaved CPU copies of Q4_0 / Q4_1 weights (RepackRows4) must give every row the
+// bits of the source matrix, alone or batched: they are the same model. Odd block counts (k =
+// 160: 5 blocks) take the layout's tail.
+TEST(BatchInvariance, Rows4RepackGivesTheSourceBits) {
+  PG_SEED_TRACE();
+  for (auto [k, m] : {std::pair<int64_t, int64_t>{576, 192}, {160, 1112}, {2048, 768}})
+  for (DType dt : {DType::kQ4_0, DType::kQ4_1}) {
+    SCOPED_TRACE(fmt::format("{} k={} m={}", Name(dt), k, m));
+    Tensor w = QuantizedWeight(dt, m, k);
+    if (!cpu::CanRepackRows4(w.view()))
+      GTEST_SKIP() << "this CPU has no AVX-512 VNNI: the interleaved layout is never made here";
+    Tensor w4 = cpu::RepackRows4(w.view());
+    ASSERT_EQ(w4.nbytes(), w.nbytes());
+    for (int64_t n : {1, 2, 3, 7, 16, 17, 33}) {
+      Tensor x(DType::kF32, {n, k}), want(DType::kF32, {n, m}), got(DType::kF32, {n, m});
+      FillNormal(x);
+      Matmul({.x = x.view(), .w = w.view(), .out = want.view()});
+      Matmul({.x = x.view(), .w = w4.view(), .out = got.view()});
+      ASSERT_EQ(std::memcmp(want.data<float>(), got.data<float>(), size_t(n * m) * 4), 0)
+          << "n = " << n;
     }
   }
 }

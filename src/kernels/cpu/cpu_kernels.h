@@ -18,4 +18,12 @@ void RegisterElementwise(Registry& r);  // elementwise.cpp
 // Q4_1 / Q8_0 and p has at most 16 activation rows.
 bool GemvQuantVnni512Takes(const MatmulParams& p);
 void GemvQuantVnni512Many(std::span<const MatmulParams> ps);
+
+// Q4_0 / Q4_1 weights re-laid for the VNNI kernel (DType kQ4_0x4 / kQ4_1x4): 4 rows interleaved
+// per pair of blocks, so a row group is one sequential stream and one load brings its 8 scales.
+// Matmul on the copy gives the source's bits (the kernel reads the same values into the same
+// registers). Only the VNNI kernel reads these types (IsRows4, core/dtype.h): CanRepackRows4 says whether this CPU has
+// it and w is a contiguous host Q4_0 / Q4_1 matrix of a multiple of 4 rows.
+bool CanRepackRows4(const TensorView& w);
+Tensor RepackRows4(const TensorView& w);
 }  // namespace pg::ops::cpu

@@ -58,8 +58,9 @@ void GemmBlas(const MatmulParams& p) {
 
 void RegisterGemm(Registry& r) {
   openblas_set_num_threads(1);  // parallelism comes from our pool, one sgemm per tile
-  r.Register(KernelImpl<MatmulParams>{"cpu_blas", Device::kCpu, kPriorityCpuGeneric, {},
-                                      &GemmBlas});
+  r.Register(KernelImpl<MatmulParams>{
+      "cpu_blas", Device::kCpu, kPriorityCpuGeneric,
+      [](const MatmulParams& p) { return !IsRows4(p.w.dtype); }, &GemmBlas});
 }
 
 }  // namespace pg::ops::cpu

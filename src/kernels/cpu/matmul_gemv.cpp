@@ -283,12 +283,15 @@ void RegisterMatmul(Registry& r) {
   if (Features().vnni)
     r.Register(KernelImpl<MatmulParams>{
         "cpu_vnni_q8", Device::kCpu, kPriorityCpuAvx512,
-        [](const MatmulParams& p) { return Features().vnni && IsInt8Type(p.w.dtype); },
+        [](const MatmulParams& p) {
+          return Features().vnni && (IsInt8Type(p.w.dtype) || IsRows4(p.w.dtype));
+        },
         &RowSliced<GemvQuantVnni512>});
   // Below the int8 kernels: for the int8 types they win when capable.
   r.Register(KernelImpl<MatmulParams>{
       "cpu_avx2_gemv", Device::kCpu, kPriorityCpuAvx2 - 1,
-      [](const MatmulParams& p) { return Features().avx2; }, &RowSliced<GemvFloat>});
+      [](const MatmulParams& p) { return Features().avx2 && !IsRows4(p.w.dtype); },
+      &RowSliced<GemvFloat>});
   RegisterGemm(r);
 }
 

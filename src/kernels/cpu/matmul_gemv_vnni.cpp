@@ -13,8 +13,10 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <span>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -24,11 +26,13 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/q8_act.h"
 #include "kernels/kernel_util.h"
+#include "kernels/registry.h"
 
 namespace pg::ops::cpu {
 namespace {
 
-enum class WKind { kQ4_0, kQ4_1, kQ8_0 };
+// kQ4_0x4 / kQ4_1x4: the same blocks in RepackRows4's interleaved layout (below).
+enum class WKind { kQ4_0, kQ4_1, kQ8_0, kQ4_0x4, kQ4_1x4 };
 
 template <WKind K>
 struct Traits;
@@ -50,6 +54,26 @@ struct Traits<WKind::kQ8_0> {
   static constexpr float kOffset = -128.0f;  // dpbusd reads q + 128 (unsigned)
   static constexpr bool kNibbles = false;
 };
+template <WKind Base>
+struct Rows4Traits : Traits<Base> {
+  static constexpr WKind kBase = Base;
+  static constexpr bool kRows4 = true;
+};
+template <>
+struct Traits<WKind::kQ4_0x4> : Rows4Traits<WKind::kQ4_0> {};
+template <>
+struct Traits<WKind::kQ4_1x4> : Rows4Traits<WKind::kQ4_1> {};
+
+template <WKind K>
+constexpr bool IsRows4() {
+  return K == WKind::kQ4_0x4 || K == WKind::kQ4_1x4;
+}
+// The source type of K's blocks (PairScales reads the scale fields by it).
+template <WKind K>
+constexpr WKind BaseKind() {
+  if constexpr (IsRows4<K>()) return Traits<K>::kBase;
+  else return K;
+}
 
 inline uint32_t Load32(const uint8_t* p) {
   uint32_t v;
@@ -179,8 +203,14 @@ PG_TARGET_VNNI void DotRows16(const uint8_t* const* rows, const uint8_t* const* 
   // A activation rows share each weight pair's unpacking (prefill); out[a * R + r]. Every
   // (r, a) runs exactly the single-row sequence (same operations, same order), so a row's
   // bits do not depend on A or on which rows share its pass (batch invariance).
+  // Rows4 layouts (R == 4): rows[0] / ahead[0] are the group's / the next group's first byte;
+  // each weight row's scales and quants are read from the interleaved copy, the same values
+  // into the same registers, so its bits equal the source layout's.
   using T = Traits<K>;
-  static_assert(T::kNibbles);
+  constexpr WKind kB = BaseKind<K>();
+  constexpr bool kR4 = IsRows4<K>();
+  static_assert(T::kNibbles && (!kR4 || R == 4));
+  constexpr int64_t kPair4 = 8 * T::kBytes;  // one pair of blocks of 4 rows (Rows4)
   const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
   const __m512i lo_mask = _mm512_set1_epi16(0x0F);
   __m512 acc[A][R];
@@ -198,14 +228,36 @@ PG_TARGET_VNNI void DotRows16(const uint8_t* const* rows, const uint8_t* const* 
       a_hi[a] = _mm512_loadu_si512(acts[a].qs + b * 32 + 32);
       ad[a] = _mm_loadu_ps(acts[a].ds + 2 * b);
     }
+    [[maybe_unused]] const uint8_t* pair = nullptr;  // Rows4: [scales of 4 rows][4 x 32 quants]
+    [[maybe_unused]] __m256 d8;                      // Rows4 Q4_0: [r0 d0, r0 d1, r1 d0, ...]
+    if constexpr (kR4) {
+      pair = rows[0] + (b / 2) * kPair4;
+      const uint8_t* next = ahead[0] + (b / 2) * kPair4;
+      PrefetchAt(next);
+      PrefetchAt(next + 64);
+      PrefetchAt(next + 128);
+      if constexpr (kB == WKind::kQ4_0)
+        d8 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pair)));
+    }
     for (int r = 0; r < R; ++r) {
-      const uint8_t* b0 = rows[r] + b * T::kBytes;
-      const uint8_t* b1 = b0 + T::kBytes;
-      PrefetchAt(ahead[r] + b * T::kBytes);
-      const __m128 ws = PairScales<K>(b0, b1);
-      const __m256i q = _mm256_inserti128_si256(
-          _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + T::kQsOff))),
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(b1 + T::kQsOff)), 1);
+      __m128 ws;   // PairScales' [d0, d0, d1, d1] (Q4_0) or [d0, m0, d1, m1] (Q4_1)
+      __m256i q;   // the pair's 32 quant bytes, block 0's then block 1's
+      if constexpr (kR4) {
+        if constexpr (kB == WKind::kQ4_0)
+          ws = _mm256_castps256_ps128(_mm256_permutevar8x32_ps(
+              d8, _mm256_setr_epi32(2 * r, 2 * r, 2 * r + 1, 2 * r + 1, 0, 0, 0, 0)));
+        else
+          ws = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(pair + 8 * r)));
+        q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pair + 8 * T::kQsOff + 32 * r));
+      } else {
+        const uint8_t* b0 = rows[r] + b * T::kBytes;
+        const uint8_t* b1 = b0 + T::kBytes;
+        PrefetchAt(ahead[r] + b * T::kBytes);
+        ws = PairScales<kB>(b0, b1);
+        q = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + T::kQsOff))),
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(b1 + T::kQsOff)), 1);
+      }
       const __m512i w16 = _mm512_cvtepu8_epi16(q);
       const __m512i w_lo = _mm512_and_si512(w16, lo_mask), w_hi = _mm512_srli_epi16(w16, 4);
       for (int a = 0; a < A; ++a) {
@@ -227,10 +279,18 @@ PG_TARGET_VNNI void DotRows16(const uint8_t* const* rows, const uint8_t* const* 
                               _mm_cvtss_f32(_mm_shuffle_ps(m, m, 3)));
       if (nb % 2) {  // last block, element order: [0-15 | 16-31]
         const int64_t b = nb - 1;
-        const uint8_t* blk = rows[r] + b * T::kBytes;
-        const __m128 ws = PairScales<K>(blk, blk);
-        const __m256i w16 = _mm256_cvtepu8_epi16(
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + T::kQsOff)));
+        const uint8_t* sp;  // the block's scale field(s)
+        const uint8_t* qp;  // its 16 quant bytes
+        if constexpr (kR4) {  // [4 rows' scale fields][4 x 16 quants]
+          const uint8_t* tail = rows[0] + (b / 2) * kPair4;
+          sp = tail + r * T::kQsOff;
+          qp = tail + 4 * T::kQsOff + 16 * r;
+        } else {
+          sp = rows[r] + b * T::kBytes;
+          qp = sp + T::kQsOff;
+        }
+        const __m128 ws = PairScales<kB>(sp, sp);
+        const __m256i w16 = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qp)));
         const __m512i w = _mm512_inserti64x4(
             _mm512_castsi256_si512(_mm256_and_si256(w16, _mm256_set1_epi16(0x0F))),
             _mm256_srli_epi16(w16, 4), 1);
@@ -277,7 +337,7 @@ void RunGroup(const GemvJob& job, int64_t g) {
                 rows_here = std::min(kRowsPerPass, job.m - j0);
   const uint8_t* rows[kRowsPerPass];
   const uint8_t* ahead[kRowsPerPass];  // the next group's rows (this group's at the end)
-  for (int64_t i = 0; i < rows_here; ++i) {
+  for (int64_t i = 0; i < rows_here; ++i) {  // Rows4: [0] is the group, m % 4 == 0
     rows[i] = job.w0 + (j0 + i) * job.row_bytes;
     ahead[i] = j0 + kRowsPerPass + i < job.m ? rows[i] + kRowsPerPass * job.row_bytes : rows[i];
   }
@@ -304,7 +364,9 @@ void RunGroup(const GemvJob& job, int64_t g) {
   }
   for (; r < job.n; ++r) {
     const typename A::Row a = act(r);
-    if constexpr (A::kWide) {
+    if constexpr (IsRows4<K>()) {
+      DotRows16<K, kRowsPerPass, 1>(rows, ahead, &a, nb, v);
+    } else if constexpr (A::kWide) {
       if (rows_here == kRowsPerPass) DotRows16<K, kRowsPerPass, 1>(rows, ahead, &a, nb, v);
       else for (int i = 0; i < rows_here; ++i) DotRows16<K, 1, 1>(rows + i, ahead + i, &a, nb, v + i);
     } else {
@@ -354,6 +416,8 @@ GemvJob PrepareAny(const MatmulParams& p, uint8_t* arena) {
     case DType::kQ4_1: return PrepareJob<WKind::kQ4_1>(p, arena);
     case DType::kQ4_0: return PrepareJob<WKind::kQ4_0>(p, arena);
     case DType::kQ8_0: return PrepareJob<WKind::kQ8_0>(p, arena);
+    case DType::kQ4_0x4: return PrepareJob<WKind::kQ4_0x4>(p, arena);
+    case DType::kQ4_1x4: return PrepareJob<WKind::kQ4_1x4>(p, arena);
     default: PG_CHECK(false, "GemvQuantVnni512: dtype {}", Name(p.w.dtype));
   }
   return {};
@@ -468,8 +532,60 @@ void GemvQuantVnni512(const MatmulParams& p) { GemvQuantVnni512Many({&p, 1}); }
 
 bool GemvQuantVnni512Takes(const MatmulParams& p) {
   const DType t = p.w.dtype;
-  return Features().vnni && (t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ8_0) &&
+  return Features().vnni &&
+         (t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ8_0 || IsRows4(t)) &&
          p.x.dim(0) <= kMaxActRows && !p.w_scale.data;
 }
 
+bool CanRepackRows4(const TensorView& w) {
+  return Features().vnni && (w.dtype == DType::kQ4_0 || w.dtype == DType::kQ4_1) && w.ndim == 2 &&
+         w.dim(0) % kRowsPerPass == 0 && w.dim(0) > 0 && w.is_contiguous() &&
+         w.device == Device::kCpu;
+}
+
+// Per group of 4 rows, per pair of blocks (b, b + 1): the 8 blocks' scale fields (row-major:
+// r0 b, r0 b+1, r1 b, ...; 2 bytes each for Q4_0, d and m 4 bytes for Q4_1), then each row's
+// 32 quant bytes (block b's 16, block b+1's 16). An odd last block: 4 scale fields, then 4 x 16
+// quant bytes. A group takes exactly its 4 rows' bytes.
+Tensor RepackRows4(const TensorView& w) {
+  PG_CHECK(CanRepackRows4(w), "RepackRows4: {} {}", Name(w.dtype), w.ShapeString());
+  const bool q4_1 = w.dtype == DType::kQ4_1;
+  const int64_t bytes = q4_1 ? Traits<WKind::kQ4_1>::kBytes : Traits<WKind::kQ4_0>::kBytes;
+  const int64_t qs_off = q4_1 ? Traits<WKind::kQ4_1>::kQsOff : Traits<WKind::kQ4_0>::kQsOff;
+  const int64_t m = w.dim(0), nb = w.dim(1) / quant::kQK, row_bytes = nb * bytes;
+  Tensor out(q4_1 ? DType::kQ4_1x4 : DType::kQ4_0x4, {m, w.dim(1)});
+  const uint8_t* src = static_cast<const uint8_t*>(w.data);
+  uint8_t* dst = static_cast<uint8_t*>(out.view().data);
+  for (int64_t g = 0; g < m / kRowsPerPass; ++g) {
+    const uint8_t* rows = src + g * kRowsPerPass * row_bytes;
+    uint8_t* o = dst + g * kRowsPerPass * row_bytes;
+    for (int64_t b = 0; b < nb; b += 2) {
+      const int64_t blocks = std::min<int64_t>(2, nb - b);  // 1 for an odd last block
+      for (int64_t r = 0; r < kRowsPerPass; ++r)
+        for (int64_t j = 0; j < blocks; ++j, o += qs_off)
+          std::memcpy(o, rows + r * row_bytes + (b + j) * bytes, size_t(qs_off));
+      for (int64_t r = 0; r < kRowsPerPass; ++r)
+        for (int64_t j = 0; j < blocks; ++j, o += 16)
+          std::memcpy(o, rows + r * row_bytes + (b + j) * bytes + qs_off, 16);
+    }
+  }
+  return out;
+}
+
 }  // namespace pg::ops::cpu
+
+namespace pg::ops {
+
+std::optional<Tensor> PackMatmulWeightForCpu(const TensorView& w) {
+  static const bool enabled = [] {
+    const char* e = std::getenv("PEREGRINE_CPU_REPACK");
+    return e == nullptr || std::string_view(e) != "0";
+  }();
+  // Only where the kernel that reads the layout may run (tests cap the priority to the
+  // reference kernels, which read the source layout only).
+  if (!enabled || MaxKernelPriority() < kPriorityCpuAvx512 || !cpu::CanRepackRows4(w))
+    return std::nullopt;
+  return cpu::RepackRows4(w);
+}
+
+}  // namespace pg::ops

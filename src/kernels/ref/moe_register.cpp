@@ -35,7 +35,8 @@ void NeedAct(std::string_view op, const char* name, const TensorView& t, int ndi
 
 void NeedWeight(std::string_view op, const std::string& name, const TensorView& w, int64_t rows,
                 int64_t cols) {
-  PG_OP_NEED(w.ndim == 2 && w.data && w.strides[1] == 1 && quant::CanDequantize(w.dtype) &&
+  PG_OP_NEED(w.ndim == 2 && w.data && w.strides[1] == 1 &&
+           (quant::CanDequantize(w.dtype) || (IsRows4(w.dtype) && w.is_contiguous())) &&
            w.dim(0) == rows && w.dim(1) == cols, op, "{} must be a [{}, {}] row-major dequantizable matrix, got {}", name, rows,
                        cols, w.ShapeString());
 }
@@ -251,7 +252,16 @@ void MlaAttention(const MlaAttentionParams& p) { Registry::Global().Run(p); }
 
 void RegisterMoeKernels(Registry& r) {
   r.Register(KernelImpl<MoeRouterParams>{"ref", Device::kCpu, kPriorityRef, {}, &ref::MoeRouter});
-  r.Register(KernelImpl<MoeExpertsParams>{"ref", Device::kCpu, kPriorityRef, {}, &ref::MoeExperts});
+  // The interleaved CPU layouts (IsRows4) are the CPU Matmul's own: the reference reads only
+  // the source layouts.
+  r.Register(KernelImpl<MoeExpertsParams>{
+      "ref", Device::kCpu, kPriorityRef,
+      [](const MoeExpertsParams& p) {
+        for (const MoeExpertWeights& e : p.experts)
+          if (IsRows4(e.gate.dtype) || IsRows4(e.up.dtype) || IsRows4(e.down.dtype)) return false;
+        return !IsRows4(p.shared.gate.dtype);
+      },
+      &ref::MoeExperts});
   r.Register(
       KernelImpl<MlaCacheWriteParams>{"ref", Device::kCpu, kPriorityRef, {}, &ref::MlaCacheWrite});
   r.Register(KernelImpl<MlaAttentionParams>{"ref", Device::kCpu, kPriorityRef, {},

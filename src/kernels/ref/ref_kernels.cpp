@@ -201,7 +201,11 @@ void RegisterRefKernels(Registry& r) {
   r.Register(Ref(&RefEmbedding));
   r.Register(Ref(&RefRmsNorm));
   r.Register(Ref(&RefRope));
-  r.Register(Ref(&RefMatmul));
+  // The interleaved CPU layouts have no reference of their own: Matmul on them must give the
+  // bits of their source Q4_0 / Q4_1 matrix (tests/ops/batch_invariance_test.cpp).
+  r.Register(KernelImpl<MatmulParams>{"ref", Device::kCpu, kPriorityRef,
+                                      [](const MatmulParams& p) { return !IsRows4(p.w.dtype); },
+                                      &RefMatmul});
   r.Register(Ref(&RefSwiGlu));
   r.Register(Ref(&RefAdd));
   r.Register(Ref(&RefKvWrite));
