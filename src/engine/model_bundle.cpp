@@ -57,6 +57,7 @@ ModelBundle LoadBundle(const BundleOptions& o) {
   models::LoadOptions lo{.path = b.path, .format = o.format, .dummy_dtype = o.dummy_dtype};
   lo.progress = [&bar](int64_t d, int64_t t) { bar(d, t); };
   b.model = o.load_model ? o.load_model(lo) : models::LoadModel(lo);
+  if (!o.load_model) b.model->PrepareHost();  // a host model: pack its weights before serving
   for (int id : b.model->config().eos_token_ids) AddUnique(b.eos_ids, id);
 
   const fs::path p(b.path);

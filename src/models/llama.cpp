@@ -292,6 +292,10 @@ class LlamaModel final : public Model {
   }
 
  private:
+  void PrepareHost() override {
+    if (!on_device() && !host_packed_) PackHostWeights();
+  }
+
   // The host forward's matrices: layers_ / output_ with each packed for the CPU kernels
   // (cpu_pack.h), made on the first host forward; layers_ stays as loaded for Place.
   void PackHostWeights() {

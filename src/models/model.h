@@ -91,6 +91,10 @@ class Model {
     Throw(ErrorCode::kUnsupported, "{}: no device path", config().architecture);
   }
   virtual bool on_device() const { return false; }
+  // Does now what the first host Forward would do once (pack weights for the CPU kernels,
+  // cpu_pack.h), so a server's first request does not wait for it. Not for a model that will
+  // be placed on a device (it would only cost memory there).
+  virtual void PrepareHost() {}
   // Bytes of weights every decode step streams (all matrices except the input embedding,
   // which is gathered by row); the numerator of the decode bandwidth floor.
   virtual int64_t streamed_weight_bytes() const { return weight_bytes(); }

@@ -214,6 +214,10 @@ class Qwen3MoeModel final : public Model {
                   .eps = b.rms_norm_eps, .output = host_output_, .logits = logits});
   }
 
+  void PrepareHost() override {
+    if (!on_device() && !host_packed_) PackHostWeights();
+  }
+
   // The host forward's matrices: layers_ / output_ with each packed for the CPU kernels
   // (cpu_pack.h), made on the first host forward; layers_ stays as loaded.
   void PackHostWeights() {
