@@ -61,6 +61,8 @@ inline std::string WriteQwen3MoeGguf(const std::string& dir, const std::string& 
   add("token_embd.weight", {"model.embed_tokens.weight"});
   add("output_norm.weight", {"model.norm.weight"});
   if (st->FindTensor("lm_head.weight")) add("output.weight", {"lm_head.weight"});
+  // llama.cpp's names, spelled out here on purpose rather than taken from the loader's table
+  // (src/models/weights.cpp): a wrong entry there must not be repeated by the test's writer.
   const std::pair<const char*, const char*> kLayer[] = {
       {"input_layernorm", "attn_norm"},   {"self_attn.q_proj", "attn_q"},
       {"self_attn.k_proj", "attn_k"},     {"self_attn.v_proj", "attn_v"},
