@@ -9,7 +9,9 @@
 //     activation block sums: Σ_i off*a_i = off * da * Σ q_i = off * s, s = da*Σq (ActPairs::ds),
 //     so they cost one 4-lane multiply-add per pair, not per weight.
 // Four output rows are processed per pass so each activation load serves four rows and the
-// four accumulator chains overlap. Rows are spread over the thread pool in groups of four.
+// four accumulator chains overlap. Rows are spread over the thread pool in groups of four, and
+// each pass prefetches the next group. Q4 weights packed by RepackRows4 (4 rows interleaved per
+// pair of blocks) make a group one sequential stream with its 8 scales in one load.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -57,7 +59,6 @@ struct Traits<WKind::kQ8_0> {
 template <WKind Base>
 struct Rows4Traits : Traits<Base> {
   static constexpr WKind kBase = Base;
-  static constexpr bool kRows4 = true;
 };
 template <>
 struct Traits<WKind::kQ4_0x4> : Rows4Traits<WKind::kQ4_0> {};
