@@ -303,7 +303,9 @@ TEST(GpuModelGolden, TinyQwen3Moe) {
 // The same checkpoint as a llama.cpp GGUF (hf_to_gguf.h; bf16 as stored, experts stacked):
 // placed through the GGUF MoE loader's views, the same HF goldens.
 TEST(GpuModelGolden, TinyQwen3MoeGguf) {
-  CheckModel(testing::TinyQwen3MoeGguf(), "tests/data/models/tiny-qwen3-moe", 0.05f);
+  const std::string gguf = testing::TinyQwen3MoeGguf();
+  CheckModel(gguf, "tests/data/models/tiny-qwen3-moe", 0.05f);
+  std::filesystem::remove(gguf);
 }
 
 TEST(GpuModelGolden, TinyDeepseekV3) {

@@ -8,6 +8,8 @@
 // reader under test; made at test time so the repository does not hold the weights twice.
 #pragma once
 
+#include <unistd.h>
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -88,11 +90,12 @@ inline std::string WriteQwen3MoeGguf(const std::string& dir, const std::string& 
   return out;
 }
 
-// The tiny-qwen3-moe golden checkpoint as a GGUF in the temp directory.
+// The tiny-qwen3-moe golden checkpoint as a GGUF in the temp directory (one file per process,
+// so concurrent test runs do not write each other's).
 inline std::string TinyQwen3MoeGguf() {
-  return WriteQwen3MoeGguf(
-      "tests/data/models/tiny-qwen3-moe",
-      (std::filesystem::temp_directory_path() / "pg_tiny_qwen3_moe.gguf").string());
+  const std::string name = "pg_tiny_qwen3_moe." + std::to_string(::getpid()) + ".gguf";
+  return WriteQwen3MoeGguf("tests/data/models/tiny-qwen3-moe",
+                           (std::filesystem::temp_directory_path() / name).string());
 }
 
 }  // namespace pg::testing

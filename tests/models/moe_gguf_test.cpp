@@ -3,6 +3,7 @@
 // valid file of the same builder loads and runs, so each refusal is the one change's doing.
 // (The numbers of real files are checked in moe_golden_test.cpp against HF and llama.cpp.)
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -83,7 +84,9 @@ std::string Write(const Edits& e, const std::string& name) {
     if (!t.name.empty()) b.AddTensor(std::move(t));
   }
   const std::string path =
-      (std::filesystem::temp_directory_path() / ("pg_moe_gguf_" + name + ".gguf")).string();
+      (std::filesystem::temp_directory_path() /
+       ("pg_moe_gguf_" + name + "." + std::to_string(::getpid()) + ".gguf"))
+          .string();
   const std::vector<uint8_t> bytes = b.Build().bytes;
   std::ofstream(path, std::ios::binary)
       .write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));

@@ -84,7 +84,9 @@ TEST(MoeGolden, TinyQwen3Moe) { CheckGolden("tests/data/models/tiny-qwen3-moe", 
 // ffn_*_exps, router ffn_gate_inp, layer 1 dense), read by the GGUF MoE loader: the same HF
 // goldens at the same bound.
 TEST(MoeGolden, TinyQwen3MoeGguf) {
-  CheckGolden({.dir = "tests/data/models/tiny-qwen3-moe", .model_path = testing::TinyQwen3MoeGguf()});
+  const std::string gguf = testing::TinyQwen3MoeGguf();
+  CheckGolden({.dir = "tests/data/models/tiny-qwen3-moe", .model_path = gguf});
+  std::filesystem::remove(gguf);
 }
 // Random all-MoE qwen3moe GGUFs (make_qwen3moe_gguf.py --random) against llama.cpp itself
 // (tools/golden/llamacpp_goldens.cpp: CPU, f32 KV cache). f32 weights: only summation order
