@@ -26,6 +26,7 @@ int64_t CpuPackedWeights::Pack() {
     PG_LOG_INFO("packed {} of {} weight matrices ({:.1f} MiB) for the CPU kernels", count,
                 todo_.size(), double(bytes) / (1 << 20));
   todo_.clear();
+  packed_ = true;
   return bytes;
 }
 

@@ -19,10 +19,12 @@ class CpuPackedWeights {
   // Replaces every registered view that has a packed form by a view of its packed copy (owned
   // here), packing in parallel. Returns the bytes packed.
   int64_t Pack();
+  bool packed() const { return packed_; }
 
  private:
   std::vector<TensorView*> todo_;
   std::vector<Tensor> owned_;
+  bool packed_ = false;
 };
 
 }  // namespace pg::models

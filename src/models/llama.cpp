@@ -239,7 +239,7 @@ class LlamaModel final : public Model {
     PG_CHECK(logits.ndim == 2 && logits.dim(0) == m && logits.dim(1) == c.vocab_size,
              "logits {}", logits.ShapeString());
     if (n == 0) return;
-    if (!host_packed_) PackHostWeights();
+    if (!packed_.packed()) PackHostWeights();
     Reserve(n);
     const int64_t h = c.hidden_size, nh = c.num_heads, nkv = c.num_kv_heads, hd = c.head_dim,
                   f = c.intermediate_size;
@@ -293,7 +293,7 @@ class LlamaModel final : public Model {
 
  private:
   void PrepareHost() override {
-    if (!on_device() && !host_packed_) PackHostWeights();
+    if (!on_device() && !packed_.packed()) PackHostWeights();
   }
 
   // The host forward's matrices: layers_ / output_ with each packed for the CPU kernels
@@ -306,7 +306,6 @@ class LlamaModel final : public Model {
         packed_.Add(w);
     packed_.Add(&host_output_);
     packed_.Pack();
-    host_packed_ = true;
   }
 
   // The device path: the same computation in bf16 on device buffers (weights and scratch at
@@ -472,7 +471,6 @@ class LlamaModel final : public Model {
   std::vector<LayerWeights> host_layers_;  // PackHostWeights
   TensorView host_output_;
   CpuPackedWeights packed_;
-  bool host_packed_ = false;
   float attn_scale_ = 1.0f;
   Scratch s_;
   // Device copy (null device_: the model runs on the host).

@@ -124,8 +124,7 @@ std::unique_ptr<MoeWeights> MoeWeights::Dummy(DType dtype, uint64_t seed) {
 }
 
 bool MoeWeights::Has(std::string_view name) const {
-  return dummy_ || cache_.count(name) || gguf_views_.count(name) ||
-         (st_ && st_->FindTensor(name));
+  return dummy_ || cache_.count(name) || FindStored(std::string(name)).has_value();
 }
 
 TensorView MoeWeights::Own(Tensor t) {

@@ -170,7 +170,7 @@ class Qwen3MoeModel final : public Model {
     PG_CHECK(int(kv.layers.size()) == b.num_layers, "kv layers {}", kv.layers.size());
     PG_CHECK(logits.ndim == 2 && logits.dim(0) == m && logits.dim(1) == b.vocab_size);
     if (n == 0) return;
-    if (!host_packed_) PackHostWeights();
+    if (!packed_.packed()) PackHostWeights();
     const int64_t h = b.hidden_size, nh = b.num_heads, nkv = b.num_kv_heads, hd = b.head_dim;
     auto buf = [&](std::vector<float>& v, int64_t cols) {
       if (int64_t(v.size()) < n * cols) v.resize(size_t(n * cols));
@@ -215,7 +215,7 @@ class Qwen3MoeModel final : public Model {
   }
 
   void PrepareHost() override {
-    if (!on_device() && !host_packed_) PackHostWeights();
+    if (!on_device() && !packed_.packed()) PackHostWeights();
   }
 
   // The host forward's matrices: layers_ / output_ with each packed for the CPU kernels
@@ -230,7 +230,6 @@ class Qwen3MoeModel final : public Model {
     }
     packed_.Add(&host_output_);
     packed_.Pack();
-    host_packed_ = true;
   }
 
  private:
@@ -321,7 +320,6 @@ class Qwen3MoeModel final : public Model {
   std::vector<Layer> host_layers_;  // PackHostWeights
   TensorView host_output_;
   CpuPackedWeights packed_;
-  bool host_packed_ = false;
   float scale_ = 1.0f;
   std::vector<float> x_, hn_, q_, k_, v_, attn_, o_, ffn_, g_;  // grow-only activations
   FfnScratch scratch_;

@@ -16,6 +16,7 @@ void RegisterElementwise(Registry& r);  // elementwise.cpp
 // of one each. Each runs the cpu_vnni_q8 kernel's row arithmetic (the same bits as Matmul
 // choosing it). GemvQuantVnni512Takes(p): this CPU has AVX-512 VNNI, the weights are Q4_0 /
 // Q4_1 / Q8_0 and p has at most 16 activation rows.
+bool GemvQuantVnni512Reads(DType w);  // Q4_0 / Q4_1 / Q8_0 and their IsRows4 layouts
 bool GemvQuantVnni512Takes(const MatmulParams& p);
 void GemvQuantVnni512Many(std::span<const MatmulParams> ps);
 

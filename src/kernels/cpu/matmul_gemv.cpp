@@ -283,9 +283,7 @@ void RegisterMatmul(Registry& r) {
   if (Features().vnni)
     r.Register(KernelImpl<MatmulParams>{
         "cpu_vnni_q8", Device::kCpu, kPriorityCpuAvx512,
-        [](const MatmulParams& p) {
-          return Features().vnni && (IsInt8Type(p.w.dtype) || IsRows4(p.w.dtype));
-        },
+        [](const MatmulParams& p) { return Features().vnni && GemvQuantVnni512Reads(p.w.dtype); },
         &RowSliced<GemvQuantVnni512>});
   // Below the int8 kernels: for the int8 types they win when capable.
   r.Register(KernelImpl<MatmulParams>{

@@ -531,11 +531,13 @@ PG_TARGET_VNNI void QuantizeActPairs16(const float* x, int64_t k, const ActPairs
 
 void GemvQuantVnni512(const MatmulParams& p) { GemvQuantVnni512Many({&p, 1}); }
 
+bool GemvQuantVnni512Reads(DType t) {
+  return t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ8_0 || IsRows4(t);
+}
+
 bool GemvQuantVnni512Takes(const MatmulParams& p) {
-  const DType t = p.w.dtype;
-  return Features().vnni &&
-         (t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ8_0 || IsRows4(t)) &&
-         p.x.dim(0) <= kMaxActRows && !p.w_scale.data;
+  return Features().vnni && GemvQuantVnni512Reads(p.w.dtype) && p.x.dim(0) <= kMaxActRows &&
+         !p.w_scale.data;
 }
 
 bool CanRepackRows4(const TensorView& w) {
