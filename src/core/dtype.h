@@ -34,7 +34,8 @@ struct DTypeInfo {
 };
 
 const DTypeInfo& Info(DType t);
-// The CPU-only interleaved layouts (kQ4_0x4, kQ4_1x4): only the VNNI GEMV reads them.
+// The CPU-only interleaved layouts (kQ4_0x4, kQ4_1x4): only the int8 GEMVs (cpu_vnni_q8,
+// cpu_avx2_q8) read them.
 inline bool IsRows4(DType t) { return t == DType::kQ4_0x4 || t == DType::kQ4_1x4; }
 inline std::string_view Name(DType t) { return Info(t).name; }
 

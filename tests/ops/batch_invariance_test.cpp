@@ -6,12 +6,15 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <limits>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "core/quant.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/ops.h"
+#include "kernels/registry.h"
 #include "op_test_util.h"
 
 namespace pg::ops::testing {
@@ -26,12 +29,22 @@ Tensor QuantizedWeight(DType dt, int64_t m, int64_t k) {
   return w;
 }
 
+// The CPU kernels Matmul may choose: the best this CPU runs, and cpu_avx2_q8 (what CPUs
+// without AVX-512 VNNI run) under a kernel-priority cap. Restores the cap when it ends.
+struct KernelCaps {
+  std::vector<int> caps{std::numeric_limits<int>::max(), kPriorityCpuAvx2};
+  ~KernelCaps() { SetMaxKernelPriority(std::numeric_limits<int>::max()); }
+};
+
 TEST(BatchInvariance, MatmulRowsDoNotDependOnTheBatch) {
   PG_SEED_TRACE();
+  KernelCaps caps;
+  for (int cap : caps.caps)
   // SmolLM2's k/v projection, and an awkward wide one.
   for (auto [k, m] : {std::pair<int64_t, int64_t>{576, 192}, {160, 1111}})
   for (DType dt : {DType::kQ4_1, DType::kQ8_0, DType::kQ4_0, DType::kBF16, DType::kF32}) {
-    SCOPED_TRACE(fmt::format("{} k={} m={}", Name(dt), k, m));
+    SCOPED_TRACE(fmt::format("{} k={} m={} kernel cap {}", Name(dt), k, m, cap));
+    SetMaxKernelPriority(cap);
     Tensor w = QuantizedWeight(dt, m, k);
     const int64_t max_n = 70;
     Tensor x(DType::kF32, {max_n, k});
@@ -55,12 +68,15 @@ TEST(BatchInvariance, MatmulRowsDoNotDependOnTheBatch) {
 // 160: 5 blocks) take the layout's tail.
 TEST(BatchInvariance, Rows4RepackGivesTheSourceBits) {
   PG_SEED_TRACE();
+  KernelCaps caps;
+  for (int cap : caps.caps)
   for (auto [k, m] : {std::pair<int64_t, int64_t>{576, 192}, {160, 1112}, {2048, 768}})
   for (DType dt : {DType::kQ4_0, DType::kQ4_1}) {
-    SCOPED_TRACE(fmt::format("{} k={} m={}", Name(dt), k, m));
+    SCOPED_TRACE(fmt::format("{} k={} m={} kernel cap {}", Name(dt), k, m, cap));
+    SetMaxKernelPriority(cap);
     Tensor w = QuantizedWeight(dt, m, k);
     if (!cpu::CanRepackRows4(w.view()))
-      GTEST_SKIP() << "this CPU has no AVX-512 VNNI: the interleaved layout is never made here";
+      GTEST_SKIP() << "this CPU has no AVX2: the interleaved layout is never made here";
     Tensor w4 = cpu::RepackRows4(w.view());
     ASSERT_EQ(w4.nbytes(), w.nbytes());
     for (int64_t n : {1, 2, 3, 7, 16, 17, 33}) {

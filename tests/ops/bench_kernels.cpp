@@ -6,8 +6,9 @@
 //     "cpu ns/blk": process CPU time per 32-weight block, hot; with 1 thread this is the
 //     kernel's own cost and does not depend on other load on the machine (run `bench_kernels 1`
 //     on a shared machine; wall-clock columns there measure the load, not the kernel).
-//  3. Prefill-size Matmul (n = 16 and 128) per capable backend, in GFLOP/s.
-// Usage: bench_kernels [threads]   (default: hardware threads)
+//  3. Prefill-size Matmul (n = 16 and 128) per capable backend, in GFLOP/s, on the source
+//     weights and (where made) their RepackRows4 copy.
+// Usage: bench_kernels [threads [all|decode|prefill]]   (default: hardware threads, all)
 #include <time.h>
 
 #include <atomic>
@@ -17,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/quant.h"
@@ -127,13 +129,16 @@ Tensor RandomWeight(DType dt, int64_t m, int64_t k, std::mt19937& rng) {
 
 int main(int argc, char** argv) {
   if (argc > 1) ThreadPool::SetDefaultThreads(std::atoi(argv[1]));
+  const std::string section = argc > 2 ? argv[2] : "all";  // all | decode | prefill
+  std::mt19937 rng(42);
+  const auto& table = ops::Registry::Global().table<ops::MatmulParams>();
   std::printf("threads: %d\n", ThreadPool::Default().num_threads());
+  if (section == "all" || section == "decode") {
   const double mem = MemcpyGBs();
   std::printf("memcpy (512 MiB): %.2f GB/s copied (%.2f GB/s read+write)\n", mem, 2 * mem);
   std::printf("read (512 MiB, %d threads): %.2f GB/s\n\n", ThreadPool::Default().num_threads(),
               ReadGBs());
 
-  std::mt19937 rng(42);
   struct Shape { const char* name; int64_t m, k; DType dt; };
   const Shape shapes[] = {{"attn q/o 576x576", 576, 576, DType::kQ4_1},
                           {"attn k/v 192x576", 192, 576, DType::kQ4_1},
@@ -144,7 +149,6 @@ int main(int argc, char** argv) {
                           {"expert gate/up 768x2048", 768, 2048, DType::kQ4_0},
                           {"expert down 2048x768", 2048, 768, DType::kQ4_0},
                           {"attn q 4096x2048", 4096, 2048, DType::kQ4_0}};
-  const auto& table = ops::Registry::Global().table<ops::MatmulParams>();
   std::printf("decode GEMV, n=1: GB/s of weight bytes (hot = same weight; cold = streamed)\n");
   std::printf("%-24s %-6s %-16s %10s %10s %10s %8s %10s\n", "shape", "dtype", "backend",
               "us/call", "hot GB/s", "cold GB/s", "cold/memcpy", "cpu ns/blk");
@@ -173,38 +177,54 @@ int main(int argc, char** argv) {
                   double(wbytes) / hot / 1e9, double(wbytes) / cold / 1e9,
                   double(wbytes) / cold / 1e9 / mem, cpu * 1e9 / double(s.m * s.k / 32));
     }
-    if (ops::cpu::CanRepackRows4(ws[0].view())) {  // the interleaved copy, through Matmul
+    if (ops::cpu::CanRepackRows4(ws[0].view())) {  // the interleaved copy, per backend reading it
       std::vector<Tensor> w4;
       for (const Tensor& w : ws) w4.push_back(ops::cpu::RepackRows4(w.view()));
-      ops::MatmulParams p{x.view(), w4[0].view(), out.view(), {}, {}, false};
-      const double hot = TimeIt([&] { ops::Matmul(p); });
-      int c = 0;
-      const double cold = TimeIt([&] {
-        p.w = w4[size_t(c)].view();
-        c = (c + 1) % copies;
-        ops::Matmul(p);
-      });
-      p.w = w4[0].view();
-      const double cpu = CpuTimeIt([&] { ops::Matmul(p); });
-      std::printf("%-24s %-6s %-16s %10.1f %10.2f %10.2f %8.2f %10.2f\n", s.name,
-                  std::string(Name(p.w.dtype)).c_str(), "cpu_vnni_q8", cold * 1e6,
-                  double(wbytes) / hot / 1e9, double(wbytes) / cold / 1e9,
-                  double(wbytes) / cold / 1e9 / mem, cpu * 1e9 / double(s.m * s.k / 32));
+      for (const auto& impl : table.all()) {
+        ops::MatmulParams p{x.view(), w4[0].view(), out.view(), {}, {}, false};
+        if (impl.backend == "ref" || (impl.supports && !impl.supports(p))) continue;
+        const double hot = TimeIt([&] { ops::RunWith(impl, p); });
+        int c = 0;
+        const double cold = TimeIt([&] {
+          p.w = w4[size_t(c)].view();
+          c = (c + 1) % copies;
+          ops::RunWith(impl, p);
+        });
+        p.w = w4[0].view();
+        const double cpu = CpuTimeIt([&] { ops::RunWith(impl, p); });
+        std::printf("%-24s %-6s %-16s %10.1f %10.2f %10.2f %8.2f %10.2f\n", s.name,
+                    std::string(Name(p.w.dtype)).c_str(), impl.backend.c_str(), cold * 1e6,
+                    double(wbytes) / hot / 1e9, double(wbytes) / cold / 1e9,
+                    double(wbytes) / cold / 1e9 / mem, cpu * 1e9 / double(s.m * s.k / 32));
+      }
     }
   }
 
-  std::printf("\nprefill Matmul 1536x576 q4_1: GFLOP/s per backend\n");
-  Tensor w = RandomWeight(DType::kQ4_1, 1536, 576, rng);
-  for (int64_t n : {16, 128}) {
-    Tensor x(DType::kF32, {n, 576}), out(DType::kF32, {n, 1536});
-    std::normal_distribution<float> nd;
-    for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = nd(rng);
-    ops::MatmulParams p{x.view(), w.view(), out.view(), {}, {}, false};
-    for (const auto& impl : table.all()) {
-      if (impl.backend == "ref" || (impl.supports && !impl.supports(p))) continue;
-      double t = TimeIt([&] { ops::RunWith(impl, p); });
-      std::printf("  n=%-4ld %-16s %8.1f us %8.1f GFLOP/s\n", long(n), impl.backend.c_str(),
-                  t * 1e6, 2.0 * double(n) * 1536 * 576 / t / 1e9);
+  }
+  if (section == "all" || section == "prefill") {
+    std::printf("\nprefill Matmul: GFLOP/s per backend (cpu: process CPU us per call)\n");
+    struct P { int64_t m, k; DType dt; };
+    for (const P& s : {P{1536, 576, DType::kQ4_1}, P{768, 2048, DType::kQ4_0}}) {
+      Tensor w = RandomWeight(s.dt, s.m, s.k, rng);
+      std::vector<Tensor> forms;
+      if (ops::cpu::CanRepackRows4(w.view())) forms.push_back(ops::cpu::RepackRows4(w.view()));
+      forms.push_back(std::move(w));
+      for (const Tensor& wf : forms)
+        for (int64_t n : {16, 128}) {
+          Tensor x(DType::kF32, {n, s.k}), out(DType::kF32, {n, s.m});
+          std::normal_distribution<float> nd;
+          for (int64_t i = 0; i < n * s.k; ++i) x.data<float>()[i] = nd(rng);
+          ops::MatmulParams p{x.view(), wf.view(), out.view(), {}, {}, false};
+          for (const auto& impl : table.all()) {
+            if (impl.backend == "ref" || (impl.supports && !impl.supports(p))) continue;
+            const double t = TimeIt([&] { ops::RunWith(impl, p); });
+            const double cpu = CpuTimeIt([&] { ops::RunWith(impl, p); });
+            std::printf("  %4ldx%-5ld %-6s n=%-4ld %-16s %8.1f us %8.1f GFLOP/s %8.1f cpu us\n",
+                        long(s.m), long(s.k), std::string(Name(wf.dtype())).c_str(), long(n),
+                        impl.backend.c_str(), t * 1e6, 2.0 * double(n * s.m * s.k) / t / 1e9,
+                        cpu * 1e6);
+          }
+        }
     }
   }
   return 0;

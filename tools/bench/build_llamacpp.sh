@@ -6,13 +6,21 @@
 # Idempotent: an existing source tree is reused, and CMake/Ninja rebuild only what changed.
 #
 # Environment: PEER_DIR (default /work/peers/llama.cpp), JOBS (default 2),
-#              LLAMA_CPP_PYTHON_VERSION (optional pin, e.g. 0.3.16).
+#              LLAMA_CPP_PYTHON_VERSION (optional pin, e.g. 0.3.16),
+#              LLAMA_ISA=avx2: build for an AVX2 CPU without AVX-512 into $PEER_DIR/build-avx2
+#              (the peer for Peregrine's PEREGRINE_CPU_ISA=avx2 runs).
 set -euo pipefail
 PEER_DIR="${PEER_DIR:-/work/peers/llama.cpp}"
 JOBS="${JOBS:-2}"
 PIN="${LLAMA_CPP_PYTHON_VERSION:+==${LLAMA_CPP_PYTHON_VERSION}}"
 SRC="$PEER_DIR/src"
 BUILD="$PEER_DIR/build"
+isa_flags=(-DGGML_NATIVE=ON)
+if [[ "${LLAMA_ISA:-native}" == avx2 ]]; then
+  BUILD="$PEER_DIR/build-avx2"
+  isa_flags=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+             -DGGML_AVX512=OFF -DGGML_AVX_VNNI=OFF)
+fi
 
 log() { printf '[build_llamacpp] %s\n' "$*" >&2; }
 
@@ -38,7 +46,7 @@ command -v ninja >/dev/null && gen=(-G Ninja)
 if [[ ! -f "$BUILD/CMakeCache.txt" ]]; then
   log "configuring in $BUILD"
   cmake -S "$SRC" -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
-    -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DBUILD_SHARED_LIBS=OFF \
+    "${isa_flags[@]}" -DLLAMA_CURL=OFF -DBUILD_SHARED_LIBS=OFF \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
 fi
 log "building llama-server and llama-bench with -j$JOBS"

@@ -138,6 +138,7 @@ void CpuAttention(const AttentionParams& p) {
 }  // namespace
 
 void RegisterAttention(Registry& r) {
+  if (!Features().avx2) return;  // registered only where it runs (RegisterElementwise)
   r.Register(KernelImpl<AttentionParams>{
       "cpu_avx2", Device::kCpu, kPriorityCpuAvx2,
       [](const AttentionParams& p) {

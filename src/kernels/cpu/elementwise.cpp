@@ -193,6 +193,9 @@ void RegisterElementwise(Registry& r) {
   const int prio = kPriorityCpuAvx2;
   r.Register(KernelImpl<EmbeddingParams>{"cpu", Device::kCpu, kPriorityCpuGeneric, {},
                                          &CpuEmbedding});
+  // The AVX2 kernels are registered only where they run: the table lists what this process
+  // can run (the op harness checks each registered backend takes some case).
+  if (Avx2()) {
   r.Register(KernelImpl<RmsNormParams>{
       "cpu_avx2", Device::kCpu, prio,
       [](const RmsNormParams& p) { return Avx2() && p.weight.dtype == DType::kF32; },
@@ -203,6 +206,7 @@ void RegisterElementwise(Registry& r) {
                                       [](const SwiGluParams&) { return Avx2(); }, &CpuSwiGlu});
   r.Register(KernelImpl<AddParams>{"cpu_avx2", Device::kCpu, prio,
                                    [](const AddParams&) { return Avx2(); }, &CpuAdd});
+  }
   r.Register(KernelImpl<KvWriteParams>{
       "cpu", Device::kCpu, kPriorityCpuGeneric,
       [](const KvWriteParams& p) { return p.cache.k_cache.dtype == DType::kF32; },

@@ -1,8 +1,11 @@
-// Prefill-time Matmul (many activation rows): OpenBLAS sgemm on f32 tiles of the weight,
-// dequantized on the fly. Tiles of kTileRows output features are spread over the thread
-// pool; each runs a single-threaded sgemm, so OpenBLAS's own threads are set to 1.
+// Matmul through OpenBLAS on f32 tiles of the weight, dequantized on the fly: the kernel of
+// CPUs without AVX2 (elsewhere the row kernels of matmul_gemv.cpp rank above it). Tiles of
+// kTileRows output features are spread over the thread pool; each runs single-threaded BLAS,
+// so OpenBLAS's own threads are set to 1.
 //
-//   out[:, j0:j1] (= or +=) x[n, k] · dequant(w[j0:j1, k])^T (+ bias[j0:j1])
+//   out[r, j0:j1] (= or +=) dequant(w[j0:j1, k]) · x[r, k] (+ bias[j0:j1]), one sgemv per row:
+// sgemm's result for a row depends on how many rows share the call (its n = 1 and small-n
+// paths sum differently), which would break batch invariance (docs/design/engine.md).
 #include <cblas.h>
 
 #include <algorithm>
@@ -21,8 +24,6 @@ constexpr int64_t kTileRows = 128;  // weight rows per tile (f32 tile of 128 x k
 void GemmBlas(const MatmulParams& p) {
   const int64_t n = p.x.dim(0), k = p.x.dim(1), m = p.w.dim(0);
   const int64_t num_tiles = (m + kTileRows - 1) / kTileRows;
-  const int64_t ldx = n > 1 ? p.x.strides[0] : k;
-  const int64_t ldo = n > 1 ? p.out.strides[0] : m;
   ThreadPool::Default().ParallelFor(num_tiles, [&](int64_t t0, int64_t t1) {
     thread_local std::vector<float> tile;
     for (int64_t t = t0; t < t1; ++t) {
@@ -47,9 +48,9 @@ void GemmBlas(const MatmulParams& p) {
         }
         beta = 1.0f;
       }
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, blasint(n), blasint(rows), blasint(k),
-                  1.0f, p.x.as<float>(), blasint(ldx), wf, blasint(k), beta,
-                  p.out.as<float>() + j0, blasint(ldo));
+      for (int64_t r = 0; r < n; ++r)
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, blasint(rows), blasint(k), 1.0f, wf, blasint(k),
+                    detail::RowF32(p.x, r), 1, beta, detail::RowF32(p.out, r) + j0, 1);
     }
   });
 }

@@ -1,15 +1,15 @@
 // Decode-time Matmul (few activation rows): reads GGUF weights in place.
 //  * Q4_0 / Q4_1 / Q8_0: activations quantized to int8 blocks (q8_act.h), int8 dot products
-//    with AVX2 (vpmaddubsw, here: four activation rows per unpacked weight block) or AVX-512
-//    VNNI (512-bit vpdpbusd, four rows per pass: matmul_gemv_vnni.cpp); per-block scales in f32. Parallel over output rows; every weight
-//    row is read once for all activation rows.
+//    with AVX2 (vpmaddubsw; Q8_0 here, four activation rows per weight block; Q4 in
+//    matmul_gemv_q4_avx2.cpp, four weight rows per pass) or AVX-512 VNNI (vpdpbusd /
+//    vpdpwssd, four weight rows per pass: matmul_gemv_vnni.cpp); per-block scales in f32.
+//    Parallel over output rows; every weight row is read once for all activation rows.
 //  * other dtypes (F32/F16/BF16, K-quants, ...): f32 dot products with FMA against the row
 //    converted on the fly (F16/BF16) or dequantized into a per-thread scratch row.
 #include <immintrin.h>
 
 #include <cmath>
 #include <cstring>
-#include <type_traits>
 #include <vector>
 
 #include "core/quant.h"
@@ -22,8 +22,6 @@
 
 namespace pg::ops::cpu {
 
-using quant::BlockQ4_0;
-using quant::BlockQ4_1;
 using quant::BlockQ8_0;
 using simd::HSum;
 
@@ -44,42 +42,13 @@ void QuantizeActScalar(const float* x, ActBlock* out, int64_t k) {
 }
 
 PG_TARGET_AVX2 void QuantizeActAvx2(const float* x, ActBlock* out, int64_t k) {
-  const __m256 sign_mask = _mm256_set1_ps(-0.0f);
-  for (int64_t b = 0; b < k / 32; ++b, x += 32) {
-    __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8);
-    __m256 v2 = _mm256_loadu_ps(x + 16), v3 = _mm256_loadu_ps(x + 24);
-    __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign_mask, v0), _mm256_andnot_ps(sign_mask, v1)),
-                             _mm256_max_ps(_mm256_andnot_ps(sign_mask, v2), _mm256_andnot_ps(sign_mask, v3)));
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    const float amax = _mm_cvtss_f32(m4);
-    const float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
-    const __m256 vid = _mm256_set1_ps(id);
-    __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v0, vid));  // round to nearest even
-    __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v1, vid));
-    __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v2, vid));
-    __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v3, vid));
-    __m256i s = _mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3));
-    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-    s4 = _mm_hadd_epi32(s4, s4);
-    s4 = _mm_hadd_epi32(s4, s4);
-    // Pack 32 x i32 -> 32 x i8 in order (packs interleave 128-bit lanes; fix with permute).
-    __m256i p01 = _mm256_packs_epi32(i0, i1), p23 = _mm256_packs_epi32(i2, i3);
-    __m256i p = _mm256_packs_epi16(p01, p23);
-    p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].qs), p);
-    out[b].d = d;
-    out[b].sum = _mm_cvtsi128_si32(s4);
-  }
+  for (int64_t b = 0; b < k / 32; ++b, x += 32)
+    out[b].sum = simd::QuantizeBlock32(x, out[b].qs, &out[b].d);
 }
 
 namespace {
 
-// ---- int8 block dot products ---------------------------------------------------------------
-// Each returns Σ_blocks of the block's dot product for one weight row and one activation row.
-// kVnni selects vpdpbusd; otherwise vpmaddubsw + vpmaddwd. Nibble order (ggml): byte j holds
-// element j (low nibble) and element j + 16 (high nibble).
+// ---- Q8_0 int8 block dot products (vpmaddubsw + vpmaddwd) ----------------------------------
 
 PG_TARGET_AVX2 inline __m256i Nibbles(const uint8_t* qs) {
   __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
@@ -93,56 +62,35 @@ PG_TARGET_AVX2 inline __m256i DotU8S8Avx2(__m256i u, __m256i s) {
 
 PG_TARGET_AVX2 inline float F16(uint16_t h) { return _cvtsh_ss(h); }
 
-// RA activation rows (row r's blocks at a + r * nb) against one weight row w:
-//   out[r] = Σ_b w_d · a_d · dot(q_w, q_a)  (Q4_0: − 8 · Σ q_a inside the integer dot; Q4_1:
-//   + w_m · a_d · Σ q_a, summed apart and added last).
+// RA activation rows (row r's blocks at a + r * nb) against one Q8_0 weight row w:
+//   out[r] = Σ_b w_d · a_d · dot(q_w, q_a).
 // Every row runs the same instruction sequence whatever RA is, so a row's result does not
 // depend on how many rows share the call (batch invariance, batch_invariance_test.cpp). The
-// weight block is unpacked (and its scales widened) once for all RA rows: what makes
-// prefill's 16-row slices cheap. (Four weight rows against one activation row, for decode's
-// ILP, measured slower on an AVX2 EPYC: tg256 26-32 vs 38-41 tokens/s; not used.)
-template <typename Block, int RA>
-PG_TARGET_AVX2 void DotRowsAvx2(const Block* w, const ActBlock* a, int64_t nb, float* out) {
-  constexpr bool kQ8 = std::is_same_v<Block, BlockQ8_0>;
-  constexpr bool kQ4_1 = std::is_same_v<Block, BlockQ4_1>;
+// weight block's sign trick (|q_w|, sign moved onto q_a) is done once for all RA rows. (Q4_0 /
+// Q4_1 run matmul_gemv_q4_avx2.cpp's 4-row kernel.)
+template <int RA>
+PG_TARGET_AVX2 void DotRowsQ8Avx2(const BlockQ8_0* w, const ActBlock* a, int64_t nb, float* out) {
   __m256 acc[RA];
-  float offs[RA];
-  for (int r = 0; r < RA; ++r) acc[r] = _mm256_setzero_ps(), offs[r] = 0.0f;
+  for (int r = 0; r < RA; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const float wd = F16(w[b].d);
-    float wm = 0.0f;  // Q4_1's offset
-    if constexpr (kQ4_1) wm = F16(w[b].m);
-    __m256i raw, wq;  // wq: unsigned operand of the u8 x s8 products (Q4 nibbles, |Q8|)
-    if constexpr (kQ8) {
-      raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs));
-      wq = _mm256_sign_epi8(raw, raw);
-    } else {
-      wq = Nibbles(w[b].qs);
-    }
+    const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs));
+    const __m256i wq = _mm256_sign_epi8(raw, raw);  // unsigned operand of the u8 x s8 products
     for (int r = 0; r < RA; ++r) {
       const ActBlock& x = a[r * nb + b];
       const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs));
-      __m256i d;
-      if constexpr (kQ8) {
-        d = DotU8S8Avx2(wq, _mm256_sign_epi8(q8, raw));
-      } else {
-        d = DotU8S8Avx2(wq, q8);
-      }
-      if constexpr (std::is_same_v<Block, BlockQ4_0>) {
-        d = _mm256_sub_epi32(d, _mm256_set_epi32(0, 0, 0, 0, 0, 0, 0, 8 * x.sum));
-      }
+      const __m256i d = DotU8S8Avx2(wq, _mm256_sign_epi8(q8, raw));
       acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(wd * x.d), _mm256_cvtepi32_ps(d), acc[r]);
-      if constexpr (kQ4_1) offs[r] += wm * x.d * float(x.sum);
     }
   }
-  for (int r = 0; r < RA; ++r) out[r] = kQ4_1 ? HSum(acc[r]) + offs[r] : HSum(acc[r]);
+  for (int r = 0; r < RA; ++r) out[r] = HSum(acc[r]);
 }
 
 // Rows of x handled by the GEMV kernels; above this the GEMM path (matmul_gemm.cpp) wins.
 constexpr int64_t kGemvMaxRows = 16;
 // Output rows per parallel chunk: keeps small matrices on one thread (wake-up cost).
 constexpr int64_t kMinRowsPerChunk = 64;
-// Activation rows per DotRowsAvx2 call (accumulators stay in registers).
+// Activation rows per DotRowsQ8Avx2 call (accumulators stay in registers).
 constexpr int kRowsPerDot = 4;
 
 void Store(const MatmulParams& p, int64_t r, int64_t j, float v) {
@@ -151,37 +99,34 @@ void Store(const MatmulParams& p, int64_t r, int64_t j, float v) {
   o = p.accumulate ? o + v : v;
 }
 
-template <typename Block>
-void GemvQuantRows(const MatmulParams& p, const ActBlock* a, int64_t n, int64_t nb) {
+void GemvQ8Rows(const MatmulParams& p, const ActBlock* a, int64_t n, int64_t nb) {
   ThreadPool::Default().ParallelFor(p.w.dim(0), [&](int64_t j0, int64_t j1) {
     float v[kRowsPerDot];
     for (int64_t j = j0; j < j1; ++j) {
       // Quantized rows are whole blocks (tensor.h), so a row starts on a block.
-      const Block* w = reinterpret_cast<const Block*>(p.w.row_ptr(j));
+      const auto* w = reinterpret_cast<const BlockQ8_0*>(p.w.row_ptr(j));
       int64_t r = 0;
       for (; r + kRowsPerDot <= n; r += kRowsPerDot) {
-        DotRowsAvx2<Block, kRowsPerDot>(w, a + r * nb, nb, v);
+        DotRowsQ8Avx2<kRowsPerDot>(w, a + r * nb, nb, v);
         for (int i = 0; i < kRowsPerDot; ++i) Store(p, r + i, j, v[i]);
       }
       for (; r < n; ++r) {
-        DotRowsAvx2<Block, 1>(w, a + r * nb, nb, v);
+        DotRowsQ8Avx2<1>(w, a + r * nb, nb, v);
         Store(p, r, j, v[0]);
       }
     }
   }, kMinRowsPerChunk);
 }
 
+// Q4_0 / Q4_1 (and their RepackRows4 layouts): matmul_gemv_q4_avx2.cpp; Q8_0: above.
 void GemvQuantAvx2(const MatmulParams& p) {
+  if (GemvQ4Avx2Reads(p.w.dtype)) return GemvQ4Avx2Many({&p, 1});
+  PG_CHECK(p.w.dtype == DType::kQ8_0, "GemvQuantAvx2: dtype {}", Name(p.w.dtype));
   const int64_t n = p.x.dim(0), k = p.x.dim(1), nb = k / 32;
   thread_local std::vector<ActBlock> act;
   act.resize(size_t(n * nb));
   for (int64_t r = 0; r < n; ++r) QuantizeActAvx2(detail::RowF32(p.x, r), &act[size_t(r * nb)], k);
-  switch (p.w.dtype) {
-    case DType::kQ4_0: return GemvQuantRows<BlockQ4_0>(p, act.data(), n, nb);
-    case DType::kQ4_1: return GemvQuantRows<BlockQ4_1>(p, act.data(), n, nb);
-    case DType::kQ8_0: return GemvQuantRows<BlockQ8_0>(p, act.data(), n, nb);
-    default: PG_CHECK(false, "GemvQuantAvx2: dtype {}", Name(p.w.dtype));
-  }
+  GemvQ8Rows(p, act.data(), n, nb);
 }
 
 // ---- f32 dot products for the other dtypes ----------------------------------------------------
@@ -247,7 +192,6 @@ void GemvFloat(const MatmulParams& p) {
   }, kMinRowsPerChunk);
 }
 
-bool IsInt8Type(DType t) { return t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ8_0; }
 
 }  // namespace
 
@@ -273,9 +217,14 @@ void RowSliced(const MatmulParams& p) {
 }
 
 void RegisterMatmul(Registry& r) {
+  RegisterGemm(r);
+  // Registered only where they run (as below; RegisterElementwise).
+  if (!Features().avx2) return;
   r.Register(KernelImpl<MatmulParams>{
       "cpu_avx2_q8", Device::kCpu, kPriorityCpuAvx2,
-      [](const MatmulParams& p) { return Features().avx2 && IsInt8Type(p.w.dtype); },
+      [](const MatmulParams& p) {
+        return Features().avx2 && (p.w.dtype == DType::kQ8_0 || GemvQ4Avx2Reads(p.w.dtype));
+      },
       &RowSliced<GemvQuantAvx2>});
   // Registered only on a CPU with AVX-512 VNNI (AVX2-only machines, e.g. AMD Zen 2/3 and most
   // laptops, run cpu_avx2_q8): the table lists what this process can run, so the op harness's
@@ -290,7 +239,6 @@ void RegisterMatmul(Registry& r) {
       "cpu_avx2_gemv", Device::kCpu, kPriorityCpuAvx2 - 1,
       [](const MatmulParams& p) { return Features().avx2 && !IsRows4(p.w.dtype); },
       &RowSliced<GemvFloat>});
-  RegisterGemm(r);
 }
 
 }  // namespace pg::ops::cpu

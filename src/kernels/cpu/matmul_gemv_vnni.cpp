@@ -23,9 +23,9 @@
 #include <vector>
 
 #include "core/quant.h"
-#include "core/thread_pool.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/gemv_jobs.h"
 #include "kernels/cpu/q8_act.h"
 #include "kernels/kernel_util.h"
 #include "kernels/registry.h"
@@ -305,10 +305,9 @@ PG_TARGET_VNNI void DotRows16(const uint8_t* const* rows, const uint8_t* const* 
     }
 }
 
-// Weight rows per pass and row groups per parallel chunk (below: one thread).
-constexpr int64_t kRowsPerPass = 4;
+// Weight rows per pass (a row group, gemv_jobs.h).
+constexpr int64_t kRowsPerPass = kGemvGroupRows;
 constexpr int64_t kActsPerPass = 2;  // activation rows per pass of the int16 kernel (prefill)
-constexpr int64_t kMinGroupsPerChunk = 8;
 constexpr int64_t kMaxActRows = 16;  // the registry sends at most kGemvMaxRows rows
 
 // Activation rows quantized once per call (int16 for Q4 types, int8 for Q8_0).
@@ -317,17 +316,6 @@ struct ActFor {
   static constexpr bool kWide = Traits<K>::kNibbles;
   using Elem = std::conditional_t<kWide, int16_t, int8_t>;
   using Row = std::conditional_t<kWide, ActPairs16, ActPairs>;
-};
-
-// One matmul prepared for the row-group loop: its activation rows quantized into the
-// caller's arena, its weight rows addressed by stride. Row group g = weight rows [4g, 4g + 4).
-struct GemvJob {
-  const MatmulParams* p = nullptr;
-  void (*run)(const GemvJob&, int64_t g) = nullptr;  // RunGroup<K>
-  const uint8_t* w0 = nullptr;
-  int64_t row_bytes = 0, m = 0, n = 0, nb = 0, groups = 0;
-  void* qs = nullptr;  // [n][nb * 32] int16 (Q4 types) or int8 (Q8_0)
-  float* ds = nullptr;  // [n][nb * 2]
 };
 
 template <WKind K>
@@ -342,18 +330,11 @@ void RunGroup(const GemvJob& job, int64_t g) {
     rows[i] = job.w0 + (j0 + i) * job.row_bytes;
     ahead[i] = j0 + kRowsPerPass + i < job.m ? rows[i] + kRowsPerPass * job.row_bytes : rows[i];
   }
-  const float* bias = p.bias.data ? p.bias.as<float>() : nullptr;
   auto act = [&](int64_t r) {
     return typename A::Row{static_cast<typename A::Elem*>(job.qs) + r * nb * 32,
                            job.ds + r * nb * 2};
   };
-  auto store = [&](int64_t r, const float* v) {
-    float* out = detail::RowF32(p.out, r);
-    for (int64_t i = 0; i < rows_here; ++i) {
-      const float x = bias ? v[i] + bias[j0 + i] : v[i];
-      out[j0 + i] = p.accumulate ? out[j0 + i] + x : x;
-    }
-  };
+  auto store = [&](int64_t r, const float* v) { StoreGroup(p, r, j0, rows_here, v); };
   float v[kActsPerPass * kRowsPerPass];
   int64_t r = 0;
   if constexpr (A::kWide) {  // activation rows in pairs share the weights' unpacking
@@ -382,8 +363,7 @@ void RunGroup(const GemvJob& job, int64_t g) {
 int64_t ActBytes(const MatmulParams& p) {
   const int64_t n = p.x.dim(0), nb = p.x.dim(1) / 32;
   const int64_t elem = p.w.dtype == DType::kQ8_0 ? 1 : 2;
-  auto up = [](int64_t b) { return (b + 63) / 64 * 64; };
-  return up(n * nb * 32 * elem) + up(n * nb * 2 * 4);
+  return CacheLines(n * nb * 32 * elem) + CacheLines(n * nb * 2 * 4);
 }
 
 // Quantizes p's activation rows at `arena` (ActBytes(p) bytes) and describes the job.
@@ -401,7 +381,7 @@ GemvJob PrepareJob(const MatmulParams& p, uint8_t* arena) {
   j.row_bytes = p.w.strides[0] / quant::kQK * Traits<K>::kBytes;
   PG_CHECK(j.n <= kMaxActRows, "GemvQuantVnni512: {} rows", j.n);
   auto* qs = reinterpret_cast<typename A::Elem*>(arena);
-  auto* ds = reinterpret_cast<float*>(arena + (j.n * j.nb * 32 * int64_t(sizeof(*qs)) + 63) / 64 * 64);
+  auto* ds = reinterpret_cast<float*>(arena + CacheLines(j.n * j.nb * 32 * int64_t(sizeof(*qs))));
   j.qs = qs;
   j.ds = ds;
   for (int64_t r = 0; r < j.n; ++r) {
@@ -426,38 +406,9 @@ GemvJob PrepareAny(const MatmulParams& p, uint8_t* arena) {
 
 }  // namespace
 
-// Every job's row groups in one parallel loop: a chunk [g0, g1) of the concatenated groups
-// may span jobs (a prefix sum finds the first).
 void GemvQuantVnni512Many(std::span<const MatmulParams> ps) {
-  if (ps.empty()) return;
-  thread_local std::vector<uint8_t> arena;
-  thread_local std::vector<GemvJob> jobs;
-  thread_local std::vector<int64_t> first;  // first[i] = groups before job i
-  int64_t bytes = 0;
-  for (const MatmulParams& p : ps) bytes += ActBytes(p);
-  if (int64_t(arena.size()) < bytes + 64) arena.resize(size_t(bytes + 64));
-  uint8_t* at = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(arena.data()) + 63) & ~uintptr_t(63));
-  jobs.clear();
-  first.clear();
-  int64_t total = 0;
-  for (const MatmulParams& p : ps) {
-    jobs.push_back(PrepareAny(p, at));
-    at += ActBytes(p);
-    first.push_back(total);
-    total += jobs.back().groups;
-  }
-  const GemvJob* js = jobs.data();
-  const int64_t* fs = first.data();
-  const int64_t nj = int64_t(jobs.size());
-  ThreadPool::Default().ParallelFor(total, [js, fs, nj](int64_t g0, int64_t g1) {
-    int64_t i = int64_t(std::upper_bound(fs, fs + nj, g0) - fs) - 1;
-    for (int64_t g = g0; g < g1; ++g) {
-      while (i + 1 < nj && g >= fs[i + 1]) ++i;
-      js[i].run(js[i], g - fs[i]);
-    }
-  }, kMinGroupsPerChunk);
+  RunGemvJobs(ps, GemvFamily{&ActBytes, &PrepareAny});
 }
-
 
 PG_TARGET_VNNI void QuantizeActPairs(const float* x, int64_t k, bool nibble_order,
                                      const ActPairs& out) {
@@ -536,12 +487,12 @@ bool GemvQuantVnni512Reads(DType t) {
 }
 
 bool GemvQuantVnni512Takes(const MatmulParams& p) {
-  return Features().vnni && GemvQuantVnni512Reads(p.w.dtype) && p.x.dim(0) <= kMaxActRows &&
-         !p.w_scale.data;
+  return Features().vnni && MaxKernelPriority() >= kPriorityCpuAvx512 &&
+         GemvQuantVnni512Reads(p.w.dtype) && p.x.dim(0) <= kMaxActRows && !p.w_scale.data;
 }
 
 bool CanRepackRows4(const TensorView& w) {
-  return Features().vnni && (w.dtype == DType::kQ4_0 || w.dtype == DType::kQ4_1) && w.ndim == 2 &&
+  return Features().avx2 && (w.dtype == DType::kQ4_0 || w.dtype == DType::kQ4_1) && w.ndim == 2 &&
          w.dim(0) % kRowsPerPass == 0 && w.dim(0) > 0 && w.is_contiguous() &&
          w.device == Device::kCpu;
 }
@@ -584,9 +535,9 @@ std::optional<Tensor> PackMatmulWeightForCpu(const TensorView& w) {
     const char* e = std::getenv("PEREGRINE_CPU_REPACK");
     return e == nullptr || std::string_view(e) != "0";
   }();
-  // Only where the kernel that reads the layout may run (tests cap the priority to the
-  // reference kernels, which read the source layout only).
-  if (!enabled || MaxKernelPriority() < kPriorityCpuAvx512 || !cpu::CanRepackRows4(w))
+  // Only where a kernel that reads the layout may run (cpu_vnni_q8 or cpu_avx2_q8; tests cap
+  // the priority to the reference kernels, which read the source layout only).
+  if (!enabled || MaxKernelPriority() < kPriorityCpuAvx2 || !cpu::CanRepackRows4(w))
     return std::nullopt;
   return cpu::RepackRows4(w);
 }

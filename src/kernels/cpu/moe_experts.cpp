@@ -29,12 +29,16 @@ struct Scratch {
   }
 };
 
-// Runs independent matmuls: in one pool dispatch when the VNNI kernel takes them all (the
-// same row arithmetic Matmul would choose), else one Matmul each.
+// Runs independent matmuls: in one pool dispatch when the kernel Matmul would choose (VNNI,
+// else AVX2 for Q4 weights) takes them all, with the same row arithmetic; else one Matmul each.
 void MatmulAll(std::span<const MatmulParams> ps) {
-  bool many = true;
-  for (const MatmulParams& p : ps) many = many && GemvQuantVnni512Takes(p);
-  if (many) return GemvQuantVnni512Many(ps);
+  bool vnni = true, avx2 = true;
+  for (const MatmulParams& p : ps) {
+    vnni = vnni && GemvQuantVnni512Takes(p);
+    avx2 = avx2 && GemvQ4Avx2Takes(p);
+  }
+  if (vnni) return GemvQuantVnni512Many(ps);
+  if (avx2) return GemvQ4Avx2Many(ps);
   for (const MatmulParams& p : ps) Matmul(p);
 }
 

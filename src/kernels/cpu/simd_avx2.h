@@ -69,4 +69,32 @@ PG_TARGET_AVX2 inline void ScaleAxpy(float* y, float scale, float alpha, const f
   for (; i < n; ++i) y[i] = y[i] * scale + alpha * x[i];
 }
 
+// 32 floats -> int8 q[i] = round(x[i] / d) (ties to even), d = max |x| / 127 (*d_out; 0 for
+// an all-zero block, whose q are 0). Returns Σ q.
+PG_TARGET_AVX2 inline int32_t QuantizeBlock32(const float* x, int8_t* q, float* d_out) {
+  const __m256 sign_mask = _mm256_set1_ps(-0.0f);
+  __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8);
+  __m256 v2 = _mm256_loadu_ps(x + 16), v3 = _mm256_loadu_ps(x + 24);
+  __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign_mask, v0), _mm256_andnot_ps(sign_mask, v1)),
+                           _mm256_max_ps(_mm256_andnot_ps(sign_mask, v2), _mm256_andnot_ps(sign_mask, v3)));
+  const float amax = HMax(m);
+  const float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
+  const __m256 vid = _mm256_set1_ps(id);
+  __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v0, vid));  // round to nearest even
+  __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v1, vid));
+  __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v2, vid));
+  __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v3, vid));
+  __m256i s = _mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3));
+  __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+  s4 = _mm_hadd_epi32(s4, s4);
+  s4 = _mm_hadd_epi32(s4, s4);
+  // Pack 32 x i32 -> 32 x i8 in order (packs interleave 128-bit lanes; fix with permute).
+  __m256i p01 = _mm256_packs_epi32(i0, i1), p23 = _mm256_packs_epi32(i2, i3);
+  __m256i p = _mm256_packs_epi16(p01, p23);
+  p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), p);
+  *d_out = d;
+  return _mm_cvtsi128_si32(s4);
+}
+
 }  // namespace pg::ops::cpu::simd
