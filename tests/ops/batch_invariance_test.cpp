@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "core/quant.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/ops.h"
 #include "kernels/registry.h"
@@ -85,6 +86,36 @@ TEST(BatchInvariance, Rows4RepackGivesTheSourceBits) {
       Matmul({.x = x.view(), .w = w.view(), .out = want.view()});
       Matmul({.x = x.view(), .w = w4.view(), .out = got.view()});
       ASSERT_EQ(std::memcmp(want.data<float>(), got.data<float>(), size_t(n * m) * 4), 0)
+          << "n = " << n;
+    }
+  }
+}
+
+// cpu_avx2_q8's Q4 dot products through AVX-VNNI (Intel laptops, Zen 5) must give the bits of
+// the plain AVX2 instructions: a model gives the same tokens on both kinds of machine.
+TEST(BatchInvariance, AvxVnniGivesTheAvx2Bits) {
+  PG_SEED_TRACE();
+  if (!cpu::Features().avx_vnni) GTEST_SKIP() << "this CPU has no AVX-VNNI";
+  KernelCaps caps;
+  SetMaxKernelPriority(kPriorityCpuAvx2);
+  struct Restore {
+    ~Restore() { cpu::UseAvxVnniForQ4(true); }
+  } restore;
+  for (auto [k, m] : {std::pair<int64_t, int64_t>{576, 192}, {160, 1111}, {2048, 768}})
+  for (DType dt : {DType::kQ4_0, DType::kQ4_1})
+  for (bool packed : {false, true}) {
+    SCOPED_TRACE(fmt::format("{} k={} m={} packed {}", Name(dt), k, m, packed));
+    Tensor w = QuantizedWeight(dt, m, k);
+    if (packed && !cpu::CanRepackRows4(w.view())) continue;  // m % 4 != 0
+    if (packed) w = cpu::RepackRows4(w.view());
+    for (int64_t n : {1, 2, 3, 16}) {
+      Tensor x(DType::kF32, {n, k}), plain(DType::kF32, {n, m}), vnni(DType::kF32, {n, m});
+      FillNormal(x);
+      cpu::UseAvxVnniForQ4(false);
+      Matmul({.x = x.view(), .w = w.view(), .out = plain.view()});
+      cpu::UseAvxVnniForQ4(true);
+      Matmul({.x = x.view(), .w = w.view(), .out = vnni.view()});
+      ASSERT_EQ(std::memcmp(plain.data<float>(), vnni.data<float>(), size_t(n * m) * 4), 0)
           << "n = " << n;
     }
   }

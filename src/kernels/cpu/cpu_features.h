@@ -9,6 +9,7 @@ struct CpuFeatures {
   bool avx2 = false;     // + fma + f16c
   bool avx512 = false;   // avx512f + bw + vl
   bool vnni = false;     // avx512_vnni (with avx512vl: 256-bit vpdpbusd)
+  bool avx_vnni = false; // avx2 + AVX-VNNI (VEX vpdpbusd; Intel Alder Lake on, AMD Zen 5)
 };
 
 // Detected once; immutable afterwards.
@@ -17,4 +18,5 @@ const CpuFeatures& Features();
 }  // namespace pg::ops::cpu
 
 #define PG_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define PG_TARGET_AVXVNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
 #define PG_TARGET_VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))

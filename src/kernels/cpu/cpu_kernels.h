@@ -26,6 +26,9 @@ void GemvQuantVnni512Many(std::span<const MatmulParams> ps);
 bool GemvQ4Avx2Reads(DType w);
 bool GemvQ4Avx2Takes(const MatmulParams& p);
 void GemvQ4Avx2Many(std::span<const MatmulParams> ps);
+// Whether that kernel takes AVX-VNNI's vpdpbusd where the CPU has it (default) or the plain
+// AVX2 instructions: the same bits either way (tests and benchmarks compare the two).
+void UseAvxVnniForQ4(bool on);
 
 // Q4_0 / Q4_1 weights re-laid for the int8 GEMV kernels (DType kQ4_0x4 / kQ4_1x4): 4 rows interleaved
 // per pair of blocks, so a row group is one sequential stream and one load brings its 8 scales.

@@ -1,5 +1,6 @@
 // Decode GEMV for Q4_0 / Q4_1 weights (and their RepackRows4 layouts) with AVX2, for CPUs
-// without AVX-512 VNNI (AMD Zen 2/3, most Intel laptops).
+// without AVX-512 VNNI (AMD Zen 2/3, most Intel laptops; those with AVX-VNNI, Intel 12th
+// generation on, take its 256-bit vpdpbusd for the block dot products: same bits).
 //
 // Activations: int8 blocks (as llama.cpp's q8_0 activations), laid out per PAIR of blocks
 // (Act, below) so that one 32-byte load of a weight pair's nibbles lines up with them:
@@ -20,6 +21,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "core/quant.h"
@@ -148,62 +150,21 @@ PG_TARGET_AVX2 inline void Prefetch(const uint8_t* p) {
   _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
 }
 
-// out[a * 4 + r] = row r of the group (rows / ahead: as in gemv_jobs RunGroup) times
-// activation row a, for A activation rows.
-template <bool kQ4_1, bool kRows4, int A>
-PG_TARGET_AVX2 void DotGroup(const uint8_t* const* rows, const uint8_t* const* ahead,
-                             const Act* acts, int64_t nb, float* out) {
-  using T = Q4<kQ4_1>;
-  constexpr int64_t kPair4 = 8 * T::kBytes;  // Rows4: one pair of blocks of 4 rows
-  const __m256i nib = _mm256_set1_epi8(0x0F);
-  const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[A], macc[A];
-  for (int a = 0; a < A; ++a) acc[a] = macc[a] = _mm256_setzero_ps();
-  const int64_t npairs = (nb + 1) / 2;
-  for (int64_t pi = 0; pi < npairs; ++pi) {
-    const int64_t b = 2 * pi;
-    const bool full = b + 1 < nb;
-    const uint8_t* group[4];  // Rows4: group[0] = this pair's bytes
-    const uint8_t* const* src = rows;
-    if constexpr (kRows4) {
-      group[0] = rows[0] + pi * kPair4;
-      const uint8_t* next = ahead[0] + pi * kPair4;
-      Prefetch(next);
-      Prefetch(next + 64);
-      Prefetch(next + 128);
-      src = group;
-    } else {
-      for (int r = 0; r < 4; ++r) Prefetch(ahead[r] + b * T::kBytes);
-    }
-    __m256 dw, mw;
-    Scales<kQ4_1>(ScaleFields<kQ4_1, kRows4>(src, b, full), full, &dw, &mw);
-    __m256i d[A][4];
-    for (int r = 0; r < 4; ++r) {
-      const __m256i q = Quants<kQ4_1, kRows4>(src, b, r, full);
-      const __m256i lo = _mm256_and_si256(q, nib), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), nib);
-      for (int a = 0; a < A; ++a) {
-        const int8_t* aq = acts[a].qs + pi * 64;
-        const __m256i p = _mm256_add_epi16(
-            _mm256_maddubs_epi16(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(aq))),
-            _mm256_maddubs_epi16(hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(aq + 32))));
-        d[a][r] = _mm256_madd_epi16(p, ones);
-      }
-    }
-    for (int a = 0; a < A; ++a) {
-      const float* sc = acts[a].sc + pi * 16;
-      const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(d[a][0], d[a][1]),
-                                          _mm256_hadd_epi32(d[a][2], d[a][3]));
-      acc[a] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(h), _mm256_mul_ps(dw, _mm256_loadu_ps(sc)), acc[a]);
-      macc[a] = _mm256_fmadd_ps(mw, _mm256_loadu_ps(sc + 8), macc[a]);
-    }
-  }
-  for (int a = 0; a < A; ++a) {
-    alignas(32) float v[8], m[8];
-    _mm256_store_ps(v, acc[a]);
-    _mm256_store_ps(m, macc[a]);
-    for (int r = 0; r < 4; ++r) out[a * 4 + r] = (v[r] + v[r + 4]) + T::kOffset * (m[r] + m[r + 4]);
-  }
-}
+// DotGroup, per instruction set (matmul_gemv_q4_avx2_dot.inc).
+namespace avx2 {
+#define PG_Q4_TARGET PG_TARGET_AVX2
+#define PG_Q4_AVXVNNI 0
+#include "kernels/cpu/matmul_gemv_q4_avx2_dot.inc"
+#undef PG_Q4_TARGET
+#undef PG_Q4_AVXVNNI
+}  // namespace avx2
+namespace avxvnni {
+#define PG_Q4_TARGET PG_TARGET_AVXVNNI
+#define PG_Q4_AVXVNNI 1
+#include "kernels/cpu/matmul_gemv_q4_avx2_dot.inc"
+#undef PG_Q4_TARGET
+#undef PG_Q4_AVXVNNI
+}  // namespace avxvnni
 
 constexpr int64_t kActsPerPass = 2;  // activation rows sharing each weight unpack (prefill)
 constexpr int64_t kMaxActRows = 16;  // the registry sends at most kGemvMaxRows rows
@@ -212,7 +173,7 @@ constexpr int64_t kMaxActRows = 16;  // the registry sends at most kGemvMaxRows 
 int64_t ActRowQs(int64_t nb) { return (nb + 1) / 2 * 64; }
 int64_t ActRowSc(int64_t nb) { return (nb + 1) / 2 * 16; }
 
-template <bool kQ4_1, bool kRows4>
+template <bool kQ4_1, bool kRows4, bool kVnni>
 void RunGroup(const GemvJob& job, int64_t g) {
   const MatmulParams& p = *job.p;
   const int64_t nb = job.nb, j0 = g * kGemvGroupRows,
@@ -231,14 +192,30 @@ void RunGroup(const GemvJob& job, int64_t g) {
   int64_t r = 0;
   for (; r + kActsPerPass <= job.n; r += kActsPerPass) {
     const Act two[kActsPerPass] = {act(r), act(r + 1)};
-    DotGroup<kQ4_1, kRows4, kActsPerPass>(rows, ahead, two, nb, v);
+    if constexpr (kVnni) avxvnni::DotGroup<kQ4_1, kRows4, kActsPerPass>(rows, ahead, two, nb, v);
+    else avx2::DotGroup<kQ4_1, kRows4, kActsPerPass>(rows, ahead, two, nb, v);
     for (int64_t a = 0; a < kActsPerPass; ++a) StoreGroup(p, r + a, j0, rows_here, v + a * kGemvGroupRows);
   }
   for (; r < job.n; ++r) {
     const Act one = act(r);
-    DotGroup<kQ4_1, kRows4, 1>(rows, ahead, &one, nb, v);
+    if constexpr (kVnni) avxvnni::DotGroup<kQ4_1, kRows4, 1>(rows, ahead, &one, nb, v);
+    else avx2::DotGroup<kQ4_1, kRows4, 1>(rows, ahead, &one, nb, v);
     StoreGroup(p, r, j0, rows_here, v);
   }
+}
+
+std::atomic<bool> g_use_avx_vnni{Features().avx_vnni};
+
+template <bool kVnni>
+void (*PickRun(DType t))(const GemvJob&, int64_t) {
+  switch (t) {
+    case DType::kQ4_0: return &RunGroup<false, false, kVnni>;
+    case DType::kQ4_1: return &RunGroup<true, false, kVnni>;
+    case DType::kQ4_0x4: return &RunGroup<false, true, kVnni>;
+    case DType::kQ4_1x4: return &RunGroup<true, true, kVnni>;
+    default: PG_CHECK(false, "GemvQ4Avx2: dtype {}", Name(t));
+  }
+  return nullptr;
 }
 
 int64_t ActBytes(const MatmulParams& p) {
@@ -249,13 +226,8 @@ int64_t ActBytes(const MatmulParams& p) {
 GemvJob Prepare(const MatmulParams& p, uint8_t* arena) {
   GemvJob j;
   j.p = &p;
-  switch (p.w.dtype) {
-    case DType::kQ4_0: j.run = &RunGroup<false, false>; break;
-    case DType::kQ4_1: j.run = &RunGroup<true, false>; break;
-    case DType::kQ4_0x4: j.run = &RunGroup<false, true>; break;
-    case DType::kQ4_1x4: j.run = &RunGroup<true, true>; break;
-    default: PG_CHECK(false, "GemvQ4Avx2: dtype {}", Name(p.w.dtype));
-  }
+  j.run = g_use_avx_vnni.load(std::memory_order_relaxed) ? PickRun<true>(p.w.dtype)
+                                                         : PickRun<false>(p.w.dtype);
   const bool q4_1 = p.w.dtype == DType::kQ4_1 || p.w.dtype == DType::kQ4_1x4;
   j.n = p.x.dim(0);
   j.nb = p.x.dim(1) / 32;
@@ -273,6 +245,8 @@ GemvJob Prepare(const MatmulParams& p, uint8_t* arena) {
 }
 
 }  // namespace
+
+void UseAvxVnniForQ4(bool on) { g_use_avx_vnni = on && Features().avx_vnni; }
 
 bool GemvQ4Avx2Reads(DType t) {
   return t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ4_0x4 || t == DType::kQ4_1x4;
