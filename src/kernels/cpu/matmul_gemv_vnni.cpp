@@ -26,6 +26,7 @@
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/gemv_jobs.h"
+#include "kernels/cpu/q4_groups.h"
 #include "kernels/cpu/q8_act.h"
 #include "kernels/kernel_util.h"
 #include "kernels/registry.h"
@@ -195,119 +196,85 @@ PG_TARGET_VNNI void DotRows(const uint8_t* const* rows, const uint8_t* const* ah
   }
 }
 
-// Q4_0 / Q4_1 with int16 activations (ActPairs16): per pair of blocks the nibbles are widened
-// to 16 bits, lo = [b0 0-15 | b1 0-15], hi = [b0 16-31 | b1 16-31], and two chained vpdpwssd
-// leave b0's partial sums in lanes 0-7 and b1's in lanes 8-15 (the Q8_0 lane pattern).
-template <WKind K, int R, int A>
-PG_TARGET_VNNI void DotRows16(const uint8_t* const* rows, const uint8_t* const* ahead,
-                              const ActPairs16* acts, int64_t nb, float* out) {
-  // A activation rows share each weight pair's unpacking (prefill); out[a * R + r]. Every
-  // (r, a) runs exactly the single-row sequence (same operations, same order), so a row's
-  // bits do not depend on A or on which rows share its pass (batch invariance).
-  // Rows4 layouts (R == 4): rows[0] / ahead[0] are the group's / the next group's first byte;
-  // each weight row's scales and quants are read from the interleaved copy, the same values
-  // into the same registers, so its bits equal the source layout's.
-  using T = Traits<K>;
-  constexpr WKind kB = BaseKind<K>();
-  constexpr bool kR4 = IsRows4<K>();
-  static_assert(T::kNibbles && (!kR4 || R == 4));
-  constexpr int64_t kPair4 = 8 * T::kBytes;  // one pair of blocks of 4 rows (Rows4)
-  const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
+// Q4_0 / Q4_1 (source layout or RepackRows4's) with int16 activations (ActPairs16), one group
+// of 4 weight rows (q4_groups.h reads them) against A activation rows. Per pair of blocks and
+// row: the 32 quant bytes widen to 16 bits, lo = [b0 0-15 | b1 0-15], hi = [b0 16-31 | b1
+// 16-31], and two chained vpdpwssd leave b0's partial sums in lanes 0-7, b1's in 8-15 (exact:
+// |q| <= 127 * 128 times 15, 32 terms). Two unpack-and-add levels fold the 4 rows' vectors into
+// one, z = [r0..r3 | r0..r3 | r0..r3 | r0..r3] (128-bit lanes: b0, b0, b1, b1; each lane a
+// quarter of a row's block dot product, exact), so one convert and one fma per pair serve
+// all 4 rows: acc += z * (dw * da). Offsets fold through the activation sums (ActPairs16::ds:
+// Q4_0 -8 * dw * s, Q4_1 + m * s) into an 8-lane accumulator. Row r = lanes r, r+4, r+8, r+12
+// of acc plus lanes r, r+4 of the offsets'.
+// Bits: every lane's operations depend only on its own weight row and the activation row, so
+// a padded short group, the packed layout and any A give each row the same bits.
+template <bool kQ4_1, bool kRows4, int A>
+PG_TARGET_VNNI void DotGroup16(const uint8_t* const* rows, const uint8_t* const* ahead,
+                               const ActPairs16* acts, int64_t nb, float* out) {
+  using T = q4::Q4<kQ4_1>;
+  constexpr int64_t kPair4 = 8 * T::kBytes;  // Rows4: one pair of blocks of 4 rows
   const __m512i lo_mask = _mm512_set1_epi16(0x0F);
-  __m512 acc[A][R];
-  __m128 macc[A][R];
-  for (int a = 0; a < A; ++a)
-    for (int r = 0; r < R; ++r) {
-      acc[a][r] = _mm512_setzero_ps();
-      macc[a][r] = _mm_setzero_ps();
-    }
-  for (int64_t b = 0; b + 1 < nb; b += 2) {
-    __m512i a_lo[A], a_hi[A];
-    __m128 ad[A];  // [da0, s0, da1, s1]
-    for (int a = 0; a < A; ++a) {
-      a_lo[a] = _mm512_loadu_si512(acts[a].qs + b * 32);
-      a_hi[a] = _mm512_loadu_si512(acts[a].qs + b * 32 + 32);
-      ad[a] = _mm_loadu_ps(acts[a].ds + 2 * b);
-    }
-    [[maybe_unused]] const uint8_t* pair = nullptr;  // Rows4: [scales of 4 rows][4 x 32 quants]
-    [[maybe_unused]] __m256 d8;                      // Rows4 Q4_0: [r0 d0, r0 d1, r1 d0, ...]
-    if constexpr (kR4) {
-      pair = rows[0] + (b / 2) * kPair4;
-      const uint8_t* next = ahead[0] + (b / 2) * kPair4;
+  __m512 acc[A];
+  __m256 macc[A];
+  for (int a = 0; a < A; ++a) {
+    acc[a] = _mm512_setzero_ps();
+    macc[a] = _mm256_setzero_ps();
+  }
+  const int64_t npairs = (nb + 1) / 2;
+  for (int64_t pi = 0; pi < npairs; ++pi) {
+    const int64_t b = 2 * pi;
+    const bool full = b + 1 < nb;
+    const uint8_t* group[4];  // Rows4: group[0] = this pair's bytes
+    const uint8_t* const* src = rows;
+    if constexpr (kRows4) {
+      group[0] = rows[0] + pi * kPair4;
+      const uint8_t* next = ahead[0] + pi * kPair4;
       PrefetchAt(next);
       PrefetchAt(next + 64);
       PrefetchAt(next + 128);
-      if constexpr (kB == WKind::kQ4_0)
-        d8 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pair)));
+      src = group;
+    } else {
+      for (int r = 0; r < 4; ++r) PrefetchAt(ahead[r] + b * T::kBytes);
     }
-    for (int r = 0; r < R; ++r) {
-      __m128 ws;   // PairScales' [d0, d0, d1, d1] (Q4_0) or [d0, m0, d1, m1] (Q4_1)
-      __m256i q;   // the pair's 32 quant bytes, block 0's then block 1's
-      if constexpr (kR4) {
-        if constexpr (kB == WKind::kQ4_0)
-          ws = _mm256_castps256_ps128(_mm256_permutevar8x32_ps(
-              d8, _mm256_setr_epi32(2 * r, 2 * r, 2 * r + 1, 2 * r + 1, 0, 0, 0, 0)));
-        else
-          ws = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(pair + 8 * r)));
-        q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pair + 8 * T::kQsOff + 32 * r));
-      } else {
-        const uint8_t* b0 = rows[r] + b * T::kBytes;
-        const uint8_t* b1 = b0 + T::kBytes;
-        PrefetchAt(ahead[r] + b * T::kBytes);
-        ws = PairScales<kB>(b0, b1);
-        q = _mm256_inserti128_si256(
-            _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + T::kQsOff))),
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(b1 + T::kQsOff)), 1);
-      }
-      const __m512i w16 = _mm512_cvtepu8_epi16(q);
-      const __m512i w_lo = _mm512_and_si512(w16, lo_mask), w_hi = _mm512_srli_epi16(w16, 4);
-      for (int a = 0; a < A; ++a) {
-        const __m128 prod = _mm_mul_ps(ws, ad[a]);
-        macc[a][r] = _mm_add_ps(macc[a][r], prod);
-        const __m512 sc = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(prod));
-        __m512i dot = _mm512_dpwssd_epi32(_mm512_setzero_si512(), w_lo, a_lo[a]);
-        dot = _mm512_dpwssd_epi32(dot, w_hi, a_hi[a]);
-        acc[a][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), sc, acc[a][r]);
-      }
+    __m256 dw, mw;
+    q4::Scales<kQ4_1>(q4::ScaleFields<kQ4_1, kRows4>(src, b, full), full, &dw, &mw);
+    __m512i w_lo[4], w_hi[4];
+    for (int r = 0; r < 4; ++r) {
+      const __m512i w16 = _mm512_cvtepu8_epi16(q4::Quants<kQ4_1, kRows4>(src, b, r, full));
+      w_lo[r] = _mm512_and_si512(w16, lo_mask);
+      w_hi[r] = _mm512_srli_epi16(w16, 4);
+    }
+    for (int a = 0; a < A; ++a) {
+      const __m512i a_lo = _mm512_loadu_si512(acts[a].qs + pi * 64);
+      const __m512i a_hi = _mm512_loadu_si512(acts[a].qs + pi * 64 + 32);
+      __m512i d[4];
+      for (int r = 0; r < 4; ++r)
+        d[r] = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(_mm512_setzero_si512(), w_lo[r], a_lo), w_hi[r], a_hi);
+      const __m512i x01 = _mm512_add_epi32(_mm512_unpacklo_epi32(d[0], d[1]), _mm512_unpackhi_epi32(d[0], d[1]));
+      const __m512i x23 = _mm512_add_epi32(_mm512_unpacklo_epi32(d[2], d[3]), _mm512_unpackhi_epi32(d[2], d[3]));
+      const __m512i z = _mm512_add_epi32(_mm512_unpacklo_epi64(x01, x23), _mm512_unpackhi_epi64(x01, x23));
+      const __m256 ds = _mm256_castps128_ps256(_mm_loadu_ps(acts[a].ds + 4 * pi));  // [da0, s0, da1, s1]
+      const __m256 da = _mm256_permutevar8x32_ps(ds, _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2));
+      const __m256 sa = _mm256_permutevar8x32_ps(ds, _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3));
+      const __m512 sc8 = _mm512_castps256_ps512(_mm256_mul_ps(dw, da));
+      const __m512 sc = _mm512_shuffle_f32x4(sc8, sc8, _MM_SHUFFLE(1, 1, 0, 0));  // [b0 b0 b1 b1]
+      acc[a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(z), sc, acc[a]);
+      macc[a] = _mm256_fmadd_ps(mw, sa, macc[a]);
     }
   }
-  for (int a = 0; a < A; ++a)
-    for (int r = 0; r < R; ++r) {
-      const ActPairs16& act = acts[a];
-      const __m128 m = macc[a][r];
-      float v = _mm512_reduce_add_ps(acc[a][r]) +
-                T::kOffset * (_mm_cvtss_f32(_mm_shuffle_ps(m, m, 1)) +
-                              _mm_cvtss_f32(_mm_shuffle_ps(m, m, 3)));
-      if (nb % 2) {  // last block, element order: [0-15 | 16-31]
-        const int64_t b = nb - 1;
-        const uint8_t* sp;  // the block's scale field(s)
-        const uint8_t* qp;  // its 16 quant bytes
-        if constexpr (kR4) {  // [4 rows' scale fields][4 x 16 quants]
-          const uint8_t* tail = rows[0] + (b / 2) * kPair4;
-          sp = tail + r * T::kQsOff;
-          qp = tail + 4 * T::kQsOff + 16 * r;
-        } else {
-          sp = rows[r] + b * T::kBytes;
-          qp = sp + T::kQsOff;
-        }
-        const __m128 ws = PairScales<kB>(sp, sp);
-        const __m256i w16 = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qp)));
-        const __m512i w = _mm512_inserti64x4(
-            _mm512_castsi256_si512(_mm256_and_si256(w16, _mm256_set1_epi16(0x0F))),
-            _mm256_srli_epi16(w16, 4), 1);
-        const __m512i dot = _mm512_dpwssd_epi32(_mm512_setzero_si512(), w,
-                                                _mm512_loadu_si512(act.qs + b * 32));
-        const float dw = _mm_cvtss_f32(ws), mw = _mm_cvtss_f32(_mm_shuffle_ps(ws, ws, 1));
-        v += dw * act.ds[2 * b] * float(_mm512_reduce_add_epi32(dot)) +
-             T::kOffset * (mw * act.ds[2 * b + 1]);
-      }
-      out[a * R + r] = v;
-    }
+  for (int a = 0; a < A; ++a) {
+    alignas(64) float v[16];
+    alignas(32) float m[8];
+    _mm512_store_ps(v, acc[a]);
+    _mm256_store_ps(m, macc[a]);
+    for (int r = 0; r < 4; ++r)
+      out[a * 4 + r] = ((v[r] + v[r + 4]) + (v[r + 8] + v[r + 12])) + T::kOffset * (m[r] + m[r + 4]);
+  }
 }
 
 // Weight rows per pass (a row group, gemv_jobs.h).
 constexpr int64_t kRowsPerPass = kGemvGroupRows;
-constexpr int64_t kActsPerPass = 2;  // activation rows per pass of the int16 kernel (prefill)
+constexpr int64_t kActsPerPass = 4;  // activation rows per pass of the int16 kernel (prefill)
 constexpr int64_t kMaxActRows = 16;  // the registry sends at most kGemvMaxRows rows
 
 // Activation rows quantized once per call (int16 for Q4 types, int8 for Q8_0).
@@ -317,6 +284,12 @@ struct ActFor {
   using Elem = std::conditional_t<kWide, int16_t, int8_t>;
   using Row = std::conditional_t<kWide, ActPairs16, ActPairs>;
 };
+// Elements of qs and floats of ds an activation row takes: ActPairs16 rounds nb up to whole
+// pairs (an odd last block has a zero partner), ActPairs does not.
+template <WKind K>
+int64_t ActRowQs(int64_t nb) { return ActFor<K>::kWide ? (nb + 1) / 2 * 64 : nb * 32; }
+template <WKind K>
+int64_t ActRowDs(int64_t nb) { return ActFor<K>::kWide ? (nb + 1) / 2 * 4 : nb * 2; }
 
 template <WKind K>
 void RunGroup(const GemvJob& job, int64_t g) {
@@ -326,44 +299,50 @@ void RunGroup(const GemvJob& job, int64_t g) {
                 rows_here = std::min(kRowsPerPass, job.m - j0);
   const uint8_t* rows[kRowsPerPass];
   const uint8_t* ahead[kRowsPerPass];  // the next group's rows (this group's at the end)
-  for (int64_t i = 0; i < rows_here; ++i) {  // Rows4: [0] is the group, m % 4 == 0
-    rows[i] = job.w0 + (j0 + i) * job.row_bytes;
-    ahead[i] = j0 + kRowsPerPass + i < job.m ? rows[i] + kRowsPerPass * job.row_bytes : rows[i];
+  for (int64_t i = 0; i < kRowsPerPass; ++i) {  // Q4: a short last group repeats its last row
+    const int64_t j = j0 + std::min(i, rows_here - 1);
+    rows[i] = job.w0 + j * job.row_bytes;  // Rows4: [0] is the group, m % 4 == 0
+    ahead[i] = j + kRowsPerPass < job.m ? rows[i] + kRowsPerPass * job.row_bytes : rows[i];
   }
   auto act = [&](int64_t r) {
-    return typename A::Row{static_cast<typename A::Elem*>(job.qs) + r * nb * 32,
-                           job.ds + r * nb * 2};
+    return typename A::Row{static_cast<typename A::Elem*>(job.qs) + r * ActRowQs<K>(nb),
+                           job.ds + r * ActRowDs<K>(nb)};
   };
   auto store = [&](int64_t r, const float* v) { StoreGroup(p, r, j0, rows_here, v); };
   float v[kActsPerPass * kRowsPerPass];
   int64_t r = 0;
-  if constexpr (A::kWide) {  // activation rows in pairs share the weights' unpacking
-    for (; rows_here == kRowsPerPass && r + kActsPerPass <= job.n; r += kActsPerPass) {
-      const typename A::Row two[kActsPerPass] = {act(r), act(r + 1)};
-      DotRows16<K, kRowsPerPass, kActsPerPass>(rows, ahead, two, nb, v);
+  if constexpr (A::kWide) {  // Q4 kinds: activation rows share each pass's weight unpacking
+    constexpr bool kQ4_1 = BaseKind<K>() == WKind::kQ4_1;
+    for (; r + kActsPerPass <= job.n; r += kActsPerPass) {
+      typename A::Row several[kActsPerPass];
+      for (int64_t a = 0; a < kActsPerPass; ++a) several[a] = act(r + a);
+      DotGroup16<kQ4_1, IsRows4<K>(), kActsPerPass>(rows, ahead, several, nb, v);
       for (int64_t a = 0; a < kActsPerPass; ++a) store(r + a, v + a * kRowsPerPass);
     }
-  }
-  for (; r < job.n; ++r) {
-    const typename A::Row a = act(r);
-    if constexpr (IsRows4<K>()) {
-      DotRows16<K, kRowsPerPass, 1>(rows, ahead, &a, nb, v);
-    } else if constexpr (A::kWide) {
-      if (rows_here == kRowsPerPass) DotRows16<K, kRowsPerPass, 1>(rows, ahead, &a, nb, v);
-      else for (int i = 0; i < rows_here; ++i) DotRows16<K, 1, 1>(rows + i, ahead + i, &a, nb, v + i);
-    } else {
+    for (; r < job.n; ++r) {
+      const typename A::Row one = act(r);
+      DotGroup16<kQ4_1, IsRows4<K>(), 1>(rows, ahead, &one, nb, v);
+      store(r, v);
+    }
+  } else {  // Q8_0
+    for (; r < job.n; ++r) {
+      const typename A::Row a = act(r);
       if (rows_here == kRowsPerPass) DotRows<K, kRowsPerPass>(rows, ahead, a, nb, v);
       else for (int i = 0; i < rows_here; ++i) DotRows<K, 1>(rows + i, ahead + i, a, nb, v + i);
+      store(r, v);
     }
-    store(r, v);
   }
 }
 
 // Arena bytes of one job's activations (64-byte aligned segments).
-int64_t ActBytes(const MatmulParams& p) {
+template <WKind K>
+int64_t ActBytesOf(int64_t n, int64_t nb) {
+  using Elem = typename ActFor<K>::Elem;
+  return CacheLines(n * ActRowQs<K>(nb) * int64_t(sizeof(Elem))) + CacheLines(n * ActRowDs<K>(nb) * 4);
+}
+int64_t ActBytes(const MatmulParams& p) {  // int16 rows for every Q4 kind, int8 for Q8_0
   const int64_t n = p.x.dim(0), nb = p.x.dim(1) / 32;
-  const int64_t elem = p.w.dtype == DType::kQ8_0 ? 1 : 2;
-  return CacheLines(n * nb * 32 * elem) + CacheLines(n * nb * 2 * 4);
+  return p.w.dtype == DType::kQ8_0 ? ActBytesOf<WKind::kQ8_0>(n, nb) : ActBytesOf<WKind::kQ4_0>(n, nb);
 }
 
 // Quantizes p's activation rows at `arena` (ActBytes(p) bytes) and describes the job.
@@ -381,11 +360,11 @@ GemvJob PrepareJob(const MatmulParams& p, uint8_t* arena) {
   j.row_bytes = p.w.strides[0] / quant::kQK * Traits<K>::kBytes;
   PG_CHECK(j.n <= kMaxActRows, "GemvQuantVnni512: {} rows", j.n);
   auto* qs = reinterpret_cast<typename A::Elem*>(arena);
-  auto* ds = reinterpret_cast<float*>(arena + CacheLines(j.n * j.nb * 32 * int64_t(sizeof(*qs))));
+  auto* ds = reinterpret_cast<float*>(arena + CacheLines(j.n * ActRowQs<K>(j.nb) * int64_t(sizeof(*qs))));
   j.qs = qs;
   j.ds = ds;
   for (int64_t r = 0; r < j.n; ++r) {
-    const typename A::Row a{qs + r * j.nb * 32, ds + r * j.nb * 2};
+    const typename A::Row a{qs + r * ActRowQs<K>(j.nb), ds + r * ActRowDs<K>(j.nb)};
     if constexpr (A::kWide) QuantizeActPairs16(detail::RowF32(p.x, r), p.x.dim(1), a);
     else QuantizeActPairs(detail::RowF32(p.x, r), p.x.dim(1), /*nibble_order=*/false, a);
   }
@@ -464,19 +443,20 @@ PG_TARGET_VNNI void QuantizeActPairs16(const float* x, int64_t k, const ActPairs
     const __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, vid));  // round to nearest even
     const __m512i i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, vid));
     const int32_t sum = _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
-    int16_t* dst0;  // elements 0-15
-    int16_t* dst1;  // elements 16-31
-    if (b % 2 == 1 || b + 1 < nb) {  // pair layout [b0 0-15 | b1 0-15 | b0 16-31 | b1 16-31]
-      dst0 = out.qs + (b & ~int64_t(1)) * 32 + (b % 2) * 16;
-      dst1 = dst0 + 32;
-    } else {
-      dst0 = out.qs + b * 32;
-      dst1 = dst0 + 16;
-    }
+    // pair layout [b0 0-15 | b1 0-15 | b0 16-31 | b1 16-31]
+    int16_t* dst0 = out.qs + (b / 2) * 64 + (b % 2) * 16;  // elements 0-15
+    int16_t* dst1 = dst0 + 32;                              // elements 16-31
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst0), _mm512_cvtsepi32_epi16(i0));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst1), _mm512_cvtsepi32_epi16(i1));
     out.ds[2 * b] = d;
     out.ds[2 * b + 1] = d * float(sum);
+  }
+  if (nb % 2) {  // the zero partner of an odd last block
+    int16_t* dst0 = out.qs + (nb / 2) * 64 + 16;
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst0), _mm256_setzero_si256());
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst0 + 32), _mm256_setzero_si256());
+    out.ds[2 * nb] = 0.0f;
+    out.ds[2 * nb + 1] = 0.0f;
   }
 }
 

@@ -30,7 +30,8 @@ struct ActPairs {
 };
 void QuantizeActPairs(const float* x, int64_t k, bool nibble_order, const ActPairs& out);
 
-// The same with int16 values (always in the Q4 pair order), for the Q4 kernels: 8-bit
+// The same with int16 values, for the Q4 kernels, always in the Q4 pair order: an odd last
+// block is paired with a zero block (qs: (nb + 1) / 2 * 64 values, ds: (nb + 1) / 2 * 4). 8-bit
 // activations flip near-ties of the reference's greedy path on SmolLM2 (margins ~0.2), 16-bit
 // ones do not, and decode is bound by weight bandwidth, not by these dot products.
 // |q| <= kAct16Max = 127 * 128, so a block whose amax is 127 gets d = 1/128 exactly
