@@ -19,6 +19,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/quant.h"
@@ -125,15 +126,10 @@ Tensor RandomWeight(DType dt, int64_t m, int64_t k, std::mt19937& rng) {
   return w;
 }
 
-}  // namespace
+using MatmulTable = std::remove_cvref_t<decltype(ops::Registry::Global().table<ops::MatmulParams>())>;
 
-int main(int argc, char** argv) {
-  if (argc > 1) ThreadPool::SetDefaultThreads(std::atoi(argv[1]));
-  const std::string section = argc > 2 ? argv[2] : "all";  // all | decode | prefill
-  std::mt19937 rng(42);
-  const auto& table = ops::Registry::Global().table<ops::MatmulParams>();
-  std::printf("threads: %d\n", ThreadPool::Default().num_threads());
-  if (section == "all" || section == "decode") {
+// Section 1 and 2: bandwidth floors, then decode GEMV per backend.
+void BenchDecode(const MatmulTable& table, std::mt19937& rng) {
   const double mem = MemcpyGBs();
   std::printf("memcpy (512 MiB): %.2f GB/s copied (%.2f GB/s read+write)\n", mem, 2 * mem);
   std::printf("read (512 MiB, %d threads): %.2f GB/s\n\n", ThreadPool::Default().num_threads(),
@@ -160,72 +156,72 @@ int main(int argc, char** argv) {
     Tensor x(DType::kF32, {1, s.k}), out(DType::kF32, {1, s.m});
     std::normal_distribution<float> nd;
     for (int64_t i = 0; i < s.k; ++i) x.data<float>()[i] = nd(rng);
-    for (const auto& impl : table.all()) {
-      ops::MatmulParams p{x.view(), ws[0].view(), out.view(), {}, {}, false};
-      if (impl.backend == "ref" || (impl.supports && !impl.supports(p))) continue;
-      double hot = TimeIt([&] { ops::RunWith(impl, p); });
-      int c = 0;
-      double cold = TimeIt([&] {
-        p.w = ws[size_t(c)].view();
-        c = (c + 1) % copies;
-        ops::RunWith(impl, p);
-      });
-      p.w = ws[0].view();
-      const double cpu = CpuTimeIt([&] { ops::RunWith(impl, p); });
-      std::printf("%-24s %-6s %-16s %10.1f %10.2f %10.2f %8.2f %10.2f\n", s.name,
-                  std::string(Name(s.dt)).c_str(), impl.backend.c_str(), cold * 1e6,
-                  double(wbytes) / hot / 1e9, double(wbytes) / cold / 1e9,
-                  double(wbytes) / cold / 1e9 / mem, cpu * 1e9 / double(s.m * s.k / 32));
-    }
-    if (ops::cpu::CanRepackRows4(ws[0].view())) {  // the interleaved copy, per backend reading it
-      std::vector<Tensor> w4;
-      for (const Tensor& w : ws) w4.push_back(ops::cpu::RepackRows4(w.view()));
+    // One line per backend that reads the weights `set` (copies of one matrix).
+    auto bench = [&](const std::vector<Tensor>& set) {
       for (const auto& impl : table.all()) {
-        ops::MatmulParams p{x.view(), w4[0].view(), out.view(), {}, {}, false};
+        ops::MatmulParams p{x.view(), set[0].view(), out.view(), {}, {}, false};
         if (impl.backend == "ref" || (impl.supports && !impl.supports(p))) continue;
         const double hot = TimeIt([&] { ops::RunWith(impl, p); });
         int c = 0;
         const double cold = TimeIt([&] {
-          p.w = w4[size_t(c)].view();
+          p.w = set[size_t(c)].view();
           c = (c + 1) % copies;
           ops::RunWith(impl, p);
         });
-        p.w = w4[0].view();
+        p.w = set[0].view();
         const double cpu = CpuTimeIt([&] { ops::RunWith(impl, p); });
         std::printf("%-24s %-6s %-16s %10.1f %10.2f %10.2f %8.2f %10.2f\n", s.name,
                     std::string(Name(p.w.dtype)).c_str(), impl.backend.c_str(), cold * 1e6,
                     double(wbytes) / hot / 1e9, double(wbytes) / cold / 1e9,
                     double(wbytes) / cold / 1e9 / mem, cpu * 1e9 / double(s.m * s.k / 32));
       }
+    };
+    bench(ws);
+    if (ops::cpu::CanRepackRows4(ws[0].view())) {  // the interleaved copy
+      std::vector<Tensor> w4;
+      for (const Tensor& w : ws) w4.push_back(ops::cpu::RepackRows4(w.view()));
+      bench(w4);
     }
   }
+}
 
-  }
-  if (section == "all" || section == "prefill") {
-    std::printf("\nprefill Matmul: GFLOP/s per backend (cpu: process CPU us per call)\n");
-    struct P { int64_t m, k; DType dt; };
-    for (const P& s : {P{1536, 576, DType::kQ4_1}, P{768, 2048, DType::kQ4_0}}) {
-      Tensor w = RandomWeight(s.dt, s.m, s.k, rng);
-      std::vector<Tensor> forms;
-      if (ops::cpu::CanRepackRows4(w.view())) forms.push_back(ops::cpu::RepackRows4(w.view()));
-      forms.push_back(std::move(w));
-      for (const Tensor& wf : forms)
-        for (int64_t n : {16, 128}) {
-          Tensor x(DType::kF32, {n, s.k}), out(DType::kF32, {n, s.m});
-          std::normal_distribution<float> nd;
-          for (int64_t i = 0; i < n * s.k; ++i) x.data<float>()[i] = nd(rng);
-          ops::MatmulParams p{x.view(), wf.view(), out.view(), {}, {}, false};
-          for (const auto& impl : table.all()) {
-            if (impl.backend == "ref" || (impl.supports && !impl.supports(p))) continue;
-            const double t = TimeIt([&] { ops::RunWith(impl, p); });
-            const double cpu = CpuTimeIt([&] { ops::RunWith(impl, p); });
-            std::printf("  %4ldx%-5ld %-6s n=%-4ld %-16s %8.1f us %8.1f GFLOP/s %8.1f cpu us\n",
-                        long(s.m), long(s.k), std::string(Name(wf.dtype())).c_str(), long(n),
-                        impl.backend.c_str(), t * 1e6, 2.0 * double(n * s.m * s.k) / t / 1e9,
-                        cpu * 1e6);
-          }
+// Section 3: prefill-size Matmul per backend.
+void BenchPrefill(const MatmulTable& table, std::mt19937& rng) {
+  std::printf("\nprefill Matmul: GFLOP/s per backend (cpu: process CPU us per call)\n");
+  struct P { int64_t m, k; DType dt; };
+  for (const P& s : {P{1536, 576, DType::kQ4_1}, P{768, 2048, DType::kQ4_0}}) {
+    Tensor w = RandomWeight(s.dt, s.m, s.k, rng);
+    std::vector<Tensor> forms;
+    if (ops::cpu::CanRepackRows4(w.view())) forms.push_back(ops::cpu::RepackRows4(w.view()));
+    forms.push_back(std::move(w));
+    for (const Tensor& wf : forms)
+      for (int64_t n : {16, 128}) {
+        Tensor x(DType::kF32, {n, s.k}), out(DType::kF32, {n, s.m});
+        std::normal_distribution<float> nd;
+        for (int64_t i = 0; i < n * s.k; ++i) x.data<float>()[i] = nd(rng);
+        ops::MatmulParams p{x.view(), wf.view(), out.view(), {}, {}, false};
+        for (const auto& impl : table.all()) {
+          if (impl.backend == "ref" || (impl.supports && !impl.supports(p))) continue;
+          const double t = TimeIt([&] { ops::RunWith(impl, p); });
+          const double cpu = CpuTimeIt([&] { ops::RunWith(impl, p); });
+          std::printf("  %4ldx%-5ld %-6s n=%-4ld %-16s %8.1f us %8.1f GFLOP/s %8.1f cpu us\n",
+                      long(s.m), long(s.k), std::string(Name(wf.dtype())).c_str(), long(n),
+                      impl.backend.c_str(), t * 1e6, 2.0 * double(n * s.m * s.k) / t / 1e9,
+                      cpu * 1e6);
         }
-    }
+      }
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 1) ThreadPool::SetDefaultThreads(std::atoi(argv[1]));
+  const std::string section = argc > 2 ? argv[2] : "all";  // all | decode | prefill
+  std::mt19937 rng(42);
+  const auto& table = ops::Registry::Global().table<ops::MatmulParams>();
+  std::printf("threads: %d\n", ThreadPool::Default().num_threads());
+  if (section == "all" || section == "decode") BenchDecode(table, rng);
+  if (section == "all" || section == "prefill") BenchPrefill(table, rng);
   return 0;
 }

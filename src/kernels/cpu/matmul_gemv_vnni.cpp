@@ -27,6 +27,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/gemv_jobs.h"
 #include "kernels/cpu/q4_groups.h"
+#include "kernels/cpu/simd_avx2.h"
 #include "kernels/cpu/q8_act.h"
 #include "kernels/kernel_util.h"
 #include "kernels/registry.h"
@@ -366,7 +367,7 @@ GemvJob PrepareJob(const MatmulParams& p, uint8_t* arena) {
   for (int64_t r = 0; r < j.n; ++r) {
     const typename A::Row a{qs + r * ActRowQs<K>(j.nb), ds + r * ActRowDs<K>(j.nb)};
     if constexpr (A::kWide) QuantizeActPairs16(detail::RowF32(p.x, r), p.x.dim(1), a);
-    else QuantizeActPairs(detail::RowF32(p.x, r), p.x.dim(1), /*nibble_order=*/false, a);
+    else QuantizeActPairs(detail::RowF32(p.x, r), p.x.dim(1), a);
   }
   return j;
 }
@@ -389,44 +390,10 @@ void GemvQuantVnni512Many(std::span<const MatmulParams> ps) {
   RunGemvJobs(ps, GemvFamily{&ActBytes, &PrepareAny});
 }
 
-PG_TARGET_VNNI void QuantizeActPairs(const float* x, int64_t k, bool nibble_order,
-                                     const ActPairs& out) {
-  const int64_t nb = k / 32;
-  const __m256 sign_mask = _mm256_set1_ps(-0.0f);
-  for (int64_t b = 0; b < nb; ++b, x += 32) {
-    __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8);
-    __m256 v2 = _mm256_loadu_ps(x + 16), v3 = _mm256_loadu_ps(x + 24);
-    __m256 mx = _mm256_max_ps(
-        _mm256_max_ps(_mm256_andnot_ps(sign_mask, v0), _mm256_andnot_ps(sign_mask, v1)),
-        _mm256_max_ps(_mm256_andnot_ps(sign_mask, v2), _mm256_andnot_ps(sign_mask, v3)));
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    const float amax = _mm_cvtss_f32(m4);
-    const float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
-    const __m256 vid = _mm256_set1_ps(id);
-    __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v0, vid));  // round to nearest even
-    __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v1, vid));
-    __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v2, vid));
-    __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v3, vid));
-    __m256i s = _mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3));
-    const int32_t sum = HSumI32(s);
-    // 32 x i32 -> 32 x i8 in element order: i0..i3 hold elements 0-7, 8-15, 16-23, 24-31.
-    __m128i lo = _mm512_cvtsepi32_epi8(_mm512_inserti64x4(_mm512_castsi256_si512(i0), i1, 1));
-    __m128i hi = _mm512_cvtsepi32_epi8(_mm512_inserti64x4(_mm512_castsi256_si512(i2), i3, 1));
-    int8_t* dst_lo;
-    int8_t* dst_hi;
-    if (nibble_order && (b % 2 == 1 || b + 1 < nb)) {
-      // Pair layout [b0 lo16 | b1 lo16 | b0 hi16 | b1 hi16].
-      int8_t* base = out.qs + (b & ~int64_t(1)) * 32 + (b % 2) * 16;
-      dst_lo = base;
-      dst_hi = base + 32;
-    } else {
-      dst_lo = out.qs + b * 32;
-      dst_hi = dst_lo + 16;
-    }
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst_lo), lo);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst_hi), hi);
+PG_TARGET_VNNI void QuantizeActPairs(const float* x, int64_t k, const ActPairs& out) {
+  for (int64_t b = 0; b < k / 32; ++b, x += 32) {
+    float d;
+    const int32_t sum = simd::QuantizeBlock32(x, out.qs + b * 32, &d);
     out.ds[2 * b] = d;
     out.ds[2 * b + 1] = d * float(sum);
   }

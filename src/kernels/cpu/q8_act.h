@@ -18,17 +18,14 @@ static_assert(sizeof(ActBlock) == 40);
 void QuantizeActScalar(const float* x, ActBlock* out, int64_t k);
 void QuantizeActAvx2(const float* x, ActBlock* out, int64_t k);
 
-// Activation row for the AVX-512 VNNI kernels (matmul_gemv_vnni.cpp), k = 32 * nb values:
-//   qs: [nb * 32] int8, x[i] ≈ ds[2b] * q[i]. With nibble_order (Q4 weights) each full pair
-//       of blocks (b0, b1) is stored [b0 0-15 | b1 0-15 | b0 16-31 | b1 16-31] (the order in
-//       which a Q4 pair's nibbles unpack); a last odd block, and every block without
-//       nibble_order (Q8_0), is in element order.
+// Activation row for the AVX-512 VNNI Q8_0 kernel (matmul_gemv_vnni.cpp), k = 32 * nb values:
+//   qs: [nb * 32] int8 in element order, x[i] ≈ ds[2b] * q[i] (QuantizeActAvx2's rounding);
 //   ds: [nb * 2] f32, per block {d, d * Σ q} (the second folds weight offsets).
 struct ActPairs {
   int8_t* qs;
   float* ds;
 };
-void QuantizeActPairs(const float* x, int64_t k, bool nibble_order, const ActPairs& out);
+void QuantizeActPairs(const float* x, int64_t k, const ActPairs& out);
 
 // The same with int16 values, for the Q4 kernels, always in the Q4 pair order: an odd last
 // block is paired with a zero block (qs: (nb + 1) / 2 * 64 values, ds: (nb + 1) / 2 * 4). 8-bit
