@@ -166,6 +166,7 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
   [[maybe_unused]] int64_t two_tile_runs = 0;  // launches of the two-tile plan (run 7)
   // Launches of the exchange form (runs 8-10): by its merge (cluster / counter) and plan.
   [[maybe_unused]] int64_t xw_cluster = 0, xw_counter = 0, xw_two_tile = 0, xw_push = 0, xw_async_runs = 0;
+  [[maybe_unused]] int64_t xw_default = 0;  // run 12: the exchange form by its default (cluster plan)
 #if defined(PEREGRINE_HAVE_CUDA)
   const int64_t stream_fused0 = cuda::DecodeStreamFusedLaunches();  // long plans' route
 #endif
@@ -214,19 +215,21 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
       // (PG_FUSED_XW=2), 9 the small variant with 4 tile warps and the cluster merge forced,
       // 10 with 3 tile warps and the counter merge, 11 by the rules with the asynchronous push
       // (PG_FUSED_XW=3).
-      for (int rep = 0; rep < (kb->backend == "cuda" ? 12 : 1); ++rep) {
+      // Run 12: every choice by its rules, the exchange form's included (its default: the
+      // asynchronous form on the cluster plan only).
+      for (int rep = 0; rep < (kb->backend == "cuda" ? 13 : 1); ++rep) {
 #if defined(PEREGRINE_HAVE_CUDA)
         const int64_t small0 = cuda::DecodeFusedSmallLaunches(), mma0 = cuda::DecodeFusedLaunches();
         const int64_t cluster0 = cuda::DecodeFusedClusterLaunches();
         const int64_t two_tile0 = cuda::DecodeFusedTwoTileLaunches();
         const int64_t xw0 = cuda::DecodeFusedXwLaunches(), xw_async0 = cuda::DecodeFusedXwAsyncLaunches();
         const bool small_run = kb->backend == "cuda" && (rep == 2 || rep == 3 || rep == 6 || rep == 9 || rep == 10);
-        const bool rules = rep == 7 || rep == 8 || rep == 11;
+        const bool rules = rep == 7 || rep == 8 || rep == 11 || rep == 12;
         const int small_mode = rep == 6 || rep == 10 ? 3 : rep == 9 ? 4 : rep + 1;
         const int mode0 = cuda::SetDecodeFusedSmallMode(rules ? -1 : small_run ? small_mode : 0);
         const int cluster0_mode = cuda::SetDecodeFusedClusterMode(rules ? -1 : rep == 6 || rep == 9 ? 1 : 0);
         const int prep0 = cuda::SetDecodeFusedPrepMode(rep == 4 ? 1 : rep == 5 ? 0 : -1);
-        const int xw_mode0 = cuda::SetDecodeFusedXwMode(rep == 8 ? 2 : rep == 11 ? 3 : rep > 8 ? 1 : 0);
+        const int xw_mode0 = cuda::SetDecodeFusedXwMode(rep == 12 ? -1 : rep == 8 ? 2 : rep == 11 ? 3 : rep > 8 ? 1 : 0);
 #endif
         Tensor bk = in.Fresh(in.kc0), bv = in.Fresh(in.vc0);
         Tensor out(DType::kF32, {pb.tokens, c.heads, c.head_dim});
@@ -250,10 +253,20 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
           xw_cluster += clusters > 0 && rep == 9 ? xw : 0;
           xw_push += clusters > 0 && rep == 8 ? xw : 0;
           const int64_t xw_async = cuda::DecodeFusedXwAsyncLaunches() - xw_async0;
-          if (rep != 11) {
+          if (rep != 11 && rep != 12) {
             EXPECT_EQ(xw_async, 0) << "run " << rep << ": the asynchronous push was not asked for";
           }
-          xw_async_runs += xw_async;
+          if (rep == 12) {  // by default: asynchronous, on the cluster plan, nowhere else
+            EXPECT_EQ(xw_async, xw) << "run 12: the default exchange form is the asynchronous one";
+            if (xw > 0) {
+              EXPECT_GT(clusters, 0) << "run 12: the exchange form off the cluster plan";
+            }
+            if (two_tiles > 0) {
+              EXPECT_EQ(xw, 0) << "run 12: the exchange form on the two-tile plan";
+            }
+            xw_default += xw;
+          }
+          xw_async_runs += rep == 11 ? xw_async : 0;
           xw_counter += clusters == 0 ? xw : 0;
           xw_two_tile += two_tiles > 0 ? xw : 0;
           cluster_runs += clusters;
@@ -305,6 +318,7 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
     EXPECT_GT(xw_async_runs, 0) << "no case reached the exchange form's asynchronous push";
     EXPECT_GT(xw_counter, 0) << "no case reached the exchange form with the counter merge";
     EXPECT_GT(xw_two_tile, 0) << "no case reached the exchange form of the two-tile plan";
+    EXPECT_GT(xw_default, 0) << "no case took the exchange form by default (the cluster plan)";
     EXPECT_GT(cuda::DecodeStreamFusedLaunches() - stream_fused0, 0)
         << "no case reached the streaming kernel with the new token inside";
   }

@@ -68,12 +68,12 @@ int64_t DecodeFusedLaunches();
 int SetDecodeFusedClusterMode(int mode);
 int64_t DecodeFusedClusterLaunches();
 // The small variant's exchange form (decode_xw.cuh: the warps share the softmax and split the
-// head dims of P · V instead of merging their outputs): 0 never (the default until measured),
-// 1 wherever every split's tiles fit its rings at every length the plan serves, 2 as 1 with
-// the cluster merge's partials pushed from registers, 3 as 2 with asynchronous stores that
-// each owner's transaction barrier counts (no cluster barrier after the push); the process
-// default from PG_FUSED_XW (tests set it; returns the previous mode), and the launches that
-// took it.
+// head dims of P · V instead of merging their outputs): 0 never, 1 wherever every split's
+// tiles fit its rings at every length the plan serves, 2 as 1 with the cluster merge's
+// partials pushed from registers, 3 as 2 with asynchronous stores that each owner's
+// transaction barrier counts (no cluster barrier after the push), -1 (the default) 3 on the
+// cluster plan and 0 elsewhere; the process default from PG_FUSED_XW (tests set it; returns
+// the previous mode), and the launches that took it.
 int SetDecodeFusedXwMode(int mode);
 int64_t DecodeFusedXwLaunches();
 int64_t DecodeFusedXwAsyncLaunches();  // of those, cluster launches with the asynchronous push

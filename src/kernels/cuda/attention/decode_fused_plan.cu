@@ -228,20 +228,27 @@ static int FusedSmall(const AttentionArgs& a, int64_t max_len) {
 int SetDecodeFusedSmallMode(int mode) { return std::exchange(FusedSmallModeRef(), mode); }
 
 // The small variant's exchange form (decode_xw.cuh; decode_fused.h SetDecodeFusedXwMode):
-// 0 (default until it is measured on the H200) never, 1 wherever the plan puts at most
-// tile warps x stages tiles in a split at every length it serves (WorstSplitKeys), so that the
-// kernel never falls back to its loop; bf16 caches; 2 as 1, with the cluster merge's partials
-// stored from registers (AttentionArgs::xw_push); 3 as 2, the stores asynchronous and counted
-// on each owner's transaction barrier instead of a cluster barrier (AttentionArgs::xw_async).
+// 0 never, 1 wherever the plan puts at most tile warps x stages tiles in a split at every
+// length it serves (WorstSplitKeys), so that the kernel never falls back to its loop; bf16
+// caches; 2 as 1, with the cluster merge's partials stored from registers
+// (AttentionArgs::xw_push); 3 as 2, the stores asynchronous and counted on each owner's
+// transaction barrier instead of a cluster barrier (AttentionArgs::xw_async).
+// -1 (the default): 3 for the cluster plan, 0 for the others. Session 31, H200, batch 1 x 1K,
+// three interleaved rounds (docs/PERF.md): Qwen3-30B-A3B (cluster plan) 2486.8 with 3 vs
+// 2514.1 us a step with 0 (2 alone: 2506.6); Llama-3.1-8B (two-tile plan) 3914.0 vs 3877.7.
 static int& FusedXwRef() {
-  static int mode = EnvInt("PG_FUSED_XW", 0);
+  static int mode = EnvInt("PG_FUSED_XW", -1);
   return mode;
+}
+static int FusedXwMode(FusedRule rule) {
+  const int mode = FusedXwRef();
+  return mode >= 0 ? mode : rule == FusedRule::kCluster ? 3 : 0;
 }
 int SetDecodeFusedXwMode(int mode) { return std::exchange(FusedXwRef(), mode); }
 static std::atomic<int64_t> g_xw_launches{0};
 int64_t DecodeFusedXwLaunches() { return g_xw_launches.load(std::memory_order_relaxed); }
-static bool XwApplies(const AttentionArgs& a, int64_t max_len, int small, int stages) {
-  if (FusedXwRef() < 1 || small == 0 || a.kv_type != KvType::kBF16) return false;
+static bool XwApplies(const AttentionArgs& a, int64_t max_len, int small, int stages, int mode) {
+  if (mode < 1 || small == 0 || a.kv_type != KvType::kBF16) return false;
   return WorstSplitKeys(a, std::max<int64_t>(1, max_len)) <= int64_t(small) * stages * kSplitGranule;
 }
 
@@ -285,10 +292,11 @@ void LaunchDecodeFused(const AttentionArgs& args, const RopeKvWriteArgs& rope, c
                  small ? "small" : "3-stage", small ? small : kWarps, a.num_splits, (long long)max_len,
                  (long long)WorstSplitKeys(a, max_len));
   const int stages = two_tile ? 2 : 1;
-  const bool xw = XwApplies(a, max_len, small, stages);
+  const int xw_mode = FusedXwMode(rule);
+  const bool xw = XwApplies(a, max_len, small, stages, xw_mode);
   if (xw) g_xw_launches.fetch_add(1, std::memory_order_relaxed);
-  a.xw_push = xw && FusedXwRef() >= 2;
-  a.xw_async = xw && FusedXwRef() == 3;
+  a.xw_push = xw && xw_mode >= 2;
+  a.xw_async = xw && xw_mode == 3;
   LaunchMmaFused(a, rope, a.batch.num_seqs, small, stages, xw, stream);
 }
 
