@@ -123,7 +123,12 @@ void RunGroup(const GemvJob& job, int64_t g) {
   }
 }
 
-std::atomic<bool> g_use_avx_vnni{Features().avx_vnni};
+// Whether Prepare picks the AVX-VNNI instantiation (UseAvxVnniForQ4); first use reads the
+// CPU's features, so no static-initialisation order is involved.
+std::atomic<bool>& UseAvxVnni() {
+  static std::atomic<bool> on{Features().avx_vnni};
+  return on;
+}
 
 template <bool kVnni>
 void (*PickRun(DType t))(const GemvJob&, int64_t) {
@@ -145,8 +150,8 @@ int64_t ActBytes(const MatmulParams& p) {
 GemvJob Prepare(const MatmulParams& p, uint8_t* arena) {
   GemvJob j;
   j.p = &p;
-  j.run = g_use_avx_vnni.load(std::memory_order_relaxed) ? PickRun<true>(p.w.dtype)
-                                                         : PickRun<false>(p.w.dtype);
+  j.run = UseAvxVnni().load(std::memory_order_relaxed) ? PickRun<true>(p.w.dtype)
+                                                       : PickRun<false>(p.w.dtype);
   const bool q4_1 = p.w.dtype == DType::kQ4_1 || p.w.dtype == DType::kQ4_1x4;
   j.n = p.x.dim(0);
   j.nb = p.x.dim(1) / 32;
@@ -165,7 +170,7 @@ GemvJob Prepare(const MatmulParams& p, uint8_t* arena) {
 
 }  // namespace
 
-void UseAvxVnniForQ4(bool on) { g_use_avx_vnni = on && Features().avx_vnni; }
+void UseAvxVnniForQ4(bool on) { UseAvxVnni() = on && Features().avx_vnni; }
 
 bool GemvQ4Avx2Reads(DType t) {
   return t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ4_0x4 || t == DType::kQ4_1x4;
