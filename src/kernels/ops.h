@@ -87,9 +87,10 @@ struct MatmulParams {
 };
 void Matmul(const MatmulParams& p);
 // A copy of host weight matrix w in a layout this CPU's fastest Matmul kernel streams better
-// (Q4_0 / Q4_1 with 4 rows interleaved, on AVX-512 VNNI CPUs), or nullopt where none applies,
+// (Q4_0 / Q4_1 with 4 rows interleaved, on AVX2 or newer CPUs), or nullopt where none applies,
 // where SetMaxKernelPriority keeps that kernel from running, or with PEREGRINE_CPU_REPACK=0.
-// Matmul on the copy gives w's bits; only the CPU Matmul's VNNI kernel reads it.
+// Matmul on the copy gives w's bits; only the CPU Matmul's int8 kernels (cpu_vnni_q8,
+// cpu_avx2_q8) read it.
 std::optional<Tensor> PackMatmulWeightForCpu(const TensorView& w);
 
 // ---- activation ------------------------------------------------------------------------

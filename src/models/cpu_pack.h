@@ -1,5 +1,5 @@
 // Host copies of a model's weight matrices in the layout the CPU Matmul streams fastest
-// (ops::PackMatmulWeightForCpu: Q4_0 / Q4_1 with 4 rows interleaved on AVX-512 VNNI CPUs),
+// (ops::PackMatmulWeightForCpu: Q4_0 / Q4_1 with 4 rows interleaved, on AVX2 or newer CPUs),
 // made once before the first host forward. The models keep their file-mapped views for device
 // placement and pack a copy of the views the host forward reads, so a model that is placed on a
 // device never pays for (or reads) a packed copy. Matmul on a packed copy gives the source's

@@ -30,7 +30,7 @@ void GemvQ4Avx2Many(std::span<const MatmulParams> ps);
 // AVX2 instructions: the same bits either way (tests and benchmarks compare the two).
 void UseAvxVnniForQ4(bool on);
 
-// Q4_0 / Q4_1 weights re-laid for the int8 GEMV kernels (DType kQ4_0x4 / kQ4_1x4): 4 rows interleaved
+// q4_repack.cpp: Q4_0 / Q4_1 weights re-laid for the int8 GEMV kernels (kQ4_0x4 / kQ4_1x4): 4 rows interleaved
 // per pair of blocks, so a row group is one sequential stream and one load brings its 8 scales.
 // Matmul on the copy gives the source's bits (the kernels read the same values into the same
 // registers). Only cpu_vnni_q8 and cpu_avx2_q8 read these types (IsRows4, core/dtype.h):

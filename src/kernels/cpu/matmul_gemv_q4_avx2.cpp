@@ -65,10 +65,6 @@ PG_TARGET_AVX2 void QuantizeAct(const float* x, int64_t nb, const Act& a) {
   }
 }
 
-PG_TARGET_AVX2 inline void Prefetch(const uint8_t* p) {
-  _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
-}
-
 // DotGroup, per instruction set (matmul_gemv_q4_avx2_dot.inc).
 namespace avx2 {
 #define PG_Q4_TARGET PG_TARGET_AVX2
@@ -85,8 +81,7 @@ namespace avxvnni {
 #undef PG_Q4_AVXVNNI
 }  // namespace avxvnni
 
-constexpr int64_t kActsPerPass = 2;  // activation rows sharing each weight unpack (prefill)
-constexpr int64_t kMaxActRows = 16;  // the registry sends at most kGemvMaxRows rows
+constexpr int kActsPerPass = 2;  // activation rows sharing each weight unpack (prefill)
 
 // Per activation row: npairs * 64 bytes of qs, npairs * 16 floats of sc.
 int64_t ActRowQs(int64_t nb) { return (nb + 1) / 2 * 64; }
@@ -94,33 +89,16 @@ int64_t ActRowSc(int64_t nb) { return (nb + 1) / 2 * 16; }
 
 template <bool kQ4_1, bool kRows4, bool kVnni>
 void RunGroup(const GemvJob& job, int64_t g) {
-  const MatmulParams& p = *job.p;
-  const int64_t nb = job.nb, j0 = g * kGemvGroupRows,
-                rows_here = std::min(kGemvGroupRows, job.m - j0);
-  const uint8_t* rows[kGemvGroupRows];
-  const uint8_t* ahead[kGemvGroupRows];  // the next group's rows (this group's at the end)
-  for (int64_t i = 0; i < kGemvGroupRows; ++i) {  // a short last group repeats its last row
-    const int64_t j = j0 + std::min(i, rows_here - 1);
-    rows[i] = job.w0 + j * job.row_bytes;
-    ahead[i] = j + kGemvGroupRows < job.m ? rows[i] + kGemvGroupRows * job.row_bytes : rows[i];
-  }
-  auto act = [&](int64_t r) {
-    return Act{static_cast<int8_t*>(job.qs) + r * ActRowQs(nb), job.ds + r * ActRowSc(nb)};
-  };
-  float v[kActsPerPass * kGemvGroupRows];
-  int64_t r = 0;
-  for (; r + kActsPerPass <= job.n; r += kActsPerPass) {
-    const Act two[kActsPerPass] = {act(r), act(r + 1)};
-    if constexpr (kVnni) avxvnni::DotGroup<kQ4_1, kRows4, kActsPerPass>(rows, ahead, two, nb, v);
-    else avx2::DotGroup<kQ4_1, kRows4, kActsPerPass>(rows, ahead, two, nb, v);
-    for (int64_t a = 0; a < kActsPerPass; ++a) StoreGroup(p, r + a, j0, rows_here, v + a * kGemvGroupRows);
-  }
-  for (; r < job.n; ++r) {
-    const Act one = act(r);
-    if constexpr (kVnni) avxvnni::DotGroup<kQ4_1, kRows4, 1>(rows, ahead, &one, nb, v);
-    else avx2::DotGroup<kQ4_1, kRows4, 1>(rows, ahead, &one, nb, v);
-    StoreGroup(p, r, j0, rows_here, v);
-  }
+  const RowGroup rg = MakeRowGroup(job, g);
+  RunActPasses<kActsPerPass>(job, rg, [&](int64_t r0, auto count, float* v) {
+    constexpr int kA = decltype(count)::value;
+    Act acts[kA];
+    for (int a = 0; a < kA; ++a)
+      acts[a] = Act{static_cast<int8_t*>(job.qs) + (r0 + a) * ActRowQs(job.nb),
+                    job.ds + (r0 + a) * ActRowSc(job.nb)};
+    if constexpr (kVnni) avxvnni::DotGroup<kQ4_1, kRows4, kA>(rg, acts, job.nb, v);
+    else avx2::DotGroup<kQ4_1, kRows4, kA>(rg, acts, job.nb, v);
+  });
 }
 
 // Whether Prepare picks the AVX-VNNI instantiation (UseAvxVnniForQ4); first use reads the
@@ -148,18 +126,10 @@ int64_t ActBytes(const MatmulParams& p) {
 }
 
 GemvJob Prepare(const MatmulParams& p, uint8_t* arena) {
-  GemvJob j;
-  j.p = &p;
+  const bool q4_1 = p.w.dtype == DType::kQ4_1 || p.w.dtype == DType::kQ4_1x4;
+  GemvJob j = JobShape(p, q4_1 ? Q4<true>::kBytes : Q4<false>::kBytes);
   j.run = UseAvxVnni().load(std::memory_order_relaxed) ? PickRun<true>(p.w.dtype)
                                                        : PickRun<false>(p.w.dtype);
-  const bool q4_1 = p.w.dtype == DType::kQ4_1 || p.w.dtype == DType::kQ4_1x4;
-  j.n = p.x.dim(0);
-  j.nb = p.x.dim(1) / 32;
-  j.m = p.w.dim(0);
-  j.groups = (j.m + kGemvGroupRows - 1) / kGemvGroupRows;
-  j.w0 = p.w.row_ptr(0);
-  j.row_bytes = p.w.strides[0] / quant::kQK * (q4_1 ? Q4<true>::kBytes : Q4<false>::kBytes);
-  PG_CHECK(j.n <= kMaxActRows, "GemvQ4Avx2: {} rows", j.n);
   j.qs = arena;
   j.ds = reinterpret_cast<float*>(arena + CacheLines(j.n * ActRowQs(j.nb)));
   for (int64_t r = 0; r < j.n; ++r)
@@ -178,7 +148,7 @@ bool GemvQ4Avx2Reads(DType t) {
 
 bool GemvQ4Avx2Takes(const MatmulParams& p) {
   return Features().avx2 && MaxKernelPriority() >= kPriorityCpuAvx2 && GemvQ4Avx2Reads(p.w.dtype) &&
-         p.x.dim(0) <= kMaxActRows && !p.w_scale.data;
+         p.x.dim(0) <= kGemvMaxActRows && !p.w_scale.data;
 }
 
 void GemvQ4Avx2Many(std::span<const MatmulParams> ps) {

@@ -1,26 +1,15 @@
-// Decode GEMV for Q4_0 / Q4_1 / Q8_0 weights with AVX-512 VNNI (512-bit vpdpbusd).
-//
-// Per pair of weight blocks (64 weights) and per output row:
-//   * the weight bytes of both blocks go into one zmm as unsigned 8-bit values
-//     (Q4: nibbles -> [b0 lo16 | b1 lo16 | b0 hi16 | b1 hi16]; Q8_0: qs xor 0x80, i.e. q+128);
-//   * one vpdpbusd against the activation pair (ActPairs, laid out to match), int32 lanes
-//     converted to f32 and scaled per lane by dw*da of their block (one fma);
-//   * the block offsets (Q4_1 m; Q4_0's -8 and Q8_0's -128 times d) are folded through the
-//     activation block sums: Σ_i off*a_i = off * da * Σ q_i = off * s, s = da*Σq (ActPairs::ds),
-//     so they cost one 4-lane multiply-add per pair, not per weight.
-// Four output rows are processed per pass so each activation load serves four rows and the
-// four accumulator chains overlap. Rows are spread over the thread pool in groups of four, and
-// each pass prefetches the next group. Q4 weights packed by RepackRows4 (4 rows interleaved per
-// pair of blocks) make a group one sequential stream with its 8 scales in one load.
+// Decode GEMV for Q4_0 / Q4_1 / Q8_0 weights with AVX-512 VNNI, over groups of 4 weight rows
+// (gemv_jobs.h; each pass prefetches the next group):
+//  * Q8_0 (DotRowsQ8): per pair of blocks and row, the 64 weight bytes (q + 128) in one zmm, one
+//    vpdpbusd against the int8 activation pair (ActPairs), int32 lanes converted and scaled by
+//    dw * da of their block (one fma); the offset (-128 * d) folds through the activation sums
+//    Σ_i off * a_i = off * da * Σ q_i = off * s (ActPairs::ds), one 4-lane multiply-add a pair.
+//  * Q4_0 / Q4_1 and their RepackRows4 layouts (DotGroup16): int16 activations, two vpdpwssd a
+//    row, the 4 rows folded into one vector before the convert and fma (below).
 #include <immintrin.h>
 
-#include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <span>
-#include <string_view>
-#include <type_traits>
-#include <vector>
 
 #include "core/quant.h"
 #include "kernels/cpu/cpu_features.h"
@@ -35,99 +24,34 @@
 namespace pg::ops::cpu {
 namespace {
 
-// kQ4_0x4 / kQ4_1x4: the same blocks in RepackRows4's interleaved layout (below).
-enum class WKind { kQ4_0, kQ4_1, kQ8_0, kQ4_0x4, kQ4_1x4 };
+// Q8_0 blocks: f16 d, then 32 int8 quants. vpdpbusd reads q + 128 (unsigned), hence the
+// offset -128 * d folded through the activation sums.
+constexpr int64_t kQ8Bytes = sizeof(quant::BlockQ8_0), kQ8QsOff = 2;
+constexpr float kQ8Offset = -128.0f;
 
-template <WKind K>
-struct Traits;
-template <>
-struct Traits<WKind::kQ4_1> {
-  static constexpr int64_t kBytes = sizeof(quant::BlockQ4_1), kQsOff = 4;
-  static constexpr float kOffset = 1.0f;  // lanes 1/3 of the scale vector already hold m
-  static constexpr bool kNibbles = true;
-};
-template <>
-struct Traits<WKind::kQ4_0> {
-  static constexpr int64_t kBytes = sizeof(quant::BlockQ4_0), kQsOff = 2;
-  static constexpr float kOffset = -8.0f;  // x = (q - 8) d
-  static constexpr bool kNibbles = true;
-};
-template <>
-struct Traits<WKind::kQ8_0> {
-  static constexpr int64_t kBytes = sizeof(quant::BlockQ8_0), kQsOff = 2;
-  static constexpr float kOffset = -128.0f;  // dpbusd reads q + 128 (unsigned)
-  static constexpr bool kNibbles = false;
-};
-template <WKind Base>
-struct Rows4Traits : Traits<Base> {
-  static constexpr WKind kBase = Base;
-};
-template <>
-struct Traits<WKind::kQ4_0x4> : Rows4Traits<WKind::kQ4_0> {};
-template <>
-struct Traits<WKind::kQ4_1x4> : Rows4Traits<WKind::kQ4_1> {};
-
-template <WKind K>
-constexpr bool IsRows4() {
-  return K == WKind::kQ4_0x4 || K == WKind::kQ4_1x4;
-}
-// The source type of K's blocks (PairScales reads the scale fields by it).
-template <WKind K>
-constexpr WKind BaseKind() {
-  if constexpr (IsRows4<K>()) return Traits<K>::kBase;
-  else return K;
-}
-
-inline uint32_t Load32(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
 inline uint32_t Load16Twice(const uint8_t* p) {
   uint16_t v;
   std::memcpy(&v, p, 2);
   return uint32_t(v) * 0x10001u;
 }
 
-// f16 scale fields of blocks b0, b1 -> [d0, m0, d1, m1] (Q4_1) or [d0, d0, d1, d1].
-template <WKind K>
-PG_TARGET_VNNI inline __m128 PairScales(const uint8_t* b0, const uint8_t* b1) {
-  __m128i v;
-  if constexpr (K == WKind::kQ4_1) v = _mm_insert_epi32(_mm_cvtsi32_si128(int(Load32(b0))), int(Load32(b1)), 1);
-  else v = _mm_insert_epi32(_mm_cvtsi32_si128(int(Load16Twice(b0))), int(Load16Twice(b1)), 1);
-  return _mm_cvtph_ps(v);
+// f16 scales of blocks b0, b1 -> [d0, d0, d1, d1] (the second of each pair scales the offset).
+PG_TARGET_VNNI inline __m128 PairScalesQ8(const uint8_t* b0, const uint8_t* b1) {
+  return _mm_cvtph_ps(_mm_insert_epi32(_mm_cvtsi32_si128(int(Load16Twice(b0))), int(Load16Twice(b1)), 1));
 }
 
-// The 64 unsigned weight bytes of blocks b0, b1 in ActPairs order.
-template <WKind K>
-PG_TARGET_VNNI inline __m512i PairBytes(const uint8_t* b0, const uint8_t* b1) {
-  using T = Traits<K>;
-  if constexpr (T::kNibbles) {
-    __m256i v = _mm256_inserti128_si256(
-        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + T::kQsOff))),
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b1 + T::kQsOff)), 1);
-    __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1);
-    return _mm512_and_si512(z, _mm512_set1_epi8(0x0F));
-  } else {
-    __m512i z = _mm512_inserti64x4(
-        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + T::kQsOff))),
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1 + T::kQsOff)), 1);
-    return _mm512_xor_si512(z, _mm512_set1_epi8(char(0x80)));
-  }
+// The 64 unsigned weight bytes of blocks b0, b1 (q + 128), in element order.
+PG_TARGET_VNNI inline __m512i PairBytesQ8(const uint8_t* b0, const uint8_t* b1) {
+  const __m512i z = _mm512_inserti64x4(
+      _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + kQ8QsOff))),
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1 + kQ8QsOff)), 1);
+  return _mm512_xor_si512(z, _mm512_set1_epi8(char(0x80)));
 }
 
-// The 32 unsigned weight bytes of one block in natural order (odd tail block).
-template <WKind K>
-PG_TARGET_VNNI inline __m256i BlockBytes(const uint8_t* b) {
-  using T = Traits<K>;
-  if constexpr (T::kNibbles) {
-    __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + T::kQsOff));
-    __m256i both = _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw);
-    return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
-  } else {
-    return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + T::kQsOff)),
-                            _mm256_set1_epi8(char(0x80)));
-  }
+// The 32 unsigned weight bytes of one block (an odd last block).
+PG_TARGET_VNNI inline __m256i BlockBytesQ8(const uint8_t* b) {
+  return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + kQ8QsOff)),
+                          _mm256_set1_epi8(char(0x80)));
 }
 
 PG_TARGET_VNNI inline int32_t HSumI32(__m256i v) {
@@ -137,26 +61,12 @@ PG_TARGET_VNNI inline int32_t HSumI32(__m256i v) {
   return _mm_cvtsi128_si32(s);
 }
 
-// Software prefetch of the rows a thread reads next (`ahead[r]`, e.g. the next row group's),
-// at the offset being read now: one group ahead (4 rows x k/32 blocks, ~4.6 KB for Qwen3's
-// experts) keeps enough lines in flight to stream from DRAM. Without it the 4-row pass ran
-// at 14.7 GB/s of streamed weights where memcpy copies 21 (2 threads, Zen 5 VM; 32-38 with
-// it); in cache it reached 36-40. Two or four groups ahead measured no better (bench_kernels,
-// noisy). Redundant prefetches of lines already fetched cost an issue slot each.
-PG_TARGET_VNNI inline void PrefetchAt(const uint8_t* p) {
-  _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
-}
-
-// out[r] = Σ_k dequant(w_r)[k] * act[k] for R weight rows (block pointers rows[r]); ahead[r]
-// (R pointers, may equal rows) are prefetched alongside.
-template <WKind K, int R>
-PG_TARGET_VNNI void DotRows(const uint8_t* const* rows, const uint8_t* const* ahead,
-                            const ActPairs& act, int64_t nb, float* out) {
-  using T = Traits<K>;
-  // Lane -> which of the pair's scales applies. Q4 order: [b0 lo | b1 lo | b0 hi | b1 hi].
-  const __m512i idx = T::kNibbles
-                          ? _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 0, 0, 0, 0, 2, 2, 2, 2)
-                          : _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
+// out[r] = Σ_k dequant(w_r)[k] * act[k] for the group's 4 Q8_0 rows (each row's lanes alone:
+// a padded group gives its real rows the same bits).
+PG_TARGET_VNNI void DotRowsQ8(const RowGroup& rg, const ActPairs& act, int64_t nb, float* out) {
+  constexpr int R = kGemvGroupRows;
+  // Lane -> which of the pair's scales applies: b0's 32 bytes, then b1's.
+  const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
   __m512 acc[R];
   __m128 macc[R];
   for (int r = 0; r < R; ++r) {
@@ -169,29 +79,29 @@ PG_TARGET_VNNI void DotRows(const uint8_t* const* rows, const uint8_t* const* ah
     const __m512i a = _mm512_loadu_si512(act.qs + b * 32);
     const __m128 ad = _mm_loadu_ps(act.ds + 2 * b);  // [da0, s0, da1, s1]
     for (int r = 0; r < R; ++r) {
-      const uint8_t* b0 = rows[r] + b * T::kBytes;
-      const uint8_t* b1 = b0 + T::kBytes;
-      PrefetchAt(ahead[r] + b * T::kBytes);
-      const __m128 prod = _mm_mul_ps(PairScales<K>(b0, b1), ad);  // [d0da0, m0s0, d1da1, m1s1]
+      const uint8_t* b0 = rg.rows[r] + b * kQ8Bytes;
+      const uint8_t* b1 = b0 + kQ8Bytes;
+      PrefetchLine(rg.ahead[r] + b * kQ8Bytes);
+      const __m128 prod = _mm_mul_ps(PairScalesQ8(b0, b1), ad);  // [d0da0, d0s0, d1da1, d1s1]
       macc[r] = _mm_add_ps(macc[r], prod);
       const __m512 sc = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(prod));
-      const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), PairBytes<K>(b0, b1), a);
+      const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), PairBytesQ8(b0, b1), a);
       acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), sc, acc[r]);
     }
   }
   for (int r = 0; r < R; ++r) {
     const __m128 m = macc[r];
     float v = _mm512_reduce_add_ps(acc[r]) +
-              T::kOffset * (_mm_cvtss_f32(_mm_shuffle_ps(m, m, 1)) +
-                            _mm_cvtss_f32(_mm_shuffle_ps(m, m, 3)));
+              kQ8Offset * (_mm_cvtss_f32(_mm_shuffle_ps(m, m, 1)) +
+                           _mm_cvtss_f32(_mm_shuffle_ps(m, m, 3)));
     if (nb % 2) {
       const int64_t b = nb - 1;
-      const uint8_t* blk = rows[r] + b * T::kBytes;
-      const __m128 ws = PairScales<K>(blk, blk);
+      const uint8_t* blk = rg.rows[r] + b * kQ8Bytes;
+      const __m128 ws = PairScalesQ8(blk, blk);
       const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(act.qs + b * 32));
-      const int32_t dot = HSumI32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), BlockBytes<K>(blk), a));
+      const int32_t dot = HSumI32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), BlockBytesQ8(blk), a));
       const float dw = _mm_cvtss_f32(ws), mw = _mm_cvtss_f32(_mm_shuffle_ps(ws, ws, 1));
-      v += dw * act.ds[2 * b] * float(dot) + T::kOffset * (mw * act.ds[2 * b + 1]);
+      v += dw * act.ds[2 * b] * float(dot) + kQ8Offset * (mw * act.ds[2 * b + 1]);
     }
     out[r] = v;
   }
@@ -210,10 +120,8 @@ PG_TARGET_VNNI void DotRows(const uint8_t* const* rows, const uint8_t* const* ah
 // Bits: every lane's operations depend only on its own weight row and the activation row, so
 // a padded short group, the packed layout and any A give each row the same bits.
 template <bool kQ4_1, bool kRows4, int A>
-PG_TARGET_VNNI void DotGroup16(const uint8_t* const* rows, const uint8_t* const* ahead,
-                               const ActPairs16* acts, int64_t nb, float* out) {
+PG_TARGET_VNNI void DotGroup16(const RowGroup& rg, const ActPairs16* acts, int64_t nb, float* out) {
   using T = q4::Q4<kQ4_1>;
-  constexpr int64_t kPair4 = 8 * T::kBytes;  // Rows4: one pair of blocks of 4 rows
   const __m512i lo_mask = _mm512_set1_epi16(0x0F);
   __m512 acc[A];
   __m256 macc[A];
@@ -225,18 +133,8 @@ PG_TARGET_VNNI void DotGroup16(const uint8_t* const* rows, const uint8_t* const*
   for (int64_t pi = 0; pi < npairs; ++pi) {
     const int64_t b = 2 * pi;
     const bool full = b + 1 < nb;
-    const uint8_t* group[4];  // Rows4: group[0] = this pair's bytes
-    const uint8_t* const* src = rows;
-    if constexpr (kRows4) {
-      group[0] = rows[0] + pi * kPair4;
-      const uint8_t* next = ahead[0] + pi * kPair4;
-      PrefetchAt(next);
-      PrefetchAt(next + 64);
-      PrefetchAt(next + 128);
-      src = group;
-    } else {
-      for (int r = 0; r < 4; ++r) PrefetchAt(ahead[r] + b * T::kBytes);
-    }
+    const uint8_t* pair;
+    const uint8_t* const* src = q4::PairSource<kQ4_1, kRows4>(rg, pi, &pair);
     __m256 dw, mw;
     q4::Scales<kQ4_1>(q4::ScaleFields<kQ4_1, kRows4>(src, b, full), full, &dw, &mw);
     __m512i w_lo[4], w_hi[4];
@@ -273,121 +171,76 @@ PG_TARGET_VNNI void DotGroup16(const uint8_t* const* rows, const uint8_t* const*
   }
 }
 
-// Weight rows per pass (a row group, gemv_jobs.h).
-constexpr int64_t kRowsPerPass = kGemvGroupRows;
-constexpr int64_t kActsPerPass = 4;  // activation rows per pass of the int16 kernel (prefill)
-constexpr int64_t kMaxActRows = 16;  // the registry sends at most kGemvMaxRows rows
+constexpr int kActsPerPass = 4;  // activation rows sharing each Q4 weight unpack (prefill)
 
-// Activation rows quantized once per call (int16 for Q4 types, int8 for Q8_0).
-template <WKind K>
-struct ActFor {
-  static constexpr bool kWide = Traits<K>::kNibbles;
-  using Elem = std::conditional_t<kWide, int16_t, int8_t>;
-  using Row = std::conditional_t<kWide, ActPairs16, ActPairs>;
-};
-// Elements of qs and floats of ds an activation row takes: ActPairs16 rounds nb up to whole
-// pairs (an odd last block has a zero partner), ActPairs does not.
-template <WKind K>
-int64_t ActRowQs(int64_t nb) { return ActFor<K>::kWide ? (nb + 1) / 2 * 64 : nb * 32; }
-template <WKind K>
-int64_t ActRowDs(int64_t nb) { return ActFor<K>::kWide ? (nb + 1) / 2 * 4 : nb * 2; }
+// Per activation row: ActPairs16 (Q4) rounds nb up to whole pairs (an odd last block has a zero
+// partner): qs (nb + 1) / 2 * 64 int16, ds (nb + 1) / 2 * 4 floats; ActPairs (Q8_0): nb * 32
+// int8, nb * 2 floats.
+int64_t Q4RowQs(int64_t nb) { return (nb + 1) / 2 * 64; }
+int64_t Q4RowDs(int64_t nb) { return (nb + 1) / 2 * 4; }
 
-template <WKind K>
-void RunGroup(const GemvJob& job, int64_t g) {
-  using A = ActFor<K>;
-  const MatmulParams& p = *job.p;
-  const int64_t nb = job.nb, j0 = g * kRowsPerPass,
-                rows_here = std::min(kRowsPerPass, job.m - j0);
-  const uint8_t* rows[kRowsPerPass];
-  const uint8_t* ahead[kRowsPerPass];  // the next group's rows (this group's at the end)
-  for (int64_t i = 0; i < kRowsPerPass; ++i) {  // Q4: a short last group repeats its last row
-    const int64_t j = j0 + std::min(i, rows_here - 1);
-    rows[i] = job.w0 + j * job.row_bytes;  // Rows4: [0] is the group, m % 4 == 0
-    ahead[i] = j + kRowsPerPass < job.m ? rows[i] + kRowsPerPass * job.row_bytes : rows[i];
-  }
-  auto act = [&](int64_t r) {
-    return typename A::Row{static_cast<typename A::Elem*>(job.qs) + r * ActRowQs<K>(nb),
-                           job.ds + r * ActRowDs<K>(nb)};
-  };
-  auto store = [&](int64_t r, const float* v) { StoreGroup(p, r, j0, rows_here, v); };
-  float v[kActsPerPass * kRowsPerPass];
-  int64_t r = 0;
-  if constexpr (A::kWide) {  // Q4 kinds: activation rows share each pass's weight unpacking
-    constexpr bool kQ4_1 = BaseKind<K>() == WKind::kQ4_1;
-    for (; r + kActsPerPass <= job.n; r += kActsPerPass) {
-      typename A::Row several[kActsPerPass];
-      for (int64_t a = 0; a < kActsPerPass; ++a) several[a] = act(r + a);
-      DotGroup16<kQ4_1, IsRows4<K>(), kActsPerPass>(rows, ahead, several, nb, v);
-      for (int64_t a = 0; a < kActsPerPass; ++a) store(r + a, v + a * kRowsPerPass);
-    }
-    for (; r < job.n; ++r) {
-      const typename A::Row one = act(r);
-      DotGroup16<kQ4_1, IsRows4<K>(), 1>(rows, ahead, &one, nb, v);
-      store(r, v);
-    }
-  } else {  // Q8_0
-    for (; r < job.n; ++r) {
-      const typename A::Row a = act(r);
-      if (rows_here == kRowsPerPass) DotRows<K, kRowsPerPass>(rows, ahead, a, nb, v);
-      else for (int i = 0; i < rows_here; ++i) DotRows<K, 1>(rows + i, ahead + i, a, nb, v + i);
-      store(r, v);
-    }
-  }
+template <bool kQ4_1, bool kRows4>
+void RunGroupQ4(const GemvJob& job, int64_t g) {
+  const RowGroup rg = MakeRowGroup(job, g);
+  RunActPasses<kActsPerPass>(job, rg, [&](int64_t r0, auto count, float* v) {
+    constexpr int kA = decltype(count)::value;
+    ActPairs16 acts[kA];
+    for (int a = 0; a < kA; ++a)
+      acts[a] = ActPairs16{static_cast<int16_t*>(job.qs) + (r0 + a) * Q4RowQs(job.nb),
+                           job.ds + (r0 + a) * Q4RowDs(job.nb)};
+    DotGroup16<kQ4_1, kRows4, kA>(rg, acts, job.nb, v);
+  });
+}
+
+void RunGroupQ8(const GemvJob& job, int64_t g) {
+  const RowGroup rg = MakeRowGroup(job, g);
+  RunActPasses<1>(job, rg, [&](int64_t r, auto, float* v) {
+    DotRowsQ8(rg, ActPairs{static_cast<int8_t*>(job.qs) + r * job.nb * 32, job.ds + r * job.nb * 2},
+              job.nb, v);
+  });
 }
 
 // Arena bytes of one job's activations (64-byte aligned segments).
-template <WKind K>
-int64_t ActBytesOf(int64_t n, int64_t nb) {
-  using Elem = typename ActFor<K>::Elem;
-  return CacheLines(n * ActRowQs<K>(nb) * int64_t(sizeof(Elem))) + CacheLines(n * ActRowDs<K>(nb) * 4);
-}
-int64_t ActBytes(const MatmulParams& p) {  // int16 rows for every Q4 kind, int8 for Q8_0
+int64_t ActBytes(const MatmulParams& p) {
   const int64_t n = p.x.dim(0), nb = p.x.dim(1) / 32;
-  return p.w.dtype == DType::kQ8_0 ? ActBytesOf<WKind::kQ8_0>(n, nb) : ActBytesOf<WKind::kQ4_0>(n, nb);
+  if (p.w.dtype == DType::kQ8_0) return CacheLines(n * nb * 32) + CacheLines(n * nb * 2 * 4);
+  return CacheLines(n * Q4RowQs(nb) * 2) + CacheLines(n * Q4RowDs(nb) * 4);
 }
 
 // Quantizes p's activation rows at `arena` (ActBytes(p) bytes) and describes the job.
-template <WKind K>
-GemvJob PrepareJob(const MatmulParams& p, uint8_t* arena) {
-  using A = ActFor<K>;
-  GemvJob j;
-  j.p = &p;
-  j.run = &RunGroup<K>;
-  j.n = p.x.dim(0);
-  j.nb = p.x.dim(1) / 32;
-  j.m = p.w.dim(0);
-  j.groups = (j.m + kRowsPerPass - 1) / kRowsPerPass;
-  j.w0 = p.w.row_ptr(0);
-  j.row_bytes = p.w.strides[0] / quant::kQK * Traits<K>::kBytes;
-  PG_CHECK(j.n <= kMaxActRows, "GemvQuantVnni512: {} rows", j.n);
-  auto* qs = reinterpret_cast<typename A::Elem*>(arena);
-  auto* ds = reinterpret_cast<float*>(arena + CacheLines(j.n * ActRowQs<K>(j.nb) * int64_t(sizeof(*qs))));
-  j.qs = qs;
-  j.ds = ds;
-  for (int64_t r = 0; r < j.n; ++r) {
-    const typename A::Row a{qs + r * ActRowQs<K>(j.nb), ds + r * ActRowDs<K>(j.nb)};
-    if constexpr (A::kWide) QuantizeActPairs16(detail::RowF32(p.x, r), p.x.dim(1), a);
-    else QuantizeActPairs(detail::RowF32(p.x, r), p.x.dim(1), a);
+GemvJob Prepare(const MatmulParams& p, uint8_t* arena) {
+  const DType t = p.w.dtype;
+  if (t == DType::kQ8_0) {
+    GemvJob j = JobShape(p, kQ8Bytes);
+    j.run = &RunGroupQ8;
+    j.qs = arena;
+    j.ds = reinterpret_cast<float*>(arena + CacheLines(j.n * j.nb * 32));
+    for (int64_t r = 0; r < j.n; ++r)
+      QuantizeActPairs(detail::RowF32(p.x, r), p.x.dim(1),
+                       ActPairs{static_cast<int8_t*>(j.qs) + r * j.nb * 32, j.ds + r * j.nb * 2});
+    return j;
   }
+  const bool q4_1 = t == DType::kQ4_1 || t == DType::kQ4_1x4;
+  GemvJob j = JobShape(p, q4_1 ? q4::Q4<true>::kBytes : q4::Q4<false>::kBytes);
+  switch (t) {
+    case DType::kQ4_0: j.run = &RunGroupQ4<false, false>; break;
+    case DType::kQ4_1: j.run = &RunGroupQ4<true, false>; break;
+    case DType::kQ4_0x4: j.run = &RunGroupQ4<false, true>; break;
+    case DType::kQ4_1x4: j.run = &RunGroupQ4<true, true>; break;
+    default: PG_CHECK(false, "GemvQuantVnni512: dtype {}", Name(t));
+  }
+  j.qs = arena;
+  j.ds = reinterpret_cast<float*>(arena + CacheLines(j.n * Q4RowQs(j.nb) * 2));
+  for (int64_t r = 0; r < j.n; ++r)
+    QuantizeActPairs16(detail::RowF32(p.x, r), p.x.dim(1),
+                       ActPairs16{static_cast<int16_t*>(j.qs) + r * Q4RowQs(j.nb), j.ds + r * Q4RowDs(j.nb)});
   return j;
-}
-
-GemvJob PrepareAny(const MatmulParams& p, uint8_t* arena) {
-  switch (p.w.dtype) {
-    case DType::kQ4_1: return PrepareJob<WKind::kQ4_1>(p, arena);
-    case DType::kQ4_0: return PrepareJob<WKind::kQ4_0>(p, arena);
-    case DType::kQ8_0: return PrepareJob<WKind::kQ8_0>(p, arena);
-    case DType::kQ4_0x4: return PrepareJob<WKind::kQ4_0x4>(p, arena);
-    case DType::kQ4_1x4: return PrepareJob<WKind::kQ4_1x4>(p, arena);
-    default: PG_CHECK(false, "GemvQuantVnni512: dtype {}", Name(p.w.dtype));
-  }
-  return {};
 }
 
 }  // namespace
 
 void GemvQuantVnni512Many(std::span<const MatmulParams> ps) {
-  RunGemvJobs(ps, GemvFamily{&ActBytes, &PrepareAny});
+  RunGemvJobs(ps, GemvFamily{&ActBytes, &Prepare});
 }
 
 PG_TARGET_VNNI void QuantizeActPairs(const float* x, int64_t k, const ActPairs& out) {
@@ -435,58 +288,7 @@ bool GemvQuantVnni512Reads(DType t) {
 
 bool GemvQuantVnni512Takes(const MatmulParams& p) {
   return Features().vnni && MaxKernelPriority() >= kPriorityCpuAvx512 &&
-         GemvQuantVnni512Reads(p.w.dtype) && p.x.dim(0) <= kMaxActRows && !p.w_scale.data;
-}
-
-bool CanRepackRows4(const TensorView& w) {
-  return Features().avx2 && (w.dtype == DType::kQ4_0 || w.dtype == DType::kQ4_1) && w.ndim == 2 &&
-         w.dim(0) % kRowsPerPass == 0 && w.dim(0) > 0 && w.is_contiguous() &&
-         w.device == Device::kCpu;
-}
-
-// Per group of 4 rows, per pair of blocks (b, b + 1): the 8 blocks' scale fields (row-major:
-// r0 b, r0 b+1, r1 b, ...; 2 bytes each for Q4_0, d and m 4 bytes for Q4_1), then each row's
-// 32 quant bytes (block b's 16, block b+1's 16). An odd last block: 4 scale fields, then 4 x 16
-// quant bytes. A group takes exactly its 4 rows' bytes.
-Tensor RepackRows4(const TensorView& w) {
-  PG_CHECK(CanRepackRows4(w), "RepackRows4: {} {}", Name(w.dtype), w.ShapeString());
-  const bool q4_1 = w.dtype == DType::kQ4_1;
-  const int64_t bytes = q4_1 ? Traits<WKind::kQ4_1>::kBytes : Traits<WKind::kQ4_0>::kBytes;
-  const int64_t qs_off = q4_1 ? Traits<WKind::kQ4_1>::kQsOff : Traits<WKind::kQ4_0>::kQsOff;
-  const int64_t m = w.dim(0), nb = w.dim(1) / quant::kQK, row_bytes = nb * bytes;
-  Tensor out(q4_1 ? DType::kQ4_1x4 : DType::kQ4_0x4, {m, w.dim(1)});
-  const uint8_t* src = static_cast<const uint8_t*>(w.data);
-  uint8_t* dst = static_cast<uint8_t*>(out.view().data);
-  for (int64_t g = 0; g < m / kRowsPerPass; ++g) {
-    const uint8_t* rows = src + g * kRowsPerPass * row_bytes;
-    uint8_t* o = dst + g * kRowsPerPass * row_bytes;
-    for (int64_t b = 0; b < nb; b += 2) {
-      const int64_t blocks = std::min<int64_t>(2, nb - b);  // 1 for an odd last block
-      for (int64_t r = 0; r < kRowsPerPass; ++r)
-        for (int64_t j = 0; j < blocks; ++j, o += qs_off)
-          std::memcpy(o, rows + r * row_bytes + (b + j) * bytes, size_t(qs_off));
-      for (int64_t r = 0; r < kRowsPerPass; ++r)
-        for (int64_t j = 0; j < blocks; ++j, o += 16)
-          std::memcpy(o, rows + r * row_bytes + (b + j) * bytes + qs_off, 16);
-    }
-  }
-  return out;
+         GemvQuantVnni512Reads(p.w.dtype) && p.x.dim(0) <= kGemvMaxActRows && !p.w_scale.data;
 }
 
 }  // namespace pg::ops::cpu
-
-namespace pg::ops {
-
-std::optional<Tensor> PackMatmulWeightForCpu(const TensorView& w) {
-  static const bool enabled = [] {
-    const char* e = std::getenv("PEREGRINE_CPU_REPACK");
-    return e == nullptr || std::string_view(e) != "0";
-  }();
-  // Only where a kernel that reads the layout may run (cpu_vnni_q8 or cpu_avx2_q8; tests cap
-  // the priority to the reference kernels, which read the source layout only).
-  if (!enabled || MaxKernelPriority() < kPriorityCpuAvx2 || !cpu::CanRepackRows4(w))
-    return std::nullopt;
-  return cpu::RepackRows4(w);
-}
-
-}  // namespace pg::ops

@@ -14,6 +14,7 @@
 
 #include "core/quant.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/gemv_jobs.h"
 
 namespace pg::ops::cpu::q4 {
 
@@ -93,6 +94,26 @@ PG_TARGET_AVX2 inline __m256i Quants(const uint8_t* const* rows, int64_t b, int 
     const uint8_t* b0 = rows[r] + b * T::kBytes + T::kQsOff;
     return full ? _mm256_set_m128i(load16(b0 + T::kBytes), load16(b0))
                 : _mm256_zextsi128_si256(load16(b0));
+  }
+}
+
+// Where pair pi's weights are read by ScaleFields / Quants: the group's rows, or (Rows4) the
+// pair's interleaved bytes, stored in *pair; prefetches the next group's same bytes first.
+template <bool kQ4_1, bool kRows4>
+PG_TARGET_AVX2 inline const uint8_t* const* PairSource(const RowGroup& rg, int64_t pi,
+                                                      const uint8_t** pair) {
+  using T = Q4<kQ4_1>;
+  if constexpr (kRows4) {
+    constexpr int64_t kPair4 = 8 * T::kBytes;  // one pair of blocks of 4 rows: <= 160 bytes
+    *pair = rg.rows[0] + pi * kPair4;
+    const uint8_t* next = rg.ahead[0] + pi * kPair4;
+    PrefetchLine(next);
+    PrefetchLine(next + 64);
+    PrefetchLine(next + 128);
+    return pair;
+  } else {
+    for (int r = 0; r < 4; ++r) PrefetchLine(rg.ahead[r] + 2 * pi * T::kBytes);
+    return rg.rows;
   }
 }
 
