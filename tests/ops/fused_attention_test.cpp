@@ -154,6 +154,10 @@ struct FusedInputs {
   }
 };
 
+// The CUDA backend runs each case this many times (runs 0-12 below); the count check at the end
+// uses it, so a new run cannot leave that check behind (it did once: 12 after run 12 came).
+constexpr int kCudaRuns = 13;
+
 TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
   PG_SEED_TRACE();
   // The CUDA backend's performance policy fuses fp8 caches only up to PG_FUSED_MAX_FP8_KEYS
@@ -217,7 +221,7 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
       // (PG_FUSED_XW=3).
       // Run 12: every choice by its rules, the exchange form's included (its default: the
       // asynchronous form on the cluster plan only).
-      for (int rep = 0; rep < (kb->backend == "cuda" ? 13 : 1); ++rep) {
+      for (int rep = 0; rep < (kb->backend == "cuda" ? kCudaRuns : 1); ++rep) {
 #if defined(PEREGRINE_HAVE_CUDA)
         const int64_t small0 = cuda::DecodeFusedSmallLaunches(), mma0 = cuda::DecodeFusedLaunches();
         const int64_t cluster0 = cuda::DecodeFusedClusterLaunches();
@@ -303,13 +307,13 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
   }
   cov.Check<RopeKvWriteAttentionParams>();
 #if defined(PEREGRINE_HAVE_CUDA)
-  // Every case fits the fused kernel (12 runs each) but the 9-row one and the softcapped one
-  // (the fused kernels take no softcap: cuda_register.cpp FusedAttentionSupported).
+  // Every case fits the fused kernel (kCudaRuns runs each) but the 9-row one and the softcapped
+  // one (the fused kernels take no softcap: cuda_register.cpp FusedAttentionSupported).
   if (Registry::Global().table<RopeKvWriteAttentionParams>().Find("cuda") != nullptr) {
     int fused_cases = 0;
     for (const FusedCase& c : Cases()) fused_cases += c.kv_lens.size() <= 8 && c.softcap == 0.0f;
     EXPECT_EQ(fused_cases, int(Cases().size()) - 2);
-    EXPECT_EQ(fused_runs, 12 * fused_cases) << "the fused kernel declined a case";
+    EXPECT_EQ(fused_runs, kCudaRuns * fused_cases) << "the fused kernel declined a case";
     EXPECT_GT(two_tile_runs, 0) << "no case reached the two-tile plan";
     EXPECT_GT(small_runs, 0) << "no case reached the small-shared-memory variant";
     EXPECT_GT(cluster_runs, 0) << "no case reached the cluster merge";
