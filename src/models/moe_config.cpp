@@ -169,22 +169,13 @@ MoeModelConfig MoeConfigFromHf(const nlohmann::json& j) {
   return c;
 }
 
-bool IsMoeGgufArch(const std::string& arch) { return arch == "qwen3moe"; }
+bool IsMoeGgufArch(const std::string& arch) { return arch == "qwen3moe" || arch == "deepseek2"; }
 
-MoeModelConfig MoeConfigFromGguf(const io::GgufFile& g) {
-  MoeModelConfig c;
-  const std::string arch = g.GetString("general.architecture");
-  PG_ENSURE(IsMoeGgufArch(arch), kUnsupported,
-            "{}: GGUF architecture '{}' is not a MoE architecture Peregrine reads (qwen3moe)",
-            g.path(), arch);
-  const std::string a = arch + ".";
-  c.arch = MoeArch::kQwen3Moe;
-  c.model_type = "qwen3_moe";
-  c.base = ConfigFromGgufAs(g, "qwen3");
-  c.base.architecture = c.model_type;
-  c.num_experts = int(g.GetInt(a + "expert_count"));
-  c.top_k = int(g.GetInt(a + "expert_used_count"));
-  // A per-layer array (newer llama.cpp files) is accepted when every layer has one size.
+namespace {
+
+// "<arch>.expert_feed_forward_length": a number, or (newer llama.cpp files) a per-layer array
+// accepted when every layer has one size.
+int ExpertFfnLength(const io::GgufFile& g, const std::string& a) {
   if (const io::GgufValue* ff = g.Find(a + "expert_feed_forward_length");
       ff != nullptr && ff->type == io::GgufType::kArray) {
     const io::GgufArray& sizes = ff->AsArray();
@@ -192,10 +183,21 @@ MoeModelConfig MoeConfigFromGguf(const io::GgufFile& g) {
     for (const io::GgufValue& v : sizes)
       PG_ENSURE(v.AsInt() == sizes[0].AsInt(), kUnsupported,
                 "{}: experts of different sizes per layer are not supported", g.path());
-    c.moe_intermediate_size = int(sizes[0].AsInt());
-  } else {
-    c.moe_intermediate_size = int(g.GetInt(a + "expert_feed_forward_length"));
+    return int(sizes[0].AsInt());
   }
+  return int(g.GetInt(a + "expert_feed_forward_length"));
+}
+
+MoeModelConfig Qwen3MoeConfigFromGguf(const io::GgufFile& g) {
+  MoeModelConfig c;
+  const std::string a = "qwen3moe.";
+  c.arch = MoeArch::kQwen3Moe;
+  c.model_type = "qwen3_moe";
+  c.base = ConfigFromGgufAs(g, "qwen3");
+  c.base.architecture = c.model_type;
+  c.num_experts = int(g.GetInt(a + "expert_count"));
+  c.top_k = int(g.GetInt(a + "expert_used_count"));
+  c.moe_intermediate_size = ExpertFfnLength(g, a);
   // llama.cpp's qwen3moe graph always renormalises the top-k weights (HF: norm_topk_prob).
   const io::GgufValue* norm = g.Find(a + "expert_weights_norm");
   c.norm_topk_prob = norm == nullptr || norm->AsBool();
@@ -210,6 +212,121 @@ MoeModelConfig MoeConfigFromGguf(const io::GgufFile& g) {
               g.path(), i, p, p);
     c.mlp_only_layers.push_back(i);
   }
+  return c;
+}
+
+// llama.cpp's deepseek2 (src/models/deepseek2.cpp), onto the DeepSeek-V3 model:
+//  * MLA dims: attention.kv_lora_rank, attention.q_lora_rank (absent / 0: attn_q, as
+//    DeepSeek-V2-Lite), rope.dimension_count = qk_rope_head_dim. Files from the current
+//    converter describe the absorbed form (head_count_kv 1, key_length = kv_lora + rope,
+//    value_length = kv_lora) and give the per-head sizes as key_length_mla (nope + rope) and
+//    value_length_mla (v); older files have key_length / value_length = those sizes.
+//  * Routing: expert_gating_func 1 softmax / 2 sigmoid (absent: softmax, llama.cpp's
+//    default for old V2 files); blk.N.exp_probs_b.bias the selection bias; groups
+//    expert_group_count / expert_group_used_count (group score: the best two, as V3);
+//    expert_weights_norm (absent: false); expert_weights_scale (absent or 0: 1);
+//    leading_dense_block_count dense layers first.
+//  * Rope: interleaved pairs (llama.cpp's "norm" rope; the converter permutes nothing). YaRN
+//    as llama.cpp computes it: the rotation keeps unit magnitude (it assumes mscale ==
+//    mscale_all_dim) and the softmax scale is mscale^2 / sqrt(nope + rope) with
+//    mscale = 1 + 0.1 * m * ln(factor), m = rope.scaling.yarn_log_multiplier / 0.1 (the
+//    converter writes 0.1 * mscale_all_dim). Beta fast / slow are llama.cpp's 32 / 1.
+//  * Trailing nextn_predict_layers (multi-token prediction) are not run, as llama.cpp.
+MoeModelConfig Deepseek2ConfigFromGguf(const io::GgufFile& g) {
+  MoeModelConfig c;
+  const std::string a = "deepseek2.";
+  auto key_error = [&](ErrorCode code, const std::string& key, const std::string& what) {
+    Throw(code, "{}: {}{} {}", g.path(), a, key, what);
+  };
+  constexpr ErrorCode kMalformed = ErrorCode::kMalformed, kUnsupported = ErrorCode::kUnsupported;
+  c.arch = MoeArch::kDeepseekV3;
+  c.model_type = "deepseek2";
+  // The shared fields as the llama family (rope pairs (2i, 2i + 1)); head_dim / kv heads are
+  // replaced below by the latent cache's.
+  c.base = ConfigFromGgufAs(g, "llama");
+  c.base.architecture = c.model_type;
+  c.base.name = g.GetStringOr("general.name", c.model_type);
+  if (const int64_t nextn = g.GetIntOr(a + "nextn_predict_layers", 0); nextn > 0) {
+    if (nextn >= c.base.num_layers) key_error(kMalformed, "nextn_predict_layers", "exceeds block_count");
+    c.base.num_layers -= int(nextn);
+  }
+  c.kv_lora_rank = int(g.GetInt(a + "attention.kv_lora_rank"));
+  c.q_lora_rank = int(g.GetIntOr(a + "attention.q_lora_rank", 0));
+  c.qk_rope_head_dim = int(g.GetInt(a + "rope.dimension_count"));
+  const bool mla_keys = g.Find(a + "attention.key_length_mla") != nullptr;
+  if (mla_keys != (g.Find(a + "attention.value_length_mla") != nullptr))
+    key_error(kMalformed, mla_keys ? "attention.value_length_mla" : "attention.key_length_mla",
+              "is missing (key_length_mla and value_length_mla come together)");
+  const std::string sfx = mla_keys ? "_mla" : "";
+  const int qk = int(g.GetInt(a + "attention.key_length" + sfx));
+  c.v_head_dim = int(g.GetInt(a + "attention.value_length" + sfx));
+  c.qk_nope_head_dim = qk - c.qk_rope_head_dim;
+  if (c.qk_nope_head_dim <= 0)
+    key_error(kMalformed, "attention.key_length" + sfx,
+              fmt::format("{} leaves no non-rope dims beside rope.dimension_count {}", qk,
+                          c.qk_rope_head_dim));
+
+  c.num_experts = int(g.GetInt(a + "expert_count"));
+  c.top_k = int(g.GetInt(a + "expert_used_count"));
+  c.moe_intermediate_size = ExpertFfnLength(g, a);
+  c.num_shared_experts = int(g.GetInt(a + "expert_shared_count"));
+  c.first_k_dense_replace = int(g.GetIntOr(a + "leading_dense_block_count", 0));
+  const double scale = g.GetFloatOr(a + "expert_weights_scale", 0.0);
+  c.routed_scaling_factor = scale == 0.0 ? 1.0f : float(scale);
+  const io::GgufValue* norm = g.Find(a + "expert_weights_norm");
+  c.norm_topk_prob = norm != nullptr && norm->AsBool();
+  switch (const int64_t f = g.GetIntOr(a + "expert_gating_func", 1)) {
+    case 1: c.scoring = ops::MoeScoring::kSoftmax; break;
+    case 2: c.scoring = ops::MoeScoring::kSigmoid; break;
+    default:
+      key_error(kUnsupported, "expert_gating_func",
+                fmt::format("{} is not supported (1 softmax, 2 sigmoid)", f));
+  }
+  c.n_group = std::max(1, int(g.GetIntOr(a + "expert_group_count", 1)));
+  c.topk_group = c.n_group > 1 ? int(g.GetInt(a + "expert_group_used_count")) : 1;
+  // The selection bias: every routed layer has one or none does.
+  for (int i = c.first_k_dense_replace; i < c.base.num_layers; ++i) {
+    const std::string bias = "blk." + std::to_string(i) + ".exp_probs_b.bias";
+    const bool has = g.FindTensor(bias) != nullptr;
+    if (i == c.first_k_dense_replace) c.has_score_bias = has;
+    PG_ENSURE(has == c.has_score_bias, kUnsupported,
+              "{}: '{}' is {} while layer {} {} one (a bias on some MoE layers only)", g.path(),
+              bias, has ? "present" : "absent", c.first_k_dense_replace,
+              c.has_score_bias ? "has" : "has no");
+  }
+
+  const ops::RopeScaling rs = c.base.rope.scaling;
+  if (rs != ops::RopeScaling::kNone && rs != ops::RopeScaling::kYarn)
+    key_error(kUnsupported, "rope.scaling.type", "is not supported for deepseek2 (none, yarn)");
+  if (const double af = g.GetFloatOr(a + "rope.scaling.attn_factor", 1.0); af != 1.0)
+    key_error(kUnsupported, "rope.scaling.attn_factor", fmt::format("{} is not supported (1)", af));
+  if (g.GetFloatOr(a + "attention.temperature_scale", 0.0) != 0.0)
+    key_error(kUnsupported, "attention.temperature_scale", "(attention temperature tuning) is not supported");
+  c.base.rope.rotary_dim = c.qk_rope_head_dim;
+  c.base.rope.beta_fast = 32.0f;
+  c.base.rope.beta_slow = 1.0f;
+  const double m = g.GetFloatOr(a + "rope.scaling.yarn_log_multiplier", 0.0) / 0.1;
+  c.base.rope.mscale = c.base.rope.mscale_all_dim = float(m);
+  c.softmax_scale = 1.0f / std::sqrt(float(qk));
+  if (rs == ops::RopeScaling::kYarn) {
+    const double ms = YarnMscale(c.base.rope.factor, m);
+    c.softmax_scale = float(c.softmax_scale * ms * ms);
+  }
+  c.rope_q_scale = 1.0f;
+  c.base.num_kv_heads = 1;
+  c.base.head_dim = int(ops::MlaCacheHalfDim(c.kv_lora_rank, c.qk_rope_head_dim));
+  return c;
+}
+
+}  // namespace
+
+MoeModelConfig MoeConfigFromGguf(const io::GgufFile& g) {
+  const std::string arch = g.GetString("general.architecture");
+  PG_ENSURE(IsMoeGgufArch(arch), kUnsupported,
+            "{}: GGUF architecture '{}' is not a MoE architecture Peregrine reads (qwen3moe, "
+            "deepseek2)",
+            g.path(), arch);
+  MoeModelConfig c = arch == "qwen3moe" ? Qwen3MoeConfigFromGguf(g) : Deepseek2ConfigFromGguf(g);
   c.Validate();
   return c;
 }

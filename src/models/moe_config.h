@@ -65,10 +65,13 @@ struct MoeModelConfig {
 bool IsMoeModelType(const std::string& model_type);
 // Throws kUnsupported (other model types, scoring functions) / kMalformed (bad fields).
 MoeModelConfig MoeConfigFromHf(const nlohmann::json& config);
-// Whether a GGUF's general.architecture is one of these (llama.cpp's "qwen3moe").
+// Whether a GGUF's general.architecture is one of these (llama.cpp's "qwen3moe", and
+// "deepseek2": DeepSeek-V2 / V2-Lite / V3, Kimi K2, Moonlight as llama.cpp converts them).
 bool IsMoeGgufArch(const std::string& arch);
-// llama.cpp's qwen3moe keys ("qwen3moe.expert_count", ...); a layer without a router tensor is
-// dense. Throws kUnsupported / kMalformed / kNotFound (a required key absent).
+// llama.cpp's keys ("qwen3moe.expert_count", "deepseek2.attention.kv_lora_rank", ...). qwen3moe:
+// a layer without a router tensor is dense. deepseek2: see moe_config.cpp for the mapping onto
+// the DeepSeek-V3 fields (model_type "deepseek2"). Throws kUnsupported / kMalformed naming the
+// key / kNotFound (a required key absent).
 MoeModelConfig MoeConfigFromGguf(const io::GgufFile& gguf);
 
 }  // namespace pg::models

@@ -35,7 +35,9 @@ std::unique_ptr<Model> LoadMoeModel(const LoadOptions& o, const nlohmann::json& 
 std::unique_ptr<Model> LoadMoeModelFromGguf(std::unique_ptr<io::GgufFile> gguf) {
   MoeModelConfig c = MoeConfigFromGguf(*gguf);
   PG_LOG_INFO("model: {}", c.Summary());
-  return CreateQwen3Moe(std::move(c), MoeWeights::FromGguf(std::move(gguf)));
+  std::unique_ptr<MoeWeights> w = MoeWeights::FromGguf(std::move(gguf));
+  if (c.arch == MoeArch::kQwen3Moe) return CreateQwen3Moe(std::move(c), std::move(w));
+  return CreateDeepseekV3(std::move(c), std::move(w));
 }
 
 std::unique_ptr<Model> CreateDummyMoeModelOnDevice(const MoeModelConfig& config,

@@ -20,7 +20,8 @@ namespace pg::models {
 // options.format is kDummy). Throws pg::Error like LoadModel.
 std::unique_ptr<Model> LoadMoeModel(const LoadOptions& options, const nlohmann::json& config,
                                     const std::string& folder);
-// A llama.cpp GGUF whose architecture IsMoeGgufArch (qwen3moe): config from its metadata,
+// A llama.cpp GGUF whose architecture IsMoeGgufArch (qwen3moe -> Qwen3-MoE, deepseek2 ->
+// DeepSeek-V3): config from its metadata,
 // weights mapped as stored (block-quantized experts included), which the CPU kernels read
 // directly. Placed on a device, they are dequantized to bf16 row by row (MoeDeviceSource, as a
 // dense GGUF's are); that path has not run on the GPU yet.

@@ -1,5 +1,6 @@
 #include "models/moe_weights.h"
 
+#include <map>
 #include <random>
 #include <regex>
 
@@ -71,14 +72,65 @@ std::unique_ptr<MoeWeights> MoeWeights::FromSafetensors(std::unique_ptr<io::Safe
   return w;
 }
 
+// DeepSeek's kv_b_proj [heads * (nope + v), rank] from llama.cpp's split form: per head h,
+// rows [h * (nope + v), + nope) are k_b[h]ᵀ and the next v rows are v_b[h].
+//   k_b: [heads, rank, nope] (ggml ne {nope, rank, heads}: the converter transposes W_UK),
+//   v_b: [heads, v, rank]    (ggml ne {rank, v, heads}).
+// Float types stay as stored (an exact copy) when both agree, anything else becomes f32.
+namespace {
+Tensor JoinKvB(const TensorView& k_b, const TensorView& v_b, const std::string& where) {
+  PG_ENSURE(k_b.ndim == 3 && v_b.ndim == 3 && k_b.dim(0) == v_b.dim(0) &&
+                k_b.dim(1) == v_b.dim(2),
+            kMalformed,
+            "{}: attn_k_b {} and attn_v_b {} must be [heads, kv_lora_rank, nope] and "
+            "[heads, v_dim, kv_lora_rank] with the same heads and rank",
+            where, k_b.ShapeString(), v_b.ShapeString());
+  for (const TensorView* t : {&k_b, &v_b})
+    PG_ENSURE(quant::CanDequantize(t->dtype), kUnsupported, "{}: attn_k_b / attn_v_b dtype {}",
+              where, Name(t->dtype));
+  const int64_t heads = k_b.dim(0), rank = k_b.dim(1), nope = k_b.dim(2), vd = v_b.dim(1);
+  auto f32 = [](const TensorView& t) {
+    std::vector<float> v(size_t(t.numel()));
+    quant::DequantizeRow(t.dtype, t.data, v.data(), t.numel());
+    return v;
+  };
+  const std::vector<float> k = f32(k_b), v = f32(v_b);
+  const bool keep = k_b.dtype == v_b.dtype &&
+                    (k_b.dtype == DType::kF32 || k_b.dtype == DType::kF16 || k_b.dtype == DType::kBF16);
+  Tensor out(keep ? k_b.dtype : DType::kF32, {heads * (nope + vd), rank});
+  std::vector<float> row(static_cast<size_t>(rank));
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t j = 0; j < nope + vd; ++j) {
+      for (int64_t r = 0; r < rank; ++r)
+        row[size_t(r)] = j < nope ? k[size_t((h * rank + r) * nope + j)]
+                                  : v[size_t((h * vd + j - nope) * rank + r)];
+      quant::QuantizeRow(out.dtype(), row.data(), out.view().row_ptr(h * (nope + vd) + j), rank);
+    }
+  }
+  return out;
+}
+}  // namespace
+
 std::unique_ptr<MoeWeights> MoeWeights::FromGguf(std::unique_ptr<io::GgufFile> file) {
   std::unique_ptr<MoeWeights> w(new MoeWeights());
   w->source_ = file->path();
   static const std::regex kExperts(R"(blk\.(\d+)\.ffn_(gate|up|down)_exps\.weight)");
+  static const std::regex kSplitKvB(R"(blk\.(\d+)\.attn_([kv])_b\.weight)");
+  static const std::regex kScoreBias(R"(blk\.(\d+)\.exp_probs_b\.bias)");
+  std::map<std::string, std::pair<TensorView, TensorView>> split_kv_b;  // layer -> (k_b, v_b)
   for (const io::GgufTensorInfo& t : file->tensors()) {
     const TensorView v = t.view();
     w->total_bytes_ += int64_t(t.nbytes);
     std::smatch m;
+    if (std::regex_match(t.name, m, kSplitKvB)) {
+      auto& kv = split_kv_b[m[1].str()];
+      (m[2] == "k" ? kv.first : kv.second) = v;
+      continue;
+    }
+    if (std::regex_match(t.name, m, kScoreBias)) {
+      w->gguf_views_.emplace("model.layers." + m[1].str() + ".mlp.gate.e_score_correction_bias", v);
+      continue;
+    }
     if (!std::regex_match(t.name, m, kExperts)) {
       w->gguf_views_.emplace(HfNameFromCanonical(t.name), v);
       continue;
@@ -90,6 +142,17 @@ std::unique_ptr<MoeWeights> MoeWeights::FromGguf(std::unique_ptr<io::GgufFile> f
                                  "." + m[2].str() + "_proj.weight",
                              v.Slice0(e, 1).Reshape({v.dim(1), v.dim(2)}));
   }
+  for (const auto& [layer, kv] : split_kv_b) {
+    const std::string p = "blk." + layer + ".";
+    PG_ENSURE(kv.first.data && kv.second.data, kMalformed, "{}: '{}attn_{}_b.weight' without '{}'",
+              w->source_, p, kv.first.data ? 'k' : 'v',
+              p + (kv.first.data ? "attn_v_b.weight" : "attn_k_b.weight"));
+    const std::string hf = "model.layers." + layer + ".self_attn.kv_b_proj.weight";
+    PG_ENSURE(!w->gguf_views_.count(hf), kMalformed,
+              "{}: layer {} has both attn_kv_b and attn_k_b / attn_v_b", w->source_, layer);
+    w->gguf_views_.emplace(hf, w->Own(JoinKvB(kv.first, kv.second, w->source_ + ": " + p)));
+    w->joined_kv_b_.insert(hf);
+  }
   w->gguf_ = std::move(file);
   return w;
 }
@@ -97,10 +160,17 @@ std::unique_ptr<MoeWeights> MoeWeights::FromGguf(std::unique_ptr<io::GgufFile> f
 std::string MoeWeights::FileName(const std::string& name) const {
   if (!gguf_) return name;
   static const std::regex kExpert(R"(model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate|up|down)_proj\.weight)");
+  static const std::regex kScoreBias(R"(model\.layers\.(\d+)\.mlp\.gate\.e_score_correction_bias)");
   std::smatch m;
   if (std::regex_match(name, m, kExpert))
     return "blk." + m[1].str() + ".ffn_" + m[3].str() + "_exps.weight[" + m[2].str() + "]";
-  return CanonicalNameFromHf(name);
+  if (std::regex_match(name, m, kScoreBias)) return "blk." + m[1].str() + ".exp_probs_b.bias";
+  const std::string g = CanonicalNameFromHf(name);
+  if (joined_kv_b_.count(name)) {  // "blk.N.attn_kv_b.weight" -> the two tensors it came from
+    const std::string p = g.substr(0, g.size() - std::string("kv_b.weight").size());
+    return p + "k_b.weight + " + p + "v_b.weight";
+  }
+  return g;
 }
 
 std::optional<TensorView> MoeWeights::FindStored(const std::string& name) const {

@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,6 +38,11 @@ class MoeWeights {
   // stacked experts "blk.<i>.ffn_{gate,up,down}_exps.weight" [experts, out, in] become
   // "model.layers.<i>.mlp.experts.<e>.{gate,up,down}_proj.weight" views of one expert each.
   // Block-quantized tensors stay as stored (the CPU matmuls read them directly).
+  // llama.cpp "deepseek2" files: "blk.<i>.exp_probs_b.bias" is the router's
+  // "mlp.gate.e_score_correction_bias"; the split "attn_k_b" [heads, rank, nope] +
+  // "attn_v_b" [heads, v, rank] are joined into one "self_attn.kv_b_proj.weight"
+  // [heads * (nope + v), rank] copy (kept in the stored float type, else f32); the unsplit
+  // "attn_kv_b" (older files) is a view as any other tensor.
   static std::unique_ptr<MoeWeights> FromGguf(std::unique_ptr<io::GgufFile> file);
   static std::unique_ptr<MoeWeights> Dummy(DType dtype, uint64_t seed);
   ~MoeWeights();
@@ -79,6 +85,7 @@ class MoeWeights {
   std::unique_ptr<io::SafetensorsModel> st_;
   std::unique_ptr<io::GgufFile> gguf_;
   std::map<std::string, TensorView, std::less<>> gguf_views_;  // by HF name
+  std::set<std::string, std::less<>> joined_kv_b_;  // kv_b_proj names joined from k_b + v_b
   int block_rows_ = 128, block_cols_ = 128;
   bool dummy_ = false;
   DType dummy_dtype_ = DType::kBF16;

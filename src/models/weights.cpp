@@ -30,6 +30,15 @@ constexpr std::pair<const char*, const char*> kLayerNames[] = {
     {"self_attn.k_norm", "attn_k_norm"},  {"post_attention_layernorm", "ffn_norm"},
     {"mlp.gate_proj", "ffn_gate"},        {"mlp.up_proj", "ffn_up"},
     {"mlp.down_proj", "ffn_down"},        {"mlp.gate", "ffn_gate_inp"},
+    // DeepSeek-V2/V3 (llama.cpp "deepseek2"): MLA projections and the shared experts. The
+    // split attn_k_b / attn_v_b form of kv_b and exp_probs_b (the router's correction bias)
+    // are not one-to-one renames: MoeWeights::FromGguf maps them.
+    {"self_attn.q_a_proj", "attn_q_a"},   {"self_attn.q_a_layernorm", "attn_q_a_norm"},
+    {"self_attn.q_b_proj", "attn_q_b"},   {"self_attn.kv_a_proj_with_mqa", "attn_kv_a_mqa"},
+    {"self_attn.kv_a_layernorm", "attn_kv_a_norm"}, {"self_attn.kv_b_proj", "attn_kv_b"},
+    {"mlp.shared_experts.gate_proj", "ffn_gate_shexp"},
+    {"mlp.shared_experts.up_proj", "ffn_up_shexp"},
+    {"mlp.shared_experts.down_proj", "ffn_down_shexp"},
 };
 
 // `from_hf`: HF -> GGUF, else GGUF -> HF.
