@@ -150,7 +150,8 @@ std::unique_ptr<MoeWeights> MoeWeights::FromGguf(std::unique_ptr<io::GgufFile> f
     const std::string hf = "model.layers." + layer + ".self_attn.kv_b_proj.weight";
     PG_ENSURE(!w->gguf_views_.count(hf), kMalformed,
               "{}: layer {} has both attn_kv_b and attn_k_b / attn_v_b", w->source_, layer);
-    w->gguf_views_.emplace(hf, w->Own(JoinKvB(kv.first, kv.second, w->source_ + ": " + p)));
+    const std::string where = w->source_ + ": blk." + layer;
+    w->gguf_views_.emplace(hf, w->Own(JoinKvB(kv.first, kv.second, where)));
     w->joined_kv_b_.insert(hf);
   }
   w->gguf_ = std::move(file);

@@ -37,6 +37,11 @@ DeepseekV2Model) and src/models/deepseek2.cpp reads:
   --types q4_0        every matrix Q4_0 but k_b / v_b (Q8_0), router and norms f32 (bench)
   --tokenizer-from F.gguf   copy F's gpt2 BPE tokenizer (make_qwen3moe_gguf.py's), for tools
                       that load the tokenizer (peregrine bench decode)
+
+The committed test files (run from tools/golden/; goldens: llamacpp_goldens.cpp F DIR 32):
+  tests/data/models/tiny-deepseek2-llamacpp-f32       --shape tiny --types f32
+  tests/data/models/tiny-deepseek2-llamacpp-lite-f32  --shape tiny-lite --types f32
+  tests/data/models/tiny-deepseek2-llamacpp-quant     --shape tiny --types quant --seed 18
 """
 import argparse, sys
 
