@@ -188,6 +188,14 @@ int ExpertFfnLength(const io::GgufFile& g, const std::string& a) {
   return int(g.GetInt(a + "expert_feed_forward_length"));
 }
 
+// The keys every llama.cpp MoE architecture has: expert_count, expert_used_count and the
+// expert size.
+void ReadExpertCounts(const io::GgufFile& g, const std::string& a, MoeModelConfig& c) {
+  c.num_experts = int(g.GetInt(a + "expert_count"));
+  c.top_k = int(g.GetInt(a + "expert_used_count"));
+  c.moe_intermediate_size = ExpertFfnLength(g, a);
+}
+
 MoeModelConfig Qwen3MoeConfigFromGguf(const io::GgufFile& g) {
   MoeModelConfig c;
   const std::string a = "qwen3moe.";
@@ -195,9 +203,7 @@ MoeModelConfig Qwen3MoeConfigFromGguf(const io::GgufFile& g) {
   c.model_type = "qwen3_moe";
   c.base = ConfigFromGgufAs(g, "qwen3");
   c.base.architecture = c.model_type;
-  c.num_experts = int(g.GetInt(a + "expert_count"));
-  c.top_k = int(g.GetInt(a + "expert_used_count"));
-  c.moe_intermediate_size = ExpertFfnLength(g, a);
+  ReadExpertCounts(g, a, c);
   // llama.cpp's qwen3moe graph always renormalises the top-k weights (HF: norm_topk_prob).
   const io::GgufValue* norm = g.Find(a + "expert_weights_norm");
   c.norm_topk_prob = norm == nullptr || norm->AsBool();
@@ -266,9 +272,7 @@ MoeModelConfig Deepseek2ConfigFromGguf(const io::GgufFile& g) {
               fmt::format("{} leaves no non-rope dims beside rope.dimension_count {}", qk,
                           c.qk_rope_head_dim));
 
-  c.num_experts = int(g.GetInt(a + "expert_count"));
-  c.top_k = int(g.GetInt(a + "expert_used_count"));
-  c.moe_intermediate_size = ExpertFfnLength(g, a);
+  ReadExpertCounts(g, a, c);
   c.num_shared_experts = int(g.GetInt(a + "expert_shared_count"));
   c.first_k_dense_replace = int(g.GetIntOr(a + "leading_dense_block_count", 0));
   const double scale = g.GetFloatOr(a + "expert_weights_scale", 0.0);

@@ -79,9 +79,7 @@ inline std::string WriteDeepseek2Gguf(const std::string& dir, const std::string&
   b.AddBool("deepseek2.expert_weights_norm", c["norm_topk_prob"].get<bool>());
   b.AddU32("deepseek2.expert_gating_func", c["scoring_func"] == "softmax" ? 1 : 2);
 
-  st.Add("token_embd.weight", {"model.embed_tokens.weight"});
-  st.Add("output_norm.weight", {"model.norm.weight"});
-  if (st.Has("lm_head.weight")) st.Add("output.weight", {"lm_head.weight"});
+  st.AddTopLevel();
   const std::pair<const char*, const char*> kLayer[] = {
       {"input_layernorm.weight", "attn_norm.weight"},
       {"self_attn.q_proj.weight", "attn_q.weight"},

@@ -47,6 +47,12 @@ class StoredTensorCopier {
     }
     b_.AddTensor(std::move(t));
   }
+  // token_embd, output_norm and (untied) output.
+  void AddTopLevel() {
+    Add("token_embd.weight", {"model.embed_tokens.weight"});
+    Add("output_norm.weight", {"model.norm.weight"});
+    if (Has("lm_head.weight")) Add("output.weight", {"lm_head.weight"});
+  }
   // The expert tensors of layer `hf` ("model.layers.3.") stacked as `g`ffn_<proj>_exps.
   void AddExperts(const std::string& hf, const std::string& g, int experts) {
     for (const char* proj : {"gate", "up", "down"}) {
@@ -89,9 +95,7 @@ inline std::string WriteQwen3MoeGguf(const std::string& dir, const std::string& 
   b.AddU32(a + "expert_count", uint32_t(experts));
   b.AddU32(a + "expert_used_count", c["num_experts_per_tok"].get<uint32_t>());
   b.AddU32(a + "expert_feed_forward_length", c["moe_intermediate_size"].get<uint32_t>());
-  st.Add("token_embd.weight", {"model.embed_tokens.weight"});
-  st.Add("output_norm.weight", {"model.norm.weight"});
-  if (st.Has("lm_head.weight")) st.Add("output.weight", {"lm_head.weight"});
+  st.AddTopLevel();
   // llama.cpp's names, spelled out here on purpose rather than taken from the loader's table
   // (src/models/weights.cpp): a wrong entry there must not be repeated by the test's writer.
   const std::pair<const char*, const char*> kLayer[] = {

@@ -49,7 +49,7 @@ import numpy as np
 import gguf
 from gguf import GGMLQuantizationType as QT
 
-from make_qwen3moe_gguf import copy_bpe_vocab, spm_vocab
+from make_qwen3moe_gguf import add_random_args, copy_bpe_vocab, finish, random_adders, spm_vocab
 
 ARCH = "deepseek2"
 
@@ -121,14 +121,7 @@ def random_model(out, shape, types, layers, seed, tokenizer_from=None):
     else:
         spm_vocab(w, V)
 
-    def add(name, shape_, std, qt):
-        a = (rng.standard_normal(shape_, dtype=np.float32) * std).astype(np.float32)
-        if qt != QT.F32:
-            a = gguf.quants.quantize(a, qt)
-        w.add_tensor(name, a, raw_dtype=qt if qt != QT.F32 else None)  # byte rows -> elements
-
-    def norm(name, n):
-        w.add_tensor(name, (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32))
+    add, norm = random_adders(w, rng)
 
     pick = {"f32": dict(emb=QT.F32, attn=QT.F32, kvb=QT.F32, gate=QT.F32, up=QT.F32, down=QT.F32,
                         dense=QT.F32, out=QT.F32),
@@ -172,20 +165,12 @@ def random_model(out, shape, types, layers, seed, tokenizer_from=None):
         add(p + "ffn_up_shexp.weight", (sff, h), h ** -0.5, pick["dense"])
         add(p + "ffn_down_shexp.weight", (h, sff), sff ** -0.5, pick["dense"])
         print(f"layer {i} written", file=sys.stderr) if not shape.startswith("tiny") else None
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish(w)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shape", default="tiny", choices=sorted(SHAPES))
-    ap.add_argument("--types", default="f32", choices=["f32", "quant", "q4_0"])
-    ap.add_argument("--layers", type=int, default=0, help="override the shape's layer count")
-    ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--tokenizer-from", metavar="F.gguf")
-    ap.add_argument("out")
+    add_random_args(ap, SHAPES)
     a = ap.parse_args()
     random_model(a.out, a.shape, a.types, a.layers, a.seed, a.tokenizer_from)
 

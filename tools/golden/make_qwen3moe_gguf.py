@@ -115,10 +115,7 @@ def from_hf(src, out):
                 continue
             dtype = t[names[0]][0]
             add_stored(w, f"blk.{i}.ffn_{proj}_exps.weight", dtype, np.stack([t[n][1] for n in names]))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish(w)
 
 
 SHAPES = {
@@ -165,6 +162,39 @@ def copy_bpe_vocab(w, src, n):
     w.add_eos_token_id(f["tokenizer.ggml.eos_token_id"].contents())
 
 
+def random_adders(w, rng):
+    """add(name, shape, std, qt): an N(0, std) tensor, quantized to qt unless F32;
+    norm(name, n): a 1 + N(0, 0.1) f32 vector. Both draw from rng in call order."""
+
+    def add(name, shape_, std, qt):
+        a = (rng.standard_normal(shape_, dtype=np.float32) * std).astype(np.float32)
+        if qt != QT.F32:
+            a = gguf.quants.quantize(a, qt)
+        w.add_tensor(name, a, raw_dtype=qt if qt != QT.F32 else None)  # byte rows -> elements
+
+    def norm(name, n):
+        w.add_tensor(name, (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32))
+
+    return add, norm
+
+
+def finish(w):
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def add_random_args(ap, shapes):
+    """The options of a --random model (shape, types, layers, seed, tokenizer) and OUT."""
+    ap.add_argument("--shape", default="tiny", choices=sorted(shapes))
+    ap.add_argument("--types", default="f32", choices=["f32", "quant", "q4_0"])
+    ap.add_argument("--layers", type=int, default=0, help="override the shape's layer count")
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--tokenizer-from", metavar="F.gguf")
+    ap.add_argument("out")
+
+
 def random_model(out, shape, types, layers, seed, tokenizer_from=None):
     c = dict(SHAPES[shape], max_position_embeddings=4096, rms_norm_eps=1e-6, rope_theta=1e6)
     if layers:
@@ -181,16 +211,7 @@ def random_model(out, shape, types, layers, seed, tokenizer_from=None):
     else:
         spm_vocab(w, V)
 
-    def mat(shape_, std, qt):
-        a = (rng.standard_normal(shape_, dtype=np.float32) * std).astype(np.float32)
-        return a if qt == QT.F32 else gguf.quants.quantize(a, qt)
-
-    def add(name, shape_, std, qt):
-        a = mat(shape_, std, qt)
-        w.add_tensor(name, a, raw_dtype=qt if qt != QT.F32 else None)  # byte rows -> elements
-
-    def norm(name, n):
-        w.add_tensor(name, (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32))
+    add, norm = random_adders(w, rng)
 
     pick = {"f32": dict(emb=QT.F32, attn=QT.F32, gate=QT.F32, up=QT.F32, down=QT.F32, out=QT.F32),
             "quant": dict(emb=QT.Q8_0, attn=QT.Q8_0, gate=QT.Q4_0, up=QT.Q4_1, down=QT.Q8_0, out=QT.Q8_0),
@@ -214,22 +235,14 @@ def random_model(out, shape, types, layers, seed, tokenizer_from=None):
         add(p + "ffn_up_exps.weight", (E, ff, h), h ** -0.5, pick["up"])
         add(p + "ffn_down_exps.weight", (E, h, ff), ff ** -0.5, pick["down"])
         print(f"layer {i} written", file=sys.stderr) if shape != "tiny" else None
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish(w)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--from-hf", metavar="DIR")
     ap.add_argument("--random", action="store_true")
-    ap.add_argument("--shape", default="tiny", choices=sorted(SHAPES))
-    ap.add_argument("--types", default="f32", choices=["f32", "quant", "q4_0"])
-    ap.add_argument("--layers", type=int, default=0, help="override the shape's layer count")
-    ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--tokenizer-from", metavar="F.gguf")
-    ap.add_argument("out")
+    add_random_args(ap, SHAPES)
     a = ap.parse_args()
     if a.from_hf:
         from_hf(a.from_hf, a.out)
