@@ -320,7 +320,7 @@ void LaunchWalk(const MoeExpertsParams& p, const cuda::MoeWeightLayout& L,
   a.accumulate = accumulate;
   a.gu_unroll = tune.walk_gu_unroll ? tune.walk_gu_unroll : (L.fp8 ? 4 : 2);
   a.down_unroll = tune.walk_down_unroll ? tune.walk_down_unroll : (n * h <= 2048 ? 8 : 4);
-  a.warps = tune.walk_warps;
+  a.warps = tune.walk_warps ? tune.walk_warps : (!L.fp8 && n == 1 ? 8 : 4);
   a.phases = tune.walk_phases;
   a.down_rows = tune.walk_down_rows ? tune.walk_down_rows : (L.fp8 ? 8 : 4);
   a.down_warps = tune.walk_down_warps;

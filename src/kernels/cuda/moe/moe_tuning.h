@@ -17,14 +17,16 @@ struct MoeTuning {
   // gate/up kernel (2 or 4; 0 = auto: 4 for fp8 weights, 2 for bf16 — H200, one token:
   // DeepSeek-V3 fp8 shape 103 vs 110 us, Qwen3 bf16 29 vs 25 us) and the one-warp-per-row down
   // kernel (4 or 8; 0 = auto: 8 when tokens x hidden
-  // <= 2048, measured faster there on the H200, else 4); warps per block (4 or 8; 4 measured
-  // equal at one token, faster at 2-4); the gate/up
+  // <= 2048, measured faster there on the H200, else 4); warps per block of the gate/up kernel
+  // (4 or 8; 0 = auto: 8 for bf16 weights at one token, else 4 — H200: 4 equal at one token,
+  // faster at 2-4; H100, Qwen3-30B-A3B 1 x 1K: 8 faster by 17-22 us a step in two calls, 2-4
+  // tokens equal, DeepSeek-V2-Lite equal; docs/PERF.md "Session 32"); the gate/up
   // kernel prefetches the routed experts' down rows into L2 when they total at most
   // walk_prefetch_bytes (0: never; measured no faster). walk_phases (diagnostics: bit 0 runs
   // the gate/up kernel, bit 1 the down kernel) times one kernel alone.
   int walk_gu_unroll = 0;
   int walk_down_unroll = 0;
-  int walk_warps = 4;
+  int walk_warps = 0;
   long long walk_prefetch_bytes = 0;
   int walk_phases = 3;
   // Down kernel form: 1 = one warp per hidden row; 2, 4, 8 = one block per tile of that many
