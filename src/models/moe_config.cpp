@@ -169,7 +169,9 @@ MoeModelConfig MoeConfigFromHf(const nlohmann::json& j) {
   return c;
 }
 
-bool IsMoeGgufArch(const std::string& arch) { return arch == "qwen3moe" || arch == "deepseek2"; }
+bool IsMoeGgufArch(const std::string& arch) {
+  return arch == "qwen3moe" || arch == "deepseek2";
+}
 
 namespace {
 
@@ -253,7 +255,8 @@ MoeModelConfig Deepseek2ConfigFromGguf(const io::GgufFile& g) {
   c.base.architecture = c.model_type;
   c.base.name = g.GetStringOr("general.name", c.model_type);
   if (const int64_t nextn = g.GetIntOr(a + "nextn_predict_layers", 0); nextn > 0) {
-    if (nextn >= c.base.num_layers) key_error(kMalformed, "nextn_predict_layers", "exceeds block_count");
+    if (nextn >= c.base.num_layers)
+      key_error(kMalformed, "nextn_predict_layers", "exceeds block_count");
     c.base.num_layers -= int(nextn);
   }
   c.kv_lora_rank = int(g.GetInt(a + "attention.kv_lora_rank"));
@@ -280,8 +283,12 @@ MoeModelConfig Deepseek2ConfigFromGguf(const io::GgufFile& g) {
   const io::GgufValue* norm = g.Find(a + "expert_weights_norm");
   c.norm_topk_prob = norm != nullptr && norm->AsBool();
   switch (const int64_t f = g.GetIntOr(a + "expert_gating_func", 1)) {
-    case 1: c.scoring = ops::MoeScoring::kSoftmax; break;
-    case 2: c.scoring = ops::MoeScoring::kSigmoid; break;
+    case 1:
+      c.scoring = ops::MoeScoring::kSoftmax;
+      break;
+    case 2:
+      c.scoring = ops::MoeScoring::kSigmoid;
+      break;
     default:
       key_error(kUnsupported, "expert_gating_func",
                 fmt::format("{} is not supported (1 softmax, 2 sigmoid)", f));
@@ -305,7 +312,8 @@ MoeModelConfig Deepseek2ConfigFromGguf(const io::GgufFile& g) {
   if (const double af = g.GetFloatOr(a + "rope.scaling.attn_factor", 1.0); af != 1.0)
     key_error(kUnsupported, "rope.scaling.attn_factor", fmt::format("{} is not supported (1)", af));
   if (g.GetFloatOr(a + "attention.temperature_scale", 0.0) != 0.0)
-    key_error(kUnsupported, "attention.temperature_scale", "(attention temperature tuning) is not supported");
+    key_error(kUnsupported, "attention.temperature_scale",
+              "(attention temperature tuning) is not supported");
   c.base.rope.rotary_dim = c.qk_rope_head_dim;
   c.base.rope.beta_fast = 32.0f;
   c.base.rope.beta_slow = 1.0f;

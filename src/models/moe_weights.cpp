@@ -79,8 +79,7 @@ std::unique_ptr<MoeWeights> MoeWeights::FromSafetensors(std::unique_ptr<io::Safe
 // Float types stay as stored (an exact copy) when both agree, anything else becomes f32.
 namespace {
 Tensor JoinKvB(const TensorView& k_b, const TensorView& v_b, const std::string& where) {
-  PG_ENSURE(k_b.ndim == 3 && v_b.ndim == 3 && k_b.dim(0) == v_b.dim(0) &&
-                k_b.dim(1) == v_b.dim(2),
+  PG_ENSURE(k_b.ndim == 3 && v_b.ndim == 3 && k_b.dim(0) == v_b.dim(0) && k_b.dim(1) == v_b.dim(2),
             kMalformed,
             "{}: attn_k_b {} and attn_v_b {} must be [heads, kv_lora_rank, nope] and "
             "[heads, v_dim, kv_lora_rank] with the same heads and rank",
@@ -95,8 +94,9 @@ Tensor JoinKvB(const TensorView& k_b, const TensorView& v_b, const std::string& 
     return v;
   };
   const std::vector<float> k = f32(k_b), v = f32(v_b);
-  const bool keep = k_b.dtype == v_b.dtype &&
-                    (k_b.dtype == DType::kF32 || k_b.dtype == DType::kF16 || k_b.dtype == DType::kBF16);
+  const bool keep =
+      k_b.dtype == v_b.dtype &&
+      (k_b.dtype == DType::kF32 || k_b.dtype == DType::kF16 || k_b.dtype == DType::kBF16);
   Tensor out(keep ? k_b.dtype : DType::kF32, {heads * (nope + vd), rank});
   std::vector<float> row(static_cast<size_t>(rank));
   for (int64_t h = 0; h < heads; ++h) {

@@ -27,7 +27,8 @@ namespace pg::testing {
 
 enum class KvBForm { kSplit, kUnsplit };
 
-inline std::string WriteDeepseek2Gguf(const std::string& dir, const std::string& out, KvBForm form) {
+inline std::string WriteDeepseek2Gguf(const std::string& dir, const std::string& out,
+                                      KvBForm form) {
   const nlohmann::json c = nlohmann::json::parse(std::ifstream(dir + "/config.json"));
   StoredTensorCopier st(dir);
   io::testing::GgufBuilder& b = st.builder();
@@ -66,7 +67,8 @@ inline std::string WriteDeepseek2Gguf(const std::string& dir, const std::string&
     b.AddF32("deepseek2.rope.scaling.factor", rp["factor"].get<float>());
     b.AddU32("deepseek2.rope.scaling.original_context_length",
              rp["original_max_position_embeddings"].get<uint32_t>());
-    b.AddF32("deepseek2.rope.scaling.yarn_log_multiplier", 0.1f * rp["mscale_all_dim"].get<float>());
+    b.AddF32("deepseek2.rope.scaling.yarn_log_multiplier",
+             0.1f * rp["mscale_all_dim"].get<float>());
   }
   u32("leading_dense_block_count", "first_k_dense_replace");
   u32("expert_count", "n_routed_experts");
@@ -100,7 +102,8 @@ inline std::string WriteDeepseek2Gguf(const std::string& dir, const std::string&
       {"mlp.shared_experts.down_proj.weight", "ffn_down_shexp.weight"},
   };
   for (int i = 0; i < c["num_hidden_layers"].get<int>(); ++i) {
-    const std::string hf = "model.layers." + std::to_string(i) + ".", g = "blk." + std::to_string(i) + ".";
+    const std::string hf = "model.layers." + std::to_string(i) + ".",
+                      g = "blk." + std::to_string(i) + ".";
     for (const auto& [from, to] : kLayer)
       if (st.Has(hf + from)) st.Add(g + to, {hf + from});
     st.AddExperts(hf, g, c["n_routed_experts"].get<int>());
@@ -113,16 +116,25 @@ inline std::string WriteDeepseek2Gguf(const std::string& dir, const std::string&
     // v_b[h][j][r] = kv_b[h * (nope + v) + nope + j][r], element by element (any dtype).
     const io::SafetensorsTensorInfo& t = st.Get(kv_b);
     const size_t es = t.nbytes() / size_t(heads * (nope + vd) * rank);
-    auto at = [&](int row, int col) { return t.data + (size_t(row) * size_t(rank) + size_t(col)) * es; };
-    io::testing::BuilderTensor k{g + "attn_k_b.weight", {uint64_t(nope), uint64_t(rank), uint64_t(heads)},
-                                 StoredTensorCopier::GgmlType(t.dtype), {}};
-    io::testing::BuilderTensor v{g + "attn_v_b.weight", {uint64_t(rank), uint64_t(vd), uint64_t(heads)},
-                                 StoredTensorCopier::GgmlType(t.dtype), {}};
+    auto at = [&](int row, int col) {
+      return t.data + (size_t(row) * size_t(rank) + size_t(col)) * es;
+    };
+    io::testing::BuilderTensor k{g + "attn_k_b.weight",
+                                 {uint64_t(nope), uint64_t(rank), uint64_t(heads)},
+                                 StoredTensorCopier::GgmlType(t.dtype),
+                                 {}};
+    io::testing::BuilderTensor v{g + "attn_v_b.weight",
+                                 {uint64_t(rank), uint64_t(vd), uint64_t(heads)},
+                                 StoredTensorCopier::GgmlType(t.dtype),
+                                 {}};
     for (int h = 0; h < heads; ++h) {
       for (int r = 0; r < rank; ++r)
-        for (int j = 0; j < nope; ++j) k.data.insert(k.data.end(), at(h * (nope + vd) + j, r), at(h * (nope + vd) + j, r) + es);
+        for (int j = 0; j < nope; ++j)
+          k.data.insert(k.data.end(), at(h * (nope + vd) + j, r), at(h * (nope + vd) + j, r) + es);
       for (int j = 0; j < vd; ++j)
-        for (int r = 0; r < rank; ++r) v.data.insert(v.data.end(), at(h * (nope + vd) + nope + j, r), at(h * (nope + vd) + nope + j, r) + es);
+        for (int r = 0; r < rank; ++r)
+          v.data.insert(v.data.end(), at(h * (nope + vd) + nope + j, r),
+                        at(h * (nope + vd) + nope + j, r) + es);
     }
     b.AddTensor(std::move(k));
     b.AddTensor(std::move(v));

@@ -1,6 +1,6 @@
-// llama.cpp "qwen3moe" and "deepseek2" GGUFs that are wrong in one way each: the loader must refuse them with an
-// error naming what is wrong (and not crash, nor load a model that computes garbage). The
-// valid file of the same builder loads and runs, so each refusal is the one change's doing.
+// llama.cpp "qwen3moe" and "deepseek2" GGUFs that are wrong in one way each: the loader must refuse
+// them with an error naming what is wrong (and not crash, nor load a model that computes garbage).
+// The valid file of the same builder loads and runs, so each refusal is the one change's doing.
 // (The numbers of real files are checked in moe_golden_test.cpp against HF and llama.cpp.)
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -59,10 +59,9 @@ std::string Finish(GgufBuilder& b, std::vector<BuilderTensor> ts, const Edits& e
     e.tensor(t);
     if (!t.name.empty()) b.AddTensor(std::move(t));
   }
-  const std::string path =
-      (std::filesystem::temp_directory_path() /
-       ("pg_moe_gguf_" + name + "." + std::to_string(::getpid()) + ".gguf"))
-          .string();
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("pg_moe_gguf_" + name + "." + std::to_string(::getpid()) + ".gguf"))
+                               .string();
   const std::vector<uint8_t> bytes = b.Build().bytes;
   std::ofstream(path, std::ios::binary)
       .write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
@@ -105,8 +104,8 @@ std::string Write(const Edits& e, const std::string& name) {
 // of ffn 96, then MoE), 2 heads, attn_q (no q_lora), kv_lora 32, nope 16, rope 16, v 16;
 // 4 experts of ffn 32 in 2 groups (top 1 group), top 2, 1 shared, sigmoid + bias; vocab 40.
 std::string WriteDeepseek2(const Edits& e, const std::string& name) {
-  const uint64_t h = 64, heads = 2, rank = 32, nope = 16, rope = 16, v = 16, experts = 4,
-                 ffn = 32, dense_ffn = 96, vocab = 40;
+  const uint64_t h = 64, heads = 2, rank = 32, nope = 16, rope = 16, v = 16, experts = 4, ffn = 32,
+                 dense_ffn = 96, vocab = 40;
   GgufBuilder b;
   auto u32 = [&](const std::string& key, uint64_t value) {
     const std::string k = "deepseek2." + key;
@@ -192,7 +191,9 @@ void ExpectLoadsAndRuns(const std::string& path, const std::string& arch) {
   std::remove(path.c_str());
 }
 
-TEST(MoeGguf, ValidFileLoadsAndRuns) { ExpectLoadsAndRuns(Write({}, "valid"), "qwen3_moe"); }
+TEST(MoeGguf, ValidFileLoadsAndRuns) {
+  ExpectLoadsAndRuns(Write({}, "valid"), "qwen3_moe");
+}
 
 TEST(MoeGguf, Deepseek2ValidFileLoadsAndRuns) {
   ExpectLoadsAndRuns(WriteDeepseek2({}, "ds2_valid"), "deepseek2");
@@ -245,8 +246,8 @@ TEST(MoeGguf, Deepseek2BiasOnSomeMoeLayersIsRefused) {
     if (t.name == "blk.2.exp_probs_b.bias") t.name.clear();
   };
   const std::string err = LoadError(WriteDeepseek2(e, "ds2_bias"), ErrorCode::kUnsupported);
-  EXPECT_NE(err.find("'blk.2.exp_probs_b.bias' is absent while layer 1 has one"),
-            std::string::npos) << err;
+  EXPECT_NE(err.find("'blk.2.exp_probs_b.bias' is absent while layer 1 has one"), std::string::npos)
+      << err;
 }
 
 TEST(MoeGguf, MissingExpertCountIsNamed) {

@@ -12,10 +12,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "models/loader.h"
 #include "golden_util.h"
 #include "hf_to_deepseek2_gguf.h"
 #include "hf_to_gguf.h"
+#include "models/loader.h"
 #include "models/model.h"
 #include "runtime/sequence_runner.h"
 
