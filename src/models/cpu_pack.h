@@ -27,4 +27,31 @@ class CpuPackedWeights {
   bool packed_ = false;
 };
 
+// A host model's forward weights: a copy of its layers and output head with every matrix the
+// model's `add_layer(Layer&, CpuPackedWeights&)` registers packed (the one PrepareHost logic
+// of the Llama, Qwen3-MoE and DeepSeek-V3 models). The model's own layers stay as loaded, for
+// device placement. Prepare is idempotent: the first call copies and packs, later ones return.
+template <class Layer>
+class HostPackedModel {
+ public:
+  template <class AddLayer>
+  void Prepare(const std::vector<Layer>& layers, const TensorView& output, AddLayer add_layer) {
+    if (packer_.packed()) return;
+    layers_ = layers;
+    output_ = output;
+    for (Layer& L : layers_) add_layer(L, packer_);
+    packer_.Add(&output_);
+    packer_.Pack();
+  }
+  bool ready() const { return packer_.packed(); }
+  // Valid after Prepare.
+  const Layer& layer(int i) const { return layers_[size_t(i)]; }
+  const TensorView& output() const { return output_; }
+
+ private:
+  std::vector<Layer> layers_;
+  TensorView output_;
+  CpuPackedWeights packer_;
+};
+
 }  // namespace pg::models

@@ -8,6 +8,7 @@
 #include "core/env.h"
 #include "core/status.h"
 #include "kernels/ops_fused.h"
+#include "models/cpu_pack.h"
 #include "models/logit_head.h"
 #include "models/moe_device.h"
 #include "models/moe_layer.h"
@@ -229,6 +230,7 @@ class DeepseekV3Model final : public Model {
     PG_CHECK(int(kv.layers.size()) == b.num_layers, "kv layers {}", kv.layers.size());
     PG_CHECK(logits.ndim == 2 && logits.dim(0) == m && logits.dim(1) == b.vocab_size);
     if (n == 0) return;
+    PackHostWeights();
     const int64_t h = b.hidden_size, nh = b.num_heads, nope = c_.qk_nope_head_dim,
                   rope = c_.qk_rope_head_dim, qk = nope + rope, vd = c_.v_head_dim,
                   rank = c_.kv_lora_rank, lat = c_.latent_dim();
@@ -253,7 +255,7 @@ class DeepseekV3Model final : public Model {
     ops::Embedding({.table = embed_, .ids = ids, .out = x});
     float routing_margin = std::numeric_limits<float>::infinity();
     for (int li = 0; li < b.num_layers; ++li) {
-      const Layer& L = layers_[size_t(li)];
+      const Layer& L = host_.layer(li);
       ops::RmsNorm({.x = li ? ffn : x, .weight = L.attn_norm, .out = hn,
                     .residual = li ? x : TensorView{}, .eps = b.rms_norm_eps});
       if (c_.q_lora_rank > 0) {
@@ -292,10 +294,25 @@ class DeepseekV3Model final : public Model {
     last_routing_margin_ = routing_margin;
     RunLogitHead({.residual = x, .last = ffn, .logit_rows = fb.logit_rows,
                   .gathered = buf(g_, h), .normed = hn, .norm_weight = norm_,
-                  .eps = b.rms_norm_eps, .output = output_, .logits = logits});
+                  .eps = b.rms_norm_eps, .output = host_.output(), .logits = logits});
+  }
+
+  void PrepareHost() override {
+    if (!on_device()) PackHostWeights();
   }
 
  private:
+  // The host forward's matrices (host_, cpu_pack.h), made on the first host forward: every
+  // projection, expert and the head; w_kv_b stays as loaded (MlaAttention reads it whole).
+  void PackHostWeights() {
+    host_.Prepare(layers_, output_, [](Layer& L, CpuPackedWeights& p) {
+      for (TensorView* w : {&L.wq, &L.wq_a, &L.wq_b, &L.wkv_a, &L.wo})
+        if (w->data) p.Add(w);
+      if (L.moe) AddForCpuPacking(L.moe_ffn, p);
+      else AddForCpuPacking(L.mlp, p);
+    });
+  }
+
   // The device path: the host path's computation in bf16 on device buffers at fixed
   // addresses (capturable in a CUDA graph). Decode batches (every q_len 1) run the absorbed
   // MLA, others the expanded one, as the host path.
@@ -387,6 +404,7 @@ class DeepseekV3Model final : public Model {
   std::unique_ptr<MoeWeights> w_;
   TensorView embed_, norm_, output_;
   std::vector<Layer> layers_;
+  HostPackedModel<Layer> host_;  // PackHostWeights
   std::vector<float> x_, hn_, q_, qa_, kva_, qpe_, attn_, o_, ffn_, g_;  // grow-only
   FfnScratch scratch_;
   // Device copy (null device_: the model runs on the host).

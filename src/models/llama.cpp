@@ -239,7 +239,7 @@ class LlamaModel final : public Model {
     PG_CHECK(logits.ndim == 2 && logits.dim(0) == m && logits.dim(1) == c.vocab_size,
              "logits {}", logits.ShapeString());
     if (n == 0) return;
-    if (!packed_.packed()) PackHostWeights();
+    PackHostWeights();
     Reserve(n);
     const int64_t h = c.hidden_size, nh = c.num_heads, nkv = c.num_kv_heads, hd = c.head_dim,
                   f = c.intermediate_size;
@@ -259,7 +259,7 @@ class LlamaModel final : public Model {
     ops::Embedding({.table = embed_, .ids = ids, .out = x});
     TensorView pending;  // the previous sub-layer's output, not yet added to x
     for (int li = 0; li < c.num_layers; ++li) {
-      const LayerWeights& L = host_layers_[size_t(li)];
+      const LayerWeights& L = host_.layer(li);
       ops::RmsNorm({.x = pending.data ? pending : x, .weight = L.attn_norm, .out = hn,
                     .residual = pending.data ? x : TensorView{}, .eps = c.rms_norm_eps});
       ops::Matmul({.x = hn, .w = L.wq, .out = q, .bias = L.bq});
@@ -288,24 +288,19 @@ class LlamaModel final : public Model {
     RunLogitHead({.residual = x, .last = pending, .logit_rows = b.logit_rows,
                   .gathered = s_.gathered.view(),
                   .normed = s_.hn.view(), .norm_weight = output_norm_,
-                  .eps = c.rms_norm_eps, .output = host_output_, .logits = logits});
+                  .eps = c.rms_norm_eps, .output = host_.output(), .logits = logits});
   }
 
  private:
   void PrepareHost() override {
-    if (!on_device() && !packed_.packed()) PackHostWeights();
+    if (!on_device()) PackHostWeights();
   }
 
-  // The host forward's matrices: layers_ / output_ with each packed for the CPU kernels
-  // (cpu_pack.h), made on the first host forward; layers_ stays as loaded for Place.
+  // The host forward's matrices (host_, cpu_pack.h), made on the first host forward.
   void PackHostWeights() {
-    host_layers_ = layers_;
-    host_output_ = output_;
-    for (LayerWeights& L : host_layers_)
-      for (TensorView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
-        packed_.Add(w);
-    packed_.Add(&host_output_);
-    packed_.Pack();
+    host_.Prepare(layers_, output_, [](LayerWeights& L, CpuPackedWeights& p) {
+      for (TensorView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) p.Add(w);
+    });
   }
 
   // The device path: the same computation in bf16 on device buffers (weights and scratch at
@@ -468,9 +463,7 @@ class LlamaModel final : public Model {
   std::unique_ptr<WeightStore> weights_;
   TensorView embed_, output_norm_, output_;
   std::vector<LayerWeights> layers_;
-  std::vector<LayerWeights> host_layers_;  // PackHostWeights
-  TensorView host_output_;
-  CpuPackedWeights packed_;
+  HostPackedModel<LayerWeights> host_;  // PackHostWeights
   float attn_scale_ = 1.0f;
   Scratch s_;
   // Device copy (null device_: the model runs on the host).

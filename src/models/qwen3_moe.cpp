@@ -170,7 +170,7 @@ class Qwen3MoeModel final : public Model {
     PG_CHECK(int(kv.layers.size()) == b.num_layers, "kv layers {}", kv.layers.size());
     PG_CHECK(logits.ndim == 2 && logits.dim(0) == m && logits.dim(1) == b.vocab_size);
     if (n == 0) return;
-    if (!packed_.packed()) PackHostWeights();
+    PackHostWeights();
     const int64_t h = b.hidden_size, nh = b.num_heads, nkv = b.num_kv_heads, hd = b.head_dim;
     auto buf = [&](std::vector<float>& v, int64_t cols) {
       if (int64_t(v.size()) < n * cols) v.resize(size_t(n * cols));
@@ -186,7 +186,7 @@ class Qwen3MoeModel final : public Model {
     ops::Embedding({.table = embed_, .ids = ids, .out = x});
     float routing_margin = std::numeric_limits<float>::infinity();
     for (int li = 0; li < b.num_layers; ++li) {
-      const Layer& L = host_layers_[size_t(li)];
+      const Layer& L = host_.layer(li);
       // x holds the residual stream; `ffn` the previous layer's FFN output (not yet added).
       ops::RmsNorm({.x = li ? ffn : x, .weight = L.attn_norm, .out = hn,
                     .residual = li ? x : TensorView{}, .eps = b.rms_norm_eps});
@@ -211,25 +211,20 @@ class Qwen3MoeModel final : public Model {
     last_routing_margin_ = routing_margin;
     RunLogitHead({.residual = x, .last = ffn, .logit_rows = fb.logit_rows,
                   .gathered = buf(g_, h), .normed = hn, .norm_weight = norm_,
-                  .eps = b.rms_norm_eps, .output = host_output_, .logits = logits});
+                  .eps = b.rms_norm_eps, .output = host_.output(), .logits = logits});
   }
 
   void PrepareHost() override {
-    if (!on_device() && !packed_.packed()) PackHostWeights();
+    if (!on_device()) PackHostWeights();
   }
 
-  // The host forward's matrices: layers_ / output_ with each packed for the CPU kernels
-  // (cpu_pack.h), made on the first host forward; layers_ stays as loaded.
-  void PackHostWeights() {
-    host_layers_ = layers_;
-    host_output_ = output_;
-    for (Layer& L : host_layers_) {
-      for (TensorView* w : {&L.wq, &L.wk, &L.wv, &L.wo}) packed_.Add(w);
-      if (L.moe) AddForCpuPacking(L.moe_ffn, packed_);
-      else AddForCpuPacking(L.mlp, packed_);
-    }
-    packed_.Add(&host_output_);
-    packed_.Pack();
+  // The host forward's matrices (host_, cpu_pack.h), made on the first host forward.
+  void PackHostWeights() { host_.Prepare(layers_, output_, AddLayerForCpuPacking); }
+
+  static void AddLayerForCpuPacking(Layer& L, CpuPackedWeights& p) {
+    for (TensorView* w : {&L.wq, &L.wk, &L.wv, &L.wo}) p.Add(w);
+    if (L.moe) AddForCpuPacking(L.moe_ffn, p);
+    else AddForCpuPacking(L.mlp, p);
   }
 
  private:
@@ -317,9 +312,7 @@ class Qwen3MoeModel final : public Model {
   std::unique_ptr<MoeWeights> w_;
   TensorView embed_, norm_, output_;
   std::vector<Layer> layers_;
-  std::vector<Layer> host_layers_;  // PackHostWeights
-  TensorView host_output_;
-  CpuPackedWeights packed_;
+  HostPackedModel<Layer> host_;  // PackHostWeights
   float scale_ = 1.0f;
   std::vector<float> x_, hn_, q_, k_, v_, attn_, o_, ffn_, g_;  // grow-only activations
   FfnScratch scratch_;
