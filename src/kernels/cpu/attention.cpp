@@ -10,6 +10,7 @@
 #include "core/thread_pool.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/online_softmax.h"
 #include "kernels/cpu/simd_avx2.h"
 #include "kernels/kernel_util.h"
 
@@ -83,26 +84,10 @@ PG_TARGET_AVX2 void RunTask(const AttentionParams& p, const Task& task, TaskScra
           ws.scores[size_t(j)] = x;
           bmax = std::max(bmax, x);
         }
-        const float m_new = std::max(ws.m[r], bmax);
-        const float corr = std::exp(ws.m[r] - m_new);  // 0 on the first block (m = -inf)
-        // Exponentiate the block's scores (vectorised), then fold them into the state.
-        int64_t j = j_begin;
-        const __m256 vm = _mm256_set1_ps(m_new);
-        for (; j + 8 <= j_end; j += 8)
-          _mm256_storeu_ps(&ws.scores[size_t(j)],
-                           simd::Exp(_mm256_sub_ps(_mm256_loadu_ps(&ws.scores[size_t(j)]), vm)));
-        for (; j < j_end; ++j) ws.scores[size_t(j)] = std::exp(ws.scores[size_t(j)] - m_new);
-        float* acc = &ws.acc[r * size_t(d)];
-        float lsum = 0;
-        float first_scale = corr;
-        for (j = j_begin; j < j_end; ++j) {
-          const float w = ws.scores[size_t(j)];
-          lsum += w;
-          simd::ScaleAxpy(acc, first_scale, w, ws.vrows[size_t(j)], d);
-          first_scale = 1.0f;
-        }
-        ws.l[r] = ws.l[r] * corr + lsum;
-        ws.m[r] = m_new;
+        FoldSoftmaxBlock(
+            ws.scores.data(), j_begin, j_end, bmax,
+            [&](int64_t jj) { return ws.vrows[size_t(jj)]; }, d, ws.m[r], ws.l[r],
+            &ws.acc[r * size_t(d)]);
       }
     }
   }

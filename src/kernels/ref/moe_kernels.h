@@ -16,8 +16,10 @@ void MlaAttention(const MlaAttentionParams& p);
 }  // namespace ref
 
 namespace cpu {
-// CPU backend of the MoE ops (cpu/moe_experts.cpp): registers its kernels.
+// CPU backend of the MoE ops (cpu/moe_experts.cpp, cpu/mla_attention.cpp): register their
+// kernels.
 void RegisterMoe(Registry& r);
+void RegisterMla(Registry& r);
 }  // namespace cpu
 
 }  // namespace pg::ops

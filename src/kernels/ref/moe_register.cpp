@@ -267,6 +267,7 @@ void RegisterMoeKernels(Registry& r) {
   r.Register(KernelImpl<MlaAttentionParams>{"ref", Device::kCpu, kPriorityRef, {},
                                             &ref::MlaAttention});
   cpu::RegisterMoe(r);
+  cpu::RegisterMla(r);
 }
 
 }  // namespace pg::ops
