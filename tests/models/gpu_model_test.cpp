@@ -21,6 +21,7 @@
 #include "kernels/cuda/common/context.h"
 #include "models/loader.h"
 #include "golden_util.h"
+#include "hf_to_deepseek2_gguf.h"
 #include "hf_to_gguf.h"
 #include "models/model.h"
 #include "runtime/cuda/gpu_prefill_bench.h"
@@ -310,6 +311,15 @@ TEST(GpuModelGolden, TinyQwen3MoeGguf) {
 
 TEST(GpuModelGolden, TinyDeepseekV3) {
   CheckModel("tests/data/models/tiny-deepseek-v3", "tests/data/models/tiny-deepseek-v3", 0.05f);
+}
+
+// The same checkpoint as a llama.cpp deepseek2 GGUF (hf_to_deepseek2_gguf.h; split attn_k_b /
+// attn_v_b, as llama.cpp's converter writes them now): kv_b joined back on the host, then placed
+// like the safetensors copy; the same HF goldens.
+TEST(GpuModelGolden, TinyDeepseekV3Deepseek2Gguf) {
+  const std::string gguf = testing::TinyDeepseek2Gguf(testing::KvBForm::kSplit);
+  CheckModel(gguf, "tests/data/models/tiny-deepseek-v3", 0.05f);
+  std::filesystem::remove(gguf);
 }
 
 TEST(GpuModelGolden, TinyDeepseekV3Fp8) {
