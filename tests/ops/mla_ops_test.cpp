@@ -578,44 +578,53 @@ TEST(MlaAttentionOp, CpuRowsDoNotDependOnTheBatch) {
   constexpr int kHeads = 16, kNope = 128, kV = 128;
   Batch all({{1, 150}, {5, 90}, {33, 200}, {1, 1}, {20, 20}}, 16);
   for (const auto* k : cpu)
-  for (DType cache_dt : {DType::kF32, DType::kF8E4M3})
-  for (bool f32_w : {true, false})
-  for (MlaMode mode : {MlaMode::kAbsorbed, MlaMode::kExpanded}) {
-    SCOPED_TRACE(fmt::format("{} cache {} w_kv_b {} {}", k->backend, Name(cache_dt),
-                             f32_w ? "f32" : "bf16",
-                             mode == MlaMode::kAbsorbed ? "absorbed" : "expanded"));
-    LatentCache cache(all, cache_dt, 1.0f, cache_dt == DType::kF32 ? 1.0f : 0.5f);
-    Tensor w = Bf16Weight(kHeads * (kNope + kV), kRank, 0.05f);
-    if (f32_w) {
-      Tensor f(DType::kF32, {kHeads * (kNope + kV), kRank});
-      for (int64_t i = 0; i < w.numel(); ++i) f.data<float>()[i] = Bf16ToF32(w.data<uint16_t>()[i]);
-      w = std::move(f);
-    }
-    Tensor q = F32({all.tokens, kHeads, kNope + kRope});
-    Tensor whole(DType::kF32, {all.tokens, kHeads, kV});
-    MlaAttentionParams p{.q = q.view(), .w_kv_b = w.view(), .out = whole.view(),
-                         .cache = cache.view, .batch = &all.batch, .kv_lora_rank = kRank,
-                         .rope_dim = kRope, .mode = mode};
-    ASSERT_TRUE(RunBackend(*k, p));
-    const int64_t row_floats = kHeads * kV;
-    for (int s = 0; s < all.batch.num_seqs; ++s) {
-      const int32_t q0 = all.q_start[size_t(s)], ql = all.q_len[size_t(s)];
-      for (int32_t first : {0, ql - 1}) {  // the sequence's rows, then its last row alone
-        const std::vector<int32_t> start{0}, len{ql - first}, kv{all.kv_len[size_t(s)]},
-            page{all.page_start[size_t(s)]};
-        const AttentionBatch one{1, all.batch.page_size, start, len, kv, page, all.page_table};
-        Tensor got(DType::kF32, {ql - first, kHeads, kV});
-        MlaAttentionParams p1 = p;
-        p1.q = q.view().Slice0(q0 + first, ql - first);
-        p1.out = got.view();
-        p1.batch = &one;
-        ASSERT_TRUE(RunBackend(*k, p1));
-        EXPECT_EQ(std::memcmp(got.data<float>(), whole.data<float>() + (q0 + first) * row_floats,
-                              size_t(got.nbytes())), 0)
-            << "sequence " << s << " rows from " << first;
-      }
-    }
-  }
+    for (DType cache_dt : {DType::kF32, DType::kF8E4M3})
+      for (bool f32_w : {true, false})
+        for (MlaMode mode : {MlaMode::kAbsorbed, MlaMode::kExpanded}) {
+          SCOPED_TRACE(fmt::format("{} cache {} w_kv_b {} {}", k->backend, Name(cache_dt),
+                                   f32_w ? "f32" : "bf16",
+                                   mode == MlaMode::kAbsorbed ? "absorbed" : "expanded"));
+          LatentCache cache(all, cache_dt, 1.0f, cache_dt == DType::kF32 ? 1.0f : 0.5f);
+          Tensor w = Bf16Weight(kHeads * (kNope + kV), kRank, 0.05f);
+          if (f32_w) {
+            Tensor f(DType::kF32, {kHeads * (kNope + kV), kRank});
+            for (int64_t i = 0; i < w.numel(); ++i)
+              f.data<float>()[i] = Bf16ToF32(w.data<uint16_t>()[i]);
+            w = std::move(f);
+          }
+          Tensor q = F32({all.tokens, kHeads, kNope + kRope});
+          Tensor whole(DType::kF32, {all.tokens, kHeads, kV});
+          MlaAttentionParams p{.q = q.view(),
+                               .w_kv_b = w.view(),
+                               .out = whole.view(),
+                               .cache = cache.view,
+                               .batch = &all.batch,
+                               .kv_lora_rank = kRank,
+                               .rope_dim = kRope,
+                               .mode = mode};
+          ASSERT_TRUE(RunBackend(*k, p));
+          const int64_t row_floats = kHeads * kV;
+          for (int s = 0; s < all.batch.num_seqs; ++s) {
+            const int32_t q0 = all.q_start[size_t(s)], ql = all.q_len[size_t(s)];
+            for (int32_t first : {0, ql - 1}) {  // the sequence's rows, then its last row alone
+              const std::vector<int32_t> start{0}, len{ql - first}, kv{all.kv_len[size_t(s)]},
+                  page{all.page_start[size_t(s)]};
+              const AttentionBatch one{1,    all.batch.page_size, start, len, kv,
+                                       page, all.page_table};
+              Tensor got(DType::kF32, {ql - first, kHeads, kV});
+              MlaAttentionParams p1 = p;
+              p1.q = q.view().Slice0(q0 + first, ql - first);
+              p1.out = got.view();
+              p1.batch = &one;
+              ASSERT_TRUE(RunBackend(*k, p1));
+              EXPECT_EQ(
+                  std::memcmp(got.data<float>(), whole.data<float>() + (q0 + first) * row_floats,
+                              size_t(got.nbytes())),
+                  0)
+                  << "sequence " << s << " rows from " << first;
+            }
+          }
+        }
 }
 
 TEST(MlaAttentionOp, RejectsMismatchedCache) {

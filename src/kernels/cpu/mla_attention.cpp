@@ -37,8 +37,14 @@ struct Dims {
   int64_t heads, qk, rope, nope, vd, rank, latent, per_head;  // per_head = nope + vd
   float scale;
   explicit Dims(const MlaAttentionParams& p)
-      : heads(p.q.dim(1)), qk(p.q.dim(2)), rope(p.rope_dim), nope(qk - rope),
-        vd(p.out.dim(2)), rank(p.kv_lora_rank), latent(rank + rope), per_head(nope + vd),
+      : heads(p.q.dim(1)),
+        qk(p.q.dim(2)),
+        rope(p.rope_dim),
+        nope(qk - rope),
+        vd(p.out.dim(2)),
+        rank(p.kv_lora_rank),
+        latent(rank + rope),
+        per_head(nope + vd),
         scale(p.scale > 0 ? p.scale : float(1.0 / std::sqrt(double(qk)))) {}
 };
 
@@ -74,10 +80,12 @@ PG_TARGET_AVX2 void Flash(const FlashKeys& k, std::vector<FlashRow>& rows, float
     for (FlashRow& r : rows) {
       const int64_t j_end = std::min(nk, r.pos + 1 - t0);
       if (j_end <= 0) continue;
-      DotMany(r.qc, [&](int64_t j) { return k.content + (t0 + j) * k.content_stride; }, j_end,
-              k.content_dim, scores);
-      DotMany(r.qr, [&](int64_t j) { return k.rope + (t0 + j) * k.latent; }, j_end, k.rope_dim,
-              rope_part);
+      DotMany(
+          r.qc, [&](int64_t j) { return k.content + (t0 + j) * k.content_stride; }, j_end,
+          k.content_dim, scores);
+      DotMany(
+          r.qr, [&](int64_t j) { return k.rope + (t0 + j) * k.latent; }, j_end, k.rope_dim,
+          rope_part);
       float bmax = -INFINITY;
       for (int64_t j = 0; j < j_end; ++j) {
         scores[j] = (scores[j] + rope_part[j]) * scale;
@@ -112,31 +120,40 @@ void GatherLatents(const MlaAttentionParams& p, int64_t latent, std::vector<floa
   base.assign(size_t(b.num_seqs) + 1, 0);
   for (int s = 0; s < b.num_seqs; ++s) base[size_t(s) + 1] = base[size_t(s)] + b.kv_len[size_t(s)];
   out.resize(size_t(base.back() * latent));
-  ThreadPool::Default().ParallelFor(base.back(), [&](int64_t i0, int64_t i1) {
-    int s = 0;
-    for (int64_t i = i0; i < i1; ++i) {
-      while (base[size_t(s) + 1] <= i) ++s;
-      const int64_t t = i - base[size_t(s)];
-      const int64_t off = detail::CacheOffset(c.k_cache, detail::PageOf(b, s, t), t % b.page_size, 0);
-      float* row = out.data() + i * latent;
-      for (int64_t e = 0; e < half; ++e)
-        row[e] = detail::LoadScalar(c.k_cache.dtype, c.k_cache.data, off + e) * c.k_scale;
-      for (int64_t e = half; e < latent; ++e)
-        row[e] = detail::LoadScalar(c.v_cache.dtype, c.v_cache.data, off + e - half) * c.v_scale;
-    }
-  }, 16);
+  ThreadPool::Default().ParallelFor(
+      base.back(),
+      [&](int64_t i0, int64_t i1) {
+        int s = 0;
+        for (int64_t i = i0; i < i1; ++i) {
+          while (base[size_t(s) + 1] <= i) ++s;
+          const int64_t t = i - base[size_t(s)];
+          const int64_t off =
+              detail::CacheOffset(c.k_cache, detail::PageOf(b, s, t), t % b.page_size, 0);
+          float* row = out.data() + i * latent;
+          for (int64_t e = 0; e < half; ++e)
+            row[e] = detail::LoadScalar(c.k_cache.dtype, c.k_cache.data, off + e) * c.k_scale;
+          for (int64_t e = half; e < latent; ++e)
+            row[e] =
+                detail::LoadScalar(c.v_cache.dtype, c.v_cache.data, off + e - half) * c.v_scale;
+        }
+      },
+      16);
 }
 
 // The shared inputs of one call's tasks.
 struct Call {
   const MlaAttentionParams& p;
   Dims d;
-  const float* w;        // w_kv_b f32 [heads * per_head, rank]
-  const float* lat;      // GatherLatents rows
-  const int64_t* base;   // sequence s's rows start at lat + base[s] * latent
+  const float* w;       // w_kv_b f32 [heads * per_head, rank]
+  const float* lat;     // GatherLatents rows
+  const int64_t* base;  // sequence s's rows start at lat + base[s] * latent
   const float* WRow(int64_t h, int64_t r) const { return w + (h * d.per_head + r) * d.rank; }
-  const float* Q(int64_t row, int64_t h) const { return detail::RowF32(p.q, row) + h * p.q.strides[1]; }
-  float* Out(int64_t row, int64_t h) const { return detail::RowF32(p.out, row) + h * p.out.strides[1]; }
+  const float* Q(int64_t row, int64_t h) const {
+    return detail::RowF32(p.q, row) + h * p.q.strides[1];
+  }
+  float* Out(int64_t row, int64_t h) const {
+    return detail::RowF32(p.out, row) + h * p.out.strides[1];
+  }
 };
 
 struct Task {
@@ -176,8 +193,9 @@ PG_TARGET_AVX2 void RunAbsorbed(const Call& c, const Task& task, Scratch& ws) {
       FlashRow& row = ws.rows[r];
       const float inv = 1.0f / row.l;
       for (int64_t e = 0; e < d.rank; ++e) row.acc[e] *= inv;
-      DotMany(row.acc, [&](int64_t j) { return c.WRow(h, d.nope + j); }, d.vd, d.rank,
-              c.Out(b.q_start[size_t(task.seq)] + qi, h));  // out = W_UV_h o_lat
+      DotMany(
+          row.acc, [&](int64_t j) { return c.WRow(h, d.nope + j); }, d.vd, d.rank,
+          c.Out(b.q_start[size_t(task.seq)] + qi, h));  // out = W_UV_h o_lat
     }
 }
 
@@ -194,12 +212,13 @@ PG_TARGET_AVX2 void RunExpanded(const Call& c, const Task& task, Scratch& ws) {
   for (int64_t t = 0; t < kv_len; t += 4) {
     const int64_t nt = std::min<int64_t>(4, kv_len - t);
     for (int64_t r = 0; r < d.per_head; ++r) {
-      DotMany(c.WRow(h, r), [&](int64_t i) { return lat + (t + i) * d.latent; }, nt, d.rank,
-              col.data());
+      DotMany(
+          c.WRow(h, r), [&](int64_t i) { return lat + (t + i) * d.latent; }, nt, d.rank,
+          col.data());
       for (int64_t i = 0; i < nt; ++i) ws.kv[size_t((t + i) * d.per_head + r)] = col[size_t(i)];
     }
   }
-  const FlashKeys keys{ws.kv.data(), d.per_head, d.nope, lat + d.rank, d.latent, d.rope,
+  const FlashKeys keys{ws.kv.data(),          d.per_head, d.nope, lat + d.rank, d.latent, d.rope,
                        ws.kv.data() + d.nope, d.per_head, d.vd};
   for (int64_t q0 = 0; q0 < q_len; q0 += kQueryBlock) {
     const int64_t q1 = std::min(q_len, q0 + kQueryBlock);
@@ -207,8 +226,8 @@ PG_TARGET_AVX2 void RunExpanded(const Call& c, const Task& task, Scratch& ws) {
     ws.rows.clear();
     for (int64_t qi = q0; qi < q1; ++qi) {
       const float* q = c.Q(b.q_start[size_t(s)] + qi, h);
-      ws.rows.push_back({q, q + d.nope, kv_len - q_len + qi, -INFINITY, 0.0f,
-                         ws.acc.data() + (qi - q0) * d.vd});
+      ws.rows.push_back(
+          {q, q + d.nope, kv_len - q_len + qi, -INFINITY, 0.0f, ws.acc.data() + (qi - q0) * d.vd});
     }
     Flash(keys, ws.rows, d.scale);
     for (int64_t qi = q0; qi < q1; ++qi) {
@@ -224,9 +243,11 @@ PG_TARGET_AVX2 void RunExpanded(const Call& c, const Task& task, Scratch& ws) {
 // about two tasks a thread (a group's latents are read once for all its heads).
 void AbsorbedTasks(const AttentionBatch& b, int64_t heads, std::vector<Task>& tasks) {
   int64_t qblocks = 0;
-  for (int s = 0; s < b.num_seqs; ++s) qblocks += (b.q_len[size_t(s)] + kQueryBlock - 1) / kQueryBlock;
+  for (int s = 0; s < b.num_seqs; ++s)
+    qblocks += (b.q_len[size_t(s)] + kQueryBlock - 1) / kQueryBlock;
   const int64_t want = 2 * int64_t(ThreadPool::Default().num_threads());
-  const int64_t groups = std::clamp<int64_t>((want + qblocks - 1) / std::max<int64_t>(qblocks, 1), 1, heads);
+  const int64_t groups =
+      std::clamp<int64_t>((want + qblocks - 1) / std::max<int64_t>(qblocks, 1), 1, heads);
   const int64_t per = (heads + groups - 1) / groups;
   for (int s = 0; s < b.num_seqs; ++s)
     for (int64_t q0 = 0; q0 < b.q_len[size_t(s)]; q0 += kQueryBlock)
@@ -254,7 +275,8 @@ void CpuMlaAttention(const MlaAttentionParams& p) {
                base.data()};
   tasks.clear();
   const bool absorbed = p.mode == MlaMode::kAbsorbed;
-  if (absorbed) AbsorbedTasks(b, d.heads, tasks);
+  if (absorbed)
+    AbsorbedTasks(b, d.heads, tasks);
   else
     for (int s = 0; s < b.num_seqs; ++s)
       for (int64_t h = 0; h < d.heads; ++h)
@@ -263,8 +285,10 @@ void CpuMlaAttention(const MlaAttentionParams& p) {
   ThreadPool::Default().ParallelFor(int64_t(all.size()), [&](int64_t i0, int64_t i1) {
     thread_local Scratch ws;
     for (int64_t i = i0; i < i1; ++i) {
-      if (absorbed) RunAbsorbed(c, all[size_t(i)], ws);
-      else RunExpanded(c, all[size_t(i)], ws);
+      if (absorbed)
+        RunAbsorbed(c, all[size_t(i)], ws);
+      else
+        RunExpanded(c, all[size_t(i)], ws);
     }
   });
 }
@@ -273,13 +297,13 @@ void CpuMlaAttention(const MlaAttentionParams& p) {
 
 void RegisterMla(Registry& r) {
   if (!Features().avx2) return;  // registered only where it runs (RegisterElementwise)
-  r.Register(KernelImpl<MlaAttentionParams>{
-      "cpu_avx2", Device::kCpu, kPriorityCpuAvx2,
-      [](const MlaAttentionParams& p) {
-        return Features().avx2 && quant::CanDequantize(p.w_kv_b.dtype) &&
-               p.q.strides[2] == 1 && p.out.strides[2] == 1;
-      },
-      &CpuMlaAttention});
+  r.Register(KernelImpl<MlaAttentionParams>{"cpu_avx2", Device::kCpu, kPriorityCpuAvx2,
+                                            [](const MlaAttentionParams& p) {
+                                              return Features().avx2 &&
+                                                     quant::CanDequantize(p.w_kv_b.dtype) &&
+                                                     p.q.strides[2] == 1 && p.out.strides[2] == 1;
+                                            },
+                                            &CpuMlaAttention});
 }
 
 }  // namespace pg::ops::cpu
