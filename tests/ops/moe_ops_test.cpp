@@ -234,12 +234,15 @@ TEST(MoeExpertsOp, EveryBackendMatchesReference) {
         cov.Ran(k->backend);
         // The fast backends may quantize activations to int8 blocks for block-quantized
         // weights (as the dense Matmul "_q8" backends do, held at {0.06, 2e-4} there); two
-        // such matmuls in a row (gate/up, then down) roughly double that. f32/f16/bf16
+        // such matmuls in a row (gate/up, then down) roughly double the typical error, and
+        // the worst of 64 x 64 outputs reaches further: max_rel 0.124 / 0.129 / 0.133 in 3 of
+        // 60 seeds under PEREGRINE_CPU_ISA=avx2 and 0.133 in 1 of 30 natively (session 32;
+        // 0.12 here made the test fail ~5 % of runs). nmse stays the tight check. f32/f16/bf16
         // weights must match to rounding.
         const bool block =
             c.dtype == DType::kQ8_0 || c.dtype == DType::kQ4_1 || c.dtype == DType::kQ4_0;
         ExpectClose(ref_out.data<float>(), got.data<float>(), got.numel(),
-                    block ? Tolerance{0.12, 5e-4} : Tolerance{1e-5, 1e-11}, k->backend);
+                    block ? Tolerance{0.2, 5e-4} : Tolerance{1e-5, 1e-11}, k->backend);
       }
     }
   }
