@@ -1,5 +1,6 @@
-# Queue job (tools/gpu/queue.sh), session 32. First session 31's unrun `xd` (the exchange form's
-# per-plan default: harness run 12, goldens, default against PG_FUSED_XW=0 on Qwen3 / Llama).
+# Queue job (tools/gpu/queue.sh), session 32. First session 31's unrun `xd` (folded in here: the
+# exchange form's per-plan default: harness run 12, goldens, default against PG_FUSED_XW=0 on
+# Qwen3 / Llama).
 # Then the next layer's qkv asked of the L2 by the router's NormLogits kernel with an evict_last
 # policy and a persisting L2 set-aside (PEREGRINE_L2_KEEP, PEREGRINE_L2_PERSIST_MB), so that the
 # lines outlast the MoE expert streams (evict-first) up to the next qkv GEMV. Batch 1 x 1K rows,
