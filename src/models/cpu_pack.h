@@ -16,13 +16,18 @@ class CpuPackedWeights {
  public:
   // Registers `*w` (a view the caller owns, valid until Pack returns) to be packed.
   void Add(TensorView* w) { todo_.push_back(w); }
+  // Registers `*w` (a dequantizable matrix read whole by a kernel that computes in f32, as
+  // MlaAttention's w_kv_b) to become a dense f32 copy unless it is one already: converted once
+  // here instead of on every call.
+  void AddDenseF32(TensorView* w) { to_f32_.push_back(w); }
   // Replaces every registered view that has a packed form by a view of its packed copy (owned
-  // here), packing in parallel. Returns the bytes packed.
+  // here), packing in parallel, and every AddDenseF32 view that is not dense f32 by its f32
+  // copy. Returns the bytes packed or converted.
   int64_t Pack();
   bool packed() const { return packed_; }
 
  private:
-  std::vector<TensorView*> todo_;
+  std::vector<TensorView*> todo_, to_f32_;
   std::vector<Tensor> owned_;
   bool packed_ = false;
 };

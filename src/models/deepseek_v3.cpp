@@ -303,11 +303,13 @@ class DeepseekV3Model final : public Model {
 
  private:
   // The host forward's matrices (host_, cpu_pack.h), made on the first host forward: every
-  // projection, expert and the head; w_kv_b stays as loaded (MlaAttention reads it whole).
+  // projection, expert and the head packed; w_kv_b as dense f32 (MlaAttention reads it whole
+  // in f32: a bf16 checkpoint's would be converted on every call otherwise).
   void PackHostWeights() {
     host_.Prepare(layers_, output_, [](Layer& L, CpuPackedWeights& p) {
       for (TensorView* w : {&L.wq, &L.wq_a, &L.wq_b, &L.wkv_a, &L.wo})
         if (w->data) p.Add(w);
+      p.AddDenseF32(&L.wkv_b);
       if (L.moe) AddForCpuPacking(L.moe_ffn, p);
       else AddForCpuPacking(L.mlp, p);
     });

@@ -218,16 +218,16 @@ class Qwen3MoeModel final : public Model {
     if (!on_device()) PackHostWeights();
   }
 
+ private:
   // The host forward's matrices (host_, cpu_pack.h), made on the first host forward.
-  void PackHostWeights() { host_.Prepare(layers_, output_, AddLayerForCpuPacking); }
-
-  static void AddLayerForCpuPacking(Layer& L, CpuPackedWeights& p) {
-    for (TensorView* w : {&L.wq, &L.wk, &L.wv, &L.wo}) p.Add(w);
-    if (L.moe) AddForCpuPacking(L.moe_ffn, p);
-    else AddForCpuPacking(L.mlp, p);
+  void PackHostWeights() {
+    host_.Prepare(layers_, output_, [](Layer& L, CpuPackedWeights& p) {
+      for (TensorView* w : {&L.wq, &L.wk, &L.wv, &L.wo}) p.Add(w);
+      if (L.moe) AddForCpuPacking(L.moe_ffn, p);
+      else AddForCpuPacking(L.mlp, p);
+    });
   }
 
- private:
   // The device path: the host path's computation in bf16 on the device buffers (weights and
   // scratch at fixed addresses: capturable in a CUDA graph). Host work: validation, launches.
   void ForwardDevice(const ForwardBatch& fb, const KvCacheLayers& kv, TensorView logits) {

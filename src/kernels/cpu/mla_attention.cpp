@@ -98,8 +98,9 @@ PG_TARGET_AVX2 void Flash(const FlashKeys& k, std::vector<FlashRow>& rows, float
   }
 }
 
-// w_kv_b as f32 rows [heads * per_head, rank]: the op's own data when f32 and dense, else
-// dequantized into `scratch` (rows in parallel).
+// w_kv_b as f32 rows [heads * per_head, rank]: the op's own data when f32 and dense (the
+// models' host forwards pass it so: CpuPackedWeights::AddDenseF32), else dequantized into
+// `scratch` (rows in parallel) on this call.
 const float* KvBF32(const TensorView& w, int64_t rows, int64_t rank, std::vector<float>& scratch) {
   if (w.dtype == DType::kF32 && w.strides[0] == rank) return w.as<float>();
   scratch.resize(size_t(rows * rank));
