@@ -57,6 +57,11 @@ inline void ScaleWeightRow(const TensorView& w_scale, int64_t j, float* row, int
   }
 }
 
+// Byte pointer to row r of head h of a contiguous [heads, rows, n] stack of matrices, any dtype.
+inline const uint8_t* HeadRow(const TensorView& t, int64_t h, int64_t r) {
+  return static_cast<const uint8_t*>(t.data) + (h * t.dim(1) + r) * t.row_bytes();
+}
+
 // Throws kOutOfRange when an id is outside [0, vocab). ids: [num_tokens] i32.
 inline void CheckIds(const TensorView& ids, int64_t vocab) {
   const int32_t* p = ids.as<int32_t>();

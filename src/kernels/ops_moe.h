@@ -134,6 +134,11 @@ enum class MlaMode : uint8_t { kExpanded, kAbsorbed };
 struct MlaAttentionParams {
   TensorView q;       // [num_tokens, num_heads, nope_dim + rope_dim] f32, rope part rotated
   TensorView w_kv_b;  // [num_heads * (nope_dim + v_dim), kv_lora_rank], dequantizable
+  // Or (w_kv_b then unset) the split form llama.cpp's deepseek2 files store, both contiguous
+  // and dequantizable by rows (a Q8_0 file's blocks run along nope_dim in w_k_b and along
+  // kv_lora_rank in w_v_b): per head h, w_k_b[h] = W_UK_h^T and w_v_b[h] = W_UV_h.
+  TensorView w_k_b;   // [num_heads, kv_lora_rank, nope_dim]
+  TensorView w_v_b;   // [num_heads, v_dim, kv_lora_rank]
   TensorView out;     // [num_tokens, num_heads, v_dim] f32
   KvCacheView cache;  // latent cache (layout above), written by MlaCacheWrite
   const AttentionBatch* batch = nullptr;

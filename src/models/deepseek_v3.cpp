@@ -23,6 +23,9 @@ struct Layer {
   TensorView wkv_a;                // [kv_lora + rope, hidden]
   TensorView kv_a_norm;            // [kv_lora] f32
   TensorView wkv_b;                // [heads * (nope + v), kv_lora]
+  // A deepseek2 GGUF's stored halves of wkv_b (MoeWeights::GetSplitKvB): W_UK_hᵀ per head
+  // [heads, kv_lora, nope] and W_UV_h [heads, v, kv_lora]; unset for other stores.
+  TensorView wk_b, wv_b;
   TensorView wo;                   // [hidden, heads * v]
   bool moe = false;
   MlpWeights mlp;
@@ -93,6 +96,10 @@ class DeepseekV3Model final : public Model {
       L.kv_a_norm = W.GetF32(a + "kv_a_layernorm.weight", {c_.kv_lora_rank});
       L.wkv_b = W.Get(a + "kv_b_proj.weight",
                       {nh * (c_.qk_nope_head_dim + c_.v_head_dim), c_.kv_lora_rank});
+      if (const auto split = W.GetSplitKvB(a + "kv_b_proj.weight")) {
+        L.wk_b = split->k_b;
+        L.wv_b = split->v_b;
+      }
       L.wo = W.Get(a + "o_proj.weight", {h, nh * c_.v_head_dim});
       L.moe = c_.IsMoeLayer(i);
       if (L.moe) L.moe_ffn = LoadMoeFfn(W, p + "mlp.", c_);
@@ -279,8 +286,8 @@ class DeepseekV3Model final : public Model {
       }
       const ops::KvCacheView& cache = kv.layers[size_t(li)];
       ops::MlaCacheWrite({.latent = kva, .cache = cache, .batch = fb.attention});
-      ops::MlaAttention({.q = q.Reshape({n, nh, qk}), .w_kv_b = L.wkv_b,
-                         .out = attn.Reshape({n, nh, vd}), .cache = cache, .batch = fb.attention,
+      ops::MlaAttention({.q = q.Reshape({n, nh, qk}), .w_kv_b = L.wkv_b, .w_k_b = L.wk_b,
+                         .w_v_b = L.wv_b, .out = attn.Reshape({n, nh, vd}), .cache = cache, .batch = fb.attention,
                          .kv_lora_rank = int(rank), .rope_dim = int(rope),
                          .scale = c_.softmax_scale,
                          .mode = decode ? ops::MlaMode::kAbsorbed : ops::MlaMode::kExpanded});
@@ -303,13 +310,20 @@ class DeepseekV3Model final : public Model {
 
  private:
   // The host forward's matrices (host_, cpu_pack.h), made on the first host forward: every
-  // projection, expert and the head packed; w_kv_b as dense f32 (MlaAttention reads it whole
-  // in f32: a bf16 checkpoint's would be converted on every call otherwise).
+  // projection, expert and the head packed. MlaAttention's weight: a GGUF's split halves as
+  // stored when both are Q8_0 (read in that form by the absorbed decode: 34 bytes per 32
+  // weights instead of 128, the same bits as over their f32 values), else w_kv_b as dense f32
+  // (MlaAttention computes in f32: a bf16 checkpoint's would be converted on every call).
   void PackHostWeights() {
     host_.Prepare(layers_, output_, [](Layer& L, CpuPackedWeights& p) {
       for (TensorView* w : {&L.wq, &L.wq_a, &L.wq_b, &L.wkv_a, &L.wo})
         if (w->data) p.Add(w);
-      p.AddDenseF32(&L.wkv_b);
+      if (L.wk_b.dtype == DType::kQ8_0 && L.wv_b.dtype == DType::kQ8_0 && L.wk_b.data) {
+        L.wkv_b = TensorView{};
+      } else {
+        L.wk_b = L.wv_b = TensorView{};
+        p.AddDenseF32(&L.wkv_b);
+      }
       if (L.moe) AddForCpuPacking(L.moe_ffn, p);
       else AddForCpuPacking(L.mlp, p);
     });

@@ -152,7 +152,7 @@ std::unique_ptr<MoeWeights> MoeWeights::FromGguf(std::unique_ptr<io::GgufFile> f
               "{}: layer {} has both attn_kv_b and attn_k_b / attn_v_b", w->source_, layer);
     const std::string where = w->source_ + ": blk." + layer;
     w->gguf_views_.emplace(hf, w->Own(JoinKvB(kv.first, kv.second, where)));
-    w->joined_kv_b_.insert(hf);
+    w->split_kv_b_.emplace(hf, SplitKvB{kv.first, kv.second});
   }
   w->gguf_ = std::move(file);
   return w;
@@ -167,7 +167,7 @@ std::string MoeWeights::FileName(const std::string& name) const {
     return "blk." + m[1].str() + ".ffn_" + m[3].str() + "_exps.weight[" + m[2].str() + "]";
   if (std::regex_match(name, m, kScoreBias)) return "blk." + m[1].str() + ".exp_probs_b.bias";
   const std::string g = CanonicalNameFromHf(name);
-  if (joined_kv_b_.count(name)) {  // "blk.N.attn_kv_b.weight" -> the two tensors it came from
+  if (split_kv_b_.count(name)) {  // "blk.N.attn_kv_b.weight" -> the two tensors it came from
     const std::string p = g.substr(0, g.size() - std::string("kv_b.weight").size());
     return p + "k_b.weight + " + p + "v_b.weight";
   }
@@ -192,6 +192,12 @@ std::unique_ptr<MoeWeights> MoeWeights::Dummy(DType dtype, uint64_t seed) {
   w->dummy_dtype_ = dtype;
   w->seed_ = seed;
   return w;
+}
+
+std::optional<MoeWeights::SplitKvB> MoeWeights::GetSplitKvB(std::string_view kv_b_name) const {
+  const auto it = split_kv_b_.find(kv_b_name);
+  if (it == split_kv_b_.end()) return std::nullopt;
+  return it->second;
 }
 
 bool MoeWeights::Has(std::string_view name) const {

@@ -16,7 +16,6 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -41,13 +40,20 @@ class MoeWeights {
   // llama.cpp "deepseek2" files: "blk.<i>.exp_probs_b.bias" is the router's
   // "mlp.gate.e_score_correction_bias"; the split "attn_k_b" [heads, rank, nope] +
   // "attn_v_b" [heads, v, rank] are joined into one "self_attn.kv_b_proj.weight"
-  // [heads * (nope + v), rank] copy (kept in the stored float type, else f32); the unsplit
-  // "attn_kv_b" (older files) is a view as any other tensor.
+  // [heads * (nope + v), rank] copy (kept in the stored float type, else f32; SplitKvB gives
+  // the two stored tensors); the unsplit "attn_kv_b" (older files) is a view as any other.
   static std::unique_ptr<MoeWeights> FromGguf(std::unique_ptr<io::GgufFile> file);
   static std::unique_ptr<MoeWeights> Dummy(DType dtype, uint64_t seed);
   ~MoeWeights();
 
   bool Has(std::string_view name) const;
+  // The stored halves of a kv_b_proj joined from llama.cpp's split form (FromGguf): views of
+  // attn_k_b [heads, rank, nope] and attn_v_b [heads, v, rank] as in the file; nullopt for any
+  // other tensor.
+  struct SplitKvB {
+    TensorView k_b, v_b;
+  };
+  std::optional<SplitKvB> GetSplitKvB(std::string_view kv_b_name) const;
   // A matrix/embedding, checked against `shape` (kMalformed naming the tensor otherwise);
   // fp8 block-scaled weights come back dequantized to f32.
   TensorView Get(const std::string& name, std::initializer_list<int64_t> shape);
@@ -85,7 +91,7 @@ class MoeWeights {
   std::unique_ptr<io::SafetensorsModel> st_;
   std::unique_ptr<io::GgufFile> gguf_;
   std::map<std::string, TensorView, std::less<>> gguf_views_;  // by HF name
-  std::set<std::string, std::less<>> joined_kv_b_;  // kv_b_proj names joined from k_b + v_b
+  std::map<std::string, SplitKvB, std::less<>> split_kv_b_;  // kv_b_proj joined from these
   int block_rows_ = 128, block_cols_ = 128;
   bool dummy_ = false;
   DType dummy_dtype_ = DType::kBF16;

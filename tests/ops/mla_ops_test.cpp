@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -627,6 +628,79 @@ TEST(MlaAttentionOp, CpuRowsDoNotDependOnTheBatch) {
         }
 }
 
+// The split weight form as llama.cpp stores it (ops_moe.h): Q8_0 w_k_b [heads, rank, nope]
+// and w_v_b [heads, v, rank], and the joined f32 w_kv_b holding their dequantized values
+// (joined here by plain loops: row h * (nope + v) + e is w_k_b[h][:, e], the next v rows w_v_b[h]).
+struct SplitQ8Weight {
+  Tensor k_b, v_b, joined;
+  SplitQ8Weight(int heads, int nope, int v, int rank)
+      : k_b(DType::kQ8_0, {heads, rank, nope}),
+        v_b(DType::kQ8_0, {heads, v, rank}),
+        joined(DType::kF32, {heads * (nope + v), rank}) {
+    Tensor kf = F32({heads, rank, nope}, 0.05f), vf = F32({heads, v, rank}, 0.05f);
+    quant::QuantizeRow(DType::kQ8_0, kf.data<float>(), k_b.data<void>(), kf.numel());
+    quant::QuantizeRow(DType::kQ8_0, vf.data<float>(), v_b.data<void>(), vf.numel());
+    quant::DequantizeRow(DType::kQ8_0, k_b.data<void>(), kf.data<float>(), kf.numel());
+    quant::DequantizeRow(DType::kQ8_0, v_b.data<void>(), vf.data<float>(), vf.numel());
+    float* w = joined.data<float>();
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t r = 0; r < nope + v; ++r)
+        for (int64_t c = 0; c < rank; ++c)
+          w[(h * (nope + v) + r) * rank + c] =
+              r < nope ? kf.data<float>()[(h * rank + c) * nope + r]
+                       : vf.data<float>()[(h * v + r - nope) * rank + c];
+  }
+};
+
+// Every CPU backend (and ref) reads the split Q8_0 form as the f32 matrix of its values:
+// the same bits, absorbed and expanded, f32 and fp8 caches, one and several query rows per
+// head and sequence.
+TEST(MlaAttentionOp, SplitQ8WeightGivesTheBitsOfItsF32Values) {
+  PG_SEED_TRACE();
+  std::vector<const KernelImpl<MlaAttentionParams>*> cpu{&RefImpl<MlaAttentionParams>()};
+  for (const auto* k : Backends<MlaAttentionParams>())
+    if (k->device == Device::kCpu) cpu.push_back(k);
+  const std::vector<Case> cases = {
+      {16, 128, 128, 16, {{1, 150}, {5, 90}, {1, 1}, {20, 20}}, true},  // V2-Lite
+      {4, 32, 32, 4, {{1, 29}, {17, 40}, {3, 3}}, true, 64, 16},        // tiny deepseek2
+  };
+  for (const Case& c : cases) {
+    Batch b(c.seqs, c.page_size);
+    SplitQ8Weight w(c.heads, c.nope, c.v, c.rank);
+    for (DType cache_dt : {DType::kF32, DType::kF8E4M3}) {
+      LatentCache cache(b, cache_dt, 1.0f, cache_dt == DType::kF32 ? 1.0f : 0.5f, c.rank, c.rope);
+      for (MlaMode mode : {MlaMode::kAbsorbed, MlaMode::kExpanded})
+        for (const auto* k : cpu) {
+          if (k->device != Device::kCpu || (k->backend == "ref" && c.heads > 4)) continue;
+          SCOPED_TRACE(fmt::format("{} heads {} cache {} {}", k->backend, c.heads,
+                                   Name(cache_dt),
+                                   mode == MlaMode::kAbsorbed ? "absorbed" : "expanded"));
+          Tensor q = F32({b.tokens, c.heads, c.nope + c.rope});
+          Tensor split(DType::kF32, {b.tokens, c.heads, c.v}), f32(DType::kF32, {b.tokens, c.heads, c.v});
+          MlaAttentionParams p{.q = q.view(), .w_k_b = w.k_b.view(), .w_v_b = w.v_b.view(),
+                               .out = split.view(), .cache = cache.view, .batch = &b.batch,
+                               .kv_lora_rank = c.rank, .rope_dim = c.rope, .mode = mode};
+          ASSERT_TRUE(RunBackend(*k, p));
+          p.w_k_b = p.w_v_b = TensorView{};
+          p.w_kv_b = w.joined.view();
+          p.out = f32.view();
+          ASSERT_TRUE(RunBackend(*k, p));
+          int64_t nonzero = 0;
+          for (int64_t i = 0; i < f32.numel(); ++i) {
+            ASSERT_TRUE(std::isfinite(f32.data<float>()[i]));
+            nonzero += f32.data<float>()[i] != 0.0f;
+          }
+          EXPECT_GT(nonzero, f32.numel() / 2);
+          for (int64_t i = 0; i < f32.numel(); ++i)
+            ASSERT_EQ(std::bit_cast<uint32_t>(split.data<float>()[i]),
+                      std::bit_cast<uint32_t>(f32.data<float>()[i]))
+                << "element " << i << ": " << split.data<float>()[i] << " vs "
+                << f32.data<float>()[i];
+        }
+    }
+  }
+}
+
 TEST(MlaAttentionOp, RejectsMismatchedCache) {
   Batch mb({{2, 4}}, 4, /*spare_pages=*/3);
   Tensor kc(DType::kF32, {mb.num_pages, 4, 1, 10}), vc(DType::kF32, {mb.num_pages, 4, 1, 10});
@@ -636,6 +710,18 @@ TEST(MlaAttentionOp, RejectsMismatchedCache) {
                        .cache = {kc.view(), vc.view()}, .batch = &mb.batch, .kv_lora_rank = 16,
                        .rope_dim = 4};
   EXPECT_NO_THROW(MlaAttention(p));
+  // One weight form: not both, not a half of the split one.
+  Tensor k_b = F32({2, 16, 8}), v_b = F32({2, 8, 16}), v_b_t = F32({2, 16, 8});
+  p.w_k_b = k_b.view();
+  p.w_v_b = v_b.view();
+  EXPECT_THROW(MlaAttention(p), Error);
+  p.w_kv_b = TensorView{};
+  EXPECT_NO_THROW(MlaAttention(p));
+  p.w_v_b = TensorView{};
+  EXPECT_THROW(MlaAttention(p), Error);
+  p.w_v_b = v_b_t.view();  // [heads, rank, v]: transposed
+  EXPECT_THROW(MlaAttention(p), Error);
+  p.w_v_b = v_b.view();
   p.kv_lora_rank = 17;
   EXPECT_THROW(MlaAttention(p), Error);
 }

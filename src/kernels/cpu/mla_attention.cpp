@@ -11,6 +11,9 @@
 //   * kExpanded (prefill): a task = (sequence, head): that head's keys and values for the
 //     whole history, kv [kv_len, nope + v] = latents[:, :rank] · W_hᵀ (thread scratch), then
 //     flash attention of the sequence's query rows (blocks of kQueryBlock) over them.
+// The weight: dense f32 w_kv_b is read as it is; the split form (ops_moe.h) with both halves
+// Q8_0 is read as stored by the absorbed form (mla_q8.h: the same bits as over its f32
+// dequantization); anything else becomes f32 on each call (KvBF32).
 // Batch invariance: a row's output depends only on its q, its sequence's latents and w_kv_b.
 // Every dot product has one summation order (DotRows, online_softmax.h), key blocks start at
 // key 0 whatever the split, and the task splits (head groups, query blocks) only schedule.
@@ -21,6 +24,7 @@
 #include "core/quant.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/mla_q8.h"
 #include "kernels/cpu/online_softmax.h"
 #include "kernels/kernel_util.h"
 #include "kernels/ops.h"
@@ -98,15 +102,21 @@ PG_TARGET_AVX2 void Flash(const FlashKeys& k, std::vector<FlashRow>& rows, float
   }
 }
 
-// w_kv_b as f32 rows [heads * per_head, rank]: the op's own data when f32 and dense (the
+// Whether the absorbed form reads the weight as stored Q8_0 (the split form, both halves).
+bool SplitQ8(const MlaAttentionParams& p) {
+  return !p.w_kv_b.data && p.w_k_b.dtype == DType::kQ8_0 && p.w_v_b.dtype == DType::kQ8_0;
+}
+
+// The weight as f32 rows [heads * per_head, rank]: w_kv_b's own data when f32 and dense (the
 // models' host forwards pass it so: CpuPackedWeights::AddDenseF32), else dequantized into
-// `scratch` (rows in parallel) on this call.
-const float* KvBF32(const TensorView& w, int64_t rows, int64_t rank, std::vector<float>& scratch) {
-  if (w.dtype == DType::kF32 && w.strides[0] == rank) return w.as<float>();
-  scratch.resize(size_t(rows * rank));
-  ThreadPool::Default().ParallelFor(rows, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r)
-      quant::DequantizeRow(w.dtype, w.row_ptr(r), scratch.data() + r * rank, rank);
+// `scratch` (heads in parallel, ref::MlaHeadWeightF32) on this call.
+const float* KvBF32(const MlaAttentionParams& p, const Dims& d, std::vector<float>& scratch) {
+  const TensorView& w = p.w_kv_b;
+  if (w.data && w.dtype == DType::kF32 && w.strides[0] == d.rank) return w.as<float>();
+  scratch.resize(size_t(d.heads * d.per_head * d.rank));
+  ThreadPool::Default().ParallelFor(d.heads, [&](int64_t h0, int64_t h1) {
+    for (int64_t h = h0; h < h1; ++h)
+      ref::MlaHeadWeightF32(p, h, scratch.data() + h * d.per_head * d.rank);
   });
   return scratch.data();
 }
@@ -145,10 +155,17 @@ void GatherLatents(const MlaAttentionParams& p, int64_t latent, std::vector<floa
 struct Call {
   const MlaAttentionParams& p;
   Dims d;
-  const float* w;       // w_kv_b f32 [heads * per_head, rank]
+  const float* w;       // w_kv_b f32 [heads * per_head, rank]; null: SplitQ8 (absorbed only)
   const float* lat;     // GatherLatents rows
   const int64_t* base;  // sequence s's rows start at lat + base[s] * latent
   const float* WRow(int64_t h, int64_t r) const { return w + (h * d.per_head + r) * d.rank; }
+  // SplitQ8: row r of w_k_b[h] (nope values) / w_v_b[h] (rank values) as stored.
+  const quant::BlockQ8_0* KbRow(int64_t h, int64_t c) const {
+    return reinterpret_cast<const quant::BlockQ8_0*>(detail::HeadRow(p.w_k_b, h, c));
+  }
+  const quant::BlockQ8_0* VbRow(int64_t h, int64_t j) const {
+    return reinterpret_cast<const quant::BlockQ8_0*>(detail::HeadRow(p.w_v_b, h, j));
+  }
   const float* Q(int64_t row, int64_t h) const {
     return detail::RowF32(p.q, row) + h * p.q.strides[1];
   }
@@ -165,6 +182,8 @@ struct Task {
 struct Scratch {
   std::vector<float> q_abs, acc, kv;
   std::vector<FlashRow> rows;
+  std::vector<const float*> q;  // SplitQ8: one head's queries and their q_abs rows
+  std::vector<float*> q_abs_rows;
 };
 
 // kAbsorbed: the rows (query, head) of the task attend over the latents themselves.
@@ -180,10 +199,22 @@ PG_TARGET_AVX2 void RunAbsorbed(const Call& c, const Task& task, Scratch& ws) {
     for (int64_t h = task.h_begin; h < task.h_end; ++h) {
       const float* q = c.Q(b.q_start[size_t(task.seq)] + qi, h);
       float* q_abs = ws.q_abs.data() + int64_t(ws.rows.size()) * d.rank;
-      for (int64_t e = 0; e < d.nope; ++e)  // q_abs = Σ_e q[e] W_UK_h[e, :]
-        simd::ScaleAxpy(q_abs, 1.0f, q[e], c.WRow(h, e), d.rank);
+      if (c.w)
+        for (int64_t e = 0; e < d.nope; ++e)  // q_abs = Σ_e q[e] W_UK_h[e, :]
+          simd::ScaleAxpy(q_abs, 1.0f, q[e], c.WRow(h, e), d.rank);
       ws.rows.push_back({q_abs, q + d.nope, first + qi, -INFINITY, 0.0f,
                          ws.acc.data() + int64_t(ws.rows.size()) * d.rank});
+    }
+  if (!c.w)  // the same sums from the stored Q8_0 W_UK_hᵀ, each head's queries together
+    for (int64_t h = task.h_begin; h < task.h_end; ++h) {
+      ws.q.clear();
+      ws.q_abs_rows.clear();
+      for (size_t i = size_t(h - task.h_begin); i < ws.rows.size(); i += size_t(heads)) {
+        ws.q.push_back(ws.rows[i].qr - d.nope);  // the row's q (qr: its rope part)
+        ws.q_abs_rows.push_back(ws.q_abs.data() + int64_t(i) * d.rank);
+      }
+      AbsorbQueriesQ8({c.KbRow(h, 0), d.nope, d.rank, ws.q.data(), ws.q_abs_rows.data(),
+                       int64_t(ws.q.size())});
     }
   const float* lat = c.lat + c.base[task.seq] * d.latent;
   Flash({lat, d.latent, d.rank, lat + d.rank, d.latent, d.rope, lat, d.latent, d.rank}, ws.rows,
@@ -194,9 +225,11 @@ PG_TARGET_AVX2 void RunAbsorbed(const Call& c, const Task& task, Scratch& ws) {
       FlashRow& row = ws.rows[r];
       const float inv = 1.0f / row.l;
       for (int64_t e = 0; e < d.rank; ++e) row.acc[e] *= inv;
-      DotMany(
-          row.acc, [&](int64_t j) { return c.WRow(h, d.nope + j); }, d.vd, d.rank,
-          c.Out(b.q_start[size_t(task.seq)] + qi, h));  // out = W_UV_h o_lat
+      float* out = c.Out(b.q_start[size_t(task.seq)] + qi, h);  // out = W_UV_h o_lat
+      if (c.w)
+        DotMany(row.acc, [&](int64_t j) { return c.WRow(h, d.nope + j); }, d.vd, d.rank, out);
+      else
+        DotManyQ8(row.acc, [&](int64_t j) { return c.VbRow(h, j); }, d.vd, d.rank, out);
     }
 }
 
@@ -272,10 +305,10 @@ void CpuMlaAttention(const MlaAttentionParams& p) {
   thread_local std::vector<int64_t> base;
   thread_local std::vector<Task> tasks;
   GatherLatents(p, d.latent, lat, base);
-  const Call c{p, d, KvBF32(p.w_kv_b, d.heads * d.per_head, d.rank, w_scratch), lat.data(),
+  const bool absorbed = p.mode == MlaMode::kAbsorbed;
+  const Call c{p, d, absorbed && SplitQ8(p) ? nullptr : KvBF32(p, d, w_scratch), lat.data(),
                base.data()};
   tasks.clear();
-  const bool absorbed = p.mode == MlaMode::kAbsorbed;
   if (absorbed)
     AbsorbedTasks(b, d.heads, tasks);
   else
@@ -294,17 +327,19 @@ void CpuMlaAttention(const MlaAttentionParams& p) {
   });
 }
 
+bool Supports(const MlaAttentionParams& p) {
+  const bool weight = p.w_kv_b.data ? quant::CanDequantize(p.w_kv_b.dtype)
+                                    : quant::CanDequantize(p.w_k_b.dtype) &&
+                                          quant::CanDequantize(p.w_v_b.dtype);
+  return Features().avx2 && weight && p.q.strides[2] == 1 && p.out.strides[2] == 1;
+}
+
 }  // namespace
 
 void RegisterMla(Registry& r) {
   if (!Features().avx2) return;  // registered only where it runs (RegisterElementwise)
   r.Register(KernelImpl<MlaAttentionParams>{"cpu_avx2", Device::kCpu, kPriorityCpuAvx2,
-                                            [](const MlaAttentionParams& p) {
-                                              return Features().avx2 &&
-                                                     quant::CanDequantize(p.w_kv_b.dtype) &&
-                                                     p.q.strides[2] == 1 && p.out.strides[2] == 1;
-                                            },
-                                            &CpuMlaAttention});
+                                            &Supports, &CpuMlaAttention});
 }
 
 }  // namespace pg::ops::cpu

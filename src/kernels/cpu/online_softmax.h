@@ -11,6 +11,28 @@
 
 namespace pg::ops::cpu {
 
+// FoldSoftmaxBlock's value update of acc[i0, i0 + 8 V): acc = fma(w_j, v_j, s_j * acc) over
+// the keys j in order, s_j = corr for the first, else 1.
+template <int V, class ValueRow>
+PG_TARGET_AVX2 inline void FoldValues(const float* w, int64_t j_begin, int64_t j_end,
+                                      const ValueRow& value_row, float corr, int64_t i0,
+                                      float* acc) {
+  __m256 a[V];
+  for (int v = 0; v < V; ++v) a[v] = _mm256_loadu_ps(acc + i0 + 8 * v);
+  if (j_begin < j_end) {
+    const float* x = value_row(j_begin) + i0;
+    const __m256 vw = _mm256_set1_ps(w[j_begin]), vc = _mm256_set1_ps(corr);
+    for (int v = 0; v < V; ++v)
+      a[v] = _mm256_fmadd_ps(vw, _mm256_loadu_ps(x + 8 * v), _mm256_mul_ps(vc, a[v]));
+  }
+  for (int64_t j = j_begin + 1; j < j_end; ++j) {
+    const float* x = value_row(j) + i0;
+    const __m256 vw = _mm256_set1_ps(w[j]);
+    for (int v = 0; v < V; ++v) a[v] = _mm256_fmadd_ps(vw, _mm256_loadu_ps(x + 8 * v), a[v]);
+  }
+  for (int v = 0; v < V; ++v) _mm256_storeu_ps(acc + i0 + 8 * v, a[v]);
+}
+
 // Folds one block of a query row's logits into its running state (flash attention):
 // scores[j_begin, j_end) hold the logits (bmax: their max) and become e^(s_j - m'); with
 // m' = max(m, bmax), acc (d values) = acc * e^(m - m') + Σ_j e^(s_j - m') · value_row(j) and
@@ -27,13 +49,18 @@ PG_TARGET_AVX2 inline void FoldSoftmaxBlock(float* scores, int64_t j_begin, int6
     _mm256_storeu_ps(scores + j, simd::Exp(_mm256_sub_ps(_mm256_loadu_ps(scores + j), vm)));
   for (; j < j_end; ++j) scores[j] = std::exp(scores[j] - m_new);
   float lsum = 0;
-  float first_scale = corr;
-  for (j = j_begin; j < j_end; ++j) {
-    const float w = scores[j];
-    lsum += w;
-    simd::ScaleAxpy(acc, first_scale, w, value_row(j), d);
-    first_scale = 1.0f;
-  }
+  for (j = j_begin; j < j_end; ++j) lsum += scores[j];
+  // Per element of acc, in order of j: acc = fma(w_j, v_j[i], s_j * acc) with s_j = corr for
+  // the first j, else 1 (the ScaleAxpy sequence; 1 * acc = acc exactly, so it is left out),
+  // 64 elements at a time held in registers over the block's keys; the d % 8 tail by
+  // ScaleAxpy itself.
+  const int64_t d8 = d / 8 * 8;
+  int64_t i0 = 0;
+  for (; i0 + 64 <= d8; i0 += 64) FoldValues<8>(scores, j_begin, j_end, value_row, corr, i0, acc);
+  for (; i0 < d8; i0 += 8) FoldValues<1>(scores, j_begin, j_end, value_row, corr, i0, acc);
+  if (d8 < d)
+    for (j = j_begin; j < j_end; ++j)
+      simd::ScaleAxpy(acc + d8, j == j_begin ? corr : 1.0f, scores[j], value_row(j) + d8, d - d8);
   l = l * corr + lsum;
   m = m_new;
 }

@@ -13,6 +13,10 @@ void MoeRouter(const MoeRouterParams& p);
 void MoeExperts(const MoeExpertsParams& p);
 void MlaCacheWrite(const MlaCacheWriteParams& p);
 void MlaAttention(const MlaAttentionParams& p);
+// Head h of MlaAttention's weight as f32 rows [nope + v_dim, kv_lora_rank] (W_UK_h, then
+// W_UV_h) in `out`, from either form (ops_moe.h): rows of w_kv_b, or w_k_b[h] transposed and
+// w_v_b[h]. Exactly the dequantized values (shared by the CPU backend).
+void MlaHeadWeightF32(const MlaAttentionParams& p, int64_t h, float* out);
 }  // namespace ref
 
 namespace cpu {

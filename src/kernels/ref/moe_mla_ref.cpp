@@ -104,6 +104,24 @@ void MlaCacheWrite(const MlaCacheWriteParams& p) {
   }
 }
 
+void MlaHeadWeightF32(const MlaAttentionParams& p, int64_t h, float* out) {
+  const int64_t nope = p.q.dim(2) - p.rope_dim, vd = p.out.dim(2), rank = p.kv_lora_rank;
+  if (p.w_kv_b.data) {
+    for (int64_t r = 0; r < nope + vd; ++r)
+      quant::DequantizeRow(p.w_kv_b.dtype, p.w_kv_b.row_ptr(h * (nope + vd) + r),
+                           out + r * rank, rank);
+    return;
+  }
+  std::vector<float> k_row(static_cast<size_t>(nope));
+  for (int64_t c = 0; c < rank; ++c) {  // w_k_b[h][c][e] = W_UK_h[e, c]
+    quant::DequantizeRow(p.w_k_b.dtype, detail::HeadRow(p.w_k_b, h, c), k_row.data(), nope);
+    for (int64_t e = 0; e < nope; ++e) out[e * rank + c] = k_row[size_t(e)];
+  }
+  for (int64_t j = 0; j < vd; ++j)
+    quant::DequantizeRow(p.w_v_b.dtype, detail::HeadRow(p.w_v_b, h, j), out + (nope + j) * rank,
+                         rank);
+}
+
 void MlaAttention(const MlaAttentionParams& p) {
   const AttentionBatch& b = *p.batch;
   const int64_t heads = p.q.dim(1), qk = p.q.dim(2), rope = p.rope_dim, nope = qk - rope;
@@ -113,10 +131,9 @@ void MlaAttention(const MlaAttentionParams& p) {
   if (p.write) ref::MlaCacheWrite(*p.write);  // the new tokens' latents first (ops_moe.h)
   LatentCache lc{p.cache, (latent_dim + 1) / 2};
   if (p.positions.data) RopeSlice(p.q, heads, qk, nope, rope, p.positions, p.rope);
-  // w_kv_b as f32: [heads * (nope + vd), rank].
+  // w_kv_b (or its split form) as f32: [heads * (nope + vd), rank].
   std::vector<float> w(size_t(heads * per_head * rank));
-  for (int64_t r = 0; r < heads * per_head; ++r)
-    quant::DequantizeRow(p.w_kv_b.dtype, p.w_kv_b.row_ptr(r), w.data() + r * rank, rank);
+  for (int64_t h = 0; h < heads; ++h) MlaHeadWeightF32(p, h, w.data() + h * per_head * rank);
   auto W = [&](int64_t h, int64_t row, int64_t c) {
     return double(w[size_t((h * per_head + row) * rank + c)]);
   };

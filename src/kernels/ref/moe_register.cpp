@@ -223,7 +223,20 @@ void Validate(const MlaAttentionParams& p) {
                    p.rope_dim, qk);
   PG_OP_NEED(p.out.dim(0) == n && p.out.dim(1) == heads && v > 0, op, "out {} must be [{}, {}, v_dim]", p.out.ShapeString(), n, heads);
   const int64_t nope = qk - p.rope_dim;
-  NeedWeight(op, "w_kv_b", p.w_kv_b, heads * (nope + v), p.kv_lora_rank);
+  PG_OP_NEED(!p.w_kv_b.data != !p.w_k_b.data && !p.w_k_b.data == !p.w_v_b.data, op,
+             "needs either w_kv_b or both w_k_b and w_v_b");
+  if (p.w_kv_b.data) {
+    NeedWeight(op, "w_kv_b", p.w_kv_b, heads * (nope + v), p.kv_lora_rank);
+  } else {
+    auto need_split = [&](const char* name, const TensorView& w, int64_t rows, int64_t cols) {
+      PG_OP_NEED(w.ndim == 3 && w.is_contiguous() && quant::CanDequantize(w.dtype) &&
+                     w.dim(0) == heads && w.dim(1) == rows && w.dim(2) == cols,
+                 op, "{} must be a contiguous dequantizable [{}, {}, {}], got {}", name, heads,
+                 rows, cols, w.ShapeString());
+    };
+    need_split("w_k_b", p.w_k_b, p.kv_lora_rank, nope);
+    need_split("w_v_b", p.w_v_b, v, p.kv_lora_rank);
+  }
   PG_OP_NEED(p.scale >= 0.0f, op, "scale {} must be >= 0", p.scale);
   ValidateLatentCache(op, p.cache, p.batch, n, int64_t(p.kv_lora_rank) + p.rope_dim, p.q.data);
   ValidateFusedRope(op, p.positions, p.rope, n, p.rope_dim);
