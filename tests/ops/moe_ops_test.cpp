@@ -24,6 +24,70 @@ namespace {
 
 // ---- experts -----------------------------------------------------------------------------
 
+struct ExpertSet {
+  std::vector<Tensor> owned;
+  std::vector<MoeExpertWeights> views;
+};
+
+// fp8 e4m3 scale shapes (MoeExpertWeights): none (other dtypes), [1], [rows], 128x128 blocks.
+enum class Fp8Scale { kNone, kTensor, kChannel, kBlock };
+
+// An fp8 e4m3 matrix quantized from f32 `f` with scales of shape `kind` (amax / 448 per scale
+// group, times a random factor so scales differ by more than the data).
+std::pair<Tensor, Tensor> QuantizeFp8(const Tensor& f, Fp8Scale kind) {
+  const int64_t rows = f.dim(0), cols = f.dim(1);
+  const int64_t br = kind == Fp8Scale::kTensor ? rows : (kind == Fp8Scale::kChannel ? 1 : 128);
+  const int64_t bc = kind == Fp8Scale::kBlock ? 128 : cols;
+  const int64_t block_shape[2] = {(rows + 127) / 128, (cols + 127) / 128};
+  const int64_t vec_shape[1] = {kind == Fp8Scale::kTensor ? 1 : rows};
+  Tensor scale = kind == Fp8Scale::kBlock ? Tensor(DType::kF32, block_shape, 2)
+                                          : Tensor(DType::kF32, vec_shape, 1);
+  const int64_t sc = kind == Fp8Scale::kBlock ? (cols + 127) / 128 : 1;
+  for (int64_t r0 = 0; r0 < rows; r0 += br)
+    for (int64_t c0 = 0; c0 < cols; c0 += bc) {
+      float amax = 1e-6f;
+      for (int64_t r = r0; r < std::min(rows, r0 + br); ++r)
+        for (int64_t c = c0; c < std::min(cols, c0 + bc); ++c)
+          amax = std::max(amax, std::fabs(f.data<float>()[r * cols + c]));
+      scale.data<float>()[(r0 / br) * sc + c0 / bc] = amax / 448.0f * float(RandInt(2, 8)) / 4.0f;
+    }
+  const int64_t q_shape[2] = {rows, cols};
+  Tensor q(DType::kF8E4M3, q_shape, 2);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      q.data<uint8_t>()[r * cols + c] =
+          F32ToF8E4M3(f.data<float>()[r * cols + c] / scale.data<float>()[(r / br) * sc + c / bc]);
+  return {std::move(q), std::move(scale)};
+}
+
+ExpertSet MakeExperts(int num_experts, int64_t hidden, int64_t inter, DType dt,
+                      Fp8Scale kind = Fp8Scale::kBlock) {
+  ExpertSet s;
+  auto make = [&](int64_t rows, int64_t cols, TensorView* scale) {
+    Tensor f = F32({rows, cols}, 0.2f);
+    if (dt == DType::kF8E4M3) {
+      auto [q, sc] = QuantizeFp8(f, kind);
+      s.owned.push_back(std::move(sc));
+      *scale = s.owned.back().view();
+      s.owned.push_back(std::move(q));
+      return s.owned.back().view();
+    }
+    Tensor q(dt, {rows, cols});
+    for (int64_t r = 0; r < rows; ++r)
+      quant::QuantizeRow(dt, f.data<float>() + r * cols, q.view().row_ptr(r), cols);
+    s.owned.push_back(std::move(q));
+    return s.owned.back().view();
+  };
+  for (int e = 0; e < num_experts; ++e) {
+    MoeExpertWeights w;
+    w.gate = make(inter, hidden, &w.gate_scale);
+    w.up = make(inter, hidden, &w.up_scale);
+    w.down = make(hidden, inter, &w.down_scale);
+    s.views.push_back(w);
+  }
+  return s;
+}
+
 struct ExpertCase {
   int64_t tokens, hidden, inter, top_k;
   int experts;

@@ -26,7 +26,7 @@ TAGS = {1: "gemv_vec", 2: "gemv_scalar", 3: "gemv_ring", 4: "decode_mma", 5: "de
         11: "down", 12: "down_tile", 13: "rmsnorm", 14: "embedding", 15: "sample",
         16: "ring_mma", 17: "bf16_ring_mma", 18: "kv_write", 19: "elementwise",
         20: "decode_stream", 21: "mla_decode", 22: "mla_combine", 23: "mla_kv_prep",
-        24: "mla_q_absorb", 25: "mla_combine_apply", 26: "norm_route"}
+        24: "mla_q_absorb", 25: "mla_combine_apply"}
 
 
 def load_rows(path):

@@ -1,4 +1,5 @@
-# Queue job (tools/gpu/queue.sh), session 33: the one-token routing as ONE cluster kernel
+# Queue job (tools/gpu/queue.sh), session 33 — the record of a REJECTED experiment (its code, commit
+# a2c9091, was reverted; docs/PERF.md "Session 33"): the one-token routing as ONE cluster kernel
 # (PEREGRINE_MOE_ROUTE_CLUSTER = 8 / 16 blocks, moe_router.cu NormRouteClusterKernel) against
 # NormLogits + the logits-form router kernel (the default, 0). Tests first (the new
 # MoeExpertsOp.CudaClusterRouteChangesNoBit; the tiny GPU goldens with the cluster form on), then

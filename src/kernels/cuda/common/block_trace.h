@@ -35,7 +35,6 @@ enum BlockTraceTag : int {
   kTraceMlaKvPrep = 23,
   kTraceMlaQAbsorb = 24,
   kTraceMlaCombineApply = 25,
-  kTraceNormRoute = 26,
 };
 
 constexpr int kBlockTraceMarks = 4;

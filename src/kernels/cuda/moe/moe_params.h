@@ -61,21 +61,10 @@ struct MoeRouterArgs {
   // of these weights (the next layer's qkv: MoeExpertsParams::l2_after at
   // MoeTuning::walk_router_l2_pct). A hint: no effect on any result.
   L2After l2_after;
-  // Cluster-routing form (x set, defer_route false; 0: off): ONE cluster of this many blocks
-  // computes the logits (and normed row) and routes, meeting in block 0's shared memory — one
-  // kernel where the one-token decode otherwise runs NormLogits + the logits-form router.
-  // Set only where MoeRouterClusterOk(*this, route_cluster).
-  int route_cluster;
 };
 void LaunchMoeRouter(const MoeRouterArgs& a, cudaStream_t stream);
 // Launches of the NormLogits form that carried MoeRouterArgs::l2_after, by this process.
 long long MoeRouterL2AfterLaunches();
-// Whether a (with route_cluster = cluster: 2, 4, 8 or 16 blocks) can take the cluster-routing
-// form: one token, no residual, no L2 hint, 16-byte rows, hidden <= 2048, experts <= 256 and
-// <= 16 per block of 8 warps, and this device can hold the cluster. Host-only.
-bool MoeRouterClusterOk(const MoeRouterArgs& a, int cluster);
-// Launches of the cluster-routing form, by this process (tests tell the forms apart).
-long long MoeRouterClusterLaunches();
 
 // ---- expert weights -------------------------------------------------------------------------
 // How an fp8 weight's scale is looked up for element (row r, col c):

@@ -26,7 +26,7 @@ namespace {
 // The process's initial tuning: defaults, with PEREGRINE_MOE_DOWN_ROWS (walk_down_rows: the
 // walking down kernel's form), PEREGRINE_MOE_DOWN_PRELOAD (walk_down_preload),
 // PEREGRINE_MOE_GU_ROUTES (walk_self_route), PEREGRINE_MOE_L2_AFTER_PCT (walk_l2_after_pct),
-// PEREGRINE_MOE_ROUTER_L2_PCT (walk_router_l2_pct), PEREGRINE_MOE_ROUTE_CLUSTER (walk_route_cluster),
+// PEREGRINE_MOE_ROUTER_L2_PCT (walk_router_l2_pct),
 // PEREGRINE_MOE_FP8_WALK_MAX (walk_max_tokens_fp8), PEREGRINE_MOE_DOWN_WARPS / _GU_UNROLL /
 // _WALK_WARPS (walk_down_warps, walk_gu_unroll, walk_warps), for A/B runs of whole models, read
 // once. Diagnostics (wrong results, timings by difference in a whole step):
@@ -44,7 +44,6 @@ MoeTuning InitialTuning() {
   t.walk_skip_route = EnvInt("PEREGRINE_MOE_SKIP_ROUTE", t.walk_skip_route);
   t.walk_l2_after_pct = EnvInt("PEREGRINE_MOE_L2_AFTER_PCT", t.walk_l2_after_pct);
   t.walk_router_l2_pct = EnvInt("PEREGRINE_MOE_ROUTER_L2_PCT", t.walk_router_l2_pct);
-  t.walk_route_cluster = EnvInt("PEREGRINE_MOE_ROUTE_CLUSTER", t.walk_route_cluster);
   return t;
 }
 MoeTuning g_tuning = InitialTuning();
@@ -344,12 +343,6 @@ void LaunchWalk(const MoeExpertsParams& p, const cuda::MoeWeightLayout& L,
   PG_CUDA_CHECK_LAUNCH();
 }
 
-// The walk's gate/up activations: scratch [n * (k + shared slots), inter] f32.
-float* MoeAct(int64_t n, int64_t k, int64_t shared_slots, int64_t inter) {
-  return static_cast<float*>(cuda::Scratch(cuda::ScratchSlot::kMoe,
-                                           size_t(n * (k + shared_slots) * inter) * sizeof(float)));
-}
-
 void RunExperts(const MoeExpertsParams& p) {
   cudaStream_t stream = cuda::CurrentStream();
   const cuda::MoeWeightLayout L = *LayoutOf(p.experts);
@@ -382,7 +375,9 @@ void RunExperts(const MoeExpertsParams& p) {
         cuda::LaunchMoeRouter(ra, stream);
         PG_CUDA_CHECK_LAUNCH();
       }
-      LaunchWalk(p, L, table, sh, int(k), MoeAct(n, k, sh.num, inter), p.accumulate, stream, &ra);
+      float* act = static_cast<float*>(
+          cuda::Scratch(cuda::ScratchSlot::kMoe, size_t(n * (k + sh.num) * inter) * sizeof(float)));
+      LaunchWalk(p, L, table, sh, int(k), act, p.accumulate, stream, &ra);
       return;
     }
     if (!sorted && p.route->x.data && !p.route->residual.data) {
@@ -390,17 +385,6 @@ void RunExperts(const MoeExpertsParams& p) {
       // router kernel routes from the logits; the walk reads the routes.
       cuda::MoeRouterArgs ra = RouterArgsOf(*p.route, stream, /*defer_route=*/true);
       router_hint(ra);
-      ra.route_cluster = tune.walk_route_cluster;
-      ra.defer_route = false;
-      if (ra.route_cluster && cuda::MoeRouterClusterOk(ra, ra.route_cluster)) {
-        // One cluster kernel: logits, normed row and routes.
-        cuda::LaunchMoeRouter(ra, stream);
-        PG_CUDA_CHECK_LAUNCH();
-        LaunchWalk(p, L, table, sh, int(k), MoeAct(n, k, sh.num, inter), p.accumulate, stream);
-        return;
-      }
-      ra.route_cluster = 0;
-      ra.defer_route = true;
       if (!(tune.walk_skip_route & 2)) {  // diagnostics only
         cuda::LaunchMoeRouter(ra, stream);
         PG_CUDA_CHECK_LAUNCH();
@@ -416,7 +400,9 @@ void RunExperts(const MoeExpertsParams& p) {
     }
   }
   if (!sorted) {
-    LaunchWalk(p, L, table, sh, int(k), MoeAct(n, k, sh.num, inter), p.accumulate, stream);
+    float* act = static_cast<float*>(
+        cuda::Scratch(cuda::ScratchSlot::kMoe, size_t(n * (k + sh.num) * inter) * sizeof(float)));
+    LaunchWalk(p, L, table, sh, int(k), act, p.accumulate, stream);
     return;
   }
   const int bm = tune.tile_rows ? tune.tile_rows : AutoTileRows(routes, E);

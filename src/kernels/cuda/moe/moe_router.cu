@@ -16,8 +16,6 @@
 // result is the reference's up to f32 rounding of the scores.
 #include <cuda_bf16.h>
 
-#include <cooperative_groups.h>
-
 #include <atomic>
 #include <cfloat>
 
@@ -327,121 +325,39 @@ __global__ void __launch_bounds__(kWarps * 32) FusedRouterKernel(MoeRouterArgs a
 
 
 
-// ---- register forms (hidden <= 8 * 32 * kPreChunks, no residual) ---------------------------
-// One warp's kRows router rows e[j] (e[j] >= num_experts: none; row 0's bytes are loaded in its
-// place) and the norm weight, chunk c = lane + 32 q of each in slot q — loaded before PdlWait
-// (weights only).
-template <bool kNorm, int kRows>
-struct WarpRows {
-  uint4 w[kRows][kPreChunks];
-  float4 g[kPreChunks][2];
-};
-
-template <bool kNorm, int kRows>
-__device__ __forceinline__ void LoadWarpRows(const MoeRouterArgs& a, const int (&e)[kRows], int lane,
-                                             WarpRows<kNorm, kRows>& r) {
-  const int nc = a.hidden / 8;
-  const uint4* w4[kRows];
-#pragma unroll
-  for (int j = 0; j < kRows; ++j)
-    w4[j] = reinterpret_cast<const uint4*>(a.router_w + int64_t(e[j] < a.num_experts ? e[j] : 0) * a.ld_router);
-#pragma unroll
-  for (int q = 0; q < kPreChunks; ++q) {
-    const int c = lane + 32 * q;
-    if (c >= nc) continue;
-#pragma unroll
-    for (int j = 0; j < kRows; ++j) r.w[j][q] = __ldg(w4[j] + c);
-    if (kNorm) {
-      const float4* gp = reinterpret_cast<const float4*>(a.norm_w + c * 8);
-      r.g[q][0] = __ldg(gp), r.g[q][1] = __ldg(gp + 1);
-    }
-  }
-}
-
-// One token row held as xr (slot q: chunk lane + 32 q): with kNorm its 1 / rms (each warp sums
-// the squares itself: no block barrier) and normed chunks bf16(x * inv * g) (stored to `out`
-// when non-null); acc[j] = the row's (normed) input . router row j, warp-summed (every lane).
-// One expert's value depends only on its row and x: the same bits in every form and batch.
-template <bool kNorm, int kRows>
-__device__ __forceinline__ void NormDots(const MoeRouterArgs& a, const WarpRows<kNorm, kRows>& r,
-                                         const uint4 (&xr)[kPreChunks], int lane, bf16* out,
-                                         float (&acc)[kRows]) {
-  const int nc = a.hidden / 8;
-  float inv = 1.0f;
-  if (kNorm) {
-    float ss = 0.0f;
-#pragma unroll
-    for (int q = 0; q < kPreChunks; ++q) {
-      if (lane + 32 * q >= nc) continue;
-      float f[8];
-      moe::Widen<false>(xr[q], f);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) ss = fmaf(f[i], f[i], ss);
-    }
-    inv = rsqrtf(WarpSum(ss) / float(a.hidden) + a.eps);
-  }
-  PG_TRACE_MARK(0);  // x arrived, 1 / rms
-#pragma unroll
-  for (int j = 0; j < kRows; ++j) acc[j] = 0.0f;
-#pragma unroll
-  for (int q = 0; q < kPreChunks; ++q) {
-    const int c = lane + 32 * q;
-    if (c >= nc) continue;
-    float f[8];
-    moe::Widen<false>(xr[q], f);
-    if (kNorm) {
-      const float gw[8] = {r.g[q][0].x, r.g[q][0].y, r.g[q][0].z, r.g[q][0].w,
-                           r.g[q][1].x, r.g[q][1].y, r.g[q][1].z, r.g[q][1].w};
-      __align__(16) bf16 ov[8];
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        ov[i] = __float2bfloat16_rn(f[i] * inv * gw[i]);
-        f[i] = __bfloat162float(ov[i]);
-      }
-      if (out) reinterpret_cast<uint4*>(out)[c] = *reinterpret_cast<const uint4*>(ov);
-    }
-#pragma unroll
-    for (int j = 0; j < kRows; ++j) {
-      float wf[8];
-      moe::Widen<false>(r.w[j][q], wf);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) acc[j] = fmaf(wf[i], f[i], acc[j]);
-    }
-  }
-#pragma unroll
-  for (int j = 0; j < kRows; ++j) acc[j] = WarpSum(acc[j]);
-  PG_TRACE_MARK(1);  // dot
-}
-
-// Token t's row of x into registers (slot q: chunk lane + 32 q); in a warm pass (!real) the
-// router row `dummy` in its place. (One select, not two branches: the branch form kept fewer
-// of the norm weights in registers.)
-__device__ __forceinline__ void LoadXRow(const MoeRouterArgs& a, int64_t t, bool real, int lane,
-                                         const uint4 (&dummy)[kPreChunks], uint4 (&xr)[kPreChunks]) {
-  const int nc = a.hidden / 8;
-  const uint4* x4 = reinterpret_cast<const uint4*>(a.x + t * a.ldx);
-#pragma unroll
-  for (int q = 0; q < kPreChunks; ++q)
-    if (lane + 32 * q < nc) xr[q] = real ? __ldg(x4 + lane + 32 * q) : dummy[q];
-}
-
-// Deferred-routing form: one warp per expert (e = block * kWarps + warp), everything in
-// registers; per token each warp loads the whole x row once and takes its dot (NormDots).
-// Warp 0 of block 0 stores the normed row. Same values as FusedRouterKernel's (bf16-rounded
-// normed inputs), up to the f32 order of the squares' sum.
+// Deferred-routing form for rows of at most 32 * kPreChunks chunks (hidden <= 2048), no
+// residual: one warp per expert with everything in registers — its router row and the norm
+// weight are loaded before PdlWait; per token each warp loads the whole x row once (kPreChunks
+// chunks per lane), reduces its sum of squares itself (every warp the same 1/rms: no block
+// barrier) and takes the dot. Warp 0 of block 0 stores the normed row. Same values as
+// FusedRouterKernel's (bf16-rounded normed inputs), up to the f32 order of the squares' sum.
 // kNorm: a.norm_w is set (the RMSNorm in front), fixed at compile time. kL2: a.l2_after is
 // set (its own instantiation, so the kernel without the hint is the code it was).
-// warm: pass 0, before PdlWait (the kernel launches while the o projection still runs), takes
-// token 0 with its own router row as x and stores nothing: the same instructions, so pass 1
-// finds them and the parameters in the SM's caches.
 template <bool kNorm, bool kL2 = false>
 __global__ void __launch_bounds__(kWarps * 32) NormLogitsKernel(MoeRouterArgs a, bool warm) {
   PG_BLOCK_TRACE(kTraceNormLogits);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int e[1] = {int(blockIdx.x) * kWarps + warp};
-  WarpRows<kNorm, 1> r;
-  LoadWarpRows(a, e, lane, r);
+  const int e = blockIdx.x * kWarps + warp;
+  const bool has_row = e < a.num_experts;
+  const int nc = a.hidden / 8;
+  const uint4* w4 = reinterpret_cast<const uint4*>(a.router_w + int64_t(has_row ? e : 0) * a.ld_router);
+  uint4 w[kPreChunks];
+  float4 g[kPreChunks][2];
+#pragma unroll
+  for (int q = 0; q < kPreChunks; ++q) {
+    const int c = lane + 32 * q;
+    if (c < nc) {
+      w[q] = __ldg(w4 + c);
+      if (kNorm) {
+        const float4* gp = reinterpret_cast<const float4*>(a.norm_w + c * 8);
+        g[q][0] = __ldg(gp), g[q][1] = __ldg(gp + 1);
+      }
+    }
+  }
   float* logits = static_cast<float*>(const_cast<void*>(a.logits));
+  // warm: pass 0, before PdlWait (the kernel launches while the o projection still runs),
+  // takes token 0 with its own router row as x and stores nothing: the same instructions, so
+  // pass 1 finds them and the parameters in the SM's caches.
 #pragma unroll 1
   for (int pass = warm ? 0 : 1; pass < 2; ++pass) {
     const bool real = pass == 1;
@@ -450,155 +366,64 @@ __global__ void __launch_bounds__(kWarps * 32) NormLogitsKernel(MoeRouterArgs a,
       PdlTrigger();
     }
     for (int64_t t = 0; t < (real ? a.num_tokens : 1); ++t) {
+      const uint4* x4 = reinterpret_cast<const uint4*>(a.x + t * a.ldx);
       uint4 xr[kPreChunks];
-      LoadXRow(a, t, real, lane, r.w[0], xr);
+#pragma unroll
+      for (int q = 0; q < kPreChunks; ++q)
+        if (lane + 32 * q < nc) xr[q] = real ? __ldg(x4 + lane + 32 * q) : w[q];
       // The hint behind this block's x loads (MoeRouterArgs::l2_after): its share of the next
       // weights, while the HBM has nothing else to do until the experts' stream.
       if (kL2 && real && t == 0 && threadIdx.x == 0) bulk::PrefetchL2Share(a.l2_after, int(blockIdx.x), int(gridDim.x));
+      float inv = 1.0f;
+      if (kNorm) {
+        float ss = 0.0f;
+#pragma unroll
+        for (int q = 0; q < kPreChunks; ++q) {
+          if (lane + 32 * q >= nc) continue;
+          float f[8];
+          moe::Widen<false>(xr[q], f);
+#pragma unroll
+          for (int i = 0; i < 8; ++i) ss = fmaf(f[i], f[i], ss);
+        }
+        inv = rsqrtf(WarpSum(ss) / float(a.hidden) + a.eps);
+      }
+      PG_TRACE_MARK(0);  // x arrived, 1 / rms
       bf16* out = real && kNorm && blockIdx.x == 0 && warp == 0 ? a.normed + t * a.ld_normed : nullptr;
-      float acc[1];
-      NormDots(a, r, xr, lane, out, acc);
-      if (real && e[0] < a.num_experts && lane == 0) logits[t * a.logits_stride + e[0]] = acc[0];
+      float acc = 0.0f;
+#pragma unroll
+      for (int q = 0; q < kPreChunks; ++q) {
+        const int c = lane + 32 * q;
+        if (c >= nc) continue;
+        float f[8], wf[8];
+        moe::Widen<false>(xr[q], f);
+        if (kNorm) {
+          const float gw[8] = {g[q][0].x, g[q][0].y, g[q][0].z, g[q][0].w,
+                               g[q][1].x, g[q][1].y, g[q][1].z, g[q][1].w};
+          __align__(16) bf16 ov[8];
+#pragma unroll
+          for (int i = 0; i < 8; ++i) {
+            ov[i] = __float2bfloat16_rn(f[i] * inv * gw[i]);
+            f[i] = __bfloat162float(ov[i]);
+          }
+          if (out) reinterpret_cast<uint4*>(out)[c] = *reinterpret_cast<const uint4*>(ov);
+        }
+        moe::Widen<false>(w[q], wf);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc = fmaf(wf[i], f[i], acc);
+      }
+      acc = WarpSum(acc);
+      PG_TRACE_MARK(1);  // dot
+      if (real && has_row && lane == 0) logits[t * a.logits_stride + e] = acc;
     }
   }
   PG_TRACE_MARK(2);  // logits stored
 }
 
-// Cluster-routing form (MoeRouterArgs::route_cluster; one token, no residual, the register
-// forms' sizes): ONE cluster of C = gridDim.x blocks of kCWarps warps does NormLogits' work —
-// warp w of block b owns experts b * kCWarps + w + j * C * kCWarps, j < kRows — then each warp
-// pushes its logits into block 0's shared memory with st.async, counted (as transaction bytes)
-// on block 0's barrier, and stores them to a.logits. Block 0 waits for all E * 4 bytes,
-// triggers its dependents and routes (warp 0, RouteWarpLogits: the router kernel's routing on
-// the same f32 logits). One kernel instead of NormLogits + the router kernel: no grid boundary
-// between them and no logits load from L2; every value is the two-kernel form's bits. The
-// cluster barrier's arrive (kernel start) / wait (before the first push) orders block 0's
-// barrier init before any push; blocks other than 0 exit after their pushes (nobody reads their
-// shared memory). warm: as NormLogitsKernel's. trigger (when the experts' kernels may launch;
-// A/B knob PEREGRINE_MOE_ROUTE_CLUSTER_TRIGGER): 0 block 0 once the logits are in, 1 after the
-// routes, 2 every block right after its PDL wait.
-constexpr int kCWarps = 8;
-template <bool kNorm, int kRows>
-__global__ void __launch_bounds__(kCWarps * 32) NormRouteClusterKernel(MoeRouterArgs a, bool warm, int trigger) {
-  PG_BLOCK_TRACE(kTraceNormRoute);
-  __shared__ __align__(16) float lg[kRouteRegMaxExperts];  // block 0: the token's logits
-  __shared__ float choice[kRouteRegMaxExperts];            // block 0: group-limited routing
-  __shared__ __align__(8) uint64_t bar;                    // block 0: lg's E * 4 bytes
-  const int rank = int(cooperative_groups::this_cluster().block_rank());
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int E = a.num_experts;
-  const uint32_t bar_s = bulk::SmemAddr(&bar);
-  if (rank == 0 && threadIdx.x == 0) {
-    bulk::MbarInit(bar_s, 1);
-    bulk::FenceMbarInit();
-    bulk::MbarArriveExpectTx(bar_s, uint32_t(E) * 4u);  // the one arrival; the bytes to come
-  }
-  asm volatile("barrier.cluster.arrive.release;" ::: "memory");  // (block 0: the barrier is set up)
-  int e[kRows];
-#pragma unroll
-  for (int j = 0; j < kRows; ++j) e[j] = rank * kCWarps + warp + j * int(gridDim.x) * kCWarps;
-  WarpRows<kNorm, kRows> r;
-  LoadWarpRows(a, e, lane, r);
-  float* logits = static_cast<float*>(const_cast<void*>(a.logits));
-#pragma unroll 1
-  for (int pass = warm ? 0 : 1; pass < 2; ++pass) {
-    const bool real = pass == 1;
-    if (real) {
-      PdlWait();  // x comes from upstream kernels; everything is written below
-      if (trigger == 2) PdlTrigger();
-    }
-    uint4 xr[kPreChunks];
-    LoadXRow(a, 0, real, lane, r.w[0], xr);
-    bf16* out = real && kNorm && rank == 0 && warp == 0 ? a.normed : nullptr;
-    float acc[kRows];
-    NormDots(a, r, xr, lane, out, acc);
-    if (!real) continue;
-    asm volatile("barrier.cluster.wait.acquire;" ::: "memory");  // block 0's barrier is set up
-    if (lane == 0) {
-      const uint32_t rbar = bulk::MapaCluster(bar_s, 0);
-#pragma unroll
-      for (int j = 0; j < kRows; ++j) {
-        if (e[j] >= E) continue;
-        bulk::StAsync(bulk::MapaCluster(bulk::SmemAddr(&lg[e[j]]), 0), acc[j], rbar);
-        logits[e[j]] = acc[j];
-      }
-    }
-  }
-  PG_TRACE_MARK(2);  // logits pushed
-  if (rank != 0) return;
-  bulk::MbarWait(bar_s, 0);
-  if (trigger == 0) PdlTrigger();  // the experts' kernels launch while warp 0 routes
-  if (warp != 0) return;
-  float l[moe::kRoutePerLane];
-#pragma unroll
-  for (int j = 0; j < moe::kRoutePerLane; ++j) l[j] = lane + 32 * j < E ? lg[lane + 32 * j] : 0.0f;
-  int id;
-  float w;
-  moe::RouteWarpLogits(a, l, choice, lane, &id, &w);
-  if (lane < a.top_k) {
-    a.topk_ids[lane] = id;
-    a.topk_weights[lane] = w;
-  }
-  PG_TRACE_MARK(3);  // routes stored
-}
-
 std::atomic<long long> g_router_l2_launches{0};
-std::atomic<long long> g_router_cluster_launches{0};
-
-bool VecRows(const MoeRouterArgs& a) {
-  auto al16 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
-  return a.hidden % 8 == 0 && a.ldx % 8 == 0 && a.ld_router % 8 == 0 && al16(a.x) &&
-         al16(a.router_w) && al16(a.norm_w) &&
-         (!a.residual || (a.ld_res % 8 == 0 && al16(a.residual))) &&
-         (!a.normed || (a.ld_normed % 8 == 0 && al16(a.normed)));
-}
-
-using ClusterKernel = void (*)(MoeRouterArgs, bool, int);
-ClusterKernel ClusterKernelOf(bool norm, int rows) {
-  if (norm) return rows == 1 ? NormRouteClusterKernel<true, 1> : NormRouteClusterKernel<true, 2>;
-  return rows == 1 ? NormRouteClusterKernel<false, 1> : NormRouteClusterKernel<false, 2>;
-}
-int ClusterRows(const MoeRouterArgs& a, int cluster) {
-  return (a.num_experts + cluster * kCWarps - 1) / (cluster * kCWarps);
-}
 
 }  // namespace
 
 long long MoeRouterL2AfterLaunches() { return g_router_l2_launches.load(std::memory_order_relaxed); }
-long long MoeRouterClusterLaunches() { return g_router_cluster_launches.load(std::memory_order_relaxed); }
-
-bool MoeRouterClusterOk(const MoeRouterArgs& a, int cluster) {
-  if (!(cluster == 2 || cluster == 4 || cluster == 8 || cluster == 16)) return false;
-  if (!a.x || a.num_tokens != 1 || a.residual || a.l2_after.ptr || !VecRows(a) ||
-      a.hidden > 8 * 32 * kPreChunks || a.num_experts > kRouteRegMaxExperts ||
-      ClusterRows(a, cluster) > 2)
-    return false;
-  // Whether this device can hold one such cluster at all (asked once per kernel and size).
-  static std::atomic<int> ok[2][2][5];  // [norm][rows - 1][log2 cluster]; 0 unknown, 1 yes, 2 no
-  const int rows = ClusterRows(a, cluster), lg = __builtin_ctz(unsigned(cluster));
-  std::atomic<int>& known = ok[a.norm_w ? 1 : 0][rows - 1][lg];
-  if (known.load() == 0) {
-    const ClusterKernel k = ClusterKernelOf(a.norm_w != nullptr, rows);
-    bool yes = cluster <= 8 ||
-               cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
-    if (yes) {
-      cudaLaunchConfig_t cfg{};
-      cudaLaunchAttribute attr[1];
-      cfg.gridDim = dim3(unsigned(cluster));
-      cfg.blockDim = dim3(kCWarps * 32);
-      attr[0].id = cudaLaunchAttributeClusterDimension;
-      attr[0].val.clusterDim.x = unsigned(cluster);
-      attr[0].val.clusterDim.y = attr[0].val.clusterDim.z = 1;
-      cfg.attrs = attr;
-      cfg.numAttrs = 1;
-      int clusters = 0;
-      yes = cudaOccupancyMaxActiveClusters(&clusters, k, &cfg) == cudaSuccess && clusters > 0;
-    }
-    (void)cudaGetLastError();  // a refusal above is an answer, not a sticky error
-    known.store(yes ? 1 : 2);
-  }
-  return known.load() == 1;
-}
 
 void LaunchMoeRouter(const MoeRouterArgs& a, cudaStream_t stream) {
   if (a.num_tokens == 0) return;
@@ -607,14 +432,12 @@ void LaunchMoeRouter(const MoeRouterArgs& a, cudaStream_t stream) {
   // a layer in a block trace); DeepSeek-V2-Lite -6 us (docs/PERF.md "Session 16").
   static const bool warm = EnvFlag("PEREGRINE_MOE_NORM_LOGITS_WARM", true);
   const size_t smem = size_t(kWarps) * 2 * size_t(a.num_experts) * sizeof(float);
-  if (a.x && a.route_cluster) {  // the caller checked MoeRouterClusterOk
-    static const int trigger = EnvInt("PEREGRINE_MOE_ROUTE_CLUSTER_TRIGGER", 0);
-    g_router_cluster_launches.fetch_add(1, std::memory_order_relaxed);
-    const int C = a.route_cluster;
-    (void)LaunchPdlCluster(ClusterKernelOf(a.norm_w != nullptr, ClusterRows(a, C)), dim3(unsigned(C)),
-                           dim3(kCWarps * 32), dim3(unsigned(C)), 0, stream, a, warm, trigger);
-  } else if (a.x) {
-    const bool vec = VecRows(a);
+  if (a.x) {
+    auto al16 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
+    const bool vec = a.hidden % 8 == 0 && a.ldx % 8 == 0 && a.ld_router % 8 == 0 && al16(a.x) &&
+                     al16(a.router_w) && al16(a.norm_w) &&
+                     (!a.residual || (a.ld_res % 8 == 0 && al16(a.residual))) &&
+                     (!a.normed || (a.ld_normed % 8 == 0 && al16(a.normed)));
     const unsigned blocks = unsigned((a.num_experts + kWarps - 1) / kWarps);
     if (a.defer_route && vec && !a.residual && a.hidden <= 8 * 32 * kPreChunks) {
       const bool l2 = a.l2_after.ptr != nullptr;

@@ -55,10 +55,6 @@ struct MoeTuning {
   // (MoeRouterArgs::l2_after; the HBM idles through the routing): its share in percent, 0 off
   // (the default until measured).
   int walk_router_l2_pct = 0;
-  // The one-token routing inside MoeExperts (router matmul, no residual) as ONE cluster kernel
-  // of this many blocks (MoeRouterArgs::route_cluster: 8 or 16; 0: NormLogits + the
-  // logits-form router kernel). Taken only where MoeRouterClusterOk; same bits either way.
-  int walk_route_cluster = 0;
   // Diagnostics only (wrong results; for timings by difference in a whole step): the one-token
   // routing inside MoeExperts skips its logits-form router kernel (bit 0: the walk reads stale
   // routes) and / or NormLogitsKernel (bit 1: stale logits and normed rows).
