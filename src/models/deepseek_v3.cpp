@@ -286,8 +286,13 @@ class DeepseekV3Model final : public Model {
       }
       const ops::KvCacheView& cache = kv.layers[size_t(li)];
       ops::MlaCacheWrite({.latent = kva, .cache = cache, .batch = fb.attention});
-      ops::MlaAttention({.q = q.Reshape({n, nh, qk}), .w_kv_b = L.wkv_b, .w_k_b = L.wk_b,
-                         .w_v_b = L.wv_b, .out = attn.Reshape({n, nh, vd}), .cache = cache, .batch = fb.attention,
+      // Decode reads the split Q8_0 halves where the host forward kept them; prefill expands
+      // keys and values from the dense f32 copy (the same values, converted once).
+      const bool split = decode && L.wk_b.data;
+      ops::MlaAttention({.q = q.Reshape({n, nh, qk}), .w_kv_b = split ? TensorView{} : L.wkv_b,
+                         .w_k_b = split ? L.wk_b : TensorView{},
+                         .w_v_b = split ? L.wv_b : TensorView{}, .out = attn.Reshape({n, nh, vd}),
+                         .cache = cache, .batch = fb.attention,
                          .kv_lora_rank = int(rank), .rope_dim = int(rope),
                          .scale = c_.softmax_scale,
                          .mode = decode ? ops::MlaMode::kAbsorbed : ops::MlaMode::kExpanded});
@@ -310,20 +315,16 @@ class DeepseekV3Model final : public Model {
 
  private:
   // The host forward's matrices (host_, cpu_pack.h), made on the first host forward: every
-  // projection, expert and the head packed. MlaAttention's weight: a GGUF's split halves as
-  // stored when both are Q8_0 (read in that form by the absorbed decode: 34 bytes per 32
-  // weights instead of 128, the same bits as over their f32 values), else w_kv_b as dense f32
-  // (MlaAttention computes in f32: a bf16 checkpoint's would be converted on every call).
+  // projection, expert and the head packed. MlaAttention's weight: w_kv_b as dense f32 (it
+  // computes in f32: a bf16 checkpoint's would be converted on every call; a split GGUF's
+  // joined copy is f32 already), and for the decode a GGUF's split halves as stored when both
+  // are Q8_0 (34 bytes per 32 weights instead of 128, the same bits as over their f32 values).
   void PackHostWeights() {
     host_.Prepare(layers_, output_, [](Layer& L, CpuPackedWeights& p) {
       for (TensorView* w : {&L.wq, &L.wq_a, &L.wq_b, &L.wkv_a, &L.wo})
         if (w->data) p.Add(w);
-      if (L.wk_b.dtype == DType::kQ8_0 && L.wv_b.dtype == DType::kQ8_0 && L.wk_b.data) {
-        L.wkv_b = TensorView{};
-      } else {
-        L.wk_b = L.wv_b = TensorView{};
-        p.AddDenseF32(&L.wkv_b);
-      }
+      p.AddDenseF32(&L.wkv_b);
+      if (L.wk_b.dtype != DType::kQ8_0 || L.wv_b.dtype != DType::kQ8_0) L.wk_b = L.wv_b = TensorView{};
       if (L.moe) AddForCpuPacking(L.moe_ffn, p);
       else AddForCpuPacking(L.mlp, p);
     });

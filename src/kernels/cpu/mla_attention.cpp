@@ -209,9 +209,10 @@ PG_TARGET_AVX2 void RunAbsorbed(const Call& c, const Task& task, Scratch& ws) {
     for (int64_t h = task.h_begin; h < task.h_end; ++h) {
       ws.q.clear();
       ws.q_abs_rows.clear();
-      for (size_t i = size_t(h - task.h_begin); i < ws.rows.size(); i += size_t(heads)) {
-        ws.q.push_back(ws.rows[i].qr - d.nope);  // the row's q (qr: its rope part)
-        ws.q_abs_rows.push_back(ws.q_abs.data() + int64_t(i) * d.rank);
+      for (int64_t qi = task.q_begin; qi < task.q_end; ++qi) {  // row (qi, h) of ws.rows
+        ws.q.push_back(c.Q(b.q_start[size_t(task.seq)] + qi, h));
+        const int64_t i = (qi - task.q_begin) * heads + (h - task.h_begin);
+        ws.q_abs_rows.push_back(ws.q_abs.data() + i * d.rank);
       }
       AbsorbQueriesQ8({c.KbRow(h, 0), d.nope, d.rank, ws.q.data(), ws.q_abs_rows.data(),
                        int64_t(ws.q.size())});
