@@ -592,6 +592,67 @@ TEST(MoeExpertsOp, CudaL2AfterHintChangesNoBit) {
   }
 }
 
+// The gate/up kernel's flat grid (MoeTuning::walk_gu_flat: at most one wave of blocks, the
+// (slot, pair) items dealt evenly) changes no bit of the output against the one-block-per-slot
+// grid: DeepSeek-V2-Lite's expert shape at one token (hidden 2048, inter 1408, top 6, two shared
+// slots: 704 blocks of 8 warps, more than a wave on any Hopper part, so form 1 takes the flat
+// grid too), three tokens with an odd inter on the scalar path, and fp8 block-scaled experts.
+// The one-block-per-slot run is held to ref within the walk's bound.
+TEST(MoeExpertsOp, CudaFlatGateUpChangesNoBit) {
+  PG_SEED_TRACE();
+  const auto* cuda_impl = Registry::Global().table<MoeExpertsParams>().Find("cuda");
+  ASSERT_NE(cuda_impl, nullptr) << "no CUDA backend registered";
+  struct FlatCase {
+    ExpertCase c;
+    int64_t num_shared;
+  };
+  const FlatCase cases[] = {
+      {{1, 2048, 1408, 6, 10, DType::kBF16}, 2},
+      {{3, 136, 45, 4, 6, DType::kBF16}, 1},
+      {{2, 256, 128, 6, 12, DType::kF8E4M3, Fp8Scale::kBlock}, 2},
+  };
+  for (const FlatCase& fc : cases) {
+    const ExpertCase& c = fc.c;
+    SCOPED_TRACE(fmt::format("tokens {} hidden {} inter {} k {} experts {} {} shared {}", c.tokens,
+                             c.hidden, c.inter, c.top_k, c.experts, Name(c.dtype), fc.num_shared));
+    ExpertSet ex = MakeExperts(c.experts, c.hidden, c.inter, c.dtype, c.scale);
+    ExpertSet sh = MakeExperts(1, c.hidden, fc.num_shared * c.inter, c.dtype, c.scale);
+    Tensor x = F32({c.tokens, c.hidden}), ids(DType::kI32, {c.tokens, c.top_k}),
+        w = F32({c.tokens, c.top_k});
+    RoundToBf16(x);
+    for (int64_t i = 0; i < ids.numel(); ++i)  // distinct experts a token, one empty route
+      ids.data<int32_t>()[i] = i == 1 ? -1 : int32_t((i + i / c.top_k) % c.experts);
+    Tensor ref = F32({c.tokens, c.hidden});
+    RoundToBf16(ref);  // the accumulate input
+    const std::vector<float> init = Copy(ref);
+    MoeExpertsParams p{.x = x.view(), .topk_ids = ids.view(), .topk_weights = w.view(),
+                       .experts = ex.views, .out = ref.view(), .accumulate = true,
+                       .shared = sh.views[0]};
+    RunWith(RefImpl<MoeExpertsParams>(), p);
+    std::vector<float> base;  // the one-block-per-slot run's output
+    for (int flat : {0, 1, 2}) {
+      SCOPED_TRACE(fmt::format("walk_gu_flat {}", flat));
+      cuda::MoeTuning t;
+      t.path = cuda::MoePath::kWalk;
+      t.walk_gu_flat = flat;
+      cuda::SetMoeTuning(t);
+      Tensor got = F32({c.tokens, c.hidden});
+      Restore(got, init);
+      p.out = got.view();
+      const bool ran = RunBackend(*cuda_impl, p);
+      cuda::SetMoeTuning({});
+      ASSERT_TRUE(ran) << "the CUDA backend declined";
+      if (base.empty()) {
+        ExpectClose(ref.data<float>(), got.data<float>(), got.numel(), WalkBf16Tolerance(ref),
+                    "cuda walk");
+        base = Copy(got);
+        continue;
+      }
+      ExpectExact(base.data(), got.data<float>(), got.numel(), "flat grid");
+    }
+  }
+}
+
 // The router's L2 hint (MoeExpertsParams::l2_after with the routing inside at one token: the
 // NormLogits kernel asks for MoeTuning::walk_router_l2_pct of it right after its PDL wait)
 // changes no bit of the logits, normed row, routes or output: Qwen3-30B-A3B's routing (128

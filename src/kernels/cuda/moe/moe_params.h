@@ -123,6 +123,10 @@ struct MoeWalkArgs {
   // rows into L2.
   int gu_unroll, down_unroll, warps;
   bool prefetch_down;
+  // Kernel 1's grid (moe_walk.cu LaunchGateUp): 0 = one block per (slot, kWarps pairs); 1 = the
+  // flat form (at most one wave of blocks, items dealt evenly) when that grid exceeds a wave;
+  // 2 = the flat form always. The same act bits in every form.
+  int gu_flat;
   int phases;  // bit 0: kernel 1, bit 1: kernel 2 (diagnostics; 3 in normal use)
   // Kernel 2's form: 1 = one warp per hidden row (moe_walk.cu DownKernel); 2, 4 or 8 = one
   // block per tile of that many hidden rows (moe_walk_down.cu; vector layouts only).

@@ -25,6 +25,9 @@ struct MoeTuning {
   // walk_prefetch_bytes (0: never; measured no faster). walk_phases (diagnostics: bit 0 runs
   // the gate/up kernel, bit 1 the down kernel) times one kernel alone.
   int walk_gu_unroll = 0;
+  // The gate/up kernel's grid (MoeWalkArgs::gu_flat): 0 one block per (slot, warps' pairs), 1
+  // at most one wave with the pairs dealt evenly when the other grid is larger, 2 always.
+  int walk_gu_flat = 0;
   int walk_down_unroll = 0;
   int walk_warps = 0;
   long long walk_prefetch_bytes = 0;

@@ -12,6 +12,7 @@
 // that kernel 2 reads (after its PdlWait, i.e. after kernel 1 completed).
 // Vector path: 16-byte weight loads (16 fp8 / 8 bf16 elements), when rows are multiples of a
 // chunk and 16-byte aligned; otherwise an element loop.
+#include "kernels/cuda/common/context.h"
 #include "kernels/cuda/common/pdl.cuh"
 #include "kernels/cuda/moe/moe_device.cuh"
 #include "kernels/cuda/moe/moe_route.cuh"
@@ -110,6 +111,60 @@ __device__ __forceinline__ GuSlot GateUpSlot(const MoeWalkArgs& a, int q, int e)
   return s;
 }
 
+// One work item of kernel 1: slot row r (slot s of its token), inter rows i0 and i0 + 1 (i0 <
+// inter; an odd inter's last pair repeats its row): both rows' gate and up dots over hidden,
+// SiLU(gate) * up stored to act. Every lane of the warp calls it.
+template <bool kFp8, int U>
+__device__ __forceinline__ void GateUpPair(const MoeWalkArgs& a, const GuSlot& s, int64_t r,
+                                           int i0, bool vec, int lane) {
+  const int64_t t = r / (a.top_k + a.num_shared);
+  const int64_t esz = kFp8 ? 1 : 2;
+  const MoeWeightLayout& L = a.layout;
+  const int i1 = i0 + 1 < a.inter ? i0 + 1 : i0;  // odd inter: the last pair repeats its row
+  const int64_t g0 = s.row0 + i0, g1 = s.row0 + i1;  // rows of the slot's matrices
+  const bf16* x = a.x + t * a.ldx;
+  const char* rows[4] = {static_cast<const char*>(s.w.gate) + g0 * s.ld_gate * esz,
+                         static_cast<const char*>(s.w.up) + g0 * s.ld_up * esz,
+                         static_cast<const char*>(s.w.gate) + g1 * s.ld_gate * esz,
+                         static_cast<const char*>(s.w.up) + g1 * s.ld_up * esz};
+  const moe::RowScale rs[4] = {moe::ScaleOfRow(s.w.gate_scale, L.scale_mode, s.scale_ld, g0),
+                               moe::ScaleOfRow(s.w.up_scale, L.scale_mode, s.scale_ld, g0),
+                               moe::ScaleOfRow(s.w.gate_scale, L.scale_mode, s.scale_ld, g1),
+                               moe::ScaleOfRow(s.w.up_scale, L.scale_mode, s.scale_ld, g1)};
+  float v[4];
+  if (vec) {
+    const uint4* w4[4];
+#pragma unroll
+    for (int m = 0; m < 4; ++m) w4[m] = reinterpret_cast<const uint4*>(rows[m]);
+    const float4 p = GateUpVec<kFp8, U>(w4, x, a.hidden / kChunk<kFp8>, rs, lane);
+    v[0] = p.x, v[1] = p.y, v[2] = p.z, v[3] = p.w;
+  } else {
+#pragma unroll
+    for (int m = 0; m < 4; ++m) v[m] = RowDotScalar<kFp8>(rows[m], x, a.hidden, rs[m], lane);
+  }
+#pragma unroll
+  for (int m = 0; m < 4; ++m) v[m] = moe::WarpSum(v[m]);
+  if (lane == 0) {
+    a.act[r * a.inter + i0] = moe::Silu(v[0]) * v[1];
+    if (i1 != i0) a.act[r * a.inter + i1] = moe::Silu(v[2]) * v[3];
+  }
+}
+
+// Shared slot q's pair of inter rows i0, i0 + 1 (gate and up) into L2: weights, known before
+// the upstream kernel finishes (called before PdlWait).
+template <bool kFp8>
+__device__ __forceinline__ void PrefetchSharedPair(const MoeWalkArgs& a, int q, int i0, int lane) {
+  const int64_t esz = kFp8 ? 1 : 2;
+  const GuSlot s = GateUpSlot(a, q, -1);
+  const int rows = i0 + 1 < a.inter ? 2 : 1;
+  const int64_t row_bytes = int64_t(a.hidden) * esz;
+  for (int m = 0; m < rows; ++m) {
+    const int64_t row = s.row0 + i0 + m;
+    PrefetchSpan(static_cast<const char*>(s.w.gate) + row * s.ld_gate * esz, row_bytes, lane, 32);
+    PrefetchSpan(static_cast<const char*>(s.w.up) + row * s.ld_up * esz, row_bytes, lane, 32);
+  }
+}
+
 // One warp per (slot r = t * K + q, pair of inter rows i0 = 2p, i1 = 2p + 1).
 // Occupancy: <= 80 registers at U = 2 (3 blocks of 8 warps per SM: a Qwen3-30B-A3B token's 8
 // routes x 48 blocks fit in one wave on 132 SMs).
@@ -124,17 +179,7 @@ __global__ void __launch_bounds__(kWarps * 32, (U == 2 ? 24 : 16) / kWarps) Gate
   const int wi = blockIdx.x * kWarps + warp;  // warp index within the slot
   const int i0 = 2 * wi;
   const int64_t esz = kFp8 ? 1 : 2;
-  if (q >= a.top_k && i0 < a.inter) {
-    // Shared slot: its rows are weights, known before the upstream kernel finishes.
-    const GuSlot s = GateUpSlot(a, q, -1);
-    const int rows = i0 + 1 < a.inter ? 2 : 1;
-    const int64_t row_bytes = int64_t(a.hidden) * esz;
-    for (int m = 0; m < rows; ++m) {
-      const int64_t row = s.row0 + i0 + m;
-      PrefetchSpan(static_cast<const char*>(s.w.gate) + row * s.ld_gate * esz, row_bytes, lane, 32);
-      PrefetchSpan(static_cast<const char*>(s.w.up) + row * s.ld_up * esz, row_bytes, lane, 32);
-    }
-  }
+  if (q >= a.top_k && i0 < a.inter) PrefetchSharedPair<kFp8>(a, q, i0, lane);
   PdlWait();  // ids and x come from upstream kernels; act is read by the previous walk
   PdlTrigger();
   int e = -1;
@@ -181,33 +226,40 @@ __global__ void __launch_bounds__(kWarps * 32, (U == 2 ? 24 : 16) / kWarps) Gate
     }
   }
   if (i0 >= a.inter) return;
-  const int i1 = i0 + 1 < a.inter ? i0 + 1 : i0;  // odd inter: the last pair repeats its row
-  const int64_t g0 = s.row0 + i0, g1 = s.row0 + i1;  // rows of the slot's matrices
-  const bf16* x = a.x + t * a.ldx;
-  const char* rows[4] = {static_cast<const char*>(s.w.gate) + g0 * s.ld_gate * esz,
-                         static_cast<const char*>(s.w.up) + g0 * s.ld_up * esz,
-                         static_cast<const char*>(s.w.gate) + g1 * s.ld_gate * esz,
-                         static_cast<const char*>(s.w.up) + g1 * s.ld_up * esz};
-  const moe::RowScale rs[4] = {moe::ScaleOfRow(s.w.gate_scale, L.scale_mode, s.scale_ld, g0),
-                               moe::ScaleOfRow(s.w.up_scale, L.scale_mode, s.scale_ld, g0),
-                               moe::ScaleOfRow(s.w.gate_scale, L.scale_mode, s.scale_ld, g1),
-                               moe::ScaleOfRow(s.w.up_scale, L.scale_mode, s.scale_ld, g1)};
-  float v[4];
-  if (vec) {
-    const uint4* w4[4];
-#pragma unroll
-    for (int m = 0; m < 4; ++m) w4[m] = reinterpret_cast<const uint4*>(rows[m]);
-    const float4 p = GateUpVec<kFp8, U>(w4, x, a.hidden / kChunk<kFp8>, rs, lane);
-    v[0] = p.x, v[1] = p.y, v[2] = p.z, v[3] = p.w;
-  } else {
-#pragma unroll
-    for (int m = 0; m < 4; ++m) v[m] = RowDotScalar<kFp8>(rows[m], x, a.hidden, rs[m], lane);
-  }
-#pragma unroll
-  for (int m = 0; m < 4; ++m) v[m] = moe::WarpSum(v[m]);
-  if (lane == 0) {
-    a.act[r * a.inter + i0] = moe::Silu(v[0]) * v[1];
-    if (i1 != i0) a.act[r * a.inter + i1] = moe::Silu(v[2]) * v[3];
+  GateUpPair<kFp8, U>(a, s, r, i0, vec, lane);
+}
+
+// Kernel 1 over a grid of at most one wave (MoeWalkArgs::gu_flat_blocks B blocks, B <= the
+// blocks that fit on the GPU at once). Items are (slot row r, pair p), numbered i = r * P + p
+// (P = ceil(inter / 2)); warp w of block b takes items b + B * (w + kWarps * j), j = 0, 1, ...:
+// each block gets floor or ceil(items / B) of them, dealt to its warps round by round, so the
+// SMs stream equal shares to the end (the one-wave-per-launch form leaves a second partial
+// wave where items exceed a wave: DeepSeek-V2-Lite's 8 x 704 pairs). Each item computes what
+// GateUpKernel's warp for it does, in the same order: the same act bits. Not for self_route
+// or prefetch_down (their blocks are per slot).
+template <bool kFp8, int U, int kWarps>
+__global__ void __launch_bounds__(kWarps * 32, (U == 2 ? 24 : 16) / kWarps) GateUpFlatKernel(MoeWalkArgs a, bool vec) {
+  PG_BLOCK_TRACE(kTraceGateUp);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int K = a.top_k + a.num_shared;
+  const int P = (a.inter + 1) / 2;
+  // (items < 2^31: LaunchMoeWalk's token chunks keep num_tokens * K <= 65535, P <= 2^15.)
+  const int items = int(a.num_tokens) * K * P;
+  const int first = int(blockIdx.x) + int(gridDim.x) * warp, step = int(gridDim.x) * kWarps;
+  if (a.num_shared > 0)
+    for (int i = first; i < items; i += step) {
+      const int q = (i / P) % K;
+      if (q >= a.top_k) PrefetchSharedPair<kFp8>(a, q, 2 * (i % P), lane);
+    }
+  PdlWait();  // ids and x come from upstream kernels; act is read by the previous walk
+  PdlTrigger();
+#pragma unroll 1
+  for (int j = 0;; ++j) {  // i recomputed from j: fewer registers live across the dots
+    const int i = int(blockIdx.x) + int(gridDim.x) * (warp + kWarps * j);
+    if (i >= int(a.num_tokens) * K * P) break;
+    const int r = i / P, t = r / K, q = r % K;
+    const GuSlot s = GateUpSlot(a, q, q < a.top_k ? a.ids[t * a.top_k + q] : -1);
+    if (s.w.gate) GateUpPair<kFp8, U>(a, s, r, 2 * (i % P), vec, lane);
   }
 }
 
@@ -327,6 +379,29 @@ __global__ void __launch_bounds__(kWarps * 32) DownKernel(MoeWalkArgs a, bool ve
   }
 }
 
+// Kernel 1: the flat form (GateUpFlatKernel) when a.gu_flat asks for it and the slot-per-block
+// grid g1 is more than one wave (gu_flat 1) or always (2); else GateUpKernel over g1.
+template <bool kFp8, int U, int kWarps>
+void LaunchGateUp(const MoeWalkArgs& a, bool vec, dim3 g1, cudaStream_t stream) {
+  if (a.gu_flat > 0 && !a.self_route && !a.prefetch_down) {
+    static const int per_sm = [] {
+      int n = 0;
+      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, GateUpFlatKernel<kFp8, U, kWarps>,
+                                                        kWarps * 32, 0) != cudaSuccess || n < 1)
+        n = 1;
+      return n;
+    }();
+    const int64_t wave = int64_t(per_sm) * MultiprocessorCount();
+    const int64_t blocks = int64_t(g1.x) * g1.y;
+    if (a.gu_flat >= 2 || blocks > wave) {
+      const unsigned b = unsigned(blocks < wave ? blocks : wave);
+      (void)LaunchPdl(GateUpFlatKernel<kFp8, U, kWarps>, dim3(b), dim3(kWarps * 32), 0, stream, a, vec);
+      return;
+    }
+  }
+  (void)LaunchPdl(GateUpKernel<kFp8, U, kWarps>, g1, dim3(kWarps * 32), 0, stream, a, vec);
+}
+
 template <bool kFp8, int kWarps>
 void LaunchWarps(const MoeWalkArgs& a, bool vec, cudaStream_t stream) {
   const int K = a.top_k + a.num_shared;
@@ -334,8 +409,8 @@ void LaunchWarps(const MoeWalkArgs& a, bool vec, cudaStream_t stream) {
   const dim3 g2(unsigned((a.hidden + kWarps - 1) / kWarps), unsigned(a.num_tokens));
   const dim3 block(kWarps * 32);
   if (a.phases & 1) {
-    if (a.gu_unroll >= 4) (void)LaunchPdl(GateUpKernel<kFp8, 4, kWarps>, g1, block, 0, stream, a, vec);
-    else (void)LaunchPdl(GateUpKernel<kFp8, 2, kWarps>, g1, block, 0, stream, a, vec);
+    if (a.gu_unroll >= 4) LaunchGateUp<kFp8, 4, kWarps>(a, vec, g1, stream);
+    else LaunchGateUp<kFp8, 2, kWarps>(a, vec, g1, stream);
   }
   if (a.phases & 2) {
     if (vec && a.down_rows >= 2) LaunchMoeWalkDownTiled(a, stream);

@@ -1,0 +1,42 @@
+# Queue job (tools/gpu/queue.sh), session 34: the gate/up kernel's flat grid (PEREGRINE_MOE_GU_FLAT,
+# moe_walk.cu GateUpFlatKernel: at most one wave of blocks, the (slot, pair) items dealt evenly)
+# against the one-block-per-slot grid (0, the default when built). s34a's trace showed
+# DeepSeek-V2-Lite's gate/up kernel (704 blocks, 8 slots x 88) in two waves: 39.1 us a layer
+# for 92 MB (2.4 TB/s) against Qwen3's one wave at 2.6 TB/s. Rows first (device time is short),
+# then the tests (bits: MoeExpertsOp.CudaFlatGateUpChangesNoBit; goldens with the flat form
+# forced), then a trace of V2-Lite with it.
+# Make it: ninja -C build/cuda moe_gpu_check && ninja -C build/trace moe_gpu_check
+#   tools/gpu/make_job.sh s34b tools/gpu/jobs/s34b.sh 300 moe_gpu_check=build/cuda/tests/models/moe_gpu_check \
+#     trace_moe_gpu_check=build/trace/tests/models/moe_gpu_check
+source tools/gpu/queue_env.sh
+source tools/gpu/ab_rows.sh
+echo "binaries of: $(cat "$JOB/commit" 2>/dev/null)"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+mkdir -p /tmp/dsv3_5l
+python3 -c 'import json; c=json.load(open("configs/deepseek-v3/config.json")); c["num_hidden_layers"]=5; json.dump(c, open("/tmp/dsv3_5l/config.json","w"))'
+bn_rows() {  # label model batches [VAR=value ...]: "ROW b<N><label>-<model> us floor/t" per batch
+  local label=$1 model=$2 batches=$3; shift 3
+  local cfg="configs/$model/config.json"; [[ "$model" == dsv3_5l ]] && cfg=/tmp/dsv3_5l/config.json
+  env "$@" timeout 90 "$BIN/moe_gpu_check" bench gpu-decode --load-format dummy --iters 30 \
+    --batch "$batches" --context 1024 --model "$cfg" 2>&1 | command tr '\r' '\n' |
+    command grep -E '^ +[0-9]+ +1024 ' | command sort -u |
+    command awk -v l="$label" -v m="$model" '{print "ROW b" $1 l "-" m, $3, $7}'
+}
+for r in 1 2 3; do
+  ab_step base-deepseek-v2-lite moe_gpu_check deepseek-v2-lite
+  ab_step flat1-deepseek-v2-lite moe_gpu_check deepseek-v2-lite PEREGRINE_MOE_GU_FLAT=1
+  ab_step base-qwen3-30b-a3b moe_gpu_check qwen3-30b-a3b
+  ab_step flat2-qwen3-30b-a3b moe_gpu_check qwen3-30b-a3b PEREGRINE_MOE_GU_FLAT=2
+done
+echo "== tests"
+ab_tests moe_gpu_check 'MoeExpertsOp.CudaFlatGateUp*:MoeExpertsOp.*:GpuModelGolden.Tiny*' | tail -8
+ab_tests moe_gpu_check 'MoeExpertsOp.*:GpuModelGolden.Tiny*' PEREGRINE_MOE_GU_FLAT=2 | tail -4
+for r in 1 2; do
+  bn_rows base qwen3-30b-a3b 2,4
+  bn_rows flat1 qwen3-30b-a3b 2,4 PEREGRINE_MOE_GU_FLAT=1
+  bn_rows base dsv3_5l 1,4
+  bn_rows flat1 dsv3_5l 1,4 PEREGRINE_MOE_GU_FLAT=1
+  bn_rows base moonlight-16b-a3b 1
+  bn_rows flat1 moonlight-16b-a3b 1 PEREGRINE_MOE_GU_FLAT=1
+done
+AB_TRACE_LAUNCHES=1 AB_TRACE_PHASES=12 ab_trace t-v2lite-flat1 trace_moe_gpu_check deepseek-v2-lite PEREGRINE_MOE_GU_FLAT=1
