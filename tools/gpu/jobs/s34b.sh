@@ -7,7 +7,7 @@
 # forced), then a trace of V2-Lite with it.
 # Make it: ninja -C build/cuda moe_gpu_check && ninja -C build/trace moe_gpu_check
 #   tools/gpu/make_job.sh s34b tools/gpu/jobs/s34b.sh 300 moe_gpu_check=build/cuda/tests/models/moe_gpu_check \
-#     trace_moe_gpu_check=build/trace/tests/models/moe_gpu_check
+#     trace_moe_gpu_check=build/trace/tests/models/moe_gpu_check probe_moe_gpu_check=/tmp/probe_moe_gpu_check
 source tools/gpu/queue_env.sh
 source tools/gpu/ab_rows.sh
 echo "binaries of: $(cat "$JOB/commit" 2>/dev/null)"
@@ -40,3 +40,7 @@ for r in 1 2; do
   bn_rows flat1 moonlight-16b-a3b 1 PEREGRINE_MOE_GU_FLAT=1
 done
 AB_TRACE_LAUNCHES=1 AB_TRACE_PHASES=12 ab_trace t-v2lite-flat1 trace_moe_gpu_check deepseek-v2-lite PEREGRINE_MOE_GU_FLAT=1
+# The attention's new-token preparation probed (a trace build of 7e27209 whose PrepareNewTokenFast
+# marks m1 after the k row's loads and norm + RoPE, m2 after the cache stores, m3 after its q rows,
+# m0 after the closing barrier; the exchange form's own marks off; not committed):
+AB_TRACE_PHASES=8 ab_trace t-qwen3-prep probe_moe_gpu_check qwen3-30b-a3b
