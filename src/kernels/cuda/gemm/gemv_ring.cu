@@ -318,11 +318,14 @@ bool Supported(const GemvArgs& a) {
 // (decode_attention_mma.cu kSmallStages), which then load their keys during the projection
 // instead of after it (docs/PERF.md "session 9": Qwen3-30B-A3B batch 1 step -45 us at 1K,
 // -85 us in the 2048-key graph set, with the small attention's new block rule).
+// PEREGRINE_GEMV_RING_NORM_MIN_M (default 4096) lowers the rows' bound for A/B runs (2048:
+// DeepSeek-V2-Lite's q + kv_a too).
 bool ShapeWantsRing(const GemvArgs& a) {
   static const int norm_min_k = EnvInt("PEREGRINE_GEMV_RING_NORM_MIN_K", 2048);
+  static const int norm_min_m = EnvInt("PEREGRINE_GEMV_RING_NORM_MIN_M", 4096);
   if (a.n != 1) return false;
   if (a.k >= 4096) return true;
-  return a.norm_weight != nullptr && a.k >= norm_min_k && a.m >= 4096 && a.m <= 65536;
+  return a.norm_weight != nullptr && a.k >= norm_min_k && a.m >= norm_min_m && a.m <= 65536;
 }
 
 // fp8: the consumers widen 16 e4m3 weights and 16 activations per 16 bytes and are issue-bound
