@@ -9,6 +9,7 @@
 #include <cstring>
 #include <numeric>
 #include <set>
+#include <utility>
 
 #include "core/quant.h"
 #include "moe_test_util.h"
@@ -630,11 +631,14 @@ TEST(MoeExpertsOp, CudaFlatGateUpChangesNoBit) {
                        .shared = sh.views[0]};
     RunWith(RefImpl<MoeExpertsParams>(), p);
     std::vector<float> base;  // the one-block-per-slot run's output
-    for (int flat : {0, 1, 2}) {
-      SCOPED_TRACE(fmt::format("walk_gu_flat {}", flat));
+    // (form, blocks an SM): 0 the per-slot grid; 1, 2 the flat one at what fits, then capped
+    // at one block an SM (more items a warp).
+    for (auto [flat, per_sm] : {std::pair{0, 0}, {1, 0}, {2, 0}, {2, 1}}) {
+      SCOPED_TRACE(fmt::format("walk_gu_flat {} per SM {}", flat, per_sm));
       cuda::MoeTuning t;
       t.path = cuda::MoePath::kWalk;
       t.walk_gu_flat = flat;
+      t.walk_gu_flat_per_sm = per_sm;
       cuda::SetMoeTuning(t);
       Tensor got = F32({c.tokens, c.hidden});
       Restore(got, init);

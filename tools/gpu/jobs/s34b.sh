@@ -5,7 +5,9 @@
 # for 92 MB (2.4 TB/s) against Qwen3's one wave at 2.6 TB/s. Rows first (device time is short),
 # then the tests (bits: MoeExpertsOp.CudaFlatGateUpChangesNoBit; goldens with the flat form
 # forced), then a trace of V2-Lite with it. Also V2-Lite's q + kv_a projection (3648 rows) on the
-# ring GEMV (PEREGRINE_GEMV_RING_NORM_MIN_M=2048; its release after the down kernel took 2.8 us in s34a).
+# ring GEMV (PEREGRINE_GEMV_RING_NORM_MIN_M=2048; its release after the down kernel took 2.8 us in s34a),
+# and the flat grid capped at 2 blocks an SM (PEREGRINE_MOE_GU_FLAT_SM=2: room for the down kernel's
+# preloading blocks beside it; Qwen3's down waits 2.0 us after gate/up's end in s34a, V2-Lite's 1.0).
 # Make it: ninja -C build/cuda moe_gpu_check && ninja -C build/trace moe_gpu_check
 #   tools/gpu/make_job.sh s34b tools/gpu/jobs/s34b.sh 300 moe_gpu_check=build/cuda/tests/models/moe_gpu_check \
 #     trace_moe_gpu_check=build/trace/tests/models/moe_gpu_check probe_moe_gpu_check=/tmp/probe_moe_gpu_check
@@ -30,6 +32,8 @@ for r in 1 2 3; do
   ab_step flat1ring-deepseek-v2-lite moe_gpu_check deepseek-v2-lite PEREGRINE_MOE_GU_FLAT=1 PEREGRINE_GEMV_RING_NORM_MIN_M=2048
   ab_step base-qwen3-30b-a3b moe_gpu_check qwen3-30b-a3b
   ab_step flat2-qwen3-30b-a3b moe_gpu_check qwen3-30b-a3b PEREGRINE_MOE_GU_FLAT=2
+  ab_step flat2sm2-qwen3-30b-a3b moe_gpu_check qwen3-30b-a3b PEREGRINE_MOE_GU_FLAT=2 PEREGRINE_MOE_GU_FLAT_SM=2
+  ab_step flat2sm2-deepseek-v2-lite moe_gpu_check deepseek-v2-lite PEREGRINE_MOE_GU_FLAT=2 PEREGRINE_MOE_GU_FLAT_SM=2
 done
 echo "== tests"
 ab_tests moe_gpu_check 'MoeExpertsOp.CudaFlatGateUp*:MoeExpertsOp.*:GpuModelGolden.Tiny*' | tail -8

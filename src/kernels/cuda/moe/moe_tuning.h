@@ -28,6 +28,7 @@ struct MoeTuning {
   // The gate/up kernel's grid (MoeWalkArgs::gu_flat): 0 one block per (slot, warps' pairs), 1
   // at most one wave with the pairs dealt evenly when the other grid is larger, 2 always.
   int walk_gu_flat = 0;
+  int walk_gu_flat_per_sm = 0;  // > 0: the flat grid's blocks an SM, capped (0: what fits)
   int walk_down_unroll = 0;
   int walk_warps = 0;
   long long walk_prefetch_bytes = 0;

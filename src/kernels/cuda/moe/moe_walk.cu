@@ -229,8 +229,8 @@ __global__ void __launch_bounds__(kWarps * 32, (U == 2 ? 24 : 16) / kWarps) Gate
   GateUpPair<kFp8, U>(a, s, r, i0, vec, lane);
 }
 
-// Kernel 1 over a grid of at most one wave (MoeWalkArgs::gu_flat_blocks B blocks, B <= the
-// blocks that fit on the GPU at once). Items are (slot row r, pair p), numbered i = r * P + p
+// Kernel 1 over a grid of at most one wave (B blocks, B <= the blocks that fit on the GPU at
+// once, or MoeWalkArgs::gu_flat_per_sm an SM). Items are (slot row r, pair p), numbered i = r * P + p
 // (P = ceil(inter / 2)); warp w of block b takes items b + B * (w + kWarps * j), j = 0, 1, ...:
 // each block gets floor or ceil(items / B) of them, dealt to its warps round by round, so the
 // SMs stream equal shares to the end (the one-wave-per-launch form leaves a second partial
@@ -391,7 +391,8 @@ void LaunchGateUp(const MoeWalkArgs& a, bool vec, dim3 g1, cudaStream_t stream) 
         n = 1;
       return n;
     }();
-    const int64_t wave = int64_t(per_sm) * MultiprocessorCount();
+    const int cap = a.gu_flat_per_sm > 0 && a.gu_flat_per_sm < per_sm ? a.gu_flat_per_sm : per_sm;
+    const int64_t wave = int64_t(cap) * MultiprocessorCount();
     const int64_t blocks = int64_t(g1.x) * g1.y;
     if (a.gu_flat >= 2 || blocks > wave) {
       const unsigned b = unsigned(blocks < wave ? blocks : wave);
