@@ -25,19 +25,31 @@ bn_rows() {  # label model batches [VAR=value ...]: "ROW b<N><label>-<model> us 
     command grep -E '^ +[0-9]+ +1024 ' | command sort -u |
     command awk -v l="$label" -v m="$model" '{print "ROW b" $1 l "-" m, $3, $7}'
 }
-for r in 1 2 3; do
+for r in 1 2; do
   ab_step base-deepseek-v2-lite moe_gpu_check deepseek-v2-lite
   ab_step flat1-deepseek-v2-lite moe_gpu_check deepseek-v2-lite PEREGRINE_MOE_GU_FLAT=1
-  ab_step ring-deepseek-v2-lite moe_gpu_check deepseek-v2-lite PEREGRINE_GEMV_RING_NORM_MIN_M=2048
-  ab_step flat1ring-deepseek-v2-lite moe_gpu_check deepseek-v2-lite PEREGRINE_MOE_GU_FLAT=1 PEREGRINE_GEMV_RING_NORM_MIN_M=2048
-  ab_step base-qwen3-30b-a3b moe_gpu_check qwen3-30b-a3b
-  ab_step flat2-qwen3-30b-a3b moe_gpu_check qwen3-30b-a3b PEREGRINE_MOE_GU_FLAT=2
-  ab_step flat2sm2-qwen3-30b-a3b moe_gpu_check qwen3-30b-a3b PEREGRINE_MOE_GU_FLAT=2 PEREGRINE_MOE_GU_FLAT_SM=2
   ab_step flat2sm2-deepseek-v2-lite moe_gpu_check deepseek-v2-lite PEREGRINE_MOE_GU_FLAT=2 PEREGRINE_MOE_GU_FLAT_SM=2
+  ab_step base-qwen3-30b-a3b moe_gpu_check qwen3-30b-a3b
+  ab_step flat2sm2-qwen3-30b-a3b moe_gpu_check qwen3-30b-a3b PEREGRINE_MOE_GU_FLAT=2 PEREGRINE_MOE_GU_FLAT_SM=2
 done
 echo "== tests"
 ab_tests moe_gpu_check 'MoeExpertsOp.CudaFlatGateUp*:MoeExpertsOp.*:GpuModelGolden.Tiny*' | tail -8
 ab_tests moe_gpu_check 'MoeExpertsOp.*:GpuModelGolden.Tiny*' PEREGRINE_MOE_GU_FLAT=2 | tail -4
+# The attention's new-token preparation probed (a trace build of 7e27209 whose PrepareNewTokenFast
+# marks m1 after the k row's loads and norm + RoPE, m2 after the cache stores, m3 after its q rows,
+# m0 after the closing barrier; the exchange form's own marks off; not committed):
+AB_TRACE_PHASES=8 ab_trace t-qwen3-prep probe_moe_gpu_check qwen3-30b-a3b
+for r in 3; do
+  ab_step base-deepseek-v2-lite moe_gpu_check deepseek-v2-lite
+  ab_step flat1-deepseek-v2-lite moe_gpu_check deepseek-v2-lite PEREGRINE_MOE_GU_FLAT=1
+  ab_step flat2sm2-deepseek-v2-lite moe_gpu_check deepseek-v2-lite PEREGRINE_MOE_GU_FLAT=2 PEREGRINE_MOE_GU_FLAT_SM=2
+  ab_step base-qwen3-30b-a3b moe_gpu_check qwen3-30b-a3b
+  ab_step flat2sm2-qwen3-30b-a3b moe_gpu_check qwen3-30b-a3b PEREGRINE_MOE_GU_FLAT=2 PEREGRINE_MOE_GU_FLAT_SM=2
+done
+for r in 1 2; do
+  ab_step ring-deepseek-v2-lite moe_gpu_check deepseek-v2-lite PEREGRINE_GEMV_RING_NORM_MIN_M=2048
+  ab_step flat2-qwen3-30b-a3b moe_gpu_check qwen3-30b-a3b PEREGRINE_MOE_GU_FLAT=2
+done
 for r in 1 2; do
   bn_rows base qwen3-30b-a3b 2,4
   bn_rows flat1 qwen3-30b-a3b 2,4 PEREGRINE_MOE_GU_FLAT=1
@@ -47,7 +59,3 @@ for r in 1 2; do
   bn_rows flat1 moonlight-16b-a3b 1 PEREGRINE_MOE_GU_FLAT=1
 done
 AB_TRACE_LAUNCHES=1 AB_TRACE_PHASES=12 ab_trace t-v2lite-flat1 trace_moe_gpu_check deepseek-v2-lite PEREGRINE_MOE_GU_FLAT=1
-# The attention's new-token preparation probed (a trace build of 7e27209 whose PrepareNewTokenFast
-# marks m1 after the k row's loads and norm + RoPE, m2 after the cache stores, m3 after its q rows,
-# m0 after the closing barrier; the exchange form's own marks off; not committed):
-AB_TRACE_PHASES=8 ab_trace t-qwen3-prep probe_moe_gpu_check qwen3-30b-a3b
