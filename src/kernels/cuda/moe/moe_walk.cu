@@ -12,6 +12,8 @@
 // that kernel 2 reads (after its PdlWait, i.e. after kernel 1 completed).
 // Vector path: 16-byte weight loads (16 fp8 / 8 bf16 elements), when rows are multiples of a
 // chunk and 16-byte aligned; otherwise an element loop.
+#include <cstdint>
+
 #include "kernels/cuda/common/context.h"
 #include "kernels/cuda/common/pdl.cuh"
 #include "kernels/cuda/moe/moe_device.cuh"
@@ -243,7 +245,7 @@ __global__ void __launch_bounds__(kWarps * 32, (U == 2 ? 24 : 16) / kWarps) Gate
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int K = a.top_k + a.num_shared;
   const int P = (a.inter + 1) / 2;
-  // (items < 2^31: LaunchMoeWalk's token chunks keep num_tokens * K <= 65535, P <= 2^15.)
+  // (items <= INT32_MAX: LaunchGateUp checks.)
   const int items = int(a.num_tokens) * K * P;
   const int first = int(blockIdx.x) + int(gridDim.x) * warp, step = int(gridDim.x) * kWarps;
   if (a.num_shared > 0)
@@ -383,7 +385,8 @@ __global__ void __launch_bounds__(kWarps * 32) DownKernel(MoeWalkArgs a, bool ve
 // grid g1 is more than one wave (gu_flat 1) or always (2); else GateUpKernel over g1.
 template <bool kFp8, int U, int kWarps>
 void LaunchGateUp(const MoeWalkArgs& a, bool vec, dim3 g1, cudaStream_t stream) {
-  if (a.gu_flat > 0 && !a.self_route && !a.prefetch_down) {
+  const int64_t items = a.num_tokens * (a.top_k + a.num_shared) * ((a.inter + 1) / 2);
+  if (a.gu_flat > 0 && !a.self_route && !a.prefetch_down && items <= INT32_MAX) {
     static const int per_sm = [] {
       int n = 0;
       if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, GateUpFlatKernel<kFp8, U, kWarps>,
