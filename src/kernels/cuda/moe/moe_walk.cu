@@ -2,7 +2,9 @@
 // rows (routed or shared) are streamed once per slot (memory bound; no sorting, no host sync).
 //   Kernel 1: one warp per (slot, pair of inter rows): gate and up dots over hidden,
 //             SiLU * up -> act. Optionally prefetches its routed expert's down rows into L2,
-//             so kernel 2 reads them from L2 while kernel 1 still streams gate / up.
+//             so kernel 2 reads them from L2 while kernel 1 still streams gate / up. Its flat
+//             form (GateUpFlatKernel, MoeWalkArgs::gu_flat) deals the same items to the warps
+//             of at most one wave of blocks instead.
 //   Kernel 2: one warp per (token, hidden row): down dots of the token's slots in order
 //             q = 0..K-1, weighted sum, one store (atomic-free, deterministic).
 // Both are PDL launches (pdl.cuh): kernel 1 may L2-prefetch the shared expert's rows (weights)
