@@ -8,7 +8,11 @@
 # ring GEMV (PEREGRINE_GEMV_RING_NORM_MIN_M=2048; its release after the down kernel took 2.8 us in s34a),
 # and the flat grid capped at 2 blocks an SM (PEREGRINE_MOE_GU_FLAT_SM=2: room for the down kernel's
 # preloading blocks beside it; Qwen3's down waits 2.0 us after gate/up's end in s34a, V2-Lite's 1.0).
-# Make it: ninja -C build/cuda moe_gpu_check && ninja -C build/trace moe_gpu_check
+# Not run in session 34 (no device machine came after s34a). Make it at HEAD:
+#   ninja -C build/cuda moe_gpu_check
+#   git apply tools/gpu/jobs/s34b_prep_probe.patch && ninja -C build/trace moe_gpu_check &&
+#     cp build/trace/tests/models/moe_gpu_check /tmp/probe_moe_gpu_check &&
+#     git apply -R tools/gpu/jobs/s34b_prep_probe.patch && ninja -C build/trace moe_gpu_check
 #   tools/gpu/make_job.sh s34b tools/gpu/jobs/s34b.sh 300 moe_gpu_check=build/cuda/tests/models/moe_gpu_check \
 #     trace_moe_gpu_check=build/trace/tests/models/moe_gpu_check probe_moe_gpu_check=/tmp/probe_moe_gpu_check
 source tools/gpu/queue_env.sh
@@ -35,9 +39,9 @@ done
 echo "== tests"
 ab_tests moe_gpu_check 'MoeExpertsOp.CudaFlatGateUp*:MoeExpertsOp.*:GpuModelGolden.Tiny*' | tail -8
 ab_tests moe_gpu_check 'MoeExpertsOp.*:GpuModelGolden.Tiny*' PEREGRINE_MOE_GU_FLAT=2 | tail -4
-# The attention's new-token preparation probed (a trace build of 7e27209 whose PrepareNewTokenFast
+# The attention's new-token preparation probed (a trace build with s34b_prep_probe.patch: PrepareNewTokenFast
 # marks m1 after the k row's loads and norm + RoPE, m2 after the cache stores, m3 after its q rows,
-# m0 after the closing barrier; the exchange form's own marks off; not committed):
+# m0 after the closing barrier; the exchange form's own marks off):
 AB_TRACE_PHASES=8 ab_trace t-qwen3-prep probe_moe_gpu_check qwen3-30b-a3b
 for r in 3; do
   ab_step base-deepseek-v2-lite moe_gpu_check deepseek-v2-lite
