@@ -29,13 +29,15 @@ bn_rows() {  # label model batches [VAR=value ...]: "ROW b<N><label>-<model> us 
     command grep -E '^ +[0-9]+ +1024 ' | command sort -u |
     command awk -v l="$label" -v m="$model" '{print "ROW b" $1 l "-" m, $3, $7}'
 }
-for r in 1 2; do
+main_rows() {  # one round of the main settings
   ab_step base-deepseek-v2-lite moe_gpu_check deepseek-v2-lite
   ab_step flat1-deepseek-v2-lite moe_gpu_check deepseek-v2-lite PEREGRINE_MOE_GU_FLAT=1
   ab_step flat2sm2-deepseek-v2-lite moe_gpu_check deepseek-v2-lite PEREGRINE_MOE_GU_FLAT=2 PEREGRINE_MOE_GU_FLAT_SM=2
   ab_step base-qwen3-30b-a3b moe_gpu_check qwen3-30b-a3b
   ab_step flat2sm2-qwen3-30b-a3b moe_gpu_check qwen3-30b-a3b PEREGRINE_MOE_GU_FLAT=2 PEREGRINE_MOE_GU_FLAT_SM=2
-done
+}
+main_rows
+main_rows
 echo "== tests"
 ab_tests moe_gpu_check 'MoeExpertsOp.CudaFlatGateUp*:MoeExpertsOp.*:GpuModelGolden.Tiny*' | tail -8
 ab_tests moe_gpu_check 'MoeExpertsOp.*:GpuModelGolden.Tiny*' PEREGRINE_MOE_GU_FLAT=2 | tail -4
@@ -43,13 +45,7 @@ ab_tests moe_gpu_check 'MoeExpertsOp.*:GpuModelGolden.Tiny*' PEREGRINE_MOE_GU_FL
 # marks m1 after the k row's loads and norm + RoPE, m2 after the cache stores, m3 after its q rows,
 # m0 after the closing barrier; the exchange form's own marks off):
 AB_TRACE_PHASES=8 ab_trace t-qwen3-prep probe_moe_gpu_check qwen3-30b-a3b
-for r in 3; do
-  ab_step base-deepseek-v2-lite moe_gpu_check deepseek-v2-lite
-  ab_step flat1-deepseek-v2-lite moe_gpu_check deepseek-v2-lite PEREGRINE_MOE_GU_FLAT=1
-  ab_step flat2sm2-deepseek-v2-lite moe_gpu_check deepseek-v2-lite PEREGRINE_MOE_GU_FLAT=2 PEREGRINE_MOE_GU_FLAT_SM=2
-  ab_step base-qwen3-30b-a3b moe_gpu_check qwen3-30b-a3b
-  ab_step flat2sm2-qwen3-30b-a3b moe_gpu_check qwen3-30b-a3b PEREGRINE_MOE_GU_FLAT=2 PEREGRINE_MOE_GU_FLAT_SM=2
-done
+main_rows
 for r in 1 2; do
   ab_step ring-deepseek-v2-lite moe_gpu_check deepseek-v2-lite PEREGRINE_GEMV_RING_NORM_MIN_M=2048
   ab_step flat2-qwen3-30b-a3b moe_gpu_check qwen3-30b-a3b PEREGRINE_MOE_GU_FLAT=2
