@@ -348,6 +348,12 @@ void LaunchWalk(const MoeExpertsParams& p, const cuda::MoeWeightLayout& L,
   PG_CUDA_CHECK_LAUNCH();
 }
 
+// The walk's gate/up activations: scratch [n * (k + shared slots), inter] f32.
+float* MoeAct(int64_t n, int64_t k, int64_t shared_slots, int64_t inter) {
+  return static_cast<float*>(cuda::Scratch(cuda::ScratchSlot::kMoe,
+                                           size_t(n * (k + shared_slots) * inter) * sizeof(float)));
+}
+
 void RunExperts(const MoeExpertsParams& p) {
   cudaStream_t stream = cuda::CurrentStream();
   const cuda::MoeWeightLayout L = *LayoutOf(p.experts);
@@ -380,9 +386,7 @@ void RunExperts(const MoeExpertsParams& p) {
         cuda::LaunchMoeRouter(ra, stream);
         PG_CUDA_CHECK_LAUNCH();
       }
-      float* act = static_cast<float*>(
-          cuda::Scratch(cuda::ScratchSlot::kMoe, size_t(n * (k + sh.num) * inter) * sizeof(float)));
-      LaunchWalk(p, L, table, sh, int(k), act, p.accumulate, stream, &ra);
+      LaunchWalk(p, L, table, sh, int(k), MoeAct(n, k, sh.num, inter), p.accumulate, stream, &ra);
       return;
     }
     if (!sorted && p.route->x.data && !p.route->residual.data) {
@@ -405,9 +409,7 @@ void RunExperts(const MoeExpertsParams& p) {
     }
   }
   if (!sorted) {
-    float* act = static_cast<float*>(
-        cuda::Scratch(cuda::ScratchSlot::kMoe, size_t(n * (k + sh.num) * inter) * sizeof(float)));
-    LaunchWalk(p, L, table, sh, int(k), act, p.accumulate, stream);
+    LaunchWalk(p, L, table, sh, int(k), MoeAct(n, k, sh.num, inter), p.accumulate, stream);
     return;
   }
   const int bm = tune.tile_rows ? tune.tile_rows : AutoTileRows(routes, E);

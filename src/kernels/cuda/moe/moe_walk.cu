@@ -247,20 +247,18 @@ __global__ void __launch_bounds__(kWarps * 32, (U == 2 ? 24 : 16) / kWarps) Gate
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int K = a.top_k + a.num_shared;
   const int P = (a.inter + 1) / 2;
-  // (items <= INT32_MAX: LaunchGateUp checks.)
-  const int items = int(a.num_tokens) * K * P;
-  const int first = int(blockIdx.x) + int(gridDim.x) * warp, step = int(gridDim.x) * kWarps;
+  const int items = int(a.num_tokens) * K * P;  // <= INT32_MAX: LaunchGateUp checks
+  // This warp's j-th item (recomputed from j: fewer registers live across the dots).
+  auto item = [&](int j) { return int(blockIdx.x) + int(gridDim.x) * (warp + kWarps * j); };
   if (a.num_shared > 0)
-    for (int i = first; i < items; i += step) {
+    for (int j = 0, i = item(0); i < items; i = item(++j)) {
       const int q = (i / P) % K;
       if (q >= a.top_k) PrefetchSharedPair<kFp8>(a, q, 2 * (i % P), lane);
     }
   PdlWait();  // ids and x come from upstream kernels; act is read by the previous walk
   PdlTrigger();
 #pragma unroll 1
-  for (int j = 0;; ++j) {  // i recomputed from j: fewer registers live across the dots
-    const int i = int(blockIdx.x) + int(gridDim.x) * (warp + kWarps * j);
-    if (i >= int(a.num_tokens) * K * P) break;
+  for (int j = 0, i = item(0); i < items; i = item(++j)) {
     const int r = i / P, t = r / K, q = r % K;
     const GuSlot s = GateUpSlot(a, q, q < a.top_k ? a.ids[t * a.top_k + q] : -1);
     if (s.w.gate) GateUpPair<kFp8, U>(a, s, r, 2 * (i % P), vec, lane);
