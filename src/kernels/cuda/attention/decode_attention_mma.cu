@@ -245,7 +245,10 @@ __global__ void __launch_bounds__(kSt == 1 || kXw ? kWarps * 32 : 256, kSt == 1 
   // after the trigger: their loads stall this thread (the angles need the position), and the
   // next kernel's launch must not wait for them (measured: Llama-3.1-8B 1 x 1K +28 us a step).
   [[maybe_unused]] NewTokenInputs<D> nti;
+  const bool pf_new = kFused && a.new_token_prefetch && threadIdx.x < 32;  // warp 0
+  if constexpr (kFused) if (pf_new) PrefetchNewTokenLines<D, KvT>(f, row, kvh, group);
   if constexpr (kFused) nti = LoadNewTokenInputs<D>(f, a, s, row, kvh);
+  if constexpr (kFused) if (pf_new && owner) PrefetchSlotLines<D, KvT>(f.kv, nti.slot);
   PdlWait();  // q and the new token's K/V (rotated in place unless fused) are visible from here
   // The fused kernel has no logit softcap (FusedAttentionSupported sends softcapped layers to
   // the composition): a compile-time zero drops the capping (a division and tanh a score,

@@ -16,6 +16,7 @@
 // chunk and 16-byte aligned; otherwise an element loop.
 #include <cstdint>
 
+#include "core/env.h"
 #include "kernels/cuda/common/context.h"
 #include "kernels/cuda/common/pdl.cuh"
 #include "kernels/cuda/moe/moe_device.cuh"
@@ -235,30 +236,36 @@ __global__ void __launch_bounds__(kWarps * 32, (U == 2 ? 24 : 16) / kWarps) Gate
 
 // Kernel 1 over a grid of at most one wave (B blocks, B <= the blocks that fit on the GPU at
 // once, or MoeWalkArgs::gu_flat_per_sm an SM). Items are (slot row r, pair p), numbered i = r * P + p
-// (P = ceil(inter / 2)); warp w of block b takes items b + B * (w + kWarps * j), j = 0, 1, ...:
-// each block gets floor or ceil(items / B) of them, dealt to its warps round by round, so the
-// SMs stream equal shares to the end (the one-wave-per-launch form leaves a second partial
-// wave where items exceed a wave: DeepSeek-V2-Lite's 8 x 704 pairs). Each item computes what
-// GateUpKernel's warp for it does, in the same order: the same act bits. Not for self_route
-// or prefetch_down (their blocks are per slot).
+// (P = ceil(inter / 2)). Block b takes the contiguous range [b * items / B, (b + 1) * items / B)
+// (floor or ceil(items / B) items: the SMs stream equal shares to the end, where the one-block-
+// per-slot grid leaves a second, partial wave — DeepSeek-V2-Lite's 8 x 88 blocks), its warp w
+// items lo + w + kWarps * j, j = 0, 1, ...: a round of the block's warps reads consecutive row
+// pairs of one expert, as the per-slot grid's blocks do. `strided` (A/B, PEREGRINE_MOE_GU_FLAT_STRIDED):
+// warp w of block b takes items b + B * (w + kWarps * j) instead (session 34's deal). Each item
+// computes what GateUpKernel's warp for it does, in the same order: the same act bits. Not for
+// self_route or prefetch_down (their blocks are per slot).
 template <bool kFp8, int U, int kWarps>
-__global__ void __launch_bounds__(kWarps * 32, (U == 2 ? 24 : 16) / kWarps) GateUpFlatKernel(MoeWalkArgs a, bool vec) {
+__global__ void __launch_bounds__(kWarps * 32, (U == 2 ? 24 : 16) / kWarps) GateUpFlatKernel(MoeWalkArgs a, bool vec,
+                                                                                            bool strided) {
   PG_BLOCK_TRACE(kTraceGateUp);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int K = a.top_k + a.num_shared;
   const int P = (a.inter + 1) / 2;
   const int items = int(a.num_tokens) * K * P;  // <= INT32_MAX: LaunchGateUp checks
+  const int b = int(blockIdx.x), B = int(gridDim.x);
+  const int lo = strided ? 0 : int(int64_t(items) * b / B);
+  const int hi = strided ? items : int(int64_t(items) * (b + 1) / B);
   // This warp's j-th item (recomputed from j: fewer registers live across the dots).
-  auto item = [&](int j) { return int(blockIdx.x) + int(gridDim.x) * (warp + kWarps * j); };
+  auto item = [&](int j) { return strided ? b + B * (warp + kWarps * j) : lo + warp + kWarps * j; };
   if (a.num_shared > 0)
-    for (int j = 0, i = item(0); i < items; i = item(++j)) {
+    for (int j = 0, i = item(0); i < hi; i = item(++j)) {
       const int q = (i / P) % K;
       if (q >= a.top_k) PrefetchSharedPair<kFp8>(a, q, 2 * (i % P), lane);
     }
   PdlWait();  // ids and x come from upstream kernels; act is read by the previous walk
   PdlTrigger();
 #pragma unroll 1
-  for (int j = 0, i = item(0); i < items; i = item(++j)) {
+  for (int j = 0, i = item(0); i < hi; i = item(++j)) {
     const int r = i / P, t = r / K, q = r % K;
     const GuSlot s = GateUpSlot(a, q, q < a.top_k ? a.ids[t * a.top_k + q] : -1);
     if (s.w.gate) GateUpPair<kFp8, U>(a, s, r, 2 * (i % P), vec, lane);
@@ -398,8 +405,10 @@ void LaunchGateUp(const MoeWalkArgs& a, bool vec, dim3 g1, cudaStream_t stream) 
     const int64_t wave = int64_t(cap) * MultiprocessorCount();
     const int64_t blocks = int64_t(g1.x) * g1.y;
     if (a.gu_flat >= 2 || blocks > wave) {
+      static const bool strided = EnvFlag("PEREGRINE_MOE_GU_FLAT_STRIDED", false);
       const unsigned b = unsigned(blocks < wave ? blocks : wave);
-      (void)LaunchPdl(GateUpFlatKernel<kFp8, U, kWarps>, dim3(b), dim3(kWarps * 32), 0, stream, a, vec);
+      (void)LaunchPdl(GateUpFlatKernel<kFp8, U, kWarps>, dim3(b), dim3(kWarps * 32), 0, stream, a, vec,
+                      strided);
       return;
     }
   }
