@@ -188,36 +188,6 @@ __device__ __forceinline__ NewTokenInputs<D> LoadNewTokenInputs(const RopeKvWrit
   return in;
 }
 
-// Before PdlWait, one warp (AttentionArgs::new_token_prefetch): prefetch.global.L2 of every
-// 128-byte line of the new token's q rows [group][D], k and v rows of kv head kvh (row `row`,
-// PrepareNewTokenFast's addresses); PrefetchSlotLines those of the cache slot's k / v. The
-// previous kernel may still be writing these lines: a prefetch into L2 (the point of
-// coherence, nothing in L1) changes no value the loads after the wait see. What it may save is
-// the address translation of buffers the layer's weight streams pushed out of the SM's TLBs.
-template <int D, typename KvT>
-__device__ __forceinline__ void PrefetchNewTokenLines(const RopeKvWriteArgs& f, int row, int kvh,
-                                                      int group) {
-  constexpr int kLine = 128, kRowLines = (D * 2 + kLine - 1) / kLine;
-  const int lane = threadIdx.x % 32;
-  const KvWriteArgs& w = f.kv;
-  const char* qg = reinterpret_cast<const char*>(f.q + int64_t(row) * f.q_stride + int64_t(kvh * group) * D);
-  const int q_lines = (group * D * 2 + kLine - 1) / kLine;
-  for (int i = lane; i < q_lines; i += 32) PrefetchL2(qg + i * kLine);
-  if (lane < kRowLines) {
-    PrefetchL2(reinterpret_cast<const char*>(w.k + int64_t(row) * w.k_stride + int64_t(kvh) * D) + lane * kLine);
-    PrefetchL2(reinterpret_cast<const char*>(w.v + int64_t(row) * w.v_stride + int64_t(kvh) * D) + lane * kLine);
-  }
-}
-template <int D, typename KvT>
-__device__ __forceinline__ void PrefetchSlotLines(const KvWriteArgs& w, int64_t slot) {
-  constexpr int kLine = 128, kSlotLines = (D * int(sizeof(KvT)) + kLine - 1) / kLine;
-  const int lane = threadIdx.x % 32;
-  if (lane < kSlotLines) {
-    PrefetchL2(static_cast<const char*>(w.k_cache) + slot * int64_t(sizeof(KvT)) + lane * kLine);
-    PrefetchL2(static_cast<const char*>(w.v_cache) + slot * int64_t(sizeof(KvT)) + lane * kLine);
-  }
-}
-
 // One head row held by a lane at dims lane + 32 j: (RMSNorm,) RoPE and the bf16 roundings of
 // PrepareNewToken, in the same order (the sums run over j, then across lanes as its loops do).
 // x: the raw bf16 values widened; w: the norm weights (norm: whether the row is normalised).
@@ -282,14 +252,17 @@ __device__ void PrepareNewTokenFast(const RopeKvWriteArgs& f, int row, int kvh, 
   const bf16* qg = f.q + int64_t(row) * f.q_stride + int64_t(kvh * group) * D;
   const bf16* kg = w.k + int64_t(row) * w.k_stride + int64_t(kvh) * D;
   const bf16* vg = w.v + int64_t(row) * w.v_stride + int64_t(kvh) * D;
+  // L2-only loads (__ldcg): the kernel's dry run before PdlWait (AttentionArgs::prep_warm) may
+  // read these lines while the projection writes them; no stale copy may stay in L1.
   float kx[kV], vx[kV], qx[kMaxQ][kV];
 #pragma unroll
-  for (int j = 0; j < kV; ++j) kx[j] = __bfloat162float(kg[lane + 32 * j]), vx[j] = __bfloat162float(vg[lane + 32 * j]);
+  for (int j = 0; j < kV; ++j)
+    kx[j] = __bfloat162float(__ldcg(kg + lane + 32 * j)), vx[j] = __bfloat162float(__ldcg(vg + lane + 32 * j));
 #pragma unroll
   for (int i = 0; i < kMaxQ; ++i) {
     const int r = warp + warps * i;
 #pragma unroll
-    for (int j = 0; j < kV; ++j) qx[i][j] = r < group ? __bfloat162float(qg[r * D + lane + 32 * j]) : 0.0f;
+    for (int j = 0; j < kV; ++j) qx[i][j] = r < group ? __bfloat162float(__ldcg(qg + r * D + lane + 32 * j)) : 0.0f;
   }
   const bool norm = f.q_norm != nullptr;
   NormRopeRow<D>(kx, in.kw, norm, f.norm_eps, f, in);

@@ -140,9 +140,9 @@ int DecodeFusedMinSplitKeys(int /*kv_heads*/, int64_t /*max_len*/) { return 32; 
 static AttentionArgs FusedKnobs(const AttentionArgs& args) {
   static const int min_keys = EnvInt("PG_FUSED_MIN_SPLIT_KEYS", 0);
   static const int late = EnvInt("PG_FUSED_PDL_LATE", 0);
-  static const bool new_token_prefetch = EnvFlag("PG_FUSED_NEW_TOKEN_PREFETCH", false);
+  static const bool prep_warm = EnvFlag("PG_FUSED_PREP_WARM", false);
   AttentionArgs a = args;
-  a.new_token_prefetch = new_token_prefetch;
+  a.prep_warm = prep_warm;
   ApplyKnobs(a);
   a.cluster_merge = FusedClusterRef() == 1;
   if (min_keys > 0) a.min_split_keys = min_keys;

@@ -207,12 +207,10 @@ struct AttentionArgs {
   // every partial in one round; false: the shared-memory steps. LaunchDecodeFused sets it by
   // the rows (q / k norm) unless PG_FUSED_PREP_REGS says.
   bool fused_prep_registers = true;
-  // The fused decode kernel: before its PDL wait, warp 0 asks the L2 for the lines of the new
-  // token's q rows, k and v rows and (owner block) its cache slot (decode_fused.cuh
-  // PrefetchNewTokenLines) — addresses only, the values may still be being written: the
-  // address translations are in place when the loads after the wait go out (A/B,
-  // PG_FUSED_NEW_TOKEN_PREFETCH).
-  bool new_token_prefetch = false;
+  // The fused decode kernel's register preparation run twice: once before the PDL wait as a
+  // dry run (no cache store; its loads and shared-memory scratch discarded by the real run), so
+  // the real run after the wait executes code the SM has just fetched (A/B, PG_FUSED_PREP_WARM).
+  bool prep_warm = false;
   // The last-split-arrives count (decode_common.cuh LastSplitArrives, decode_stream.cu's
   // merge) as one acq_rel atomic of thread 0 between block barriers instead of a fence in
   // every thread (decode launchers set it; PG_SPLIT_RELEASE=0: the fences, A/B). H200,

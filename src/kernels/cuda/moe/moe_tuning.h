@@ -25,9 +25,13 @@ struct MoeTuning {
   // walk_prefetch_bytes (0: never; measured no faster). walk_phases (diagnostics: bit 0 runs
   // the gate/up kernel, bit 1 the down kernel) times one kernel alone.
   int walk_gu_unroll = 0;
-  // The gate/up kernel's grid (MoeWalkArgs::gu_flat): 0 one block per (slot, warps' pairs), 1
-  // at most one wave with the pairs dealt evenly when the other grid is larger, 2 always.
-  int walk_gu_flat = 0;
+  // The gate/up kernel's grid (MoeWalkArgs::gu_flat): 0 one block per (slot, warps' pairs); 1
+  // (default) at most one wave with the pairs dealt evenly where the other grid is larger, at one
+  // token with bf16 experts; 2 always. H100, 1 x 1K, three / two rounds (docs/PERF.md "Session
+  // 35"): DeepSeek-V2-Lite 2220.0 -> 2170.5 us a step, Moonlight-16B-A3B 2317.6 -> 2252.2; where
+  // 1 leaves the per-slot grid, the flat one lost: Qwen3-30B-A3B 2 / 4 tokens +148 / +202 us,
+  // DeepSeek-V3's fp8 shape (5 layers) 1 / 4 tokens +6 / +130.
+  int walk_gu_flat = 1;
   int walk_gu_flat_per_sm = 0;  // > 0: the flat grid's blocks an SM, capped (0: what fits)
   int walk_down_unroll = 0;
   int walk_warps = 0;

@@ -16,7 +16,6 @@
 // chunk and 16-byte aligned; otherwise an element loop.
 #include <cstdint>
 
-#include "core/env.h"
 #include "kernels/cuda/common/context.h"
 #include "kernels/cuda/common/pdl.cuh"
 #include "kernels/cuda/moe/moe_device.cuh"
@@ -240,23 +239,22 @@ __global__ void __launch_bounds__(kWarps * 32, (U == 2 ? 24 : 16) / kWarps) Gate
 // (floor or ceil(items / B) items: the SMs stream equal shares to the end, where the one-block-
 // per-slot grid leaves a second, partial wave — DeepSeek-V2-Lite's 8 x 88 blocks), its warp w
 // items lo + w + kWarps * j, j = 0, 1, ...: a round of the block's warps reads consecutive row
-// pairs of one expert, as the per-slot grid's blocks do. `strided` (A/B, PEREGRINE_MOE_GU_FLAT_STRIDED):
-// warp w of block b takes items b + B * (w + kWarps * j) instead (session 34's deal). Each item
-// computes what GateUpKernel's warp for it does, in the same order: the same act bits. Not for
-// self_route or prefetch_down (their blocks are per slot).
+// pairs of one expert, as the per-slot grid's blocks do (session 34's strided deal, warp w of
+// block b taking items b + B * (w + kWarps * j), gained less: H100, DeepSeek-V2-Lite 1 x 1K
+// -20.8 against -49.5 us a step; docs/PERF.md "Session 35"). Each item computes what
+// GateUpKernel's warp for it does, in the same order: the same act bits. Not for self_route or
+// prefetch_down (their blocks are per slot).
 template <bool kFp8, int U, int kWarps>
-__global__ void __launch_bounds__(kWarps * 32, (U == 2 ? 24 : 16) / kWarps) GateUpFlatKernel(MoeWalkArgs a, bool vec,
-                                                                                            bool strided) {
+__global__ void __launch_bounds__(kWarps * 32, (U == 2 ? 24 : 16) / kWarps) GateUpFlatKernel(MoeWalkArgs a, bool vec) {
   PG_BLOCK_TRACE(kTraceGateUp);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int K = a.top_k + a.num_shared;
   const int P = (a.inter + 1) / 2;
   const int items = int(a.num_tokens) * K * P;  // <= INT32_MAX: LaunchGateUp checks
-  const int b = int(blockIdx.x), B = int(gridDim.x);
-  const int lo = strided ? 0 : int(int64_t(items) * b / B);
-  const int hi = strided ? items : int(int64_t(items) * (b + 1) / B);
-  // This warp's j-th item (recomputed from j: fewer registers live across the dots).
-  auto item = [&](int j) { return strided ? b + B * (warp + kWarps * j) : lo + warp + kWarps * j; };
+  const int lo = int(int64_t(items) * blockIdx.x / gridDim.x);
+  const int hi = int(int64_t(items) * (blockIdx.x + 1) / gridDim.x);
+  // This warp's j-th item.
+  auto item = [&](int j) { return lo + warp + kWarps * j; };
   if (a.num_shared > 0)
     for (int j = 0, i = item(0); i < hi; i = item(++j)) {
       const int q = (i / P) % K;
@@ -388,8 +386,9 @@ __global__ void __launch_bounds__(kWarps * 32) DownKernel(MoeWalkArgs a, bool ve
   }
 }
 
-// Kernel 1: the flat form (GateUpFlatKernel) when a.gu_flat asks for it and the slot-per-block
-// grid g1 is more than one wave (gu_flat 1) or always (2); else GateUpKernel over g1.
+// Kernel 1: the flat form (GateUpFlatKernel) when a.gu_flat asks for it — 1: one token, bf16
+// experts, and the slot-per-block grid g1 more than one wave; 2: always — else GateUpKernel
+// over g1.
 template <bool kFp8, int U, int kWarps>
 void LaunchGateUp(const MoeWalkArgs& a, bool vec, dim3 g1, cudaStream_t stream) {
   const int64_t items = a.num_tokens * (a.top_k + a.num_shared) * ((a.inter + 1) / 2);
@@ -404,11 +403,9 @@ void LaunchGateUp(const MoeWalkArgs& a, bool vec, dim3 g1, cudaStream_t stream) 
     const int cap = a.gu_flat_per_sm > 0 && a.gu_flat_per_sm < per_sm ? a.gu_flat_per_sm : per_sm;
     const int64_t wave = int64_t(cap) * MultiprocessorCount();
     const int64_t blocks = int64_t(g1.x) * g1.y;
-    if (a.gu_flat >= 2 || blocks > wave) {
-      static const bool strided = EnvFlag("PEREGRINE_MOE_GU_FLAT_STRIDED", false);
+    if (a.gu_flat >= 2 || (blocks > wave && a.num_tokens == 1 && !kFp8)) {
       const unsigned b = unsigned(blocks < wave ? blocks : wave);
-      (void)LaunchPdl(GateUpFlatKernel<kFp8, U, kWarps>, dim3(b), dim3(kWarps * 32), 0, stream, a, vec,
-                      strided);
+      (void)LaunchPdl(GateUpFlatKernel<kFp8, U, kWarps>, dim3(b), dim3(kWarps * 32), 0, stream, a, vec);
       return;
     }
   }
