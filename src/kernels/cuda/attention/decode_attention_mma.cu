@@ -240,12 +240,13 @@ __global__ void __launch_bounds__(kSt == 1 || kXw ? kWarps * 32 : 256, kSt == 1 
   }
   const int warm = a.l2_prefetch_tiles < 0 ? 0 : min(my_tiles, kLead + a.l2_prefetch_tiles);
   for (int i = kFused ? kLead : 0; i < warm; ++i) prefetch_tile(i);
-  if (!a.pdl_late_trigger) PdlTrigger();
+  if (!a.pdl_late_trigger && !a.pdl_prep_trigger) PdlTrigger();
   // The new token's inputs no kernel of the step writes (decode_fused.cuh NewTokenInputs),
   // after the trigger: their loads stall this thread (the angles need the position), and the
   // next kernel's launch must not wait for them (measured: Llama-3.1-8B 1 x 1K +28 us a step).
   [[maybe_unused]] NewTokenInputs<D> nti;
   if constexpr (kFused) nti = LoadNewTokenInputs<D>(f, a, s, row, kvh);
+  PdlWait();  // q and the new token's K/V (rotated in place unless fused) are visible from here
   // The fused kernel has no logit softcap (FusedAttentionSupported sends softcapped layers to
   // the composition): a compile-time zero drops the capping (a division and tanh a score,
   // with its slow path) from the new token's preparation and the tile loop, whose code an
@@ -259,23 +260,13 @@ __global__ void __launch_bounds__(kSt == 1 || kXw ? kWarps * 32 : 256, kSt == 1 
     // TwoTilePlan): one q row a warp; a larger group (never planned) takes the other form.
     constexpr int kPrepRows = kSt == 2 ? 1 : (FusedScratch<D>::kRows + kWarps - 1) / kWarps;
     constexpr bool kAnyGroup = kPrepRows * kWarps >= FusedScratch<D>::kRows;
-    const bool fast = nti.fast && a.fused_prep_registers && (kAnyGroup || group <= kWarps * kPrepRows);
-    // Pass 0 (a.prep_warm, the register form): the same code before PdlWait, as a dry run — its
-    // loads (L2 only, __ldcg) may see values the projection is still writing, it stores no
-    // cache slot (owner false), and pass 1 overwrites every scratch value it wrote. One copy
-    // of the code (unroll 1), so pass 1 runs instructions the SM fetched in pass 0.
-#pragma unroll 1
-    for (int pass = fast && a.prep_warm ? 0 : 1; pass < 2; ++pass) {
-      if (pass == 1) PdlWait();  // q and the new token's K/V are visible from here
-      if (fast)
-        PrepareNewTokenFast<D, KvT, kPrepRows>(f, row, kvh, group, owner && pass == 1, qscale, softcap_v, nti, fs);
-      else
-        PrepareNewToken<D, KvT>(f, a, s, row, kvh, group, owner, qscale, softcap_v, fs);
-    }
-  } else {
-    PdlWait();  // q and the new token's K/V (rotated in place by RopeKvWrite) are visible from here
+    if (nti.fast && a.fused_prep_registers && (kAnyGroup || group <= kWarps * kPrepRows))
+      PrepareNewTokenFast<D, KvT, kPrepRows>(f, row, kvh, group, owner, qscale, softcap_v, nti, fs);
+    else
+      PrepareNewToken<D, KvT>(f, a, s, row, kvh, group, owner, qscale, softcap_v, fs);
   }
   PG_TRACE_MARK(0);  // the new token prepared
+  if (a.pdl_prep_trigger) PdlTrigger();
 
   // Q as A fragments: rows g and g + 8 = heads h0 + g, h0 + g + 8 (zero past the group), in
   // the K vector layout below (decode_mma_util.cuh LoadQFragments).

@@ -252,17 +252,14 @@ __device__ void PrepareNewTokenFast(const RopeKvWriteArgs& f, int row, int kvh, 
   const bf16* qg = f.q + int64_t(row) * f.q_stride + int64_t(kvh * group) * D;
   const bf16* kg = w.k + int64_t(row) * w.k_stride + int64_t(kvh) * D;
   const bf16* vg = w.v + int64_t(row) * w.v_stride + int64_t(kvh) * D;
-  // L2-only loads (__ldcg): the kernel's dry run before PdlWait (AttentionArgs::prep_warm) may
-  // read these lines while the projection writes them; no stale copy may stay in L1.
   float kx[kV], vx[kV], qx[kMaxQ][kV];
 #pragma unroll
-  for (int j = 0; j < kV; ++j)
-    kx[j] = __bfloat162float(__ldcg(kg + lane + 32 * j)), vx[j] = __bfloat162float(__ldcg(vg + lane + 32 * j));
+  for (int j = 0; j < kV; ++j) kx[j] = __bfloat162float(kg[lane + 32 * j]), vx[j] = __bfloat162float(vg[lane + 32 * j]);
 #pragma unroll
   for (int i = 0; i < kMaxQ; ++i) {
     const int r = warp + warps * i;
 #pragma unroll
-    for (int j = 0; j < kV; ++j) qx[i][j] = r < group ? __bfloat162float(__ldcg(qg + r * D + lane + 32 * j)) : 0.0f;
+    for (int j = 0; j < kV; ++j) qx[i][j] = r < group ? __bfloat162float(qg[r * D + lane + 32 * j]) : 0.0f;
   }
   const bool norm = f.q_norm != nullptr;
   NormRopeRow<D>(kx, in.kw, norm, f.norm_eps, f, in);

@@ -197,6 +197,11 @@ struct AttentionArgs {
   // start: 65 vs 72 µs at 32K x 1, the next kernels' blocks no longer wait on the SMs for the
   // whole loop); false: at the start (A/B, PG_DECODE_PDL_LATE=0).
   bool pdl_late_trigger = true;
+  // The fused decode kernel (with pdl_late_trigger false): the PDL trigger after the new
+  // token's preparation instead of at the start, so the next kernel's weight stream (the o
+  // projection's ring fill) does not start beside the preparation's loads (A/B,
+  // PG_FUSED_PDL_LATE=2).
+  bool pdl_prep_trigger = false;
   // Decode tensor-core kernel, L2 prefetch of cache tiles: >= 0: the first tiles of the ring
   // are prefetched before the PDL wait, and this many tiles beyond the ring ahead of the
   // cp.async copies (more bytes in flight); -1: no prefetch at all.
@@ -207,10 +212,6 @@ struct AttentionArgs {
   // every partial in one round; false: the shared-memory steps. LaunchDecodeFused sets it by
   // the rows (q / k norm) unless PG_FUSED_PREP_REGS says.
   bool fused_prep_registers = true;
-  // The fused decode kernel's register preparation run twice: once before the PDL wait as a
-  // dry run (no cache store; its loads and shared-memory scratch discarded by the real run), so
-  // the real run after the wait executes code the SM has just fetched (A/B, PG_FUSED_PREP_WARM).
-  bool prep_warm = false;
   // The last-split-arrives count (decode_common.cuh LastSplitArrives, decode_stream.cu's
   // merge) as one acq_rel atomic of thread 0 between block barriers instead of a fence in
   // every thread (decode launchers set it; PG_SPLIT_RELEASE=0: the fences, A/B). H200,
