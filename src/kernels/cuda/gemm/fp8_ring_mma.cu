@@ -79,6 +79,10 @@ struct RingMmaPlan {
   bool whole;       // chunk == k == ldw: a group's rows are one contiguous run (two with
                     // swiglu), copied with one bulk copy each (row_stride = k, no pad)
   int x_offset;     // kStageX: byte offset of the staged rows
+  // > 0: the producer's first round of the ring keeps at most this many slots in flight
+  // (slot s is issued once slot s - fill_inflight has landed): fewer outstanding weight reads
+  // beside the previous kernel's latency-bound tail (A/B, PEREGRINE_RING_FILL_INFLIGHT).
+  int fill_inflight;
 };
 
 // kMinBlocks: blocks an SM the registers must allow (2: ring_blocks 2, 8 warps). kBf16W: the
@@ -125,6 +129,8 @@ __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
       const int nout = int(je - j0 < kOutRows ? je - j0 : kOutRows);
       const uint32_t piece = uint32_t(a.k - k0 < p.chunk ? a.k - k0 : p.chunk) * kEs;  // bytes
       if (lane == 0) {
+        if (p.fill_inflight > 0 && s >= p.fill_inflight && s < p.stages)  // first round: slot s - n landed
+          bulk::MbarWait(full0 + 8 * (slot - p.fill_inflight), 0);
         bulk::MbarWait(empty0 + 8 * slot, ring_at.phase ^ 1);
         bulk::MbarArriveExpectTx(full0 + 8 * slot, uint32_t(kGroupRows / kOutRows * nout) * piece);
       }
@@ -478,6 +484,8 @@ void LaunchRingMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVaria
   if (depth > 0) p.stages = std::min(p.stages, depth);
   p.stages = std::max(p.stages, 1);
   p.x_offset = kBarBytes + RedBytes(cw) + p.stages * p.slot_bytes;
+  static const int fill_inflight = EnvInt("PEREGRINE_RING_FILL_INFLIGHT", 0);
+  p.fill_inflight = fill_inflight;
   const size_t smem = size_t(p.x_offset) + size_t(staged);
   for (int64_t row0 = 0; row0 < a.n; row0 += 8) {
     p.row0 = row0;
