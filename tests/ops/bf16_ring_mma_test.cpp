@@ -6,8 +6,9 @@
 //  * itself BITWISE across ring layouts of the same consumer warp count (the summation order
 //    depends only on it): 2 KB row pieces in 4 slots, whole 16-row groups in one copy, 1 / 4 /
 //    6 KB pieces, x from global or staged in shared memory, 1 or 2 blocks an SM (and the
-//    kernel of 2 with one block's shared memory, ring_blocks 4); 8 and 16
-//    consumer warps. A difference is a wrong slot, row, piece or step.
+//    kernel of 2 with one block's shared memory, ring_blocks 4), the first fill round paced
+//    (ring_fill_inflight 1, 2, and -1: by the rule); 8 and 16 consumer warps. A difference is
+//    a wrong slot, row, piece or step.
 // Shapes: 1-8 and 11 rows (passes of 8), k from one 64-column step to 18432 (a 64-column last
 // piece; k < a piece), m below the SM count (blocks of one row) and m = 20000, bias,
 // accumulate, strided x. The dispatch: LaunchGemv and the Matmul / FusedMatmul "cuda"
@@ -112,12 +113,13 @@ TEST(Bf16RingMma, MatchesTheReferenceAndIsLayoutInvariant) {
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) GTEST_FAIL() << "no CUDA device";
   const cuda::Fp8GemvVariant saved = cuda::GetFp8GemvVariant();
   struct Layout {
-    int piece_kb, depth, stage_x, warps, blocks;
+    int piece_kb, depth, stage_x, warps, blocks, fill = 0;  // fill: ring_fill_inflight
   };
   const Layout layouts[] = {{0, 0, 2, 8, 1},  {0, 2, 1, 8, 1},  {6, 0, 0, 8, 1}, {4, 2, 1, 8, 1},
                             {1, 0, 0, 8, 1},  {2, 4, 0, 8, 1},  {0, 0, 2, 8, 2}, {0, 0, 1, 8, 3},
                             {0, 0, 1, 8, 4},  {0, 6, 2, 8, 1},  {0, 0, 2, 16, 1}, {4, 2, 1, 16, 1},
-                            {6, 0, 0, 16, 1}};
+                            {6, 0, 0, 16, 1}, {0, 0, 1, 8, 4, 1}, {2, 4, 0, 8, 1, 2}, {1, 0, 0, 8, 1, 1},
+                            {0, 0, 2, 16, 1, -1}};
   for (const Bf16Case& c : Cases()) {
     SCOPED_TRACE(c.Name());
     const auto pr = MakeProblem(c);
@@ -127,10 +129,10 @@ TEST(Bf16RingMma, MatchesTheReferenceAndIsLayoutInvariant) {
     for (const Layout& l : layouts) {
       cuda::Fp8GemvVariant v = saved;
       v.ring_piece_kb = l.piece_kb, v.ring_depth = l.depth, v.ring_stage_x = l.stage_x;
-      v.ring_warps = l.warps, v.ring_blocks = l.blocks;
+      v.ring_warps = l.warps, v.ring_blocks = l.blocks, v.ring_fill_inflight = l.fill;
       cuda::SetFp8GemvVariant(v);
-      const std::string what = fmt::format("piece {} KB depth {} stage x {} warps {} blocks {} ", l.piece_kb,
-                                           l.depth, l.stage_x, l.warps, l.blocks);
+      const std::string what = fmt::format("piece {} KB depth {} stage x {} warps {} blocks {} fill {} ",
+                                           l.piece_kb, l.depth, l.stage_x, l.warps, l.blocks, l.fill);
       // n > 8 (passes of 8): through the kernel's launcher directly, as a Fits-free call.
       const std::vector<float> got = pr->Run([&] { cuda::LaunchBf16RingMma(a, nullptr); });
       ExpectClose(pr->ref.data<float>(), got.data(), pr->ref.numel(), kBf16, what + "vs ref");

@@ -81,7 +81,7 @@ struct RingMmaPlan {
   int x_offset;     // kStageX: byte offset of the staged rows
   // > 0: the producer's first round of the ring keeps at most this many slots in flight
   // (slot s is issued once slot s - fill_inflight has landed): fewer outstanding weight reads
-  // beside the previous kernel's latency-bound tail (A/B, PEREGRINE_RING_FILL_INFLIGHT).
+  // beside the previous kernel's latency-bound steps (Fp8GemvVariant::ring_fill_inflight).
   int fill_inflight;
 };
 
@@ -484,8 +484,13 @@ void LaunchRingMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVaria
   if (depth > 0) p.stages = std::min(p.stages, depth);
   p.stages = std::max(p.stages, 1);
   p.x_offset = kBarBytes + RedBytes(cw) + p.stages * p.slot_bytes;
-  static const int fill_inflight = EnvInt("PEREGRINE_RING_FILL_INFLIGHT", 0);
-  p.fill_inflight = fill_inflight;
+  // The first round's pacing (RingMmaPlan::fill_inflight): the variant's, where ring_fill_inflight
+  // < 0 one slot in flight when the round fills 4 slots or more, else unpaced; the env forces n.
+  static const int fill_env = EnvInt("PEREGRINE_RING_FILL_INFLIGHT", -1);
+  const int64_t fill_slots = std::min<int64_t>(p.stages, groups * ((a.k + p.chunk - 1) / p.chunk));
+  p.fill_inflight = fill_env >= 0                ? fill_env
+                    : v.ring_fill_inflight >= 0 ? v.ring_fill_inflight
+                                                : (fill_slots >= 4 ? 1 : 0);
   const size_t smem = size_t(p.x_offset) + size_t(staged);
   for (int64_t row0 = 0; row0 < a.n; row0 += 8) {
     p.row0 = row0;
@@ -558,7 +563,13 @@ bool OneRowRule(const GemvArgs& g) {
 }
 
 // The one-row rule's layout (the variant at its defaults; a variant set by the env or a test
-// is taken as it is): the 96-register kernel with one block's shared memory, x staged.
+// is taken as it is): the 96-register kernel with one block's shared memory, x staged, and the
+// ring's first fill paced where it is 4 slots or more (ring_fill_inflight -1). Its blocks fill
+// beside the attention before them, whose latency-bound steps their outstanding reads slow:
+// H100, 1 x 1K, three rounds (docs/PERF.md "Session 35"), Qwen3-30B-A3B's o (4 slots of 32 KB
+// a block) one slot in flight 2985.3 -> 2927.0 us a step (two: 2972.1; the attention's new
+// token loads landed 1.1 instead of 2.6 us after its wait); DeepSeek-V2-Lite's (2 slots) +43.9
+// with one, +0.2 with two.
 Fp8GemvVariant OneRowVariant(Fp8GemvVariant v) {
   const Fp8GemvVariant d{};
   if (v.ring_piece_kb != d.ring_piece_kb || v.ring_depth != d.ring_depth ||
@@ -566,6 +577,7 @@ Fp8GemvVariant OneRowVariant(Fp8GemvVariant v) {
     return v;
   v.ring_blocks = 4;
   v.ring_stage_x = 1;
+  v.ring_fill_inflight = -1;
   return v;
 }
 

@@ -272,6 +272,9 @@ struct Fp8GemvVariant {
   int ring_blocks = 1;   // 2 (8 warps): blocks of half an SM's shared memory (the next
                          // kernel's block fits beside); 3: and two of them an SM; 4: the
                          // kernel of 2 (<= 96 registers) with one block's shared memory
+  // The ring's first round of copies (before the PDL wait) keeps at most this many slots in
+  // flight: 0 unpaced; -1 one where that round fills 4 slots or more (fp8_ring_mma.cu).
+  int ring_fill_inflight = 0;
 };
 void SetFp8GemvVariant(const Fp8GemvVariant& v);
 Fp8GemvVariant GetFp8GemvVariant();
