@@ -1,0 +1,31 @@
+# Queue job (tools/gpu/queue.sh), session 35: the gate/up kernel's item prefetch
+# (PEREGRINE_MOE_GU_PF=1: each warp asks L2 for all four rows of its (slot, pair) item before its
+# loads). Little's law: Qwen3's gate/up streams 50 MB at 2.6 TB/s on the H100 with 24 warps x 1
+# KB in flight an SM (3.2 MB in all); the H200's 4.8 TB/s needs more bytes in flight still.
+# Make it at the commit that adds this job:
+#   ninja -C build/cuda moe_gpu_check
+#   tools/gpu/make_job.sh s35g tools/gpu/jobs/s35g.sh 200 moe_gpu_check=build/cuda/tests/models/moe_gpu_check
+source tools/gpu/queue_env.sh
+source tools/gpu/ab_rows.sh
+echo "binaries of: $(cat "$JOB/commit" 2>/dev/null)"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+bn_rows() {  # label model batches [VAR=value ...]
+  local label=$1 model=$2 batches=$3; shift 3
+  env "$@" timeout 90 "$BIN/moe_gpu_check" bench gpu-decode --load-format dummy --iters 30 \
+    --batch "$batches" --context 1024 --model "configs/$model/config.json" 2>&1 | command tr '\r' '\n' |
+    command grep -E '^ +[0-9]+ +1024 ' | command sort -u |
+    command awk -v l="$label" -v m="$model" '{print "ROW b" $1 l "-" m, $3, $7}'
+}
+main_rows() {
+  ab_step base-qwen3-30b-a3b moe_gpu_check qwen3-30b-a3b
+  ab_step pf-qwen3-30b-a3b moe_gpu_check qwen3-30b-a3b PEREGRINE_MOE_GU_PF=1
+  ab_step base-deepseek-v2-lite moe_gpu_check deepseek-v2-lite
+  ab_step pf-deepseek-v2-lite moe_gpu_check deepseek-v2-lite PEREGRINE_MOE_GU_PF=1
+}
+main_rows
+main_rows
+echo "== tests"
+ab_tests moe_gpu_check 'MoeExpertsOp.*:GpuModelGolden.Tiny*' PEREGRINE_MOE_GU_PF=1 | tail -3
+main_rows
+bn_rows base qwen3-30b-a3b 4,8
+bn_rows pf qwen3-30b-a3b 4,8 PEREGRINE_MOE_GU_PF=1
