@@ -7,7 +7,7 @@
 # Qwen3 (the address translations of the activation buffers are a suspect). The probe build
 # (s35_prep_probe.patch: m3 = every load landed, m1 = k norm + RoPE done, m2 = cache stores,
 # m0 = the preparation's closing barrier) traces both.
-# Make it at the commit after 05:06 UTC of session 35:
+# Made at ee6516f:
 #   ninja -C build/cuda moe_gpu_check fattn_gpu_check
 #   git apply tools/gpu/jobs/s35_prep_probe.patch && ninja -C build/trace moe_gpu_check &&
 #     cp build/trace/tests/models/moe_gpu_check /tmp/probe_moe_gpu_check && git apply -R tools/gpu/jobs/s35_prep_probe.patch

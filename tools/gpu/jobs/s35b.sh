@@ -6,7 +6,7 @@
 # wait as a dry run (one copy of the code, two passes). Rows, the probe trace with and without,
 # the attention tests and goldens with it. Also the new default flat gate/up grid (V2-Lite)
 # against PEREGRINE_MOE_GU_FLAT=0.
-# Make it at the commit after 05:36 UTC of session 35:
+# Made at 0f61d4e:
 #   ninja -C build/cuda moe_gpu_check fattn_gpu_check
 #   git apply tools/gpu/jobs/s35_prep_probe.patch && ninja -C build/trace moe_gpu_check &&
 #     cp build/trace/tests/models/moe_gpu_check /tmp/probe_moe_gpu_check && git apply -R tools/gpu/jobs/s35_prep_probe.patch

@@ -4,7 +4,7 @@
 # by the attention's trigger at its start) is in flight on every SM while the attention's
 # post-wait loads go out. PG_FUSED_PDL_LATE=2 triggers after the preparation instead (1: after
 # the key loop). Rows, the probe trace with 2, the attention tests with 2.
-# Make it at the commit after 05:55 UTC of session 35:
+# Made at 387a669:
 #   ninja -C build/cuda moe_gpu_check fattn_gpu_check
 #   git apply tools/gpu/jobs/s35_prep_probe.patch && ninja -C build/trace moe_gpu_check &&
 #     cp build/trace/tests/models/moe_gpu_check /tmp/probe_moe_gpu_check && git apply -R tools/gpu/jobs/s35_prep_probe.patch

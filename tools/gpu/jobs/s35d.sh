@@ -5,7 +5,7 @@
 # phase it overlaps. PEREGRINE_RING_FILL_INFLIGHT=n paces the fill's first round (at most n of
 # its 32 KB slots in flight). Rows for Qwen3 and V2-Lite (both o projections take the ring), the
 # probe trace with 1.
-# Make it at the commit after 06:05 UTC of session 35:
+# Made at a1e0266:
 #   ninja -C build/cuda moe_gpu_check
 #   git apply tools/gpu/jobs/s35_prep_probe.patch && ninja -C build/trace moe_gpu_check &&
 #     cp build/trace/tests/models/moe_gpu_check /tmp/probe_moe_gpu_check && git apply -R tools/gpu/jobs/s35_prep_probe.patch

@@ -3,7 +3,7 @@
 # (ring_fill_inflight -1: one slot in flight where the round fills >= 4 slots, Qwen3's o) —
 # against each turned off, and the GPU tests they touch (the ring's layout-invariance test with
 # the paced layouts, the MoE experts and every tiny model golden).
-# Make it at the commit after 06:15 UTC of session 35:
+# Made at 746a315:
 #   ninja -C build/cuda moe_gpu_check gemv_gpu_check
 #   tools/gpu/make_job.sh s35e tools/gpu/jobs/s35e.sh 300 moe_gpu_check=build/cuda/tests/models/moe_gpu_check \
 #     gemv_gpu_check=build/cuda/tests/models/gemv_gpu_check

@@ -2,7 +2,7 @@
 # (PEREGRINE_MOE_GU_PF=1: each warp asks L2 for all four rows of its (slot, pair) item before its
 # loads). Little's law: Qwen3's gate/up streams 50 MB at 2.6 TB/s on the H100 with 24 warps x 1
 # KB in flight an SM (3.2 MB in all); the H200's 4.8 TB/s needs more bytes in flight still.
-# Make it at the commit that adds this job:
+# Made at 79f4aad (the knob reverted after it: +125 us a step):
 #   ninja -C build/cuda moe_gpu_check
 #   tools/gpu/make_job.sh s35g tools/gpu/jobs/s35g.sh 200 moe_gpu_check=build/cuda/tests/models/moe_gpu_check
 source tools/gpu/queue_env.sh

@@ -128,9 +128,6 @@ struct MoeWalkArgs {
   // one token with bf16 experts; 2 = the flat form always. The same act bits in every form. gu_flat_per_sm > 0 caps the
   // flat grid's blocks an SM below what fits (room for the down kernel's blocks beside it).
   int gu_flat, gu_flat_per_sm;
-  // Kernel 1, vector path: each warp's (slot, pair) item prefetches all four of its weight rows
-  // into L2 before its loads (more bytes in flight an SM; A/B, PEREGRINE_MOE_GU_PF).
-  bool gu_prefetch;
   int phases;  // bit 0: kernel 1, bit 1: kernel 2 (diagnostics; 3 in normal use)
   // Kernel 2's form: 1 = one warp per hidden row (moe_walk.cu DownKernel); 2, 4 or 8 = one
   // block per tile of that many hidden rows (moe_walk_down.cu; vector layouts only).

@@ -28,8 +28,8 @@ namespace {
 // PEREGRINE_MOE_GU_ROUTES (walk_self_route), PEREGRINE_MOE_L2_AFTER_PCT (walk_l2_after_pct),
 // PEREGRINE_MOE_ROUTER_L2_PCT (walk_router_l2_pct),
 // PEREGRINE_MOE_FP8_WALK_MAX (walk_max_tokens_fp8), PEREGRINE_MOE_DOWN_WARPS / _GU_UNROLL /
-// _WALK_WARPS / _GU_FLAT / _GU_FLAT_SM / _GU_PF (walk_down_warps, walk_gu_unroll, walk_warps,
-// walk_gu_flat, walk_gu_flat_per_sm, walk_gu_prefetch), for A/B runs of whole models, read
+// _WALK_WARPS / _GU_FLAT / _GU_FLAT_SM (walk_down_warps, walk_gu_unroll, walk_warps,
+// walk_gu_flat, walk_gu_flat_per_sm), for A/B runs of whole models, read
 // once. Diagnostics (wrong results, timings by difference in a whole step):
 // PEREGRINE_MOE_WALK_PHASES (walk_phases), PEREGRINE_MOE_SKIP_ROUTE (walk_skip_route).
 MoeTuning InitialTuning() {
@@ -42,7 +42,6 @@ MoeTuning InitialTuning() {
   t.walk_gu_unroll = EnvInt("PEREGRINE_MOE_GU_UNROLL", t.walk_gu_unroll);
   t.walk_gu_flat = EnvInt("PEREGRINE_MOE_GU_FLAT", t.walk_gu_flat);
   t.walk_gu_flat_per_sm = EnvInt("PEREGRINE_MOE_GU_FLAT_SM", t.walk_gu_flat_per_sm);
-  t.walk_gu_prefetch = EnvFlag("PEREGRINE_MOE_GU_PF", t.walk_gu_prefetch);
   t.walk_warps = EnvInt("PEREGRINE_MOE_WALK_WARPS", t.walk_warps);
   t.walk_phases = EnvInt("PEREGRINE_MOE_WALK_PHASES", t.walk_phases);
   t.walk_skip_route = EnvInt("PEREGRINE_MOE_SKIP_ROUTE", t.walk_skip_route);
@@ -327,7 +326,6 @@ void LaunchWalk(const MoeExpertsParams& p, const cuda::MoeWeightLayout& L,
   a.warps = tune.walk_warps ? tune.walk_warps : (!L.fp8 && n == 1 ? 8 : 4);
   a.gu_flat = tune.walk_gu_flat;
   a.gu_flat_per_sm = tune.walk_gu_flat_per_sm;
-  a.gu_prefetch = tune.walk_gu_prefetch;
   a.phases = tune.walk_phases;
   a.down_rows = tune.walk_down_rows ? tune.walk_down_rows : (L.fp8 ? 8 : 4);
   a.down_warps = tune.walk_down_warps;

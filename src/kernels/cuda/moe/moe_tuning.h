@@ -32,7 +32,6 @@ struct MoeTuning {
   // 1 leaves the per-slot grid, the flat one lost: Qwen3-30B-A3B 2 / 4 tokens +148 / +202 us,
   // DeepSeek-V3's fp8 shape (5 layers) 1 / 4 tokens +6 / +130.
   int walk_gu_flat = 1;
-  bool walk_gu_prefetch = false;  // MoeWalkArgs::gu_prefetch
   int walk_gu_flat_per_sm = 0;  // > 0: the flat grid's blocks an SM, capped (0: what fits)
   int walk_down_unroll = 0;
   int walk_warps = 0;

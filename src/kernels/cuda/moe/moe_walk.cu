@@ -137,13 +137,6 @@ __device__ __forceinline__ void GateUpPair(const MoeWalkArgs& a, const GuSlot& s
                                moe::ScaleOfRow(s.w.up_scale, L.scale_mode, s.scale_ld, g1)};
   float v[4];
   if (vec) {
-    // a.gu_prefetch: every line of the four rows asked of L2 first (no registers held), so a
-    // warp has its item's bytes in flight at once, not 4 U 16-byte loads a lane at a time.
-    if (a.gu_prefetch) {
-      const int64_t row_bytes = int64_t(a.hidden) * esz;
-#pragma unroll
-      for (int m = 0; m < 4; ++m) PrefetchSpan(rows[m], row_bytes, lane, 32);
-    }
     const uint4* w4[4];
 #pragma unroll
     for (int m = 0; m < 4; ++m) w4[m] = reinterpret_cast<const uint4*>(rows[m]);
