@@ -51,3 +51,21 @@ ab_trace() {  # label binary model [VAR=value ...]: block timeline of one batch-
   echo "== $label: phases"; python3 tools/gpu/block_timeline.py "$f" --phases | command head -"${AB_TRACE_PHASES:-60}"
   command gzip -f "$f"
 }
+ab_header() {  # the job's first lines: the binaries' commit and the card
+  echo "binaries of: $(cat "$JOB/commit" 2>/dev/null)"
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+}
+ab_batches() {  # label model batches [VAR=value ...]: "ROW b<N><label>-<model> us floor/t" per
+  # batch (comma-separated, graph captured at 1024 keys); model dsv3_5l: DeepSeek-V3's config cut
+  # to 5 layers (written to /tmp on first use)
+  local label=$1 model=$2 batches=$3; shift 3
+  local cfg="configs/$model/config.json"
+  if [[ "$model" == dsv3_5l ]]; then
+    cfg=/tmp/dsv3_5l/config.json
+    [[ -f "$cfg" ]] || { mkdir -p /tmp/dsv3_5l && python3 -c 'import json; c=json.load(open("configs/deepseek-v3/config.json")); c["num_hidden_layers"]=5; json.dump(c, open("/tmp/dsv3_5l/config.json","w"))'; }
+  fi
+  env "$@" timeout 90 "$BIN/${AB_BIN:-moe_gpu_check}" bench gpu-decode --load-format dummy --iters 30 \
+    --batch "$batches" --context 1024 --model "$cfg" 2>&1 | command tr '\r' '\n' |
+    command grep -E '^ +[0-9]+ +1024 ' | command sort -u |
+    command awk -v l="$label" -v m="$model" '{print "ROW b" $1 l "-" m, $3, $7}'
+}

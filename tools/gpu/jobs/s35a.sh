@@ -15,18 +15,7 @@
 #     fattn_gpu_check=build/cuda/tests/models/fattn_gpu_check probe_moe_gpu_check=/tmp/probe_moe_gpu_check
 source tools/gpu/queue_env.sh
 source tools/gpu/ab_rows.sh
-echo "binaries of: $(cat "$JOB/commit" 2>/dev/null)"
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-mkdir -p /tmp/dsv3_5l
-python3 -c 'import json; c=json.load(open("configs/deepseek-v3/config.json")); c["num_hidden_layers"]=5; json.dump(c, open("/tmp/dsv3_5l/config.json","w"))'
-bn_rows() {  # label model batches [VAR=value ...]: "ROW b<N><label>-<model> us floor/t" per batch
-  local label=$1 model=$2 batches=$3; shift 3
-  local cfg="configs/$model/config.json"; [[ "$model" == dsv3_5l ]] && cfg=/tmp/dsv3_5l/config.json
-  env "$@" timeout 90 "$BIN/moe_gpu_check" bench gpu-decode --load-format dummy --iters 30 \
-    --batch "$batches" --context 1024 --model "$cfg" 2>&1 | command tr '\r' '\n' |
-    command grep -E '^ +[0-9]+ +1024 ' | command sort -u |
-    command awk -v l="$label" -v m="$model" '{print "ROW b" $1 l "-" m, $3, $7}'
-}
+ab_header
 main_rows() {
   ab_step base-deepseek-v2-lite moe_gpu_check deepseek-v2-lite
   ab_step flat1-deepseek-v2-lite moe_gpu_check deepseek-v2-lite PEREGRINE_MOE_GU_FLAT=1
@@ -43,11 +32,11 @@ AB_TRACE_PHASES=9 ab_trace t-qwen3-prep probe_moe_gpu_check qwen3-30b-a3b
 AB_TRACE_PHASES=9 ab_trace t-qwen3-prep-pf probe_moe_gpu_check qwen3-30b-a3b PG_FUSED_NEW_TOKEN_PREFETCH=1
 main_rows
 for r in 1 2; do
-  bn_rows base qwen3-30b-a3b 2,4
-  bn_rows flat1 qwen3-30b-a3b 2,4 PEREGRINE_MOE_GU_FLAT=1
-  bn_rows flat1s qwen3-30b-a3b 2,4 PEREGRINE_MOE_GU_FLAT=1 PEREGRINE_MOE_GU_FLAT_STRIDED=1
-  bn_rows base dsv3_5l 1,4
-  bn_rows flat1 dsv3_5l 1,4 PEREGRINE_MOE_GU_FLAT=1
-  bn_rows base moonlight-16b-a3b 1
-  bn_rows flat1 moonlight-16b-a3b 1 PEREGRINE_MOE_GU_FLAT=1
+  ab_batches base qwen3-30b-a3b 2,4
+  ab_batches flat1 qwen3-30b-a3b 2,4 PEREGRINE_MOE_GU_FLAT=1
+  ab_batches flat1s qwen3-30b-a3b 2,4 PEREGRINE_MOE_GU_FLAT=1 PEREGRINE_MOE_GU_FLAT_STRIDED=1
+  ab_batches base dsv3_5l 1,4
+  ab_batches flat1 dsv3_5l 1,4 PEREGRINE_MOE_GU_FLAT=1
+  ab_batches base moonlight-16b-a3b 1
+  ab_batches flat1 moonlight-16b-a3b 1 PEREGRINE_MOE_GU_FLAT=1
 done

@@ -12,8 +12,7 @@
 #     fattn_gpu_check=build/cuda/tests/models/fattn_gpu_check probe_moe_gpu_check=/tmp/probe_moe_gpu_check
 source tools/gpu/queue_env.sh
 source tools/gpu/ab_rows.sh
-echo "binaries of: $(cat "$JOB/commit" 2>/dev/null)"
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+ab_header
 main_rows() {
   ab_step base-qwen3-30b-a3b moe_gpu_check qwen3-30b-a3b
   ab_step late2-qwen3-30b-a3b moe_gpu_check qwen3-30b-a3b PG_FUSED_PDL_LATE=2

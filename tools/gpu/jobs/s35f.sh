@@ -7,8 +7,7 @@
 #     trace_moe_gpu_check=build/trace/tests/models/moe_gpu_check
 source tools/gpu/queue_env.sh
 source tools/gpu/ab_rows.sh
-echo "binaries of: $(cat "$JOB/commit" 2>/dev/null)"
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+ab_header
 for r in 1 2; do
   ab_serve base-qwen3-30b-a3b moe_gpu_check qwen3-30b-a3b
   ab_serve fill0-qwen3-30b-a3b moe_gpu_check qwen3-30b-a3b PEREGRINE_RING_FILL_INFLIGHT=0

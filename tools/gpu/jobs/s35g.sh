@@ -7,15 +7,7 @@
 #   tools/gpu/make_job.sh s35g tools/gpu/jobs/s35g.sh 200 moe_gpu_check=build/cuda/tests/models/moe_gpu_check
 source tools/gpu/queue_env.sh
 source tools/gpu/ab_rows.sh
-echo "binaries of: $(cat "$JOB/commit" 2>/dev/null)"
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-bn_rows() {  # label model batches [VAR=value ...]
-  local label=$1 model=$2 batches=$3; shift 3
-  env "$@" timeout 90 "$BIN/moe_gpu_check" bench gpu-decode --load-format dummy --iters 30 \
-    --batch "$batches" --context 1024 --model "configs/$model/config.json" 2>&1 | command tr '\r' '\n' |
-    command grep -E '^ +[0-9]+ +1024 ' | command sort -u |
-    command awk -v l="$label" -v m="$model" '{print "ROW b" $1 l "-" m, $3, $7}'
-}
+ab_header
 main_rows() {
   ab_step base-qwen3-30b-a3b moe_gpu_check qwen3-30b-a3b
   ab_step pf-qwen3-30b-a3b moe_gpu_check qwen3-30b-a3b PEREGRINE_MOE_GU_PF=1
@@ -27,5 +19,5 @@ main_rows
 echo "== tests"
 ab_tests moe_gpu_check 'MoeExpertsOp.*:GpuModelGolden.Tiny*' PEREGRINE_MOE_GU_PF=1 | tail -3
 main_rows
-bn_rows base qwen3-30b-a3b 4,8
-bn_rows pf qwen3-30b-a3b 4,8 PEREGRINE_MOE_GU_PF=1
+ab_batches base qwen3-30b-a3b 4,8
+ab_batches pf qwen3-30b-a3b 4,8 PEREGRINE_MOE_GU_PF=1
