@@ -74,6 +74,11 @@ struct RingPlan {
   // Diagnostic (PEREGRINE_GEMV_RING_SKIP_LOADS=1; wrong outputs): the producer arrives on each
   // slot without copying, so a call's time is the consumers' and the barriers' alone.
   bool skip_loads = false;
+  // > 0: the producer's first round keeps at most this many slots in flight (slot s is issued
+  // once slot s - fill_inflight, if it was issued, has landed): fewer outstanding weight reads
+  // beside the previous kernel's latency-bound steps (A/B, PEREGRINE_GEMV_RING_FILL_INFLIGHT:
+  // one-row accumulating projections of k <= 8192, the o projections after an attention).
+  int fill_inflight = 0;
 };
 
 // ---- mbarrier / bulk-copy primitives (sm_90): common/bulk_copy.cuh -------------------------
@@ -151,17 +156,24 @@ __global__ void __launch_bounds__(kThreads, 2) GemvRingKernel(GemvArgs a, RingPl
     // Slot s = (t * chunks + c) * ng + gi (row round t, piece c, warp group gi), in that order.
     RingCursor ring_at;
     const int64_t trows = rows_of_warp(0);  // warp 0 has the most rows
+    // First round (lin < stages <= 32): bit i = slot i was armed (its full barrier will pass).
+    uint32_t armed = 0;
+    int lin = 0;  // slots passed, counted to the first round's end
     for (int64_t t = 0; t < trows; ++t) {
       for (int64_t c = 0; c < chunks; ++c) {
         const int64_t k0 = c * p.chunk;
         const uint32_t piece = uint32_t(a.k - k0 < p.chunk ? a.k - k0 : p.chunk) * kWb;
-        for (int gi = 0; gi < ng; ++gi, ring_at.Advance(1, p.stages)) {
+        for (int gi = 0; gi < ng; ++gi, ring_at.Advance(1, p.stages), lin += lin < p.stages) {
           const int slot = ring_at.slot;
           if (t < rows_of_warp(gi * p.group)) {  // else the group's rows are done (tail only)
             const int64_t j = jb + gi * p.group + lw + int64_t(kConsumerWarps) * t;
             const bool copies = lane < p.group * kW && j < je;
             const uint32_t bytes = uint32_t(__popc(__ballot_sync(0xffffffffu, copies))) * piece;
+            const int prior = lin - p.fill_inflight;  // the slot this one waits to land
+            if (lin < p.stages) armed |= 1u << lin;
             if (lane == 0) {
+              if (p.fill_inflight > 0 && lin < p.stages && prior >= 0 && ((armed >> prior) & 1u))
+                MbarWait(full0 + 8 * prior, 0);
               // A fresh barrier passes parity 1 at once.
               MbarWait(empty0 + 8 * slot, ring_at.phase ^ 1, p.producer_sleep_ns);
               if (p.skip_loads) MbarArrive(full0 + 8 * slot);
@@ -440,6 +452,8 @@ void Launch(const GemvArgs& a_in, cudaStream_t stream, const float* w_scale = nu
   p.producer_sleep_ns = producer_sleep;
   static const bool skip_loads = EnvFlag("PEREGRINE_GEMV_RING_SKIP_LOADS", false);
   p.skip_loads = skip_loads;
+  static const int fill_env = std::clamp(EnvInt("PEREGRINE_GEMV_RING_FILL_INFLIGHT", 0), 0, kMaxStages);
+  if (a.n == 1 && a.accumulate && !a.norm_weight && !kSwiGlu && a.k <= 8192) p.fill_inflight = fill_env;
   p.w_scale = w_scale;
   p.scale_per_row = scale_per_row;
   const size_t smem = size_t(p.x_offset) + size_t(p.x_bytes);
