@@ -61,8 +61,11 @@ std::vector<RingCase> RingCases() {
   cases.push_back({3, 4096, 9001, false});
   cases.push_back({4, 14336, 1025, false, false, false, true});
   // One row, accumulate: ~4 rows a warp (the outputs preloaded after the PDL wait) and ~38
-  // (more than a warp's lanes: each row loads its own); a norm of k 7168 (more than the
-  // preloaded norm-weight registers hold: the global-load path).
+  // (more than a warp's lanes: each row loads its own), both with the first fill round paced
+  // (RingPlan::fill_inflight, 2 by default at k <= 8192; 40000 rows: the ring wraps, its first
+  // round of 4 KB-piece slots waits for the slot two before); a norm of k 7168 (more than the
+  // preloaded norm-weight registers hold: the global-load path). A run with
+  // PEREGRINE_GEMV_RING_FILL_INFLIGHT=1 or 0 checks the other pacings (tools/gpu/jobs/s35h.sh).
   cases.push_back({1, 4096, 4096, false, false, false, true});
   cases.push_back({1, 2048, 40000, false, false, false, true, true});
   cases.push_back({1, 7168, 300, true});

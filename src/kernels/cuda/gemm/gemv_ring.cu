@@ -76,8 +76,11 @@ struct RingPlan {
   bool skip_loads = false;
   // > 0: the producer's first round keeps at most this many slots in flight (slot s is issued
   // once slot s - fill_inflight, if it was issued, has landed): fewer outstanding weight reads
-  // beside the previous kernel's latency-bound steps (A/B, PEREGRINE_GEMV_RING_FILL_INFLIGHT:
-  // one-row accumulating projections of k <= 8192, the o projections after an attention).
+  // beside the previous kernel's latency-bound steps. Launch sets 2 for one-row accumulating
+  // projections of k <= 8192 without norm or SwiGLU (the o projection after an attention,
+  // whose blocks fill beside the attention's); PEREGRINE_GEMV_RING_FILL_INFLIGHT=n forces n
+  // there (0: unpaced). H100, 1 x 1K, three rounds (docs/PERF.md "Session 35"): Llama-3.1-8B
+  // 5269.8 -> 5252.1 us a step with 2 (5307.2 with 1), Qwen3-8B 5516.2 -> 5484.1 (5590.3).
   int fill_inflight = 0;
 };
 
@@ -452,7 +455,7 @@ void Launch(const GemvArgs& a_in, cudaStream_t stream, const float* w_scale = nu
   p.producer_sleep_ns = producer_sleep;
   static const bool skip_loads = EnvFlag("PEREGRINE_GEMV_RING_SKIP_LOADS", false);
   p.skip_loads = skip_loads;
-  static const int fill_env = std::clamp(EnvInt("PEREGRINE_GEMV_RING_FILL_INFLIGHT", 0), 0, kMaxStages);
+  static const int fill_env = std::clamp(EnvInt("PEREGRINE_GEMV_RING_FILL_INFLIGHT", 2), 0, kMaxStages);
   if (a.n == 1 && a.accumulate && !a.norm_weight && !kSwiGlu && a.k <= 8192) p.fill_inflight = fill_env;
   p.w_scale = w_scale;
   p.scale_per_row = scale_per_row;
