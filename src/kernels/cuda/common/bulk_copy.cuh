@@ -50,6 +50,16 @@ __device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity, int slee
   while (!MbarTryWait(bar, parity))
     if (sleep_ns > 0) __nanosleep(sleep_ns);
 }
+// A ring producer's first round paced to n slots in flight (lane 0, before arming slot `lin`
+// of that round, lin < stages <= 32): waits for slot lin - n's full barrier (ring slots at
+// full0 + 8 i, 8 bytes each) to pass its first phase, if that slot was armed (bit of `armed`;
+// an unarmed slot's barrier would never pass). n <= 0: no wait. Later rounds are paced by the
+// consumers' empty barriers. Fewer weight reads outstanding while the previous kernel's
+// latency-bound steps run (fp8_ring_mma.cu, gemv_ring.cu).
+__device__ __forceinline__ void PaceFirstFill(uint32_t full0, int lin, int n, int stages, uint32_t armed) {
+  const int prior = lin - n;
+  if (n > 0 && lin < stages && prior >= 0 && ((armed >> prior) & 1u)) MbarWait(full0 + 8 * prior, 0);
+}
 // The shared::cluster address of shared-memory address `addr` (SmemAddr) in the cluster's
 // block of rank `rank`.
 __device__ __forceinline__ uint32_t MapaCluster(uint32_t addr, int rank) {

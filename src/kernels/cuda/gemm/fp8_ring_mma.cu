@@ -129,8 +129,7 @@ __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
       const int nout = int(je - j0 < kOutRows ? je - j0 : kOutRows);
       const uint32_t piece = uint32_t(a.k - k0 < p.chunk ? a.k - k0 : p.chunk) * kEs;  // bytes
       if (lane == 0) {
-        if (p.fill_inflight > 0 && s >= p.fill_inflight && s < p.stages)  // first round: slot s - n landed
-          bulk::MbarWait(full0 + 8 * (slot - p.fill_inflight), 0);
+        if (s < p.stages) bulk::PaceFirstFill(full0, int(s), p.fill_inflight, p.stages, ~0u);  // all armed
         bulk::MbarWait(empty0 + 8 * slot, ring_at.phase ^ 1);
         bulk::MbarArriveExpectTx(full0 + 8 * slot, uint32_t(kGroupRows / kOutRows * nout) * piece);
       }

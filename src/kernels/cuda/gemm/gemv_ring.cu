@@ -172,11 +172,9 @@ __global__ void __launch_bounds__(kThreads, 2) GemvRingKernel(GemvArgs a, RingPl
             const int64_t j = jb + gi * p.group + lw + int64_t(kConsumerWarps) * t;
             const bool copies = lane < p.group * kW && j < je;
             const uint32_t bytes = uint32_t(__popc(__ballot_sync(0xffffffffu, copies))) * piece;
-            const int prior = lin - p.fill_inflight;  // the slot this one waits to land
             if (lin < p.stages) armed |= 1u << lin;
             if (lane == 0) {
-              if (p.fill_inflight > 0 && lin < p.stages && prior >= 0 && ((armed >> prior) & 1u))
-                MbarWait(full0 + 8 * prior, 0);
+              bulk::PaceFirstFill(full0, lin, p.fill_inflight, p.stages, armed);
               // A fresh barrier passes parity 1 at once.
               MbarWait(empty0 + 8 * slot, ring_at.phase ^ 1, p.producer_sleep_ns);
               if (p.skip_loads) MbarArrive(full0 + 8 * slot);

@@ -125,8 +125,9 @@ struct MoeWalkArgs {
   bool prefetch_down;
   // Kernel 1's grid (moe_walk.cu LaunchGateUp): 0 = one block per (slot, kWarps pairs); 1 = the
   // flat form (at most one wave of blocks, items dealt evenly) when that grid exceeds a wave at
-  // one token with bf16 experts; 2 = the flat form always. The same act bits in every form. gu_flat_per_sm > 0 caps the
-  // flat grid's blocks an SM below what fits (room for the down kernel's blocks beside it).
+  // one token with bf16 experts; 2 = the flat form always. The same act bits in every form.
+  // gu_flat_per_sm > 0 caps the flat grid's blocks an SM below what fits (room for the down
+  // kernel's blocks beside it).
   int gu_flat, gu_flat_per_sm;
   int phases;  // bit 0: kernel 1, bit 1: kernel 2 (diagnostics; 3 in normal use)
   // Kernel 2's form: 1 = one warp per hidden row (moe_walk.cu DownKernel); 2, 4 or 8 = one
