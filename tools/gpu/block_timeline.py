@@ -18,7 +18,9 @@ Usage: block_timeline.py trace.csv [--replays 3] [--launches] [--phases] [--late
 """
 import argparse
 import csv
+import os
 import statistics
+import sys
 from collections import defaultdict
 
 TAGS = {1: "gemv_vec", 2: "gemv_scalar", 3: "gemv_ring", 4: "decode_mma", 5: "decode",
@@ -168,4 +170,8 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except BrokenPipeError:  # a reader that stopped early (`| head`): its lines were enough
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)

@@ -2,7 +2,9 @@
 # whatever card comes (the issue's goal is the H200's batch-1 share of the floor), and the GPU
 # tests of session 35's review commit (fecf8fb: both rings' first-fill pacing as one helper,
 # bulk::PaceFirstFill, never run on a GPU). Rows first (essential), then the tests, then batch
-# 8 / 32 rows and the dense models.
+# 8 / 32 rows and the dense models, then Qwen3's qkv ring at 5 / 6 slots (session 35's trace:
+# its 21 MB stream at ~2.0 TB/s from the blocks' start, the largest streaming shortfall left;
+# 4 slots was chosen in session 12, before the o projection's fill was paced).
 # Make it at HEAD:
 #   ninja -C build/cuda moe_gpu_check gemv_gpu_check
 #   tools/gpu/make_job.sh s36a tools/gpu/jobs/s36a.sh 300 moe_gpu_check=build/cuda/tests/models/moe_gpu_check \
@@ -28,3 +30,8 @@ ab_batches base deepseek-v2-lite 8,32
 ab_batches base moonlight-16b-a3b 1
 AB_BIN=gemv_gpu_check ab_batches base llama-3.1-8b 1
 AB_BIN=gemv_gpu_check ab_batches gfill0 llama-3.1-8b 1 PEREGRINE_GEMV_RING_FILL_INFLIGHT=0
+for r in 1 2; do
+  ab_step base-qwen3-30b-a3b moe_gpu_check qwen3-30b-a3b
+  ab_step qkv5-qwen3-30b-a3b moe_gpu_check qwen3-30b-a3b PEREGRINE_GEMV_RING_QKV_DEPTH=5
+  ab_step qkv6-qwen3-30b-a3b moe_gpu_check qwen3-30b-a3b PEREGRINE_GEMV_RING_QKV_DEPTH=6
+done
