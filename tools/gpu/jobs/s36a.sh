@@ -4,7 +4,8 @@
 # bulk::PaceFirstFill, never run on a GPU). Rows first (essential), then the tests, then batch
 # 8 / 32 rows and the dense models, then Qwen3's qkv ring at 5 / 6 slots (session 35's trace:
 # its 21 MB stream at ~2.0 TB/s from the blocks' start, the largest streaming shortfall left;
-# 4 slots was chosen in session 12, before the o projection's fill was paced).
+# 4 slots was chosen in session 12, before the o projection's fill was paced), and that fill
+# paced (PEREGRINE_GEMV_RING_QKV_FILL_INFLIGHT=2, Qwen3 and Llama).
 # Make it at HEAD:
 #   ninja -C build/cuda moe_gpu_check gemv_gpu_check
 #   tools/gpu/make_job.sh s36a tools/gpu/jobs/s36a.sh 300 moe_gpu_check=build/cuda/tests/models/moe_gpu_check \
@@ -34,4 +35,8 @@ for r in 1 2; do
   ab_step base-qwen3-30b-a3b moe_gpu_check qwen3-30b-a3b
   ab_step qkv5-qwen3-30b-a3b moe_gpu_check qwen3-30b-a3b PEREGRINE_GEMV_RING_QKV_DEPTH=5
   ab_step qkv6-qwen3-30b-a3b moe_gpu_check qwen3-30b-a3b PEREGRINE_GEMV_RING_QKV_DEPTH=6
+  ab_step qkvfill2-qwen3-30b-a3b moe_gpu_check qwen3-30b-a3b PEREGRINE_GEMV_RING_QKV_FILL_INFLIGHT=2
+  ab_step qkvfill2-llama-3.1-8b gemv_gpu_check llama-3.1-8b PEREGRINE_GEMV_RING_QKV_FILL_INFLIGHT=2
+  ab_step base-llama-3.1-8b gemv_gpu_check llama-3.1-8b
 done
+ab_tests gemv_gpu_check 'GemvRing.*' PEREGRINE_GEMV_RING_QKV_FILL_INFLIGHT=1 | tail -2

@@ -455,6 +455,12 @@ void Launch(const GemvArgs& a_in, cudaStream_t stream, const float* w_scale = nu
   p.skip_loads = skip_loads;
   static const int fill_env = std::clamp(EnvInt("PEREGRINE_GEMV_RING_FILL_INFLIGHT", 2), 0, kMaxStages);
   if (a.n == 1 && a.accumulate && !a.norm_weight && !kSwiGlu && a.k <= 8192) p.fill_inflight = fill_env;
+  // A/B, not measured yet (tools/gpu/jobs/s36a.sh): the attention's normed one-row qkv paced
+  // too (PEREGRINE_GEMV_RING_QKV_FILL_INFLIGHT=n; 0, the default: unpaced). Its 4-slot fill is
+  // issued at once on every SM as its blocks start; its first slot landed ~2.9 us after that
+  // in session 35's Qwen3-30B-A3B trace, its x staging after the wait took 1.15 us.
+  static const int qkv_fill_env = std::clamp(EnvInt("PEREGRINE_GEMV_RING_QKV_FILL_INFLIGHT", 0), 0, kMaxStages);
+  if (a.n == 1 && a.norm_weight && !kSwiGlu) p.fill_inflight = qkv_fill_env;
   p.w_scale = w_scale;
   p.scale_per_row = scale_per_row;
   const size_t smem = size_t(p.x_offset) + size_t(p.x_bytes);
