@@ -17,18 +17,7 @@
 #     trace_moe_gpu_check=build/trace/tests/models/moe_gpu_check probe_moe_gpu_check=/tmp/probe_moe_gpu_check
 source tools/gpu/queue_env.sh
 source tools/gpu/ab_rows.sh
-echo "binaries of: $(cat "$JOB/commit" 2>/dev/null)"
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-mkdir -p /tmp/dsv3_5l
-python3 -c 'import json; c=json.load(open("configs/deepseek-v3/config.json")); c["num_hidden_layers"]=5; json.dump(c, open("/tmp/dsv3_5l/config.json","w"))'
-bn_rows() {  # label model batches [VAR=value ...]: "ROW b<N><label>-<model> us floor/t" per batch
-  local label=$1 model=$2 batches=$3; shift 3
-  local cfg="configs/$model/config.json"; [[ "$model" == dsv3_5l ]] && cfg=/tmp/dsv3_5l/config.json
-  env "$@" timeout 90 "$BIN/moe_gpu_check" bench gpu-decode --load-format dummy --iters 30 \
-    --batch "$batches" --context 1024 --model "$cfg" 2>&1 | command tr '\r' '\n' |
-    command grep -E '^ +[0-9]+ +1024 ' | command sort -u |
-    command awk -v l="$label" -v m="$model" '{print "ROW b" $1 l "-" m, $3, $7}'
-}
+ab_header
 main_rows() {  # one round of the main settings
   ab_step base-deepseek-v2-lite moe_gpu_check deepseek-v2-lite
   ab_step flat1-deepseek-v2-lite moe_gpu_check deepseek-v2-lite PEREGRINE_MOE_GU_FLAT=1
@@ -51,11 +40,11 @@ for r in 1 2; do
   ab_step flat2-qwen3-30b-a3b moe_gpu_check qwen3-30b-a3b PEREGRINE_MOE_GU_FLAT=2
 done
 for r in 1 2; do
-  bn_rows base qwen3-30b-a3b 2,4
-  bn_rows flat1 qwen3-30b-a3b 2,4 PEREGRINE_MOE_GU_FLAT=1
-  bn_rows base dsv3_5l 1,4
-  bn_rows flat1 dsv3_5l 1,4 PEREGRINE_MOE_GU_FLAT=1
-  bn_rows base moonlight-16b-a3b 1
-  bn_rows flat1 moonlight-16b-a3b 1 PEREGRINE_MOE_GU_FLAT=1
+  ab_batches base qwen3-30b-a3b 2,4
+  ab_batches flat1 qwen3-30b-a3b 2,4 PEREGRINE_MOE_GU_FLAT=1
+  ab_batches base dsv3_5l 1,4
+  ab_batches flat1 dsv3_5l 1,4 PEREGRINE_MOE_GU_FLAT=1
+  ab_batches base moonlight-16b-a3b 1
+  ab_batches flat1 moonlight-16b-a3b 1 PEREGRINE_MOE_GU_FLAT=1
 done
 AB_TRACE_LAUNCHES=1 AB_TRACE_PHASES=12 ab_trace t-v2lite-flat1 trace_moe_gpu_check deepseek-v2-lite PEREGRINE_MOE_GU_FLAT=1

@@ -240,7 +240,7 @@ __global__ void __launch_bounds__(kSt == 1 || kXw ? kWarps * 32 : 256, kSt == 1 
   }
   const int warm = a.l2_prefetch_tiles < 0 ? 0 : min(my_tiles, kLead + a.l2_prefetch_tiles);
   for (int i = kFused ? kLead : 0; i < warm; ++i) prefetch_tile(i);
-  if (!a.pdl_late_trigger && !a.pdl_prep_trigger) PdlTrigger();
+  if (!a.pdl_late_trigger) PdlTrigger();
   // The new token's inputs no kernel of the step writes (decode_fused.cuh NewTokenInputs),
   // after the trigger: their loads stall this thread (the angles need the position), and the
   // next kernel's launch must not wait for them (measured: Llama-3.1-8B 1 x 1K +28 us a step).
@@ -266,7 +266,6 @@ __global__ void __launch_bounds__(kSt == 1 || kXw ? kWarps * 32 : 256, kSt == 1 
       PrepareNewToken<D, KvT>(f, a, s, row, kvh, group, owner, qscale, softcap_v, fs);
   }
   PG_TRACE_MARK(0);  // the new token prepared
-  if (a.pdl_prep_trigger) PdlTrigger();
 
   // Q as A fragments: rows g and g + 8 = heads h0 + g, h0 + g + 8 (zero past the group), in
   // the K vector layout below (decode_mma_util.cuh LoadQFragments).

@@ -133,8 +133,7 @@ int DecodeFusedMinSplitKeys(int /*kv_heads*/, int64_t /*max_len*/) { return 32; 
 // The fused kernel's A/B knobs over the decode kernel's (ApplyKnobs): PG_FUSED_MIN_SPLIT_KEYS
 // (keys per active split), PG_FUSED_PREP_REGS (0 / 1: the new token's preparation and the
 // few-split merge through shared memory / in registers; default by the rows, LaunchDecodeFused),
-// PG_FUSED_PDL_LATE (1: PDL trigger after the key loop, 2: after the new token's preparation;
-// default 0,
+// PG_FUSED_PDL_LATE (1: PDL trigger after the key loop; default 0,
 // at the start: the next kernel streams its weights during the attention, measured 6146 vs
 // 6894 us per Llama-3.1-8B step at 32K x 1 and equal or better in every other cell).
 
@@ -145,8 +144,7 @@ static AttentionArgs FusedKnobs(const AttentionArgs& args) {
   ApplyKnobs(a);
   a.cluster_merge = FusedClusterRef() == 1;
   if (min_keys > 0) a.min_split_keys = min_keys;
-  a.pdl_late_trigger = late == 1;
-  a.pdl_prep_trigger = late == 2;
+  a.pdl_late_trigger = late != 0;
   return a;
 }
 

@@ -197,14 +197,6 @@ struct AttentionArgs {
   // start: 65 vs 72 µs at 32K x 1, the next kernels' blocks no longer wait on the SMs for the
   // whole loop); false: at the start (A/B, PG_DECODE_PDL_LATE=0).
   bool pdl_late_trigger = true;
-  // The fused decode kernel (with pdl_late_trigger false): the PDL trigger after the new
-  // token's preparation instead of at the start, so the next kernel's weight stream (the o
-  // projection's ring fill) does not start beside the preparation's loads (A/B,
-  // PG_FUSED_PDL_LATE=2). H100, Qwen3-30B-A3B 1 x 1K (docs/PERF.md "Session 35"): the new
-  // token's loads landed 0.74 instead of 2.62 us after the wait, but the fill then overlapped
-  // the key phase and merge, 10.0 instead of 5.0 us: +69 us a step. (The fill's pacing,
-  // fp8_ring_mma.cu ring_fill_inflight, took the gain instead.)
-  bool pdl_prep_trigger = false;
   // Decode tensor-core kernel, L2 prefetch of cache tiles: >= 0: the first tiles of the ring
   // are prefetched before the PDL wait, and this many tiles beyond the ring ahead of the
   // cp.async copies (more bytes in flight); -1: no prefetch at all.
