@@ -455,11 +455,12 @@ void Launch(const GemvArgs& a_in, cudaStream_t stream, const float* w_scale = nu
   p.skip_loads = skip_loads;
   static const int fill_env = std::clamp(EnvInt("PEREGRINE_GEMV_RING_FILL_INFLIGHT", 2), 0, kMaxStages);
   if (a.n == 1 && a.accumulate && !a.norm_weight && !kSwiGlu && a.k <= 8192) p.fill_inflight = fill_env;
-  // A/B, not measured yet (tools/gpu/jobs/s36a.sh): the attention's normed one-row qkv paced
-  // too (PEREGRINE_GEMV_RING_QKV_FILL_INFLIGHT=n; 0, the default: unpaced). Its 4-slot fill is
-  // issued at once on every SM as its blocks start; its first slot landed ~2.9 us after that
-  // in session 35's Qwen3-30B-A3B trace, its x staging after the wait took 1.15 us.
-  static const int qkv_fill_env = std::clamp(EnvInt("PEREGRINE_GEMV_RING_QKV_FILL_INFLIGHT", 0), 0, kMaxStages);
+  // The attention's normed one-row qkv paced too (PEREGRINE_GEMV_RING_QKV_FILL_INFLIGHT=n; 0:
+  // unpaced): its 4-slot fill was issued at once on every SM as its blocks start (its first
+  // slot landed ~2.9 us after that in session 35's Qwen3-30B-A3B trace). H100, 1 x 1K, two
+  // rounds (docs/PERF.md "Session 36"): 2 slots in flight, Qwen3-30B-A3B 2912.6 -> 2908.8 us a
+  // step, Llama-3.1-8B 5250.2 -> 5245.1 (5 / 6 slots of the qkv ring instead: +15.6 / +13.7).
+  static const int qkv_fill_env = std::clamp(EnvInt("PEREGRINE_GEMV_RING_QKV_FILL_INFLIGHT", 2), 0, kMaxStages);
   if (a.n == 1 && a.norm_weight && !kSwiGlu) p.fill_inflight = qkv_fill_env;
   p.w_scale = w_scale;
   p.scale_per_row = scale_per_row;
