@@ -305,6 +305,89 @@ TEST(MoeRouterOp, FusedMatmulMatchesMatmulThenRouter) {
   cov.Check<MoeRouterParams>();
 }
 
+// Folded logits (MoeRouterParams::logits_times_rms): logits = router · (gamma ⊙ x), rms(x)
+// times the router logits of RmsNorm(x). The reference routes exactly as the reference router
+// on logits / rms(x) (1 / rms in double, as RmsNorm's) and stores RmsNorm(x); every backend's
+// normed rows are held against it and its routes must be the reference's (a shuffled ramp of
+// logits: no near-tie within f32 rounding of the factor).
+TEST(MoeRouterOp, LogitsTimesRmsRoutesTheNormedLogits) {
+  PG_SEED_TRACE();
+  struct Case {
+    int64_t tokens, experts, hidden, top_k;
+    int groups, topk_groups;
+    MoeScoring scoring;
+    bool bias;
+    float scaling;
+  };
+  const Case cases[] = {
+      {1, 128, 2048, 8, 1, 1, MoeScoring::kSoftmax, false, 1.0f},  // Qwen3-30B-A3B decode
+      {3, 64, 2048, 6, 1, 1, MoeScoring::kSoftmax, false, 1.0f},   // V2-Lite / Moonlight shapes
+      {2, 256, 7168, 8, 8, 4, MoeScoring::kSigmoid, true, 2.5f},   // rows > 2048, groups
+      {2, 24, 96, 5, 6, 2, MoeScoring::kSoftmax, true, 1.0f},
+  };
+  Coverage cov;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(fmt::format("tokens {} experts {} hidden {} k {}", c.tokens, c.experts, c.hidden,
+                             c.top_k));
+    Tensor x = F32({c.tokens, c.hidden}, 3.0f), gamma = F32({c.hidden}, 0.3f);
+    RoundToBf16(x);
+    for (int64_t i = 0; i < c.hidden; ++i) gamma.data<float>()[i] += 1.0f;
+    // The routed logits (those of the normed rows) are a ramp; the op's input is them times rms.
+    Tensor routed = RampLogits(c.tokens, int(c.experts)), logits(DType::kF32, {c.tokens, c.experts});
+    std::vector<double> rms(static_cast<size_t>(c.tokens));
+    for (int64_t t = 0; t < c.tokens; ++t) {
+      double ss = 0;
+      for (int64_t i = 0; i < c.hidden; ++i) ss += double(x.data<float>()[t * c.hidden + i]) * x.data<float>()[t * c.hidden + i];
+      rms[size_t(t)] = std::sqrt(ss / double(c.hidden) + 1e-6);
+      for (int64_t e = 0; e < c.experts; ++e)
+        logits.data<float>()[t * c.experts + e] = float(routed.data<float>()[t * c.experts + e] * rms[size_t(t)]);
+    }
+    Tensor bias = F32({c.experts}, 0.05f);
+    auto params = [&](Tensor& ids, Tensor& w, Tensor& normed) {
+      return MoeRouterParams{.logits = logits.view(), .bias = c.bias ? bias.view() : TensorView{},
+                             .topk_ids = ids.view(), .topk_weights = w.view(), .scoring = c.scoring,
+                             .num_groups = c.groups, .topk_groups = c.topk_groups,
+                             .renormalize = true, .scaling = c.scaling, .x = x.view(),
+                             .norm_weight = gamma.view(), .normed = normed.view(),
+                             .norm_eps = 1e-6f, .logits_times_rms = true};
+    };
+    Tensor ref_ids(DType::kI32, {c.tokens, c.top_k}), ref_w(DType::kF32, {c.tokens, c.top_k});
+    Tensor ref_normed(DType::kF32, {c.tokens, c.hidden});
+    RunWith(RefImpl<MoeRouterParams>(), params(ref_ids, ref_w, ref_normed));
+    {  // the reference: the plain router on the routed logits, RmsNorm's rows
+      Tensor ids(DType::kI32, {c.tokens, c.top_k}), w(DType::kF32, {c.tokens, c.top_k});
+      Tensor normed(DType::kF32, {c.tokens, c.hidden});
+      MoeRouterParams p = params(ids, w, normed);
+      p.logits = routed.view();
+      p.x = p.norm_weight = p.normed = TensorView{};
+      p.logits_times_rms = false;
+      RunWith(RefImpl<MoeRouterParams>(), p);
+      RunWith(RefImpl<RmsNormParams>(), RmsNormParams{.x = x.view(), .weight = gamma.view(),
+                                                      .out = normed.view(), .eps = 1e-6f});
+      for (int64_t i = 0; i < ids.numel(); ++i) {
+        ASSERT_EQ(ref_ids.data<int32_t>()[i], ids.data<int32_t>()[i]) << "route " << i;
+        EXPECT_NEAR(ref_w.data<float>()[i], w.data<float>()[i], 1e-5 * c.scaling) << "weight " << i;
+      }
+      ExpectExact(normed.data<float>(), ref_normed.data<float>(), normed.numel(), "ref normed");
+    }
+    for (const auto* k : Backends<MoeRouterParams>()) {
+      Tensor ids(DType::kI32, {c.tokens, c.top_k}), w(DType::kF32, {c.tokens, c.top_k});
+      Tensor normed(DType::kF32, {c.tokens, c.hidden});
+      ids.Zero(), w.Zero(), normed.Zero();
+      if (!RunBackend(*k, params(ids, w, normed))) continue;
+      cov.Ran(k->backend);
+      for (int64_t i = 0; i < ids.numel(); ++i) {
+        ASSERT_EQ(ids.data<int32_t>()[i], ref_ids.data<int32_t>()[i]) << k->backend << " route " << i;
+        EXPECT_NEAR(w.data<float>()[i], ref_w.data<float>()[i], 1e-5 * c.scaling) << k->backend;
+      }
+      // bf16 rows on the device: one rounding of x * inv * gamma.
+      ExpectClose(ref_normed.data<float>(), normed.data<float>(), normed.numel(), kBf16,
+                  k->backend + " normed");
+    }
+  }
+  cov.Check<MoeRouterParams>();
+}
+
 #if defined(PEREGRINE_HAVE_CUDA)
 // Exact ties on the device: logits of three levels, so many experts share a score; the
 // reference takes the lower index first, and so must the device routing, one token and several.

@@ -282,4 +282,56 @@ __device__ __forceinline__ void WarpStore(const GemvArgs& a, int64_t row0, int64
   }
 }
 
+// A GEMV's side dots (SideDotArgs) in a ring kernel of kThreads consumer threads: block b
+// takes side row s = b (the launch checked rows <= its grid and k <= kMaxK; x: the GEMV's row 0
+// of k bf16). Use: LoadW before PdlWait
+// (weights), LoadX right after it (x as given, issued beside the staging's own loads), Partial
+// once the staging is done (thread tid's chunks tid, tid + kThreads in order, then the warp's
+// butterfly: part[warp]), and, after a barrier of the kThreads threads, Store by thread 0 (the
+// warps' parts in warp order, + the old value with side_accumulate, read in LoadX).
+template <int kThreads>
+struct SideDot {
+  static constexpr int kChunks = 2;  // 16-byte chunks of the row a thread
+  static constexpr int64_t kMaxK = int64_t(kChunks) * 8 * kThreads;
+  uint4 w[kChunks], x[kChunks];
+  float prev = 0.0f;
+  bool on = false;
+  __device__ __forceinline__ void LoadW(const SideDotArgs& s, int64_t k, int tid) {
+    on = s.w != nullptr && int(blockIdx.x) < s.rows;
+    if (!on) return;
+    const uint4* w4 = reinterpret_cast<const uint4*>(s.w + int64_t(blockIdx.x) * s.ldw);
+#pragma unroll
+    for (int i = 0; i < kChunks; ++i) {
+      const int64_t c = tid + int64_t(kThreads) * i;
+      w[i] = c < k / 8 ? __ldg(w4 + c) : make_uint4(0, 0, 0, 0);
+    }
+  }
+  __device__ __forceinline__ void LoadX(const SideDotArgs& s, const bf16* xrow, int64_t k, int tid) {
+    if (!on) return;
+    const uint4* x4 = reinterpret_cast<const uint4*>(xrow);
+#pragma unroll
+    for (int i = 0; i < kChunks; ++i) {
+      const int64_t c = tid + int64_t(kThreads) * i;
+      x[i] = c < k / 8 ? x4[c] : make_uint4(0, 0, 0, 0);
+    }
+    if (tid == 0 && s.accumulate) prev = s.out[blockIdx.x];
+  }
+  __device__ __forceinline__ void Partial(float* part, int tid) {
+    if (!on) return;
+    float acc = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kChunks; ++i) Dot8(w[i], x[i], acc);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if (tid % 32 == 0) part[tid / 32] = acc;
+  }
+  __device__ __forceinline__ void Store(const SideDotArgs& s, const float* part, int tid) const {
+    if (!on || tid != 0) return;
+    float sum = part[0];
+#pragma unroll
+    for (int i = 1; i < kThreads / 32; ++i) sum += part[i];
+    s.out[blockIdx.x] = s.accumulate ? prev + sum : sum;
+  }
+};
+
 }  // namespace pg::cuda::gemv

@@ -116,21 +116,65 @@ __device__ void RouteToken(const MoeRouterArgs& a, int64_t t, float* score, floa
 // [num_experts] f32 of shared memory.
 enum RouteForm { kRouteByCount, kRouteRegs, kRouteShared };
 template <RouteForm kForm = kRouteByCount>
-__device__ void RouteAny(const MoeRouterArgs& a, int64_t t, float* score, float* choice, int lane) {
+__device__ void RouteAny(const MoeRouterArgs& a, int64_t t, float* score, float* choice, int lane,
+                         float logit_scale = 1.0f) {
   if (kForm == kRouteShared ||
       (kForm == kRouteByCount && a.num_experts > 32 * moe::kRoutePerLane))
     return RouteToken(a, t, score, choice, lane);
   int id;
   float w;
-  moe::RouteWarp(a, t, choice, lane, &id, &w);
+  moe::RouteWarp(a, t, choice, lane, &id, &w, logit_scale);
   if (lane < a.top_k) {
     a.topk_ids[t * a.top_k + lane] = id;
     a.topk_weights[t * a.weights_stride + lane] = w;
   }
 }
 
+// MoeRouterArgs::logits_times_rms, token t (whole warp; x and normed 16-byte aligned rows,
+// hidden % 8 == 0): normed = bf16(x * inv * norm_w) stored, inv = rsqrt(mean(x^2) + eps)
+// returned. The lane's first kPreChunks chunks stay in registers between the two passes
+// (hidden <= 2048 reads x once); longer rows read the rest again (L1).
+__device__ float NormRowForRoute(const MoeRouterArgs& a, int64_t t, int lane) {
+  const int nc = a.hidden / 8;
+  const uint4* x4 = reinterpret_cast<const uint4*>(a.x + t * a.ldx);
+  uint4 xr[kPreChunks];
+  float ss = 0.0f;
+#pragma unroll
+  for (int q = 0; q < kPreChunks; ++q)
+    if (lane + 32 * q < nc) xr[q] = __ldcg(x4 + lane + 32 * q);
+  auto sum_sq = [&](const uint4& v) {
+    float f[8];
+    moe::Widen<false>(v, f);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) ss = fmaf(f[i], f[i], ss);
+  };
+#pragma unroll
+  for (int q = 0; q < kPreChunks; ++q)
+    if (lane + 32 * q < nc) sum_sq(xr[q]);
+  for (int c = lane + 32 * kPreChunks; c < nc; c += 32) sum_sq(__ldcg(x4 + c));
+  const float inv = rsqrtf(WarpSum(ss) / float(a.hidden) + a.eps);
+  uint4* out = reinterpret_cast<uint4*>(a.normed + t * a.ld_normed);
+  auto store = [&](const uint4& v, int c) {
+    float f[8];
+    moe::Widen<false>(v, f);
+    const float4* gp = reinterpret_cast<const float4*>(a.norm_w + c * 8);
+    const float4 g0 = __ldg(gp), g1 = __ldg(gp + 1);
+    const float gw[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+    __align__(16) bf16 ov[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) ov[i] = __float2bfloat16_rn(f[i] * inv * gw[i]);
+    out[c] = *reinterpret_cast<const uint4*>(ov);
+  };
+#pragma unroll
+  for (int q = 0; q < kPreChunks; ++q)
+    if (lane + 32 * q < nc) store(xr[q], lane + 32 * q);
+  for (int c = lane + 32 * kPreChunks; c < nc; c += 32) store(__ldcg(x4 + c), c);
+  return inv;
+}
+
 // kReg: a.num_experts <= 32 * kRoutePerLane, routed in registers only (the kernel carries no
-// shared-memory routing code).
+// shared-memory routing code). With a.logits_times_rms (kReg only) each warp first normalises
+// its token's x row (NormRowForRoute) and routes on the logits times 1 / rms.
 template <bool kReg>
 __global__ void __launch_bounds__(kWarps * 32) RouterKernel(MoeRouterArgs a) {
   PG_BLOCK_TRACE(kTraceRouter);
@@ -141,6 +185,14 @@ __global__ void __launch_bounds__(kWarps * 32) RouterKernel(MoeRouterArgs a) {
   const int64_t t = int64_t(blockIdx.x) * kWarps + warp;
   if (t >= a.num_tokens) return;
   float* score = smem + size_t(warp) * 2 * a.num_experts;
+  if constexpr (kReg) {
+    if (a.logits_times_rms) {
+      const float inv = NormRowForRoute(a, t, lane);
+      RouteAny<kRouteRegs>(a, t, score, score + a.num_experts, lane, inv);
+      PG_TRACE_MARK(2);  // routes stored
+      return;
+    }
+  }
   RouteAny<kReg ? kRouteRegs : kRouteShared>(a, t, score, score + a.num_experts, lane);
   PG_TRACE_MARK(2);  // routes stored
 }
@@ -432,6 +484,12 @@ void LaunchMoeRouter(const MoeRouterArgs& a, cudaStream_t stream) {
   // a layer in a block trace); DeepSeek-V2-Lite -6 us (docs/PERF.md "Session 16").
   static const bool warm = EnvFlag("PEREGRINE_MOE_NORM_LOGITS_WARM", true);
   const size_t smem = size_t(kWarps) * 2 * size_t(a.num_experts) * sizeof(float);
+  if (a.logits_times_rms) {  // the logits form, normalising x first (LaunchMoeRouter's caller
+                             // checked register routing and the vector layout)
+    const unsigned blocks = unsigned((a.num_tokens + kWarps - 1) / kWarps);
+    (void)LaunchPdl(RouterKernel<true>, dim3(blocks), dim3(kWarps * 32), smem, stream, a);
+    return;
+  }
   if (a.x) {
     auto al16 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
     const bool vec = a.hidden % 8 == 0 && a.ldx % 8 == 0 && a.ld_router % 8 == 0 && al16(a.x) &&
