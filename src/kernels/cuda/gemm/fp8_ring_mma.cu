@@ -40,6 +40,7 @@
 // rounded to bf16. (Block scales: bitwise Fp8GemvMmaKernel with split kCw, interleaved.)
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 
 #include "core/env.h"
 #include "core/status.h"
@@ -90,8 +91,8 @@ struct RingMmaPlan {
 // weights are bf16 (a.w holds their bytes, ldw in elements, no scales: scale_mode kNone), a
 // 64-column step is 128 bytes a row and lane q's 16 columns two 16-byte loads.
 // kSide: a.side's dots (gemv_device.cuh SideDot; one activation row, the one-row rule's kernel
-// only): the weights' row loaded before PdlWait, x after it beside the staging's loads, the dot
-// once x is staged, the warps' parts summed after the last group.
+// only): the weights' row and x loaded after PdlWait, beside the staging's loads, the dot and
+// the warps' sum after the last group.
 template <int kCw, int kMinBlocks, bool kBlock, bool kStageX, bool kSwiGlu, bool kBf16W = false,
           bool kSide = false>
 __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
@@ -155,9 +156,14 @@ __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
   // ---- consumers ---------------------------------------------------------------------------
   [[maybe_unused]] gemv::SideDot<kCw * 32> side;
   __shared__ float side_part[kSide ? kCw : 1];
-  if constexpr (kSide) side.LoadW(a.side, a.k, threadIdx.x);
   PdlWait();
-  if constexpr (kSide) side.LoadX(a.side, a.x + p.row0 * a.ldx, a.k, threadIdx.x);
+  // Side dots: the weights' row too only now (read before the wait, beside the attention
+  // kernel's latency-bound steps, they slowed its loads: its new-token preparation 2.8 -> 4.9
+  // us in s36d's trace); the dot after the last group, the loads long landed.
+  if constexpr (kSide) {
+    side.LoadW(a.side, a.k, threadIdx.x);
+    side.LoadX(a.side, a.x + p.row0 * a.ldx, a.k, threadIdx.x);
+  }
   float4* red = reinterpret_cast<float4*>(smem + kBarBytes);
   const int g = lane / 4, q = lane % 4;
   const bool has_x = g < p.rows;
@@ -171,7 +177,6 @@ __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
     gemv::StageRowsOf<kConsumerWarps>(src, p.rows, staged, ld, threadIdx.x, reinterpret_cast<float*>(red),
                                       [] { bulk::NamedBarrier<kConsumerWarps * 32>(1); });
     xr = staged + (has_x ? g : 0) * ld + 2 * q;
-    if constexpr (kSide) side.Partial(side_part, threadIdx.x);  // (visible after a barrier below)
   } else {
     xr = reinterpret_cast<const uint4*>(a.x + (p.row0 + (has_x ? g : 0)) * a.ldx) + 2 * q;
   }
@@ -326,8 +331,9 @@ __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
     }
   }
   if constexpr (kSide) {
-    bulk::NamedBarrier<kConsumerWarps * 32>(1);  // every warp's part (the groups' barriers came
-    side.Store(a.side, side_part, threadIdx.x);  // after them too, but a block may walk none)
+    side.Partial(side_part, threadIdx.x);
+    bulk::NamedBarrier<kConsumerWarps * 32>(1);  // every warp's part
+    side.Store(a.side, side_part, threadIdx.x);
   }
 }
 
@@ -433,6 +439,11 @@ void LaunchRingMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVaria
                      a.side.rows <= blocks && a.k <= gemv::SideDot<8 * 32>::kMaxK),
            "ring MMA: side dots outside the one-row rule's layout");
   const Kernel kernel = side ? kSideKernel : kKernels[flavour][wkind][stage_x][a.swiglu];
+  static const bool log = EnvFlag("PEREGRINE_RING_MMA_LOG", false);  // diagnostics
+  if (log)
+    std::fprintf(stderr, "ring mma: n=%lld k=%lld m=%lld flavour=%d wkind=%d stage_x=%d side=%d\n",
+                 (long long)a.n, (long long)a.k, (long long)a.m, flavour, wkind, int(stage_x),
+                 a.side.rows);
   // Shared memory a block: the opt-in maximum (the kernels have no static shared memory), or
   // with two blocks an SM (ring_blocks 2, 8 warps) half the SM's less the per-block reserve.
   struct Limits {

@@ -284,9 +284,9 @@ __device__ __forceinline__ void WarpStore(const GemvArgs& a, int64_t row0, int64
 
 // A GEMV's side dots (SideDotArgs) in a ring kernel of kThreads consumer threads: block b
 // takes side row s = b (the launch checked rows <= its grid and k <= kMaxK; x: the GEMV's row 0
-// of k bf16). Use: LoadW before PdlWait
-// (weights), LoadX right after it (x as given, issued beside the staging's own loads), Partial
-// once the staging is done (thread tid's chunks tid, tid + kThreads in order, then the warp's
+// of k bf16). Use: LoadW (weights: before PdlWait, or after it where reads beside the previous
+// kernel cost it time), LoadX after PdlWait (x as given, issued beside the staging's own loads),
+// Partial once they landed (thread tid's chunks tid, tid + kThreads in order, then the warp's
 // butterfly: part[warp]), and, after a barrier of the kThreads threads, Store by thread 0 (the
 // warps' parts in warp order, + the old value with side_accumulate, read in LoadX).
 template <int kThreads>

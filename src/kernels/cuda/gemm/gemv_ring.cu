@@ -484,9 +484,10 @@ void Launch(const GemvArgs& a_in, cudaStream_t stream, const float* w_scale = nu
   if (log || smem > size_t(smem_limit))
     std::fprintf(stderr,
                  "gemv ring: n=%lld k=%lld m=%lld kw=%d fp8=%d grid=%lld block=%d smem=%zu (limit %d) "
-                 "stages=%d group=%d chunk=%d slot=%d stage_x=%d\n",
+                 "stages=%d group=%d chunk=%d slot=%d stage_x=%d side=%d\n",
                  (long long)a.n, (long long)a.k, (long long)a.m, kW, int(kFp8), (long long)blocks,
-                 kThreads, smem, smem_limit, p.stages, p.group, p.chunk, p.slot_bytes, int(p.stage_x));
+                 kThreads, smem, smem_limit, p.stages, p.group, p.chunk, p.slot_bytes, int(p.stage_x),
+                 a.side.rows);
   g_launches.fetch_add(1, std::memory_order_relaxed);
   if (p.x_f32) g_xf32_launches.fetch_add(1, std::memory_order_relaxed);
   (void)LaunchPdl(kernel, dim3(unsigned(blocks)), dim3(kThreads), smem, stream, a, p);
