@@ -12,7 +12,6 @@ namespace {
 
 // The steps of the composition, over the caller's tensors and scratch.
 struct Steps {
-  MatmulParams side;  // the side dots (run when side.w.data is set)
   RmsNormParams norm;
   MatmulParams matmul;
   SwiGluParams swiglu;
@@ -24,7 +23,6 @@ Steps StepsOf(const FusedMatmulParams& p) {
   const int64_t n = p.x.dim(0);
   TensorView normed = norm && p.normed.data ? p.normed.Slice0(0, n) : p.normed;
   TensorView projected = p.swiglu && p.projected.data ? p.projected.Slice0(0, n) : p.projected;
-  s.side = {.x = p.x, .w = p.side.w, .out = p.side.out, .accumulate = p.side.accumulate};
   s.norm = {.x = p.x, .weight = p.norm_weight, .out = normed, .eps = p.eps};
   s.matmul = {.x = norm ? normed : p.x, .w = p.w, .out = p.swiglu ? projected : p.out,
               .bias = p.bias, .w_scale = p.w_scale, .accumulate = p.accumulate};
@@ -51,11 +49,6 @@ void Validate(const FusedMatmulParams& p) {
   PG_OP_NEED(p.out.data != p.x.data || p.x.numel() == 0, op, "out must not alias x");
   PG_OP_NEED(!(p.accumulate && p.swiglu), op, "accumulate is not taken with swiglu");
   const Steps s = StepsOf(p);
-  if (p.side.w.data) {
-    Validate(s.side);
-    PG_OP_NEED(p.side.out.dtype == DType::kF32 && p.side.out.data != p.out.data, op,
-               "side dots: out {} must be f32 and must not alias out", p.side.out.ShapeString());
-  }
   if (p.norm_weight.data) Validate(s.norm);
   Validate(s.matmul);
   if (p.swiglu) Validate(s.swiglu);
@@ -72,7 +65,6 @@ void RunFusedMatmulComposed(const FusedMatmulParams& p, bool reference) {
     if (reference) RunWith(*r.table<P>().Find("ref"), params);
     else r.Run(params);
   };
-  if (p.side.w.data) run(s.side);  // reads x only: first, before anything is written
   if (p.norm_weight.data) run(s.norm);
   run(s.matmul);
   if (p.swiglu) run(s.swiglu);

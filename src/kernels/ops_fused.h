@@ -14,19 +14,6 @@
 
 namespace pg::ops {
 
-// ---- side dots ---------------------------------------------------------------------------
-// A few more f32 dot products of a projection's input rows, computed where the rows are at hand:
-//   out[t, s] (+)= sum_i w[s, i] * x[t, i]        (x: the op's input as given, before its norm)
-// defined as Matmul({.x = x, .w = w, .out = out, .accumulate = accumulate}) (run first). The
-// MoE models fold their router through the attention's projections with it (moe_device.h
-// RouterFold): the qkv projection's rows give W_r diag(g) x, the o projection adds the part of
-// its own output, and the router reads the sums.
-struct SideDots {
-  TensorView w;             // [s, k] weight (bf16 on CUDA); data == nullptr: no side dots
-  TensorView out;           // [n, s] f32
-  bool accumulate = false;  // out += the dots
-};
-
 // ---- RMSNorm -> Matmul -> SwiGLU --------------------------------------------------------
 //   h   = norm_weight set ? RmsNorm(x, norm_weight, eps) : x               -> normed
 //   y   = Matmul(h, w, bias, w_scale)                                      -> projected
@@ -47,7 +34,6 @@ struct FusedMatmulParams {
   // norm_weight is set, projected [n, m] when swiglu is set; unused otherwise.
   TensorView normed, projected;
   bool accumulate = false;  // out += y (not with swiglu)
-  SideDots side;            // optional, of x (CUDA fuses them at one row: gemv.cu GemvSideTakes)
 };
 void FusedMatmul(const FusedMatmulParams& p);
 

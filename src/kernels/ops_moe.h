@@ -48,11 +48,6 @@ struct MoeRouterParams {
   TensorView normed;        // with norm_weight: [num_tokens, hidden], out
   TensorView residual;      // optional, with norm_weight: [num_tokens, hidden], updated in place
   float norm_eps = 1e-6f;
-  // Logits folded upstream (ops_fused.h SideDots): `logits` hold router · (norm_weight ⊙ x),
-  // i.e. rms(x) times the router logits of RmsNorm(x). With x, norm_weight and normed (no
-  // router, no residual): the op runs RmsNorm(x) into normed, as the fused norm above, and
-  // routes on logits * (1 / rms(x)), that factor as RmsNorm computes it. logits are only read.
-  bool logits_times_rms = false;
 };
 void MoeRouter(const MoeRouterParams& p);
 

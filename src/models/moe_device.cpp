@@ -203,45 +203,6 @@ DeviceFfnScratch PlaceFfnScratch(DeviceWeightMaker& mk, const MoeModelConfig& c,
   return s;
 }
 
-bool RouterFoldEnabled() {
-  static const bool on = EnvFlag("PEREGRINE_MOE_ROUTER_FOLD", false);
-  return on;
-}
-
-RouterFold FoldRouter(DeviceMemory& mem, const TensorView& router, const TensorView& norm_weight,
-                      const TensorView& wo) {
-  PG_CHECK(router.ndim == 2 && router.dtype == DType::kBF16 && router.is_contiguous() &&
-               norm_weight.ndim == 1 && norm_weight.dtype == DType::kF32 && wo.ndim == 2 &&
-               wo.dtype == DType::kBF16 && wo.is_contiguous() &&
-               norm_weight.dim(0) == router.dim(1) && wo.dim(0) == router.dim(1),
-           "router fold: router {}, norm {}, wo {}", router.ShapeString(),
-           norm_weight.ShapeString(), wo.ShapeString());
-  const int64_t E = router.dim(0), h = router.dim(1), k = wo.dim(1);
-  std::vector<uint16_t> r16(static_cast<size_t>(E * h)), o16(static_cast<size_t>(h * k));
-  std::vector<float> g(static_cast<size_t>(h));
-  mem.CopyToHost(r16.data(), router.data, r16.size() * 2);
-  mem.CopyToHost(o16.data(), wo.data, o16.size() * 2);
-  mem.CopyToHost(g.data(), norm_weight.data, g.size() * 4);
-  // in = W_r diag(g) (f32); woT = W_o^T [k, h] (Matmul's weight layout: out = in · woT^T).
-  std::vector<float> in(static_cast<size_t>(E * h)), woT(static_cast<size_t>(k * h)),
-      o(static_cast<size_t>(E * k));
-  for (int64_t e = 0; e < E; ++e)
-    for (int64_t i = 0; i < h; ++i) in[size_t(e * h + i)] = Bf16ToF32(r16[size_t(e * h + i)]) * g[size_t(i)];
-  for (int64_t i = 0; i < h; ++i)
-    for (int64_t j = 0; j < k; ++j) woT[size_t(j * h + i)] = Bf16ToF32(o16[size_t(i * k + j)]);
-  ops::Matmul({.x = TensorView::Contiguous(in.data(), DType::kF32, {E, h}),
-               .w = TensorView::Contiguous(woT.data(), DType::kF32, {k, h}),
-               .out = TensorView::Contiguous(o.data(), DType::kF32, {E, k})});
-  auto upload = [&](const std::vector<float>& v, int64_t rows, int64_t cols) {
-    std::vector<uint16_t> b(v.size());
-    for (size_t i = 0; i < v.size(); ++i) b[i] = F32ToBf16(v[i]);
-    void* d = mem.Allocate(b.size() * 2);
-    mem.CopyToDevice(d, b.data(), b.size() * 2);
-    return TensorView::Contiguous(d, DType::kBF16, {rows, cols}, mem.device());
-  };
-  return {.in = upload(in, E, h), .o = upload(o, E, k)};
-}
-
 void DeviceMatmul(const TensorView& x, const DeviceMatrix& w, const TensorView& out,
                   bool accumulate) {
   ops::Matmul({.x = x, .w = w.w, .out = out, .w_scale = w.scale, .accumulate = accumulate});
@@ -305,24 +266,6 @@ void RunDeviceMoeFfn(const DeviceMoeFfn& w, const MoeModelConfig& c, const Tenso
     if (ops::Registry::Global().Selected(ep) == nullptr) ep.shared = {};
   }
   const bool shared_apart = shared && !ep.shared.gate.data;  // its own MLP, on the normed x
-  if (norm && norm->folded_logits) {
-    // The logits came from the projections (RouterFold): the router normalises x and routes
-    // on them, inside the experts op where it takes the route, else first (then the shared
-    // MLP, if apart, finds the normed x).
-    PG_CHECK(!norm->residual.data, "folded router logits with a residual norm");
-    rp.x = norm->x;
-    rp.norm_weight = norm->weight;
-    rp.normed = x;
-    rp.norm_eps = norm->eps;
-    rp.logits_times_rms = true;
-    ep.route = shared_apart ? nullptr : &rp;
-    if (ep.route && ops::Registry::Global().Selected(ep) == nullptr) ep.route = nullptr;
-    if (!ep.route) ops::MoeRouter(rp);
-    if (shared_apart) RunDeviceMlp(w.shared, x, out, s, accumulate);
-    ep.accumulate = accumulate || shared_apart;
-    ops::MoeExperts(ep);
-    return;
-  }
   const int self_route = decode ? SelfRoute() : 0;
   // Routing inside the experts op; mode 1 with the router matmul (+ the RMSNorm, when it has
   // no residual and no separate shared MLP needs the normed x first) too.

@@ -62,26 +62,6 @@ struct DeviceMlp {
   int64_t bytes() const { return gate.bytes() + up.bytes() + down.bytes(); }
 };
 
-// The router folded through the attention's projections, for one-token decode (ops_fused.h
-// SideDots). With g the FFN norm's weight, W_o the o projection and y = x + W_o a the residual
-// after it, the router logits of RmsNorm(y) are
-//   W_r diag(g) y / rms(y) = (W_r diag(g) x + (W_r diag(g) W_o) a) / rms(y):
-// the qkv projection, which reads x, computes the first part into the router's logits, the o
-// projection, which reads a, adds the second, and the router divides by rms(y)
-// (MoeRouterParams::logits_times_rms). One kernel less a layer (the router matmul's). Derived
-// weights, bf16, made at placement from the placed ones; the step's floor does not count them
-// (they replace the router's own bytes, 1.5 MB a layer against 0.5 for Qwen3-30B-A3B).
-struct RouterFold {
-  TensorView in;  // [num_experts, hidden] bf16: W_r diag(g)
-  TensorView o;   // [num_experts, o_in] bf16: W_r diag(g) W_o
-};
-// The fold of `router` ([E, hidden] bf16), `norm_weight` ([hidden] f32) and `wo` ([hidden,
-// o_in] bf16), all on mem's device, computed on the host (f32, the CPU Matmul).
-RouterFold FoldRouter(DeviceMemory& mem, const TensorView& router, const TensorView& norm_weight,
-                      const TensorView& wo);
-// Whether models fold their routers (PEREGRINE_MOE_ROUTER_FOLD, read once).
-bool RouterFoldEnabled();
-
 // The routed block of one layer. Expert weights of a layer sit in a few large allocations;
 // `experts` are views into them (ops::MoeExpertsParams::experts).
 struct DeviceMoeFfn {
@@ -95,7 +75,6 @@ struct DeviceMoeFfn {
   // Optional: the weights read right after this block (Qwen3-MoE: the next layer's fused qkv),
   // passed as MoeExpertsParams::l2_after (a hint; no effect on results).
   TensorView l2_after;
-  RouterFold fold;  // optional (fold.in.data == nullptr: none), see RouterFold
 };
 
 // Activations the feed-forward blocks share, carved once for `capacity` tokens.
@@ -121,9 +100,6 @@ void DeviceMatmul(const TensorView& x, const DeviceMatrix& w, const TensorView& 
 struct FfnNorm {
   TensorView x, residual, weight;
   float eps = 1e-6f;
-  // The router's logits (DeviceFfnScratch::router_logits) already hold W_r diag(weight) x, the
-  // layer's RouterFold computed by its projections (MoE blocks at one token, no residual).
-  bool folded_logits = false;
 };
 // x, out: [n, hidden] bf16 device; out must not alias x.
 // accumulate: out += result (the residual stream as `out`).

@@ -142,9 +142,6 @@ class Qwen3MoeModel final : public Model {
       D.moe = c_.IsMoeLayer(i);
       if (D.moe) D.moe_ffn = PlaceMoeFfn(src, p + "mlp.", c_, cap);
       else D.mlp = PlaceMlp(src, p + "mlp.", h, b.intermediate_size);
-      // One-token decode's router through the qkv and o projections (moe_device.h RouterFold).
-      if (D.moe && RouterFoldEnabled() && D.wqkv.data && !D.wo.scale.data)
-        D.moe_ffn.fold = FoldRouter(memory, D.moe_ffn.router, D.ffn_norm, D.wo.w);
     }
     // Each MoE block's hint: the next layer's fused qkv, read right after it (moe_device.h;
     // 1 x 1K 2545 -> 2527 us a step at the default 25 %, session 27).
@@ -266,14 +263,9 @@ class Qwen3MoeModel final : public Model {
     for (int li = 0; li < b.num_layers; ++li) {
       const DeviceLayer& L = d_layers_[size_t(li)];
       const bool fused = n == 1 && L.wqkv.data;
-      // The folded router (moe_device.h RouterFold): its logits from the qkv and o projections.
-      const bool fold = fused && L.moe && L.moe_ffn.fold.o.data;
-      const TensorView folded = A.ffn_scratch.router_logits.Slice0(0, 1);
       if (fused) {
         ops::FusedMatmul({.x = x, .norm_weight = L.attn_norm, .eps = b.rms_norm_eps,
-                          .w = L.wqkv, .out = A.qkv, .normed = hn,
-                          .side = fold ? ops::SideDots{.w = L.moe_ffn.fold.in, .out = folded}
-                                       : ops::SideDots{}});
+                          .w = L.wqkv, .out = A.qkv, .normed = hn});
       } else {
         for (const auto& [w, out] : {std::pair{&L.wq, q}, std::pair{&L.wk, k}, std::pair{&L.wv, v}})
           ops::FusedMatmul({.x = x, .norm_weight = L.attn_norm, .eps = b.rms_norm_eps,
@@ -300,15 +292,9 @@ class Qwen3MoeModel final : public Model {
         ops::Attention({.q = qs, .out = attn3, .cache = cache, .batch = fb.attention,
                         .scale = scale_});
       }
-      if (fold) {
-        ops::FusedMatmul({.x = attn, .w = L.wo.w, .out = x, .accumulate = true,
-                          .side = {.w = L.moe_ffn.fold.o, .out = folded, .accumulate = true}});
-      } else {
-        DeviceMatmul(attn, L.wo, x, /*accumulate=*/true);
-      }
+      DeviceMatmul(attn, L.wo, x, /*accumulate=*/true);
       // hn = RmsNorm(x), inside the MoE block at one token (moe_device.cpp: the router kernel).
-      const FfnNorm ffn_norm{.x = x, .weight = L.ffn_norm, .eps = b.rms_norm_eps,
-                             .folded_logits = fold};
+      const FfnNorm ffn_norm{.x = x, .weight = L.ffn_norm, .eps = b.rms_norm_eps};
       if (L.moe) {
         RunDeviceMoeFfn(L.moe_ffn, c_, hn, x, A.ffn_scratch, &ffn_norm, /*accumulate=*/true);
       } else {

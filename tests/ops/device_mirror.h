@@ -152,8 +152,6 @@ inline FusedMatmulParams Mirror(DeviceMirror& m, const FusedMatmulParams& p) {
   d.out = m.Act(p.out, true);
   d.normed = m.Act(p.normed, false);  // scratch
   d.projected = m.Act(p.projected, false);
-  d.side.w = m.Raw(p.side.w);
-  d.side.out = m.RawOut(p.side.out);  // f32 on both sides
   return d;
 }
 inline SwiGluParams Mirror(DeviceMirror& m, const SwiGluParams& p) {

@@ -7,8 +7,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <set>
-#include <string>
 #include <vector>
 
 #include "core/quant.h"
@@ -138,91 +136,6 @@ TEST(FusedMatmulOp, EveryBackendMatchesTheComposition) {
     }
   }
   cov.Check<FusedMatmulParams>();
-}
-
-// Side dots (ops_fused.h SideDots): side.out (+)= side.w · x over the raw input rows (before
-// the norm), beside the projection. Every backend against the reference, which checks them by
-// hand in double; the two one-row shapes are the MoE router fold's (Qwen3-30B-A3B: the normed
-// qkv 5120 x 2048 and the accumulating o 2048 x 4096 with 128 side rows), which the CUDA
-// backend "cuda" runs fused (the ring GEMV, the ring MMA's one-row rule), and must take there.
-TEST(FusedMatmulOp, SideDotsEveryBackendMatchesTheReference) {
-  PG_SEED_TRACE();
-  struct SideCase {
-    int64_t n, k, m, s;
-    bool norm, accumulate;
-    bool fused_on_cuda;
-  };
-  const SideCase cases[] = {{1, 2048, 5120, 128, true, false, true},
-                            {1, 4096, 2048, 128, false, true, true},
-                            {1, 2048, 2048, 64, false, true, true},
-                            {3, 96, 40, 5, true, true, false}};
-  std::set<std::string> ran;
-  for (const SideCase& c : cases) {
-    SCOPED_TRACE(fmt::format("n={} k={} m={} s={}{}{}", c.n, c.k, c.m, c.s, c.norm ? " norm" : "",
-                             c.accumulate ? " accumulate" : ""));
-    Tensor x(DType::kF32, {c.n, c.k}), nw(DType::kF32, {c.k}), w(DType::kF32, {c.m, c.k});
-    Tensor sw(DType::kF32, {c.s, c.k}), normed(DType::kF32, {c.n, c.k});
-    FillNormal(x, 0.3f, 2.0f);
-    FillUniform(nw, 0.5f, 1.5f);
-    FillNormal(w, 0.0f, 0.05f);
-    FillNormal(sw, 0.0f, 0.05f);
-    for (Tensor* t : {&x, &w, &sw}) RoundToBf16(*t);
-    // The weights as bf16 tensors (the device takes bf16 weights); the same values.
-    auto bf16 = [](const Tensor& f) {
-      Tensor b(DType::kBF16, {f.view().dim(0), f.view().dim(1)});
-      for (int64_t r = 0; r < f.view().dim(0); ++r)
-        quant::QuantizeRow(DType::kBF16, f.data<float>() + r * f.view().dim(1), b.view().row_ptr(r),
-                           f.view().dim(1));
-      return b;
-    };
-    const Tensor wb = bf16(w), swb = bf16(sw);
-    Tensor out0(DType::kF32, {c.n, c.m}), side0(DType::kF32, {c.n, c.s});
-    FillNormal(out0, 0.1f, 1.0f);
-    FillNormal(side0, 0.0f, 1.0f);
-    RoundToBf16(out0);
-    auto copy = [](const Tensor& t) {
-      Tensor o(DType::kF32, {t.view().dim(0), t.view().dim(1)});
-      std::copy_n(t.data<float>(), t.numel(), o.data<float>());
-      return o;
-    };
-    auto params = [&](Tensor& out, Tensor& side) {
-      FusedMatmulParams p{.x = x.view(), .eps = 1e-5f, .w = wb.view(), .out = out.view(),
-                          .normed = normed.view(), .accumulate = c.accumulate,
-                          .side = {.w = swb.view(), .out = side.view(), .accumulate = c.accumulate}};
-      if (c.norm) p.norm_weight = nw.view();
-      return p;
-    };
-    Tensor ref_out = copy(out0), ref_side = copy(side0);
-    RunWith(RefImpl<FusedMatmulParams>(), params(ref_out, ref_side));
-    for (int64_t t = 0; t < c.n; ++t)  // the reference's side dots, by hand
-      for (int64_t j = 0; j < c.s; ++j) {
-        double want = c.accumulate ? side0.data<float>()[t * c.s + j] : 0.0;
-        for (int64_t i = 0; i < c.k; ++i)
-          want += double(sw.data<float>()[j * c.k + i]) * x.data<float>()[t * c.k + i];
-        ASSERT_NEAR(ref_side.data<float>()[t * c.s + j], want, 1e-4 * (1.0 + std::fabs(want)));
-      }
-    bool fused_ran = false, has_cuda = false;
-    for (const KernelImpl<FusedMatmulParams>* k : Backends<FusedMatmulParams>()) {
-      has_cuda = has_cuda || k->backend == "cuda";
-      Tensor out = copy(out0), side = copy(side0);
-      const FusedMatmulParams p = params(out, side);
-      if (!RunBackend(*k, p)) continue;
-      ran.insert(k->backend);
-      fused_ran = fused_ran || k->backend == "cuda";
-      const Tolerance tol = OnDevice(*k) ? kBf16 : HostTolerance(p, out.numel());
-      ExpectClose(ref_out.data<float>(), out.data<float>(), out.numel(), tol, k->backend + " out");
-      // f32 sums of bf16-exact inputs: summation order only.
-      ExpectClose(ref_side.data<float>(), side.data<float>(), side.numel(),
-                  OnDevice(*k) ? Tolerance{1e-4, 1e-9} : HostTolerance(p, side.numel()),
-                  k->backend + " side");
-    }
-    if (c.fused_on_cuda && has_cuda) {
-      EXPECT_TRUE(fused_ran) << "the CUDA kernels took no side dots";
-    }
-  }
-  // (The fp8 ring backend refuses side dots: its weights' cases run the composition.)
-  EXPECT_TRUE(ran.count("cpu_composed")) << "cpu_composed never ran";
-  if (ran.count("cuda")) EXPECT_TRUE(ran.count("cuda_composed")) << "cuda_composed never ran";
 }
 
 TEST(FusedMatmulOp, RejectsAccumulateWithSwiGlu) {

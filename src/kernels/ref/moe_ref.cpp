@@ -47,19 +47,7 @@ void WeightRow(const TensorView& w, const TensorView& scale, int64_t r, float* r
 void MoeRouter(const MoeRouterParams& p) {
   const int64_t n = p.logits.dim(0);
   const int num_experts = int(p.logits.dim(1)), k = int(p.topk_ids.dim(1));
-  // logits_times_rms: the factor 1 / rms(x) of each row, as the reference RmsNorm computes it.
-  std::vector<double> logit_scale(static_cast<size_t>(n), 1.0);
-  if (p.logits_times_rms) {
-    Registry::Global().table<RmsNormParams>().Find("ref")->run(
-        {.x = p.x, .weight = p.norm_weight, .out = p.normed, .eps = p.norm_eps});
-    const int64_t h = p.x.dim(1);
-    for (int64_t t = 0; t < n; ++t) {
-      const float* x = RowF32(p.x, t);
-      double ss = 0;
-      for (int64_t c = 0; c < h; ++c) ss += double(x[c]) * double(x[c]);
-      logit_scale[size_t(t)] = 1.0 / std::sqrt(ss / double(h) + double(p.norm_eps));
-    }
-  } else if (p.x.data) {  // fused router matmul: logits = x · router^T, as the reference Matmul
+  if (p.x.data) {  // fused router matmul: logits = x · router^T, as the reference Matmul
     const int64_t h = p.x.dim(1);
     // Fused RMSNorm first: the reference RmsNorm kernel itself, into `normed`.
     if (p.norm_weight.data)
@@ -82,16 +70,14 @@ void MoeRouter(const MoeRouterParams& p) {
   std::vector<double> score(static_cast<size_t>(num_experts)), choice(static_cast<size_t>(num_experts));
   std::vector<double> group_score(static_cast<size_t>(p.num_groups));
   for (int64_t t = 0; t < n; ++t) {
-    std::vector<double> lg(static_cast<size_t>(num_experts));
-    const float* lg_row = RowF32(p.logits, t);
-    for (int e = 0; e < num_experts; ++e) lg[size_t(e)] = double(lg_row[e]) * logit_scale[size_t(t)];
+    const float* lg = RowF32(p.logits, t);
     if (p.scoring == MoeScoring::kSoftmax) {
       double mx = -INFINITY, sum = 0;
-      for (int e = 0; e < num_experts; ++e) mx = std::max(mx, lg[size_t(e)]);
-      for (int e = 0; e < num_experts; ++e) sum += (score[size_t(e)] = std::exp(lg[size_t(e)] - mx));
+      for (int e = 0; e < num_experts; ++e) mx = std::max(mx, double(lg[e]));
+      for (int e = 0; e < num_experts; ++e) sum += (score[size_t(e)] = std::exp(lg[e] - mx));
       for (double& s : score) s /= sum;
     } else {
-      for (int e = 0; e < num_experts; ++e) score[size_t(e)] = 1.0 / (1.0 + std::exp(-lg[size_t(e)]));
+      for (int e = 0; e < num_experts; ++e) score[size_t(e)] = 1.0 / (1.0 + std::exp(-double(lg[e])));
     }
     for (int e = 0; e < num_experts; ++e)
       choice[size_t(e)] = score[size_t(e)] + (p.bias.data ? double(p.bias.as<float>()[e]) : 0.0);

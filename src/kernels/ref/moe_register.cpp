@@ -102,17 +102,8 @@ void Validate(const MoeRouterParams& p) {
   if (p.bias.data)
     PG_OP_NEED(p.bias.ndim == 1 && p.bias.dim(0) == e && p.bias.dtype == DType::kF32 &&
              p.bias.is_contiguous(), op, "bias {} must be [{}] f32", p.bias.ShapeString(), e);
-  if (p.logits_times_rms) {
-    PG_OP_NEED(p.x.data && !p.router.data && p.norm_weight.data && !p.residual.data &&
-                   p.logits.dtype == DType::kF32,
-               op, "logits_times_rms: needs x and norm_weight, no router and no residual, and f32 "
-               "logits");
-    NeedAct(op, "x", p.x, 2);
-    PG_OP_NEED(p.x.dim(0) == n, op, "x {} must have {} rows", p.x.ShapeString(), n);
-  } else {
-    PG_OP_NEED(!p.x.data == !p.router.data, op, "x and router must be given together");
-  }
-  if (p.x.data && !p.logits_times_rms) {
+  PG_OP_NEED(!p.x.data == !p.router.data, op, "x and router must be given together");
+  if (p.x.data) {
     NeedAct(op, "x", p.x, 2);
     PG_OP_NEED(p.x.dim(0) == n && p.logits.dtype == DType::kF32, op,
                "fused router: x {} must have {} rows and logits {} must be f32",

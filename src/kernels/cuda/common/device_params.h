@@ -76,18 +76,6 @@ struct BiasAddArgs {  // out[r, j] += bias[j]
 //    rounded to bf16 as RmsNorm's output), so x is the norm's input;
 //  * swiglu: w has 2m rows (gate rows [0, m), up rows [m, 2m)), bias 2m entries, and
 //    out[r, j] = silu(bf16(y[r, j])) * bf16(y[r, m + j]) rounded to bf16, j < m.
-// Side dots (ops_fused.h SideDots) of a GEMV at one activation row: out[s] (+)= dot(w[s],
-// x[0]) over the GEMV's x as given (before its norm), s < rows, f32. Block b of the kernels that
-// take them (gemv.cu GemvSideTakes: the ring GEMV's normed one-row projection, the ring MMA's
-// one-row rule) computes row s = b (gemv_device.cuh SideDot).
-struct SideDotArgs {
-  const bf16* w = nullptr;  // [rows, k], row stride ldw
-  int64_t ldw = 0;
-  int rows = 0;
-  float* out = nullptr;     // [rows] f32
-  bool accumulate = false;
-};
-
 struct GemvArgs {
   const bf16* x;     // [n, k], row stride ldx
   const bf16* w;     // [m, k] ([2m, k] with swiglu), row stride ldw
@@ -103,7 +91,6 @@ struct GemvArgs {
   WeightType norm_type = WeightType::kF32;
   float norm_eps = 1e-5f;
   bool swiglu = false;
-  SideDotArgs side;  // optional side dots (side.w set), one activation row
 };
 
 // ---- paged attention ----------------------------------------------------------------------
@@ -259,10 +246,6 @@ void LaunchGemv(const GemvArgs& a, cudaStream_t stream);
 // Whether LaunchGemv runs the fused options (norm_weight / swiglu) of `a` (shape, alignment,
 // shared memory for the staged rows); the caller falls back to the unfused ops otherwise.
 bool GemvFusedSupports(const GemvArgs& a);
-// Whether LaunchGemv computes a.side's dots (SideDotArgs) with the projection: the ring GEMV's
-// normed one-row kernel or the ring MMA's one-row rule takes `a` and its side rows. LaunchGemv
-// refuses side dots elsewhere (the caller runs them as their own Matmul).
-bool GemvSideTakes(const GemvArgs& a);
 void LaunchKvWrite(const KvWriteArgs& a, cudaStream_t stream);
 // Returns false when head_dim has no compiled specialisation.
 bool AttentionSupportsHeadDim(int head_dim);

@@ -40,10 +40,8 @@
 // rounded to bf16. (Block scales: bitwise Fp8GemvMmaKernel with split kCw, interleaved.)
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
 
 #include "core/env.h"
-#include "core/status.h"
 #include "kernels/cuda/common/bulk_copy.cuh"
 #include "kernels/cuda/common/context.h"
 #include "kernels/cuda/common/pdl.cuh"
@@ -90,11 +88,7 @@ struct RingMmaPlan {
 // kMinBlocks: blocks an SM the registers must allow (2: ring_blocks 2, 8 warps). kBf16W: the
 // weights are bf16 (a.w holds their bytes, ldw in elements, no scales: scale_mode kNone), a
 // 64-column step is 128 bytes a row and lane q's 16 columns two 16-byte loads.
-// kSide: a.side's dots (gemv_device.cuh SideDot; one activation row, the one-row rule's kernel
-// only): the weights' row and x loaded after PdlWait, beside the staging's loads, the dot and
-// the warps' sum after the last group.
-template <int kCw, int kMinBlocks, bool kBlock, bool kStageX, bool kSwiGlu, bool kBf16W = false,
-          bool kSide = false>
+template <int kCw, int kMinBlocks, bool kBlock, bool kStageX, bool kSwiGlu, bool kBf16W = false>
 __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
     Fp8RingMmaKernel(Fp8GemvArgs a, RingMmaPlan p) {
   PG_BLOCK_TRACE(kTraceFp8Ring);
@@ -154,16 +148,7 @@ __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
   }
 
   // ---- consumers ---------------------------------------------------------------------------
-  [[maybe_unused]] gemv::SideDot<kCw * 32> side;
-  __shared__ float side_part[kSide ? kCw : 1];
   PdlWait();
-  // Side dots: the weights' row too only now (read before the wait, beside the attention
-  // kernel's latency-bound steps, they slowed its loads: its new-token preparation 2.8 -> 4.9
-  // us in s36d's trace); the dot after the last group, the loads long landed.
-  if constexpr (kSide) {
-    side.LoadW(a.side, a.k, threadIdx.x);
-    side.LoadX(a.side, a.x + p.row0 * a.ldx, a.k, threadIdx.x);
-  }
   float4* red = reinterpret_cast<float4*>(smem + kBarBytes);
   const int g = lane / 4, q = lane % 4;
   const bool has_x = g < p.rows;
@@ -330,11 +315,6 @@ __global__ void __launch_bounds__(kThreadsOf<kCw>, kMinBlocks)
       }
     }
   }
-  if constexpr (kSide) {
-    side.Partial(side_part, threadIdx.x);
-    bulk::NamedBarrier<kConsumerWarps * 32>(1);  // every warp's part
-    side.Store(a.side, side_part, threadIdx.x);
-  }
 }
 
 // Groups of 16 weight rows (8 outputs with swiglu) the busiest block walks.
@@ -403,20 +383,9 @@ void LaunchRingMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVaria
    {{Fp8RingMmaKernel<W, B, false, false, false, true>, Fp8RingMmaKernel<W, B, false, false, true, true>}, \
     {Fp8RingMmaKernel<W, B, false, true, false, true>, Fp8RingMmaKernel<W, B, false, true, true, true>}}}
   // [8 warps / 8 warps, 2 blocks an SM / 16 warps][fp8 / fp8 block scales / bf16][stage x][swiglu]
-  // + the one kernel with side dots: the one-row rule's (8 warps, two blocks' registers, bf16,
-  // x staged, no swiglu), last.
-  static constexpr int kVariants = 3 * 3 * 2 * 2 + 1;
+  static constexpr int kVariants = 3 * 3 * 2 * 2;
   static constexpr Kernel kKernels[3][3][2][2] = {
       PG_RING_MMA_KERNELS(8, 1), PG_RING_MMA_KERNELS(8, 2), PG_RING_MMA_KERNELS(16, 1)};
-  static constexpr Kernel kSideKernel = Fp8RingMmaKernel<8, 2, false, true, false, true, true>;
-  static constexpr Kernel kAll[kVariants] = {
-#define PG_K(f, w, x, s) kKernels[f][w][x][s]
-#define PG_K4(f, w) PG_K(f, w, 0, 0), PG_K(f, w, 0, 1), PG_K(f, w, 1, 0), PG_K(f, w, 1, 1)
-#define PG_K12(f) PG_K4(f, 0), PG_K4(f, 1), PG_K4(f, 2)
-      PG_K12(0), PG_K12(1), PG_K12(2), kSideKernel};
-#undef PG_K12
-#undef PG_K4
-#undef PG_K
 #undef PG_RING_MMA_KERNELS
   const int es = bf16w ? 2 : 1;  // bytes a weight
   const int cw = v.ring_warps == 16 ? 16 : 8;
@@ -432,18 +401,7 @@ void LaunchRingMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVaria
   const int64_t groups = GroupsPerBlock(a, blocks);
   const bool stage_x = StageX(a, v, groups);
   const int wkind = bf16w ? 2 : a.scale_mode == ScaleMode::kBlock ? 1 : 0;
-  // Side dots: the one kernel that takes them, on the layout that rule picks (GemvSideTakes
-  // asked Bf16RingMmaSideTakes, which checks this with the grid).
-  const bool side = a.side.w != nullptr;
-  PG_CHECK(!side || (flavour == 1 && wkind == 2 && stage_x && !a.swiglu && a.n == 1 &&
-                     a.side.rows <= blocks && a.k <= gemv::SideDot<8 * 32>::kMaxK),
-           "ring MMA: side dots outside the one-row rule's layout");
-  const Kernel kernel = side ? kSideKernel : kKernels[flavour][wkind][stage_x][a.swiglu];
-  static const bool log = EnvFlag("PEREGRINE_RING_MMA_LOG", false);  // diagnostics
-  if (log)
-    std::fprintf(stderr, "ring mma: n=%lld k=%lld m=%lld flavour=%d wkind=%d stage_x=%d side=%d\n",
-                 (long long)a.n, (long long)a.k, (long long)a.m, flavour, wkind, int(stage_x),
-                 a.side.rows);
+  const Kernel kernel = kKernels[flavour][wkind][stage_x][a.swiglu];
   // Shared memory a block: the opt-in maximum (the kernels have no static shared memory), or
   // with two blocks an SM (ring_blocks 2, 8 warps) half the SM's less the per-block reserve.
   struct Limits {
@@ -460,13 +418,13 @@ void LaunchRingMma(const Fp8GemvArgs& a, cudaStream_t stream, const Fp8GemvVaria
     // Static shared memory (none, but the block trace's in -DPEREGRINE_BLOCK_TRACE=ON builds)
     // counts against the opt-in maximum with the dynamic part.
     int static_max = 0;
-    for (const Kernel* k = kAll; k != kAll + kVariants; ++k) {
+    for (const Kernel* k = &kKernels[0][0][0][0]; k != &kKernels[0][0][0][0] + kVariants; ++k) {
       cudaFuncAttributes fa{};
       if (cudaFuncGetAttributes(&fa, *k) == cudaSuccess) static_max = std::max(static_max, int(fa.sharedSizeBytes));
     }
     const int static_bytes = (static_max + 127) / 128 * 128;
     optin -= static_bytes;
-    for (const Kernel* k = kAll; k != kAll + kVariants; ++k) {
+    for (const Kernel* k = &kKernels[0][0][0][0]; k != &kKernels[0][0][0][0] + kVariants; ++k) {
       (void)cudaFuncSetAttribute(*k, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
       (void)cudaFuncSetAttribute(*k, cudaFuncAttributePreferredSharedMemoryCarveout,
                                  int(cudaSharedmemCarveoutMaxShared));
@@ -572,7 +530,6 @@ Fp8GemvArgs AsRingArgs(const GemvArgs& g) {
   a.norm_type = g.norm_type;
   a.norm_eps = g.norm_eps;
   a.swiglu = g.swiglu;
-  a.side = g.side;
   return a;
 }
 
@@ -656,16 +613,6 @@ void LaunchBf16(const GemvArgs& g, cudaStream_t stream, bool one_row) {
   LaunchRingMma(AsRingArgs(g), stream, one_row ? OneRowVariant(v) : v, /*bf16w=*/true);
 }
 }  // namespace
-
-bool Bf16RingMmaSideTakes(const GemvArgs& g) {
-  if (!g.side.w || !Bf16RingMmaFirst(g) || g.n != 1) return false;
-  const Fp8GemvVariant v = OneRowVariant(GetFp8GemvVariant());
-  const int64_t blocks = std::min<int64_t>(MultiprocessorCount(), g.m);  // LaunchRingMma's grid
-  const Fp8GemvArgs a = AsRingArgs(g);
-  return v.ring_warps != 16 && v.ring_blocks == 4 && StageX(a, v, GroupsPerBlock(a, blocks)) &&
-         g.side.rows >= 1 && g.side.rows <= blocks && g.k <= gemv::SideDot<8 * 32>::kMaxK &&
-         g.side.ldw % 8 == 0 && (reinterpret_cast<uintptr_t>(g.side.w) & 15) == 0 && g.side.out;
-}
 
 bool LaunchBf16RingMmaFirst(const GemvArgs& g, cudaStream_t stream) {
   if (!Bf16RingMmaFirst(g)) return false;

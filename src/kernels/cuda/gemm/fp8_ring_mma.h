@@ -43,9 +43,6 @@ bool Bf16RingMmaTake(const GemvArgs& a);
 // rule is asked once a launch.
 bool Bf16RingMmaFirst(const GemvArgs& a);
 bool LaunchBf16RingMmaFirst(const GemvArgs& a, cudaStream_t stream);
-// Whether the one-row rule's launch of `a` also computes a.side's dots (GemvArgs::side): the
-// rule holds, one row, side rows <= the grid (one block an SM), k <= 4096, the rule's layout.
-bool Bf16RingMmaSideTakes(const GemvArgs& a);
 void LaunchBf16RingMma(const GemvArgs& a, cudaStream_t stream);
 void SetBf16RingMmaMode(Bf16RingMmaMode mode);
 Bf16RingMmaMode GetBf16RingMmaMode();

@@ -20,8 +20,6 @@
 // those of the unfused ops: the normalised row and each projection output round to bf16.
 #include <cuda_bf16.h>
 
-#include "core/status.h"
-
 #include "kernels/cuda/common/device_params.h"
 #include "kernels/cuda/common/pdl.cuh"
 #include "kernels/cuda/elementwise/row_device.cuh"
@@ -237,16 +235,7 @@ void LaunchPass(const GemvArgs& a, bool vec, int64_t row0, int nb, cudaStream_t 
 
 }  // namespace
 
-bool GemvSideTakes(const GemvArgs& a) {
-  // LaunchGemv's order: the one-row rule first, then the ring GEMV.
-  return Bf16RingMmaFirst(a) ? Bf16RingMmaSideTakes(a) : GemvRingSideTakes(a);
-}
-
 bool GemvFusedSupports(const GemvArgs& a) {
-  if (a.side.w) return GemvSideTakes(a);
-  // The one-row rule's accumulating projection (FusedMatmul without norm / swiglu: the o
-  // projection with side dots runs as one; without them it is LaunchGemv's Matmul launch).
-  if (Bf16RingMmaFirst(a)) return true;
   if (Bf16RingMmaTake(a)) return true;  // fp8_ring_mma.cu's bf16 kernel (2-4 rows; kOn: 1-8)
   return a.n >= 1 && a.n <= kMaxFusedRows && VecLayout(a) && a.out && !a.out_f32 &&
          !a.accumulate && (!a.norm_weight || a.n * a.k * int64_t(sizeof(bf16)) <= kMaxStageBytes);
@@ -254,7 +243,6 @@ bool GemvFusedSupports(const GemvArgs& a) {
 
 void LaunchGemv(const GemvArgs& a, cudaStream_t stream) {
   if (a.n == 0 || a.m == 0) return;
-  PG_CHECK(!a.side.w || GemvSideTakes(a), "LaunchGemv: side dots no kernel takes here");
   if (LaunchBf16RingMmaFirst(a, stream)) return;  // one row: the o projection (by shape)
   if (GemvRingTake(a)) return LaunchGemvRing(a, stream);  // gemv_ring.cu (PEREGRINE_GEMV_RING)
   if (Bf16RingMmaTake(a)) return LaunchBf16RingMma(a, stream);  // fp8_ring_mma.cu, 2-4 rows

@@ -45,23 +45,12 @@ cuda::GemvArgs ArgsOf(const FusedMatmulParams& p) {
   a.norm_type = NormType(p.norm_weight.dtype);
   a.norm_eps = p.eps;
   a.swiglu = p.swiglu;
-  if (p.side.w.data) {
-    a.side.w = static_cast<const bf16*>(p.side.w.data);
-    a.side.ldw = p.side.w.strides[0];
-    a.side.rows = int(p.side.w.dim(0));
-    a.side.out = p.side.out.as<float>();
-    a.side.accumulate = p.side.accumulate;
-  }
   return a;
 }
 
 bool Supports(const FusedMatmulParams& p) {
   if (!(DevBf16(p.x) && DevBf16(p.w) && DevBf16(p.out) && !p.w_scale.data)) return false;
   if (p.norm_weight.data && p.norm_weight.device != Device::kCuda) return false;
-  if (p.side.w.data && !(DevBf16(p.side.w) && p.side.w.strides[1] == 1 &&
-                         p.side.out.device == Device::kCuda && p.side.out.dtype == DType::kF32 &&
-                         p.side.out.is_contiguous()))
-    return false;
   return cuda::GemvFusedSupports(ArgsOf(p));
 }
 
@@ -97,7 +86,6 @@ cuda::Fp8GemvArgs Fp8ArgsOf(const FusedMatmulParams& p) {
 }
 
 bool Fp8Supports(const FusedMatmulParams& p) {
-  if (p.side.w.data) return false;  // (the composition runs them)
   if (!(DevBf16(p.x) && DevBf16(p.out) && p.w.device == Device::kCuda &&
         p.w.dtype == DType::kF8E4M3 && p.w_scale.data && p.w_scale.device == Device::kCuda &&
         p.w_scale.dtype == DType::kF32 && (p.w_scale.ndim == 1 || p.w_scale.ndim == 2)))

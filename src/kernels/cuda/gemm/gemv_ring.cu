@@ -115,10 +115,7 @@ struct XF32 {  // staged widened (gemv::F32Staging)
 // kFp8: w holds fp8 e4m3 bytes (a.w reinterpreted; a.ldw in bytes) scaled by p.w_scale
 // (one scale, or one per row with p.scale_per_row), no norm / swiglu / f32 output; the sums
 // are those of cuda/moe's Fp8GemvKernel (16-element parts, scaled after the warp sum).
-// kSide: a.side's dots (gemv_device.cuh SideDot; the normed one-row projection only): the
-// weights' row loaded before PdlWait, x after it beside the staging's loads, the dot once x is
-// staged, the warps' parts summed after the consumers' last row.
-template <int NB, bool kNorm, bool kSwiGlu, bool kPair, bool kFp8 = false, bool kSide = false>
+template <int NB, bool kNorm, bool kSwiGlu, bool kPair, bool kFp8 = false>
 __global__ void __launch_bounds__(kThreads, 2) GemvRingKernel(GemvArgs a, RingPlan p) {
   PG_BLOCK_TRACE(kTraceGemvRing);
   constexpr int kW = kSwiGlu || kPair ? 2 : 1;  // weight rows per warp: j (and j + roff)
@@ -198,11 +195,7 @@ __global__ void __launch_bounds__(kThreads, 2) GemvRingKernel(GemvArgs a, RingPl
   [[maybe_unused]] gemv::NormWeightRegs<kConsumerWarps * 32> nw;
   if constexpr (kNorm)
     if (p.preload) nw.Load(a.norm_weight, a.norm_type, a.k, threadIdx.x);
-  [[maybe_unused]] gemv::SideDot<kConsumerWarps * 32> side;
-  __shared__ float side_part[kSide ? kConsumerWarps : 1];
-  if constexpr (kSide) side.LoadW(a.side, a.k, threadIdx.x);
   PdlWait();
-  if constexpr (kSide) side.LoadX(a.side, a.x, a.k, threadIdx.x);
   // One row with accumulate: lane t holds the output value of the warp's row t (loaded now,
   // beside x, instead of a dependent load in each row's WarpStore). Only this warp writes
   // those rows.
@@ -223,7 +216,6 @@ __global__ void __launch_bounds__(kThreads, 2) GemvRingKernel(GemvArgs a, RingPl
   else if (p.stage_x)
     gemv::StageRows<NB, kConsumerWarps>(a, 0, xs, threadIdx.x, kNorm, [] { ConsumerBarrier(); }, &nw);
   PG_TRACE_MARK(0);  // x staged
-  if constexpr (kSide) side.Partial(side_part, threadIdx.x);  // (read after the last barrier)
   const int64_t xld = p.stage_x ? a.k / 8 : a.ldx / 8;  // row stride of x, 16-byte units
   const int piece_v = p.chunk * kWb / 16;               // 16-byte units per row piece
   const uint4* ring = reinterpret_cast<const uint4*>(smem + kBarBytes);
@@ -303,10 +295,6 @@ __global__ void __launch_bounds__(kThreads, 2) GemvRingKernel(GemvArgs a, RingPl
     consume(XBf16{p.stage_x ? xs : reinterpret_cast<const uint4*>(a.x), xld});
   }
   PG_TRACE_MARK(2);  // this warp's rows stored
-  if constexpr (kSide) {
-    ConsumerBarrier();
-    side.Store(a.side, side_part, threadIdx.x);
-  }
 }
 
 // ---- host ----------------------------------------------------------------------------------
@@ -426,7 +414,7 @@ RingPlan PlanOf(const GemvArgs& a, int kw, int wb) {
   return p;
 }
 
-template <int NB, bool kNorm, bool kSwiGlu, bool kPair, bool kFp8 = false, bool kSide = false>
+template <int NB, bool kNorm, bool kSwiGlu, bool kPair, bool kFp8 = false>
 void Launch(const GemvArgs& a_in, cudaStream_t stream, const float* w_scale = nullptr,
             bool scale_per_row = false) {
   // PEREGRINE_GEMV_RING_LATE_PRODUCER=1 (diagnostic A/B): the producer streams only after the
@@ -435,7 +423,7 @@ void Launch(const GemvArgs& a_in, cudaStream_t stream, const float* w_scale = nu
   GemvArgs a = a_in;
   if (late_producer) a.w_constant = false;
   constexpr int kW = kSwiGlu || kPair ? 2 : 1;
-  auto* kernel = GemvRingKernel<NB, kNorm, kSwiGlu, kPair, kFp8, kSide>;
+  auto* kernel = GemvRingKernel<NB, kNorm, kSwiGlu, kPair, kFp8>;
   // The kernel's dynamic shared memory limit: the device's opt-in maximum less the kernel's
   // static shared memory (StageRows' partial sums), set once (a failure surfaces as the
   // launch's error).
@@ -484,10 +472,9 @@ void Launch(const GemvArgs& a_in, cudaStream_t stream, const float* w_scale = nu
   if (log || smem > size_t(smem_limit))
     std::fprintf(stderr,
                  "gemv ring: n=%lld k=%lld m=%lld kw=%d fp8=%d grid=%lld block=%d smem=%zu (limit %d) "
-                 "stages=%d group=%d chunk=%d slot=%d stage_x=%d side=%d\n",
+                 "stages=%d group=%d chunk=%d slot=%d stage_x=%d\n",
                  (long long)a.n, (long long)a.k, (long long)a.m, kW, int(kFp8), (long long)blocks,
-                 kThreads, smem, smem_limit, p.stages, p.group, p.chunk, p.slot_bytes, int(p.stage_x),
-                 a.side.rows);
+                 kThreads, smem, smem_limit, p.stages, p.group, p.chunk, p.slot_bytes, int(p.stage_x));
   g_launches.fetch_add(1, std::memory_order_relaxed);
   if (p.x_f32) g_xf32_launches.fetch_add(1, std::memory_order_relaxed);
   (void)LaunchPdl(kernel, dim3(unsigned(blocks)), dim3(kThreads), smem, stream, a, p);
@@ -505,13 +492,6 @@ void LaunchRows(const GemvArgs& a, cudaStream_t stream) {
       // Qwen3-30B-A3B -46.
       const int pair1 = Pair1Ref();
       const bool pair = !kSwiGlu && (pair1 < 0 || (pair1 & (kNorm ? 1 : 2)) != 0);
-      if constexpr (kNorm && !kSwiGlu) {
-        if (a.side.w) {  // GemvRingSideTakes checked the rest
-          if (pair) Launch<1, true, false, true, false, true>(a, stream);
-          else Launch<1, true, false, false, false, true>(a, stream);
-          break;
-        }
-      }
       if (pair) Launch<1, kNorm, kSwiGlu, !kSwiGlu>(a, stream);
       else Launch<1, kNorm, kSwiGlu, false>(a, stream);
       break;
@@ -529,14 +509,6 @@ bool GemvRingTake(const GemvArgs& a) {
   const GemvRingMode mode = ModeRef();
   if (mode == GemvRingMode::kOff || !Supported(a)) return false;
   return mode == GemvRingMode::kOn || ShapeWantsRing(a);
-}
-
-bool GemvRingSideTakes(const GemvArgs& a) {
-  if (!a.side.w || a.n != 1 || !a.norm_weight || a.swiglu || !GemvRingTake(a)) return false;
-  // Launch's grid is min(blocks an SM x SMs, warp-row space), at least half of m.
-  const int64_t blocks = std::min<int64_t>(MultiprocessorCount(), (a.m + 1) / 2);
-  return a.side.rows >= 1 && a.side.rows <= blocks && a.k <= gemv::SideDot<kConsumerWarps * 32>::kMaxK &&
-         a.side.ldw % 8 == 0 && (reinterpret_cast<uintptr_t>(a.side.w) & 15) == 0 && a.side.out;
 }
 
 void LaunchGemvRing(const GemvArgs& a, cudaStream_t stream) {

@@ -18,9 +18,6 @@ namespace pg::cuda {
 // selects it for this shape.
 bool GemvRingTake(const GemvArgs& a);
 void LaunchGemvRing(const GemvArgs& a, cudaStream_t stream);
-// Whether the ring kernel's launch of `a` also computes a.side's dots (GemvArgs::side): it
-// takes `a`, one normed row without swiglu, side rows <= its grid, k <= 4096.
-bool GemvRingSideTakes(const GemvArgs& a);
 // The same kernel on fp8 e4m3 weights with a per-tensor or per-row scale (the dense fp8
 // Matmul at <= 4 rows, fp8_matmul.cpp): bitwise the sums of cuda/moe's f32 Fp8GemvKernel
 // (LaunchFp8GemvF32). Takes

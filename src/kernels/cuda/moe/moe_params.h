@@ -56,10 +56,6 @@ struct MoeRouterArgs {
   // stop: no routing, no counter. The walking gate/up kernel routes from the logits
   // (MoeWalkArgs::self_route). Needs no residual (block 0 would overwrite another block's input).
   bool defer_route;
-  // ops_moe.h MoeRouterParams::logits_times_rms (logits form, no router_w): the logits are
-  // rms(x) times the routed ones; the router kernel normalises x (norm_w, eps) into normed and
-  // routes on logits / rms(x). Register routing only (num_experts <= kRouteRegMaxExperts).
-  bool logits_times_rms;
   // The deferred-routing NormLogits form at one token: right after its PDL wait (the o
   // projection done, the HBM idle through the routing), block i of n asks the L2 for share i
   // of these weights (the next layer's qkv: MoeExpertsParams::l2_after at
@@ -242,9 +238,6 @@ struct Fp8GemvArgs {
   WeightType norm_type;
   float norm_eps;
   bool swiglu;
-  // Side dots (device_params.h SideDotArgs): only the bf16 one-row ring kernel takes them
-  // (fp8_ring_mma.cu, from GemvArgs::side through AsRingArgs).
-  SideDotArgs side;
 };
 void LaunchFp8Gemv(const Fp8GemvArgs& a, cudaStream_t stream);
 // The f32-FMA warp kernel alone (the reference twin of gemv_ring.cu's fp8 path, bitwise).

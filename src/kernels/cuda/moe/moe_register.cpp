@@ -78,16 +78,7 @@ bool RouterSupports(const MoeRouterParams& p) {
                         (!p.residual.data || (On(p.residual, DType::kBF16) && p.residual.strides[1] == 1)));
   const bool fused_ok = !p.x.data || (On(p.x, DType::kBF16) && On(p.router, DType::kBF16) &&
                                       On(p.logits, DType::kF32) && p.x.strides[1] == 1 && norm_ok);
-  // logits_times_rms: the logits-form kernel normalises x itself (register routing, 16-byte
-  // rows).
-  const bool rms_ok =
-      !p.logits_times_rms ||
-      (On(p.x, DType::kBF16) && On(p.logits, DType::kF32) && On(p.norm_weight, DType::kF32) &&
-       On(p.normed, DType::kBF16) && p.x.strides[1] == 1 && p.normed.strides[1] == 1 &&
-       p.x.dim(1) % 8 == 0 && p.x.strides[0] % 8 == 0 && p.normed.strides[0] % 8 == 0 &&
-       Aligned16(p.x.data) && Aligned16(p.normed.data) && Aligned16(p.norm_weight.data) &&
-       p.logits.dim(1) <= cuda::kRouteRegMaxExperts);
-  return logits_ok && (p.logits_times_rms ? rms_ok : fused_ok) && On(p.topk_ids, DType::kI32) && On(p.topk_weights, DType::kF32) &&
+  return logits_ok && fused_ok && On(p.topk_ids, DType::kI32) && On(p.topk_weights, DType::kF32) &&
          (!p.bias.data || p.bias.device == Device::kCuda) &&
          p.logits.dim(1) <= cuda::kRouterMaxExperts && p.topk_ids.dim(1) <= cuda::kRouterMaxTopK &&
          p.num_groups <= cuda::kRouterMaxGroups;
@@ -129,17 +120,6 @@ cuda::MoeRouterArgs RouterArgsOf(const MoeRouterParams& p, cudaStream_t stream, 
   a.sigmoid = p.scoring == MoeScoring::kSigmoid;
   a.renormalize = p.renormalize;
   a.scaling = p.scaling;
-  if (p.logits_times_rms) {  // the logits form with the norm (no router matmul, no counter)
-    a.logits_times_rms = true;
-    a.x = static_cast<const bf16*>(p.x.data);
-    a.ldx = p.x.strides[0];
-    a.hidden = int(p.x.dim(1));
-    a.norm_w = p.norm_weight.as<float>();
-    a.normed = static_cast<bf16*>(p.normed.data);
-    a.ld_normed = p.normed.strides[0];
-    a.eps = p.norm_eps;
-    return a;
-  }
   if (p.x.data) {
     a.x = static_cast<const bf16*>(p.x.data);
     a.router_w = static_cast<const bf16*>(p.router.data);
@@ -287,7 +267,7 @@ bool ExpertsSupport(const MoeExpertsParams& p) {
 bool SelfRouteOk(const MoeExpertsParams& p) {
   const MoeRouterParams& r = *p.route;
   return cuda::GetMoeTuning().walk_self_route && r.logits.dim(1) <= cuda::kRouteRegMaxExperts &&
-         !r.residual.data && !r.logits_times_rms;
+         !r.residual.data;
 }
 
 // Bump allocator over one scratch slot (first pass with base == nullptr measures).
@@ -409,9 +389,7 @@ void RunExperts(const MoeExpertsParams& p) {
       LaunchWalk(p, L, table, sh, int(k), MoeAct(n, k, sh.num, inter), p.accumulate, stream, &ra);
       return;
     }
-    if (p.route->logits_times_rms) {
-      RunRouter(*p.route);  // one kernel: the norm and the routing from the folded logits
-    } else if (!sorted && p.route->x.data && !p.route->residual.data) {
+    if (!sorted && p.route->x.data && !p.route->residual.data) {
       // The fused router kernel stops after the logits and normed rows (no counter); the
       // router kernel routes from the logits; the walk reads the routes.
       cuda::MoeRouterArgs ra = RouterArgsOf(*p.route, stream, /*defer_route=*/true);

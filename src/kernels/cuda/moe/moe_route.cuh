@@ -142,10 +142,10 @@ __device__ inline void RouteWarpLogits(const MoeRouterArgs& a, const float (&lg)
   *weight = w;
 }
 
-// The same for token t of a.logits times logit_scale; f32 logits are read through L2
-// (__ldcg): they may come from other blocks of the same grid.
+// The same for token t of a.logits; f32 logits are read through L2 (__ldcg): they may come
+// from other blocks of the same grid.
 __device__ inline void RouteWarp(const MoeRouterArgs& a, int64_t t, float* choice_smem, int lane,
-                                 int* id, float* weight, float logit_scale = 1.0f) {
+                                 int* id, float* weight) {
   float lg[kRoutePerLane];
 #pragma unroll
   for (int j = 0; j < kRoutePerLane; ++j) {
@@ -155,7 +155,6 @@ __device__ inline void RouteWarp(const MoeRouterArgs& a, int64_t t, float* choic
       lg[j] = a.logits_bf16
                   ? __bfloat162float(static_cast<const bf16*>(a.logits)[t * a.logits_stride + e])
                   : __ldcg(static_cast<const float*>(a.logits) + t * a.logits_stride + e);
-    lg[j] *= logit_scale;
   }
   RouteWarpLogits(a, lg, choice_smem, lane, id, weight);
 }

@@ -129,93 +129,12 @@ __device__ void RouteAny(const MoeRouterArgs& a, int64_t t, float* score, float*
   }
 }
 
-// MoeRouterArgs::logits_times_rms (register routing; x and normed 16-byte aligned rows, hidden
-// % 8 == 0): warp w routes token t = blockIdx.x * kWarps + w. Before PdlWait it loads the norm
-// weight of its lanes' first kPreChunks chunks (weights only); after it, the token's logits and
-// x row together (both written upstream), then inv = rsqrt(mean(x^2) + eps), the normed row
-// bf16(x * inv * norm_w) stored, and the routing of logits * inv. Rows past 32 * kPreChunks
-// chunks (hidden > 2048) read the rest of x (L1) and norm_w again.
-// smem: the launch's [kWarps][2][num_experts] f32 (group-limited routing's choice scores).
-__device__ void FoldedRoute(const MoeRouterArgs& a, float* smem) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t t = int64_t(blockIdx.x) * kWarps + warp;
-  const bool has_token = t < a.num_tokens;
-  const int nc = a.hidden / 8;
-  auto gw_of = [&](int c, float (&gw)[8]) {
-    const float4* gp = reinterpret_cast<const float4*>(a.norm_w + c * 8);
-    const float4 g0 = __ldg(gp), g1 = __ldg(gp + 1);
-    gw[0] = g0.x, gw[1] = g0.y, gw[2] = g0.z, gw[3] = g0.w;
-    gw[4] = g1.x, gw[5] = g1.y, gw[6] = g1.z, gw[7] = g1.w;
-  };
-  float g[kPreChunks][8];
-#pragma unroll
-  for (int q = 0; q < kPreChunks; ++q)
-    if (has_token && lane + 32 * q < nc) gw_of(lane + 32 * q, g[q]);
-  PdlWait();  // logits and x come from upstream kernels; normed and the routes are written below
-  PdlTrigger();
-  if (!has_token) return;
-  float lg[moe::kRoutePerLane];
-#pragma unroll
-  for (int j = 0; j < moe::kRoutePerLane; ++j) {
-    const int e = lane + 32 * j;
-    lg[j] = e < a.num_experts ? __ldcg(static_cast<const float*>(a.logits) + t * a.logits_stride + e) : 0.0f;
-  }
-  const uint4* x4 = reinterpret_cast<const uint4*>(a.x + t * a.ldx);
-  uint4 xr[kPreChunks];
-#pragma unroll
-  for (int q = 0; q < kPreChunks; ++q)
-    if (lane + 32 * q < nc) xr[q] = __ldcg(x4 + lane + 32 * q);
-  float ss = 0.0f;
-  auto sum_sq = [&](const uint4& v) {
-    float f[8];
-    moe::Widen<false>(v, f);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) ss = fmaf(f[i], f[i], ss);
-  };
-#pragma unroll
-  for (int q = 0; q < kPreChunks; ++q)
-    if (lane + 32 * q < nc) sum_sq(xr[q]);
-  for (int c = lane + 32 * kPreChunks; c < nc; c += 32) sum_sq(__ldcg(x4 + c));
-  const float inv = rsqrtf(WarpSum(ss) / float(a.hidden) + a.eps);
-  PG_TRACE_MARK(3);  // x and the logits arrived, 1 / rms
-  uint4* out = reinterpret_cast<uint4*>(a.normed + t * a.ld_normed);
-  auto store = [&](const uint4& v, const float (&gw)[8], int c) {
-    float f[8];
-    moe::Widen<false>(v, f);
-    __align__(16) bf16 ov[8];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) ov[i] = __float2bfloat16_rn(f[i] * inv * gw[i]);
-    out[c] = *reinterpret_cast<const uint4*>(ov);
-  };
-#pragma unroll
-  for (int q = 0; q < kPreChunks; ++q)
-    if (lane + 32 * q < nc) store(xr[q], g[q], lane + 32 * q);
-  for (int c = lane + 32 * kPreChunks; c < nc; c += 32) {
-    float gw[8];
-    gw_of(c, gw);
-    store(__ldcg(x4 + c), gw, c);
-  }
-#pragma unroll
-  for (int j = 0; j < moe::kRoutePerLane; ++j) lg[j] *= inv;
-  int id;
-  float w;
-  moe::RouteWarpLogits(a, lg, smem + size_t(warp) * 2 * a.num_experts, lane, &id, &w);
-  if (lane < a.top_k) {
-    a.topk_ids[t * a.top_k + lane] = id;
-    a.topk_weights[t * a.weights_stride + lane] = w;
-  }
-  PG_TRACE_MARK(2);  // routes stored
-}
-
 // kReg: a.num_experts <= 32 * kRoutePerLane, routed in registers only (the kernel carries no
-// shared-memory routing code); with a.logits_times_rms (kReg only) FoldedRoute.
+// shared-memory routing code).
 template <bool kReg>
 __global__ void __launch_bounds__(kWarps * 32) RouterKernel(MoeRouterArgs a) {
   PG_BLOCK_TRACE(kTraceRouter);
   extern __shared__ float smem[];
-  if constexpr (kReg) {
-    if (a.logits_times_rms) return FoldedRoute(a, smem);  // (its own PDL wait)
-  }
   PdlWait();  // logits come from the router matmul
   PdlTrigger();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -513,12 +432,6 @@ void LaunchMoeRouter(const MoeRouterArgs& a, cudaStream_t stream) {
   // a layer in a block trace); DeepSeek-V2-Lite -6 us (docs/PERF.md "Session 16").
   static const bool warm = EnvFlag("PEREGRINE_MOE_NORM_LOGITS_WARM", true);
   const size_t smem = size_t(kWarps) * 2 * size_t(a.num_experts) * sizeof(float);
-  if (a.logits_times_rms) {  // the logits form, normalising x first (LaunchMoeRouter's caller
-                             // checked register routing and the vector layout)
-    const unsigned blocks = unsigned((a.num_tokens + kWarps - 1) / kWarps);
-    (void)LaunchPdl(RouterKernel<true>, dim3(blocks), dim3(kWarps * 32), smem, stream, a);
-    return;
-  }
   if (a.x) {
     auto al16 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
     const bool vec = a.hidden % 8 == 0 && a.ldx % 8 == 0 && a.ld_router % 8 == 0 && al16(a.x) &&
