@@ -1,3 +1,5 @@
+# (Ran binaries of branch s36/router-fold, 7891b0b / 3233f21; reverted on main as measured slower:
+# docs/PERF.md "Session 36". The make commands below need that branch checked out.)
 # Queue job (tools/gpu/queue.sh), session 36: the MoE router folded through the attention's
 # projections (moe_device.h RouterFold, PEREGRINE_MOE_ROUTER_FOLD=1; off by default until
 # measured): the side dots' and the folded router's GPU tests, the tiny models' HF goldens with

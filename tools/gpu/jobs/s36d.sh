@@ -1,3 +1,5 @@
+# (Ran binaries of branch s36/router-fold, 7891b0b / 3233f21; reverted on main as measured slower:
+# docs/PERF.md "Session 36". The make commands below need that branch checked out.)
 # Queue job (tools/gpu/queue.sh), session 36: why the folded router (s36b: Qwen3-30B-A3B 1 x 1K
 # 2879.6 -> 3368.4 us a step with PEREGRINE_MOE_ROUTER_FOLD=1, both side-dot kernels taken)
 # is slower: block traces of one step, base and fold (trace build), per kernel kind; and the

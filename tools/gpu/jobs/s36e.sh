@@ -1,3 +1,5 @@
+# (Ran binaries of branch s36/router-fold, 7891b0b / 3233f21; reverted on main as measured slower:
+# docs/PERF.md "Session 36". The make commands below need that branch checked out.)
 # Queue job (tools/gpu/queue.sh), session 36: the folded router after s36d's trace (its router
 # kernel's norm took 6.1 us after the wait: the norm weights loaded after x, the logits after the
 # stores; the o projection's side weights read before its wait slowed the attention's new-token
