@@ -57,13 +57,10 @@ ab_header() {  # the job's first lines: the binaries' commit and the card
 }
 ab_batches() {  # label model batches [VAR=value ...]: "ROW b<N><label>-<model> us floor/t" per
   # batch (comma-separated, graph captured at 1024 keys); model dsv3_5l: DeepSeek-V3's config cut
-  # to 5 layers (written to /tmp on first use)
+  # to 5 layers (tools/gpu/dsv3_5l.sh)
   local label=$1 model=$2 batches=$3; shift 3
   local cfg="configs/$model/config.json"
-  if [[ "$model" == dsv3_5l ]]; then
-    cfg=/tmp/dsv3_5l/config.json
-    [[ -f "$cfg" ]] || { mkdir -p /tmp/dsv3_5l && python3 -c 'import json; c=json.load(open("configs/deepseek-v3/config.json")); c["num_hidden_layers"]=5; json.dump(c, open("/tmp/dsv3_5l/config.json","w"))'; }
-  fi
+  if [[ "$model" == dsv3_5l ]]; then cfg=$(tools/gpu/dsv3_5l.sh); fi
   env "$@" timeout 90 "$BIN/${AB_BIN:-moe_gpu_check}" bench gpu-decode --load-format dummy --iters 30 \
     --batch "$batches" --context 1024 --model "$cfg" 2>&1 | command tr '\r' '\n' |
     command grep -E '^ +[0-9]+ +1024 ' | command sort -u |

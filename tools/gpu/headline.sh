@@ -22,8 +22,7 @@ run() {  # name seconds command...
 G=$BIN/gemv_gpu_check F=$BIN/fattn_gpu_check M=$BIN/moe_gpu_check
 D="bench gpu-decode --load-format dummy --iters 20"
 cfg() { echo configs/$1/config.json; }
-mkdir -p /tmp/dsv3_5l
-python3 -c 'import json; c=json.load(open("configs/deepseek-v3/config.json")); c["num_hidden_layers"]=5; json.dump(c, open("/tmp/dsv3_5l/config.json","w"))'
+DSV3_5L=$(tools/gpu/dsv3_5l.sh)
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader
 # Correctness.
 run gemv 120 $G --gtest_filter='-GpuModelGolden.SmolLM2Gguf'
@@ -35,7 +34,7 @@ run llama_32k 40 $G $D --model $(cfg llama-3.1-8b) --batch 1,8 --context 32768 -
 run llama_fp8w 30 $G $D --model $(cfg llama-3.1-8b) --batch 1,4,8 --context 1024 --weight-dtype fp8
 run qwen3moe 40 $M $D --model $(cfg qwen3-30b-a3b) --batch 1,2,4,8,32 --context 1024
 run v2lite 40 $M $D --model $(cfg deepseek-v2-lite) --batch 1,8,32 --context 1024
-run dsv3_5l 40 $M $D --model /tmp/dsv3_5l/config.json --batch 1,8,32 --context 1024
+run dsv3_5l 40 $M $D --model "$DSV3_5L" --batch 1,8,32 --context 1024
 run prefill 60 $G bench gpu-prefill --model $(cfg llama-3.1-8b) --load-format dummy --prompt 8192,32768 --chunk 8192 --ttft-prefix 50000 --ttft-new 800
 # Serving-like: graph sets captured up to 32K with the engine's kv buckets.
 run serve_llama 60 $G $D --model $(cfg llama-3.1-8b) --batch 1,8 --context 1024,4096 --capture-context 32768
