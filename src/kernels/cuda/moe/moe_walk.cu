@@ -386,30 +386,44 @@ __global__ void __launch_bounds__(kWarps * 32) DownKernel(MoeWalkArgs a, bool ve
   }
 }
 
-// Kernel 1: the flat form (GateUpFlatKernel) when a.gu_flat asks for it — 1: one token, bf16
-// experts, and the slot-per-block grid g1 more than one wave; 2: always — else GateUpKernel
-// over g1.
+// Kernel 1's flat grid (GateUpFlatKernel) when a.gu_flat asks for it — 1: one token, bf16
+// experts, and the slot-per-block grid g1 more than one wave of U-unrolled blocks; 2: always:
+// its blocks (at most one wave), or 0 where GateUpKernel runs over g1.
+template <bool kFp8, int U, int kWarps>
+unsigned FlatGateUpBlocks(const MoeWalkArgs& a, dim3 g1) {
+  const int64_t items = a.num_tokens * (a.top_k + a.num_shared) * ((a.inter + 1) / 2);
+  if (a.gu_flat <= 0 || a.self_route || a.prefetch_down || items > INT32_MAX) return 0;
+  static const int per_sm = [] {
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, GateUpFlatKernel<kFp8, U, kWarps>,
+                                                      kWarps * 32, 0) != cudaSuccess || n < 1)
+      n = 1;
+    return n;
+  }();
+  const int cap = a.gu_flat_per_sm > 0 && a.gu_flat_per_sm < per_sm ? a.gu_flat_per_sm : per_sm;
+  const int64_t wave = int64_t(cap) * MultiprocessorCount();
+  const int64_t blocks = int64_t(g1.x) * g1.y;
+  if (a.gu_flat < 2 && !(blocks > wave && a.num_tokens == 1 && !kFp8)) return 0;
+  return unsigned(blocks < wave ? blocks : wave);
+}
+
 template <bool kFp8, int U, int kWarps>
 void LaunchGateUp(const MoeWalkArgs& a, bool vec, dim3 g1, cudaStream_t stream) {
-  const int64_t items = a.num_tokens * (a.top_k + a.num_shared) * ((a.inter + 1) / 2);
-  if (a.gu_flat > 0 && !a.self_route && !a.prefetch_down && items <= INT32_MAX) {
-    static const int per_sm = [] {
-      int n = 0;
-      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, GateUpFlatKernel<kFp8, U, kWarps>,
-                                                        kWarps * 32, 0) != cudaSuccess || n < 1)
-        n = 1;
-      return n;
-    }();
-    const int cap = a.gu_flat_per_sm > 0 && a.gu_flat_per_sm < per_sm ? a.gu_flat_per_sm : per_sm;
-    const int64_t wave = int64_t(cap) * MultiprocessorCount();
-    const int64_t blocks = int64_t(g1.x) * g1.y;
-    if (a.gu_flat >= 2 || (blocks > wave && a.num_tokens == 1 && !kFp8)) {
-      const unsigned b = unsigned(blocks < wave ? blocks : wave);
-      (void)LaunchPdl(GateUpFlatKernel<kFp8, U, kWarps>, dim3(b), dim3(kWarps * 32), 0, stream, a, vec);
-      return;
-    }
+  if (const unsigned b = FlatGateUpBlocks<kFp8, U, kWarps>(a, g1)) {
+    (void)LaunchPdl(GateUpFlatKernel<kFp8, U, kWarps>, dim3(b), dim3(kWarps * 32), 0, stream, a, vec);
+    return;
   }
   (void)LaunchPdl(GateUpKernel<kFp8, U, kWarps>, g1, dim3(kWarps * 32), 0, stream, a, vec);
+}
+
+// a.gu_unroll 0 (auto, bf16 experts): 4 loads in flight where the one-token grid goes flat at 2
+// (fewer, longer-streaming blocks), else 2. H100, 1 x 1K, three interleaved rounds
+// (docs/PERF.md "Session 37"): DeepSeek-V2-Lite -27.5, Moonlight-16B-A3B -16.3 us a step; the
+// per-slot grid at 4 lost (Qwen3-30B-A3B +132), as did 4 on Qwen3's flat grid (+59).
+template <bool kFp8, int kWarps>
+int GateUpUnroll(const MoeWalkArgs& a, dim3 g1) {
+  if (a.gu_unroll != 0) return a.gu_unroll;
+  return !kFp8 && a.num_tokens == 1 && FlatGateUpBlocks<kFp8, 2, kWarps>(a, g1) > 0 ? 4 : 2;
 }
 
 template <bool kFp8, int kWarps>
@@ -419,7 +433,7 @@ void LaunchWarps(const MoeWalkArgs& a, bool vec, cudaStream_t stream) {
   const dim3 g2(unsigned((a.hidden + kWarps - 1) / kWarps), unsigned(a.num_tokens));
   const dim3 block(kWarps * 32);
   if (a.phases & 1) {
-    if (a.gu_unroll >= 4) LaunchGateUp<kFp8, 4, kWarps>(a, vec, g1, stream);
+    if (GateUpUnroll<kFp8, kWarps>(a, g1) >= 4) LaunchGateUp<kFp8, 4, kWarps>(a, vec, g1, stream);
     else LaunchGateUp<kFp8, 2, kWarps>(a, vec, g1, stream);
   }
   if (a.phases & 2) {
