@@ -18,6 +18,19 @@ ab_step() {  # label binary model [VAR=value ...]
     command tr '\r' '\n' | command grep -E "^ +1 +$ctx " | command head -1 |
     command awk -v l="$label" '{print "ROW", l, $3, $7}'
 }
+ab_sweep() {  # rounds "model ..." "label VAR=value" ...: one-knob sweep of moe_gpu_check, each
+  # round and model a base row, then one row a setting (interleaved: the settings of a round
+  # run between its bases)
+  local rounds=$1 models=$2 r m s; shift 2
+  for ((r = 1; r <= rounds; ++r)); do
+    for m in $models; do
+      ab_step "base-$m" moe_gpu_check "$m"
+      for s in "$@"; do
+        ab_step "${s%% *}-$m" moe_gpu_check "$m" "${s#* }"
+      done
+    done
+  done
+}
 ab_serve() {  # label binary model [VAR=value ...]
   local label=$1 bin=$2 model=$3 ctxs=${AB_SERVE_CONTEXTS:-1024,2048,4096}; shift 3
   env "$@" timeout "${AB_TIMEOUT:-90}" "$BIN/$bin" bench gpu-decode --load-format dummy --iters 30 \

@@ -28,15 +28,7 @@ settings=(
   "l2after0 PEREGRINE_MOE_L2_AFTER_PCT=0" "l2after50 PEREGRINE_MOE_L2_AFTER_PCT=50"
   "xw0 PG_FUSED_XW=0" "splitkeys32 PG_FUSED_MIN_SPLIT_KEYS=32"
 )
-for r in 1 2; do
-  for m in qwen3-30b-a3b deepseek-v2-lite; do
-    ab_step "base-$m" moe_gpu_check "$m"
-    for s in "${settings[@]}"; do
-      set -- $s
-      ab_step "$1-$m" moe_gpu_check "$m" "$2"
-    done
-  done
-done
+ab_sweep 2 "qwen3-30b-a3b deepseek-v2-lite" "${settings[@]}"
 echo "== tests"
 timeout 300 "$BIN/gemv_gpu_check" --gtest_filter='FusedMatmulOp.*' --gtest_repeat=25 > "$OUT/fm.txt" 2>&1
 echo "rc $? passed-runs $(grep -c '^\[  PASSED  \]' "$OUT/fm.txt")"

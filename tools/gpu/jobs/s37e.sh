@@ -19,12 +19,4 @@ settings=(
   "gusm1 PEREGRINE_MOE_GU_FLAT_SM=1" "guflat2 PEREGRINE_MOE_GU_FLAT=2"
 )
 ab_step warmup moe_gpu_check qwen3-30b-a3b
-for r in 1 2; do
-  for m in qwen3-30b-a3b deepseek-v2-lite; do
-    ab_step "base-$m" moe_gpu_check "$m"
-    for s in "${settings[@]}"; do
-      set -- $s
-      ab_step "$1-$m" moe_gpu_check "$m" "$2"
-    done
-  done
-done
+ab_sweep 2 "qwen3-30b-a3b deepseek-v2-lite" "${settings[@]}"
