@@ -56,7 +56,9 @@ __device__ float RowDotScalar(const void* w_row, const XT* x, int cols, moe::Row
 
 // Vector path of one (slot, pair of inter rows): the gate and up chunks of both rows loaded
 // side by side (4 * U 16-byte loads in flight per lane), each x chunk read once for all four.
-// Returns the lane's partial sums (gate0, up0, gate1, up1).
+// Returns the lane's partial sums (gate0, up0, gate1, up1). Invariant: a lane adds its chunks
+// lane, lane + 32, lane + 64, ... in that order whatever U is, so U changes no bit
+// (GateUpUnroll picks U per grid; MoeExpertsOp.CudaFlatGateUpChangesNoBit compares 4 with 2).
 template <bool kFp8, int U>
 __device__ float4 GateUpVec(const uint4* const w4[4], const bf16* x, int nc,
                             const moe::RowScale rs[4], int lane) {
