@@ -118,10 +118,9 @@ struct MoeWalkArgs {
   int64_t num_tokens;
   int top_k, num_experts, hidden, inter;
   bool accumulate;
-  // Tuning (moe_tuning.h): 16-byte loads in flight per lane and row (gate/up: 2 or 4, 0 = 4
-  // where LaunchGateUp takes the flat grid at one token with bf16 experts, else 2; down: 4 or
-  // 8), warps per block (4 or 8), whether kernel 1 prefetches the routed experts' down rows
-  // into L2.
+  // Tuning (moe_tuning.h): 16-byte loads in flight per lane and row (gate/up: 2 or 4, 0 = auto,
+  // moe_walk.cu GateUpUnroll; down: 4 or 8), warps per block (4 or 8), whether kernel 1
+  // prefetches the routed experts' down rows into L2.
   int gu_unroll, down_unroll, warps;
   bool prefetch_down;
   // Kernel 1's grid (moe_walk.cu LaunchGateUp): 0 = one block per (slot, kWarps pairs); 1 = the

@@ -321,7 +321,7 @@ void LaunchWalk(const MoeExpertsParams& p, const cuda::MoeWeightLayout& L,
   a.hidden = int(h);
   a.inter = int(inter);
   a.accumulate = accumulate;
-  a.gu_unroll = tune.walk_gu_unroll ? tune.walk_gu_unroll : (L.fp8 ? 4 : 0);  // 0: by the grid
+  a.gu_unroll = tune.walk_gu_unroll;  // 0: auto (moe_walk.cu GateUpUnroll)
   a.down_unroll = tune.walk_down_unroll ? tune.walk_down_unroll : (n * h <= 2048 ? 8 : 4);
   a.warps = tune.walk_warps ? tune.walk_warps : (!L.fp8 && n == 1 ? 8 : 4);
   a.gu_flat = tune.walk_gu_flat;

@@ -14,9 +14,9 @@ struct MoeTuning {
   // sorted 1067 us at 8 tokens, 2721 vs 3081 at 32; bf16 V2-Lite: sorted faster from 8).
   int walk_max_tokens_fp8 = 32;
   // Route-walking kernels (moe_walk.cu): 16-byte loads in flight per lane and row in the
-  // gate/up kernel (2 or 4; 0 = auto: 4 for fp8 weights, 2 for bf16 — H200, one token:
-  // DeepSeek-V3 fp8 shape 103 vs 110 us, Qwen3 bf16 29 vs 25 us — except 4 where bf16's one-token
-  // grid goes flat, moe_walk.cu GateUpUnroll) and the one-warp-per-row down
+  // gate/up kernel (2 or 4; 0 = auto, moe_walk.cu GateUpUnroll: 4 for fp8 weights, 2 for bf16
+  // — H200, one token: DeepSeek-V3 fp8 shape 103 vs 110 us, Qwen3 bf16 29 vs 25 us — except 4
+  // where bf16's one-token grid goes flat) and the one-warp-per-row down
   // kernel (4 or 8; 0 = auto: 8 when tokens x hidden
   // <= 2048, measured faster there on the H200, else 4); warps per block of the gate/up kernel
   // (4 or 8; 0 = auto: 8 for bf16 weights at one token, else 4 — H200: 4 equal at one token,

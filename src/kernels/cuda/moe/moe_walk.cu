@@ -418,14 +418,15 @@ void LaunchGateUp(const MoeWalkArgs& a, bool vec, dim3 g1, cudaStream_t stream) 
   (void)LaunchPdl(GateUpKernel<kFp8, U, kWarps>, g1, dim3(kWarps * 32), 0, stream, a, vec);
 }
 
-// a.gu_unroll 0 (auto, bf16 experts): 4 loads in flight where the one-token grid goes flat at 2
-// (fewer, longer-streaming blocks), else 2. H100, 1 x 1K, three interleaved rounds
+// a.gu_unroll 0 (auto): 4 loads in flight for fp8 experts; for bf16, 4 where the one-token grid
+// goes flat at 2 (fewer, longer-streaming blocks), else 2. H100, 1 x 1K, three interleaved rounds
 // (docs/PERF.md "Session 37"): DeepSeek-V2-Lite -27.5, Moonlight-16B-A3B -16.3 us a step; the
 // per-slot grid at 4 lost (Qwen3-30B-A3B +132), as did 4 on Qwen3's flat grid (+59).
 template <bool kFp8, int kWarps>
 int GateUpUnroll(const MoeWalkArgs& a, dim3 g1) {
   if (a.gu_unroll != 0) return a.gu_unroll;
-  return !kFp8 && a.num_tokens == 1 && FlatGateUpBlocks<kFp8, 2, kWarps>(a, g1) > 0 ? 4 : 2;
+  if (kFp8) return 4;
+  return a.num_tokens == 1 && FlatGateUpBlocks<kFp8, 2, kWarps>(a, g1) > 0 ? 4 : 2;
 }
 
 template <bool kFp8, int kWarps>
