@@ -5,7 +5,8 @@
 # before (in the dot loop, after the staging). s37k's trace: this kernel's post-wait time 5.1 us
 # for ~2.5 us of bytes left after the wait. Three interleaved rounds after a warm-up, then a
 # block trace of V2-Lite at 0 and 1.
-# Make it:
+# (Ran in session 38; the code is on branch s38/gemv-vec-pre.)
+# Make it on that branch:
 #   ninja -C build/cuda moe_gpu_check && ninja -C build/trace moe_gpu_check
 #   tools/gpu/make_job.sh s38b tools/gpu/jobs/s38b.sh 420 moe_gpu_check=build/cuda/tests/models/moe_gpu_check \
 #     moe_trace=build/trace/tests/models/moe_gpu_check

@@ -4,7 +4,8 @@
 # PdlWait at all (s38b's trace: the wait's release came later, 2.6-3.4 us after the down
 # kernel's end, with more weight reads in flight). A diagnostic line per launch form
 # (PEREGRINE_GEMV_VEC_DIAG: registers, blocks an SM, grid) for the model steps.
-# Make it:
+# (Ran in session 38; the code is on branch s38/gemv-vec-pre.)
+# Make it on that branch:
 #   ninja -C build/cuda moe_gpu_check && ninja -C build/trace moe_gpu_check
 #   tools/gpu/make_job.sh s38c tools/gpu/jobs/s38c.sh 420 moe_gpu_check=build/cuda/tests/models/moe_gpu_check \
 #     moe_trace=build/trace/tests/models/moe_gpu_check
