@@ -16,6 +16,7 @@
 // chunk and 16-byte aligned; otherwise an element loop.
 #include <cstdint>
 
+#include "core/env.h"
 #include "kernels/cuda/common/context.h"
 #include "kernels/cuda/common/pdl.cuh"
 #include "kernels/cuda/moe/moe_device.cuh"
@@ -409,8 +410,23 @@ unsigned FlatGateUpBlocks(const MoeWalkArgs& a, dim3 g1) {
   return unsigned(blocks < wave ? blocks : wave);
 }
 
+// The gate/up kernels ask for the largest L1 (shared carveout 0 %; PEREGRINE_MOE_GU_CARVEOUT,
+// percent, -1 = the driver's choice): their warps re-read the token's x row through L1 for every
+// row pair, and an SM keeps the L1 / shared split it last drained with until it drains again
+// (the ring kernels ask for the largest shared part, ~28 KB of L1). H100, 1 x 1K, three rounds
+// (docs/PERF.md "Session 38", s38l): Qwen3-30B-A3B -19.3 us a step (-20.7 in s38k), DeepSeek-V2-Lite
+// -8.2, Moonlight -2.8, DeepSeek-V3's fp8 shape -5.8; batches 8 / 32 equal; the largest shared part
+// instead: +58 / +83 (s38k); the same for the down kernel lost (+96 to +104).
 template <bool kFp8, int U, int kWarps>
 void LaunchGateUp(const MoeWalkArgs& a, bool vec, dim3 g1, cudaStream_t stream) {
+  static const bool carved = [] {  // once per instantiation
+    const int carve = EnvInt("PEREGRINE_MOE_GU_CARVEOUT", 0);
+    if (carve >= 0)
+      for (auto* k : {GateUpFlatKernel<kFp8, U, kWarps>, GateUpKernel<kFp8, U, kWarps>})
+        (void)cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, carve);
+    return true;
+  }();
+  (void)carved;
   if (const unsigned b = FlatGateUpBlocks<kFp8, U, kWarps>(a, g1)) {
     (void)LaunchPdl(GateUpFlatKernel<kFp8, U, kWarps>, dim3(b), dim3(kWarps * 32), 0, stream, a, vec);
     return;
