@@ -4,7 +4,9 @@
 # re-read x through L1. Here three rounds after a warm-up, the gate/up kernels at 0, the down
 # kernel at 0 (PEREGRINE_MOE_DOWN_CARVEOUT: it reads the token's act rows through L1), both;
 # Qwen3, DeepSeek-V2-Lite, Moonlight; then batches 8 / 32 and DeepSeek-V3's fp8 shape with both.
-# Make it on that branch (the gate/up kernels at carveout 0 became main's default, 6a? below):
+# (The gate/up kernels at carveout 0 became main's default in 049e29b; the down knob is on the
+# branch only.)
+# Make it on that branch:
 #   ninja -C build/cuda moe_gpu_check
 #   tools/gpu/make_job.sh s38l tools/gpu/jobs/s38l.sh 420 moe_gpu_check=build/cuda/tests/models/moe_gpu_check
 source tools/gpu/queue_env.sh
