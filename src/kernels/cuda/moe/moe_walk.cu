@@ -55,12 +55,23 @@ __device__ float RowDotScalar(const void* w_row, const XT* x, int cols, moe::Row
   return acc * rs.row;
 }
 
+// A weight chunk of the flat grid's stream: not allocated in L1, so the x row its warps re-read
+// for every row pair stays there whatever L1 / shared split the SM has (the per-slot grid keeps
+// __ldcs: there the same load measured no faster, Qwen3-30B-A3B +1 to +4 us a step).
+__device__ __forceinline__ uint4 LoadNoL1(const uint4* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
 // Vector path of one (slot, pair of inter rows): the gate and up chunks of both rows loaded
 // side by side (4 * U 16-byte loads in flight per lane), each x chunk read once for all four.
 // Returns the lane's partial sums (gate0, up0, gate1, up1). Invariant: a lane adds its chunks
 // lane, lane + 32, lane + 64, ... in that order whatever U is, so U changes no bit
 // (GateUpUnroll picks U per grid; MoeExpertsOp.CudaFlatGateUpChangesNoBit compares 4 with 2).
-template <bool kFp8, int U>
+template <bool kFp8, int U, bool kNoL1>
 __device__ float4 GateUpVec(const uint4* const w4[4], const bf16* x, int nc,
                             const moe::RowScale rs[4], int lane) {
   constexpr int C = kChunk<kFp8>;
@@ -72,7 +83,7 @@ __device__ float4 GateUpVec(const uint4* const w4[4], const bf16* x, int nc,
       const int c = c0 + 32 * q;
       if (c < nc)
 #pragma unroll
-        for (int m = 0; m < 4; ++m) raw[q][m] = __ldcs(w4[m] + c);
+        for (int m = 0; m < 4; ++m) raw[q][m] = kNoL1 ? LoadNoL1(w4[m] + c) : __ldcs(w4[m] + c);
     }
 #pragma unroll
     for (int q = 0; q < U; ++q) {
@@ -120,8 +131,8 @@ __device__ __forceinline__ GuSlot GateUpSlot(const MoeWalkArgs& a, int q, int e)
 
 // One work item of kernel 1: slot row r (slot s of its token), inter rows i0 and i0 + 1 (i0 <
 // inter; an odd inter's last pair repeats its row): both rows' gate and up dots over hidden,
-// SiLU(gate) * up stored to act. Every lane of the warp calls it.
-template <bool kFp8, int U>
+// SiLU(gate) * up stored to act. Every lane of the warp calls it. kNoL1: GateUpVec's weight loads.
+template <bool kFp8, int U, bool kNoL1 = false>
 __device__ __forceinline__ void GateUpPair(const MoeWalkArgs& a, const GuSlot& s, int64_t r,
                                            int i0, bool vec, int lane) {
   const int64_t t = r / (a.top_k + a.num_shared);
@@ -143,7 +154,7 @@ __device__ __forceinline__ void GateUpPair(const MoeWalkArgs& a, const GuSlot& s
     const uint4* w4[4];
 #pragma unroll
     for (int m = 0; m < 4; ++m) w4[m] = reinterpret_cast<const uint4*>(rows[m]);
-    const float4 p = GateUpVec<kFp8, U>(w4, x, a.hidden / kChunk<kFp8>, rs, lane);
+    const float4 p = GateUpVec<kFp8, U, kNoL1>(w4, x, a.hidden / kChunk<kFp8>, rs, lane);
     v[0] = p.x, v[1] = p.y, v[2] = p.z, v[3] = p.w;
   } else {
 #pragma unroll
@@ -269,7 +280,7 @@ __global__ void __launch_bounds__(kWarps * 32, (U == 2 ? 24 : 16) / kWarps) Gate
   for (int j = 0, i = item(0); i < hi; i = item(++j)) {
     const int r = i / P, t = r / K, q = r % K;
     const GuSlot s = GateUpSlot(a, q, q < a.top_k ? a.ids[t * a.top_k + q] : -1);
-    if (s.w.gate) GateUpPair<kFp8, U>(a, s, r, 2 * (i % P), vec, lane);
+    if (s.w.gate) GateUpPair<kFp8, U, /*kNoL1=*/true>(a, s, r, 2 * (i % P), vec, lane);
   }
 }
 
