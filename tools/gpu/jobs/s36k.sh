@@ -9,13 +9,9 @@
 source tools/gpu/queue_env.sh
 source tools/gpu/ab_rows.sh
 ab_header
-"$BIN/moe_gpu_check" bench gpu-decode --load-format dummy --iters 5 --batch 1 --context 1024 \
-  --model configs/qwen3-30b-a3b/config.json 2>&1 | tr '\r' '\n' | grep -E '^HBM' | head -1
+ab_hbm
 for r in 1 2 3; do
   ab_step base-qwen3-30b-a3b moe_gpu_check qwen3-30b-a3b
   ab_step base-deepseek-v2-lite moe_gpu_check deepseek-v2-lite
 done
-ab_batches base qwen3-30b-a3b 8,32
-ab_batches base deepseek-v2-lite 8,32
-ab_batches base moonlight-16b-a3b 1
-AB_BIN=gemv_gpu_check ab_batches base llama-3.1-8b 1
+ab_headline_rest

@@ -9,8 +9,7 @@
 source tools/gpu/queue_env.sh
 source tools/gpu/ab_rows.sh
 ab_header
-"$BIN/moe_gpu_check" bench gpu-decode --load-format dummy --iters 5 --batch 1 --context 1024 \
-  --model configs/qwen3-30b-a3b/config.json 2>&1 | tr '\r' '\n' | grep -E '^HBM' | head -1
+ab_hbm
 ab_step warmup moe_gpu_check qwen3-30b-a3b
 for r in 1 2 3; do
   for m in qwen3-30b-a3b deepseek-v2-lite; do
@@ -18,9 +17,6 @@ for r in 1 2 3; do
     ab_step "driver-$m" moe_gpu_check "$m" PEREGRINE_MOE_GU_CARVEOUT=-1
   done
 done
-ab_batches base qwen3-30b-a3b 8,32
-ab_batches base deepseek-v2-lite 8,32
-ab_batches base moonlight-16b-a3b 1
-AB_BIN=gemv_gpu_check ab_batches base llama-3.1-8b 1
+ab_headline_rest
 echo "== tests"
 AB_TEST_TIMEOUT=300 ab_tests moe_gpu_check '*' | tail -4
