@@ -657,23 +657,17 @@ TEST(MoeExpertsOp, CudaFlatGateUpChangesNoBit) {
   }
 }
 
-// The NormLogits kernel's knobs (the routing inside MoeExperts: its deferred-routing form)
-// change no bit of the logits, normed rows, routes or output: the router's L2 hint
-// (MoeExpertsParams::l2_after at MoeTuning::walk_router_l2_pct, one token: shares 0 = the hint
-// dropped, 100 % and an uneven 37 %) and the normed row shared through shared memory
-// (walk_nl_share off / on). Qwen3-30B-A3B's routing (128 experts, top 8, RMSNorm in front) at
-// hidden 256, 1032 (a last chunk of one lane) and 2048 (the kernel's widest row), one token and
-// three; the first run's routes are the reference router's on its own logits.
-TEST(MoeExpertsOp, CudaNormLogitsKnobsChangeNoBit) {
+// The router's L2 hint (MoeExpertsParams::l2_after with the routing inside: the NormLogits
+// kernel asks for MoeTuning::walk_router_l2_pct of it right after its PDL wait, at one token)
+// changes no bit of the logits, normed rows, routes or output: Qwen3-30B-A3B's routing (128
+// experts, top 8, RMSNorm in front) at hidden 256, 1032 (a last chunk of one lane) and 2048
+// (the kernel's widest row), one token and three; shares 0 (the hint dropped), 100 % and an
+// uneven 37 %; the share-0 run's routes are the reference router's on its own logits.
+TEST(MoeExpertsOp, CudaRouterL2HintChangesNoBit) {
   PG_SEED_TRACE();
   const auto* cuda_impl = Registry::Global().table<MoeExpertsParams>().Find("cuda");
   ASSERT_NE(cuda_impl, nullptr) << "no CUDA backend registered";
   const int64_t inter = 64, E = 128, k = 8;
-  struct Knobs {
-    int pct;
-    bool share;
-  };
-  const Knobs knobs[] = {{0, false}, {0, true}, {100, true}, {37, true}, {100, false}};
   for (const auto [n, h] : {std::pair<int64_t, int64_t>{1, 256}, {1, 1032}, {1, 2048}, {3, 2048}}) {
     SCOPED_TRACE(fmt::format("tokens {} hidden {}", n, h));
     ExpertSet ex = MakeExperts(int(E), h, inter, DType::kBF16);
@@ -687,8 +681,8 @@ TEST(MoeExpertsOp, CudaNormLogitsKnobsChangeNoBit) {
     std::memset(hint.data<uint8_t>(), 0, size_t(hint.nbytes()));
     std::vector<std::vector<float>> base;  // the first run: logits, normed, weights, out
     std::vector<int32_t> base_ids;
-    for (const Knobs& kn : knobs) {
-      SCOPED_TRACE(fmt::format("hint share {} %, shared norm {}", kn.pct, kn.share));
+    for (const int pct : {0, 100, 37}) {
+      SCOPED_TRACE(fmt::format("hint share {} %", pct));
       Tensor logits = F32({n, E}), ids(DType::kI32, {n, k}), w = F32({n, k});
       Tensor normed = F32({n, h}), out = F32({n, h});
       logits.Zero(), ids.Zero(), w.Zero(), normed.Zero(), out.Zero();
@@ -702,14 +696,13 @@ TEST(MoeExpertsOp, CudaNormLogitsKnobsChangeNoBit) {
       cuda::MoeTuning t;
       t.path = cuda::MoePath::kWalk;
       t.walk_l2_after_pct = 0;  // the down kernel's hint off: this one alone
-      t.walk_router_l2_pct = kn.pct;
-      t.walk_nl_share = kn.share;
+      t.walk_router_l2_pct = pct;
       cuda::SetMoeTuning(t);
       const long long hinted0 = cuda::MoeRouterL2AfterLaunches();
       const bool ran = RunBackend(*cuda_impl, p);
       cuda::SetMoeTuning({});
       ASSERT_TRUE(ran) << "the CUDA backend declined";
-      EXPECT_EQ(cuda::MoeRouterL2AfterLaunches() - hinted0, n == 1 && kn.pct > 0 ? 1 : 0) << "hint taken";
+      EXPECT_EQ(cuda::MoeRouterL2AfterLaunches() - hinted0, n == 1 && pct > 0 ? 1 : 0) << "hint taken";
       const std::vector<std::vector<float>> got = {Copy(logits), Copy(normed), Copy(w), Copy(out)};
       const std::vector<int32_t> got_ids(ids.data<int32_t>(), ids.data<int32_t>() + n * k);
       if (base.empty()) {

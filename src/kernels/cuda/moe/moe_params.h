@@ -61,9 +61,6 @@ struct MoeRouterArgs {
   // of these weights (the next layer's qkv: MoeExpertsParams::l2_after at
   // MoeTuning::walk_router_l2_pct). A hint: no effect on any result.
   L2After l2_after;
-  // The deferred-routing NormLogits form with the RMSNorm: the block's warps share the normed
-  // row through shared memory, each normalising a quarter (MoeTuning::walk_nl_share). Same bits.
-  bool norm_share;
 };
 void LaunchMoeRouter(const MoeRouterArgs& a, cudaStream_t stream);
 // Launches of the NormLogits form that carried MoeRouterArgs::l2_after, by this process.

@@ -26,7 +26,7 @@ namespace {
 // The process's initial tuning: defaults, with PEREGRINE_MOE_DOWN_ROWS (walk_down_rows: the
 // walking down kernel's form), PEREGRINE_MOE_DOWN_PRELOAD (walk_down_preload),
 // PEREGRINE_MOE_GU_ROUTES (walk_self_route), PEREGRINE_MOE_L2_AFTER_PCT (walk_l2_after_pct),
-// PEREGRINE_MOE_ROUTER_L2_PCT (walk_router_l2_pct), PEREGRINE_MOE_NL_SHARE (walk_nl_share),
+// PEREGRINE_MOE_ROUTER_L2_PCT (walk_router_l2_pct),
 // PEREGRINE_MOE_FP8_WALK_MAX (walk_max_tokens_fp8), PEREGRINE_MOE_DOWN_WARPS / _GU_UNROLL /
 // _WALK_WARPS / _GU_FLAT / _GU_FLAT_SM (walk_down_warps, walk_gu_unroll, walk_warps,
 // walk_gu_flat, walk_gu_flat_per_sm), for A/B runs of whole models, read
@@ -47,7 +47,6 @@ MoeTuning InitialTuning() {
   t.walk_skip_route = EnvInt("PEREGRINE_MOE_SKIP_ROUTE", t.walk_skip_route);
   t.walk_l2_after_pct = EnvInt("PEREGRINE_MOE_L2_AFTER_PCT", t.walk_l2_after_pct);
   t.walk_router_l2_pct = EnvInt("PEREGRINE_MOE_ROUTER_L2_PCT", t.walk_router_l2_pct);
-  t.walk_nl_share = EnvFlag("PEREGRINE_MOE_NL_SHARE", t.walk_nl_share);
   return t;
 }
 MoeTuning g_tuning = InitialTuning();
@@ -129,7 +128,6 @@ cuda::MoeRouterArgs RouterArgsOf(const MoeRouterParams& p, cudaStream_t stream, 
     a.hidden = int(p.x.dim(1));
     a.counter = defer_route ? nullptr : RouterCounter(stream);
     a.defer_route = defer_route;
-    a.norm_share = cuda::GetMoeTuning().walk_nl_share;
     if (p.norm_weight.data) {
       a.norm_w = p.norm_weight.as<float>();
       a.normed = static_cast<bf16*>(p.normed.data);

@@ -323,17 +323,7 @@ __global__ void __launch_bounds__(kWarps * 32) FusedRouterKernel(MoeRouterArgs a
     RouteAny(a, t, score, score + a.num_experts, lane);
 }
 
-// One 8-element chunk of the RMSNorm's output: bf16(x * inv * g), as NormLogitsKernel's dot
-// takes it (the bf16-rounded normed input).
-__device__ __forceinline__ uint4 NormChunk(const uint4& x, const float4 (&g)[2], float inv) {
-  float f[8];
-  moe::Widen<false>(x, f);
-  const float gw[8] = {g[0].x, g[0].y, g[0].z, g[0].w, g[1].x, g[1].y, g[1].z, g[1].w};
-  __align__(16) bf16 ov[8];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) ov[i] = __float2bfloat16_rn(f[i] * inv * gw[i]);
-  return *reinterpret_cast<const uint4*>(ov);
-}
+
 
 // Deferred-routing form for rows of at most 32 * kPreChunks chunks (hidden <= 2048), no
 // residual: one warp per expert with everything in registers — its router row and the norm
@@ -342,15 +332,10 @@ __device__ __forceinline__ uint4 NormChunk(const uint4& x, const float4 (&g)[2],
 // barrier) and takes the dot. Warp 0 of block 0 stores the normed row. Same values as
 // FusedRouterKernel's (bf16-rounded normed inputs), up to the f32 order of the squares' sum.
 // kNorm: a.norm_w is set (the RMSNorm in front), fixed at compile time. kL2: a.l2_after is
-// set (its own instantiation, so the kernel without the hint is the code it was). kShare
-// (with kNorm): the block's warps share the normed row through shared memory, warp w
-// normalising the chunks q = w (mod kWarps) (a quarter of the row's conversions and scalings
-// each) between two block barriers; the same values, dots in the same order, so the same bits.
-template <bool kNorm, bool kL2 = false, bool kShare = false>
+// set (its own instantiation, so the kernel without the hint is the code it was).
+template <bool kNorm, bool kL2 = false>
 __global__ void __launch_bounds__(kWarps * 32) NormLogitsKernel(MoeRouterArgs a, bool warm) {
   PG_BLOCK_TRACE(kTraceNormLogits);
-  constexpr bool kShared = kNorm && kShare;
-  __shared__ uint4 xs[kShared ? 32 * kPreChunks : 1];  // the normed row, bf16 (kShared)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int e = blockIdx.x * kWarps + warp;
   const bool has_row = e < a.num_experts;
@@ -363,7 +348,7 @@ __global__ void __launch_bounds__(kWarps * 32) NormLogitsKernel(MoeRouterArgs a,
     const int c = lane + 32 * q;
     if (c < nc) {
       w[q] = __ldg(w4 + c);
-      if (kNorm && (!kShared || q % kWarps == warp)) {
+      if (kNorm) {
         const float4* gp = reinterpret_cast<const float4*>(a.norm_w + c * 8);
         g[q][0] = __ldg(gp), g[q][1] = __ldg(gp + 1);
       }
@@ -403,33 +388,10 @@ __global__ void __launch_bounds__(kWarps * 32) NormLogitsKernel(MoeRouterArgs a,
         inv = rsqrtf(WarpSum(ss) / float(a.hidden) + a.eps);
       }
       PG_TRACE_MARK(0);  // x arrived, 1 / rms
-      bf16* out = real && kNorm && blockIdx.x == 0 && (kShared || warp == 0) ? a.normed + t * a.ld_normed
-                                                                          : nullptr;
+      bf16* out = real && kNorm && blockIdx.x == 0 && warp == 0 ? a.normed + t * a.ld_normed : nullptr;
       float acc = 0.0f;
-      if constexpr (kShared) {
-        if (t > 0) __syncthreads();  // every warp's dots of the previous token have read xs
 #pragma unroll
-        for (int q = 0; q < kPreChunks; ++q) {
-          const int c = lane + 32 * q;
-          if (q % kWarps != warp || c >= nc) continue;
-          const uint4 ov = NormChunk(xr[q], g[q], inv);
-          xs[c] = ov;
-          if (out) reinterpret_cast<uint4*>(out)[c] = ov;
-        }
-        __syncthreads();
-#pragma unroll
-        for (int q = 0; q < kPreChunks; ++q) {
-          const int c = lane + 32 * q;
-          if (c >= nc) continue;
-          float f[8], wf[8];
-          moe::Widen<false>(xs[c], f);
-          moe::Widen<false>(w[q], wf);
-#pragma unroll
-          for (int i = 0; i < 8; ++i) acc = fmaf(wf[i], f[i], acc);
-        }
-      }
-#pragma unroll
-      for (int q = 0; q < (kShared ? 0 : kPreChunks); ++q) {
+      for (int q = 0; q < kPreChunks; ++q) {
         const int c = lane + 32 * q;
         if (c >= nc) continue;
         float f[8], wf[8];
@@ -480,10 +442,8 @@ void LaunchMoeRouter(const MoeRouterArgs& a, cudaStream_t stream) {
     if (a.defer_route && vec && !a.residual && a.hidden <= 8 * 32 * kPreChunks) {
       const bool l2 = a.l2_after.ptr != nullptr;
       if (l2) g_router_l2_launches.fetch_add(1, std::memory_order_relaxed);
-      const bool share = a.norm_share;
-      auto normed = l2 ? (share ? NormLogitsKernel<true, true, true> : NormLogitsKernel<true, true>)
-                       : (share ? NormLogitsKernel<true, false, true> : NormLogitsKernel<true>);
-      (void)LaunchPdl(a.norm_w ? normed : (l2 ? NormLogitsKernel<false, true> : NormLogitsKernel<false>),
+      (void)LaunchPdl(a.norm_w ? (l2 ? NormLogitsKernel<true, true> : NormLogitsKernel<true>)
+                               : (l2 ? NormLogitsKernel<false, true> : NormLogitsKernel<false>),
                       dim3(blocks), dim3(kWarps * 32), 0, stream, a, warm);
     } else {
       (void)LaunchPdl(FusedRouterKernel, dim3(blocks), dim3(kWarps * 32), smem, stream, a, vec);

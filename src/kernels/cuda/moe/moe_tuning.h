@@ -64,11 +64,6 @@ struct MoeTuning {
   // (MoeRouterArgs::l2_after; the HBM idles through the routing): its share in percent, 0 off
   // (the default until measured).
   int walk_router_l2_pct = 0;
-  // The deferred-routing NormLogits kernel (moe_router.cu, one token, hidden <= 2048, RMSNorm
-  // in front): its warps share the normed row through shared memory, each normalising a
-  // quarter of it (MoeRouterArgs::norm_share; the same bits); false: every warp normalises the
-  // whole row.
-  bool walk_nl_share = true;
   // Diagnostics only (wrong results; for timings by difference in a whole step): the one-token
   // routing inside MoeExperts skips its logits-form router kernel (bit 0: the walk reads stale
   // routes) and / or NormLogitsKernel (bit 1: stale logits and normed rows).
