@@ -77,6 +77,10 @@ std::vector<FusedCase> Cases() {
       {32, 4, 128, 16, {1024, 2047, 65}, DType::kF32, true},   // group 8: the cluster plan (run 7)
       {32, 8, 128, 16, {1000}},                                // group 4: the two-tile plan (run 7)
       {32, 4, 128, 16, {1024}, DType::kF32, true},             // Qwen3-30B-A3B 1 x 1K: one cluster a kv head
+      // Qwen3-30B-A3B 1 x 2K, and 1 x 1.5K in the engine's 2048-key graph set: the cluster
+      // plan's 2K grid (PG_FUSED_CLUSTER_FIT 1 / 2: one cluster a kv head, two stages at 2)
+      {32, 4, 128, 16, {2048}, DType::kF32, true, 0, 0.0f, 2048},
+      {32, 4, 128, 16, {1500}, DType::kF32, true, 0, 0.0f, 2048},
   };
 }
 

@@ -257,8 +257,9 @@ __global__ void __launch_bounds__(kSt == 1 || kXw ? kWarps * 32 : 256, kSt == 1 
   if constexpr (kFused) {
     const FusedScratch<D> fs(smem + kTW * M::kWarpU4, MergeRows<kSt>(group));
     // The two-tile plan (kSt 2) takes groups of <= kWarps rows only (decode_fused_plan.cu
-    // TwoTilePlan): one q row a warp; a larger group (never planned) takes the other form.
-    constexpr int kPrepRows = kSt == 2 ? 1 : (FusedScratch<D>::kRows + kWarps - 1) / kWarps;
+    // TwoTilePlan): one q row a warp; a larger group (never planned) takes the other form. The
+    // cluster plan's exchange form at two stages (ClusterFit) has groups of up to 8: two a warp.
+    constexpr int kPrepRows = kSt == 2 ? (kXw ? 2 : 1) : (FusedScratch<D>::kRows + kWarps - 1) / kWarps;
     constexpr bool kAnyGroup = kPrepRows * kWarps >= FusedScratch<D>::kRows;
     if (nti.fast && a.fused_prep_registers && (kAnyGroup || group <= kWarps * kPrepRows))
       PrepareNewTokenFast<D, KvT, kPrepRows>(f, row, kvh, group, owner, qscale, softcap_v, nti, fs);

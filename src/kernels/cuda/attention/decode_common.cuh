@@ -17,6 +17,9 @@ namespace pg::cuda::decode {
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kSplitGranule = 16;  // a split's key count is a multiple of this (the MMA tile)
+// The cluster merge's largest cluster: a kv head's splits, one block each (a non-portable
+// cluster size on sm_90; the launcher takes the merge only where num_splits fits).
+constexpr int kMaxClusterSplits = 16;
 constexpr float kLog2e = 1.4426950408889634f;
 
 __device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, int src_bytes) {

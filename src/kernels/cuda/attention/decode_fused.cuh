@@ -439,10 +439,6 @@ __device__ __forceinline__ void FusedFinishSplits(const AttentionArgs& a, int t,
   }
 }
 
-// The cluster merge's largest cluster: a kv head's splits, one block each (a non-portable
-// cluster size on sm_90; the launcher takes the merge only where num_splits fits).
-constexpr int kMaxClusterSplits = 16;
-
 // The cluster merge (AttentionArgs::cluster_merge): a block's merged split partial of its ng
 // head rows in its own shared memory, [ng][D] unnormalised sums, then [ng] maxima (log2
 // units) and [ng] sums of weights. Byte offset past the kernel's warp-merge buffers

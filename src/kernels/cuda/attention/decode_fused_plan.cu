@@ -55,6 +55,23 @@ static int& FusedSmallModeRef() {
 // PG_FUSED_CLUSTER=0 turns off the plan with the merge, PG_FUSED_CLUSTER_PLAN=0 the plan only.
 // a: the launch's heads, kv heads and cache type; max_len: the length the plan serves (a
 // captured graph replays at shorter ones).
+static bool ClusterPlan(const AttentionArgs& a, int num_seqs, int64_t max_len);
+// The cluster plan's grid for plans above 1K keys (PG_FUSED_CLUSTER_FIT, A/B): 0 (default)
+// 64-key splits at max_len (32 and 64 splits a kv head at 2K and 4K, merged through the
+// counter); 1 at most kMaxClusterSplits splits (one cluster a kv head, longer splits); 2 as 1,
+// and where a split then holds at most 128 keys (plans of <= 2K) the exchange form at two ring
+// stages a warp. The device still splits at min_split_keys, so a sequence of <= 1K keys
+// replays the 1K plan's 16 splits of <= 64 keys in either.
+static int ClusterFit() {
+  static const int mode = EnvInt("PG_FUSED_CLUSTER_FIT", 0);
+  return mode;
+}
+// The cluster plan's keys a split for the grid (the host's split count) at max_len.
+static int ClusterSplitKeys(int64_t max_len) {
+  const int64_t fit = (max_len + kMaxClusterSplits - 1) / kMaxClusterSplits;
+  return ClusterFit() > 0 ? int(std::max<int64_t>(64, (fit + kSplitGranule - 1) / kSplitGranule * kSplitGranule))
+                          : 64;
+}
 static bool ClusterPlan(const AttentionArgs& a, int num_seqs, int64_t max_len) {
   static const bool plan_env = EnvFlag("PG_FUSED_CLUSTER_PLAN", true);
   if (!plan_env || FusedClusterRef() >= 0 || a.kv_type == KvType::kF8E4M3 || a.kv_heads <= 0)
@@ -155,7 +172,7 @@ int DecodeFusedSplits(const AttentionArgs& a, int num_seqs, int64_t max_len) {
       // The grid is sized for 64-key splits at max_len; the device still splits at
       // min_split_keys, so a sequence of up to (splits x min_split_keys) keys replays the usual
       // 32-key splits and a longer one fills the grid with longer splits.
-      k.min_split_keys = std::max(k.min_split_keys, 64);
+      k.min_split_keys = std::max(k.min_split_keys, ClusterSplitKeys(max_len));
       break;
     case FusedRule::kTwoTile: k.min_split_keys = kTwoTileKeys; break;  // the device's too
     case FusedRule::kNone: break;
@@ -291,8 +308,11 @@ void LaunchDecodeFused(const AttentionArgs& args, const RopeKvWriteArgs& rope, c
     std::fprintf(stderr, "fused attention: %s variant (%d tile warps), %d splits, max_len %lld, worst keys a split %lld\n",
                  small ? "small" : "3-stage", small ? small : kWarps, a.num_splits, (long long)max_len,
                  (long long)WorstSplitKeys(a, max_len));
-  const int stages = two_tile ? 2 : 1;
   const int xw_mode = FusedXwMode(rule);
+  // ClusterFit 2: two stages where the exchange form then takes every split the plan serves.
+  const bool fit2 = rule == FusedRule::kCluster && cluster_small && ClusterFit() == 2 && small == 4 &&
+                    !XwApplies(a, max_len, small, 1, xw_mode) && XwApplies(a, max_len, small, 2, xw_mode);
+  const int stages = two_tile || fit2 ? 2 : 1;
   const bool xw = XwApplies(a, max_len, small, stages, xw_mode);
   if (xw) g_xw_launches.fetch_add(1, std::memory_order_relaxed);
   a.xw_push = xw && xw_mode >= 2;
