@@ -4,7 +4,8 @@
 # 2 = 1 plus two ring stages and the exchange form where a split holds <= 128 keys). s39a: Qwen3-30B-A3B
 # 1 x 1K 2919 us with its graph captured at 1K, 3216 in the engine's 2048-key graph set, 3225 at
 # exactly 2K. Then: the fused attention's tests under each mode; the headline rows of HEAD (no
-# Llama control: two binaries fit a call); every moe_gpu_check test; the sweep of Qwen3's attention plans at 3K-32K (session 39's unrun s39b / s39c, folded in here).
+# Llama control: two binaries fit a call); every moe_gpu_check test; the sweep of Qwen3's
+# attention plans at 3K-32K (session 39's unrun s39b / s39c, folded in here).
 # Make it at HEAD:
 #   ninja -C build/cuda moe_gpu_check fattn_gpu_check
 #   tools/gpu/make_job.sh s39d tools/gpu/jobs/s39d.sh 580 moe_gpu_check=build/cuda/tests/models/moe_gpu_check \
