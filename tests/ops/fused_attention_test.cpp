@@ -81,6 +81,7 @@ std::vector<FusedCase> Cases() {
       // plan's 2K grid (PG_FUSED_CLUSTER_FIT 1 / 2: one cluster a kv head, two stages at 2)
       {32, 4, 128, 16, {2048}, DType::kF32, true, 0, 0.0f, 2048},
       {32, 4, 128, 16, {1500}, DType::kF32, true, 0, 0.0f, 2048},
+      {32, 4, 128, 16, {6000}, DType::kF32, true},             // one sequence past 4K: streaming
   };
 }
 

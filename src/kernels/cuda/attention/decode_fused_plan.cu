@@ -56,14 +56,18 @@ static int& FusedSmallModeRef() {
 // a: the launch's heads, kv heads and cache type; max_len: the length the plan serves (a
 // captured graph replays at shorter ones).
 static bool ClusterPlan(const AttentionArgs& a, int num_seqs, int64_t max_len);
-// The cluster plan's grid for plans above 1K keys (PG_FUSED_CLUSTER_FIT, A/B): 0 (default)
-// 64-key splits at max_len (32 and 64 splits a kv head at 2K and 4K, merged through the
-// counter); 1 at most kMaxClusterSplits splits (one cluster a kv head, longer splits); 2 as 1,
+// The cluster plan's grid for plans above 1K keys (PG_FUSED_CLUSTER_FIT, A/B): 0 64-key
+// splits at max_len (32 and 64 splits a kv head at 2K and 4K, merged through the counter); 1
+// at most kMaxClusterSplits splits (one cluster a kv head, longer splits); 2 (default) as 1,
 // and where a split then holds at most 128 keys (plans of <= 2K) the exchange form at two ring
 // stages a warp. The device still splits at min_split_keys, so a sequence of <= 1K keys
-// replays the 1K plan's 16 splits of <= 64 keys in either.
+// replays the 1K plan's 16 splits of <= 64 keys. H100, Qwen3-30B-A3B, µs a step, 0 -> 1 -> 2
+// (docs/PERF.md "Session 39", three rounds at 2K): graph at 1 x 2K 3184 -> 3034 -> 2958; the
+// engine's graph sets at 1 x 1K / 1.5K / 2K / 3K / 4K 3185 / 3197 / 3194 / 3331 / 3398 -> 2941 /
+// 3035 / 3057 / 3158 / 3242 -> 2913 / 2935 / 2958 / 3160 / 3237; 2 / 4 / 8 x 2K 5406 / 7908 /
+// 12219 -> 5214 / 7929 / 12206 -> 5009 / 7889 / 12213.
 static int ClusterFit() {
-  static const int mode = EnvInt("PG_FUSED_CLUSTER_FIT", 0);
+  static const int mode = EnvInt("PG_FUSED_CLUSTER_FIT", 2);
   return mode;
 }
 // The cluster plan's keys a split for the grid (the host's split count) at max_len.
