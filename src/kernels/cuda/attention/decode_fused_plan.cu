@@ -39,10 +39,11 @@ static int& FusedSmallModeRef() {
   return mode;
 }
 
-// The cluster plan: a grid of splits for 64 keys a split at the planned length (<= 16 splits up to
-// 1K keys: one cluster a kv head; DecodeFusedSplits; the device still splits a shorter sequence at
-// 32 keys), the small variant with 3 or 4 tile warps (ClusterTileWarps), and the cluster merge
-// where the splits fit one cluster (longer plans merge through the counter) — where the GQA group
+// The cluster plan: a grid of splits for 64 keys a split at the planned length (<= 16 splits up
+// to 1K keys: one cluster a kv head; above 1K ClusterFit below; DecodeFusedSplits; the device
+// still splits a shorter sequence at 32 keys), the small variant with 3 or 4 tile warps
+// (ClusterTileWarps), and the cluster merge where the splits fit one cluster (with ClusterFit
+// 0, longer plans merge through the counter) — where the GQA group
 // is larger than the block's 4 warps (the counter merge's last block takes a head a warp, so two
 // rounds of loads there; the cluster merges every head in one round through distributed shared
 // memory), for bf16 caches, <= 8 sequences and plans of <= 4096 keys (the range measured). H200,
@@ -55,7 +56,13 @@ static int& FusedSmallModeRef() {
 // PG_FUSED_CLUSTER=0 turns off the plan with the merge, PG_FUSED_CLUSTER_PLAN=0 the plan only.
 // a: the launch's heads, kv heads and cache type; max_len: the length the plan serves (a
 // captured graph replays at shorter ones).
-static bool ClusterPlan(const AttentionArgs& a, int num_seqs, int64_t max_len);
+static bool ClusterPlan(const AttentionArgs& a, int num_seqs, int64_t max_len) {
+  static const bool plan_env = EnvFlag("PG_FUSED_CLUSTER_PLAN", true);
+  if (!plan_env || FusedClusterRef() >= 0 || a.kv_type == KvType::kF8E4M3 || a.kv_heads <= 0)
+    return false;
+  return a.heads / a.kv_heads > kWarps && num_seqs <= 8 && max_len > 0 && max_len <= 4096;
+}
+
 // The cluster plan's grid for plans above 1K keys (PG_FUSED_CLUSTER_FIT, A/B): 0 64-key
 // splits at max_len (32 and 64 splits a kv head at 2K and 4K, merged through the counter); 1
 // at most kMaxClusterSplits splits (one cluster a kv head, longer splits); 2 (default) as 1,
@@ -75,12 +82,6 @@ static int ClusterSplitKeys(int64_t max_len) {
   const int64_t fit = (max_len + kMaxClusterSplits - 1) / kMaxClusterSplits;
   return ClusterFit() > 0 ? int(std::max<int64_t>(64, (fit + kSplitGranule - 1) / kSplitGranule * kSplitGranule))
                           : 64;
-}
-static bool ClusterPlan(const AttentionArgs& a, int num_seqs, int64_t max_len) {
-  static const bool plan_env = EnvFlag("PG_FUSED_CLUSTER_PLAN", true);
-  if (!plan_env || FusedClusterRef() >= 0 || a.kv_type == KvType::kF8E4M3 || a.kv_heads <= 0)
-    return false;
-  return a.heads / a.kv_heads > kWarps && num_seqs <= 8 && max_len > 0 && max_len <= 4096;
 }
 
 // The two-tile plan: splits of 128 keys, the small variant with 4 tile warps and two ring
@@ -173,9 +174,10 @@ int DecodeFusedSplits(const AttentionArgs& a, int num_seqs, int64_t max_len) {
   AttentionArgs k = FusedKnobs(a);
   switch (FusedRuleOf(a, num_seqs, max_len)) {
     case FusedRule::kCluster:
-      // The grid is sized for 64-key splits at max_len; the device still splits at
-      // min_split_keys, so a sequence of up to (splits x min_split_keys) keys replays the usual
-      // 32-key splits and a longer one fills the grid with longer splits.
+      // The grid is sized for 64-key splits at max_len (ClusterSplitKeys: longer ones above 1K
+      // keys, one cluster a kv head); the device still splits at min_split_keys, so a sequence
+      // of up to (splits x min_split_keys) keys replays the usual 32-key splits and a longer one
+      // fills the grid with longer splits.
       k.min_split_keys = std::max(k.min_split_keys, ClusterSplitKeys(max_len));
       break;
     case FusedRule::kTwoTile: k.min_split_keys = kTwoTileKeys; break;  // the device's too
