@@ -399,5 +399,34 @@ TEST(RopeKvWriteAttention, CudaL2AfterHintChangesNoBit) {
 }
 #endif
 
+#if defined(PEREGRINE_HAVE_CUDA)
+// The plan rules at their defaults (decode_fused_plan.cu ClusterFit, decode_attention.cu
+// DecodeStreamPreferred), Qwen3-30B-A3B's shape (32 heads over 4 kv heads, d 128): the cluster
+// plan's grid is one cluster a kv head (16 splits) at 1K, 2K and 4K keys, one sequence past 4096
+// keys takes the streaming kernel, batches only from 16384 keys in all, fp8 caches from 32768.
+// (PG_FUSED_CLUSTER_FIT / PG_DSTREAM_FUSED_MIN_KEYS in the environment change these rules.)
+TEST(RopeKvWriteAttention, CudaPlansByLength) {
+  if (Registry::Global().table<RopeKvWriteAttentionParams>().Find("cuda") == nullptr)
+    GTEST_FAIL() << "no CUDA backend registered";
+  for (const char* knob : {"PG_FUSED_CLUSTER_FIT", "PG_DSTREAM_FUSED_MIN_KEYS", "PG_FUSED_CLUSTER_PLAN"})
+    ASSERT_EQ(std::getenv(knob), nullptr) << knob << " is set: this test checks the defaults";
+  cuda::AttentionArgs a{};
+  a.heads = 32, a.kv_heads = 4, a.head_dim = 128, a.kv_type = cuda::KvType::kBF16;
+  for (const int64_t len : {1024, 2048, 3000, 4096}) {
+    a.min_split_keys = cuda::DecodeFusedMinSplitKeys(a.kv_heads, len);
+    const int splits = cuda::DecodeFusedSplits(a, 1, len);
+    EXPECT_LE(splits, 16) << "one cluster a kv head at " << len << " keys";
+    if (len % 1024 == 0) EXPECT_EQ(splits, 16) << len << " keys";
+    EXPECT_FALSE(cuda::DecodeStreamPreferred(a, 1, len)) << len << " keys: the fused cluster plan";
+  }
+  EXPECT_TRUE(cuda::DecodeStreamPreferred(a, 1, 4097));
+  EXPECT_TRUE(cuda::DecodeStreamPreferred(a, 1, 12288));
+  EXPECT_FALSE(cuda::DecodeStreamPreferred(a, 2, 6000)) << "batches: from 16384 keys in all";
+  EXPECT_TRUE(cuda::DecodeStreamPreferred(a, 2, 8192));
+  a.kv_type = cuda::KvType::kF8E4M3;
+  EXPECT_FALSE(cuda::DecodeStreamPreferred(a, 1, 16384)) << "fp8 caches: from 32768 keys";
+}
+#endif
+
 }  // namespace
 }  // namespace pg::ops::testing

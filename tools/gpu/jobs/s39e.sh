@@ -1,7 +1,8 @@
 # Queue job (tools/gpu/queue.sh), session 39: HEAD with the two new defaults — the cluster plan's
 # grid fits one cluster a kv head above 1K keys with two stages up to 2K (PG_FUSED_CLUSTER_FIT=2),
 # and one bf16 sequence past 4096 keys on the streaming kernel (DecodeStreamPreferred) — both
-# measured as knobs in s39d and its two follow-up calls. The fused attention's tests and every
+# measured as knobs in s39d and its two follow-up calls. The fused attention's tests (with the new
+# RopeKvWriteAttention.CudaPlansByLength and the 6000-key case) and every
 # moe_gpu_check test at the defaults; rows: Qwen3-30B-A3B at 1K / 2K / 8K, DeepSeek-V2-Lite at 1K,
 # Llama-3.1-8B at 8K, the engine's graph sets for Qwen3 at 1K / 2K / 4K / 8K.
 # Make it at HEAD:
