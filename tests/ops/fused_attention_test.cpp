@@ -402,7 +402,8 @@ TEST(RopeKvWriteAttention, CudaL2AfterHintChangesNoBit) {
 #if defined(PEREGRINE_HAVE_CUDA)
 // The plan rules at their defaults (decode_fused_plan.cu ClusterFit, decode_attention.cu
 // DecodeStreamPreferred), Qwen3-30B-A3B's shape (32 heads over 4 kv heads, d 128): the cluster
-// plan's grid is one cluster a kv head (16 splits) at 1K, 2K and 4K keys, one sequence past 4096
+// plan's grid is one cluster a kv head (16 splits) at 1K, 2K and 4K keys (group 16: 64-key
+// splits, 32 at 2K, as before), one sequence past 4096
 // keys takes the streaming kernel, batches only from 16384 keys in all, fp8 caches from 32768.
 // (PG_FUSED_CLUSTER_FIT / PG_DSTREAM_FUSED_MIN_KEYS in the environment change these rules.)
 TEST(RopeKvWriteAttention, CudaPlansByLength) {
@@ -419,6 +420,11 @@ TEST(RopeKvWriteAttention, CudaPlansByLength) {
     if (len % 1024 == 0) EXPECT_EQ(splits, 16) << len << " keys";
     EXPECT_FALSE(cuda::DecodeStreamPreferred(a, 1, len)) << len << " keys: the fused cluster plan";
   }
+  // Group 16 keeps the 64-key splits (the fit is measured for groups up to 8).
+  cuda::AttentionArgs g16 = a;
+  g16.kv_heads = 2;
+  g16.min_split_keys = cuda::DecodeFusedMinSplitKeys(g16.kv_heads, 2048);
+  EXPECT_EQ(cuda::DecodeFusedSplits(g16, 1, 2048), 32) << "group 16 at 2048 keys";
   EXPECT_TRUE(cuda::DecodeStreamPreferred(a, 1, 4097));
   EXPECT_TRUE(cuda::DecodeStreamPreferred(a, 1, 12288));
   EXPECT_FALSE(cuda::DecodeStreamPreferred(a, 2, 6000)) << "batches: from 16384 keys in all";

@@ -73,15 +73,17 @@ static bool ClusterPlan(const AttentionArgs& a, int num_seqs, int64_t max_len) {
 // engine's graph sets at 1 x 1K / 1.5K / 2K / 3K / 4K 3185 / 3197 / 3194 / 3331 / 3398 -> 2941 /
 // 3035 / 3057 / 3158 / 3242 -> 2913 / 2935 / 2958 / 3160 / 3237; 2 / 4 / 8 x 2K 5406 / 7908 /
 // 12219 -> 5214 / 7929 / 12206 -> 5009 / 7889 / 12213.
-static int ClusterFit() {
+// Groups above 8 (16: Qwen3-235B-A22B's) keep mode 0: not measured, and the two-stage exchange
+// form prepares at most 8 q rows in registers.
+static int ClusterFit(const AttentionArgs& a) {
   static const int mode = EnvInt("PG_FUSED_CLUSTER_FIT", 2);
-  return mode;
+  return a.kv_heads > 0 && a.heads / a.kv_heads <= 2 * kWarps ? mode : 0;
 }
 // The cluster plan's keys a split for the grid (the host's split count) at max_len.
-static int ClusterSplitKeys(int64_t max_len) {
+static int ClusterSplitKeys(const AttentionArgs& a, int64_t max_len) {
   const int64_t fit = (max_len + kMaxClusterSplits - 1) / kMaxClusterSplits;
-  return ClusterFit() > 0 ? int(std::max<int64_t>(64, (fit + kSplitGranule - 1) / kSplitGranule * kSplitGranule))
-                          : 64;
+  return ClusterFit(a) > 0 ? int(std::max<int64_t>(64, (fit + kSplitGranule - 1) / kSplitGranule * kSplitGranule))
+                           : 64;
 }
 
 // The two-tile plan: splits of 128 keys, the small variant with 4 tile warps and two ring
@@ -178,7 +180,7 @@ int DecodeFusedSplits(const AttentionArgs& a, int num_seqs, int64_t max_len) {
       // keys, one cluster a kv head); the device still splits at min_split_keys, so a sequence
       // of up to (splits x min_split_keys) keys replays the usual 32-key splits and a longer one
       // fills the grid with longer splits.
-      k.min_split_keys = std::max(k.min_split_keys, ClusterSplitKeys(max_len));
+      k.min_split_keys = std::max(k.min_split_keys, ClusterSplitKeys(a, max_len));
       break;
     case FusedRule::kTwoTile: k.min_split_keys = kTwoTileKeys; break;  // the device's too
     case FusedRule::kNone: break;
@@ -316,7 +318,7 @@ void LaunchDecodeFused(const AttentionArgs& args, const RopeKvWriteArgs& rope, c
                  (long long)WorstSplitKeys(a, max_len));
   const int xw_mode = FusedXwMode(rule);
   // ClusterFit 2: two stages where the exchange form then takes every split the plan serves.
-  const bool fit2 = rule == FusedRule::kCluster && cluster_small && ClusterFit() == 2 && small == 4 &&
+  const bool fit2 = rule == FusedRule::kCluster && cluster_small && ClusterFit(a) == 2 && small == 4 &&
                     !XwApplies(a, max_len, small, 1, xw_mode) && XwApplies(a, max_len, small, 2, xw_mode);
   const int stages = two_tile || fit2 ? 2 : 1;
   const bool xw = XwApplies(a, max_len, small, stages, xw_mode);
