@@ -20,6 +20,13 @@ constexpr int kSplitGranule = 16;  // a split's key count is a multiple of this 
 // The cluster merge's largest cluster: a kv head's splits, one block each (a non-portable
 // cluster size on sm_90; the launcher takes the merge only where num_splits fits).
 constexpr int kMaxClusterSplits = 16;
+// Keys a split takes when n keys are dealt over `active` splits: ceil(n / active), rounded up
+// to kSplitGranule (the device's SplitOf and the host's plans alike).
+template <class T>
+__host__ __device__ constexpr T SplitChunk(T n, T active) {
+  const T chunk = (n + active - 1) / active;
+  return (chunk + kSplitGranule - 1) / kSplitGranule * kSplitGranule;
+}
 constexpr float kLog2e = 1.4426950408889634f;
 
 __device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, int src_bytes) {
@@ -70,8 +77,7 @@ struct SplitRange {
 __device__ __forceinline__ SplitRange SplitOf(const AttentionArgs& a, int s, int split, int active) {
   const CausalRange c = CausalOf(a, s);
   const int n = c.pos + 1 - c.lo;
-  int chunk = (n + active - 1) / active;
-  chunk = (chunk + kSplitGranule - 1) / kSplitGranule * kSplitGranule;
+  const int chunk = SplitChunk(n, active);
   const int begin = c.lo + split * chunk;
   return {begin, min(c.pos + 1, begin + chunk)};
 }

@@ -81,9 +81,8 @@ static int ClusterFit(const AttentionArgs& a) {
 }
 // The cluster plan's keys a split for the grid (the host's split count) at max_len.
 static int ClusterSplitKeys(const AttentionArgs& a, int64_t max_len) {
-  const int64_t fit = (max_len + kMaxClusterSplits - 1) / kMaxClusterSplits;
-  return ClusterFit(a) > 0 ? int(std::max<int64_t>(64, (fit + kSplitGranule - 1) / kSplitGranule * kSplitGranule))
-                           : 64;
+  if (ClusterFit(a) == 0) return 64;
+  return int(std::max<int64_t>(64, SplitChunk<int64_t>(max_len, kMaxClusterSplits)));
 }
 
 // The two-tile plan: splits of 128 keys, the small variant with 4 tile warps and two ring
@@ -222,8 +221,7 @@ static int64_t WorstSplitKeys(const AttentionArgs& a, int64_t max_len) {
     int64_t cap = splits;
     if (a.wave_splits > 0 && n < splits * 8 * msk) cap = std::min<int64_t>(cap, a.wave_splits);
     const int64_t active = std::max<int64_t>(1, std::min(cap, (n + msk - 1) / msk));
-    const int64_t c = (n + active - 1) / active;
-    return (c + kSplitGranule - 1) / kSplitGranule * kSplitGranule;
+    return SplitChunk(n, active);
   };
   max_len = std::max<int64_t>(1, max_len);
   return std::max({chunk_at(max_len), chunk_at(std::clamp<int64_t>(splits * 8 * msk - 1, 1, max_len)),
@@ -318,7 +316,8 @@ void LaunchDecodeFused(const AttentionArgs& args, const RopeKvWriteArgs& rope, c
                  (long long)WorstSplitKeys(a, max_len));
   const int xw_mode = FusedXwMode(rule);
   // ClusterFit 2: two stages where the exchange form then takes every split the plan serves.
-  const bool fit2 = rule == FusedRule::kCluster && cluster_small && ClusterFit(a) == 2 && small == 4 &&
+  // (cluster_small: the cluster plan's rule, no forced mode)
+  const bool fit2 = cluster_small && ClusterFit(a) == 2 && small == 4 &&
                     !XwApplies(a, max_len, small, 1, xw_mode) && XwApplies(a, max_len, small, 2, xw_mode);
   const int stages = two_tile || fit2 ? 2 : 1;
   const bool xw = XwApplies(a, max_len, small, stages, xw_mode);
