@@ -535,19 +535,27 @@ bool DecodeStreamRuns(const AttentionArgs& a) { return UseStream(a); }
 // vs composed): bf16 1 x 8K 21.8 vs 27.4, 4 x 2K 23.5 vs 25.5, 8 x 2K 36.2 vs 34.6, 1 x 16K
 // 35.6 vs 33.9, 2 x 16K 64.6 vs 47.7, 1 x 32K 60.5 vs 50.5, 8 x 8K 111.7 vs 79.0; fp8 1 x 16K
 // 26.9 vs 32.5, 8 x 2K 26.6 vs 32.0 (docs/PERF.md "Streaming decode attention"). 0: never.
-// One sequence with a bf16 cache: from kStreamOneSeqMinKeys, past the fused kernel's cluster
-// plan (<= 4096 keys) — in whole decode steps the streaming kernel wins there, unlike the op
-// alone (H100, graph captured at the context, µs a step, fused -> streaming; docs/PERF.md
-// "Session 39"): Qwen3-30B-A3B 6K / 8K / 12K 3714 / 3817 / 3969 -> 3411 / 3492 / 3674,
-// Llama-3.1-8B 6K / 8K / 12K 5721 / 5857 / 6080 -> 5519 / 5609 / 5774; at 3K / 4K the fused
-// cluster plan stays faster (Qwen3 3131 / 3216 against 3359 / 3370).
-constexpr int64_t kStreamOneSeqMinKeys = 4097;
+// One sequence with a bf16 cache: from 4097 keys — in whole decode steps the streaming kernel
+// wins there over the fused kernel's 32- / 64-key splits, unlike the op alone (H100, graph
+// captured at the context, µs a step, fused -> streaming; docs/PERF.md "Session 39"):
+// Qwen3-30B-A3B 6K / 8K / 12K 3714 / 3817 / 3969 -> 3411 / 3492 / 3674, Llama-3.1-8B 6K / 8K /
+// 12K 5721 / 5857 / 6080 -> 5519 / 5609 / 5774 — but past the cluster plan's reach
+// (decode_fused_plan.cu ClusterPlan: GQA groups 5-8, one sequence up to kClusterOneSeqMaxKeys),
+// which at two ring stages beats it to 8K (session 40, Qwen3-30B-A3B, streaming -> cluster
+// plan: graph at 6K / 8K 3446.8 / 3535.2 -> 3311.0 / 3443.3, 10K 3651.3 / 3628.0, 12K 3713.2 /
+// 3740.6, 16K 3767.6 / 4066.2; the engine's 8192-key set at 4.5K / 6K / 8K 3409.5 / 3438.8 /
+// 3528.0 -> 3242.7 / 3317.6 / 3444.5).
+static int64_t StreamOneSeqMinKeys(const AttentionArgs& a) {
+  const int group = a.kv_heads > 0 ? a.heads / a.kv_heads : 0;
+  const bool cluster = group > kWarps && group <= 2 * kWarps;
+  return cluster ? kClusterOneSeqMaxKeys + 1 : 4097;
+}
 bool DecodeStreamPreferred(const AttentionArgs& a, int num_seqs, int64_t max_len) {
   static const int env_keys = EnvInt("PG_DSTREAM_FUSED_MIN_KEYS", -1);
   const bool f8 = a.kv_type == KvType::kF8E4M3;
   const int64_t min_keys = env_keys >= 0 ? env_keys
                            : f8            ? 32768
-                           : num_seqs == 1 ? kStreamOneSeqMinKeys
+                           : num_seqs == 1 ? StreamOneSeqMinKeys(a)
                                            : 16384;
   return min_keys > 0 && int64_t(num_seqs) * max_len >= min_keys && UseStream(a);
 }

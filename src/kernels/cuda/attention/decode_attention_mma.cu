@@ -129,8 +129,11 @@ struct NoFusion {};  // the unfused kernel's (empty) second parameter
 // forms, bounded as the one-stage variant (the two-stage one compiled to 252 unbounded).
 // kXw: the small variant's exchange form (decode_xw.cuh) where the split's tiles all fit the
 // rings (else the loop below runs); bf16 caches.
+// kPrep: q rows a warp prepares in registers (PrepareNewTokenFast's kMaxQ); 0: by kSt and kXw
+// (below). The two-stage loop form takes 2 for groups of 5-8 (LaunchFused), 1 for the two-tile
+// plan's groups of <= 4, whose kernel carries one row's code.
 template <int D, bool kF8, bool kHeadWarps, bool kFused, int kSt = kStages, int kTW = kWarps,
-          bool kXw = false>
+          bool kXw = false, int kPrep = 0>
 __global__ void __launch_bounds__(kSt == 1 || kXw ? kWarps * 32 : 256, kSt == 1 || kXw ? 3 : 0)
     DecodeMmaKernel(const __grid_constant__ AttentionArgs a,
                     const __grid_constant__ std::conditional_t<kFused, RopeKvWriteArgs, NoFusion> f) {
@@ -259,7 +262,9 @@ __global__ void __launch_bounds__(kSt == 1 || kXw ? kWarps * 32 : 256, kSt == 1 
     // The two-tile plan (kSt 2) takes groups of <= kWarps rows only (decode_fused_plan.cu
     // TwoTilePlan): one q row a warp; a larger group (never planned) takes the other form. The
     // cluster plan's exchange form at two stages (ClusterFit) has groups of up to 8: two a warp.
-    constexpr int kPrepRows = kSt == 2 ? (kXw ? 2 : 1) : (FusedScratch<D>::kRows + kWarps - 1) / kWarps;
+    constexpr int kPrepRows = kPrep > 0 ? kPrep
+                              : kSt == 2 ? (kXw ? 2 : 1)
+                                         : (FusedScratch<D>::kRows + kWarps - 1) / kWarps;
     constexpr bool kAnyGroup = kPrepRows * kWarps >= FusedScratch<D>::kRows;
     if (nti.fast && a.fused_prep_registers && (kAnyGroup || group <= kWarps * kPrepRows))
       PrepareNewTokenFast<D, KvT, kPrepRows>(f, row, kvh, group, owner, qscale, softcap_v, nti, fs);
@@ -452,10 +457,10 @@ void Launch(const AttentionArgs& a, dim3 grid, int warps, cudaStream_t stream) {
 // carveout, so that an SM that runs a ring GEMV block can take two of its blocks (the SM's
 // L1 / shared split changes only when it drains; PG_FUSED_SMALL_CARVEOUT=-1 leaves it to the
 // driver, A/B).
-template <int D, bool kF8, int kTW, int S, bool kXw>
+template <int D, bool kF8, int kTW, int S, bool kXw, int kPrep>
 void PrepareSmall() {
   static const bool done = [] {
-    const void* k = reinterpret_cast<const void*>(&DecodeMmaKernel<D, kF8, false, true, S, kTW, kXw>);
+    const void* k = reinterpret_cast<const void*>(&DecodeMmaKernel<D, kF8, false, true, S, kTW, kXw, kPrep>);
     // (+ the cluster merge's inbox, which LaunchSmall places right past it)
     cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                          FusedSmallSmemBytes<D, kF8, kTW, S, kXw>(16, 256) + ClusterInboxBytes(16, D) +
@@ -467,9 +472,9 @@ void PrepareSmall() {
   (void)done;
 }
 
-template <int D, bool kF8, int kTW, int S = kSmallStages, bool kXw = false>
+template <int D, bool kF8, int kTW, int S = kSmallStages, bool kXw = false, int kPrep = 0>
 void LaunchSmall(const AttentionArgs& a_in, const RopeKvWriteArgs& rope, dim3 grid, cudaStream_t stream) {
-  PrepareSmall<D, kF8, kTW, S, kXw>();
+  PrepareSmall<D, kF8, kTW, S, kXw, kPrep>();
   const int group = a_in.heads / a_in.kv_heads, ng = std::min(group, 16);
   const int smem = FusedSmallSmemBytes<D, kF8, kTW, S, kXw>(group, a_in.num_splits);  // 16-byte multiple
   AttentionArgs a = a_in;
@@ -477,7 +482,7 @@ void LaunchSmall(const AttentionArgs& a_in, const RopeKvWriteArgs& rope, dim3 gr
   // block's shared memory past the merge buffers.
   a.cluster_merge = a_in.cluster_merge && a.num_splits > 1 && a.num_splits <= kMaxClusterSplits &&
                     ClusterPartOffset(MergeRows<S>(group), D, a.num_splits) + ClusterPartBytes(ng, D) <= smem;
-  auto* k = DecodeMmaKernel<D, kF8, false, true, S, kTW, kXw>;
+  auto* k = DecodeMmaKernel<D, kF8, false, true, S, kTW, kXw, kPrep>;
   if (!a.cluster_merge) {
     LaunchPdl(k, grid, dim3(unsigned(kWarps * 32)), size_t(smem), stream, a, rope);
     return;
@@ -512,7 +517,11 @@ void LaunchFused(const AttentionArgs& a, const RopeKvWriteArgs& rope, dim3 grid,
     if (xw && small_warps == 4 && stages == 1) return LaunchSmall<D, kF8, 4, 1, true>(a, rope, grid, stream);
   }
   if constexpr (D == 128 && !kF8)
-    if (small_warps == 4 && stages == 2) return LaunchSmall<D, kF8, 4, 2>(a, rope, grid, stream);
+    if (small_warps == 4 && stages == 2) {
+      if (a.heads / a.kv_heads > kWarps)  // the cluster plan's two-stage loop (groups 5-8)
+        return LaunchSmall<D, kF8, 4, 2, false, 2>(a, rope, grid, stream);
+      return LaunchSmall<D, kF8, 4, 2>(a, rope, grid, stream);
+    }
   if (small_warps == 3) return LaunchSmall<D, kF8, 3>(a, rope, grid, stream);
   if (small_warps == 4) return LaunchSmall<D, kF8, 4>(a, rope, grid, stream);
   (void)Occupancy<D, kF8, false, true>(kWarps);  // sets the shared-memory attribute

@@ -75,6 +75,11 @@ int64_t DecodeFusedClusterLaunches();
 // cluster plan and 0 elsewhere; the process default from PG_FUSED_XW (tests set it; returns
 // the previous mode), and the launches that took it.
 int SetDecodeFusedXwMode(int mode);
+// Launches of the cluster plan's two-stage loop form (decode_fused_plan.cu: plans past 2K keys).
+int64_t DecodeFusedClusterLoop2Launches();
+// The longest plan, in keys, that one sequence runs on the fused kernel's cluster plan (GQA
+// groups 5-8, bf16 caches); past it DecodeStreamPreferred takes the streaming kernel.
+constexpr int64_t kClusterOneSeqMaxKeys = 8192;
 int64_t DecodeFusedXwLaunches();
 int64_t DecodeFusedXwAsyncLaunches();  // of those, cluster launches with the asynchronous push
 // Launches of the two-tile plan (decode_fused_plan.cu TwoTilePlan: 128-key splits, two ring

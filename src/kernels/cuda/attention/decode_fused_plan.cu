@@ -46,7 +46,8 @@ static int& FusedSmallModeRef() {
 // 0, longer plans merge through the counter) — where the GQA group
 // is larger than the block's 4 warps (the counter merge's last block takes a head a warp, so two
 // rounds of loads there; the cluster merges every head in one round through distributed shared
-// memory), for bf16 caches, <= 8 sequences and plans of <= 4096 keys (the range measured). H200,
+// memory), for bf16 caches, <= 8 sequences and plans of <= 4096 keys (the range measured; one
+// sequence of a group <= 8: <= kClusterOneSeqMaxKeys, session 40). H200,
 // Qwen3-30B-A3B (group 8; docs/PERF.md "Session 17"; step us, without -> with, same call): graph
 // captured at 1 x 1K 2772 -> 2723, at 8 x 1K 9961 -> 9827; serving graph sets (2048 / 4096 / 8192
 // buckets) one row at 1K / 1.5K / 2K / 3K / 4K keys 2791 / 2872 / 2955 / 3176 / 3231 -> 2781 / 2794
@@ -58,9 +59,14 @@ static int& FusedSmallModeRef() {
 // captured graph replays at shorter ones).
 static bool ClusterPlan(const AttentionArgs& a, int num_seqs, int64_t max_len) {
   static const bool plan_env = EnvFlag("PG_FUSED_CLUSTER_PLAN", true);
+  // The longest plan it takes: kClusterOneSeqMaxKeys for one sequence (PG_FUSED_CLUSTER_MAX_KEYS
+  // overrides, A/B; past it the streaming kernel, decode_attention.cu DecodeStreamPreferred),
+  // 4096 for batches and for groups above 8 (the range measured).
+  static const int64_t one_seq_max = EnvInt("PG_FUSED_CLUSTER_MAX_KEYS", int(kClusterOneSeqMaxKeys));
   if (!plan_env || FusedClusterRef() >= 0 || a.kv_type == KvType::kF8E4M3 || a.kv_heads <= 0)
     return false;
-  return a.heads / a.kv_heads > kWarps && num_seqs <= 8 && max_len > 0 && max_len <= 4096;
+  const int64_t max_keys = num_seqs == 1 && a.heads / a.kv_heads <= 2 * kWarps ? one_seq_max : 4096;
+  return a.heads / a.kv_heads > kWarps && num_seqs <= 8 && max_len > 0 && max_len <= max_keys;
 }
 
 // The cluster plan's grid for plans above 1K keys (PG_FUSED_CLUSTER_FIT, A/B): 0 64-key
@@ -275,7 +281,8 @@ static bool XwApplies(const AttentionArgs& a, int64_t max_len, int small, int st
   return WorstSplitKeys(a, std::max<int64_t>(1, max_len)) <= int64_t(small) * stages * kSplitGranule;
 }
 
-static std::atomic<int64_t> g_small_launches{0}, g_fused_launches{0};
+static std::atomic<int64_t> g_small_launches{0}, g_fused_launches{0}, g_loop2_launches{0};
+int64_t DecodeFusedClusterLoop2Launches() { return g_loop2_launches.load(std::memory_order_relaxed); }
 int64_t DecodeFusedSmallLaunches() { return g_small_launches.load(std::memory_order_relaxed); }
 int64_t DecodeFusedLaunches() { return g_fused_launches.load(std::memory_order_relaxed); }
 
@@ -319,8 +326,18 @@ void LaunchDecodeFused(const AttentionArgs& args, const RopeKvWriteArgs& rope, c
   // (cluster_small: the cluster plan's rule, no forced mode)
   const bool fit2 = cluster_small && ClusterFit(a) == 2 && small == 4 &&
                     !XwApplies(a, max_len, small, 1, xw_mode) && XwApplies(a, max_len, small, 2, xw_mode);
-  const int stages = two_tile || fit2 ? 2 : 1;
+  // The cluster plan's splits that neither exchange form takes (plans past 2K keys) run the
+  // loop form at two ring stages a warp, two q rows a warp prepared in registers
+  // (PG_FUSED_CLUSTER_STAGES=1: one stage, the form before session 40; A/B). H100,
+  // Qwen3-30B-A3B, µs a step, one -> two stages (docs/PERF.md "Session 40", two rounds): graph
+  // at 1 x 3K / 4K 3167.7 / 3252.3 -> 3100.6 / 3181.1, 2 x 3K / 4K 5417.0 / 5565.3 -> 5317.4 /
+  // 5432.8; the engine's 4096-key set at 3K / 4K 3184.5 / 3254.1 -> 3116.0 / 3182.1.
+  static const int cluster_stages = EnvInt("PG_FUSED_CLUSTER_STAGES", 2);
+  const bool loop2 = cluster_small && small == 4 && cluster_stages == 2 && ClusterFit(a) != 0 && !fit2 &&
+                     !XwApplies(a, max_len, small, 1, xw_mode);
+  const int stages = two_tile || fit2 || loop2 ? 2 : 1;
   const bool xw = XwApplies(a, max_len, small, stages, xw_mode);
+  if (loop2 && !xw) g_loop2_launches.fetch_add(1, std::memory_order_relaxed);
   if (xw) g_xw_launches.fetch_add(1, std::memory_order_relaxed);
   a.xw_push = xw && xw_mode >= 2;
   a.xw_async = xw && xw_mode == 3;
