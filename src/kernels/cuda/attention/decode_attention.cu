@@ -546,9 +546,7 @@ bool DecodeStreamRuns(const AttentionArgs& a) { return UseStream(a); }
 // 3740.6, 16K 3767.6 / 4066.2; the engine's 8192-key set at 4.5K / 6K / 8K 3409.5 / 3438.8 /
 // 3528.0 -> 3242.7 / 3317.6 / 3444.5).
 static int64_t StreamOneSeqMinKeys(const AttentionArgs& a) {
-  const int group = a.kv_heads > 0 ? a.heads / a.kv_heads : 0;
-  const bool cluster = group > kWarps && group <= 2 * kWarps;
-  return cluster ? kClusterOneSeqMaxKeys + 1 : 4097;
+  return std::max<int64_t>(4096, DecodeFusedClusterMaxKeys(a, 1)) + 1;
 }
 bool DecodeStreamPreferred(const AttentionArgs& a, int num_seqs, int64_t max_len) {
   static const int env_keys = EnvInt("PG_DSTREAM_FUSED_MIN_KEYS", -1);

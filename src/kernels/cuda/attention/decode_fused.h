@@ -78,8 +78,11 @@ int SetDecodeFusedXwMode(int mode);
 // Launches of the cluster plan's two-stage loop form (decode_fused_plan.cu: plans past 2K keys).
 int64_t DecodeFusedClusterLoop2Launches();
 // The longest plan, in keys, that one sequence runs on the fused kernel's cluster plan (GQA
-// groups 5-8, bf16 caches); past it DecodeStreamPreferred takes the streaming kernel.
+// groups 5-8, bf16 caches; PG_FUSED_CLUSTER_MAX_KEYS overrides); past it DecodeStreamPreferred
+// takes the streaming kernel. DecodeFusedClusterMaxKeys: the longest plan of num_seqs rows the
+// cluster plan takes for a's shape (0: none; decode_fused_plan.cu ClusterPlan).
 constexpr int64_t kClusterOneSeqMaxKeys = 8192;
+int64_t DecodeFusedClusterMaxKeys(const AttentionArgs& a, int num_seqs);
 int64_t DecodeFusedXwLaunches();
 int64_t DecodeFusedXwAsyncLaunches();  // of those, cluster launches with the asynchronous push
 // Launches of the two-tile plan (decode_fused_plan.cu TwoTilePlan: 128-key splits, two ring

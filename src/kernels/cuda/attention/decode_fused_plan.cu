@@ -57,16 +57,21 @@ static int& FusedSmallModeRef() {
 // PG_FUSED_CLUSTER=0 turns off the plan with the merge, PG_FUSED_CLUSTER_PLAN=0 the plan only.
 // a: the launch's heads, kv heads and cache type; max_len: the length the plan serves (a
 // captured graph replays at shorter ones).
-static bool ClusterPlan(const AttentionArgs& a, int num_seqs, int64_t max_len) {
+// The longest plan it takes (0: none for this shape): kClusterOneSeqMaxKeys for one sequence
+// of a group <= 8 (PG_FUSED_CLUSTER_MAX_KEYS overrides, A/B; DecodeStreamPreferred sends longer
+// ones to the streaming kernel), 4096 for batches and for groups above 8 (the range measured).
+static int64_t ClusterMaxKeys(const AttentionArgs& a, int num_seqs) {
   static const bool plan_env = EnvFlag("PG_FUSED_CLUSTER_PLAN", true);
-  // The longest plan it takes: kClusterOneSeqMaxKeys for one sequence (PG_FUSED_CLUSTER_MAX_KEYS
-  // overrides, A/B; past it the streaming kernel, decode_attention.cu DecodeStreamPreferred),
-  // 4096 for batches and for groups above 8 (the range measured).
   static const int64_t one_seq_max = EnvInt("PG_FUSED_CLUSTER_MAX_KEYS", int(kClusterOneSeqMaxKeys));
   if (!plan_env || FusedClusterRef() >= 0 || a.kv_type == KvType::kF8E4M3 || a.kv_heads <= 0)
-    return false;
-  const int64_t max_keys = num_seqs == 1 && a.heads / a.kv_heads <= 2 * kWarps ? one_seq_max : 4096;
-  return a.heads / a.kv_heads > kWarps && num_seqs <= 8 && max_len > 0 && max_len <= max_keys;
+    return 0;
+  const int group = a.heads / a.kv_heads;
+  if (group <= kWarps || num_seqs < 1 || num_seqs > 8) return 0;
+  return num_seqs == 1 && group <= 2 * kWarps ? one_seq_max : 4096;
+}
+int64_t DecodeFusedClusterMaxKeys(const AttentionArgs& a, int num_seqs) { return ClusterMaxKeys(a, num_seqs); }
+static bool ClusterPlan(const AttentionArgs& a, int num_seqs, int64_t max_len) {
+  return max_len > 0 && max_len <= ClusterMaxKeys(a, num_seqs);
 }
 
 // The cluster plan's grid for plans above 1K keys (PG_FUSED_CLUSTER_FIT, A/B): 0 64-key
