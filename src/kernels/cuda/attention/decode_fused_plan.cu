@@ -338,8 +338,9 @@ void LaunchDecodeFused(const AttentionArgs& args, const RopeKvWriteArgs& rope, c
   // at 1 x 3K / 4K 3167.7 / 3252.3 -> 3100.6 / 3181.1, 2 x 3K / 4K 5417.0 / 5565.3 -> 5317.4 /
   // 5432.8; the engine's 4096-key set at 3K / 4K 3184.5 / 3254.1 -> 3116.0 / 3182.1.
   static const int cluster_stages = EnvInt("PG_FUSED_CLUSTER_STAGES", 2);
-  const bool loop2 = cluster_small && small == 4 && cluster_stages == 2 && ClusterFit(a) != 0 && !fit2 &&
-                     !XwApplies(a, max_len, small, 1, xw_mode);
+  // (Groups <= 8: the two-row preparation's reach; with PG_FUSED_CLUSTER_FIT=0 too, A/B.)
+  const bool loop2 = cluster_small && small == 4 && cluster_stages == 2 && a.heads / a.kv_heads <= 2 * kWarps &&
+                     !fit2 && !XwApplies(a, max_len, small, 1, xw_mode);
   const int stages = two_tile || fit2 || loop2 ? 2 : 1;
   const bool xw = XwApplies(a, max_len, small, stages, xw_mode);
   if (loop2 && !xw) g_loop2_launches.fetch_add(1, std::memory_order_relaxed);
