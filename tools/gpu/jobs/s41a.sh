@@ -10,7 +10,8 @@
 #   s0:  PG_FUSED_SMALL=0: the 3-stage kernel (three ring stages a warp, ~102 KB a block, the
 #        counter merge) on the same 16-split grid.
 # Tests: EveryBackendMatchesComposition under the c32 knobs (every value must match; only the
-# structural check that some case reaches the streaming kernel fails, as the knob turns it off).
+# structural check that some case reaches the streaming kernel fails, as the knob turns it off)
+# and under PG_FUSED_SMALL=0 (structural checks of the small variant's forms may fail by design).
 # Make it at HEAD:
 #   ninja -C build/cuda moe_gpu_check fattn_gpu_check
 #   tools/gpu/make_job.sh s41a tools/gpu/jobs/s41a.sh 400 moe_gpu_check=build/cuda/tests/models/moe_gpu_check \
@@ -22,6 +23,9 @@ c32=(PG_FUSED_CLUSTER_FIT=0 PG_FUSED_CLUSTER_MAX_KEYS=16384 PG_DSTREAM_FUSED_MIN
 echo "== fused attention tests (c32 knobs at 384 keys a split; the streaming check fails by design)"
 AB_TEST_TIMEOUT=200 ab_tests fattn_gpu_check 'RopeKvWriteAttention.EveryBackend*' "${c32[@]}" \
   PG_FUSED_MIN_SPLIT_KEYS=384 | command grep -E 'Failure|Expected|PASSED|FAILED|differs' | head -12
+echo "== fused attention tests (PG_FUSED_SMALL=0)"
+AB_TEST_TIMEOUT=200 ab_tests fattn_gpu_check 'RopeKvWriteAttention.EveryBackend*' PG_FUSED_SMALL=0 |
+  command grep -E 'Failure|Expected|PASSED|FAILED|differs' | head -12
 m=qwen3-30b-a3b
 ab_step warmup moe_gpu_check $m
 for r in 1 2; do
