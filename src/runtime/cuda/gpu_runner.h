@@ -32,9 +32,10 @@ namespace pg::runtime::cuda {
 
 // Decode graph sets' kv lengths below the longest (GpuRunner::CaptureDecode's kv_buckets) that
 // the engine captures by default: the attention plans change with the planned length (the
-// fused kernel's cluster plan up to 4K for GQA groups above 4, its small variant up to 2K, the
-// streaming kernel past 4K keys at batch 1 and from 16K keys in all for batches, the split
-// counts), and a graph replays the plan of the length it was captured at. 4096: the
+// fused kernel's cluster plan up to 4K for GQA groups above 4 (8K at batch 1 for groups of
+// 5-8), its small variant up to 2K, the streaming kernel past that at batch 1 (past 4K keys
+// for groups <= 4) and from 16K keys in all for batches, the split counts), and a graph
+// replays the plan of the length it was captured at. 4096: the
 // fused kernel's cluster plan (kernels/cuda/attention decode_fused_plan.cu ClusterPlan)
 // applies to plans of <= 4096 keys; H200, Qwen3-30B-A3B one row at 3K / 4K keys: 3176 / 3231
 // -> 3005 / 3089 us a step with the plan and this set, eight rows equal (docs/PERF.md

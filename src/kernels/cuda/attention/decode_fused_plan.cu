@@ -60,18 +60,21 @@ static int& FusedSmallModeRef() {
 // The longest plan it takes (0: none for this shape): kClusterOneSeqMaxKeys for one sequence
 // of a group <= 8 (PG_FUSED_CLUSTER_MAX_KEYS overrides, A/B; DecodeStreamPreferred sends longer
 // ones to the streaming kernel), 4096 for batches and for groups above 8 (the range measured).
-static int64_t ClusterMaxKeys(const AttentionArgs& a, int num_seqs) {
+// Whether a's GQA group is at most 2 x kWarps (8): the reach of the two q rows a warp that the
+// two-stage forms prepare in registers, and of the measurements above 4K keys / 1K keys a split.
+static bool GroupFitsTwoRows(const AttentionArgs& a) {
+  return a.kv_heads > 0 && a.heads / a.kv_heads <= 2 * kWarps;
+}
+int64_t DecodeFusedClusterMaxKeys(const AttentionArgs& a, int num_seqs) {
   static const bool plan_env = EnvFlag("PG_FUSED_CLUSTER_PLAN", true);
   static const int64_t one_seq_max = EnvInt("PG_FUSED_CLUSTER_MAX_KEYS", int(kClusterOneSeqMaxKeys));
   if (!plan_env || FusedClusterRef() >= 0 || a.kv_type == KvType::kF8E4M3 || a.kv_heads <= 0)
     return 0;
-  const int group = a.heads / a.kv_heads;
-  if (group <= kWarps || num_seqs < 1 || num_seqs > 8) return 0;
-  return num_seqs == 1 && group <= 2 * kWarps ? one_seq_max : 4096;
+  if (a.heads / a.kv_heads <= kWarps || num_seqs < 1 || num_seqs > 8) return 0;
+  return num_seqs == 1 && GroupFitsTwoRows(a) ? one_seq_max : 4096;
 }
-int64_t DecodeFusedClusterMaxKeys(const AttentionArgs& a, int num_seqs) { return ClusterMaxKeys(a, num_seqs); }
 static bool ClusterPlan(const AttentionArgs& a, int num_seqs, int64_t max_len) {
-  return max_len > 0 && max_len <= ClusterMaxKeys(a, num_seqs);
+  return max_len > 0 && max_len <= DecodeFusedClusterMaxKeys(a, num_seqs);
 }
 
 // The cluster plan's grid for plans above 1K keys (PG_FUSED_CLUSTER_FIT, A/B): 0 64-key
@@ -88,7 +91,7 @@ static bool ClusterPlan(const AttentionArgs& a, int num_seqs, int64_t max_len) {
 // form prepares at most 8 q rows in registers.
 static int ClusterFit(const AttentionArgs& a) {
   static const int mode = EnvInt("PG_FUSED_CLUSTER_FIT", 2);
-  return a.kv_heads > 0 && a.heads / a.kv_heads <= 2 * kWarps ? mode : 0;
+  return GroupFitsTwoRows(a) ? mode : 0;
 }
 // The cluster plan's keys a split for the grid (the host's split count) at max_len.
 static int ClusterSplitKeys(const AttentionArgs& a, int64_t max_len) {
@@ -327,20 +330,19 @@ void LaunchDecodeFused(const AttentionArgs& args, const RopeKvWriteArgs& rope, c
                  small ? "small" : "3-stage", small ? small : kWarps, a.num_splits, (long long)max_len,
                  (long long)WorstSplitKeys(a, max_len));
   const int xw_mode = FusedXwMode(rule);
-  // ClusterFit 2: two stages where the exchange form then takes every split the plan serves.
-  // (cluster_small: the cluster plan's rule, no forced mode)
-  const bool fit2 = cluster_small && ClusterFit(a) == 2 && small == 4 &&
-                    !XwApplies(a, max_len, small, 1, xw_mode) && XwApplies(a, max_len, small, 2, xw_mode);
-  // The cluster plan's splits that neither exchange form takes (plans past 2K keys) run the
-  // loop form at two ring stages a warp, two q rows a warp prepared in registers
-  // (PG_FUSED_CLUSTER_STAGES=1: one stage, the form before session 40; A/B). H100,
+  // The cluster plan (cluster_small: its rule, no forced mode) at 4 tile warps, a group <= 8,
+  // where the one-stage exchange form does not take every split the plan serves: two stages,
+  // in the exchange form where that then takes them (ClusterFit 2: fit2), else in the loop
+  // form (loop2) — two q rows a warp prepared in registers either way
+  // (PG_FUSED_CLUSTER_STAGES=1: the loop form at one stage, as before session 40; A/B). H100,
   // Qwen3-30B-A3B, µs a step, one -> two stages (docs/PERF.md "Session 40", two rounds): graph
   // at 1 x 3K / 4K 3167.7 / 3252.3 -> 3100.6 / 3181.1, 2 x 3K / 4K 5417.0 / 5565.3 -> 5317.4 /
   // 5432.8; the engine's 4096-key set at 3K / 4K 3184.5 / 3254.1 -> 3116.0 / 3182.1.
   static const int cluster_stages = EnvInt("PG_FUSED_CLUSTER_STAGES", 2);
-  // (Groups <= 8: the two-row preparation's reach; with PG_FUSED_CLUSTER_FIT=0 too, A/B.)
-  const bool loop2 = cluster_small && small == 4 && cluster_stages == 2 && a.heads / a.kv_heads <= 2 * kWarps &&
-                     !fit2 && !XwApplies(a, max_len, small, 1, xw_mode);
+  const bool past_one_stage = cluster_small && small == 4 && GroupFitsTwoRows(a) &&
+                              !XwApplies(a, max_len, small, 1, xw_mode);
+  const bool fit2 = past_one_stage && ClusterFit(a) == 2 && XwApplies(a, max_len, small, 2, xw_mode);
+  const bool loop2 = past_one_stage && cluster_stages == 2 && !fit2;
   const int stages = two_tile || fit2 || loop2 ? 2 : 1;
   const bool xw = XwApplies(a, max_len, small, stages, xw_mode);
   if (loop2 && !xw) g_loop2_launches.fetch_add(1, std::memory_order_relaxed);

@@ -323,8 +323,6 @@ __global__ void __launch_bounds__(kWarps * 32) FusedRouterKernel(MoeRouterArgs a
     RouteAny(a, t, score, score + a.num_experts, lane);
 }
 
-
-
 // Deferred-routing form for rows of at most 32 * kPreChunks chunks (hidden <= 2048), no
 // residual: one warp per expert with everything in registers — its router row and the norm
 // weight are loaded before PdlWait; per token each warp loads the whole x row once (kPreChunks
