@@ -19,6 +19,8 @@
 source tools/gpu/queue_env.sh
 source tools/gpu/ab_rows.sh
 ab_header
+echo "== fused attention tests at the defaults (6f41549's review: same plans, CudaPlansByLength checks them)"
+AB_TEST_TIMEOUT=200 ab_tests fattn_gpu_check 'RopeKvWriteAttention.*' | command grep -E 'Failure|Expected|PASSED|FAILED|differs' | head -12
 c32=(PG_FUSED_CLUSTER_FIT=0 PG_FUSED_CLUSTER_MAX_KEYS=16384 PG_DSTREAM_FUSED_MIN_KEYS=0)
 echo "== fused attention tests (c32 knobs at 384 keys a split; the streaming check fails by design)"
 AB_TEST_TIMEOUT=200 ab_tests fattn_gpu_check 'RopeKvWriteAttention.EveryBackend*' "${c32[@]}" \
