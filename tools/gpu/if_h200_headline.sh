@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Usage (on the GPU machine, repository root): tools/gpu/if_h200_headline.sh JOBDIR
+# If the card is an H200 (issue 7's goal is stated for one H200), prints issue 7's headline rows
+# with JOBDIR's moe_gpu_check before anything else of the call: the bench's D2D line (the
+# floor's rate), Qwen3-30B-A3B and DeepSeek-V2-Lite at batch 1 x 1K (three rounds), batches 8 /
+# 32, Moonlight at 1. On any other card it prints the card's name and does nothing else.
+set -u
+name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+echo "card: $name"
+[[ "$name" == *H200* ]] || exit 0
+JOB=$1
+source tools/gpu/queue_env.sh
+source tools/gpu/ab_rows.sh
+echo "== issue 7 headline on the H200 (binaries of $(cat "$JOB/commit" 2>/dev/null))"
+ab_hbm
+for r in 1 2 3; do
+  ab_step base-qwen3-30b-a3b moe_gpu_check qwen3-30b-a3b
+  ab_step base-deepseek-v2-lite moe_gpu_check deepseek-v2-lite
+done
+ab_batches base qwen3-30b-a3b 8,32
+ab_batches base deepseek-v2-lite 8,32
+ab_batches base moonlight-16b-a3b 1
