@@ -32,16 +32,20 @@ namespace pg::runtime::cuda {
 
 // Decode graph sets' kv lengths below the longest (GpuRunner::CaptureDecode's kv_buckets) that
 // the engine captures by default: the attention plans change with the planned length (the
-// fused kernel's cluster plan up to 4K for GQA groups above 4 (8K at batch 1 for groups of
-// 5-8), its small variant up to 2K, the streaming kernel past that at batch 1 (past 4K keys
-// for groups <= 4) and from 16K keys in all for batches, the split counts), and a graph
-// replays the plan of the length it was captured at. 4096: the
+// fused kernel's cluster plan up to 4K for GQA groups above 4 (12K at batch 1 for groups of
+// 5-8: 8K as one cluster a kv head, then its counter form), its small variant up to 2K, the
+// streaming kernel past that at batch 1 (past 4K keys for groups <= 4) and from 16K keys in
+// all for batches, the split counts), and a graph replays the plan of the length it was
+// captured at. 4096: the
 // fused kernel's cluster plan (kernels/cuda/attention decode_fused_plan.cu ClusterPlan)
 // applies to plans of <= 4096 keys; H200, Qwen3-30B-A3B one row at 3K / 4K keys: 3176 / 3231
 // -> 3005 / 3089 us a step with the plan and this set, eight rows equal (docs/PERF.md
 // "Session 17"); Llama-3.1-8B equal. (A 1024 set was measured too: eight rows at 1K lost
-// 140-200 us against the 2048 set's plan on both models.)
-inline constexpr int kDefaultDecodeKvBuckets[] = {2048, 4096, 8192, 32768};
+// 140-200 us against the 2048 set's plan on both models.) 12288: the cluster plan's counter
+// form for one sequence of a group 5-8 past 8K keys (decode_fused.h kCounterOneSeqMaxKeys),
+// which the 32768 set's streaming plan would otherwise replay at 8K-12K (docs/PERF.md
+// "Session 41").
+inline constexpr int kDefaultDecodeKvBuckets[] = {2048, 4096, 8192, 12288, 32768};
 
 struct GpuRunnerOptions {
   double gpu_memory_utilization = 0.9;

@@ -47,7 +47,8 @@ static int& FusedSmallModeRef() {
 // is larger than the block's 4 warps (the counter merge's last block takes a head a warp, so two
 // rounds of loads there; the cluster merges every head in one round through distributed shared
 // memory), for bf16 caches, <= 8 sequences and plans of <= 4096 keys (the range measured; one
-// sequence of a group <= 8: <= kClusterOneSeqMaxKeys, session 40). H200,
+// sequence of a group <= 8: <= kClusterOneSeqMaxKeys, session 40, then its counter form to
+// kCounterOneSeqMaxKeys, session 41). H200,
 // Qwen3-30B-A3B (group 8; docs/PERF.md "Session 17"; step us, without -> with, same call): graph
 // captured at 1 x 1K 2772 -> 2723, at 8 x 1K 9961 -> 9827; serving graph sets (2048 / 4096 / 8192
 // buckets) one row at 1K / 1.5K / 2K / 3K / 4K keys 2791 / 2872 / 2955 / 3176 / 3231 -> 2781 / 2794
@@ -57,21 +58,38 @@ static int& FusedSmallModeRef() {
 // PG_FUSED_CLUSTER=0 turns off the plan with the merge, PG_FUSED_CLUSTER_PLAN=0 the plan only.
 // a: the launch's heads, kv heads and cache type; max_len: the length the plan serves (a
 // captured graph replays at shorter ones).
-// The longest plan it takes (0: none for this shape): kClusterOneSeqMaxKeys for one sequence
-// of a group <= 8 (PG_FUSED_CLUSTER_MAX_KEYS overrides, A/B; DecodeStreamPreferred sends longer
+// The longest plan it takes (0: none for this shape): for one sequence of a group <= 8 the
+// longer of kClusterOneSeqMaxKeys (one cluster a kv head; PG_FUSED_CLUSTER_MAX_KEYS overrides,
+// A/B) and the counter form's reach (CounterOneSeqMaxKeys; DecodeStreamPreferred sends longer
 // ones to the streaming kernel), 4096 for batches and for groups above 8 (the range measured).
 // Whether a's GQA group is at most 2 x kWarps (8): the reach of the two q rows a warp that the
 // two-stage forms prepare in registers, and of the measurements above 4K keys / 1K keys a split.
 static bool GroupFitsTwoRows(const AttentionArgs& a) {
   return a.kv_heads > 0 && a.heads / a.kv_heads <= 2 * kWarps;
 }
+// The one-cluster reach for one sequence (PG_FUSED_CLUSTER_MAX_KEYS, A/B).
+static int64_t ClusterOneSeqMaxKeys() {
+  static const int64_t keys = EnvInt("PG_FUSED_CLUSTER_MAX_KEYS", int(kClusterOneSeqMaxKeys));
+  return keys;
+}
+// Whether a's kv heads each fit kCounterMaxSplits split blocks in one wave (the counter form's
+// grid; more splits than a cluster takes).
+static bool CounterGridFits(const AttentionArgs& a) {
+  return a.kv_heads > 0 && int64_t(a.kv_heads) * kCounterMaxSplits <= MultiprocessorCount();
+}
+// The counter form's reach for one sequence (decode_fused.h kCounterOneSeqMaxKeys; 0 where its
+// grid does not fit one wave, or PG_FUSED_COUNTER_MAX_KEYS=0).
+static int64_t CounterOneSeqMaxKeys(const AttentionArgs& a) {
+  static const int64_t keys = EnvInt("PG_FUSED_COUNTER_MAX_KEYS", int(kCounterOneSeqMaxKeys));
+  return CounterGridFits(a) ? keys : 0;
+}
 int64_t DecodeFusedClusterMaxKeys(const AttentionArgs& a, int num_seqs) {
   static const bool plan_env = EnvFlag("PG_FUSED_CLUSTER_PLAN", true);
-  static const int64_t one_seq_max = EnvInt("PG_FUSED_CLUSTER_MAX_KEYS", int(kClusterOneSeqMaxKeys));
   if (!plan_env || FusedClusterRef() >= 0 || a.kv_type == KvType::kF8E4M3 || a.kv_heads <= 0)
     return 0;
   if (a.heads / a.kv_heads <= kWarps || num_seqs < 1 || num_seqs > 8) return 0;
-  return num_seqs == 1 && GroupFitsTwoRows(a) ? one_seq_max : 4096;
+  if (num_seqs > 1 || !GroupFitsTwoRows(a)) return 4096;
+  return std::max(ClusterOneSeqMaxKeys(), CounterOneSeqMaxKeys(a));
 }
 static bool ClusterPlan(const AttentionArgs& a, int num_seqs, int64_t max_len) {
   return max_len > 0 && max_len <= DecodeFusedClusterMaxKeys(a, num_seqs);
@@ -93,9 +111,19 @@ static int ClusterFit(const AttentionArgs& a) {
   static const int mode = EnvInt("PG_FUSED_CLUSTER_FIT", 2);
   return GroupFitsTwoRows(a) ? mode : 0;
 }
-// The cluster plan's keys a split for the grid (the host's split count) at max_len.
+// The cluster plan's keys a split for the grid (the host's split count) at max_len: past the
+// one-cluster reach (one sequence; DecodeFusedClusterMaxKeys takes such plans only up to the
+// counter form's reach) the counter form's >= kCounterSplitKeys keys, at most kCounterMaxSplits
+// splits a kv head — more than a cluster's, so the launch merges them through the counter.
+// H100, Qwen3-30B-A3B, graph captured at the context, µs a step, the streaming kernel -> 32
+// splits through the counter (docs/PERF.md "Session 41", two rounds each): 10K 3656.3 -> 3565.9
+// at 384-key splits (3595.9 at 512), 12K 3716.3 -> 3625.6 / 3621.2 (384), 14K 3789.3 -> 3753.2
+// (512 keys, 28 splits; 38 splits of 384 lost: 4260.6, a second wave), 16K 3771.9 -> 3920.4
+// (512), 8K 3443.2 (one cluster a kv head) -> 3436.0 (256); 4K / 6K lost (+167 / +35).
 static int ClusterSplitKeys(const AttentionArgs& a, int64_t max_len) {
   if (ClusterFit(a) == 0) return 64;
+  if (max_len > ClusterOneSeqMaxKeys())
+    return int(std::max<int64_t>(kCounterSplitKeys, SplitChunk<int64_t>(max_len, kCounterMaxSplits)));
   return int(std::max<int64_t>(64, SplitChunk<int64_t>(max_len, kMaxClusterSplits)));
 }
 
@@ -289,8 +317,10 @@ static bool XwApplies(const AttentionArgs& a, int64_t max_len, int small, int st
   return WorstSplitKeys(a, std::max<int64_t>(1, max_len)) <= int64_t(small) * stages * kSplitGranule;
 }
 
-static std::atomic<int64_t> g_small_launches{0}, g_fused_launches{0}, g_loop2_launches{0};
+static std::atomic<int64_t> g_small_launches{0}, g_fused_launches{0}, g_loop2_launches{0},
+    g_counter_launches{0};
 int64_t DecodeFusedClusterLoop2Launches() { return g_loop2_launches.load(std::memory_order_relaxed); }
+int64_t DecodeFusedClusterCounterLaunches() { return g_counter_launches.load(std::memory_order_relaxed); }
 int64_t DecodeFusedSmallLaunches() { return g_small_launches.load(std::memory_order_relaxed); }
 int64_t DecodeFusedLaunches() { return g_fused_launches.load(std::memory_order_relaxed); }
 
@@ -320,6 +350,8 @@ void LaunchDecodeFused(const AttentionArgs& args, const RopeKvWriteArgs& rope, c
                     : cluster_small ? ClusterTileWarps(a.batch.num_seqs, a.kv_heads, a.num_splits)
                                     : FusedSmall(a, max_len);
   if (two_tile) g_two_tile_launches.fetch_add(1, std::memory_order_relaxed);
+  if (rule == FusedRule::kCluster && a.num_splits > kMaxClusterSplits)
+    g_counter_launches.fetch_add(1, std::memory_order_relaxed);
   g_fused_launches.fetch_add(1, std::memory_order_relaxed);
   if (small) g_small_launches.fetch_add(1, std::memory_order_relaxed);
   static const bool log = EnvFlag("PG_FUSED_SMALL_LOG", false);
