@@ -56,7 +56,8 @@ void AddBenchGpuDecodeCommand(CLI::App& bench) {
                   "per default kv bucket (0: one set at each point's context)");
   cmd->add_option("--kv-buckets", flags->o.kv_buckets,
                   "with --capture-context: the kv lengths of the extra graph sets (0: none; default "
-                  "the engine's)");
+                  "the engine's)")
+      ->delimiter(',');
   cmd->add_option("--skip-op", flags->o.skip_ops,
                   "measurement only: per value, a set of ops (registry names joined by '+', e.g. "
                   "RopeKvWriteAttention+Matmul) left out of an extra graph, timed beside the full step");
