@@ -43,8 +43,9 @@ namespace pg::runtime::cuda {
 // "Session 17"); Llama-3.1-8B equal. (A 1024 set was measured too: eight rows at 1K lost
 // 140-200 us against the 2048 set's plan on both models.) 12288: the cluster plan's counter
 // form for one sequence of a group 5-8 past 8K keys (decode_fused.h kCounterOneSeqMaxKeys),
-// which the 32768 set's streaming plan would otherwise replay at 8K-12K (docs/PERF.md
-// "Session 41").
+// which the 32768 set's streaming plan would otherwise replay at 8K-12K; H100, Qwen3-30B-A3B
+// one row at 8.5K / 10K / 12K: 3565.2 / 3605.4 / 3661.6 -> 3441.3 / 3494.6 / 3592.4 us a step
+// with the form and this set (docs/PERF.md "Session 41").
 inline constexpr int kDefaultDecodeKvBuckets[] = {2048, 4096, 8192, 12288, 32768};
 
 struct GpuRunnerOptions {

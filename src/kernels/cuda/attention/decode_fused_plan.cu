@@ -119,7 +119,10 @@ static int ClusterFit(const AttentionArgs& a) {
 // splits through the counter (docs/PERF.md "Session 41", two rounds each): 10K 3656.3 -> 3565.9
 // at 384-key splits (3595.9 at 512), 12K 3716.3 -> 3625.6 / 3621.2 (384), 14K 3789.3 -> 3753.2
 // (512 keys, 28 splits; 38 splits of 384 lost: 4260.6, a second wave), 16K 3771.9 -> 3920.4
-// (512), 8K 3443.2 (one cluster a kv head) -> 3436.0 (256); 4K / 6K lost (+167 / +35).
+// (512), 8K 3443.2 (one cluster a kv head) -> 3436.0 (256); 4K / 6K lost (+167 / +35). As the
+// default (s41b, same call, PG_FUSED_COUNTER_MAX_KEYS=0 -> default): graph at 8.5K / 10K / 12K
+// 3563.4 / 3613.1 / 3672.7 -> 3488.7 / 3531.4 / 3585.5; the engine's graph sets (with the
+// 12288-key set) at 8.5K / 10K / 12K 3565.2 / 3605.4 / 3661.6 -> 3441.3 / 3494.6 / 3592.4.
 static int ClusterSplitKeys(const AttentionArgs& a, int64_t max_len) {
   if (ClusterFit(a) == 0) return 64;
   if (max_len > ClusterOneSeqMaxKeys())
