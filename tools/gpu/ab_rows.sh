@@ -73,11 +73,15 @@ ab_hbm() {  # the bench's own D2D line (the floor's rate) on Qwen3-30B-A3B's ste
     --model configs/qwen3-30b-a3b/config.json 2>&1 | command tr '\r' '\n' | command grep -E '^HBM' |
     command head -1
 }
-ab_headline_rest() {  # the headline's rows after batch 1: batches 8 / 32 of Qwen3-30B-A3B and
-  # DeepSeek-V2-Lite, Moonlight at 1, Llama-3.1-8B at 1 (control, gemv_gpu_check)
+ab_headline_moe() {  # the headline's MoE rows after batch 1 (moe_gpu_check only): batches 8 / 32
+  # of Qwen3-30B-A3B and DeepSeek-V2-Lite, Moonlight at 1
   ab_batches base qwen3-30b-a3b 8,32
   ab_batches base deepseek-v2-lite 8,32
   ab_batches base moonlight-16b-a3b 1
+}
+ab_headline_rest() {  # the headline's rows after batch 1: ab_headline_moe, then Llama-3.1-8B at 1
+  # (control, gemv_gpu_check)
+  ab_headline_moe
   AB_BIN=gemv_gpu_check ab_batches base llama-3.1-8b 1
 }
 ab_batches() {  # label model batches [VAR=value ...]: "ROW b<N><label>-<model> us floor/t" per

@@ -17,6 +17,4 @@ for r in 1 2 3; do
   ab_step base-qwen3-30b-a3b moe_gpu_check qwen3-30b-a3b
   ab_step base-deepseek-v2-lite moe_gpu_check deepseek-v2-lite
 done
-ab_batches base qwen3-30b-a3b 8,32
-ab_batches base deepseek-v2-lite 8,32
-ab_batches base moonlight-16b-a3b 1
+ab_headline_moe

@@ -80,15 +80,16 @@ int64_t DecodeFusedClusterLoop2Launches();
 // Launches of the cluster plan's rule with more splits than a cluster takes (merged through the
 // counter; past kClusterOneSeqMaxKeys for one sequence, see below).
 int64_t DecodeFusedClusterCounterLaunches();
-// The longest plan, in keys, that one sequence runs on the fused kernel's cluster plan (GQA
-// groups 5-8, bf16 caches; PG_FUSED_CLUSTER_MAX_KEYS overrides); past it DecodeStreamPreferred
-// takes the streaming kernel. DecodeFusedClusterMaxKeys: the longest plan of num_seqs rows the
-// cluster plan takes for a's shape (0: none; decode_fused_plan.cu ClusterPlan).
+// The longest plan, in keys, that one sequence runs on the fused kernel's cluster plan as one
+// cluster a kv head (GQA groups 5-8, bf16 caches; PG_FUSED_CLUSTER_MAX_KEYS overrides).
 constexpr int64_t kClusterOneSeqMaxKeys = 8192;
 // Past it, up to kCounterOneSeqMaxKeys (PG_FUSED_COUNTER_MAX_KEYS overrides; 0: off), one
 // sequence of those groups keeps the cluster plan's rule in its counter form: up to 32 splits a
 // kv head of >= kCounterSplitKeys keys, merged through the counter, where 32 splits of every kv
-// head fit one wave (kv heads x 32 <= SMs; decode_fused_plan.cu ClusterSplitKeys).
+// head fit one wave (kv heads x 32 <= SMs; decode_fused_plan.cu ClusterSplitKeys). Past the
+// longer of the two, DecodeStreamPreferred takes the streaming kernel.
+// DecodeFusedClusterMaxKeys: the longest plan of num_seqs rows the cluster plan takes for a's
+// shape, either form (0: none; decode_fused_plan.cu ClusterPlan).
 constexpr int64_t kCounterOneSeqMaxKeys = 12288;
 constexpr int kCounterSplitKeys = 384;
 constexpr int kCounterMaxSplits = 32;

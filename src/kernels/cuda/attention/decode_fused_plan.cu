@@ -56,12 +56,6 @@ static int& FusedSmallModeRef() {
 // was not analysed); Llama-3.1-8B (group 4) loses with it (+86 us at 1 x 1K), which the rule leaves
 // out.
 // PG_FUSED_CLUSTER=0 turns off the plan with the merge, PG_FUSED_CLUSTER_PLAN=0 the plan only.
-// a: the launch's heads, kv heads and cache type; max_len: the length the plan serves (a
-// captured graph replays at shorter ones).
-// The longest plan it takes (0: none for this shape): for one sequence of a group <= 8 the
-// longer of kClusterOneSeqMaxKeys (one cluster a kv head; PG_FUSED_CLUSTER_MAX_KEYS overrides,
-// A/B) and the counter form's reach (CounterOneSeqMaxKeys; DecodeStreamPreferred sends longer
-// ones to the streaming kernel), 4096 for batches and for groups above 8 (the range measured).
 // Whether a's GQA group is at most 2 x kWarps (8): the reach of the two q rows a warp that the
 // two-stage forms prepare in registers, and of the measurements above 4K keys / 1K keys a split.
 static bool GroupFitsTwoRows(const AttentionArgs& a) {
@@ -83,6 +77,11 @@ static int64_t CounterOneSeqMaxKeys(const AttentionArgs& a) {
   static const int64_t keys = EnvInt("PG_FUSED_COUNTER_MAX_KEYS", int(kCounterOneSeqMaxKeys));
   return CounterGridFits(a) ? keys : 0;
 }
+// The longest plan the cluster plan takes (0: none for this shape): for one sequence of a
+// group <= 8 the longer of kClusterOneSeqMaxKeys (one cluster a kv head;
+// PG_FUSED_CLUSTER_MAX_KEYS overrides, A/B) and the counter form's reach
+// (CounterOneSeqMaxKeys; DecodeStreamPreferred sends longer ones to the streaming kernel), 4096
+// for batches and for groups above 8 (the range measured).
 int64_t DecodeFusedClusterMaxKeys(const AttentionArgs& a, int num_seqs) {
   static const bool plan_env = EnvFlag("PG_FUSED_CLUSTER_PLAN", true);
   if (!plan_env || FusedClusterRef() >= 0 || a.kv_type == KvType::kF8E4M3 || a.kv_heads <= 0)
@@ -91,6 +90,9 @@ int64_t DecodeFusedClusterMaxKeys(const AttentionArgs& a, int num_seqs) {
   if (num_seqs > 1 || !GroupFitsTwoRows(a)) return 4096;
   return std::max(ClusterOneSeqMaxKeys(), CounterOneSeqMaxKeys(a));
 }
+// Whether the cluster plan (the rule described above) takes a launch. a: its heads, kv heads
+// and cache type; max_len: the length the plan serves (a captured graph replays at shorter
+// ones).
 static bool ClusterPlan(const AttentionArgs& a, int num_seqs, int64_t max_len) {
   return max_len > 0 && max_len <= DecodeFusedClusterMaxKeys(a, num_seqs);
 }
@@ -111,9 +113,9 @@ static int ClusterFit(const AttentionArgs& a) {
   static const int mode = EnvInt("PG_FUSED_CLUSTER_FIT", 2);
   return GroupFitsTwoRows(a) ? mode : 0;
 }
-// The cluster plan's keys a split for the grid (the host's split count) at max_len: past the
-// one-cluster reach (one sequence; DecodeFusedClusterMaxKeys takes such plans only up to the
-// counter form's reach) the counter form's >= kCounterSplitKeys keys, at most kCounterMaxSplits
+// The cluster plan's keys a split for the grid (the host's split count) at max_len: for one
+// sequence past the one-cluster reach (DecodeFusedClusterMaxKeys takes such plans only up to
+// the counter form's reach) the counter form's >= kCounterSplitKeys keys, at most kCounterMaxSplits
 // splits a kv head — more than a cluster's, so the launch merges them through the counter.
 // H100, Qwen3-30B-A3B, graph captured at the context, µs a step, the streaming kernel -> 32
 // splits through the counter (docs/PERF.md "Session 41", two rounds each): 10K 3656.3 -> 3565.9
@@ -123,9 +125,9 @@ static int ClusterFit(const AttentionArgs& a) {
 // default (s41b, same call, PG_FUSED_COUNTER_MAX_KEYS=0 -> default): graph at 8.5K / 10K / 12K
 // 3563.4 / 3613.1 / 3672.7 -> 3488.7 / 3531.4 / 3585.5; the engine's graph sets (with the
 // 12288-key set) at 8.5K / 10K / 12K 3565.2 / 3605.4 / 3661.6 -> 3441.3 / 3494.6 / 3592.4.
-static int ClusterSplitKeys(const AttentionArgs& a, int64_t max_len) {
+static int ClusterSplitKeys(const AttentionArgs& a, int num_seqs, int64_t max_len) {
   if (ClusterFit(a) == 0) return 64;
-  if (max_len > ClusterOneSeqMaxKeys())
+  if (num_seqs == 1 && max_len > ClusterOneSeqMaxKeys())
     return int(std::max<int64_t>(kCounterSplitKeys, SplitChunk<int64_t>(max_len, kCounterMaxSplits)));
   return int(std::max<int64_t>(64, SplitChunk<int64_t>(max_len, kMaxClusterSplits)));
 }
@@ -224,7 +226,7 @@ int DecodeFusedSplits(const AttentionArgs& a, int num_seqs, int64_t max_len) {
       // keys, one cluster a kv head); the device still splits at min_split_keys, so a sequence
       // of up to (splits x min_split_keys) keys replays the usual 32-key splits and a longer one
       // fills the grid with longer splits.
-      k.min_split_keys = std::max(k.min_split_keys, ClusterSplitKeys(a, max_len));
+      k.min_split_keys = std::max(k.min_split_keys, ClusterSplitKeys(a, num_seqs, max_len));
       break;
     case FusedRule::kTwoTile: k.min_split_keys = kTwoTileKeys; break;  // the device's too
     case FusedRule::kNone: break;
