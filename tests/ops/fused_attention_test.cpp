@@ -82,11 +82,11 @@ std::vector<FusedCase> Cases() {
       {32, 4, 128, 16, {2048}, DType::kF32, true, 0, 0.0f, 2048},
       {32, 4, 128, 16, {1500}, DType::kF32, true, 0, 0.0f, 2048},
       // One sequence past 8K: the cluster plan's counter form (24 splits of 384 keys merged
-      // through the counter), also at 11K in the engine's 12288-key graph set; past 12K:
-      // the streaming kernel.
+      // through the counter), also at 13K in the engine's 14336-key graph set (32 splits of
+      // 448 keys); past 14K: the streaming kernel.
       {32, 4, 128, 16, {9000}, DType::kF32, true},
-      {32, 4, 128, 16, {11000}, DType::kF32, true, 0, 0.0f, 12288},
-      {32, 4, 128, 16, {13000}, DType::kF32, true},
+      {32, 4, 128, 16, {13000}, DType::kF32, true, 0, 0.0f, 14336},
+      {32, 4, 128, 16, {15000}, DType::kF32, true},
       // 1 x 3.5K and 1 x 6K in the engine's 4096- and 8192-key graph sets: the cluster plan past
       // 2K (16 splits of up to 256 / 512 keys, the loop form at two ring stages a warp)
       {32, 4, 128, 16, {3500}, DType::kF32, true, 0, 0.0f, 4096},
@@ -419,7 +419,7 @@ TEST(RopeKvWriteAttention, CudaL2AfterHintChangesNoBit) {
 // DecodeStreamPreferred), Qwen3-30B-A3B's shape (32 heads over 4 kv heads, d 128): the cluster
 // plan's grid is one cluster a kv head (16 splits) at 1K, 2K, 4K, 6K and 8K keys (group 16:
 // 64-key splits, 32 at 2K, as before), its counter form past 8192 keys (17-32 splits of >= 384
-// keys), one sequence past 12288 keys takes the streaming kernel (group 4, Llama-3.1-8B's: past
+// keys), one sequence past 14336 keys takes the streaming kernel (group 4, Llama-3.1-8B's: past
 // 4096), batches only from 16384 keys in all, fp8 caches from 32768. (The plan knobs in the
 // environment change these rules.)
 TEST(RopeKvWriteAttention, CudaPlansByLength) {
@@ -444,15 +444,15 @@ TEST(RopeKvWriteAttention, CudaPlansByLength) {
   g16.kv_heads = 2;
   g16.min_split_keys = cuda::DecodeFusedMinSplitKeys(g16.kv_heads, 2048);
   EXPECT_EQ(cuda::DecodeFusedSplits(g16, 1, 2048), 32) << "group 16 at 2048 keys";
-  for (const int64_t len : {8193, 9000, 10240, 12288}) {  // the counter form (132 SMs: 4 x 32 fit)
+  for (const int64_t len : {8193, 9000, 10240, 12288, 14336}) {  // the counter form (132 SMs: 4 x 32 fit)
     a.min_split_keys = cuda::DecodeFusedMinSplitKeys(a.kv_heads, len);
     const int splits = cuda::DecodeFusedSplits(a, 1, len);
     EXPECT_GT(splits, 16) << len << " keys: more splits than a cluster takes";
     EXPECT_LE(splits, 32) << len << " keys";
-    EXPECT_EQ(splits, int(len / 384)) << len << " keys: 384-key splits";
+    EXPECT_EQ(splits, std::min<int64_t>(32, len / 384)) << len << " keys: 384-key splits, at most 32";
     EXPECT_FALSE(cuda::DecodeStreamPreferred(a, 1, len)) << len << " keys: the counter form";
   }
-  EXPECT_TRUE(cuda::DecodeStreamPreferred(a, 1, 12289));
+  EXPECT_TRUE(cuda::DecodeStreamPreferred(a, 1, 14337));
   EXPECT_TRUE(cuda::DecodeStreamPreferred(a, 1, 16384));
   cuda::AttentionArgs g4 = a;  // Llama-3.1-8B's group: no cluster plan
   g4.heads = 32, g4.kv_heads = 8;

@@ -32,7 +32,7 @@ namespace pg::runtime::cuda {
 
 // Decode graph sets' kv lengths below the longest (GpuRunner::CaptureDecode's kv_buckets) that
 // the engine captures by default: the attention plans change with the planned length (the
-// fused kernel's cluster plan up to 4K for GQA groups above 4 (12K at batch 1 for groups of
+// fused kernel's cluster plan up to 4K for GQA groups above 4 (14K at batch 1 for groups of
 // 5-8: 8K as one cluster a kv head, then its counter form), its small variant up to 2K, the
 // streaming kernel past that at batch 1 (past 4K keys for groups <= 4) and from 16K keys in
 // all for batches, the split counts), and a graph replays the plan of the length it was
@@ -41,12 +41,14 @@ namespace pg::runtime::cuda {
 // applies to plans of <= 4096 keys; H200, Qwen3-30B-A3B one row at 3K / 4K keys: 3176 / 3231
 // -> 3005 / 3089 us a step with the plan and this set, eight rows equal (docs/PERF.md
 // "Session 17"); Llama-3.1-8B equal. (A 1024 set was measured too: eight rows at 1K lost
-// 140-200 us against the 2048 set's plan on both models.) 12288: the cluster plan's counter
+// 140-200 us against the 2048 set's plan on both models.) 14336: the cluster plan's counter
 // form for one sequence of a group 5-8 past 8K keys (decode_fused.h kCounterOneSeqMaxKeys),
-// which the 32768 set's streaming plan would otherwise replay at 8K-12K; H100, Qwen3-30B-A3B
+// which the 32768 set's streaming plan would otherwise replay at 8K-14K; H100, Qwen3-30B-A3B
 // one row at 8.5K / 10K / 12K: 3565.2 / 3605.4 / 3661.6 -> 3441.3 / 3494.6 / 3592.4 us a step
-// with the form and this set (docs/PERF.md "Session 41").
-inline constexpr int kDefaultDecodeKvBuckets[] = {2048, 4096, 8192, 12288, 32768};
+// with the form to 12K and a 12288 set (docs/PERF.md "Session 41"), then to 14K with this set
+// instead: 10K / 12K / 13K / 14K 3482.6 / 3572.7 / 3687.8 / 3720.7 -> 3489.5 / 3580.4 / 3651.5
+// / 3710.0 (knobs; the defaults' binary: docs/PERF.md "Session 42").
+inline constexpr int kDefaultDecodeKvBuckets[] = {2048, 4096, 8192, 14336, 32768};
 
 struct GpuRunnerOptions {
   double gpu_memory_utilization = 0.9;

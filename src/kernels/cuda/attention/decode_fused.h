@@ -90,7 +90,7 @@ constexpr int64_t kClusterOneSeqMaxKeys = 8192;
 // longer of the two, DecodeStreamPreferred takes the streaming kernel.
 // DecodeFusedClusterMaxKeys: the longest plan of num_seqs rows the cluster plan takes for a's
 // shape, either form (0: none; decode_fused_plan.cu ClusterPlan).
-constexpr int64_t kCounterOneSeqMaxKeys = 12288;
+constexpr int64_t kCounterOneSeqMaxKeys = 14336;
 constexpr int kCounterSplitKeys = 384;
 constexpr int kCounterMaxSplits = 32;
 int64_t DecodeFusedClusterMaxKeys(const AttentionArgs& a, int num_seqs);

@@ -124,7 +124,9 @@ static int ClusterFit(const AttentionArgs& a) {
 // (512), 8K 3443.2 (one cluster a kv head) -> 3436.0 (256); 4K / 6K lost (+167 / +35). As the
 // default (s41b, same call, PG_FUSED_COUNTER_MAX_KEYS=0 -> default): graph at 8.5K / 10K / 12K
 // 3563.4 / 3613.1 / 3672.7 -> 3488.7 / 3531.4 / 3585.5; the engine's graph sets (with the
-// 12288-key set) at 8.5K / 10K / 12K 3565.2 / 3605.4 / 3661.6 -> 3441.3 / 3494.6 / 3592.4.
+// 12288-key set) at 8.5K / 10K / 12K 3565.2 / 3605.4 / 3661.6 -> 3441.3 / 3494.6 / 3592.4;
+// the reach at 14336 with a 14336-key set instead (knobs, three rounds): 10K / 12K / 13K / 14K
+// 3482.6 / 3572.7 / 3687.8 / 3720.7 -> 3489.5 / 3580.4 / 3651.5 / 3710.0.
 static int ClusterSplitKeys(const AttentionArgs& a, int num_seqs, int64_t max_len) {
   if (ClusterFit(a) == 0) return 64;
   if (num_seqs == 1 && max_len > ClusterOneSeqMaxKeys())
