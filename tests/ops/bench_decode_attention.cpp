@@ -6,8 +6,10 @@
 // graph = per-call time from replaying a CUDA graph of 20 calls (median of 10 replays): what
 // decode under CUDA graphs pays; eager = one call timed with events (host dispatch included).
 // Caches rotate over >= 1 GiB of pages so that L2 does not hold them; pages are shuffled.
-// Usage: bench_decode [--quick | --batches=1,32] [--contexts=1024,8192] [--fused] (quick: batch
-// 1 and 8 only; --fused: also RopeKvWrite + Attention against RopeKvWriteAttention); also in
+// Usage: bench_decode [--quick | --batches=1,32] [--contexts=1024,8192] [--fused] [--kv-heads=4]
+// [--bf16] (quick: batch 1 and 8 only; --fused: also RopeKvWrite + Attention against
+// RopeKvWriteAttention; --kv-heads: 32 query heads over that many kv heads instead of 8, e.g.
+// 4 for Qwen3-30B-A3B's group of 8; --bf16: no fp8 rows); also in
 // decode_gpu_check (decode_gpu_main.cpp) as `decode_gpu_check --bench [--quick]`.
 #include <cuda_runtime.h>
 #include <fmt/format.h>
@@ -18,6 +20,7 @@
 #include <functional>
 #include <numeric>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -74,7 +77,8 @@ int RunDecodeBench(int argc, char** argv) {
     // --quick: batch 1 and 8; --batches=a,b,...: those batches. --fused (any position): each
     // row also times RopeKvWrite + Attention (two kernels) against RopeKvWriteAttention (one).
     // --contexts=a,b,...: those context lengths (default 1024, 32768). Flags in any order.
-    bool quick = false, fused_rows = false;
+    bool quick = false, fused_rows = false, bf16_only = false;
+    int kv_heads = 8;
     std::vector<int> only, contexts;
     auto ints = [](const char* c) {
       std::vector<int> v;
@@ -88,6 +92,8 @@ int RunDecodeBench(int argc, char** argv) {
     for (int i = 1; i < argc; ++i) {
       quick = quick || std::strcmp(argv[i], "--quick") == 0;
       fused_rows = fused_rows || std::strcmp(argv[i], "--fused") == 0;
+      bf16_only = bf16_only || std::strcmp(argv[i], "--bf16") == 0;
+      if (std::strncmp(argv[i], "--kv-heads=", 11) == 0) kv_heads = std::atoi(argv[i] + 11);
       if (std::strncmp(argv[i], "--batches=", 10) == 0) only = ints(argv[i] + 10);
       if (std::strncmp(argv[i], "--contexts=", 11) == 0) contexts = ints(argv[i] + 11);
     }
@@ -99,11 +105,14 @@ int RunDecodeBench(int argc, char** argv) {
                prop.multiProcessorCount, bw / 1e9);
     fmt::print("{:<6} {:>8} {:>6} {:>10} {:>10} {:>10} {:>8} {:>8}\n", "kv", "ctx", "batch",
                "graph_us", "eager_us", "floor_us", "GB/s", "floor/t");
-    const int heads = 32, kv_heads = 8, d = 128, page = 16;
+    const int heads = 32, d = 128, page = 16;
+    if (kv_heads <= 0 || heads % kv_heads != 0) throw std::runtime_error("--kv-heads must divide 32");
+    fmt::print("geometry: {} query heads, {} kv heads, head_dim {}, page {}\n", heads, kv_heads, d, page);
     std::vector<int> batches = !only.empty() ? only
                                : quick       ? std::vector<int>{1, 8}
                                              : std::vector<int>{1, 8, 32, 128};
     for (DType dt : {DType::kBF16, DType::kF8E4M3}) {
+      if (bf16_only && dt != DType::kBF16) continue;
       const size_t esize = dt == DType::kBF16 ? 2 : 1;
       for (int ctx : contexts) {
         for (int batch : batches) {
