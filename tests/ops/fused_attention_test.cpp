@@ -170,7 +170,7 @@ struct FusedInputs {
 
 // The CUDA backend runs each case this many times (runs 0-12 below); the count check at the end
 // uses it, so a new run cannot leave that check behind (it did once: 12 after run 12 came).
-constexpr int kCudaRuns = 14;
+constexpr int kCudaRuns = 13;
 
 TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
   PG_SEED_TRACE();
@@ -185,7 +185,6 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
   // Launches of the exchange form (runs 8-10): by its merge (cluster / counter) and plan.
   [[maybe_unused]] int64_t xw_cluster = 0, xw_counter = 0, xw_two_tile = 0, xw_push = 0, xw_async_runs = 0;
   [[maybe_unused]] int64_t xw_default = 0;  // run 12: the exchange form by its default (cluster plan)
-  [[maybe_unused]] int64_t qsplit_runs = 0;  // run 13: launches that took the q split
 #if defined(PEREGRINE_HAVE_CUDA)
   const int64_t stream_fused0 = cuda::DecodeStreamFusedLaunches();  // long plans' route
   const int64_t loop2_0 = cuda::DecodeFusedClusterLoop2Launches();
@@ -237,8 +236,7 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
       // 10 with 3 tile warps and the counter merge, 11 by the rules with the asynchronous push
       // (PG_FUSED_XW=3).
       // Run 12: every choice by its rules, the exchange form's included (its default: the
-      // asynchronous form on the cluster plan only). Run 13: as 12, with the cluster plan's q
-      // split (decode_fused_plan.cu QSplit) at every length it applies to.
+      // asynchronous form on the cluster plan only).
       for (int rep = 0; rep < (kb->backend == "cuda" ? kCudaRuns : 1); ++rep) {
 #if defined(PEREGRINE_HAVE_CUDA)
         const int64_t small0 = cuda::DecodeFusedSmallLaunches(), mma0 = cuda::DecodeFusedLaunches();
@@ -246,15 +244,12 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
         const int64_t two_tile0 = cuda::DecodeFusedTwoTileLaunches();
         const int64_t xw0 = cuda::DecodeFusedXwLaunches(), xw_async0 = cuda::DecodeFusedXwAsyncLaunches();
         const bool small_run = kb->backend == "cuda" && (rep == 2 || rep == 3 || rep == 6 || rep == 9 || rep == 10);
-        const bool rules = rep == 7 || rep == 8 || rep == 11 || rep == 12 || rep == 13;
+        const bool rules = rep == 7 || rep == 8 || rep == 11 || rep == 12;
         const int small_mode = rep == 6 || rep == 10 ? 3 : rep == 9 ? 4 : rep + 1;
         const int mode0 = cuda::SetDecodeFusedSmallMode(rules ? -1 : small_run ? small_mode : 0);
         const int cluster0_mode = cuda::SetDecodeFusedClusterMode(rules ? -1 : rep == 6 || rep == 9 ? 1 : 0);
         const int prep0 = cuda::SetDecodeFusedPrepMode(rep == 4 ? 1 : rep == 5 ? 0 : -1);
-        const int xw_mode0 = cuda::SetDecodeFusedXwMode(rep >= 12 ? -1 : rep == 8 ? 2 : rep == 11 ? 3 : rep > 8 ? 1 : 0);
-        const int qsplit_mode0 = cuda::SetDecodeFusedQSplitMode(0);
-        cuda::SetDecodeFusedQSplitMode(rep == 13 ? 1 : qsplit_mode0);
-        const int64_t qsplit0 = cuda::DecodeFusedQSplitLaunches();
+        const int xw_mode0 = cuda::SetDecodeFusedXwMode(rep == 12 ? -1 : rep == 8 ? 2 : rep == 11 ? 3 : rep > 8 ? 1 : 0);
 #endif
         Tensor bk = in.Fresh(in.kc0), bv = in.Fresh(in.vc0);
         Tensor out(DType::kF32, {pb.tokens, c.heads, c.head_dim});
@@ -268,9 +263,7 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
         cuda::SetDecodeFusedPrepMode(prep0);
         cuda::SetDecodeFusedClusterMode(cluster0_mode);
         cuda::SetDecodeFusedXwMode(xw_mode0);
-        cuda::SetDecodeFusedQSplitMode(qsplit_mode0);
         if (ran && kb->backend == "cuda") {
-          if (rep == 13) qsplit_runs += cuda::DecodeFusedQSplitLaunches() - qsplit0;
           const int64_t clusters = cuda::DecodeFusedClusterLaunches() - cluster0;
           const int64_t two_tiles = cuda::DecodeFusedTwoTileLaunches() - two_tile0;
           const int64_t xw = cuda::DecodeFusedXwLaunches() - xw0;
@@ -280,18 +273,18 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
           xw_cluster += clusters > 0 && rep == 9 ? xw : 0;
           xw_push += clusters > 0 && rep == 8 ? xw : 0;
           const int64_t xw_async = cuda::DecodeFusedXwAsyncLaunches() - xw_async0;
-          if (rep != 11 && rep < 12) {
+          if (rep != 11 && rep != 12) {
             EXPECT_EQ(xw_async, 0) << "run " << rep << ": the asynchronous push was not asked for";
           }
-          if (rep >= 12) {  // by default: asynchronous, on the cluster plan, nowhere else
-            EXPECT_EQ(xw_async, xw) << "run " << rep << ": the default exchange form is the asynchronous one";
+          if (rep == 12) {  // by default: asynchronous, on the cluster plan, nowhere else
+            EXPECT_EQ(xw_async, xw) << "run 12: the default exchange form is the asynchronous one";
             if (xw > 0) {
-              EXPECT_GT(clusters, 0) << "run " << rep << ": the exchange form off the cluster plan";
+              EXPECT_GT(clusters, 0) << "run 12: the exchange form off the cluster plan";
             }
             if (two_tiles > 0) {
-              EXPECT_EQ(xw, 0) << "run " << rep << ": the exchange form on the two-tile plan";
+              EXPECT_EQ(xw, 0) << "run 12: the exchange form on the two-tile plan";
             }
-            xw_default += rep == 12 ? xw : 0;
+            xw_default += xw;
           }
           xw_async_runs += rep == 11 ? xw_async : 0;
           xw_counter += clusters == 0 ? xw : 0;
@@ -352,7 +345,6 @@ TEST(RopeKvWriteAttention, EveryBackendMatchesComposition) {
         << "no case reached the cluster plan's two-stage loop form";
     EXPECT_GT(cuda::DecodeFusedClusterCounterLaunches() - counter0, 0)
         << "no case reached the cluster plan's counter form (one sequence past 8K keys)";
-    EXPECT_GT(qsplit_runs, 0) << "run 13: no case took the cluster plan's q split";
   }
 #endif
 }

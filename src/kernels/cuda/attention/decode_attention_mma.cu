@@ -24,7 +24,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
-#include <stdexcept>
 #include <type_traits>
 
 #include "core/env.h"
@@ -152,10 +151,7 @@ __global__ void __launch_bounds__(kSt == 1 || kXw ? kWarps * 32 : 256, kSt == 1 
   const DeviceBatchView& b = a.batch;  // uploaded before the step: readable before PdlWait
   const int s = blockIdx.x;
   if (b.q_len[s] != 1) return;  // a multi-token sequence: another kernel's (block-uniform)
-  // A q split (fused small variant only, AttentionArgs::q_split): grid row y is part y % qs of
-  // kv head y / qs, `group` its q rows.
-  const int qs = kFused && kSt < kStages ? a.q_split : 1;
-  const int group = a.heads / (a.kv_heads * qs);
+  const int group = a.heads / a.kv_heads;
   const int split = blockIdx.z, num_splits = gridDim.z;
   const int active_splits = ActiveSplits(a, s, num_splits);
   // The exchange form's asynchronous push (xw_async): no second cluster barrier phase; each
@@ -174,13 +170,12 @@ __global__ void __launch_bounds__(kSt == 1 || kXw ? kWarps * 32 : 256, kSt == 1 
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int warps = kHeadWarps ? int(blockDim.x) / 32 : kWarps;
-  const int qrow = kHeadWarps ? int(blockIdx.y) * warps + warp : int(blockIdx.y);  // q group
-  const int kvh = qrow / qs;
+  const int kvh = kHeadWarps ? int(blockIdx.y) * warps + warp : int(blockIdx.y);
   const bool active = kvh < a.kv_heads;  // a trailing head warp may have no head
   const int first_tile = kHeadWarps ? 0 : warp, tile_step = kHeadWarps ? 1 : kTW;
   const bool tile_warp = kHeadWarps || warp < kTW;  // takes tiles (has a ring)
   const int row = b.q_start[s];
-  const int h0 = (active ? qrow : 0) * group;
+  const int h0 = (active ? kvh : 0) * group;
   const SplitRange r = SplitOf(a, s, split, active_splits);
   const int32_t* pages = b.page_table + b.page_start[s];
   const int ps = b.page_size;
@@ -271,12 +266,10 @@ __global__ void __launch_bounds__(kSt == 1 || kXw ? kWarps * 32 : 256, kSt == 1 
                               : kSt == 2 ? (kXw ? 2 : 1)
                                          : (FusedScratch<D>::kRows + kWarps - 1) / kWarps;
     constexpr bool kAnyGroup = kPrepRows * kWarps >= FusedScratch<D>::kRows;
-    // The slot's one writer: the owner split of the kv head's first q part.
-    const bool writes_slot = owner && qrow % qs == 0;
     if (nti.fast && a.fused_prep_registers && (kAnyGroup || group <= kWarps * kPrepRows))
-      PrepareNewTokenFast<D, KvT, kPrepRows>(f, row, kvh, h0, group, writes_slot, qscale, softcap_v, nti, fs);
+      PrepareNewTokenFast<D, KvT, kPrepRows>(f, row, kvh, group, owner, qscale, softcap_v, nti, fs);
     else
-      PrepareNewToken<D, KvT>(f, a, s, row, kvh, h0, group, writes_slot, qscale, softcap_v, fs);
+      PrepareNewToken<D, KvT>(f, a, s, row, kvh, group, owner, qscale, softcap_v, fs);
   }
   PG_TRACE_MARK(0);  // the new token prepared
 
@@ -482,7 +475,7 @@ void PrepareSmall() {
 template <int D, bool kF8, int kTW, int S = kSmallStages, bool kXw = false, int kPrep = 0>
 void LaunchSmall(const AttentionArgs& a_in, const RopeKvWriteArgs& rope, dim3 grid, cudaStream_t stream) {
   PrepareSmall<D, kF8, kTW, S, kXw, kPrep>();
-  const int group = a_in.heads / (a_in.kv_heads * a_in.q_split), ng = std::min(group, 16);
+  const int group = a_in.heads / a_in.kv_heads, ng = std::min(group, 16);
   const int smem = FusedSmallSmemBytes<D, kF8, kTW, S, kXw>(group, a_in.num_splits);  // 16-byte multiple
   AttentionArgs a = a_in;
   // The cluster merge where a kv head's splits fit one cluster and its partial fits the
@@ -525,7 +518,7 @@ void LaunchFused(const AttentionArgs& a, const RopeKvWriteArgs& rope, dim3 grid,
   }
   if constexpr (D == 128 && !kF8)
     if (small_warps == 4 && stages == 2) {
-      if (a.heads / (a.kv_heads * a.q_split) > kWarps)  // the cluster plan's two-stage loop (groups 5-8)
+      if (a.heads / a.kv_heads > kWarps)  // the cluster plan's two-stage loop (groups 5-8)
         return LaunchSmall<D, kF8, 4, 2, false, 2>(a, rope, grid, stream);
       return LaunchSmall<D, kF8, 4, 2>(a, rope, grid, stream);
     }
@@ -598,11 +591,7 @@ MmaShape MmaFusedShape(const AttentionArgs& a) {
 
 void LaunchMmaFused(const AttentionArgs& a, const RopeKvWriteArgs& rope, int num_seqs, int small,
                     int small_stages, bool xw, cudaStream_t stream) {
-  // (a q split: q_split grid rows a kv head, small variant only)
-  const int qs = small > 0 ? a.q_split : 1;
-  if (a.q_split != qs || a.q_split < 1 || (a.heads / a.kv_heads) % a.q_split != 0)
-    throw std::invalid_argument("fused decode attention: q split without the small variant, or not a divisor of the group");
-  const dim3 grid(unsigned(num_seqs), unsigned(a.kv_heads * qs), unsigned(a.num_splits));
+  const dim3 grid(unsigned(num_seqs), unsigned(a.kv_heads), unsigned(a.num_splits));
   const bool f8 = a.kv_type == KvType::kF8E4M3;
   const int st = small_stages;
   if (a.head_dim == 64)

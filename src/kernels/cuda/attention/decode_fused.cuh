@@ -55,18 +55,18 @@ __device__ __forceinline__ float FusedNormWeight(const void* w, WeightType type,
   }
 }
 
-// After PdlWait, all threads of the block: query row `row`'s q heads [h0, h0 + group) (kv head
-// kvh's, all or a part: AttentionArgs::q_split) and kv head kvh's k / v go through (RMSNorm,)
-// RoPE and bf16 rounding exactly as kv_write.cu's RopeKvWriteKernel does them; k and v are
-// converted to the cache type (KvT), written to their slot when `owner` (this block's split
-// holds position kv_len - 1, and with a q split it is the kv head's first part), and kept
-// widened in the scratch with the new token's logit of each head row. Ends with __syncthreads.
+// After PdlWait, all threads of the block: query row `row`'s q heads [h0, h0 + group) and kv
+// head kvh's k / v go through (RMSNorm,) RoPE and bf16 rounding exactly as kv_write.cu's
+// RopeKvWriteKernel does them; k and v are converted to the cache type (KvT), written to
+// their slot when `owner` (this block's split holds position kv_len - 1), and kept widened in
+// the scratch with the new token's logit of each head row. Ends with __syncthreads.
 template <int D, typename KvT>
 __device__ void PrepareNewToken(const RopeKvWriteArgs& f, const AttentionArgs& a, int s, int row,
-                                int kvh, int h0, int group, bool owner, float qscale, float softcap,
+                                int kvh, int group, bool owner, float qscale, float softcap,
                                 const FusedScratch<D>& sc) {
   const int tid = threadIdx.x, nthreads = blockDim.x, lane = tid % 32, warp = tid / 32;
   const int warps = nthreads / 32;
+  const int h0 = kvh * group;
   const KvWriteArgs& w = f.kv;
   {  // raw q rows of the group (16-byte vectors), k and v rows (loads in flight together)
     const bf16* q = f.q + int64_t(row) * f.q_stride + int64_t(h0) * D;
@@ -234,7 +234,7 @@ __device__ __forceinline__ void NormRopeRow(float (&x)[D / 32], const float (&w)
 }
 
 // PrepareNewToken's work where in.fast holds (same results, same scratch contents that the
-// kernel reads: q rows [h0, h0 + group), v, score): every warp loads the new k and v rows and its q rows
+// kernel reads: q rows, v, score): every warp loads the new k and v rows and its q rows
 // (r = warp + warps * i) in one round of loads, normalises and rotates them in registers (the
 // k row redundantly in every warp, so its q rows' logits need no barrier), warp 0 writes the
 // slot when `owner`; one __syncthreads at the end. kMaxQ: the q rows a warp holds, so group <=
@@ -243,13 +243,13 @@ __device__ __forceinline__ void NormRopeRow(float (&x)[D / 32], const float (&w)
 // 1 x 1K, the two-tile kernel 204 -> 173 registers, -7 to -19 us a step in three calls;
 // docs/PERF.md "Session 23").
 template <int D, typename KvT, int kMaxQ = (FusedScratch<D>::kRows + kWarps - 1) / kWarps>
-__device__ void PrepareNewTokenFast(const RopeKvWriteArgs& f, int row, int kvh, int h0, int group,
+__device__ void PrepareNewTokenFast(const RopeKvWriteArgs& f, int row, int kvh, int group,
                                     bool owner, float qscale, float softcap,
                                     const NewTokenInputs<D>& in, const FusedScratch<D>& sc) {
   constexpr int kV = D / 32;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = kWarps;  // the fused block's
   const KvWriteArgs& w = f.kv;
-  const bf16* qg = f.q + int64_t(row) * f.q_stride + int64_t(h0) * D;
+  const bf16* qg = f.q + int64_t(row) * f.q_stride + int64_t(kvh * group) * D;
   const bf16* kg = w.k + int64_t(row) * w.k_stride + int64_t(kvh) * D;
   const bf16* vg = w.v + int64_t(row) * w.v_stride + int64_t(kvh) * D;
   float kx[kV], vx[kV], qx[kMaxQ][kV];

@@ -99,10 +99,5 @@ int64_t DecodeFusedXwAsyncLaunches();  // of those, cluster launches with the as
 // Launches of the two-tile plan (decode_fused_plan.cu TwoTilePlan: 128-key splits, two ring
 // stages a warp, cluster merge; taken by rule only, never under a forced mode).
 int64_t DecodeFusedTwoTileLaunches();
-// The cluster plan's q split (AttentionArgs::q_split; decode_fused_plan.cu QSplit): 0 off, N > 0
-// for plans of >= N keys where it applies (PG_FUSED_QSPLIT); returns the previous mode. And the
-// launches that took it, by this process.
-int SetDecodeFusedQSplitMode(int min_keys);
-int64_t DecodeFusedQSplitLaunches();
 
 }  // namespace pg::cuda

@@ -324,29 +324,8 @@ static bool XwApplies(const AttentionArgs& a, int64_t max_len, int small, int st
   return WorstSplitKeys(a, std::max<int64_t>(1, max_len)) <= int64_t(small) * stages * kSplitGranule;
 }
 
-// The q split (AttentionArgs::q_split): one sequence on the cluster plan (one cluster a kv
-// head: the merge stays in the cluster) of an even GQA group, where kv heads x 2 x splits
-// blocks still fit one wave, runs each kv head's group in two halves on their own grid rows,
-// so twice the SMs read the keys (each half's blocks read the same keys; the later of two reads
-// of a key mostly hits L2). PG_FUSED_QSPLIT: 0 off; N > 0 on for plans of >= N keys (A/B);
-// SetDecodeFusedQSplitMode sets it in tests.
-static int& QSplitRef() {
-  static int keys = EnvInt("PG_FUSED_QSPLIT", 0);
-  return keys;
-}
-int SetDecodeFusedQSplitMode(int min_keys) { return std::exchange(QSplitRef(), min_keys); }
-static int QSplit(const AttentionArgs& a, FusedRule rule, int64_t max_len) {
-  const int from = QSplitRef();
-  if (from <= 0 || rule != FusedRule::kCluster || FusedSmallModeRef() >= 0 || max_len < from) return 1;
-  const int group = a.heads / a.kv_heads;
-  if (a.batch.num_seqs != 1 || group < 2 || group % 2 != 0) return 1;
-  if (a.num_splits > kMaxClusterSplits || !OneBlockAnSm(1, a.kv_heads * 2, a.num_splits)) return 1;
-  return 2;
-}
-
 static std::atomic<int64_t> g_small_launches{0}, g_fused_launches{0}, g_loop2_launches{0},
-    g_counter_launches{0}, g_qsplit_launches{0};
-int64_t DecodeFusedQSplitLaunches() { return g_qsplit_launches.load(std::memory_order_relaxed); }
+    g_counter_launches{0};
 int64_t DecodeFusedClusterLoop2Launches() { return g_loop2_launches.load(std::memory_order_relaxed); }
 int64_t DecodeFusedClusterCounterLaunches() { return g_counter_launches.load(std::memory_order_relaxed); }
 int64_t DecodeFusedSmallLaunches() { return g_small_launches.load(std::memory_order_relaxed); }
@@ -371,13 +350,11 @@ void LaunchDecodeFused(const AttentionArgs& args, const RopeKvWriteArgs& rope, c
   if (two_tile) a.min_split_keys = kTwoTileKeys;
   a.cluster_merge = a.cluster_merge || rule != FusedRule::kNone;
   SetWaveSplits(a, /*fused=*/true);
-  a.q_split = QSplit(a, rule, max_len);
-  if (a.q_split > 1) g_qsplit_launches.fetch_add(1, std::memory_order_relaxed);
-  // Tile warps: the two-tile plan's 4; the cluster plan's (ClusterTileWarps, its grid rows)
-  // unless a mode is forced.
+  // Tile warps: the two-tile plan's 4; the cluster plan's (ClusterTileWarps) unless a mode is
+  // forced.
   const bool cluster_small = rule == FusedRule::kCluster && FusedSmallModeRef() < 0;
   const int small = two_tile        ? 4
-                    : cluster_small ? ClusterTileWarps(a.batch.num_seqs, a.kv_heads * a.q_split, a.num_splits)
+                    : cluster_small ? ClusterTileWarps(a.batch.num_seqs, a.kv_heads, a.num_splits)
                                     : FusedSmall(a, max_len);
   if (two_tile) g_two_tile_launches.fetch_add(1, std::memory_order_relaxed);
   if (rule == FusedRule::kCluster && a.num_splits > kMaxClusterSplits)

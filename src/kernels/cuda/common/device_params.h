@@ -233,11 +233,6 @@ struct AttentionArgs {
   // each owner's shared memory past the inbox (decode_xw.cuh XwAsyncInit), which the owner
   // waits on instead of the cluster barrier.
   bool xw_async = false;
-  // The fused small decode kernel's q split (decode_fused_plan.cu QSplit): each kv head's GQA
-  // group in q_split parts of group / q_split q rows, each its own grid row (kv_heads x q_split
-  // rows): the parts read the same keys (the later reads mostly from L2) on twice the SMs. The
-  // first part's owner split writes the new token's slot. 1: none.
-  int q_split = 1;
 };
 
 // ---- launchers (defined in the .cu files; all asynchronous on `stream`) --------------------
