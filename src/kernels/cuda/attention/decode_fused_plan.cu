@@ -217,6 +217,8 @@ static AttentionArgs FusedKnobs(const AttentionArgs& args) {
   a.cluster_merge = FusedClusterRef() == 1;
   if (min_keys > 0) a.min_split_keys = min_keys;
   a.pdl_late_trigger = late != 0;
+  static const bool v_lines = EnvFlag("PG_DECODE_V_LINES", false);
+  a.v_lines = v_lines;
   return a;
 }
 
