@@ -47,7 +47,8 @@ namespace pg::runtime::cuda {
 // one row at 8.5K / 10K / 12K: 3565.2 / 3605.4 / 3661.6 -> 3441.3 / 3494.6 / 3592.4 us a step
 // with the form to 12K and a 12288 set (docs/PERF.md "Session 41"), then to 14K with this set
 // instead: 10K / 12K / 13K / 14K 3482.6 / 3572.7 / 3687.8 / 3720.7 -> 3489.5 / 3580.4 / 3651.5
-// / 3710.0 (knobs; the defaults' binary: docs/PERF.md "Session 42").
+// / 3710.0 (knobs); the defaults' binary against the 12288 rules (docs/PERF.md "Session 42",
+// three rounds): 13K / 14K 3726.3 / 3762.5 -> 3685.9 / 3742.3, 8.5K-12K and 16K within 5.
 inline constexpr int kDefaultDecodeKvBuckets[] = {2048, 4096, 8192, 14336, 32768};
 
 struct GpuRunnerOptions {

@@ -126,7 +126,8 @@ static int ClusterFit(const AttentionArgs& a) {
 // 3563.4 / 3613.1 / 3672.7 -> 3488.7 / 3531.4 / 3585.5; the engine's graph sets (with the
 // 12288-key set) at 8.5K / 10K / 12K 3565.2 / 3605.4 / 3661.6 -> 3441.3 / 3494.6 / 3592.4;
 // the reach at 14336 with a 14336-key set instead (knobs, three rounds): 10K / 12K / 13K / 14K
-// 3482.6 / 3572.7 / 3687.8 / 3720.7 -> 3489.5 / 3580.4 / 3651.5 / 3710.0.
+// 3482.6 / 3572.7 / 3687.8 / 3720.7 -> 3489.5 / 3580.4 / 3651.5 / 3710.0; as the default
+// (session 42, three rounds): 13K / 14K 3726.3 / 3762.5 -> 3685.9 / 3742.3, 8.5K-12K within 5.
 static int ClusterSplitKeys(const AttentionArgs& a, int num_seqs, int64_t max_len) {
   if (ClusterFit(a) == 0) return 64;
   if (num_seqs == 1 && max_len > ClusterOneSeqMaxKeys())
