@@ -103,11 +103,11 @@ int RunDecodeBench(int argc, char** argv) {
     const double bw = cuda::MeasureHbmBytesPerS();
     fmt::print("device: {} ({} SMs); HBM d2d copy {:.0f} GB/s (read + write)\n", prop.name,
                prop.multiProcessorCount, bw / 1e9);
-    fmt::print("{:<6} {:>8} {:>6} {:>10} {:>10} {:>10} {:>8} {:>8}\n", "kv", "ctx", "batch",
-               "graph_us", "eager_us", "floor_us", "GB/s", "floor/t");
     const int heads = 32, d = 128, page = 16;
     if (kv_heads <= 0 || heads % kv_heads != 0) throw std::runtime_error("--kv-heads must divide 32");
     fmt::print("geometry: {} query heads, {} kv heads, head_dim {}, page {}\n", heads, kv_heads, d, page);
+    fmt::print("{:<6} {:>8} {:>6} {:>10} {:>10} {:>10} {:>8} {:>8}\n", "kv", "ctx", "batch",
+               "graph_us", "eager_us", "floor_us", "GB/s", "floor/t");
     std::vector<int> batches = !only.empty() ? only
                                : quick       ? std::vector<int>{1, 8}
                                              : std::vector<int>{1, 8, 32, 128};
