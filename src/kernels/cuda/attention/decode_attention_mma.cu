@@ -219,15 +219,6 @@ __global__ void __launch_bounds__(kSt == 1 || kXw ? kWarps * 32 : 256, kSt == 1 
       for (int v = 0; v < M::kNvt; ++v) CpAsync16(st + (bb * M::kNvt + v) * 32 + lane, kc + off + v * 64, 16);
     }
     uint4* sv = st + M::kKU4;
-    if (!kF8 && a.v_lines) {  // (A/B) each copy 32 / kVc keys' whole V rows: full 128-byte lines
-      constexpr int kKeys = 32 / M::kVc;  // keys a copy instruction (d 128: 2)
-#pragma unroll
-      for (int j = 0; j < kTK / kKeys; ++j) {
-        const int key = kKeys * j + lane / M::kVc, chunk = lane % M::kVc;
-        CpAsync16(sv + key * M::kNb + (chunk ^ (key % 8)), vc + slot(min(key0 + key, kv_end - 1)) + chunk * 16, 16);
-      }
-      return;
-    }
     const int64_t off = slot(min(key0 + vk, kv_end - 1));
 #pragma unroll
     for (int i2 = 0; i2 < M::kVc / 2; ++i2) {

@@ -206,7 +206,6 @@ int DecodeFusedMinSplitKeys(int /*kv_heads*/, int64_t /*max_len*/) { return 32; 
 // The fused kernel's A/B knobs over the decode kernel's (ApplyKnobs): PG_FUSED_MIN_SPLIT_KEYS
 // (keys per active split), PG_FUSED_PREP_REGS (0 / 1: the new token's preparation and the
 // few-split merge through shared memory / in registers; default by the rows, LaunchDecodeFused),
-// PG_DECODE_V_LINES (1: the V tile copies as whole 128-byte lines; AttentionArgs::v_lines),
 // PG_FUSED_PDL_LATE (1: PDL trigger after the key loop; default 0,
 // at the start: the next kernel streams its weights during the attention, measured 6146 vs
 // 6894 us per Llama-3.1-8B step at 32K x 1 and equal or better in every other cell).
@@ -219,8 +218,6 @@ static AttentionArgs FusedKnobs(const AttentionArgs& args) {
   a.cluster_merge = FusedClusterRef() == 1;
   if (min_keys > 0) a.min_split_keys = min_keys;
   a.pdl_late_trigger = late != 0;
-  static const bool v_lines = EnvFlag("PG_DECODE_V_LINES", false);
-  a.v_lines = v_lines;
   return a;
 }
 

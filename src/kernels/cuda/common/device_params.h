@@ -233,10 +233,6 @@ struct AttentionArgs {
   // each owner's shared memory past the inbox (decode_xw.cuh XwAsyncInit), which the owner
   // waits on instead of the cluster barrier.
   bool xw_async = false;
-  // The fused tensor-core decode kernel's V tile copies (bf16; A/B, PG_DECODE_V_LINES=1): each
-  // cp.async instruction takes whole V rows (d 128: two keys, four full 128-byte lines) instead
-  // of one 32-byte sector of each of 16 keys.
-  bool v_lines = false;
 };
 
 // ---- launchers (defined in the .cu files; all asynchronous on `stream`) --------------------
