@@ -7,7 +7,7 @@
 // decode under CUDA graphs pays; eager = one call timed with events (host dispatch included).
 // Caches rotate over >= 1 GiB of pages so that L2 does not hold them; pages are shuffled.
 // Usage: bench_decode [--quick | --batches=1,32] [--contexts=1024,8192] [--fused] [--kv-heads=4]
-// [--bf16] (quick: batch 1 and 8 only; --fused: also RopeKvWrite + Attention against
+// [--bf16] | --kv-layout-probe [...] (bench_kv_layout.cu) (quick: batch 1 and 8 only; --fused: also RopeKvWrite + Attention against
 // RopeKvWriteAttention; --kv-heads: 32 query heads over that many kv heads instead of 8, e.g.
 // 4 for Qwen3-30B-A3B's group of 8; --bf16: no fp8 rows); also in
 // decode_gpu_check (decode_gpu_main.cpp) as `decode_gpu_check --bench [--quick]`.
@@ -72,7 +72,11 @@ void FillRandom(void* dst, size_t bytes, DType dtype, uint32_t seed) {
 
 namespace pg::bench {
 
+int RunKvLayoutProbe(int argc, char** argv);  // bench_kv_layout.cu
+
 int RunDecodeBench(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--kv-layout-probe") == 0) return RunKvLayoutProbe(argc, argv);
   try {
     // --quick: batch 1 and 8; --batches=a,b,...: those batches. --fused (any position): each
     // row also times RopeKvWrite + Attention (two kernels) against RopeKvWriteAttention (one).

@@ -1,0 +1,145 @@
+// KV layout probe (fattn_gpu_check --bench --kv-layout-probe): how fast the decode attention's
+// per-kv-head blocks can read their keys under two paged-cache layouts, with nothing but the
+// reads (no math, no ring, no PDL), against the device-to-device copy rate of the same run.
+//   token-major (the cache's layout, ops.h [pages, page_size, kv_heads, head_dim]): a kv head's
+//     row of a token is `row` bytes at token x kv_heads x row + head x row, so one head's block
+//     reads `row` bytes of every kv_heads x row;
+//   head-major within a page ([pages, kv_heads, page_size, head_dim]): a head's rows of a page
+//     are page_size x row contiguous bytes.
+// The grid is the cluster plan's: kv_heads x splits blocks of 128 threads, split s of head h
+// reads tokens [s T / splits, (s + 1) T / splits) of K and of V; each thread keeps kLoads
+// 16-byte loads (ld.global.cg) in flight. Pages are in order or shuffled (--shuffle); the caches
+// rotate over >= 1 GiB so that L2 does not hold them. Session 42's question: the fused kernel's
+// loop form reads at ~1.4 TB/s on 64 blocks and two blocks reading the same keys took twice the
+// time (docs/PERF.md "Session 42"): is the strided per-head read itself the limit?
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench_timing.h"
+#include "kernels/cuda/ceilings.h"
+#include "kernels/cuda/common/context.h"
+#include "kernels/cuda/common/cuda_check.h"
+
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kLoads = 8;  // independent 16-byte loads a thread keeps in flight
+
+struct ProbeArgs {
+  const uint4* k;        // cache base of this call (rotated)
+  const uint4* v;
+  const int32_t* pages;  // [tokens / page] physical page of each logical page
+  int tokens, kv_heads, row_u4, page, splits;
+  bool head_major;
+  uint32_t* sink;        // one word a block (keeps the loads live)
+};
+
+// 16-byte unit u of token t's row of head h, as an index of uint4 from the cache base.
+__device__ __forceinline__ int64_t UnitOf(const ProbeArgs& a, int t, int h, int u) {
+  const int64_t pg = a.pages[t / a.page], in = t % a.page;
+  const int64_t page_u4 = int64_t(a.page) * a.kv_heads * a.row_u4;
+  if (a.head_major) return pg * page_u4 + (int64_t(h) * a.page + in) * a.row_u4 + u;
+  return pg * page_u4 + (in * a.kv_heads + h) * a.row_u4 + u;
+}
+
+__global__ void __launch_bounds__(kThreads) ProbeKernel(const ProbeArgs a) {
+  const int h = blockIdx.x % a.kv_heads, s = blockIdx.x / a.kv_heads;
+  const int t0 = int(int64_t(a.tokens) * s / a.splits), t1 = int(int64_t(a.tokens) * (s + 1) / a.splits);
+  // The block's units: (token, K or V, unit of the row), consecutive threads on consecutive units.
+  const int per_token = 2 * a.row_u4;
+  const int units = (t1 - t0) * per_token;
+  uint32_t acc = 0;
+  for (int base = 0; base < units; base += kThreads * kLoads) {
+    uint4 x[kLoads];
+#pragma unroll
+    for (int j = 0; j < kLoads; ++j) {
+      const int i = base + j * kThreads + int(threadIdx.x);
+      x[j] = make_uint4(0, 0, 0, 0);
+      if (i < units) {
+        const int t = t0 + i / per_token, r = i % per_token;
+        const uint4* c = r < a.row_u4 ? a.k : a.v;
+        x[j] = __ldcg(c + UnitOf(a, t, h, r % a.row_u4));
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kLoads; ++j) acc ^= x[j].x ^ x[j].y ^ x[j].z ^ x[j].w;
+  }
+  for (int o = 16; o > 0; o >>= 1) acc ^= __shfl_xor_sync(0xffffffffu, acc, o);
+  if (threadIdx.x == 0) a.sink[blockIdx.x] = acc;
+}
+
+}  // namespace
+
+namespace pg::bench {
+
+// fattn_gpu_check --bench --kv-layout-probe [--kv-heads=4] [--contexts=4096,8192] [--shuffle]
+int RunKvLayoutProbe(int argc, char** argv) {
+  int kv_heads = 4;
+  bool shuffle = false;
+  std::vector<int> contexts;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--kv-heads=", 11) == 0) kv_heads = std::atoi(argv[i] + 11);
+    if (std::strcmp(argv[i], "--shuffle") == 0) shuffle = true;
+    if (std::strncmp(argv[i], "--contexts=", 11) == 0)
+      for (const char* c = argv[i] + 11; *c;) {
+        contexts.push_back(std::atoi(c));
+        while (*c && *c != ',') ++c;
+        if (*c == ',') ++c;
+      }
+  }
+  if (contexts.empty()) contexts = {4096, 8192, 16384};
+  if (kv_heads < 1 || kv_heads > 64) {
+    fmt::print(stderr, "kv layout probe: --kv-heads must be 1..64\n");
+    return 1;
+  }
+  const int page = 16, row_bytes = 256, row_u4 = row_bytes / 16;  // d 128 bf16
+  const double bw = cuda::MeasureHbmBytesPerS();
+  fmt::print("kv layout probe: {} kv heads, rows of {} bytes, pages of {} tokens ({}); D2D {:.0f} GB/s\n",
+             kv_heads, row_bytes, page, shuffle ? "shuffled" : "in order", bw / 1e9);
+  fmt::print("{:>8} {:>7} {:>12} {:>10} {:>8} {:>9}\n", "tokens", "blocks", "layout", "us", "GB/s", "of D2D");
+  for (int tokens : contexts) {
+    tokens = (tokens + page - 1) / page * page;
+    const size_t cache_bytes = size_t(tokens) * kv_heads * row_bytes;  // one of K, V
+    const int rot = int(std::max<size_t>(1, (size_t(1) << 30) / (2 * cache_bytes) + 1));
+    DeviceBuf k(cache_bytes * rot), v(cache_bytes * rot), sink(4096 * sizeof(uint32_t));
+    PG_CUDA_CHECK(cudaMemset(k.p, 1, cache_bytes * rot));
+    PG_CUDA_CHECK(cudaMemset(v.p, 2, cache_bytes * rot));
+    const int npages = tokens / page;
+    std::vector<int32_t> order(static_cast<size_t>(npages));
+    std::iota(order.begin(), order.end(), 0);
+    if (shuffle) std::shuffle(order.begin(), order.end(), std::mt19937(7));
+    DeviceBuf pages(order.size() * sizeof(int32_t));
+    PG_CUDA_CHECK(cudaMemcpy(pages.p, order.data(), order.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+    for (int splits : {16, 32}) {
+      const int blocks = kv_heads * splits;
+      if (blocks > 4096) continue;
+      for (bool head_major : {false, true}) {
+        auto call = [&](int i) {
+          const size_t off = size_t(i % rot) * cache_bytes / 16;
+          const ProbeArgs a{static_cast<const uint4*>(k.p) + off, static_cast<const uint4*>(v.p) + off,
+                            static_cast<const int32_t*>(pages.p), tokens, kv_heads, row_u4, page,
+                            splits, head_major, static_cast<uint32_t*>(sink.p)};
+          ProbeKernel<<<blocks, kThreads, 0, cuda::CurrentStream()>>>(a);
+          PG_CUDA_CHECK(cudaGetLastError());
+        };
+        const double ms = GraphMedianMs(call);
+        const double bytes = 2.0 * double(cache_bytes);
+        fmt::print("{:>8} {:>7} {:>12} {:>10.2f} {:>8.0f} {:>8.0f}%\n", tokens, blocks,
+                   head_major ? "head-major" : "token-major", ms * 1e3, bytes / (ms * 1e-3) / 1e9,
+                   100.0 * bytes / (ms * 1e-3) / bw);
+        std::fflush(stdout);
+      }
+    }
+  }
+  return 0;
+}
+
+}  // namespace pg::bench
