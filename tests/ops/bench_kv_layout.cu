@@ -7,9 +7,10 @@
 //   head-major within a page ([pages, kv_heads, page_size, head_dim]): a head's rows of a page
 //     are page_size x row contiguous bytes.
 // The grid is the cluster plan's: kv_heads x splits blocks of 128 threads, split s of head h
-// reads tokens [s T / splits, (s + 1) T / splits) of K and of V; each thread keeps kLoads
-// 16-byte loads (ld.global.cg) in flight. Pages are in order or shuffled (--shuffle); the caches
-// rotate over >= 1 GiB so that L2 does not hold them. Session 42's question: the fused kernel's
+// reads tokens [s T / splits, (s + 1) T / splits) of K and of V; each thread keeps 8 or 32
+// (--loads=32) 16-byte loads (ld.global.cg) in flight. Pages are in order or shuffled
+// (--shuffle); the caches rotate over >= 1 GiB so that L2 does not hold them (--warm: one copy,
+// the same bytes every call, mostly from L2). Session 42's question: the fused kernel's
 // loop form reads at ~1.4 TB/s on 64 blocks and two blocks reading the same keys took twice the
 // time (docs/PERF.md "Session 42"): is the strided per-head read itself the limit?
 #include <cuda_runtime.h>
@@ -31,7 +32,6 @@
 namespace {
 
 constexpr int kThreads = 128;
-constexpr int kLoads = 8;  // independent 16-byte loads a thread keeps in flight
 
 struct ProbeArgs {
   const uint4* k;        // cache base of this call (rotated)
@@ -50,6 +50,8 @@ __device__ __forceinline__ int64_t UnitOf(const ProbeArgs& a, int t, int h, int 
   return pg * page_u4 + (in * a.kv_heads + h) * a.row_u4 + u;
 }
 
+// kLoads: independent 16-byte loads a thread keeps in flight.
+template <int kLoads>
 __global__ void __launch_bounds__(kThreads) ProbeKernel(const ProbeArgs a) {
   const int h = blockIdx.x % a.kv_heads, s = blockIdx.x / a.kv_heads;
   const int t0 = int(int64_t(a.tokens) * s / a.splits), t1 = int(int64_t(a.tokens) * (s + 1) / a.splits);
@@ -81,13 +83,16 @@ __global__ void __launch_bounds__(kThreads) ProbeKernel(const ProbeArgs a) {
 namespace pg::bench {
 
 // fattn_gpu_check --bench --kv-layout-probe [--kv-heads=4] [--contexts=4096,8192] [--shuffle]
+// [--loads=32] [--warm]
 int RunKvLayoutProbe(int argc, char** argv) {
-  int kv_heads = 4;
-  bool shuffle = false;
+  int kv_heads = 4, loads = 8;
+  bool shuffle = false, warm = false;
   std::vector<int> contexts;
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--kv-heads=", 11) == 0) kv_heads = std::atoi(argv[i] + 11);
     if (std::strcmp(argv[i], "--shuffle") == 0) shuffle = true;
+    if (std::strcmp(argv[i], "--warm") == 0) warm = true;
+    if (std::strncmp(argv[i], "--loads=", 8) == 0) loads = std::atoi(argv[i] + 8) >= 32 ? 32 : 8;
     if (std::strncmp(argv[i], "--contexts=", 11) == 0)
       for (const char* c = argv[i] + 11; *c;) {
         contexts.push_back(std::atoi(c));
@@ -102,13 +107,15 @@ int RunKvLayoutProbe(int argc, char** argv) {
   }
   const int page = 16, row_bytes = 256, row_u4 = row_bytes / 16;  // d 128 bf16
   const double bw = cuda::MeasureHbmBytesPerS();
-  fmt::print("kv layout probe: {} kv heads, rows of {} bytes, pages of {} tokens ({}); D2D {:.0f} GB/s\n",
-             kv_heads, row_bytes, page, shuffle ? "shuffled" : "in order", bw / 1e9);
+  fmt::print("kv layout probe: {} kv heads, rows of {} bytes, pages of {} tokens ({}), {} loads a "
+             "thread in flight, {}; D2D {:.0f} GB/s\n", kv_heads, row_bytes, page,
+             shuffle ? "shuffled" : "in order", loads, warm ? "one copy (L2-warm)" : "rotating over 1 GiB",
+             bw / 1e9);
   fmt::print("{:>8} {:>7} {:>12} {:>10} {:>8} {:>9}\n", "tokens", "blocks", "layout", "us", "GB/s", "of D2D");
   for (int tokens : contexts) {
     tokens = (tokens + page - 1) / page * page;
     const size_t cache_bytes = size_t(tokens) * kv_heads * row_bytes;  // one of K, V
-    const int rot = int(std::max<size_t>(1, (size_t(1) << 30) / (2 * cache_bytes) + 1));
+    const int rot = warm ? 1 : int(std::max<size_t>(1, (size_t(1) << 30) / (2 * cache_bytes) + 1));
     DeviceBuf k(cache_bytes * rot), v(cache_bytes * rot), sink(4096 * sizeof(uint32_t));
     PG_CUDA_CHECK(cudaMemset(k.p, 1, cache_bytes * rot));
     PG_CUDA_CHECK(cudaMemset(v.p, 2, cache_bytes * rot));
@@ -127,7 +134,8 @@ int RunKvLayoutProbe(int argc, char** argv) {
           const ProbeArgs a{static_cast<const uint4*>(k.p) + off, static_cast<const uint4*>(v.p) + off,
                             static_cast<const int32_t*>(pages.p), tokens, kv_heads, row_u4, page,
                             splits, head_major, static_cast<uint32_t*>(sink.p)};
-          ProbeKernel<<<blocks, kThreads, 0, cuda::CurrentStream()>>>(a);
+          if (loads == 32) ProbeKernel<32><<<blocks, kThreads, 0, cuda::CurrentStream()>>>(a);
+          else ProbeKernel<8><<<blocks, kThreads, 0, cuda::CurrentStream()>>>(a);
           PG_CUDA_CHECK(cudaGetLastError());
         };
         const double ms = GraphMedianMs(call);

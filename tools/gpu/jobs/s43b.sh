@@ -1,0 +1,19 @@
+# Queue job (tools/gpu/queue.sh), written in session 42, not yet run: the KV layout probe's
+# follow-up. s43a (run in session 42) found the probe's per-kv-head blocks reading at ~5.7 GB/s
+# a block with 8 16-byte loads a thread in flight (16 KB a block: ~2.8 µs a round trip),
+# whichever the page layout (token- or head-major, in order or shuffled); the fused kernel's loop
+# form gets ~23 GB/s a block with 32-64 KB in flight. Is a block's rate set by its bytes in
+# flight over a ~2.8 µs round trip (then 32 loads a thread read ~4x faster, and deeper rings are
+# the lever), and is that round trip the HBM's (then --warm, the same bytes from L2 every call,
+# reads much faster)?
+# Make it at HEAD:
+#   ninja -C build/cuda fattn_gpu_check
+#   tools/gpu/make_job.sh s43b tools/gpu/jobs/s43b.sh 200 fattn_gpu_check=build/cuda/tests/models/fattn_gpu_check
+source tools/gpu/queue_env.sh
+source tools/gpu/ab_rows.sh
+ab_header
+p=(--bench --kv-layout-probe --contexts=4096,8192,16384 --kv-heads=4)
+timeout 100 "$BIN/fattn_gpu_check" "${p[@]}"
+timeout 100 "$BIN/fattn_gpu_check" "${p[@]}" --loads=32
+timeout 100 "$BIN/fattn_gpu_check" "${p[@]}" --warm
+timeout 100 "$BIN/fattn_gpu_check" "${p[@]}" --loads=32 --warm
