@@ -84,22 +84,13 @@ int RunDecodeBench(int argc, char** argv) {
     bool quick = false, fused_rows = false, bf16_only = false;
     int kv_heads = 8;
     std::vector<int> only, contexts;
-    auto ints = [](const char* c) {
-      std::vector<int> v;
-      while (*c) {
-        v.push_back(std::atoi(c));
-        while (*c && *c != ',') ++c;
-        if (*c == ',') ++c;
-      }
-      return v;
-    };
     for (int i = 1; i < argc; ++i) {
       quick = quick || std::strcmp(argv[i], "--quick") == 0;
       fused_rows = fused_rows || std::strcmp(argv[i], "--fused") == 0;
       bf16_only = bf16_only || std::strcmp(argv[i], "--bf16") == 0;
       if (std::strncmp(argv[i], "--kv-heads=", 11) == 0) kv_heads = std::atoi(argv[i] + 11);
-      if (std::strncmp(argv[i], "--batches=", 10) == 0) only = ints(argv[i] + 10);
-      if (std::strncmp(argv[i], "--contexts=", 11) == 0) contexts = ints(argv[i] + 11);
+      if (std::strncmp(argv[i], "--batches=", 10) == 0) only = CommaInts(argv[i] + 10);
+      if (std::strncmp(argv[i], "--contexts=", 11) == 0) contexts = CommaInts(argv[i] + 11);
     }
     if (contexts.empty()) contexts = {1024, 32768};
     cudaDeviceProp prop{};

@@ -93,12 +93,7 @@ int RunKvLayoutProbe(int argc, char** argv) {
     if (std::strcmp(argv[i], "--shuffle") == 0) shuffle = true;
     if (std::strcmp(argv[i], "--warm") == 0) warm = true;
     if (std::strncmp(argv[i], "--loads=", 8) == 0) loads = std::atoi(argv[i] + 8) >= 32 ? 32 : 8;
-    if (std::strncmp(argv[i], "--contexts=", 11) == 0)
-      for (const char* c = argv[i] + 11; *c;) {
-        contexts.push_back(std::atoi(c));
-        while (*c && *c != ',') ++c;
-        if (*c == ',') ++c;
-      }
+    if (std::strncmp(argv[i], "--contexts=", 11) == 0) contexts = CommaInts(argv[i] + 11);
   }
   if (contexts.empty()) contexts = {4096, 8192, 16384};
   if (kv_heads < 1 || kv_heads > 64) {

@@ -367,15 +367,7 @@ int RunMlaBench(int argc, char** argv) {
     }
     // --decode-only: no prefill rows; --heads, --batch, --ctx, --q-len (comma lists), --bf16:
     // only those decode shapes.
-    auto list = [](const char* v) {
-      std::vector<int> out;
-      for (const char* c = v; *c;) {
-        out.push_back(std::atoi(c));
-        while (*c && *c != ',') ++c;
-        if (*c == ',') ++c;
-      }
-      return out;
-    };
+    auto list = [](const char* v) { return pg::bench::CommaInts(v); };
     bool decode_only = false, bf16_only = false;
     std::vector<int> head_counts = {128, 16}, q_lens = {1, 4};
     std::vector<int> batches = quick ? std::vector<int>{1, 32} : std::vector<int>{1, 8, 32};

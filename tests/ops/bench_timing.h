@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <vector>
 
@@ -12,6 +13,17 @@
 #include "kernels/cuda/common/cuda_check.h"
 
 namespace pg::bench {
+
+// The integers of a comma-separated flag value ("1024,8192" -> {1024, 8192}; atoi each field).
+inline std::vector<int> CommaInts(const char* c) {
+  std::vector<int> v;
+  while (*c) {
+    v.push_back(std::atoi(c));
+    while (*c && *c != ',') ++c;
+    if (*c == ',') ++c;
+  }
+  return v;
+}
 
 // An owned device allocation of the benchmarks (contents undefined).
 struct DeviceBuf {
