@@ -7,9 +7,10 @@
 // decode under CUDA graphs pays; eager = one call timed with events (host dispatch included).
 // Caches rotate over >= 1 GiB of pages so that L2 does not hold them; pages are shuffled.
 // Usage: bench_decode [--quick | --batches=1,32] [--contexts=1024,8192] [--fused] [--kv-heads=4]
-// [--bf16] | --kv-layout-probe [...] (bench_kv_layout.cu) (quick: batch 1 and 8 only; --fused: also RopeKvWrite + Attention against
+// [--bf16] (quick: batch 1 and 8 only; --fused: also RopeKvWrite + Attention against
 // RopeKvWriteAttention; --kv-heads: 32 query heads over that many kv heads instead of 8, e.g.
-// 4 for Qwen3-30B-A3B's group of 8; --bf16: no fp8 rows); also in
+// 4 for Qwen3-30B-A3B's group of 8; --bf16: no fp8 rows), or bench_decode --kv-layout-probe
+// [...] (bench_kv_layout.cu); also in
 // decode_gpu_check (decode_gpu_main.cpp) as `decode_gpu_check --bench [--quick]`.
 #include <cuda_runtime.h>
 #include <fmt/format.h>

@@ -367,7 +367,6 @@ int RunMlaBench(int argc, char** argv) {
     }
     // --decode-only: no prefill rows; --heads, --batch, --ctx, --q-len (comma lists), --bf16:
     // only those decode shapes.
-    auto list = [](const char* v) { return pg::bench::CommaInts(v); };
     bool decode_only = false, bf16_only = false;
     std::vector<int> head_counts = {128, 16}, q_lens = {1, 4};
     std::vector<int> batches = quick ? std::vector<int>{1, 32} : std::vector<int>{1, 8, 32};
@@ -376,10 +375,10 @@ int RunMlaBench(int argc, char** argv) {
       const bool has = i + 1 < argc;
       if (std::strcmp(argv[i], "--decode-only") == 0) decode_only = true;
       if (std::strcmp(argv[i], "--bf16") == 0) bf16_only = true;
-      if (std::strcmp(argv[i], "--heads") == 0 && has) head_counts = list(argv[i + 1]);
-      if (std::strcmp(argv[i], "--batch") == 0 && has) batches = list(argv[i + 1]);
-      if (std::strcmp(argv[i], "--ctx") == 0 && has) ctxs = list(argv[i + 1]);
-      if (std::strcmp(argv[i], "--q-len") == 0 && has) q_lens = list(argv[i + 1]);
+      if (std::strcmp(argv[i], "--heads") == 0 && has) head_counts = CommaInts(argv[i + 1]);
+      if (std::strcmp(argv[i], "--batch") == 0 && has) batches = CommaInts(argv[i + 1]);
+      if (std::strcmp(argv[i], "--ctx") == 0 && has) ctxs = CommaInts(argv[i + 1]);
+      if (std::strcmp(argv[i], "--q-len") == 0 && has) q_lens = CommaInts(argv[i + 1]);
     }
     for (int heads : head_counts)
       for (int q_len : q_lens)

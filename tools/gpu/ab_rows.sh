@@ -73,6 +73,14 @@ ab_hbm() {  # the bench's own D2D line (the floor's rate) on Qwen3-30B-A3B's ste
     --model configs/qwen3-30b-a3b/config.json 2>&1 | command tr '\r' '\n' | command grep -E '^HBM' |
     command head -1
 }
+ab_headline_b1() {  # issue 7's batch-1 rows (moe_gpu_check): Qwen3-30B-A3B and DeepSeek-V2-Lite
+  # at 1 x 1K, three interleaved rounds
+  local r
+  for r in 1 2 3; do
+    ab_step base-qwen3-30b-a3b moe_gpu_check qwen3-30b-a3b
+    ab_step base-deepseek-v2-lite moe_gpu_check deepseek-v2-lite
+  done
+}
 ab_headline_moe() {  # the headline's MoE rows after batch 1 (moe_gpu_check only): batches 8 / 32
   # of Qwen3-30B-A3B and DeepSeek-V2-Lite, Moonlight at 1
   ab_batches base qwen3-30b-a3b 8,32

@@ -22,6 +22,7 @@
 #include <span>
 #include <vector>
 
+#include "kernels/cuda/attention/decode_fused.h"
 #include "kernels/cuda/batch_plan.h"
 #include "kernels/ops_sample.h"
 #include "models/model.h"
@@ -49,7 +50,9 @@ namespace pg::runtime::cuda {
 // instead: 10K / 12K / 13K / 14K 3482.6 / 3572.7 / 3687.8 / 3720.7 -> 3489.5 / 3580.4 / 3651.5
 // / 3710.0 (knobs); the defaults' binary against the 12288 rules (docs/PERF.md "Session 42",
 // three rounds): 13K / 14K 3726.3 / 3762.5 -> 3685.9 / 3742.3, 8.5K-12K and 16K within 5.
-inline constexpr int kDefaultDecodeKvBuckets[] = {2048, 4096, 8192, 14336, 32768};
+// 8192 and 14336 are the cluster plan's two reaches for one sequence, so they move with them.
+inline constexpr int kDefaultDecodeKvBuckets[] = {2048, 4096, int(::pg::cuda::kClusterOneSeqMaxKeys),
+                                                  int(::pg::cuda::kCounterOneSeqMaxKeys), 32768};
 
 struct GpuRunnerOptions {
   double gpu_memory_utilization = 0.9;

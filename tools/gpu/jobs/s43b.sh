@@ -7,8 +7,10 @@
 # the lever), and is that round trip the HBM's (then --warm, the same bytes from L2 every call,
 # reads much faster)?
 # Make it at HEAD:
-#   ninja -C build/cuda fattn_gpu_check
-#   tools/gpu/make_job.sh s43b tools/gpu/jobs/s43b.sh 200 fattn_gpu_check=build/cuda/tests/models/fattn_gpu_check
+# (moe_gpu_check rides along for tools/gpu/if_h200_headline.sh's rows should an H200 come.)
+#   ninja -C build/cuda fattn_gpu_check moe_gpu_check
+#   tools/gpu/make_job.sh s43b tools/gpu/jobs/s43b.sh 200 fattn_gpu_check=build/cuda/tests/models/fattn_gpu_check \
+#     moe_gpu_check=build/cuda/tests/models/moe_gpu_check
 source tools/gpu/queue_env.sh
 source tools/gpu/ab_rows.sh
 ab_header

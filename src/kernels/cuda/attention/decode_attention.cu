@@ -544,7 +544,7 @@ bool DecodeStreamRuns(const AttentionArgs& a) { return UseStream(a); }
 // which at two ring stages beats it to 8K (session 40, Qwen3-30B-A3B, streaming -> cluster
 // plan: graph at 6K / 8K 3446.8 / 3535.2 -> 3311.0 / 3443.3, 10K 3651.3 / 3628.0, 12K 3713.2 /
 // 3740.6, 16K 3767.6 / 4066.2; the engine's 8192-key set at 4.5K / 6K / 8K 3409.5 / 3438.8 /
-// 3528.0 -> 3242.7 / 3317.6 / 3444.5), and its counter form to 14K (session 41).
+// 3528.0 -> 3242.7 / 3317.6 / 3444.5), and its counter form to 14K (sessions 41-42).
 static int64_t StreamOneSeqMinKeys(const AttentionArgs& a) {
   return std::max<int64_t>(4096, DecodeFusedClusterMaxKeys(a, 1)) + 1;
 }
