@@ -78,24 +78,72 @@ __global__ void __launch_bounds__(kThreads) ProbeKernel(const ProbeArgs a) {
   if (threadIdx.x == 0) a.sink[blockIdx.x] = acc;
 }
 
+// One thread follows a random cycle through `lines` 256-byte-spaced words (ld.global.cg: L2,
+// then HBM): `steps` dependent loads, so the kernel's time / steps is one load's round trip.
+__global__ void ChaseKernel(const uint64_t* next, int64_t steps, uint64_t* sink) {
+  uint64_t i = 0;
+  for (int64_t n = 0; n < steps; ++n) i = __ldcg(next + i);
+  *sink = i;
+}
+
 }  // namespace
 
 namespace pg::bench {
 
+// The round trip of one dependent load over a span of `bytes` (32 words a 256-byte line; the
+// cycle visits every line once in a random order), µs: L2 for spans well under 50 MB (after a
+// first lap), HBM (and the TLB) for 1 GiB. Baseline for the probe's per-block rate.
+static double ChaseUs(size_t bytes) {
+  const size_t words_per_line = 32, lines = bytes / 256;
+  std::vector<uint64_t> order(lines);
+  std::iota(order.begin(), order.end(), uint64_t{0});
+  std::shuffle(order.begin() + 1, order.end(), std::mt19937_64(11));
+  std::vector<uint64_t> next(lines * words_per_line, 0);
+  for (size_t j = 0; j < lines; ++j) next[order[j] * words_per_line] = order[(j + 1) % lines] * words_per_line;
+  DeviceBuf d(next.size() * sizeof(uint64_t)), sink(sizeof(uint64_t));
+  PG_CUDA_CHECK(cudaMemcpy(d.p, next.data(), next.size() * sizeof(uint64_t), cudaMemcpyHostToDevice));
+  const int64_t steps = int64_t(std::min<size_t>(lines, 1 << 14));
+  cudaEvent_t a, b;
+  PG_CUDA_CHECK(cudaEventCreate(&a));
+  PG_CUDA_CHECK(cudaEventCreate(&b));
+  std::vector<float> ms;
+  for (int r = 0; r < 4; ++r) {  // the first lap warms L2 where the span fits it
+    PG_CUDA_CHECK(cudaEventRecord(a, cuda::CurrentStream()));
+    ChaseKernel<<<1, 1, 0, cuda::CurrentStream()>>>(static_cast<const uint64_t*>(d.p), steps,
+                                                     static_cast<uint64_t*>(sink.p));
+    PG_CUDA_CHECK(cudaGetLastError());
+    PG_CUDA_CHECK(cudaEventRecord(b, cuda::CurrentStream()));
+    PG_CUDA_CHECK(cudaEventSynchronize(b));
+    float t = 0;
+    PG_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
+    if (r > 0) ms.push_back(t);
+  }
+  PG_CUDA_CHECK(cudaEventDestroy(a));
+  PG_CUDA_CHECK(cudaEventDestroy(b));
+  std::sort(ms.begin(), ms.end());
+  return double(ms[ms.size() / 2]) * 1e3 / double(steps);
+}
+
+
 // fattn_gpu_check --bench --kv-layout-probe [--kv-heads=4] [--contexts=4096,8192] [--shuffle]
-// [--loads=32] [--warm]
+// [--loads=32] [--warm] [--chase: first, one thread's dependent-load round trip over 4 MB-1 GiB]
 int RunKvLayoutProbe(int argc, char** argv) {
   int kv_heads = 4, loads = 8;
-  bool shuffle = false, warm = false;
+  bool shuffle = false, warm = false, chase = false;
   std::vector<int> contexts;
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--kv-heads=", 11) == 0) kv_heads = std::atoi(argv[i] + 11);
     if (std::strcmp(argv[i], "--shuffle") == 0) shuffle = true;
     if (std::strcmp(argv[i], "--warm") == 0) warm = true;
+    if (std::strcmp(argv[i], "--chase") == 0) chase = true;
     if (std::strncmp(argv[i], "--loads=", 8) == 0) loads = std::atoi(argv[i] + 8) >= 32 ? 32 : 8;
     if (std::strncmp(argv[i], "--contexts=", 11) == 0) contexts = CommaInts(argv[i] + 11);
   }
   if (contexts.empty()) contexts = {4096, 8192, 16384};
+  if (chase) {  // one dependent load's round trip, no other traffic
+    for (size_t mb : {4, 32, 256, 1024})
+      fmt::print("pointer chase over {} MB: {:.3f} us a load\n", mb, ChaseUs(mb << 20));
+  }
   if (kv_heads < 1 || kv_heads > 64) {
     fmt::print(stderr, "kv layout probe: --kv-heads must be 1..64\n");
     return 1;

@@ -5,7 +5,8 @@
 # form gets ~23 GB/s a block with 32-64 KB in flight. Is a block's rate set by its bytes in
 # flight over a ~2.8 µs round trip (then 32 loads a thread read ~4x faster, and deeper rings are
 # the lever), and is that round trip the HBM's (then --warm, the same bytes from L2 every call,
-# reads much faster)?
+# reads much faster)? --chase (first row) adds one thread's dependent-load round trip over 4 MB
+# (L2) to 1 GiB (HBM), the latency with no other traffic.
 # Make it at HEAD:
 # (moe_gpu_check rides along for tools/gpu/if_h200_headline.sh's rows should an H200 come.)
 #   ninja -C build/cuda fattn_gpu_check moe_gpu_check
@@ -15,7 +16,7 @@ source tools/gpu/queue_env.sh
 source tools/gpu/ab_rows.sh
 ab_header
 p=(--bench --kv-layout-probe --contexts=4096,8192,16384 --kv-heads=4)
-timeout 100 "$BIN/fattn_gpu_check" "${p[@]}"
+timeout 100 "$BIN/fattn_gpu_check" "${p[@]}" --chase
 timeout 100 "$BIN/fattn_gpu_check" "${p[@]}" --loads=32
 timeout 100 "$BIN/fattn_gpu_check" "${p[@]}" --warm
 timeout 100 "$BIN/fattn_gpu_check" "${p[@]}" --loads=32 --warm
