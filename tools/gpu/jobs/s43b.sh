@@ -1,4 +1,5 @@
-# Queue job (tools/gpu/queue.sh), written in session 42, not yet run: the KV layout probe's
+# Queue job (tools/gpu/queue.sh), written in session 42; session 43 ran its 8K rows at 8 and 32
+# loads inside s43e (branch s43/ring3; docs/PERF.md "Session 43"), not the --warm rows: the KV layout probe's
 # follow-up. s43a (run in session 42) found the probe's per-kv-head blocks reading at ~5.7 GB/s
 # a block with 8 16-byte loads a thread in flight (16 KB a block: ~2.8 µs a round trip),
 # whichever the page layout (token- or head-major, in order or shuffled); the fused kernel's loop
