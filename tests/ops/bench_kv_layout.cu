@@ -98,39 +98,26 @@ namespace pg::bench {
 struct ChaseLap {
   double cold, warm;
 };
-static ChaseLap ChaseUs(size_t bytes) {
-  const size_t words_per_line = 32, lines = bytes / 256;
+static ChaseLap ChaseRoundTrip(size_t bytes) {
+  const size_t words_per_line = 32, lines = bytes / 256, flush_bytes = size_t(256) << 20;
   std::vector<uint64_t> order(lines);
   std::iota(order.begin(), order.end(), uint64_t{0});
   std::shuffle(order.begin() + 1, order.end(), std::mt19937_64(11));
   std::vector<uint64_t> next(lines * words_per_line, 0);
   for (size_t j = 0; j < lines; ++j) next[order[j] * words_per_line] = order[(j + 1) % lines] * words_per_line;
-  DeviceBuf d(next.size() * sizeof(uint64_t)), sink(sizeof(uint64_t)), flush(size_t(256) << 20);
+  DeviceBuf d(next.size() * sizeof(uint64_t)), sink(sizeof(uint64_t)), flush(flush_bytes);
   PG_CUDA_CHECK(cudaMemcpy(d.p, next.data(), next.size() * sizeof(uint64_t), cudaMemcpyHostToDevice));
-  PG_CUDA_CHECK(cudaMemsetAsync(flush.p, 3, size_t(256) << 20, cuda::CurrentStream()));
+  PG_CUDA_CHECK(cudaMemset(flush.p, 3, flush_bytes));
   const int64_t steps = int64_t(std::min<size_t>(lines, 1 << 14));
-  cudaEvent_t a, b;
-  PG_CUDA_CHECK(cudaEventCreate(&a));
-  PG_CUDA_CHECK(cudaEventCreate(&b));
-  std::vector<float> ms;
-  for (int r = 0; r < 4; ++r) {
-    PG_CUDA_CHECK(cudaEventRecord(a, cuda::CurrentStream()));
-    ChaseKernel<<<1, 1, 0, cuda::CurrentStream()>>>(static_cast<const uint64_t*>(d.p), steps,
-                                                     static_cast<uint64_t*>(sink.p));
-    PG_CUDA_CHECK(cudaGetLastError());
-    PG_CUDA_CHECK(cudaEventRecord(b, cuda::CurrentStream()));
-    PG_CUDA_CHECK(cudaEventSynchronize(b));
-    float t = 0;
-    PG_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  PG_CUDA_CHECK(cudaEventDestroy(a));
-  PG_CUDA_CHECK(cudaEventDestroy(b));
-  const double cold = double(ms[0]) * 1e3 / double(steps);
+  std::vector<float> ms;  // lap 0 cold, laps 1-3 warm
+  for (int r = 0; r < 4; ++r)
+    ms.push_back(EventMs([&] {
+      ChaseKernel<<<1, 1>>>(static_cast<const uint64_t*>(d.p), steps, static_cast<uint64_t*>(sink.p));
+      PG_CUDA_CHECK(cudaGetLastError());
+    }));
   std::sort(ms.begin() + 1, ms.end());
-  return {cold, double(ms[2]) * 1e3 / double(steps)};
+  return {double(ms[0]) * 1e3 / double(steps), double(ms[2]) * 1e3 / double(steps)};
 }
-
 
 // fattn_gpu_check --bench --kv-layout-probe [--kv-heads=4] [--contexts=4096,8192] [--shuffle]
 // [--loads=32] [--warm] [--chase: first, one thread's dependent-load round trip over 4 MB-1 GiB]
@@ -149,7 +136,7 @@ int RunKvLayoutProbe(int argc, char** argv) {
   if (contexts.empty()) contexts = {4096, 8192, 16384};
   if (chase) {  // one dependent load's round trip, no other traffic
     for (size_t mb : {4, 32, 256, 1024}) {
-      const ChaseLap c = ChaseUs(mb << 20);
+      const ChaseLap c = ChaseRoundTrip(mb << 20);
       fmt::print("pointer chase over {} MB: first lap (L2 flushed) {:.3f} us a load, later laps {:.3f}\n",
                  mb, c.cold, c.warm);
     }

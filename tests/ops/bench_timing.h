@@ -34,25 +34,29 @@ struct DeviceBuf {
   DeviceBuf& operator=(const DeviceBuf&) = delete;
 };
 
+// Milliseconds of one call of fn() on the legacy stream, by events (no warm-up: a first call
+// times cold caches).
+inline float EventMs(const std::function<void()>& fn) {
+  cudaEvent_t a, b;
+  PG_CUDA_CHECK(cudaEventCreate(&a));
+  PG_CUDA_CHECK(cudaEventCreate(&b));
+  PG_CUDA_CHECK(cudaEventRecord(a, 0));
+  fn();
+  PG_CUDA_CHECK(cudaEventRecord(b, 0));
+  PG_CUDA_CHECK(cudaEventSynchronize(b));
+  float t = 0;
+  PG_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return t;
+}
+
 // Median milliseconds of `reps` timed calls of fn(i) on the legacy stream (after 3 warm-ups).
 inline double MedianMs(int reps, const std::function<void(int)>& fn) {
   for (int i = 0; i < 3; ++i) fn(i);
   PG_CUDA_CHECK(cudaDeviceSynchronize());
-  cudaEvent_t a, b;
-  PG_CUDA_CHECK(cudaEventCreate(&a));
-  PG_CUDA_CHECK(cudaEventCreate(&b));
   std::vector<float> ms;
-  for (int i = 0; i < reps; ++i) {
-    PG_CUDA_CHECK(cudaEventRecord(a, 0));
-    fn(i);
-    PG_CUDA_CHECK(cudaEventRecord(b, 0));
-    PG_CUDA_CHECK(cudaEventSynchronize(b));
-    float t = 0;
-    PG_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
+  for (int i = 0; i < reps; ++i) ms.push_back(EventMs([&] { fn(i); }));
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2];
 }
