@@ -5,7 +5,8 @@
 //     row of a token is `row` bytes at token x kv_heads x row + head x row, so one head's block
 //     reads `row` bytes of every kv_heads x row;
 //   head-major within a page ([pages, kv_heads, page_size, head_dim]): a head's rows of a page
-//     are page_size x row contiguous bytes.
+//     are page_size x row contiguous bytes;
+//   flat: the same bytes a block as one contiguous range (no page table: the grid's own rate).
 // The grid is the cluster plan's: kv_heads x splits blocks of 128 threads, split s of head h
 // reads tokens [s T / splits, (s + 1) T / splits) of K and of V; each thread keeps 8 or 32
 // (--loads=32) 16-byte loads (ld.global.cg) in flight. Pages are in order or shuffled
@@ -33,31 +34,42 @@ namespace {
 
 constexpr int kThreads = 128;
 
+// Fixed geometry of the probe (Qwen3-30B-A3B's): d 128 bf16 rows, pages of 16 tokens, so the
+// address arithmetic below is shifts and one shared-memory page base a token (session 43's first
+// probe divided by runtime values and read the page table from global memory a load: its rows
+// measured that arithmetic as much as the reads).
+constexpr int kRowU4 = 16, kPage = 16, kUnitsPerToken = 2 * kRowU4;  // K row, then V row
+constexpr int kMaxBlockPages = 130;  // pages a block's token range may touch (<= 2048 tokens)
+
+enum class Layout : int { kTokenMajor, kHeadMajor, kFlat };
+
 struct ProbeArgs {
   const uint4* k;        // cache base of this call (rotated)
   const uint4* v;
-  const int32_t* pages;  // [tokens / page] physical page of each logical page
-  int tokens, kv_heads, row_u4, page, splits;
-  bool head_major;
+  const int32_t* pages;  // [tokens / kPage] physical page of each logical page
+  int tokens, kv_heads, splits;
+  Layout layout;
   uint32_t* sink;        // one word a block (keeps the loads live)
 };
 
-// 16-byte unit u of token t's row of head h, as an index of uint4 from the cache base.
-__device__ __forceinline__ int64_t UnitOf(const ProbeArgs& a, int t, int h, int u) {
-  const int64_t pg = a.pages[t / a.page], in = t % a.page;
-  const int64_t page_u4 = int64_t(a.page) * a.kv_heads * a.row_u4;
-  if (a.head_major) return pg * page_u4 + (int64_t(h) * a.page + in) * a.row_u4 + u;
-  return pg * page_u4 + (in * a.kv_heads + h) * a.row_u4 + u;
-}
-
-// kLoads: independent 16-byte loads a thread keeps in flight.
+// kLoads: independent 16-byte loads a thread keeps in flight. Token-major ([pages, kPage,
+// kv_heads, 128]) and head-major ([pages, kv_heads, kPage, 128]) read head h's rows of the
+// block's tokens through the page table; flat reads the same number of bytes as one contiguous
+// range a block (the rate the grid gets with no layout at all).
 template <int kLoads>
 __global__ void __launch_bounds__(kThreads) ProbeKernel(const ProbeArgs a) {
+  __shared__ int64_t page_base[kMaxBlockPages];  // uint4 offset of (page, head h)'s first row
   const int h = blockIdx.x % a.kv_heads, s = blockIdx.x / a.kv_heads;
   const int t0 = int(int64_t(a.tokens) * s / a.splits), t1 = int(int64_t(a.tokens) * (s + 1) / a.splits);
-  // The block's units: (token, K or V, unit of the row), consecutive threads on consecutive units.
-  const int per_token = 2 * a.row_u4;
-  const int units = (t1 - t0) * per_token;
+  const int p0 = t0 / kPage, np = (t1 - 1) / kPage - p0 + 1;
+  const int64_t page_u4 = int64_t(kPage) * a.kv_heads * kRowU4;
+  const bool head_major = a.layout == Layout::kHeadMajor;
+  for (int i = threadIdx.x; i < np; i += kThreads)
+    page_base[i] = a.pages[p0 + i] * page_u4 + int64_t(h) * (head_major ? kPage * kRowU4 : kRowU4);
+  __syncthreads();
+  const int token_stride = head_major ? kRowU4 : a.kv_heads * kRowU4;  // uint4 between tokens
+  const int64_t flat0 = int64_t(t0) * a.kv_heads * kRowU4 + int64_t(h) * (t1 - t0) * kRowU4;
+  const int units = (t1 - t0) * kUnitsPerToken;
   uint32_t acc = 0;
   for (int base = 0; base < units; base += kThreads * kLoads) {
     uint4 x[kLoads];
@@ -66,9 +78,16 @@ __global__ void __launch_bounds__(kThreads) ProbeKernel(const ProbeArgs a) {
       const int i = base + j * kThreads + int(threadIdx.x);
       x[j] = make_uint4(0, 0, 0, 0);
       if (i < units) {
-        const int t = t0 + i / per_token, r = i % per_token;
-        const uint4* c = r < a.row_u4 ? a.k : a.v;
-        x[j] = __ldcg(c + UnitOf(a, t, h, r % a.row_u4));
+        const int r = i % kUnitsPerToken, tl = i / kUnitsPerToken;  // tl: token of the block
+        const uint4* c = r < kRowU4 ? a.k : a.v;
+        int64_t u;
+        if (a.layout == Layout::kFlat) {
+          u = flat0 + int64_t(tl) * kRowU4 + r % kRowU4;
+        } else {
+          const int t = t0 + tl;
+          u = page_base[t / kPage - p0] + int64_t(t % kPage) * token_stride + r % kRowU4;
+        }
+        x[j] = __ldcg(c + u);
       }
     }
 #pragma unroll
@@ -145,7 +164,7 @@ int RunKvLayoutProbe(int argc, char** argv) {
     fmt::print(stderr, "kv layout probe: --kv-heads must be 1..64\n");
     return 1;
   }
-  const int page = 16, row_bytes = 256, row_u4 = row_bytes / 16;  // d 128 bf16
+  const int page = kPage, row_bytes = kRowU4 * 16;
   const double bw = cuda::MeasureHbmBytesPerS();
   fmt::print("kv layout probe: {} kv heads, rows of {} bytes, pages of {} tokens ({}), {} loads a "
              "thread in flight, {}; D2D {:.0f} GB/s\n", kv_heads, row_bytes, page,
@@ -167,13 +186,13 @@ int RunKvLayoutProbe(int argc, char** argv) {
     PG_CUDA_CHECK(cudaMemcpy(pages.p, order.data(), order.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
     for (int splits : {16, 32}) {
       const int blocks = kv_heads * splits;
-      if (blocks > 4096) continue;
-      for (bool head_major : {false, true}) {
+      if (blocks > 4096 || (tokens + splits - 1) / splits > (kMaxBlockPages - 2) * page) continue;
+      for (Layout layout : {Layout::kTokenMajor, Layout::kHeadMajor, Layout::kFlat}) {
         auto call = [&](int i) {
           const size_t off = size_t(i % rot) * cache_bytes / 16;
           const ProbeArgs a{static_cast<const uint4*>(k.p) + off, static_cast<const uint4*>(v.p) + off,
-                            static_cast<const int32_t*>(pages.p), tokens, kv_heads, row_u4, page,
-                            splits, head_major, static_cast<uint32_t*>(sink.p)};
+                            static_cast<const int32_t*>(pages.p), tokens, kv_heads, splits, layout,
+                            static_cast<uint32_t*>(sink.p)};
           if (loads == 32) ProbeKernel<32><<<blocks, kThreads, 0, cuda::CurrentStream()>>>(a);
           else ProbeKernel<8><<<blocks, kThreads, 0, cuda::CurrentStream()>>>(a);
           PG_CUDA_CHECK(cudaGetLastError());
@@ -181,7 +200,7 @@ int RunKvLayoutProbe(int argc, char** argv) {
         const double ms = GraphMedianMs(call);
         const double bytes = 2.0 * double(cache_bytes);
         fmt::print("{:>8} {:>7} {:>12} {:>10.2f} {:>8.0f} {:>8.0f}%\n", tokens, blocks,
-                   head_major ? "head-major" : "token-major", ms * 1e3, bytes / (ms * 1e-3) / 1e9,
+                   layout == Layout::kFlat ? "flat" : layout == Layout::kHeadMajor ? "head-major" : "token-major", ms * 1e3, bytes / (ms * 1e-3) / 1e9,
                    100.0 * bytes / (ms * 1e-3) / bw);
         std::fflush(stdout);
       }
