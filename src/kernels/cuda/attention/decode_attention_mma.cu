@@ -209,7 +209,9 @@ __global__ void __launch_bounds__(kSt == 1 || kXw ? kWarps * 32 : 256, kSt == 1 
   uint4* vtile = ring + kSt * M::kStageU4;  // fp8 only: widened V [key][chunk], swizzled
   const int vk = lane / 2;  // the key whose V chunks 2 i2 + lane % 2 this lane copies
 
-  auto issue = [&](int i) {
+  // Tile i's K half (thread-private: lane (g, t) reads back only what it copied) and V half
+  // (the ldmatrix tile, read by every lane) of stage i % kSt.
+  auto issue_k = [&](int i) {
     uint4* st = ring + (i % kSt) * M::kStageU4;
     const int key0 = r.begin + (first_tile + i * tile_step) * kTK;
 #pragma unroll
@@ -218,7 +220,10 @@ __global__ void __launch_bounds__(kSt == 1 || kXw ? kWarps * 32 : 256, kSt == 1 
 #pragma unroll
       for (int v = 0; v < M::kNvt; ++v) CpAsync16(st + (bb * M::kNvt + v) * 32 + lane, kc + off + v * 64, 16);
     }
-    uint4* sv = st + M::kKU4;
+  };
+  auto issue_v = [&](int i) {
+    uint4* sv = ring + (i % kSt) * M::kStageU4 + M::kKU4;
+    const int key0 = r.begin + (first_tile + i * tile_step) * kTK;
     const int64_t off = slot(min(key0 + vk, kv_end - 1));
 #pragma unroll
     for (int i2 = 0; i2 < M::kVc / 2; ++i2) {
@@ -228,6 +233,13 @@ __global__ void __launch_bounds__(kSt == 1 || kXw ? kWarps * 32 : 256, kSt == 1 
       CpAsync16(dst, vc + off + chunk * 16, 16);
     }
   };
+  auto issue = [&](int i) { issue_k(i), issue_v(i); };
+  // The split ring (a.kv_split_ring; the two-stage small variant, bf16): each stage's K and V
+  // halves are their own cp.async groups, and a half is refilled as soon as its tile's use of
+  // it ends (K after QK, V after PV), so 12 of a warp's 16 KB are in flight on average
+  // instead of 8 (A/B, session 44: is the loop form bound by its bytes in flight?).
+  constexpr bool kSplitRingForm = kSmall && kSt == 2 && !kF8;
+  const bool split_ring = kSplitRingForm && a.kv_split_ring;
 
   // Before PdlWait (PDL: the previous kernel may still run): the batch plan and the page
   // table are the step's inputs, and the cache rows are readable into L2 (L2 is coherent).
@@ -237,7 +249,13 @@ __global__ void __launch_bounds__(kSt == 1 || kXw ? kWarps * 32 : 256, kSt == 1 
   if constexpr (kFused) {
 #pragma unroll
     for (int i = 0; i < kLead; ++i) {
-      if (i < my_tiles) issue(i);
+      if (split_ring) {  // groups K0, V0, K1, V1
+        if (i < my_tiles) issue_k(i);
+        CpAsyncCommit();
+        if (i < my_tiles) issue_v(i);
+      } else if (i < my_tiles) {
+        issue(i);
+      }
       CpAsyncCommit();
     }
   }
@@ -341,7 +359,32 @@ __global__ void __launch_bounds__(kSt == 1 || kXw ? kWarps * 32 : 256, kSt == 1 
       CpAsyncCommit();
     }
   }
-  for (int i = 0; i < my_tiles; ++i) {
+  if constexpr (kSplitRingForm) {
+    if (split_ring) {
+      // Groups committed before iteration i: K0 V0 K1 V1, then K_{j+2} V_{j+2} for each j < i
+      // (empty past my_tiles): 2 (i + 2). K_i is group 2 i and V_i group 2 i + 1, each with
+      // three groups after it at its wait.
+      for (int i = 0; i < my_tiles; ++i) {
+        CpAsyncWait<3>();  // this lane's K_i copies landed (thread-private: no warp barrier)
+        if (i == 0) PG_TRACE_MARK(3);
+        const uint4* st = ring + (i % kSt) * M::kStageU4;
+        const int key0 = r.begin + (first_tile + i * tile_step) * kTK;
+        float sc[2][4];
+        QkTile<kF8, M::kNvt, M::kCpv, M::kKc>(sc, st, qa, lane);
+        if (i + 2 < my_tiles) issue_k(i + 2);  // K_i's copies, read back above, are in registers
+        CpAsyncCommit();
+        uint32_t pa[4];
+        SoftmaxTileStep<kF8, M::kNb>(sc, qscale, softcap_v, key0, t, kv_end, m0, m1, l0, l1, o, pa);
+        CpAsyncWait<3>();  // V_i landed (K_{i+1}, V_{i+1}, K_{i+2} may be in flight)
+        __syncwarp();      // every lane's V_i copies are visible
+        PvTile<kF8, M::kNb, M::kNb>(o, pa, st + M::kKU4, 0, lane);
+        __syncwarp();      // every lane is done reading V_i
+        if (i + 2 < my_tiles) issue_v(i + 2);
+        CpAsyncCommit();
+      }
+    }
+  }
+  for (int i = 0; i < (split_ring ? 0 : my_tiles); ++i) {
     __syncwarp();  // every lane is done reading the stage (and tile) about to be overwritten
     // Tile i + kSt - 1 goes into the stage tile i - 1 used (kSt 1: tile i itself, unless it is
     // one of the kLead tiles already issued). Groups committed so far: one per tile <= i +

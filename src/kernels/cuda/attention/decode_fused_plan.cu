@@ -387,6 +387,8 @@ void LaunchDecodeFused(const AttentionArgs& args, const RopeKvWriteArgs& rope, c
   const bool xw = XwApplies(a, max_len, small, stages, xw_mode);
   if (loop2 && !xw) g_loop2_launches.fetch_add(1, std::memory_order_relaxed);
   if (xw) g_xw_launches.fetch_add(1, std::memory_order_relaxed);
+  static const bool kv_split = EnvFlag("PG_FUSED_KV_SPLIT", false);
+  a.kv_split_ring = kv_split && stages == 2 && !xw;
   a.xw_push = xw && xw_mode >= 2;
   a.xw_async = xw && xw_mode == 3;
   LaunchMmaFused(a, rope, a.batch.num_seqs, small, stages, xw, stream);

@@ -233,6 +233,10 @@ struct AttentionArgs {
   // each owner's shared memory past the inbox (decode_xw.cuh XwAsyncInit), which the owner
   // waits on instead of the cluster barrier.
   bool xw_async = false;
+  // The fused small kernel's two-stage loop (bf16): K and V halves of each stage as their own
+  // cp.async groups, each refilled once its use ends (decode_attention_mma.cu; A/B,
+  // PG_FUSED_KV_SPLIT=1, session 44).
+  bool kv_split_ring = false;
 };
 
 // ---- launchers (defined in the .cu files; all asynchronous on `stream`) --------------------
