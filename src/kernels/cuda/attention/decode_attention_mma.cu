@@ -234,11 +234,11 @@ __global__ void __launch_bounds__(kSt == 1 || kXw ? kWarps * 32 : 256, kSt == 1 
     }
   };
   auto issue = [&](int i) { issue_k(i), issue_v(i); };
-  // The split ring (a.kv_split_ring; the two-stage small variant, bf16): each stage's K and V
-  // halves are their own cp.async groups, and a half is refilled as soon as its tile's use of
-  // it ends (K after QK, V after PV), so 12 of a warp's 16 KB are in flight on average
-  // instead of 8 (A/B, session 44: is the loop form bound by its bytes in flight?).
-  constexpr bool kSplitRingForm = kSmall && kSt == 2 && !kF8;
+  // The split ring (a.kv_split_ring; the two-stage small variant's loop form, bf16): each
+  // stage's K and V halves are their own cp.async groups, and a half is refilled as soon as its
+  // tile's use of it ends (K after QK, V after PV): 12 of a warp's 16 KB in flight on average
+  // instead of 8, and V's wait after the softmax instead of before QK.
+  constexpr bool kSplitRingForm = kFused && kSt == 2 && !kF8;  // kSt 2: the small variant
   const bool split_ring = kSplitRingForm && a.kv_split_ring;
 
   // Before PdlWait (PDL: the previous kernel may still run): the batch plan and the page

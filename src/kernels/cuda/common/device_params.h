@@ -233,9 +233,9 @@ struct AttentionArgs {
   // each owner's shared memory past the inbox (decode_xw.cuh XwAsyncInit), which the owner
   // waits on instead of the cluster barrier.
   bool xw_async = false;
-  // The fused small kernel's two-stage loop (bf16): K and V halves of each stage as their own
-  // cp.async groups, each refilled once its use ends (decode_attention_mma.cu; A/B,
-  // PG_FUSED_KV_SPLIT=1, session 44).
+  // The fused small kernel's two-stage loop form (bf16): K and V halves of each stage as their
+  // own cp.async groups, each refilled once its use ends (decode_attention_mma.cu; the cluster
+  // plan's loop form sets it unless PG_FUSED_KV_SPLIT=0).
   bool kv_split_ring = false;
 };
 
