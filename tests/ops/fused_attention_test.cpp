@@ -422,6 +422,18 @@ TEST(RopeKvWriteAttention, CudaL2AfterHintChangesNoBit) {
 // keys), one sequence past 14336 keys takes the streaming kernel (group 4, Llama-3.1-8B's: past
 // 4096), batches only from 16384 keys in all, fp8 caches from 32768. (The plan knobs in the
 // environment change these rules.)
+// The loop form's kernel keeps to the registers that let its block sit beside the o
+// projection's ring GEMV block (decode_fused.h kFusedLoopFormMaxRegisters): two more took
+// Qwen3-30B-A3B's step 430-600 µs longer at 4K-12K keys (session 44), which no value test sees.
+TEST(RopeKvWriteAttention, CudaLoopFormFitsBesideTheORing) {
+  if (Registry::Global().table<RopeKvWriteAttentionParams>().Find("cuda") == nullptr)
+    GTEST_FAIL() << "no CUDA backend registered";
+  const int regs = cuda::DecodeFusedLoopFormRegisters();
+  ASSERT_GT(regs, 0) << "no kernel attributes";
+  EXPECT_LE(regs, cuda::kFusedLoopFormMaxRegisters)
+      << "the loop form's kernel grew to " << regs << " registers a thread";
+}
+
 TEST(RopeKvWriteAttention, CudaPlansByLength) {
   if (Registry::Global().table<RopeKvWriteAttentionParams>().Find("cuda") == nullptr)
     GTEST_FAIL() << "no CUDA backend registered";

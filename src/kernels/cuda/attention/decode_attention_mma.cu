@@ -646,6 +646,11 @@ void LaunchMmaFused(const AttentionArgs& a, const RopeKvWriteArgs& rope, int num
 }  // namespace pg::cuda::decode
 
 namespace pg::cuda {
+int DecodeFusedLoopFormRegisters() {
+  cudaFuncAttributes attr{};
+  const auto k = decode::DecodeMmaKernel<128, false, false, true, 2, 4, false, 2>;  // LaunchFused's loop form
+  return cudaFuncGetAttributes(&attr, k) == cudaSuccess ? attr.numRegs : -1;
+}
 int64_t DecodeFusedClusterLaunches() { return decode::g_cluster_launches.load(std::memory_order_relaxed); }
 int64_t DecodeFusedXwAsyncLaunches() { return decode::g_xw_async_launches.load(std::memory_order_relaxed); }
 }  // namespace pg::cuda

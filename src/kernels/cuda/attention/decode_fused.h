@@ -77,6 +77,14 @@ int64_t DecodeFusedClusterLaunches();
 int SetDecodeFusedXwMode(int mode);
 // Launches of the cluster plan's two-stage loop form (decode_fused_plan.cu: plans past 2K keys).
 int64_t DecodeFusedClusterLoop2Launches();
+// Registers a thread of that loop form's kernel (d 128, bf16, two q rows a warp prepared; -1:
+// no device). Its block must fit on an SM beside the o projection's one-row ring GEMV block,
+// whose preload overlaps the attention: session 44 measured the kernel at 224 registers, and
+// at 226 (the 8-register granule allocates 232) Qwen3-30B-A3B's step took 430-600 µs longer at
+// 4K-12K keys (H100, docs/PERF.md "Session 44"), as when a third ring stage left no room
+// (session 43). kFusedLoopFormMaxRegisters: the count measured to fit.
+int DecodeFusedLoopFormRegisters();
+constexpr int kFusedLoopFormMaxRegisters = 224;
 // Launches of the cluster plan's rule with more splits than a cluster takes (merged through the
 // counter; past kClusterOneSeqMaxKeys for one sequence, see below).
 int64_t DecodeFusedClusterCounterLaunches();
