@@ -1,4 +1,5 @@
 # Queue job (tools/gpu/queue.sh; run in session 44 from branch s44/stages, binaries caf7e69), session 44, after s44a (H100): the loop form's split ring won
+# (Its rows showed the copies, not the math, set the loop's pace: docs/PERF.md "Session 44", 4.)
 # 31-39 µs a step at 4K and 8K, and the loop form alone is not bound by its bytes in flight
 # (three stages: no faster a tile; one stage: 1.78 µs a tile against 1.41 at two, with the
 # chase's HBM round trip at 0.35 µs, so ~1.4 µs a tile of a warp is its math). This job:
