@@ -18,6 +18,18 @@ ab_step() {  # label binary model [VAR=value ...]
     command tr '\r' '\n' | command grep -E "^ +1 +$ctx " | command head -1 |
     command awk -v l="$label" '{print "ROW", l, $3, $7}'
 }
+ab_ctx_pairs() {  # rounds "contexts" model label_a label_b [VAR=value ...]: per round and context
+  # (graph captured there), a row of moe_gpu_check's defaults (label_a-c<ctx>), then one with the
+  # settings (label_b-c<ctx>); a warm-up row first
+  local rounds=$1 ctxs=$2 model=$3 la=$4 lb=$5 r c; shift 5
+  ab_step warmup moe_gpu_check "$model"
+  for ((r = 1; r <= rounds; ++r)); do
+    for c in $ctxs; do
+      AB_CONTEXT=$c ab_step "$la-c$c" moe_gpu_check "$model"
+      AB_CONTEXT=$c ab_step "$lb-c$c" moe_gpu_check "$model" "$@"
+    done
+  done
+}
 ab_sweep() {  # rounds "model ..." "label VAR=value" ...: one-knob sweep of moe_gpu_check, each
   # round and model a base row, then one row a setting (interleaved: the settings of a round
   # run between its bases)

@@ -13,13 +13,4 @@ ab_header
 echo "== fused attention tests at the defaults"
 AB_TEST_TIMEOUT=120 ab_tests fattn_gpu_check 'RopeKvWriteAttention.*' |
   command grep -E 'Failure|Expected|PASSED|FAILED|differs|registers' | head -12
-m=qwen3-30b-a3b
-ab_step warmup moe_gpu_check $m
-for r in 1 2; do
-  for c in 4096 8192; do
-    export AB_CONTEXT=$c
-    ab_step "split-c$c" moe_gpu_check $m
-    ab_step "old-c$c" moe_gpu_check $m PG_FUSED_KV_SPLIT=0
-  done
-done
-unset AB_CONTEXT
+ab_ctx_pairs 2 "4096 8192" qwen3-30b-a3b split old PG_FUSED_KV_SPLIT=0
