@@ -42,6 +42,9 @@ constexpr int kRowU4 = 16, kPage = 16, kUnitsPerToken = 2 * kRowU4;  // K row, t
 constexpr int kMaxBlockPages = 130;  // pages a block's token range may touch (<= 2048 tokens)
 
 enum class Layout : int { kTokenMajor, kHeadMajor, kFlat };
+const char* LayoutName(Layout l) {
+  return l == Layout::kFlat ? "flat" : l == Layout::kHeadMajor ? "head-major" : "token-major";
+}
 
 struct ProbeArgs {
   const uint4* k;        // cache base of this call (rotated)
@@ -80,14 +83,11 @@ __global__ void __launch_bounds__(kThreads) ProbeKernel(const ProbeArgs a) {
       if (i < units) {
         const int r = i % kUnitsPerToken, tl = i / kUnitsPerToken;  // tl: token of the block
         const uint4* c = r < kRowU4 ? a.k : a.v;
-        int64_t u;
-        if (a.layout == Layout::kFlat) {
-          u = flat0 + int64_t(tl) * kRowU4 + r % kRowU4;
-        } else {
-          const int t = t0 + tl;
-          u = page_base[t / kPage - p0] + int64_t(t % kPage) * token_stride + r % kRowU4;
-        }
-        x[j] = __ldcg(c + u);
+        const int t = t0 + tl;
+        const int64_t row = a.layout == Layout::kFlat
+                                ? flat0 + int64_t(tl) * kRowU4
+                                : page_base[t / kPage - p0] + int64_t(t % kPage) * token_stride;
+        x[j] = __ldcg(c + row + r % kRowU4);
       }
     }
 #pragma unroll
@@ -200,7 +200,7 @@ int RunKvLayoutProbe(int argc, char** argv) {
         const double ms = GraphMedianMs(call);
         const double bytes = 2.0 * double(cache_bytes);
         fmt::print("{:>8} {:>7} {:>12} {:>10.2f} {:>8.0f} {:>8.0f}%\n", tokens, blocks,
-                   layout == Layout::kFlat ? "flat" : layout == Layout::kHeadMajor ? "head-major" : "token-major", ms * 1e3, bytes / (ms * 1e-3) / 1e9,
+                   LayoutName(layout), ms * 1e3, bytes / (ms * 1e-3) / 1e9,
                    100.0 * bytes / (ms * 1e-3) / bw);
         std::fflush(stdout);
       }

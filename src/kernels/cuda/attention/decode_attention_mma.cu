@@ -547,6 +547,12 @@ void LaunchSmall(const AttentionArgs& a_in, const RopeKvWriteArgs& rope, dim3 gr
                    smem_total, stream, a, rope);
 }
 
+// The cluster plan's loop form (small variant, 4 tile warps, 2 stages) prepares two q rows a
+// warp; DecodeFusedLoopFormRegisters reads the same instance.
+constexpr int kLoopFormPrep = 2;
+template <int D, bool kF8>
+constexpr auto kLoopFormKernel = DecodeMmaKernel<D, kF8, false, true, 2, 4, false, kLoopFormPrep>;
+
 // small_warps: 0 the 3-stage kernel, 3 / 4 the small variant with that many tile warps;
 // stages: the small variant's ring stages a warp (2: d 128 bf16 with 4 tile warps only, else 1);
 // xw: the small variant's exchange form (bf16 only).
@@ -562,7 +568,7 @@ void LaunchFused(const AttentionArgs& a, const RopeKvWriteArgs& rope, dim3 grid,
   if constexpr (D == 128 && !kF8)
     if (small_warps == 4 && stages == 2) {
       if (a.heads / a.kv_heads > kWarps)  // the cluster plan's two-stage loop (groups 5-8)
-        return LaunchSmall<D, kF8, 4, 2, false, 2>(a, rope, grid, stream);
+        return LaunchSmall<D, kF8, 4, 2, false, kLoopFormPrep>(a, rope, grid, stream);
       return LaunchSmall<D, kF8, 4, 2>(a, rope, grid, stream);
     }
   if (small_warps == 3) return LaunchSmall<D, kF8, 3>(a, rope, grid, stream);
@@ -648,8 +654,7 @@ void LaunchMmaFused(const AttentionArgs& a, const RopeKvWriteArgs& rope, int num
 namespace pg::cuda {
 int DecodeFusedLoopFormRegisters() {
   cudaFuncAttributes attr{};
-  const auto k = decode::DecodeMmaKernel<128, false, false, true, 2, 4, false, 2>;  // LaunchFused's loop form
-  return cudaFuncGetAttributes(&attr, k) == cudaSuccess ? attr.numRegs : -1;
+  return cudaFuncGetAttributes(&attr, decode::kLoopFormKernel<128, false>) == cudaSuccess ? attr.numRegs : -1;
 }
 int64_t DecodeFusedClusterLaunches() { return decode::g_cluster_launches.load(std::memory_order_relaxed); }
 int64_t DecodeFusedXwAsyncLaunches() { return decode::g_xw_async_launches.load(std::memory_order_relaxed); }

@@ -391,7 +391,7 @@ void LaunchDecodeFused(const AttentionArgs& args, const RopeKvWriteArgs& rope, c
   // group a stage, A/B). H100, Qwen3-30B-A3B, µs a step, two rounds (docs/PERF.md "Session
   // 44"): 1 x 4K 3192.7 / 3191.7 -> 3154.1 / 3160.5, 1 x 8K 3447.4 / 3443.7 -> 3412.4 / 3407.4.
   static const bool kv_split = EnvFlag("PG_FUSED_KV_SPLIT", true);
-  a.kv_split_ring = kv_split && loop2 && stages == 2 && !xw;
+  a.kv_split_ring = kv_split && loop2 && !xw;  // (loop2: two stages)
   a.xw_push = xw && xw_mode >= 2;
   a.xw_async = xw && xw_mode == 3;
   LaunchMmaFused(a, rope, a.batch.num_seqs, small, stages, xw, stream);
