@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Usage (here, no GPU): tools/gpu/kernel_regs.sh FILE.cu [BASE_COMMIT]
-# Registers, stack and spills of every kernel instance in FILE.cu as ptxas reports them for
-# sm_90a (one line an instance: mangled template arguments, registers, spill bytes), and with
+# Registers and spills of every kernel instance in FILE.cu as ptxas reports them for sm_90a
+# (one line an instance: its demangled name and template arguments; kernel_regs_fmt.py), and with
 # BASE_COMMIT the instances whose line differs from that commit's build of the same file. A
 # kernel's register count decides which blocks share an SM (session 44: two registers more in
 # the loop-form attention cost 430-600 µs a step); run it on every kernel change, all
@@ -10,16 +10,15 @@
 set -euo pipefail
 file=$1 base=${2:-}
 root=$(git rev-parse --show-toplevel)
-regs() {  # src_root file -> "instance regs spill" lines
+regs() {  # src_root file -> "instance: regs, spills" lines (demangled, the parameter list cut)
   nvcc -DPEREGRINE_HAVE_CUDA=1 -I"$1/src" -O3 -DNDEBUG --generate-code=arch=compute_90a,code=sm_90a \
     -std=c++17 -x cu -c "$1/$2" -o /dev/null -Xptxas -v 2>&1 |
     awk '/Function properties for/ { name = $NF }
          /spill stores/ { spill = $(NF-7) "+" $(NF-3) }
          /Used [0-9]+ registers/ && name != "" {
            for (i = 1; i <= NF; ++i) if ($i == "Used") r = $(i+1);
-           print name, r " regs", spill " spill bytes"; name = "" }' |
-    # the anonymous namespace's tag (it names the file's path) and the parameter list
-    sed -E 's/_GLOBAL__N__[0-9a-f]+_[0-9]+_[A-Za-z0-9_]+_[0-9a-f]+//; s/EEvNS0_[^ ]*/E/' | sort
+           print name, r, spill; name = "" }' |
+    python3 "$root/tools/gpu/kernel_regs_fmt.py"
 }
 now=$(mktemp) && regs "$root" "$file" > "$now"
 if [[ -z "$base" ]]; then cat "$now"; exit 0; fi
