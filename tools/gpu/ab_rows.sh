@@ -57,6 +57,12 @@ ab_tests() {  # binary gtest-filter [VAR=value ...]: the run's verdict lines (pa
     command grep -E '^\[ +(OK|FAILED|PASSED) |Failure|Expected|Which is|differs|max_rel|nmse' |
     command tail -40
 }
+ab_fused_tests() {  # [gtest-filter [VAR=value ...]]: the fused decode attention's tests
+  # (fattn_gpu_check; default filter RopeKvWriteAttention.*), their verdict and failure lines
+  local filter=${1:-'RopeKvWriteAttention.*'}; shift $(( $# > 0 ? 1 : 0 ))
+  ab_tests fattn_gpu_check "$filter" "$@" |
+    command grep -E 'Failure|Expected|Which is|PASSED|FAILED|differs|registers' | command head -20
+}
 ab_trace() {  # label binary model [VAR=value ...]: block timeline of one batch-1 step (a binary of
   # the -DPEREGRINE_BLOCK_TRACE=ON build; tools/gpu/block_timeline.py): per kernel kind, the
   # first AB_TRACE_PHASES (60) lines of the phases, with AB_TRACE_LAUNCHES=1 also two middle

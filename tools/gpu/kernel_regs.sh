@@ -10,9 +10,11 @@
 set -euo pipefail
 file=$1 base=${2:-}
 root=$(git rev-parse --show-toplevel)
-regs() {  # src_root file -> "instance: regs, spills" lines (demangled, the parameter list cut)
-  nvcc -DPEREGRINE_HAVE_CUDA=1 -I"$1/src" -O3 -DNDEBUG --generate-code=arch=compute_90a,code=sm_90a \
-    -std=c++17 -x cu -c "$1/$2" -o /dev/null -Xptxas -v 2>&1 |
+db="$root/build/cuda/compile_commands.json"  # the build's own flags for FILE (cmake --preset cuda)
+[[ -f "$db" ]] || { echo "no $db: run cmake --preset cuda first" >&2; exit 1; }
+cmd=$(python3 "$root/tools/gpu/kernel_regs_fmt.py" --command "$db" "$root/$file")
+regs() {  # src_root -> "instance: regs, spills" lines (demangled, the parameter list cut)
+  eval "${cmd//$root\//$1\/} -Xptxas -v" 2>&1 |
     awk '/Function properties for/ { name = $NF }
          /spill stores/ { spill = $(NF-7) "+" $(NF-3) }
          /Used [0-9]+ registers/ && name != "" {
@@ -20,11 +22,12 @@ regs() {  # src_root file -> "instance: regs, spills" lines (demangled, the para
            print name, r, spill; name = "" }' |
     python3 "$root/tools/gpu/kernel_regs_fmt.py"
 }
-now=$(mktemp) && regs "$root" "$file" > "$now"
+now=$(mktemp) && regs "$root" > "$now"
+[[ -s "$now" ]] || { echo "no kernel instance in $file (or it does not compile)" >&2; exit 1; }
 if [[ -z "$base" ]]; then cat "$now"; exit 0; fi
 old=$(mktemp -d)
 git -C "$root" archive "$base" src | tar -x -C "$old"
-regs "$old" "$file" > "$old/regs.txt"
+regs "$old" > "$old/regs.txt"
 if diff "$old/regs.txt" "$now" > "$old/diff.txt"; then
   echo "every instance as at $base ($(wc -l < "$now") instances)"
 else

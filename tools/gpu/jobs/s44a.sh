@@ -20,22 +20,14 @@
 #   git checkout s44/stages && ninja -C build/cuda fattn_gpu_check moe_gpu_check
 #   tools/gpu/make_job.sh s44a tools/gpu/jobs/s44a.sh 300 fattn_gpu_check=build/cuda/tests/models/fattn_gpu_check \
 #     moe_gpu_check=build/cuda/tests/models/moe_gpu_check
+# (Written with ab_fused_tests / ab_ctx_pairs since session 45's review: the same rows in the
+# same order as the loops it ran.)
 source tools/gpu/queue_env.sh
 source tools/gpu/ab_rows.sh
 ab_header
 echo "== fused attention tests, PG_FUSED_KV_SPLIT=1"
-AB_TEST_TIMEOUT=90 ab_tests fattn_gpu_check 'RopeKvWriteAttention.EveryBackend*' PG_FUSED_KV_SPLIT=1 |
-  command grep -E 'Failure|Expected|PASSED|FAILED|differs' | head -12
-m=qwen3-30b-a3b
-ab_step warmup moe_gpu_check $m
-for r in 1 2; do
-  for c in 4096 8192; do
-    export AB_CONTEXT=$c
-    ab_step "base-c$c" moe_gpu_check $m
-    ab_step "kvs-c$c" moe_gpu_check $m PG_FUSED_KV_SPLIT=1
-  done
-done
-unset AB_CONTEXT
+AB_TEST_TIMEOUT=90 ab_fused_tests 'RopeKvWriteAttention.EveryBackend*' PG_FUSED_KV_SPLIT=1
+ab_ctx_pairs 2 "4096 8192" qwen3-30b-a3b base kvs PG_FUSED_KV_SPLIT=1
 fa=(--bench --bf16 --batches=1 --kv-heads=4 --fused --contexts=2048,4096,8192)
 for kn in PG_FUSED_CLUSTER_STAGES=2 PG_FUSED_KV_SPLIT=1 PG_FUSED_CLUSTER_STAGES=3 PG_FUSED_CLUSTER_STAGES=1 \
           PG_DECODE_L2_PREFETCH=2; do

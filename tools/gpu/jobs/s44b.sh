@@ -11,13 +11,14 @@
 #   git checkout s44/stages && ninja -C build/cuda fattn_gpu_check moe_gpu_check
 #   tools/gpu/make_job.sh s44b tools/gpu/jobs/s44b.sh 300 fattn_gpu_check=build/cuda/tests/models/fattn_gpu_check \
 #     moe_gpu_check=build/cuda/tests/models/moe_gpu_check
+# (Written with ab_fused_tests / ab_ctx_pairs since session 45's review: the same rows in the
+# same order as the loops it ran.)
 source tools/gpu/queue_env.sh
 source tools/gpu/ab_rows.sh
 ab_header
 nvidia-smi --query-gpu=clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit --format=csv
 echo "== fused attention tests at the defaults (split ring on)"
-AB_TEST_TIMEOUT=120 ab_tests fattn_gpu_check 'RopeKvWriteAttention.*' |
-  command grep -E 'Failure|Expected|PASSED|FAILED|differs' | head -12
+ab_fused_tests
 fa=(--bench --bf16 --batches=1 --kv-heads=4 --fused --contexts=4096,8192)
 for kn in PG_FUSED_LOOP_PROBE=0 PG_FUSED_LOOP_PROBE=1 PG_FUSED_LOOP_PROBE=2 PG_FUSED_LOOP_PROBE=3 \
           PG_FUSED_LOOP_PROBE=4 PG_FUSED_KV_SPLIT=0; do
@@ -25,13 +26,4 @@ for kn in PG_FUSED_LOOP_PROBE=0 PG_FUSED_LOOP_PROBE=1 PG_FUSED_LOOP_PROBE=2 PG_F
   env $kn timeout 60 "$BIN/fattn_gpu_check" "${fa[@]}" 2>&1 | command grep -E "^  fused bf16 +[0-9]+ "
 done
 nvidia-smi --query-gpu=clocks.sm,clocks.max.sm --format=csv,noheader
-m=qwen3-30b-a3b
-ab_step warmup moe_gpu_check $m
-for r in 1 2; do
-  for c in 1024 4096 6144 8192 12288; do
-    export AB_CONTEXT=$c
-    ab_step "split-c$c" moe_gpu_check $m
-    ab_step "old-c$c" moe_gpu_check $m PG_FUSED_KV_SPLIT=0
-  done
-done
-unset AB_CONTEXT
+ab_ctx_pairs 2 "1024 4096 6144 8192 12288" qwen3-30b-a3b split old PG_FUSED_KV_SPLIT=0

@@ -11,6 +11,5 @@ source tools/gpu/queue_env.sh
 source tools/gpu/ab_rows.sh
 ab_header
 echo "== fused attention tests at the defaults"
-AB_TEST_TIMEOUT=120 ab_tests fattn_gpu_check 'RopeKvWriteAttention.*' |
-  command grep -E 'Failure|Expected|PASSED|FAILED|differs|registers' | head -12
+ab_fused_tests
 ab_ctx_pairs 2 "4096 8192" qwen3-30b-a3b split old PG_FUSED_KV_SPLIT=0
