@@ -66,7 +66,29 @@ std::string GetString(const json& body, const char* key) {
   return it->get<std::string>();
 }
 
+// Fields that would change what may be generated and that Peregrine does not implement: a
+// request with them gets a 400 naming the field, never a silent unconstrained answer.
+// response_format {"type": "text"} (the default) and an empty logit_bias are accepted.
+void RejectUnsupported(const json& body) {
+  if (auto it = body.find("response_format"); it != body.end() && !it->is_null()) {
+    if (!it->is_object()) Bad("response_format", "'response_format' must be an object");
+    const std::string type = GetString(*it, "type");
+    if (type == "json_object" || type == "json_schema")
+      Bad("response_format", fmt::format("response_format type '{}' is not supported (no constrained "
+                                         "decoding); ask for JSON in the prompt instead", type));
+    if (type != "text") Bad("response_format", fmt::format("unknown response_format type '{}'", type));
+  }
+  if (auto it = body.find("logit_bias"); it != body.end() && !it->is_null()) {
+    if (!it->is_object()) Bad("logit_bias", "'logit_bias' must be an object");
+    if (!it->empty()) Bad("logit_bias", "'logit_bias' is not supported");
+  }
+  for (const char* key : {"guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs"})
+    if (auto it = body.find(key); it != body.end() && !it->is_null())
+      Bad(key, fmt::format("'{}' is not supported (no constrained decoding)", key));
+}
+
 void ParseCommon(const json& body, GenerationOptions& o) {
+  RejectUnsupported(body);
   o.model = GetString(body, "model");
   auto& s = o.sampling;
   GetNumber(body, "temperature", 0.0, 2.0, s.temperature);

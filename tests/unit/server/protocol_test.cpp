@@ -44,6 +44,8 @@ TEST(ChatRequest, ParsesSamplingFields) {
                                     {"stream", true},
                                     {"stream_options", {{"include_usage", true}}},
                                     {"ignore_eos", true},
+                                    {"response_format", {{"type", "text"}}},  // the default: accepted
+                                    {"logit_bias", json::object()},           // empty: accepted
                                     {"session_id", "conv-9"}});
   const auto& s = r.options.sampling;
   EXPECT_FLOAT_EQ(s.temperature, 0.3f);
@@ -113,6 +115,14 @@ TEST(ChatRequest, RejectsWrongTypesAndRanges) {
       {{{"messages", Msgs()}, {"tool_choice", "required"}}, "tool_choice"},
       {{{"messages", Msgs()}, {"tools", {{{"type", "function"}}}}}, "tools[0].function"},
       {{{"messages", Msgs()}, {"seed", "abc"}}, "seed"},
+      {{{"messages", Msgs()}, {"response_format", {{"type", "json_object"}}}}, "response_format"},
+      {{{"messages", Msgs()}, {"response_format", {{"type", "json_schema"}, {"json_schema", json::object()}}}},
+       "response_format"},
+      {{{"messages", Msgs()}, {"response_format", {{"type", "yaml"}}}}, "response_format"},
+      {{{"messages", Msgs()}, {"response_format", "json"}}, "response_format"},
+      {{{"messages", Msgs()}, {"logit_bias", {{"50256", -100}}}}, "logit_bias"},
+      {{{"messages", Msgs()}, {"guided_json", json::object()}}, "guided_json"},
+      {{{"messages", Msgs()}, {"guided_choice", {"a", "b"}}}, "guided_choice"},
   };
   for (const auto& [body, param] : bad) {
     SCOPED_TRACE(body.dump());
@@ -146,7 +156,9 @@ TEST(CompletionRequest, PromptForms) {
   EXPECT_TRUE(lp.options.echo);
   for (const json& bad : {json{{"prompt", {5, 100}}}, json{{"prompt", {-1}}}, json{{"prompt", 3}},
                           json::object(), json{{"prompt", {"a", "b"}}}, json{{"prompt", "x"}, {"logprobs", 9}},
-                          json{{"prompt", "x"}, {"best_of", 2}}}) {
+                          json{{"prompt", "x"}, {"best_of", 2}},
+                          json{{"prompt", "x"}, {"response_format", {{"type", "json_object"}}}},
+                          json{{"prompt", "x"}, {"guided_regex", "[a-z]+"}}}) {
     SCOPED_TRACE(bad.dump());
     EXPECT_THROW(ParseCompletionRequest(bad, 100), ApiError);
   }
