@@ -13,12 +13,14 @@ SamplerState::SamplerState(const SamplingParams& params, std::span<const int32_t
     : params_(params), seed_(params.seed.value_or(fallback_seed)) {
   if (params_.repetition_penalty != 1.0f)
     for (int32_t t : prompt) seen_[t] = true;
+  if (params_.json_object) json_.emplace(params_.json_object);
 }
 
 void SamplerState::Accept(int32_t token) {
   ++step_;
   ++generated_[token];
   if (params_.repetition_penalty != 1.0f) seen_[token] = true;
+  if (json_) json_->Accept(token);
 }
 
 ops::SampleRow SamplerState::Row() const {
@@ -57,6 +59,7 @@ SampledToken Sample(std::span<float> logits, SamplerState& st) {
   SampledToken result;
   std::vector<float> lp;
   if (p.top_logprobs >= 0) LogSoftmax(logits, lp);
+  if (const JsonConstraint* json = st.json()) json->Mask(logits);
 
   // Penalties (sample_math.h's formula, once per token generated or seen), then the shared
   // choice.

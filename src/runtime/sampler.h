@@ -5,12 +5,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "kernels/ops_sample.h"
+#include "runtime/json_constraint.h"
 #include "runtime/sampling_params.h"
 
 namespace pg::runtime {
@@ -34,6 +36,8 @@ class SamplerState {
   ops::SampleRow Row() const;
   const std::unordered_map<int32_t, int>& generated_counts() const { return generated_; }
   const std::unordered_map<int32_t, bool>& seen() const { return seen_; }  // prompt + generated
+  // JSON mode's constraint (params().json_object set), else null. Sample masks with it.
+  const JsonConstraint* json() const { return json_ ? &*json_ : nullptr; }
 
  private:
   SamplingParams params_;
@@ -41,9 +45,12 @@ class SamplerState {
   uint32_t step_ = 0;
   std::unordered_map<int32_t, int> generated_;
   std::unordered_map<int32_t, bool> seen_;
+  std::optional<JsonConstraint> json_;
 };
 
-// Samples one token from `logits` ([vocab], raw model output; modified in place).
+// Samples one token from `logits` ([vocab], raw model output; modified in place). In JSON mode
+// the tokens that cannot continue the object are masked first; logprobs stay those of the raw
+// logits.
 SampledToken Sample(std::span<float> logits, SamplerState& state);
 
 }  // namespace pg::runtime

@@ -2,10 +2,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
 namespace pg::runtime {
+
+struct TokenTable;  // runtime/json_constraint.h
 
 struct SamplingParams {
   float temperature = 1.0f;   // 0 = greedy
@@ -20,6 +23,9 @@ struct SamplingParams {
   bool ignore_eos = false;
   std::vector<int32_t> stop_token_ids;  // in addition to the model's EOS tokens
   int top_logprobs = -1;                // -1: no logprobs; 0..20: chosen + alternatives
+  // JSON mode (response_format json_object): non-null, the model's token table; the output is
+  // then one JSON object followed by EOS (runtime/json_constraint.h). Sampled on the host.
+  std::shared_ptr<const TokenTable> json_object;
 
   bool greedy() const { return temperature <= 0.0f || top_k == 1; }
 };

@@ -366,6 +366,12 @@ void SubmitJob(const std::shared_ptr<Server::State>& st, std::shared_ptr<Exchang
   if (engine.Stats().num_waiting >= st->config.max_waiting_requests)
     throw ApiError(503, "the server is overloaded: too many requests waiting; retry later", "", "overloaded");
 
+  if (setup.options.json_object) {
+    s.json_object = st->ctx.text.token_table(engine.model_info().eos_token_ids);
+    if (!s.json_object || s.json_object->eos_ids.empty())
+      throw ApiError(400, "JSON mode needs the model's token table and an end-of-sequence token; "
+                          "this model has none", "response_format");
+  }
   engine::Request req;
   req.prompt_tokens = std::move(prompt);
   req.sampling = s;

@@ -66,17 +66,19 @@ std::string GetString(const json& body, const char* key) {
   return it->get<std::string>();
 }
 
-// Fields that would change what may be generated and that Peregrine does not implement: a
-// request with them gets a 400 naming the field, never a silent unconstrained answer.
-// response_format {"type": "text"} (the default) and an empty logit_bias are accepted.
-void RejectUnsupported(const json& body) {
+// response_format: "text" (the default) or "json_object" (JSON mode: sets o.json_object).
+// Fields that would change what may be generated and that Peregrine does not implement get a
+// 400 naming the field, never a silent unconstrained answer: json_schema, a non-empty
+// logit_bias, vLLM's guided_* fields.
+void ParseOutputFormat(const json& body, GenerationOptions& o) {
   if (auto it = body.find("response_format"); it != body.end() && !it->is_null()) {
     if (!it->is_object()) Bad("response_format", "'response_format' must be an object");
     const std::string type = GetString(*it, "type");
-    if (type == "json_object" || type == "json_schema")
-      Bad("response_format", fmt::format("response_format type '{}' is not supported (no constrained "
-                                         "decoding); ask for JSON in the prompt instead", type));
-    if (type != "text") Bad("response_format", fmt::format("unknown response_format type '{}'", type));
+    if (type == "json_schema")
+      Bad("response_format", "response_format type 'json_schema' is not supported (JSON mode, "
+                             "type 'json_object', is); describe the schema in the prompt");
+    if (type == "json_object") o.json_object = true;
+    else if (type != "text") Bad("response_format", fmt::format("unknown response_format type '{}'", type));
   }
   if (auto it = body.find("logit_bias"); it != body.end() && !it->is_null()) {
     if (!it->is_object()) Bad("logit_bias", "'logit_bias' must be an object");
@@ -84,11 +86,12 @@ void RejectUnsupported(const json& body) {
   }
   for (const char* key : {"guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs"})
     if (auto it = body.find(key); it != body.end() && !it->is_null())
-      Bad(key, fmt::format("'{}' is not supported (no constrained decoding)", key));
+      Bad(key, fmt::format("'{}' is not supported (of constrained decoding only JSON mode, "
+                           "response_format json_object, is)", key));
 }
 
 void ParseCommon(const json& body, GenerationOptions& o) {
-  RejectUnsupported(body);
+  ParseOutputFormat(body, o);
   o.model = GetString(body, "model");
   auto& s = o.sampling;
   GetNumber(body, "temperature", 0.0, 2.0, s.temperature);
@@ -113,6 +116,8 @@ void ParseCommon(const json& body, GenerationOptions& o) {
   if (GetInt(body, "n", 1, std::numeric_limits<int32_t>::max(), v) && v != 1)
     Bad("n", "only n=1 is supported");
   s.ignore_eos = GetBool(body, "ignore_eos", false);
+  if (s.ignore_eos && o.json_object)
+    Bad("ignore_eos", "'ignore_eos' cannot be combined with JSON mode (it ends at the object's end)");
   if (auto it = body.find("stop"); it != body.end() && !it->is_null()) {
     if (it->is_string()) {
       o.stop.push_back(it->get<std::string>());

@@ -41,6 +41,7 @@ struct GenerationOptions {
   int top_logprobs = 0;              // alternatives per token when logprobs
   std::string session_id;
   bool echo = false;                 // completions only
+  bool json_object = false;          // response_format {"type": "json_object"}: JSON mode
 };
 
 struct ChatRequest {

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "runtime/json_constraint.h"
 #include "tokenizer/parsers/tool_call_parser.h"
 
 namespace pg::server {
@@ -45,6 +46,12 @@ class TextModel {
   // text, ending with the assistant generation prompt.
   virtual std::string RenderChat(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools) const = 0;
   virtual ChatFeatures chat_features() const = 0;
+  // Every token's raw bytes, for JSON mode's mask; null: no JSON mode. Built on the first call
+  // (with that call's eos_ids, the engine's, joined with the tokenizer's) and shared after it.
+  virtual std::shared_ptr<const runtime::TokenTable> token_table(std::span<const int32_t> eos_ids) const {
+    (void)eos_ids;
+    return nullptr;
+  }
 };
 
 }  // namespace pg::server

@@ -1,6 +1,7 @@
 #include "server/tokenizer_text_model.h"
 
 #include "core/status.h"
+#include "engine/json_mode.h"
 
 namespace pg::server {
 namespace {
@@ -86,6 +87,11 @@ std::string TokenizerTextModel::Decode(std::span<const int32_t> tokens) const {
 
 std::unique_ptr<IncrementalDetokenizer> TokenizerTextModel::NewDetokenizer() const {
   return std::make_unique<StreamDetokenizer>(tokenizer_);
+}
+
+std::shared_ptr<const runtime::TokenTable> TokenizerTextModel::token_table(std::span<const int32_t> eos_ids) const {
+  std::call_once(table_once_, [&] { table_ = engine::MakeTokenTable(tokenizer_, eos_ids); });
+  return table_;
 }
 
 std::string TokenizerTextModel::RenderChat(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools) const {

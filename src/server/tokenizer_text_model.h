@@ -3,6 +3,7 @@
 // the chat template source unless given.
 #pragma once
 
+#include <mutex>
 #include <optional>
 
 #include "server/text_model.h"
@@ -35,12 +36,15 @@ class TokenizerTextModel : public TextModel {
   std::unique_ptr<IncrementalDetokenizer> NewDetokenizer() const override;
   std::string RenderChat(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools) const override;
   ChatFeatures chat_features() const override { return features_; }
+  std::shared_ptr<const runtime::TokenTable> token_table(std::span<const int32_t> eos_ids) const override;
 
  private:
   const tokenizer::Tokenizer& tokenizer_;
   const jinja::ChatTemplate* template_;
   TokenizerTextModelOptions options_;
   ChatFeatures features_;
+  mutable std::once_flag table_once_;
+  mutable std::shared_ptr<const runtime::TokenTable> table_;  // built on first use
 };
 
 }  // namespace pg::server

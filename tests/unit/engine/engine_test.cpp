@@ -5,10 +5,12 @@
 #include <filesystem>
 #include <future>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "core/status.h"
+#include "engine/json_mode.h"
 #include "engine/local_engine.h"
 #include "engine/model_bundle.h"
 #include "models/loader.h"
@@ -86,6 +88,65 @@ TEST_F(EngineTest, ConcurrentRequestsGiveTheSameGreedyTokensAsAlone) {
     EXPECT_EQ(r.tokens, alone[i]) << "request " << i << " (" << kTexts[i] << ")";
     EXPECT_FALSE(alone[i].empty());
   }
+}
+
+// JSON mode (response_format json_object) on the real model, greedy and seeded requests beside
+// plain greedy ones. Each JSON request either stops (EOS, the only token once the object
+// closes) on text that nlohmann::json parses as an object, or runs out of tokens on text that
+// is a prefix of one (the tiny model sometimes repeats keys until the budget ends, as it would
+// unconstrained); at least one must stop. The plain requests' tokens are those they get
+// alone: the mask is the JSON row's own.
+TEST_F(EngineTest, JsonModeEndsWithAnObjectAndLeavesOtherRowsAlone) {
+  EngineConfig cfg;
+  cfg.kv_cache_bytes = 64ll << 20;
+  const auto table = MakeTokenTable(*bundle_->tokenizer, bundle_->eos_ids);
+  const std::string system =
+      "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n";
+  const char* kJsonQuestions[] = {
+      "Give me a JSON object describing a cat with name and age.",
+      "What is the capital of France?",
+      "List three colors.",
+  };
+  std::vector<std::vector<int32_t>> alone;
+  {
+    LocalEngine e(*bundle_->model, bundle_->eos_ids, "test", cfg);
+    for (int i = 0; i < 4; ++i) alone.push_back(Run(e, Greedy(Prompt(kTexts[i]), 16)).tokens);
+  }
+  LocalEngine e(*bundle_->model, bundle_->eos_ids, "test", cfg);
+  std::vector<std::unique_ptr<Collector>> plain, json;
+  for (int i = 0; i < 4; ++i) {
+    plain.push_back(std::make_unique<Collector>());
+    e.Submit(Greedy(Prompt(kTexts[i]), 16), plain.back()->Callback());
+  }
+  constexpr int kMaxTokens = 160;
+  for (const char* q : kJsonQuestions) {
+    for (const float temperature : {0.0f, 0.8f}) {
+      Request r = Greedy(Prompt(system + "<|im_start|>user\n" + q + "<|im_end|>\n<|im_start|>assistant\n"),
+                         kMaxTokens);
+      r.sampling.temperature = temperature;
+      r.sampling.seed = 7;
+      r.sampling.json_object = table;
+      json.push_back(std::make_unique<Collector>());
+      e.Submit(std::move(r), json.back()->Callback());
+    }
+  }
+  for (size_t i = 0; i < plain.size(); ++i) EXPECT_EQ(plain[i]->Wait().tokens, alone[i]) << kTexts[i];
+  int stopped = 0;
+  for (size_t i = 0; i < json.size(); ++i) {
+    const Result r = json[i]->Wait();
+    const std::string text = bundle_->tokenizer->Decode(r.tokens, /*skip_special=*/true);
+    SCOPED_TRACE(testing::Message() << "JSON request " << i << ": " << text);
+    ASSERT_TRUE(r.reason == FinishReason::kStop || r.reason == FinishReason::kLength);
+    if (r.reason == FinishReason::kStop) {
+      ++stopped;
+      EXPECT_TRUE(nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false).is_object());
+    } else {
+      EXPECT_EQ(int(r.tokens.size()), kMaxTokens);
+      runtime::JsonMatcher m;
+      EXPECT_TRUE(m.Accept(text)) << "not a prefix of a JSON object";
+    }
+  }
+  EXPECT_GE(stopped, 1);
 }
 
 TEST_F(EngineTest, SecondTurnHitsThePrefixCacheAndMatchesRecompute) {

@@ -85,6 +85,17 @@ class ByteTextModel : public TextModel {
     return out + "<assistant>";
   }
   ChatFeatures chat_features() const override { return features; }
+  // JSON mode: off (null, as a model without a tokenizer) unless a test turns it on; then each
+  // byte id is its byte, the ids from kEos up special.
+  bool json_mode = false;
+  std::shared_ptr<const runtime::TokenTable> token_table(std::span<const int32_t> eos_ids) const override {
+    if (!json_mode) return nullptr;
+    std::vector<std::string> bytes(kVocab);
+    std::vector<uint8_t> special(kVocab, 1);
+    for (int i = 0; i < kEos; ++i) bytes[size_t(i)] = std::string(1, char(i)), special[size_t(i)] = 0;
+    return std::make_shared<const runtime::TokenTable>(runtime::TokenTable::Make(
+        std::move(bytes), std::move(special), std::vector<int32_t>(eos_ids.begin(), eos_ids.end())));
+  }
 };
 
 struct ScriptEngineOptions {
@@ -116,6 +127,7 @@ class ScriptEngine : public engine::Engine {
     r.id = next_id_++;
     r.cb = std::move(cb);
     r.sampling = request.sampling;
+    last_sampling_ = request.sampling;
     const std::string prompt(request.prompt_tokens.begin(), request.prompt_tokens.end());
     const size_t say = prompt.rfind("SAY:");
     std::string script = say == std::string::npos ? "ok" : prompt.substr(say + 4);
@@ -170,12 +182,14 @@ class ScriptEngine : public engine::Engine {
     if (loop_.joinable()) loop_.join();
   }
 
+  engine::SamplingParams last_sampling() const { std::lock_guard<std::mutex> l(mu_); return last_sampling_; }
   int num_abort_calls() const { std::lock_guard<std::mutex> l(mu_); return num_abort_calls_; }
   int num_submitted() const { std::lock_guard<std::mutex> l(mu_); return num_submitted_; }
   int num_aborted_final() const { std::lock_guard<std::mutex> l(mu_); return num_aborted_final_; }
   void set_pause(bool p) { std::lock_guard<std::mutex> l(mu_); paused_ = p; cv_.notify_all(); }
 
  private:
+  engine::SamplingParams last_sampling_;
   struct Req {
     engine::RequestId id;
     engine::EventCallback cb;

@@ -89,6 +89,32 @@ TEST_F(ServerTest, LengthFinish) {
   EXPECT_EQ(s.Json()["choices"][0]["finish_reason"], "length");
 }
 
+// JSON mode reaches the engine as the model's token table (the engine test checks the mask on
+// the real model); a model without one answers 400 naming response_format, as does json_schema.
+TEST_F(ServerTest, ResponseFormatJsonObject) {
+  StartServer();
+  auto c = Client();
+  const nlohmann::json json_mode = {{"response_format", {{"type", "json_object"}}}};
+  HttpResult none = c.Post("/v1/chat/completions", Chat("SAY:{}", json_mode));
+  EXPECT_EQ(none.status, 400) << none.body;
+  EXPECT_EQ(none.Json()["error"]["param"], "response_format");
+  EXPECT_EQ(engine_->num_submitted(), 0);
+  text_.json_mode = true;
+  HttpResult r = c.Post("/v1/chat/completions", Chat("SAY:{}", json_mode));
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.Json()["choices"][0]["message"]["content"], "{}");
+  const auto table = engine_->last_sampling().json_object;
+  ASSERT_NE(table, nullptr);
+  EXPECT_EQ(table->eos_ids, (std::vector<int32_t>{kEos}));
+  HttpResult plain = c.Post("/v1/chat/completions", Chat("SAY:hi"));
+  ASSERT_EQ(plain.status, 200);
+  EXPECT_EQ(engine_->last_sampling().json_object, nullptr);
+  HttpResult schema = c.Post("/v1/chat/completions",
+                             Chat("SAY:{}", {{"response_format", {{"type", "json_schema"}}}}));
+  EXPECT_EQ(schema.status, 400);
+  EXPECT_EQ(schema.Json()["error"]["param"], "response_format");
+}
+
 TEST_F(ServerTest, CompletionsStreamAndEcho) {
   StartServer();
   auto c = Client();

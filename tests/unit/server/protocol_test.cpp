@@ -115,7 +115,7 @@ TEST(ChatRequest, RejectsWrongTypesAndRanges) {
       {{{"messages", Msgs()}, {"tool_choice", "required"}}, "tool_choice"},
       {{{"messages", Msgs()}, {"tools", {{{"type", "function"}}}}}, "tools[0].function"},
       {{{"messages", Msgs()}, {"seed", "abc"}}, "seed"},
-      {{{"messages", Msgs()}, {"response_format", {{"type", "json_object"}}}}, "response_format"},
+      {{{"messages", Msgs()}, {"response_format", {{"type", "json_object"}}}, {"ignore_eos", true}}, "ignore_eos"},
       {{{"messages", Msgs()}, {"response_format", {{"type", "json_schema"}, {"json_schema", json::object()}}}},
        "response_format"},
       {{{"messages", Msgs()}, {"response_format", {{"type", "yaml"}}}}, "response_format"},
@@ -129,6 +129,15 @@ TEST(ChatRequest, RejectsWrongTypesAndRanges) {
     EXPECT_EQ(StatusOf(body), 400);
     EXPECT_EQ(ParamOf(body), param);
   }
+}
+
+TEST(ChatRequest, ResponseFormatJsonObjectIsJsonMode) {
+  EXPECT_TRUE(ParseChatRequest({{"messages", Msgs()}, {"response_format", {{"type", "json_object"}}}})
+                  .options.json_object);
+  EXPECT_FALSE(ParseChatRequest({{"messages", Msgs()}, {"response_format", {{"type", "text"}}}}).options.json_object);
+  EXPECT_FALSE(ParseChatRequest({{"messages", Msgs()}}).options.json_object);
+  EXPECT_TRUE(ParseCompletionRequest({{"prompt", "x"}, {"response_format", {{"type", "json_object"}}}}, 100)
+                  .options.json_object);
 }
 
 TEST(ChatRequest, ToolChoiceForms) {
@@ -157,7 +166,7 @@ TEST(CompletionRequest, PromptForms) {
   for (const json& bad : {json{{"prompt", {5, 100}}}, json{{"prompt", {-1}}}, json{{"prompt", 3}},
                           json::object(), json{{"prompt", {"a", "b"}}}, json{{"prompt", "x"}, {"logprobs", 9}},
                           json{{"prompt", "x"}, {"best_of", 2}},
-                          json{{"prompt", "x"}, {"response_format", {{"type", "json_object"}}}},
+                          json{{"prompt", "x"}, {"response_format", {{"type", "json_schema"}}}},
                           json{{"prompt", "x"}, {"guided_regex", "[a-z]+"}}}) {
     SCOPED_TRACE(bad.dump());
     EXPECT_THROW(ParseCompletionRequest(bad, 100), ApiError);

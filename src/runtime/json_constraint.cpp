@@ -1,0 +1,237 @@
+#include "runtime/json_constraint.h"
+
+#include <algorithm>
+#include <limits>
+#include <string_view>
+#include <utility>
+
+#include "core/status.h"
+
+namespace pg::runtime {
+namespace {
+
+constexpr std::string_view kLiterals[] = {"true", "false", "null"};
+
+bool IsWs(uint8_t c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+bool IsDigit(uint8_t c) { return c >= '0' && c <= '9'; }
+bool IsHex(uint8_t c) { return IsDigit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
+
+}  // namespace
+
+TokenTable TokenTable::Make(std::vector<std::string> bytes, std::vector<uint8_t> special,
+                            std::vector<int32_t> eos_ids) {
+  PG_CHECK(special.size() == bytes.size(), "{} special flags for {} tokens", special.size(), bytes.size());
+  TokenTable t{.bytes = std::move(bytes), .special = std::move(special), .plain = {},
+               .eos_ids = std::move(eos_ids)};
+  t.plain.resize(t.bytes.size());
+  for (size_t i = 0; i < t.bytes.size(); ++i) {
+    const std::string& b = t.bytes[i];
+    t.plain[i] = !b.empty() && std::none_of(b.begin(), b.end(), [](char ch) {
+      const auto c = uint8_t(ch);
+      return c == '"' || c == '\\' || c < 0x20;
+    });
+  }
+  return t;
+}
+
+bool JsonMatcher::Whitespace(uint8_t) { return ++ws_ <= kMaxWhitespace; }
+
+bool JsonMatcher::NumberEnds() const {
+  return num_ == Num::kZero || num_ == Num::kInt || num_ == Num::kFrac || num_ == Num::kExp;
+}
+
+bool JsonMatcher::CloseValue() {
+  ws_ = 0;
+  mode_ = depth_ == 0 ? Mode::kDone : Mode::kAfterValue;
+  return true;
+}
+
+bool JsonMatcher::ValueStart(uint8_t c) {
+  ws_ = 0;
+  switch (c) {
+    case '{':
+    case '[':
+      if (depth_ >= kMaxDepth) return false;
+      stack_[size_t(depth_++)] = c;
+      mode_ = c == '{' ? Mode::kFirstKeyOrEnd : Mode::kFirstValueOrEnd;
+      return true;
+    case '"': mode_ = Mode::kString, key_ = false; return true;
+    case '-': mode_ = Mode::kNumber, num_ = Num::kMinus; return true;
+    case '0': mode_ = Mode::kNumber, num_ = Num::kZero; return true;
+    case 't': mode_ = Mode::kLiteral, lit_ = 0, lit_pos_ = 1; return true;
+    case 'f': mode_ = Mode::kLiteral, lit_ = 1, lit_pos_ = 1; return true;
+    case 'n': mode_ = Mode::kLiteral, lit_ = 2, lit_pos_ = 1; return true;
+    default:
+      if (c >= '1' && c <= '9') {
+        mode_ = Mode::kNumber, num_ = Num::kInt;
+        return true;
+      }
+      return false;
+  }
+}
+
+bool JsonMatcher::Accept(uint8_t c) {
+  const uint8_t top = depth_ > 0 ? stack_[size_t(depth_ - 1)] : 0;
+  switch (mode_) {
+    case Mode::kStart:
+      if (IsWs(c)) return Whitespace(c);
+      if (c != '{') return false;  // json_object: the top level is an object
+      return ValueStart(c);
+    case Mode::kValue:
+      return IsWs(c) ? Whitespace(c) : ValueStart(c);
+    case Mode::kFirstKeyOrEnd:
+    case Mode::kKey:
+      if (IsWs(c)) return Whitespace(c);
+      if (c == '"') {
+        mode_ = Mode::kString, key_ = true, ws_ = 0;
+        return true;
+      }
+      if (c == '}' && mode_ == Mode::kFirstKeyOrEnd) {
+        --depth_;
+        return CloseValue();
+      }
+      return false;
+    case Mode::kColon:
+      if (IsWs(c)) return Whitespace(c);
+      if (c != ':') return false;
+      mode_ = Mode::kValue, ws_ = 0;
+      return true;
+    case Mode::kFirstValueOrEnd:
+      if (IsWs(c)) return Whitespace(c);
+      if (c == ']') {
+        --depth_;
+        return CloseValue();
+      }
+      return ValueStart(c);
+    case Mode::kAfterValue:
+      if (IsWs(c)) return Whitespace(c);
+      if (c == ',') {
+        mode_ = top == '{' ? Mode::kKey : Mode::kValue, ws_ = 0;
+        return true;
+      }
+      if ((c == '}' && top == '{') || (c == ']' && top == '[')) {
+        --depth_;
+        return CloseValue();
+      }
+      return false;
+    case Mode::kString:
+      if (c == '"') {
+        if (!key_) return CloseValue();
+        mode_ = Mode::kColon, ws_ = 0;
+        return true;
+      }
+      if (c == '\\') {
+        mode_ = Mode::kEscape;
+        return true;
+      }
+      return c >= 0x20;  // bytes >= 0x80 (UTF-8) pass as they are
+    case Mode::kEscape:
+      if (c == 'u') {
+        mode_ = Mode::kUnicode, hex_left_ = 4;
+        return true;
+      }
+      if (std::string_view("\"\\/bfnrt").find(char(c)) == std::string_view::npos) return false;
+      mode_ = Mode::kString;
+      return true;
+    case Mode::kUnicode:
+      if (!IsHex(c)) return false;
+      if (--hex_left_ == 0) mode_ = Mode::kString;
+      return true;
+    case Mode::kNumber:
+      switch (num_) {
+        case Num::kMinus:
+          if (c == '0') num_ = Num::kZero;
+          else if (IsDigit(c)) num_ = Num::kInt;
+          else return false;
+          return true;
+        case Num::kDot:
+          if (!IsDigit(c)) return false;
+          num_ = Num::kFrac;
+          return true;
+        case Num::kE:
+          if (c == '+' || c == '-') num_ = Num::kESign;
+          else if (IsDigit(c)) num_ = Num::kExp;
+          else return false;
+          return true;
+        case Num::kESign:
+          if (!IsDigit(c)) return false;
+          num_ = Num::kExp;
+          return true;
+        case Num::kInt:
+        case Num::kFrac:
+        case Num::kExp:
+          if (IsDigit(c)) return true;
+          [[fallthrough]];
+        case Num::kZero:
+          if (c == '.' && (num_ == Num::kZero || num_ == Num::kInt)) {
+            num_ = Num::kDot;
+            return true;
+          }
+          if ((c == 'e' || c == 'E') && num_ != Num::kExp) {
+            num_ = Num::kE;
+            return true;
+          }
+          break;
+      }
+      // Any other byte ends the number (where it may end) and is read after it.
+      if (!NumberEnds()) return false;
+      CloseValue();
+      return Accept(c);
+    case Mode::kLiteral: {
+      const std::string_view lit = kLiterals[lit_];
+      if (c != uint8_t(lit[lit_pos_])) return false;
+      if (++lit_pos_ == lit.size()) return CloseValue();
+      return true;
+    }
+    case Mode::kDone:
+      return false;
+  }
+  return false;
+}
+
+bool JsonMatcher::Accept(std::string_view bytes) {
+  for (char ch : bytes)
+    if (!Accept(uint8_t(ch))) return false;
+  return true;
+}
+
+JsonConstraint::JsonConstraint(std::shared_ptr<const TokenTable> table) : table_(std::move(table)) {
+  PG_CHECK(table_ != nullptr, "JSON constraint without a token table");
+}
+
+bool JsonConstraint::IsEos(int32_t token) const {
+  return std::find(table_->eos_ids.begin(), table_->eos_ids.end(), token) != table_->eos_ids.end();
+}
+
+bool JsonConstraint::Allowed(int32_t token) const {
+  if (token < 0 || size_t(token) >= table_->bytes.size()) return false;
+  if (IsEos(token)) return matcher_.done();
+  if (matcher_.done() || table_->special[size_t(token)]) return false;
+  if (matcher_.in_plain_string() && table_->plain[size_t(token)]) return true;  // state unchanged
+  const std::string& b = table_->bytes[size_t(token)];
+  if (b.empty()) return false;
+  JsonMatcher m = matcher_;
+  return m.Accept(b);
+}
+
+void JsonConstraint::Mask(std::span<float> logits) const {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  size_t kept = 0;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (Allowed(int32_t(i))) ++kept;
+    else logits[i] = kNegInf;
+  }
+  if (kept > 0) return;
+  // Nothing can continue the object (a vocabulary without the needed bytes): end the output
+  // rather than draw from an empty set. The caller sees the truncated text.
+  for (int32_t e : table_->eos_ids)
+    if (e >= 0 && size_t(e) < logits.size()) logits[size_t(e)] = 0.0f;
+}
+
+void JsonConstraint::Accept(int32_t token) {
+  if (IsEos(token) || token < 0 || size_t(token) >= table_->bytes.size()) return;
+  JsonMatcher m = matcher_;
+  if (m.Accept(table_->bytes[size_t(token)])) matcher_ = m;
+}
+
+}  // namespace pg::runtime
