@@ -1,6 +1,7 @@
 #include "runtime/json_constraint.h"
 
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <string_view>
 #include <utility>
@@ -24,12 +25,17 @@ TokenTable TokenTable::Make(std::vector<std::string> bytes, std::vector<uint8_t>
   TokenTable t{.bytes = std::move(bytes), .special = std::move(special), .plain = {},
                .eos_ids = std::move(eos_ids)};
   t.plain.resize(t.bytes.size());
+  std::vector<uint8_t> eos(t.bytes.size());  // EOS ids are masked by their own rule, never plain
+  for (int32_t e : t.eos_ids)
+    if (e >= 0 && size_t(e) < eos.size()) eos[size_t(e)] = 1;
   for (size_t i = 0; i < t.bytes.size(); ++i) {
     const std::string& b = t.bytes[i];
-    t.plain[i] = !b.empty() && std::none_of(b.begin(), b.end(), [](char ch) {
+    t.plain[i] = !t.special[i] && !eos[i] && !b.empty() && std::none_of(b.begin(), b.end(), [](char ch) {
       const auto c = uint8_t(ch);
       return c == '"' || c == '\\' || c < 0x20;
     });
+    if (!t.plain[i]) t.not_plain.push_back(int32_t(i));
+    if (!t.special[i] && !eos[i] && !b.empty()) t.by_first[uint8_t(b[0])].push_back(int32_t(i));
   }
   return t;
 }
@@ -216,12 +222,36 @@ bool JsonConstraint::Allowed(int32_t token) const {
 
 void JsonConstraint::Mask(std::span<float> logits) const {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  size_t kept = 0;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    if (Allowed(int32_t(i))) ++kept;
-    else logits[i] = kNegInf;
+  const TokenTable& t = *table_;
+  const size_t n = std::min(logits.size(), t.bytes.size());
+  for (size_t i = n; i < logits.size(); ++i) logits[i] = kNegInf;  // ids beyond the table
+  bool any = false;
+  if (matcher_.in_plain_string()) {
+    // Inside a string every plain token is allowed and leaves the state as is: only the others
+    // (quotes, escapes, control bytes, special tokens) are tried.
+    for (int32_t id : t.not_plain) {
+      if (size_t(id) >= n) continue;
+      if (Allowed(id)) any = true;
+      else logits[size_t(id)] = kNegInf;
+    }
+    any = any || t.not_plain.size() < t.bytes.size();
+  } else {
+    // Elsewhere few tokens fit: try only those whose first byte can follow (256 trials), then
+    // keep their logits and mask the rest.
+    std::vector<std::pair<int32_t, float>> keep;
+    for (int c = 0; c < 256; ++c) {
+      JsonMatcher m = matcher_;
+      if (!m.Accept(uint8_t(c))) continue;
+      for (int32_t id : t.by_first[size_t(c)])
+        if (size_t(id) < n && Allowed(id)) keep.emplace_back(id, logits[size_t(id)]);
+    }
+    for (int32_t e : t.eos_ids)
+      if (e >= 0 && size_t(e) < n && Allowed(e)) keep.emplace_back(e, logits[size_t(e)]);
+    std::fill(logits.begin(), logits.begin() + std::ptrdiff_t(n), kNegInf);
+    for (const auto& [id, v] : keep) logits[size_t(id)] = v;
+    any = !keep.empty();
   }
-  if (kept > 0) return;
+  if (any) return;
   // Nothing can continue the object (a vocabulary without the needed bytes): end the output
   // rather than draw from an empty set. The caller sees the truncated text.
   for (int32_t e : table_->eos_ids)

@@ -23,8 +23,13 @@ namespace pg::runtime {
 struct TokenTable {
   std::vector<std::string> bytes;  // id -> raw bytes (may be a partial UTF-8 sequence)
   std::vector<uint8_t> special;    // id -> 1: never allowed (EOS is allowed separately)
-  std::vector<uint8_t> plain;      // id -> 1: non-empty, no '"', '\\' or byte < 0x20 (Make sets it)
+  std::vector<uint8_t> plain;      // id -> 1: text (not special, not EOS), non-empty, no '"', '\\'
+                                   // or byte < 0x20 (Make sets it)
   std::vector<int32_t> eos_ids;
+  // Indexes Make builds for the mask: ids that are not plain (special and EOS ones included),
+  // and the text ids (not special, not EOS, non-empty) by their first byte.
+  std::vector<int32_t> not_plain;
+  std::array<std::vector<int32_t>, 256> by_first;
 
   static TokenTable Make(std::vector<std::string> bytes, std::vector<uint8_t> special,
                          std::vector<int32_t> eos_ids);

@@ -146,6 +146,7 @@ TEST(JsonConstraint, GreedySamplingFollowsTheMask) {
   EXPECT_TRUE(ParsesAsJson(text));
 }
 
+// Also checks, at every step of 50 seeded walks, the mask against Allowed() token by token.
 TEST(JsonConstraint, SeededSamplingAlwaysYieldsAnObject) {
   auto table = SmallTable();
   for (uint64_t seed = 0; seed < 50; ++seed) {
@@ -157,6 +158,12 @@ TEST(JsonConstraint, SeededSamplingAlwaysYieldsAnObject) {
     std::string text;
     bool ended = false;
     for (int step = 0; step < 400 && !ended; ++step) {
+      // The mask's indexed paths (inside strings, by first byte) agree with Allowed id by id.
+      std::vector<int32_t> brute;
+      for (int32_t id = 0; id < int32_t(table->bytes.size()); ++id)
+        if (st.json()->Allowed(id)) brute.push_back(id);
+      ASSERT_FALSE(brute.empty());
+      ASSERT_EQ(AllowedIds(*st.json(), table->bytes.size()), brute) << "after " << text;
       std::vector<float> logits(table->bytes.size(), 0.0f);
       logits[3] = 2.0f;  // "}": an object closes in a few steps on most draws
       const SampledToken t = Sample(logits, st);
@@ -167,6 +174,17 @@ TEST(JsonConstraint, SeededSamplingAlwaysYieldsAnObject) {
     ASSERT_TRUE(ended);
     EXPECT_TRUE(ParsesAsJson(text));
   }
+}
+
+TEST(JsonConstraint, TextEosOnlyAfterTheObject) {
+  // An EOS whose bytes are plain text and not marked special (some GGUF vocabularies): it must
+  // not pass as string content.
+  auto table = std::make_shared<const TokenTable>(TokenTable::Make({"END", "{\"", "a", "\":1}"}, {0, 0, 0, 0}, {0}));
+  JsonConstraint c(table);
+  c.Accept(1);  // {"
+  EXPECT_EQ(AllowedIds(c, 4), (std::vector<int32_t>{1, 2, 3}));  // key text and its close, not "END"
+  c.Accept(3);
+  EXPECT_EQ(AllowedIds(c, 4), (std::vector<int32_t>{0}));  // closed: EOS alone
 }
 
 TEST(JsonConstraint, NoContinuationFallsBackToEos) {
