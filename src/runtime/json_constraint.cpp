@@ -40,7 +40,23 @@ TokenTable TokenTable::Make(std::vector<std::string> bytes, std::vector<uint8_t>
   return t;
 }
 
-bool JsonMatcher::Whitespace(uint8_t) { return ++ws_ <= kMaxWhitespace; }
+JsonMatcher::Num JsonMatcher::NumberNext(Num s, uint8_t c) {
+  const bool digit = IsDigit(c), e = c == 'e' || c == 'E';
+  switch (s) {
+    case Num::kMinus: return c == '0' ? Num::kZero : digit ? Num::kInt : Num::kEnd;
+    case Num::kZero: return c == '.' ? Num::kDot : e ? Num::kE : Num::kEnd;
+    case Num::kInt: return digit ? Num::kInt : c == '.' ? Num::kDot : e ? Num::kE : Num::kEnd;
+    case Num::kDot: return digit ? Num::kFrac : Num::kEnd;
+    case Num::kFrac: return digit ? Num::kFrac : e ? Num::kE : Num::kEnd;
+    case Num::kE: return digit ? Num::kExp : c == '+' || c == '-' ? Num::kESign : Num::kEnd;
+    case Num::kESign: return digit ? Num::kExp : Num::kEnd;
+    case Num::kExp: return digit ? Num::kExp : Num::kEnd;
+    case Num::kEnd: break;
+  }
+  return Num::kEnd;
+}
+
+bool JsonMatcher::Whitespace() { return ++ws_ <= kMaxWhitespace; }
 
 bool JsonMatcher::NumberEnds() const {
   return num_ == Num::kZero || num_ == Num::kInt || num_ == Num::kFrac || num_ == Num::kExp;
@@ -80,14 +96,14 @@ bool JsonMatcher::Accept(uint8_t c) {
   const uint8_t top = depth_ > 0 ? stack_[size_t(depth_ - 1)] : 0;
   switch (mode_) {
     case Mode::kStart:
-      if (IsWs(c)) return Whitespace(c);
+      if (IsWs(c)) return Whitespace();
       if (c != '{') return false;  // json_object: the top level is an object
       return ValueStart(c);
     case Mode::kValue:
-      return IsWs(c) ? Whitespace(c) : ValueStart(c);
+      return IsWs(c) ? Whitespace() : ValueStart(c);
     case Mode::kFirstKeyOrEnd:
     case Mode::kKey:
-      if (IsWs(c)) return Whitespace(c);
+      if (IsWs(c)) return Whitespace();
       if (c == '"') {
         mode_ = Mode::kString, key_ = true, ws_ = 0;
         return true;
@@ -98,19 +114,19 @@ bool JsonMatcher::Accept(uint8_t c) {
       }
       return false;
     case Mode::kColon:
-      if (IsWs(c)) return Whitespace(c);
+      if (IsWs(c)) return Whitespace();
       if (c != ':') return false;
       mode_ = Mode::kValue, ws_ = 0;
       return true;
     case Mode::kFirstValueOrEnd:
-      if (IsWs(c)) return Whitespace(c);
+      if (IsWs(c)) return Whitespace();
       if (c == ']') {
         --depth_;
         return CloseValue();
       }
       return ValueStart(c);
     case Mode::kAfterValue:
-      if (IsWs(c)) return Whitespace(c);
+      if (IsWs(c)) return Whitespace();
       if (c == ',') {
         mode_ = top == '{' ? Mode::kKey : Mode::kValue, ws_ = 0;
         return true;
@@ -144,40 +160,9 @@ bool JsonMatcher::Accept(uint8_t c) {
       if (--hex_left_ == 0) mode_ = Mode::kString;
       return true;
     case Mode::kNumber:
-      switch (num_) {
-        case Num::kMinus:
-          if (c == '0') num_ = Num::kZero;
-          else if (IsDigit(c)) num_ = Num::kInt;
-          else return false;
-          return true;
-        case Num::kDot:
-          if (!IsDigit(c)) return false;
-          num_ = Num::kFrac;
-          return true;
-        case Num::kE:
-          if (c == '+' || c == '-') num_ = Num::kESign;
-          else if (IsDigit(c)) num_ = Num::kExp;
-          else return false;
-          return true;
-        case Num::kESign:
-          if (!IsDigit(c)) return false;
-          num_ = Num::kExp;
-          return true;
-        case Num::kInt:
-        case Num::kFrac:
-        case Num::kExp:
-          if (IsDigit(c)) return true;
-          [[fallthrough]];
-        case Num::kZero:
-          if (c == '.' && (num_ == Num::kZero || num_ == Num::kInt)) {
-            num_ = Num::kDot;
-            return true;
-          }
-          if ((c == 'e' || c == 'E') && num_ != Num::kExp) {
-            num_ = Num::kE;
-            return true;
-          }
-          break;
+      if (const Num next = NumberNext(num_, c); next != Num::kEnd) {
+        num_ = next;
+        return true;
       }
       // Any other byte ends the number (where it may end) and is read after it.
       if (!NumberEnds()) return false;

@@ -13,6 +13,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace pg::runtime {
@@ -40,8 +41,8 @@ class JsonMatcher {
   static constexpr int kMaxDepth = 64;       // nested objects / arrays
   static constexpr int kMaxWhitespace = 24;  // consecutive whitespace bytes outside strings
 
-  // Feeds one byte; false (and the matcher unchanged in meaning: callers copy before trying)
-  // when the byte cannot continue a JSON-object prefix.
+  // Feeds one byte; false when it cannot continue a JSON-object prefix. The matcher is then in
+  // no defined state: callers try bytes on a copy (it is trivially copyable, ~80 bytes).
   bool Accept(uint8_t c);
   bool Accept(std::string_view bytes);
   // The top-level object is closed: only the end of the sequence may follow.
@@ -65,12 +66,14 @@ class JsonMatcher {
     kLiteral,        // in true / false / null: lit_ and lit_pos_
     kDone,
   };
-  // Number sub-states (RFC 8259 grammar): which bytes may come next.
-  enum class Num : uint8_t { kMinus, kZero, kInt, kDot, kFrac, kE, kESign, kExp };
+  // Number sub-states (RFC 8259 grammar): which bytes may come next. kEnd: none (NumberNext's
+  // answer for a byte that does not continue the number).
+  enum class Num : uint8_t { kMinus, kZero, kInt, kDot, kFrac, kE, kESign, kExp, kEnd };
+  static Num NumberNext(Num s, uint8_t c);
 
   bool ValueStart(uint8_t c);  // c begins a value (mode_ is a value-expecting one)
   bool CloseValue();           // a value just ended: the enclosing container's next mode
-  bool Whitespace(uint8_t c);  // counts a whitespace byte outside strings (false past the cap)
+  bool Whitespace();           // counts a whitespace byte outside strings (false past the cap)
   bool NumberEnds() const;     // the number may end here
 
   Mode mode_ = Mode::kStart;
