@@ -291,6 +291,10 @@ ChatRequest ParseChatRequest(const json& body) {
         Bad("tool_choice", fmt::format("tool '{}' is not among the tools", r.tool_choice_name));
     }
   }
+  // JSON mode constrains the whole output to one object, so a forced tool call's markup could
+  // never be closed; with tool_choice auto the model may still answer, as JSON, without tools.
+  if (r.options.json_object && (r.tool_choice == ToolChoice::kRequired || r.tool_choice == ToolChoice::kNamed))
+    Bad("response_format", "response_format json_object cannot be combined with a required or named tool_choice");
   return r;
 }
 
