@@ -16,11 +16,13 @@
 #include <cstdio>
 #include <future>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "core/status.h"
 #include "engine/cuda/cuda_executor.h"
 #include "engine/local_engine.h"
+#include "runtime/json_constraint.h"
 #include "kernels/cuda/common/context.h"
 #include "models/loader.h"
 #include "runtime/sequence_runner.h"
@@ -315,6 +317,55 @@ TEST_P(EngineGpuTest, SeededSamplingPenaltiesAndLogprobs) {
   while (d < a.tokens.size() && d < b.tokens.size() && a.tokens[d] == b.tokens[d]) ++d;
   std::printf("%s: seeded sampling (T 0.9, top-p 0.95): CPU and GPU engines agree for %zu/%zu tokens\n",
               GetParam().c_str(), d, a.tokens.size());
+}
+
+// JSON mode through the CUDA executor's host-sampled rows. The tiny models have no tokenizer,
+// so a synthetic table spells each id as one byte of a JSON alphabet (the EOS ids special).
+// Every output, CPU or GPU engine, greedy or seeded, is a JSON object that stops, or a prefix
+// of one that ran out of tokens; agreement of the two engines' tokens is reported.
+TEST_P(EngineGpuTest, JsonModeOnTheHostPath) {
+  const std::vector<int32_t> eos = host_->config().eos_token_ids;
+  ASSERT_FALSE(eos.empty());
+  const std::string alphabet = "{}[]\":, 0123456789abcdef-.eE\n";
+  std::vector<std::string> bytes(static_cast<size_t>(vocab_));
+  std::vector<uint8_t> special(static_cast<size_t>(vocab_), 0);
+  for (int i = 0; i < vocab_; ++i) bytes[size_t(i)] = std::string(1, alphabet[size_t(i) % alphabet.size()]);
+  for (int32_t e : eos) special[size_t(e)] = 1;
+  const auto table = std::make_shared<const runtime::TokenTable>(
+      runtime::TokenTable::Make(std::move(bytes), std::move(special), eos));
+  auto json_request = [&](float temperature, uint32_t seed) {
+    Request r = Greedy(RandomTokens(30, vocab_, seed), 48);
+    r.sampling.ignore_eos = false;
+    r.sampling.temperature = temperature;
+    r.sampling.seed = seed;
+    r.sampling.json_object = table;
+    return r;
+  };
+  const std::vector<Request> reqs = {json_request(0.0f, 11), json_request(0.8f, 12),
+                                     Greedy(RandomTokens(25, vocab_, 13), 16)};
+  GpuEngine gpu = MakeGpuEngine(path_, SmallConfig());
+  LocalEngine cpu(*host_, eos, "cpu", SmallConfig());
+  const std::vector<Result> a = RunAll(cpu, reqs), b = RunAll(*gpu.engine, reqs);
+  ExpectSameGreedy(reqs[2], a[2], b[2], GetParam() + " plain row beside JSON rows");
+  for (size_t i = 0; i < 2; ++i) {
+    for (const Result* r : {&a[i], &b[i]}) {
+      std::string text;
+      for (int32_t t : r->tokens) text += table->bytes[size_t(t)];
+      SCOPED_TRACE(GetParam() + " JSON request " + std::to_string(i) + ": " + text);
+      ASSERT_EQ(r->error, "");
+      if (r->reason == FinishReason::kStop) {
+        EXPECT_TRUE(nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false).is_object());
+      } else {
+        EXPECT_EQ(r->reason, FinishReason::kLength);
+        runtime::JsonMatcher m;
+        EXPECT_TRUE(m.Accept(text));
+      }
+    }
+    size_t d = 0;
+    while (d < a[i].tokens.size() && d < b[i].tokens.size() && a[i].tokens[d] == b[i].tokens[d]) ++d;
+    std::printf("%s: JSON mode request %zu: CPU and GPU engines agree for %zu/%zu tokens\n", GetParam().c_str(),
+                i, d, a[i].tokens.size());
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, EngineGpuTest,

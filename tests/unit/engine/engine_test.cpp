@@ -121,8 +121,8 @@ TEST_F(EngineTest, JsonModeEndsWithAnObjectAndLeavesOtherRowsAlone) {
   constexpr int kMaxTokens = 160;
   for (const char* q : kJsonQuestions) {
     for (const float temperature : {0.0f, 0.8f}) {
-      Request r = Greedy(Prompt(system + "<|im_start|>user\n" + q + "<|im_end|>\n<|im_start|>assistant\n"),
-                         kMaxTokens);
+      const std::string turn = "<|im_start|>user\n" + std::string(q) + "<|im_end|>\n<|im_start|>assistant\n";
+      Request r = Greedy(Prompt(system + turn), kMaxTokens);
       r.sampling.temperature = temperature;
       r.sampling.seed = 7;
       r.sampling.json_object = table;

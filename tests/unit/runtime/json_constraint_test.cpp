@@ -179,7 +179,8 @@ TEST(JsonConstraint, SeededSamplingAlwaysYieldsAnObject) {
 TEST(JsonConstraint, TextEosOnlyAfterTheObject) {
   // An EOS whose bytes are plain text and not marked special (some GGUF vocabularies): it must
   // not pass as string content.
-  auto table = std::make_shared<const TokenTable>(TokenTable::Make({"END", "{\"", "a", "\":1}"}, {0, 0, 0, 0}, {0}));
+  auto table =
+      std::make_shared<const TokenTable>(TokenTable::Make({"END", "{\"", "a", "\":1}"}, {0, 0, 0, 0}, {0}));
   JsonConstraint c(table);
   c.Accept(1);  // {"
   EXPECT_EQ(AllowedIds(c, 4), (std::vector<int32_t>{1, 2, 3}));  // key text and its close, not "END"
