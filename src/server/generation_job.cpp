@@ -415,8 +415,10 @@ void HandleChatCompletions(const std::shared_ptr<Server::State>& st, const HttpR
     throw ApiError(400, fmt::format("cannot render the chat template: {}", e.what()), "messages");
   }
   PipelineConfig pc = BasePipeline(*st, r.options);
-  pc.parse_reasoning = features.think_tags;
-  pc.starts_in_reasoning = features.prompt_opens_think;
+  // JSON mode's output is the object from its first byte (the mask admits no think tags), so
+  // none of it is reasoning, even where the generation prompt opens a <think> block.
+  pc.parse_reasoning = features.think_tags && !r.options.json_object;
+  pc.starts_in_reasoning = features.prompt_opens_think && !r.options.json_object;
   pc.tool_format = tools_active ? features.tool_format : parsers::ToolFormat::kNone;
   auto pipe = std::make_unique<OutputPipeline>(st->ctx.text, pc);
   if (tools_active && (r.tool_choice == ToolChoice::kRequired || r.tool_choice == ToolChoice::kNamed)) {

@@ -109,6 +109,13 @@ TEST_F(ServerTest, ResponseFormatJsonObject) {
   HttpResult plain = c.Post("/v1/chat/completions", Chat("SAY:hi"));
   ASSERT_EQ(plain.status, 200);
   EXPECT_EQ(engine_->last_sampling().json_object, nullptr);
+  // A template that opens <think> in the generation prompt: JSON mode's object is content.
+  text_.features.think_tags = text_.features.prompt_opens_think = true;
+  HttpResult think = c.Post("/v1/chat/completions", Chat("SAY:{\"a\": 1}", json_mode));
+  ASSERT_EQ(think.status, 200) << think.body;
+  EXPECT_EQ(think.Json()["choices"][0]["message"]["content"], "{\"a\": 1}");
+  EXPECT_TRUE(think.Json()["choices"][0]["message"].value("reasoning_content", json()).is_null()) << think.body;
+  text_.features = {};
   HttpResult schema = c.Post("/v1/chat/completions",
                              Chat("SAY:{}", {{"response_format", {{"type", "json_schema"}}}}));
   EXPECT_EQ(schema.status, 400);
