@@ -35,7 +35,42 @@ TokenTable TokenTable::Make(std::vector<std::string> bytes, std::vector<uint8_t>
       return c == '"' || c == '\\' || c < 0x20;
     });
     if (!t.plain[i]) t.not_plain.push_back(int32_t(i));
-    if (!t.special[i] && !eos[i] && !b.empty()) t.by_first[uint8_t(b[0])].push_back(int32_t(i));
+  }
+  // The trie, from the text ids sorted by their bytes: equal spellings are adjacent, a prefix
+  // comes before its extensions, and children are appended in increasing byte order.
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < t.bytes.size(); ++i)
+    if (!t.special[i] && !eos[i] && !t.bytes[i].empty()) ids.push_back(int32_t(i));
+  std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) {
+    return t.bytes[size_t(a)] < t.bytes[size_t(b)] || (t.bytes[size_t(a)] == t.bytes[size_t(b)] && a < b);
+  });
+  TokenTable::Trie& tr = t.trie;
+  std::vector<int32_t> last_child;
+  auto add_node = [&](uint8_t c) {
+    tr.first_child.push_back(-1), tr.next_sibling.push_back(-1), tr.byte.push_back(c);
+    tr.end_begin.push_back(0), tr.end_count.push_back(0), last_child.push_back(-1);
+    return int32_t(tr.byte.size() - 1);
+  };
+  add_node(0);                      // the root
+  std::vector<int32_t> path = {0};  // path[k]: the node of the current spelling's first k bytes
+  std::string_view prev;
+  for (int32_t id : ids) {
+    const std::string_view b = t.bytes[size_t(id)];
+    size_t common = 0;
+    while (common < prev.size() && common < b.size() && prev[common] == b[common]) ++common;
+    path.resize(common + 1);
+    for (size_t k = common; k < b.size(); ++k) {
+      const int32_t parent = path.back(), n = add_node(uint8_t(b[k]));
+      if (last_child[size_t(parent)] < 0) tr.first_child[size_t(parent)] = n;
+      else tr.next_sibling[size_t(last_child[size_t(parent)])] = n;
+      last_child[size_t(parent)] = n;
+      path.push_back(n);
+    }
+    const int32_t node = path.back();
+    if (tr.end_count[size_t(node)] == 0) tr.end_begin[size_t(node)] = int32_t(tr.ends.size());
+    tr.ends.push_back(id);
+    ++tr.end_count[size_t(node)];
+    prev = b;
   }
   return t;
 }
@@ -221,15 +256,22 @@ void JsonConstraint::Mask(std::span<float> logits) const {
     }
     any = any || t.not_plain.size() < t.bytes.size();
   } else {
-    // Elsewhere few tokens fit: try only those whose first byte can follow (256 trials), then
-    // keep their logits and mask the rest.
+    // Elsewhere few tokens fit: walk the trie, one matcher step per node, pruning a subtree at
+    // the first byte that cannot follow; keep the logits of the ids found and mask the rest.
     std::vector<std::pair<int32_t, float>> keep;
-    for (int c = 0; c < 256; ++c) {
-      JsonMatcher m = matcher_;
-      if (!m.Accept(uint8_t(c))) continue;
-      for (int32_t id : t.by_first[size_t(c)])
-        if (size_t(id) < n && Allowed(id)) keep.emplace_back(id, logits[size_t(id)]);
-    }
+    const TokenTable::Trie& tr = t.trie;
+    auto walk = [&](auto& self, int32_t node, const JsonMatcher& m) -> void {
+      for (int32_t c = tr.first_child[size_t(node)]; c >= 0; c = tr.next_sibling[size_t(c)]) {
+        JsonMatcher next = m;
+        if (!next.Accept(tr.byte[size_t(c)])) continue;
+        for (int32_t k = 0; k < tr.end_count[size_t(c)]; ++k) {
+          const int32_t id = tr.ends[size_t(tr.end_begin[size_t(c)] + k)];
+          if (size_t(id) < n) keep.emplace_back(id, logits[size_t(id)]);
+        }
+        self(self, c, next);
+      }
+    };
+    walk(walk, 0, matcher_);
     for (int32_t e : t.eos_ids)
       if (e >= 0 && size_t(e) < n && Allowed(e)) keep.emplace_back(e, logits[size_t(e)]);
     std::fill(logits.begin(), logits.begin() + std::ptrdiff_t(n), kNegInf);

@@ -28,9 +28,16 @@ struct TokenTable {
                                    // or byte < 0x20 (Make sets it)
   std::vector<int32_t> eos_ids;
   // Indexes Make builds for the mask: ids that are not plain (special and EOS ones included),
-  // and the text ids (not special, not EOS, non-empty) by their first byte.
+  // and a byte trie of the text ids (not special, not EOS, non-empty). Node 0 is the root; a
+  // node's children are first_child, then next_sibling, ..., in increasing byte order (-1
+  // ends); node n is reached by byte[n] and the ids spelled by its path are
+  // ends[end_begin[n] .. end_begin[n] + end_count[n]).
   std::vector<int32_t> not_plain;
-  std::array<std::vector<int32_t>, 256> by_first;
+  struct Trie {
+    std::vector<int32_t> first_child, next_sibling, end_begin, end_count;
+    std::vector<uint8_t> byte;
+    std::vector<int32_t> ends;
+  } trie;
 
   static TokenTable Make(std::vector<std::string> bytes, std::vector<uint8_t> special,
                          std::vector<int32_t> eos_ids);

@@ -2,6 +2,7 @@
 // must give back exactly what recomputation gives, and bad requests fail alone.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <future>
 #include <mutex>
@@ -147,6 +148,32 @@ TEST_F(EngineTest, JsonModeEndsWithAnObjectAndLeavesOtherRowsAlone) {
     }
   }
   EXPECT_GE(stopped, 1);
+}
+
+// The mask's indexes (the byte trie, the string fast path) against Allowed() token by token, on
+// the real 49,152-token vocabulary, in each kind of state a JSON output passes through.
+TEST_F(EngineTest, JsonMaskEqualsTheTokenByTokenCheckOnTheRealVocabulary) {
+  const auto table = MakeTokenTable(*bundle_->tokenizer, bundle_->eos_ids);
+  for (const char* prefix : {"", " {", "{\"na", "{\"a\": ", "{\"a\": \"te", "{\"a\": \"x\\", "{\"a\": -1.5e",
+                             "{\"a\": 12", "{\"a\": [tr", "{\"a\": {}}"}) {
+    SCOPED_TRACE(prefix);
+    runtime::JsonConstraint c(table);
+    for (const char* p = prefix; *p != 0; ++p) {  // one single-byte token a byte
+      const int32_t id = bundle_->tokenizer->FindToken(std::string(1, *p));
+      ASSERT_GE(id, 0) << "no token for '" << *p << "'";
+      ASSERT_TRUE(c.Allowed(id));
+      c.Accept(id);
+    }
+    std::vector<float> logits(table->bytes.size(), 1.0f);
+    c.Mask(logits);
+    size_t kept = 0;
+    for (size_t id = 0; id < logits.size(); ++id) {
+      ASSERT_EQ(std::isfinite(logits[id]), c.Allowed(int32_t(id)))
+          << "id " << id << " '" << table->bytes[id] << "'";
+      kept += std::isfinite(logits[id]) ? 1 : 0;
+    }
+    EXPECT_GT(kept, 0u);
+  }
 }
 
 TEST_F(EngineTest, SecondTurnHitsThePrefixCacheAndMatchesRecompute) {

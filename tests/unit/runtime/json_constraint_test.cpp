@@ -188,6 +188,14 @@ TEST(JsonConstraint, TextEosOnlyAfterTheObject) {
   EXPECT_EQ(AllowedIds(c, 4), (std::vector<int32_t>{0}));  // closed: EOS alone
 }
 
+TEST(JsonConstraint, EqualSpellingsAreAllKept) {
+  // Two ids with one spelling (vocabularies have such duplicates) share a trie node.
+  auto table = std::make_shared<const TokenTable>(
+      TokenTable::Make({"</s>", "{", "{", "{}", "x"}, {1, 0, 0, 0, 0}, {0}));
+  JsonConstraint c(table);
+  EXPECT_EQ(AllowedIds(c, 5), (std::vector<int32_t>{1, 2, 3}));
+}
+
 TEST(JsonConstraint, NoContinuationFallsBackToEos) {
   // A vocabulary without '{': nothing can start the object, so only EOS stays drawable.
   auto table = std::make_shared<const TokenTable>(TokenTable::Make({"</s>", "a", "b"}, {1, 0, 0}, {0}));

@@ -1,0 +1,66 @@
+// JSON mode's mask cost (runtime/json_constraint.h), µs a call, on the embedded model's
+// tokenizer (49,152 ids) and on a table of its pieces repeated 3x (147,456 ids, Qwen3's
+// vocabulary size), in the states a JSON output spends its tokens in. Prints; asserts nothing.
+//   build/cpu/tests/unit/engine/bench_json_mask
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "engine/json_mode.h"
+#include "engine/model_bundle.h"
+#include "runtime/json_constraint.h"
+
+namespace {
+
+double MicrosPerMask(const pg::runtime::JsonConstraint& c, size_t vocab) {
+  std::vector<float> logits(vocab, 0.5f);
+  constexpr int kIters = 200;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < kIters; ++i) {
+    std::fill(logits.begin(), logits.end(), 0.5f);
+    c.Mask(logits);
+  }
+  const auto t1 = std::chrono::steady_clock::now();
+  return std::chrono::duration<double, std::micro>(t1 - t0).count() / kIters;
+}
+
+// Drives a constraint through `text` one byte-token at a time (ids of single bytes).
+void Feed(pg::runtime::JsonConstraint& c, const pg::runtime::TokenTable& t, const std::string& text) {
+  for (char ch : text)
+    for (size_t id = 0; id < t.bytes.size(); ++id)
+      if (t.bytes[id] == std::string(1, ch) && !t.special[id]) {
+        c.Accept(int32_t(id));
+        break;
+      }
+}
+
+}  // namespace
+
+int main() {
+  pg::engine::ModelBundle bundle = pg::engine::LoadBundle({.progress_bar = false});
+  auto base = pg::engine::MakeTokenTable(*bundle.tokenizer, bundle.eos_ids);
+  std::vector<std::string> bytes3;
+  std::vector<uint8_t> special3;
+  for (int r = 0; r < 3; ++r) {
+    bytes3.insert(bytes3.end(), base->bytes.begin(), base->bytes.end());
+    special3.insert(special3.end(), base->special.begin(), base->special.end());
+  }
+  auto big = std::make_shared<const pg::runtime::TokenTable>(
+      pg::runtime::TokenTable::Make(std::move(bytes3), std::move(special3), base->eos_ids));
+  const char* states[][2] = {{"start", ""}, {"key start", "{"}, {"in a key", "{\"na"}, {"value start", "{\"a\": "},
+                             {"in a string value", "{\"a\": \"some te"}, {"in a number", "{\"a\": 12"},
+                             {"after a value", "{\"a\": 1"}};
+  std::printf("%-18s %12s %12s\n", "state", "49152 ids", "147456 ids");
+  for (const auto& [name, prefix] : states) {
+    double us[2];
+    int k = 0;
+    for (const auto& t : {base, big}) {
+      pg::runtime::JsonConstraint c(t);
+      Feed(c, *t, prefix);
+      us[k++] = MicrosPerMask(c, t->bytes.size());
+    }
+    std::printf("%-18s %9.1f us %9.1f us\n", name, us[0], us[1]);
+  }
+  return 0;
+}
