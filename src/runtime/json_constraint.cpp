@@ -28,9 +28,12 @@ TokenTable TokenTable::Make(std::vector<std::string> bytes, std::vector<uint8_t>
   std::vector<uint8_t> eos(t.bytes.size());  // EOS ids are masked by their own rule, never plain
   for (int32_t e : t.eos_ids)
     if (e >= 0 && size_t(e) < eos.size()) eos[size_t(e)] = 1;
+  std::vector<int32_t> ids;  // the text ids (not special, not EOS, non-empty): the trie's
   for (size_t i = 0; i < t.bytes.size(); ++i) {
     const std::string& b = t.bytes[i];
-    t.plain[i] = !t.special[i] && !eos[i] && !b.empty() && std::none_of(b.begin(), b.end(), [](char ch) {
+    const bool text = !t.special[i] && !eos[i] && !b.empty();
+    if (text) ids.push_back(int32_t(i));
+    t.plain[i] = text && std::none_of(b.begin(), b.end(), [](char ch) {
       const auto c = uint8_t(ch);
       return c == '"' || c == '\\' || c < 0x20;
     });
@@ -38,9 +41,6 @@ TokenTable TokenTable::Make(std::vector<std::string> bytes, std::vector<uint8_t>
   }
   // The trie, from the text ids sorted by their bytes: equal spellings are adjacent, a prefix
   // comes before its extensions, and children are appended in increasing byte order.
-  std::vector<int32_t> ids;
-  for (size_t i = 0; i < t.bytes.size(); ++i)
-    if (!t.special[i] && !eos[i] && !t.bytes[i].empty()) ids.push_back(int32_t(i));
   std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) {
     return t.bytes[size_t(a)] < t.bytes[size_t(b)] || (t.bytes[size_t(a)] == t.bytes[size_t(b)] && a < b);
   });
