@@ -117,6 +117,9 @@ RequestId LocalEngine::Submit(Request request, EventCallback on_event) {
             "generated token)",
             n, info_.max_context_tokens);
   PG_ENSURE(request.sampling.max_tokens >= 1, kInvalidArgument, "max_tokens must be at least 1");
+  for (const auto& [t, bias] : request.sampling.logit_bias)
+    PG_ENSURE(t >= 0 && t < vocab, kInvalidArgument,
+              "logit_bias: token id {} is outside the vocabulary [0, {})", t, vocab);
   request.sampling.max_tokens =
       int(std::min<int64_t>(request.sampling.max_tokens, info_.max_context_tokens - n));
   const int64_t pages = (n + request.sampling.max_tokens + config_.page_size - 1) / config_.page_size;

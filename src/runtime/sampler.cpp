@@ -59,6 +59,8 @@ SampledToken Sample(std::span<float> logits, SamplerState& st) {
   SampledToken result;
   std::vector<float> lp;
   if (p.top_logprobs >= 0) LogSoftmax(logits, lp);
+  for (const auto& [tok, bias] : p.logit_bias)
+    if (tok >= 0 && tok < vocab) logits[size_t(tok)] += bias;
   if (const JsonConstraint* json = st.json()) json->Mask(logits);
 
   // Penalties (sample_math.h's formula, once per token generated or seen), then the shared

@@ -48,9 +48,9 @@ class SamplerState {
   std::optional<JsonConstraint> json_;
 };
 
-// Samples one token from `logits` ([vocab], raw model output; modified in place). In JSON mode
-// the tokens that cannot continue the object are masked first; logprobs stay those of the raw
-// logits.
+// Samples one token from `logits` ([vocab], raw model output; modified in place). The request's
+// logit_bias is added first; in JSON mode the tokens that cannot continue the object are then
+// masked; logprobs stay those of the raw logits.
 SampledToken Sample(std::span<float> logits, SamplerState& state);
 
 }  // namespace pg::runtime

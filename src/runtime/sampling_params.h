@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 namespace pg::runtime {
@@ -26,6 +27,10 @@ struct SamplingParams {
   // JSON mode (response_format json_object): non-null, the model's token table; the output is
   // then one JSON object followed by EOS (runtime/json_constraint.h). Sampled on the host.
   std::shared_ptr<const TokenTable> json_object;
+  // OpenAI logit_bias: (token id, bias in [-100, 100]) added to the raw logits before anything
+  // else of sampling (penalties, temperature, JSON mode's mask); ids unique, inside the
+  // vocabulary (the engine checks). Logprobs stay those of the raw logits. Sampled on the host.
+  std::vector<std::pair<int32_t, float>> logit_bias;
 
   bool greedy() const { return temperature <= 0.0f || top_k == 1; }
 };

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <limits>
 
@@ -66,10 +68,33 @@ std::string GetString(const json& body, const char* key) {
   return it->get<std::string>();
 }
 
+// logit_bias: {"<token id>": bias, ...}, bias in [-100, 100] (OpenAI). Ids are checked against
+// the vocabulary by the engine; two keys naming one id ("7", "07") are an error.
+void ParseLogitBias(const json& v, std::vector<std::pair<int32_t, float>>& out) {
+  if (!v.is_object()) Bad("logit_bias", "'logit_bias' must be an object mapping token ids to biases");
+  for (const auto& [key, bias] : v.items()) {
+    int64_t id = -1;
+    const char* end = key.data() + key.size();
+    auto [ptr, ec] = std::from_chars(key.data(), end, id);
+    if (key.empty() || ec != std::errc() || ptr != end || id < 0 || id > std::numeric_limits<int32_t>::max())
+      Bad("logit_bias", fmt::format("logit_bias key '{}' is not a token id (a non-negative integer)", key));
+    if (!bias.is_number())
+      Bad("logit_bias", fmt::format("logit_bias['{}'] must be a number, got {}", key, TypeName(bias)));
+    const double b = bias.get<double>();
+    if (!(b >= -100.0 && b <= 100.0))
+      Bad("logit_bias", fmt::format("logit_bias['{}'] must be in [-100, 100], got {}", key, b));
+    out.emplace_back(int32_t(id), float(b));
+  }
+  std::sort(out.begin(), out.end());
+  for (size_t i = 1; i < out.size(); ++i)
+    if (out[i].first == out[i - 1].first)
+      Bad("logit_bias", fmt::format("logit_bias names token id {} twice", out[i].first));
+}
+
 // response_format: "text" (the default) or "json_object" (JSON mode: sets o.json_object).
 // Fields that would change what may be generated and that Peregrine does not implement get a
-// 400 naming the field, never a silent unconstrained answer: json_schema, a non-empty
-// logit_bias, vLLM's guided_* fields.
+// 400 naming the field, never a silent unconstrained answer: json_schema, vLLM's guided_*
+// fields.
 void ParseOutputFormat(const json& body, GenerationOptions& o) {
   if (auto it = body.find("response_format"); it != body.end() && !it->is_null()) {
     if (!it->is_object()) Bad("response_format", "'response_format' must be an object");
@@ -80,10 +105,8 @@ void ParseOutputFormat(const json& body, GenerationOptions& o) {
     if (type == "json_object") o.json_object = true;
     else if (type != "text") Bad("response_format", fmt::format("unknown response_format type '{}'", type));
   }
-  if (auto it = body.find("logit_bias"); it != body.end() && !it->is_null()) {
-    if (!it->is_object()) Bad("logit_bias", "'logit_bias' must be an object");
-    if (!it->empty()) Bad("logit_bias", "'logit_bias' is not supported");
-  }
+  if (auto it = body.find("logit_bias"); it != body.end() && !it->is_null())
+    ParseLogitBias(*it, o.sampling.logit_bias);
   for (const char* key : {"guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs"})
     if (auto it = body.find(key); it != body.end() && !it->is_null())
       Bad(key, fmt::format("'{}' is not supported (of constrained decoding only JSON mode, "

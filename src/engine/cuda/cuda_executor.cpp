@@ -153,8 +153,10 @@ void CudaStepExecutor::Execute(const scheduler::Plan& plan,
     const runtime::SamplingParams& p = st->params();
     row = st->Row();
     row.counts_row = HasPenalties(p) ? CountsRow(plan.entries[i].id) : -1;
-    // On the host: top logprobs, penalties without a counts row, and JSON mode (its mask).
-    on_host_[i] = p.top_logprobs > 0 || (HasPenalties(p) && row.counts_row < 0) || p.json_object != nullptr;
+    // On the host: top logprobs, penalties without a counts row, JSON mode (its mask) and
+    // logit_bias.
+    on_host_[i] = p.top_logprobs > 0 || (HasPenalties(p) && row.counts_row < 0) ||
+                  p.json_object != nullptr || !p.logit_bias.empty();
     if (on_host_[i]) row = ops::SampleRow{.temperature = 0.0f};
     want_logprobs = want_logprobs || (!on_host_[i] && p.top_logprobs >= 0);
   }

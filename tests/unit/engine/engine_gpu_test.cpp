@@ -368,6 +368,27 @@ TEST_P(EngineGpuTest, JsonModeOnTheHostPath) {
   }
 }
 
+// logit_bias rows are sampled on the host: +100 on one id makes greedy decoding repeat it on
+// both engines; -100 on the unbiased greedy first token moves the first token off it; a plain
+// row beside them keeps the CPU engine's tokens.
+TEST_P(EngineGpuTest, LogitBiasOnTheHostPath) {
+  const std::vector<int32_t> eos = host_->config().eos_token_ids;
+  const int32_t forced = vocab_ / 3;
+  Request force = Greedy(RandomTokens(30, vocab_, 21), 12);
+  force.sampling.logit_bias = {{forced, 100.0f}};
+  const std::vector<Request> base_reqs = {Greedy(RandomTokens(30, vocab_, 22), 4)};
+  GpuEngine gpu = MakeGpuEngine(path_, SmallConfig());
+  LocalEngine cpu(*host_, eos, "cpu", SmallConfig());
+  const int32_t first = RunAll(*gpu.engine, base_reqs)[0].tokens.at(0);
+  Request ban = base_reqs[0];
+  ban.sampling.logit_bias = {{first, -100.0f}};
+  const std::vector<Request> reqs = {force, ban, Greedy(RandomTokens(25, vocab_, 23), 16)};
+  const std::vector<Result> a = RunAll(cpu, reqs), b = RunAll(*gpu.engine, reqs);
+  ExpectSameGreedy(reqs[2], a[2], b[2], GetParam() + " plain row beside logit_bias rows");
+  for (const Result* r : {&a[0], &b[0]}) EXPECT_EQ(r->tokens, std::vector<int32_t>(12, forced)) << GetParam();
+  for (const Result* r : {&a[1], &b[1]}) EXPECT_NE(r->tokens.at(0), first) << GetParam();
+}
+
 INSTANTIATE_TEST_SUITE_P(TinyModels, EngineGpuTest,
                          ::testing::Values("tiny-llama", "tiny-qwen3", "tiny-qwen3-moe",
                                            "tiny-deepseek-v3"),

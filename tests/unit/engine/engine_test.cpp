@@ -150,6 +150,41 @@ TEST_F(EngineTest, JsonModeEndsWithAnObjectAndLeavesOtherRowsAlone) {
   EXPECT_GE(stopped, 1);
 }
 
+// logit_bias on the real model: -100 on the greedy first token moves the first token off it;
+// +100 on one token makes greedy decoding repeat it; the other rows of the batch keep their
+// tokens; an id outside the vocabulary is refused at Submit.
+TEST_F(EngineTest, LogitBiasBansAndForcesTokens) {
+  EngineConfig cfg;
+  cfg.kv_cache_bytes = 64ll << 20;
+  LocalEngine e(*bundle_->model, bundle_->eos_ids, "test", cfg);
+  const auto prompt = Prompt(kTexts[0]);
+  const std::vector<int32_t> base = Run(e, Greedy(prompt, 8)).tokens;
+  ASSERT_EQ(base.size(), 8u);
+
+  Request ban = Greedy(prompt, 8);
+  ban.sampling.logit_bias = {{base[0], -100.0f}};
+  const int32_t forced = Prompt(" banana").back();
+  Request force = Greedy(Prompt(kTexts[1]), 6);
+  force.sampling.logit_bias = {{forced, 100.0f}};
+  Collector banned, forcing, plain;
+  e.Submit(std::move(ban), banned.Callback());
+  e.Submit(std::move(force), forcing.Callback());
+  e.Submit(Greedy(prompt, 8), plain.Callback());
+  EXPECT_NE(banned.Wait().tokens.at(0), base[0]);
+  EXPECT_EQ(forcing.Wait().tokens, std::vector<int32_t>(6, forced));
+  EXPECT_EQ(plain.Wait().tokens, base);
+
+  Request bad = Greedy(prompt, 4);
+  bad.sampling.logit_bias = {{int32_t(bundle_->model->config().vocab_size), 1.0f}};
+  try {
+    e.Submit(std::move(bad), [](const TokenEvent&) {});
+    ADD_FAILURE() << "an id past the vocabulary was accepted";
+  } catch (const Error& err) {
+    EXPECT_EQ(err.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(err.what()).find("logit_bias"), std::string::npos) << err.what();
+  }
+}
+
 // The mask's indexes (the byte trie, the string fast path) against Allowed() token by token, on
 // the real 49,152-token vocabulary, in each kind of state a JSON output passes through.
 TEST_F(EngineTest, JsonMaskEqualsTheTokenByTokenCheckOnTheRealVocabulary) {

@@ -143,5 +143,31 @@ TEST(Sampler, LogprobsAreOfTheRawDistribution) {
   EXPECT_NEAR(t.top[2].second, std::log(0.15), 1e-5);
 }
 
+// logit_bias adds to the raw logits before everything else: -100 bans the favourite, +100 forces a
+// rare token (its logprob stays the raw one), ln 2 doubles a token's weight in the draw.
+TEST(Sampler, LogitBiasShiftsTheRawLogits) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.logit_bias = {{1, -100.0f}};
+  auto banned = Draw(LogitsFor(kProbs), p, 20);
+  EXPECT_EQ(banned, (std::map<int32_t, int>{{2, 20}}));
+
+  p.logit_bias = {{5, 100.0f}};
+  p.top_logprobs = 0;
+  SamplerState st(p, {}, 0);
+  auto l = LogitsFor(kProbs);
+  SampledToken t = Sample(l, st);
+  EXPECT_EQ(t.token, 5);
+  EXPECT_NEAR(t.logprob, std::log(0.05), 1e-5);
+
+  SamplingParams q;
+  q.logit_bias = {{0, float(std::log(2.0))}, {99, 50.0f}};  // an id past the row: ignored
+  const int n = 40000;
+  auto c = Draw(LogitsFor(kProbs), q, n);
+  const double want = 0.10 / 1.05;
+  EXPECT_NEAR(double(c[0]) / n, want, 5 * std::sqrt(want * (1 - want) / n));
+  EXPECT_NEAR(double(c[1]) / n, 0.40 / 1.05, 5 * std::sqrt(0.38 * 0.62 / n));
+}
+
 }  // namespace
 }  // namespace pg::runtime

@@ -122,6 +122,24 @@ TEST_F(ServerTest, ResponseFormatJsonObject) {
   EXPECT_EQ(schema.Json()["error"]["param"], "response_format");
 }
 
+// logit_bias reaches the engine as sorted (id, bias) pairs, on both endpoints; a bad one is a 400
+// naming the field that never reaches the engine.
+TEST_F(ServerTest, LogitBiasReachesTheEngine) {
+  StartServer();
+  auto c = Client();
+  HttpResult r = c.Post("/v1/chat/completions", Chat("SAY:ok", {{"logit_bias", {{"9", 3}, {"2", -100}}}}));
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(engine_->last_sampling().logit_bias, (std::vector<std::pair<int32_t, float>>{{2, -100.0f}, {9, 3.0f}}));
+  HttpResult comp = c.Post("/v1/completions", {{"prompt", "SAY:ok"}, {"logit_bias", {{"4", 1.5}}}});
+  ASSERT_EQ(comp.status, 200) << comp.body;
+  EXPECT_EQ(engine_->last_sampling().logit_bias, (std::vector<std::pair<int32_t, float>>{{4, 1.5f}}));
+  const int submitted = engine_->num_submitted();
+  HttpResult bad = c.Post("/v1/chat/completions", Chat("SAY:ok", {{"logit_bias", {{"4", 101}}}}));
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_EQ(bad.Json()["error"]["param"], "logit_bias");
+  EXPECT_EQ(engine_->num_submitted(), submitted);
+}
+
 TEST_F(ServerTest, CompletionsStreamAndEcho) {
   StartServer();
   auto c = Client();

@@ -123,7 +123,14 @@ TEST(ChatRequest, RejectsWrongTypesAndRanges) {
        "response_format"},
       {{{"messages", Msgs()}, {"response_format", {{"type", "yaml"}}}}, "response_format"},
       {{{"messages", Msgs()}, {"response_format", "json"}}, "response_format"},
-      {{{"messages", Msgs()}, {"logit_bias", {{"50256", -100}}}}, "logit_bias"},
+      {{{"messages", Msgs()}, {"logit_bias", {{"abc", -100}}}}, "logit_bias"},
+      {{{"messages", Msgs()}, {"logit_bias", {{"-1", 5}}}}, "logit_bias"},
+      {{{"messages", Msgs()}, {"logit_bias", {{"12x", 5}}}}, "logit_bias"},
+      {{{"messages", Msgs()}, {"logit_bias", {{"", 5}}}}, "logit_bias"},
+      {{{"messages", Msgs()}, {"logit_bias", {{"7", 100.5}}}}, "logit_bias"},
+      {{{"messages", Msgs()}, {"logit_bias", {{"7", "1"}}}}, "logit_bias"},
+      {{{"messages", Msgs()}, {"logit_bias", {{"7", 1}, {"07", 2}}}}, "logit_bias"},
+      {{{"messages", Msgs()}, {"logit_bias", {1, 2}}}, "logit_bias"},
       {{{"messages", Msgs()}, {"guided_json", json::object()}}, "guided_json"},
       {{{"messages", Msgs()}, {"guided_choice", {"a", "b"}}}, "guided_choice"},
   };
@@ -141,6 +148,15 @@ TEST(ChatRequest, ResponseFormatJsonObjectIsJsonMode) {
   EXPECT_FALSE(ParseChatRequest({{"messages", Msgs()}}).options.json_object);
   EXPECT_TRUE(ParseCompletionRequest({{"prompt", "x"}, {"response_format", {{"type", "json_object"}}}}, 100)
                   .options.json_object);
+}
+
+TEST(ChatRequest, LogitBiasIsSortedById) {
+  const auto bias = ParseChatRequest({{"messages", Msgs()}, {"logit_bias", {{"50256", -100}, {"7", 2.5}, {"0", 100}}}})
+                        .options.sampling.logit_bias;
+  const std::vector<std::pair<int32_t, float>> want = {{0, 100.0f}, {7, 2.5f}, {50256, -100.0f}};
+  EXPECT_EQ(bias, want);
+  EXPECT_TRUE(ParseCompletionRequest({{"prompt", "x"}, {"logit_bias", {{"3", -1}}}}, 100).options.sampling.logit_bias ==
+              (std::vector<std::pair<int32_t, float>>{{3, -1.0f}}));
 }
 
 TEST(ChatRequest, ToolChoiceForms) {
