@@ -27,14 +27,15 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-# ---- Python tools in a virtualenv (.venv): the OpenAI client for e2e tests, matplotlib for
+# ---- Python tools in a virtualenv (.venv): the OpenAI client and jsonschema (the structured
+# outputs oracle) for e2e tests, matplotlib for
 # benchmark plots. Tests and tools run .venv/bin/python3.
 VENV="$ROOT/.venv"
 if [[ ! -x "$VENV/bin/python3" ]]; then
   log "creating the Python virtualenv .venv"
   python3 -m venv "$VENV"
 fi
-PY_PACKAGES=(openai matplotlib)
+PY_PACKAGES=(openai matplotlib jsonschema)
 py_missing=()
 for p in "${PY_PACKAGES[@]}"; do
   "$VENV/bin/python3" -c "import $p" 2>/dev/null || py_missing+=("$p")

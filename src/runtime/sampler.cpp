@@ -5,6 +5,8 @@
 #include <numeric>
 
 #include "core/status.h"
+#include "runtime/json_constraint.h"
+#include "runtime/json_schema.h"
 
 namespace pg::runtime {
 
@@ -13,14 +15,14 @@ SamplerState::SamplerState(const SamplingParams& params, std::span<const int32_t
     : params_(params), seed_(params.seed.value_or(fallback_seed)) {
   if (params_.repetition_penalty != 1.0f)
     for (int32_t t : prompt) seen_[t] = true;
-  if (params_.json_object) json_.emplace(params_.json_object);
+  if (params_.token_table) constraint_ = MakeOutputConstraint(params_.token_table, params_.json_schema);
 }
 
 void SamplerState::Accept(int32_t token) {
   ++step_;
   ++generated_[token];
   if (params_.repetition_penalty != 1.0f) seen_[token] = true;
-  if (json_) json_->Accept(token);
+  if (constraint_) constraint_->Accept(token);
 }
 
 ops::SampleRow SamplerState::Row() const {
@@ -61,7 +63,7 @@ SampledToken Sample(std::span<float> logits, SamplerState& st) {
   if (p.top_logprobs >= 0) LogSoftmax(logits, lp);
   for (const auto& [tok, bias] : p.logit_bias)
     if (tok >= 0 && tok < vocab) logits[size_t(tok)] += bias;
-  if (const JsonConstraint* json = st.json()) json->Mask(logits);
+  if (const OutputConstraint* c = st.constraint()) c->Mask(logits);
 
   // Penalties (sample_math.h's formula, once per token generated or seen), then the shared
   // choice.

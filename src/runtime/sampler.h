@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "kernels/ops_sample.h"
-#include "runtime/json_constraint.h"
+#include "runtime/token_mask.h"
 #include "runtime/sampling_params.h"
 
 namespace pg::runtime {
@@ -36,8 +36,9 @@ class SamplerState {
   ops::SampleRow Row() const;
   const std::unordered_map<int32_t, int>& generated_counts() const { return generated_; }
   const std::unordered_map<int32_t, bool>& seen() const { return seen_; }  // prompt + generated
-  // JSON mode's constraint (params().json_object set), else null. Sample masks with it.
-  const JsonConstraint* json() const { return json_ ? &*json_ : nullptr; }
+  // The output constraint (params().token_table set: JSON mode or a schema), else null.
+  // Sample masks with it.
+  const OutputConstraint* constraint() const { return constraint_.get(); }
 
  private:
   SamplingParams params_;
@@ -45,7 +46,7 @@ class SamplerState {
   uint32_t step_ = 0;
   std::unordered_map<int32_t, int> generated_;
   std::unordered_map<int32_t, bool> seen_;
-  std::optional<JsonConstraint> json_;
+  std::unique_ptr<OutputConstraint> constraint_;
 };
 
 // Samples one token from `logits` ([vocab], raw model output; modified in place). The request's

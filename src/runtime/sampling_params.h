@@ -9,7 +9,8 @@
 
 namespace pg::runtime {
 
-struct TokenTable;  // runtime/json_constraint.h
+struct TokenTable;  // runtime/token_mask.h
+class JsonSchema;  // runtime/json_schema.h
 
 struct SamplingParams {
   float temperature = 1.0f;   // 0 = greedy
@@ -24,9 +25,11 @@ struct SamplingParams {
   bool ignore_eos = false;
   std::vector<int32_t> stop_token_ids;  // in addition to the model's EOS tokens
   int top_logprobs = -1;                // -1: no logprobs; 0..20: chosen + alternatives
-  // JSON mode (response_format json_object): non-null, the model's token table; the output is
-  // then one JSON object followed by EOS (runtime/json_constraint.h). Sampled on the host.
-  std::shared_ptr<const TokenTable> json_object;
+  // Constrained output, sampled on the host: with the model's token table set the output is one
+  // JSON value then EOS: any object (JSON mode, response_format json_object) when json_schema
+  // is null, else an instance of json_schema (runtime/json_schema.h).
+  std::shared_ptr<const TokenTable> token_table;
+  std::shared_ptr<const JsonSchema> json_schema;
   // OpenAI logit_bias: (token id, bias in [-100, 100]) added to the raw logits before anything
   // else of sampling (penalties, temperature, JSON mode's mask); ids unique, inside the
   // vocabulary (the engine checks). Logprobs stay those of the raw logits. Sampled on the host.

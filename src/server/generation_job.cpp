@@ -367,9 +367,9 @@ void SubmitJob(const std::shared_ptr<Server::State>& st, std::shared_ptr<Exchang
     throw ApiError(503, "the server is overloaded: too many requests waiting; retry later", "", "overloaded");
 
   if (setup.options.json_object) {
-    s.json_object = st->ctx.text.token_table(engine.model_info().eos_token_ids);
-    if (!s.json_object || s.json_object->eos_ids.empty())
-      throw ApiError(400, "JSON mode needs the model's token table and an end-of-sequence token; "
+    s.token_table = st->ctx.text.token_table(engine.model_info().eos_token_ids);
+    if (!s.token_table || s.token_table->eos_ids.empty())
+      throw ApiError(400, "JSON output needs the model's token table and an end-of-sequence token; "
                           "this model has none", "response_format");
   }
   engine::Request req;

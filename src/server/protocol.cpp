@@ -1,5 +1,8 @@
 #include "server/protocol.h"
 
+#include "core/status.h"
+#include "runtime/json_schema.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -91,26 +94,60 @@ void ParseLogitBias(const json& v, std::vector<std::pair<int32_t, float>>& out) 
       Bad("logit_bias", fmt::format("logit_bias names token id {} twice", out[i].first));
 }
 
-// response_format: "text" (the default) or "json_object" (JSON mode: sets o.json_object).
-// Fields that would change what may be generated and that Peregrine does not implement get a
-// 400 naming the field, never a silent unconstrained answer: json_schema, vLLM's guided_*
-// fields.
+// A schema from response_format.json_schema.schema, guided_json or structured_outputs.json
+// (an object, or a JSON string of one), compiled; a schema that cannot be enforced is a 400
+// naming `param`.
+std::shared_ptr<const runtime::JsonSchema> ParseSchema(const json& v, const std::string& param) {
+  json schema = v;
+  if (v.is_string()) {
+    schema = json::parse(v.get<std::string>(), nullptr, /*allow_exceptions=*/false);
+    if (schema.is_discarded()) Bad(param, fmt::format("'{}' is a string but not valid JSON", param));
+  }
+  if (!schema.is_object() && !schema.is_boolean()) Bad(param, fmt::format("'{}' must be a JSON schema object", param));
+  try {
+    return runtime::JsonSchema::Compile(schema);
+  } catch (const pg::Error& e) {
+    Bad(param, e.what());
+  }
+}
+
+// response_format: "text" (the default), "json_object" (JSON mode) or "json_schema" (structured
+// outputs); vLLM's guided_json and structured_outputs.json are the schema form. Fields that
+// would change what may be generated and that Peregrine does not implement get a 400 naming the
+// field, never a silent unconstrained answer: vLLM's guided_regex / choice / grammar and the
+// other structured_outputs forms.
 void ParseOutputFormat(const json& body, GenerationOptions& o) {
+  auto set_schema = [&](const json& v, const std::string& param) {
+    if (o.json_object) Bad(param, fmt::format("'{}' beside another output format", param));
+    o.sampling.json_schema = ParseSchema(v, param);
+    o.json_object = true;
+  };
   if (auto it = body.find("response_format"); it != body.end() && !it->is_null()) {
     if (!it->is_object()) Bad("response_format", "'response_format' must be an object");
     const std::string type = GetString(*it, "type");
-    if (type == "json_schema")
-      Bad("response_format", "response_format type 'json_schema' is not supported (JSON mode, "
-                             "type 'json_object', is); describe the schema in the prompt");
-    if (type == "json_object") o.json_object = true;
-    else if (type != "text") Bad("response_format", fmt::format("unknown response_format type '{}'", type));
+    if (type == "json_schema") {
+      auto js = it->find("json_schema");
+      if (js == it->end() || !js->is_object() || !js->contains("schema"))
+        Bad("response_format", "response_format type 'json_schema' needs json_schema.schema");
+      set_schema((*js)["schema"], "response_format");
+    } else if (type == "json_object") {
+      o.json_object = true;
+    } else if (type != "text") {
+      Bad("response_format", fmt::format("unknown response_format type '{}'", type));
+    }
   }
   if (auto it = body.find("logit_bias"); it != body.end() && !it->is_null())
     ParseLogitBias(*it, o.sampling.logit_bias);
-  for (const char* key : {"guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs"})
+  if (auto it = body.find("guided_json"); it != body.end() && !it->is_null()) set_schema(*it, "guided_json");
+  if (auto it = body.find("structured_outputs"); it != body.end() && !it->is_null()) {
+    if (!it->is_object() || it->size() != 1 || !it->contains("json"))
+      Bad("structured_outputs", "of 'structured_outputs' only the form {\"json\": schema} is supported");
+    set_schema((*it)["json"], "structured_outputs");
+  }
+  for (const char* key : {"guided_regex", "guided_choice", "guided_grammar"})
     if (auto it = body.find(key); it != body.end() && !it->is_null())
-      Bad(key, fmt::format("'{}' is not supported (of constrained decoding only JSON mode, "
-                           "response_format json_object, is)", key));
+      Bad(key, fmt::format("'{}' is not supported (of constrained decoding JSON mode and JSON "
+                           "schemas are: response_format json_object / json_schema)", key));
 }
 
 void ParseCommon(const json& body, GenerationOptions& o) {
@@ -140,7 +177,7 @@ void ParseCommon(const json& body, GenerationOptions& o) {
     Bad("n", "only n=1 is supported");
   s.ignore_eos = GetBool(body, "ignore_eos", false);
   if (s.ignore_eos && o.json_object)
-    Bad("ignore_eos", "'ignore_eos' cannot be combined with JSON mode (it ends at the object's end)");
+    Bad("ignore_eos", "'ignore_eos' cannot be combined with JSON output (it ends at the value's end)");
   if (auto it = body.find("stop"); it != body.end() && !it->is_null()) {
     if (it->is_string()) {
       o.stop.push_back(it->get<std::string>());
@@ -317,7 +354,8 @@ ChatRequest ParseChatRequest(const json& body) {
   // JSON mode constrains the whole output to one object, so a forced tool call's markup could
   // never be closed; with tool_choice auto the model may still answer, as JSON, without tools.
   if (r.options.json_object && (r.tool_choice == ToolChoice::kRequired || r.tool_choice == ToolChoice::kNamed))
-    Bad("response_format", "response_format json_object cannot be combined with a required or named tool_choice");
+    Bad("response_format", "JSON output (response_format json_object / json_schema) cannot be combined "
+                           "with a required or named tool_choice");
   return r;
 }
 

@@ -41,7 +41,9 @@ struct GenerationOptions {
   int top_logprobs = 0;              // alternatives per token when logprobs
   std::string session_id;
   bool echo = false;                 // completions only
-  bool json_object = false;          // response_format {"type": "json_object"}: JSON mode
+  // Constrained JSON output: response_format json_object (JSON mode) or json_schema (then
+  // sampling.json_schema holds the compiled schema), or vLLM's guided_json.
+  bool json_object = false;
 };
 
 struct ChatRequest {

@@ -12,6 +12,7 @@ import socket
 import sys
 import time
 
+import jsonschema  # installed by scripts/lib/setup.sh: the structured outputs oracle
 import openai  # installed by scripts/lib/setup.sh; a missing client is a failure, not a skip
 
 from server_proc import ServerProcess
@@ -120,6 +121,48 @@ def main():
             check(False, "forced tool_choice without a tool format is a 400")
         except openai.BadRequestError as e:
             check("tool" in str(e), "forced tool_choice without a tool format is a 400")
+
+        # ---- structured outputs: every stopped answer is an instance (checked by jsonschema) --
+        schema = {"type": "object", "properties": {
+                      "name": {"type": "string", "maxLength": 20}, "age": {"type": "integer"},
+                      "colour": {"enum": ["red", "green", "blue"]},
+                      "pets": {"type": "array", "items": {"type": "string"}, "maxItems": 3}},
+                  "required": ["name", "colour"], "additionalProperties": False}
+        pq = [{"role": "user", "content": "Describe a person as JSON with name, age, favourite colour and pets."}]
+        stopped = 0
+        for temperature, seed in ((0, None), (0.8, 1), (0.8, 2), (1.0, 3)):
+            r = client.chat.completions.create(
+                model="smol", messages=pq, max_tokens=120, temperature=temperature, seed=seed,
+                response_format={"type": "json_schema",
+                                 "json_schema": {"name": "person", "schema": schema, "strict": True}})
+            out = r.choices[0].message.content
+            if r.choices[0].finish_reason != "stop":
+                continue
+            stopped += 1
+            try:
+                jsonschema.validate(json.loads(out), schema)
+                check(True, f"json_schema answer is an instance: {out!r}")
+            except (ValueError, jsonschema.ValidationError) as e:
+                check(False, f"json_schema answer is an instance: {out!r} ({e})")
+        check(stopped >= 2, f"json_schema: {stopped} of 4 answers ended within 120 tokens")
+        try:
+            client.chat.completions.create(model="smol", messages=pq, max_tokens=8, response_format={
+                "type": "json_schema", "json_schema": {"name": "p", "schema": {"type": "string", "pattern": "a+"}}})
+            check(False, "a schema with 'pattern' is a 400")
+        except openai.BadRequestError as e:
+            check("pattern" in str(e), "a schema with 'pattern' is a 400 naming it")
+
+        # ---- logit_bias: -100 on the greedy answer's first token moves it ------------------
+        base = client.completions.create(model="smol", prompt="The capital of France is", max_tokens=1,
+                                         temperature=0)
+        st, data = raw(srv, "POST", "/tokenize",
+                       json.dumps({"prompt": base.choices[0].text, "add_special_tokens": False}).encode())
+        first = json.loads(data)["tokens"][0] if st == 200 else None
+        check(first is not None, "tokenize the greedy first token")
+        biased = client.completions.create(model="smol", prompt="The capital of France is", max_tokens=1,
+                                           temperature=0, logit_bias={str(first): -100})
+        check(biased.choices[0].text != base.choices[0].text,
+              f"logit_bias -100 moves the greedy token ({base.choices[0].text!r} -> {biased.choices[0].text!r})")
 
         # ---- 32+ concurrent streams, each equal to its greedy non-streamed answer ----------
         prompts = [f"Count from {i} to {i + 5}." for i in range(36)]

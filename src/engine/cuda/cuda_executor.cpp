@@ -156,7 +156,7 @@ void CudaStepExecutor::Execute(const scheduler::Plan& plan,
     // On the host: top logprobs, penalties without a counts row, JSON mode (its mask) and
     // logit_bias.
     on_host_[i] = p.top_logprobs > 0 || (HasPenalties(p) && row.counts_row < 0) ||
-                  p.json_object != nullptr || !p.logit_bias.empty();
+                  p.token_table != nullptr || !p.logit_bias.empty();
     if (on_host_[i]) row = ops::SampleRow{.temperature = 0.0f};
     want_logprobs = want_logprobs || (!on_host_[i] && p.top_logprobs >= 0);
   }

@@ -1,8 +1,11 @@
-// JSON mode's mask cost (runtime/json_constraint.h), µs a call, on the embedded model's
-// tokenizer (49,152 ids) and on a table of its pieces repeated 3x (147,456 ids, Qwen3's
-// vocabulary size), in the states a JSON output spends its tokens in. Prints; asserts nothing.
+// The JSON masks' cost (runtime/json_constraint.h, json_schema.h), µs a call, on the embedded
+// model's tokenizer (49,152 ids) and on a table of its pieces repeated 3x (147,456 ids, Qwen3's
+// vocabulary size), in the states a JSON output spends its tokens in: JSON mode, then a schema
+// (required and optional properties, an enum, a bounded string, an array of objects). Prints;
+// asserts nothing.
 //   build/cpu/tests/unit/engine/bench_json_mask
 #include <chrono>
+#include <nlohmann/json.hpp>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -10,10 +13,11 @@
 #include "engine/json_mode.h"
 #include "engine/model_bundle.h"
 #include "runtime/json_constraint.h"
+#include "runtime/json_schema.h"
 
 namespace {
 
-double MicrosPerMask(const pg::runtime::JsonConstraint& c, size_t vocab) {
+double MicrosPerMask(const pg::runtime::OutputConstraint& c, size_t vocab) {
   std::vector<float> logits(vocab, 0.5f);
   constexpr int kIters = 200;
   const auto t0 = std::chrono::steady_clock::now();
@@ -26,7 +30,7 @@ double MicrosPerMask(const pg::runtime::JsonConstraint& c, size_t vocab) {
 }
 
 // Drives a constraint through `text` one byte-token at a time (ids of single bytes).
-void Feed(pg::runtime::JsonConstraint& c, const pg::runtime::TokenTable& t, const std::string& text) {
+void Feed(pg::runtime::OutputConstraint& c, const pg::runtime::TokenTable& t, const std::string& text) {
   for (char ch : text)
     for (size_t id = 0; id < t.bytes.size(); ++id)
       if (t.bytes[id] == std::string(1, ch) && !t.special[id]) {
@@ -51,16 +55,31 @@ int main() {
   const char* states[][2] = {{"start", ""}, {"key start", "{"}, {"in a key", "{\"na"}, {"value start", "{\"a\": "},
                              {"in a string value", "{\"a\": \"some te"}, {"in a number", "{\"a\": 12"},
                              {"after a value", "{\"a\": 1"}};
-  std::printf("%-18s %12s %12s\n", "state", "49152 ids", "147456 ids");
-  for (const auto& [name, prefix] : states) {
+  auto row = [&](const char* name, const char* prefix, std::shared_ptr<const pg::runtime::JsonSchema> schema) {
     double us[2];
     int k = 0;
     for (const auto& t : {base, big}) {
-      pg::runtime::JsonConstraint c(t);
-      Feed(c, *t, prefix);
-      us[k++] = MicrosPerMask(c, t->bytes.size());
+      auto c = pg::runtime::MakeOutputConstraint(t, schema);
+      Feed(*c, *t, prefix);
+      us[k++] = MicrosPerMask(*c, t->bytes.size());
     }
-    std::printf("%-18s %9.1f us %9.1f us\n", name, us[0], us[1]);
-  }
+    std::printf("%-22s %9.1f us %9.1f us\n", name, us[0], us[1]);
+  };
+  std::printf("JSON mode\n%-22s %12s %12s\n", "state", "49152 ids", "147456 ids");
+  for (const auto& [name, prefix] : states) row(name, prefix, nullptr);
+  auto schema = pg::runtime::JsonSchema::Compile(nlohmann::ordered_json::parse(R"({
+      "type": "object", "properties": {
+        "name": {"type": "string"}, "age": {"type": "integer"}, "email": {"type": "string", "maxLength": 40},
+        "role": {"enum": ["admin", "user", "guest"]},
+        "items": {"type": "array", "items": {"type": "object", "properties": {"sku": {"type": "string"},
+                  "qty": {"type": "integer"}}, "required": ["sku", "qty"]}}},
+      "required": ["name", "role", "items"]})"));
+  const char* schema_states[][2] = {
+      {"start", ""}, {"key start", "{"}, {"in a key", "{\"na"}, {"in a string value", "{\"name\": \"some te"},
+      {"after a value", "{\"name\": \"x\""}, {"optional keys", "{\"name\": \"x\", "},
+      {"in a bounded string", "{\"name\": \"x\", \"email\": \"a@b"}, {"enum value", "{\"name\": \"x\", \"role\": "},
+      {"in an array item", "{\"name\": \"x\", \"role\": \"user\", \"items\": [{\"sku\": \"a\", "}};
+  std::printf("a schema\n");
+  for (const auto& [name, prefix] : schema_states) row(name, prefix, schema);
   return 0;
 }

@@ -23,6 +23,7 @@
 #include "engine/cuda/cuda_executor.h"
 #include "engine/local_engine.h"
 #include "runtime/json_constraint.h"
+#include "runtime/json_schema.h"
 #include "kernels/cuda/common/context.h"
 #include "models/loader.h"
 #include "runtime/sequence_runner.h"
@@ -338,15 +339,32 @@ TEST_P(EngineGpuTest, JsonModeOnTheHostPath) {
     r.sampling.ignore_eos = false;
     r.sampling.temperature = temperature;
     r.sampling.seed = seed;
-    r.sampling.json_object = table;
+    r.sampling.token_table = table;
     return r;
   };
+  // Row 3: a schema, {"a": [integers]} (the alphabet spells it).
+  Request schema_row = json_request(0.8f, 14);
+  schema_row.sampling.json_schema = runtime::JsonSchema::Compile(nlohmann::ordered_json::parse(
+      R"({"type": "object", "properties": {"a": {"type": "array", "items": {"type": "integer"}}}, "required": ["a"]})"));
   const std::vector<Request> reqs = {json_request(0.0f, 11), json_request(0.8f, 12),
-                                     Greedy(RandomTokens(25, vocab_, 13), 16)};
+                                     Greedy(RandomTokens(25, vocab_, 13), 16), schema_row};
   GpuEngine gpu = MakeGpuEngine(path_, SmallConfig());
   LocalEngine cpu(*host_, eos, "cpu", SmallConfig());
   const std::vector<Result> a = RunAll(cpu, reqs), b = RunAll(*gpu.engine, reqs);
   ExpectSameGreedy(reqs[2], a[2], b[2], GetParam() + " plain row beside JSON rows");
+  for (const Result* r : {&a[3], &b[3]}) {
+    std::string text;
+    for (int32_t t : r->tokens) text += table->bytes[size_t(t)];
+    SCOPED_TRACE(GetParam() + " schema row: " + text);
+    ASSERT_EQ(r->error, "");
+    runtime::SchemaMatcher m(*schema_row.sampling.json_schema);
+    EXPECT_TRUE(m.Accept(text)) << "not a prefix of an instance";
+    if (r->reason == FinishReason::kStop) {
+      const auto v = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+      ASSERT_TRUE(v.is_object() && v.size() == 1 && v.contains("a") && v["a"].is_array());
+      for (const auto& x : v["a"]) EXPECT_TRUE(x.is_number_integer()) << x.dump();
+    }
+  }
   for (size_t i = 0; i < 2; ++i) {
     for (const Result* r : {&a[i], &b[i]}) {
       std::string text;

@@ -12,6 +12,7 @@
 
 #include "core/status.h"
 #include "engine/json_mode.h"
+#include "runtime/json_schema.h"
 #include "engine/local_engine.h"
 #include "engine/model_bundle.h"
 #include "models/loader.h"
@@ -126,7 +127,7 @@ TEST_F(EngineTest, JsonModeEndsWithAnObjectAndLeavesOtherRowsAlone) {
       Request r = Greedy(Prompt(system + turn), kMaxTokens);
       r.sampling.temperature = temperature;
       r.sampling.seed = 7;
-      r.sampling.json_object = table;
+      r.sampling.token_table = table;
       json.push_back(std::make_unique<Collector>());
       e.Submit(std::move(r), json.back()->Callback());
     }
@@ -185,29 +186,53 @@ TEST_F(EngineTest, LogitBiasBansAndForcesTokens) {
   }
 }
 
-// The mask's indexes (the byte trie, the string fast path) against Allowed() token by token, on
-// the real 49,152-token vocabulary, in each kind of state a JSON output passes through.
+// Feeds `prefix` one single-byte token a byte, then checks the mask's indexes (the byte trie,
+// the string fast paths) against Allowed() token by token on the real 49,152-token vocabulary.
+void ExpectMaskExact(const tokenizer::Tokenizer& tok, const runtime::TokenTable& table,
+                     runtime::OutputConstraint& c, const std::string& prefix) {
+  SCOPED_TRACE(prefix);
+  for (char ch : prefix) {
+    const int32_t id = tok.FindToken(std::string(1, ch));
+    ASSERT_GE(id, 0) << "no token for '" << ch << "'";
+    ASSERT_TRUE(c.Allowed(id));
+    c.Accept(id);
+  }
+  std::vector<float> logits(table.bytes.size(), 1.0f);
+  c.Mask(logits);
+  size_t kept = 0;
+  for (size_t id = 0; id < logits.size(); ++id) {
+    ASSERT_EQ(std::isfinite(logits[id]), c.Allowed(int32_t(id))) << "id " << id << " '" << table.bytes[id] << "'";
+    kept += std::isfinite(logits[id]) ? 1 : 0;
+  }
+  EXPECT_GT(kept, 0u);
+}
+
+// In each kind of state a JSON output passes through.
 TEST_F(EngineTest, JsonMaskEqualsTheTokenByTokenCheckOnTheRealVocabulary) {
   const auto table = MakeTokenTable(*bundle_->tokenizer, bundle_->eos_ids);
   for (const char* prefix : {"", " {", "{\"na", "{\"a\": ", "{\"a\": \"te", "{\"a\": \"x\\", "{\"a\": -1.5e",
                              "{\"a\": 12", "{\"a\": [tr", "{\"a\": {}}"}) {
-    SCOPED_TRACE(prefix);
     runtime::JsonConstraint c(table);
-    for (const char* p = prefix; *p != 0; ++p) {  // one single-byte token a byte
-      const int32_t id = bundle_->tokenizer->FindToken(std::string(1, *p));
-      ASSERT_GE(id, 0) << "no token for '" << *p << "'";
-      ASSERT_TRUE(c.Allowed(id));
-      c.Accept(id);
-    }
-    std::vector<float> logits(table->bytes.size(), 1.0f);
-    c.Mask(logits);
-    size_t kept = 0;
-    for (size_t id = 0; id < logits.size(); ++id) {
-      ASSERT_EQ(std::isfinite(logits[id]), c.Allowed(int32_t(id)))
-          << "id " << id << " '" << table->bytes[id] << "'";
-      kept += std::isfinite(logits[id]) ? 1 : 0;
-    }
-    EXPECT_GT(kept, 0u);
+    ExpectMaskExact(*bundle_->tokenizer, *table, c, prefix);
+  }
+}
+
+// The same for a schema: keys from a window of properties, an enum, a bounded string (whose
+// plain tokens are kept by their length), an integer, nested objects in an array.
+TEST_F(EngineTest, SchemaMaskEqualsTheTokenByTokenCheckOnTheRealVocabulary) {
+  const auto table = MakeTokenTable(*bundle_->tokenizer, bundle_->eos_ids);
+  const auto schema = runtime::JsonSchema::Compile(nlohmann::ordered_json::parse(R"({
+      "type": "object", "properties": {
+        "name": {"type": "string", "maxLength": 5}, "age": {"type": "integer"},
+        "role": {"enum": ["admin", "user", 7]},
+        "items": {"type": "array", "items": {"type": "object", "properties": {"sku": {"type": "string"}},
+                  "required": ["sku"]}}},
+      "required": ["name", "items"]})"));
+  for (const char* prefix : {"", "{", "{\"na", "{\"name\": \"ab", "{\"name\": \"abcd", "{\"name\":\"a\", ",
+                             "{\"name\":\"a\",\"age\": 1", "{\"name\":\"a\",\"role\":", "{\"name\":\"a\",\"role\":\"us",
+                             "{\"name\":\"a\",\"items\":[{\"sku\":\"x", "{\"name\":\"a\",\"items\":[]}"}) {
+    runtime::SchemaConstraint c(table, runtime::SchemaMatcher(*schema));
+    ExpectMaskExact(*bundle_->tokenizer, *table, c, prefix);
   }
 }
 

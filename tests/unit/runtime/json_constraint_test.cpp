@@ -95,7 +95,7 @@ std::shared_ptr<const TokenTable> SmallTable() {
   return std::make_shared<const TokenTable>(TokenTable::Make(pieces, special, {0}));
 }
 
-std::vector<int32_t> AllowedIds(const JsonConstraint& c, size_t vocab) {
+std::vector<int32_t> AllowedIds(const OutputConstraint& c, size_t vocab) {
   std::vector<float> logits(vocab, 0.0f);
   c.Mask(logits);
   std::vector<int32_t> ids;
@@ -116,7 +116,7 @@ TEST(JsonConstraint, MasksByTokenBytes) {
   c.Accept(6);   // name
   c.Accept(5);   // ":
   c.Accept(10);  // 12}
-  EXPECT_TRUE(c.done());
+  EXPECT_TRUE(c.can_end());
   EXPECT_EQ(AllowedIds(c, vocab), (std::vector<int32_t>{0}));  // only EOS once closed
 }
 
@@ -127,7 +127,7 @@ TEST(JsonConstraint, GreedySamplingFollowsTheMask) {
   SamplingParams p;
   p.temperature = 0.0f;
   p.top_logprobs = 0;
-  p.json_object = table;
+  p.token_table = table;
   SamplerState st(p, {}, 1);
   std::string text;
   for (int step = 0; step < 8; ++step) {
@@ -142,7 +142,7 @@ TEST(JsonConstraint, GreedySamplingFollowsTheMask) {
     EXPECT_LT(t.logprob, -1.0f);
   }
   EXPECT_EQ(text, "{}");
-  EXPECT_TRUE(st.json()->done());
+  EXPECT_TRUE(st.constraint()->can_end());
   EXPECT_TRUE(ParsesAsJson(text));
 }
 
@@ -153,7 +153,7 @@ TEST(JsonConstraint, SeededSamplingAlwaysYieldsAnObject) {
     SamplingParams p;
     p.temperature = 1.0f;
     p.seed = seed;
-    p.json_object = table;
+    p.token_table = table;
     SamplerState st(p, {}, 0);
     std::string text;
     bool ended = false;
@@ -161,9 +161,9 @@ TEST(JsonConstraint, SeededSamplingAlwaysYieldsAnObject) {
       // The mask's indexed paths (inside strings, by first byte) agree with Allowed id by id.
       std::vector<int32_t> brute;
       for (int32_t id = 0; id < int32_t(table->bytes.size()); ++id)
-        if (st.json()->Allowed(id)) brute.push_back(id);
+        if (st.constraint()->Allowed(id)) brute.push_back(id);
       ASSERT_FALSE(brute.empty());
-      ASSERT_EQ(AllowedIds(*st.json(), table->bytes.size()), brute) << "after " << text;
+      ASSERT_EQ(AllowedIds(*st.constraint(), table->bytes.size()), brute) << "after " << text;
       std::vector<float> logits(table->bytes.size(), 0.0f);
       logits[3] = 2.0f;  // "}": an object closes in a few steps on most draws
       const SampledToken t = Sample(logits, st);

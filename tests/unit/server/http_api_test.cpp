@@ -103,12 +103,12 @@ TEST_F(ServerTest, ResponseFormatJsonObject) {
   HttpResult r = c.Post("/v1/chat/completions", Chat("SAY:{}", json_mode));
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(r.Json()["choices"][0]["message"]["content"], "{}");
-  const auto table = engine_->last_sampling().json_object;
+  const auto table = engine_->last_sampling().token_table;
   ASSERT_NE(table, nullptr);
   EXPECT_EQ(table->eos_ids, (std::vector<int32_t>{kEos}));
   HttpResult plain = c.Post("/v1/chat/completions", Chat("SAY:hi"));
   ASSERT_EQ(plain.status, 200);
-  EXPECT_EQ(engine_->last_sampling().json_object, nullptr);
+  EXPECT_EQ(engine_->last_sampling().token_table, nullptr);
   // A template that opens <think> in the generation prompt: JSON mode's object is content.
   text_.features.think_tags = text_.features.prompt_opens_think = true;
   HttpResult think = c.Post("/v1/chat/completions", Chat("SAY:{\"a\": 1}", json_mode));
@@ -120,6 +120,16 @@ TEST_F(ServerTest, ResponseFormatJsonObject) {
                              Chat("SAY:{}", {{"response_format", {{"type", "json_schema"}}}}));
   EXPECT_EQ(schema.status, 400);
   EXPECT_EQ(schema.Json()["error"]["param"], "response_format");
+  // A schema reaches the engine compiled, beside the token table.
+  const nlohmann::json with_schema = {{"response_format", {{"type", "json_schema"}, {"json_schema",
+      {{"name", "n"}, {"schema", {{"type", "object"}, {"properties", {{"n", {{"type", "integer"}}}}}}}}}}}};
+  HttpResult typed = c.Post("/v1/chat/completions", Chat("SAY:{\"n\": 3}", with_schema));
+  ASSERT_EQ(typed.status, 200) << typed.body;
+  EXPECT_EQ(typed.Json()["choices"][0]["message"]["content"], "{\"n\": 3}");
+  EXPECT_NE(engine_->last_sampling().token_table, nullptr);
+  EXPECT_NE(engine_->last_sampling().json_schema, nullptr);
+  HttpResult json_mode_again = c.Post("/v1/chat/completions", Chat("SAY:{}", json_mode));
+  EXPECT_EQ(engine_->last_sampling().json_schema, nullptr);
 }
 
 // logit_bias reaches the engine as sorted (id, bias) pairs, on both endpoints; a bad one is a 400

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "runtime/json_schema.h"
+
 namespace pg::server {
 namespace {
 
@@ -120,7 +122,14 @@ TEST(ChatRequest, RejectsWrongTypesAndRanges) {
         {"tools", {{{"type", "function"}, {"function", {{"name", "f"}}}}}}, {"tool_choice", "required"}},
        "response_format"},
       {{{"messages", Msgs()}, {"response_format", {{"type", "json_schema"}, {"json_schema", json::object()}}}},
-       "response_format"},
+       "response_format"},  // no schema
+      {{{"messages", Msgs()}, {"response_format", {{"type", "json_schema"},
+        {"json_schema", {{"name", "x"}, {"schema", {{"type", "string"}, {"pattern", "a"}}}}}}}}, "response_format"},
+      {{{"messages", Msgs()}, {"guided_json", "{not json"}}, "guided_json"},
+      {{{"messages", Msgs()}, {"guided_json", 5}}, "guided_json"},
+      {{{"messages", Msgs()}, {"response_format", {{"type", "json_object"}}}, {"guided_json", json::object()}},
+       "guided_json"},
+      {{{"messages", Msgs()}, {"structured_outputs", {{"regex", "a+"}}}}, "structured_outputs"},
       {{{"messages", Msgs()}, {"response_format", {{"type", "yaml"}}}}, "response_format"},
       {{{"messages", Msgs()}, {"response_format", "json"}}, "response_format"},
       {{{"messages", Msgs()}, {"logit_bias", {{"abc", -100}}}}, "logit_bias"},
@@ -131,7 +140,7 @@ TEST(ChatRequest, RejectsWrongTypesAndRanges) {
       {{{"messages", Msgs()}, {"logit_bias", {{"7", "1"}}}}, "logit_bias"},
       {{{"messages", Msgs()}, {"logit_bias", {{"7", 1}, {"07", 2}}}}, "logit_bias"},
       {{{"messages", Msgs()}, {"logit_bias", {1, 2}}}, "logit_bias"},
-      {{{"messages", Msgs()}, {"guided_json", json::object()}}, "guided_json"},
+      {{{"messages", Msgs()}, {"guided_regex", "a+"}}, "guided_regex"},
       {{{"messages", Msgs()}, {"guided_choice", {"a", "b"}}}, "guided_choice"},
   };
   for (const auto& [body, param] : bad) {
@@ -148,6 +157,31 @@ TEST(ChatRequest, ResponseFormatJsonObjectIsJsonMode) {
   EXPECT_FALSE(ParseChatRequest({{"messages", Msgs()}}).options.json_object);
   EXPECT_TRUE(ParseCompletionRequest({{"prompt", "x"}, {"response_format", {{"type", "json_object"}}}}, 100)
                   .options.json_object);
+}
+
+// A schema arrives compiled, from response_format json_schema, vLLM's guided_json (object or
+// JSON string) or structured_outputs.json; each sets the JSON-output flag.
+TEST(ChatRequest, JsonSchemaFormsCompileTheSchema) {
+  const json schema = {{"type", "object"}, {"properties", {{"a", {{"type", "integer"}}}}}, {"required", {"a"}}};
+  const json bodies[] = {
+      {{"messages", Msgs()}, {"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "s"}, {"schema", schema}}}}}},
+      {{"messages", Msgs()}, {"guided_json", schema}},
+      {{"messages", Msgs()}, {"guided_json", schema.dump()}},
+      {{"messages", Msgs()}, {"structured_outputs", {{"json", schema}}}},
+  };
+  for (const json& body : bodies) {
+    SCOPED_TRACE(body.dump());
+    const ChatRequest r = ParseChatRequest(body);
+    EXPECT_TRUE(r.options.json_object);
+    ASSERT_NE(r.options.sampling.json_schema, nullptr);
+    runtime::SchemaMatcher m(*r.options.sampling.json_schema);
+    EXPECT_TRUE(m.Accept(R"({"a": 1})") && m.can_end());
+    runtime::SchemaMatcher bad(*r.options.sampling.json_schema);
+    EXPECT_FALSE(bad.Accept(R"({"b")"));
+  }
+  EXPECT_EQ(ParseChatRequest({{"messages", Msgs()}, {"response_format", {{"type", "json_object"}}}}).options.sampling.json_schema,
+            nullptr);
+  EXPECT_NE(ParseCompletionRequest({{"prompt", "x"}, {"guided_json", schema}}, 100).options.sampling.json_schema, nullptr);
 }
 
 TEST(ChatRequest, LogitBiasIsSortedById) {

@@ -1,0 +1,268 @@
+// JsonSchema::Compile: a JSON schema (nlohmann::ordered_json, so properties keep the order the
+// client wrote) to JsonSchema's node graph. What cannot be enforced is refused with the keyword
+// and its JSON pointer; nothing that constrains an instance is silently dropped.
+#include <algorithm>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+
+#include "core/status.h"
+#include "runtime/json_schema.h"
+
+namespace pg::runtime {
+
+using ojson = nlohmann::ordered_json;
+using Node = JsonSchema::Node;
+using Kind = JsonSchema::Kind;
+
+namespace {
+
+// Keywords that constrain instances in ways the matcher does not enforce.
+constexpr std::string_view kUnsupported[] = {
+    "pattern", "patternProperties", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+    "multipleOf", "not", "if", "then", "else", "prefixItems", "contains", "minContains",
+    "maxContains", "uniqueItems", "propertyNames", "minProperties", "maxProperties",
+    "dependentRequired", "dependentSchemas", "dependencies", "unevaluatedProperties",
+    "unevaluatedItems", "additionalItems", "$dynamicRef", "$recursiveRef"};
+// Keywords that do constrain (and are supported): a $ref / anyOf / allOf beside them is refused.
+constexpr std::string_view kAssertions[] = {
+    "type", "enum", "const", "properties", "required", "additionalProperties", "items", "minItems",
+    "maxItems", "minLength", "maxLength", "anyOf", "oneOf", "allOf", "$ref"};
+constexpr size_t kMaxLiteralBytes = 255;  // SchemaMatcher's byte counter in a literal
+constexpr int kMaxSchemaDepth = 64;
+
+bool TypeMatches(const ojson& v, std::string_view type) {
+  if (type == "object") return v.is_object();
+  if (type == "array") return v.is_array();
+  if (type == "string") return v.is_string();
+  if (type == "boolean") return v.is_boolean();
+  if (type == "null") return v.is_null();
+  if (type == "number") return v.is_number();
+  if (type == "integer") return v.is_number_integer() || (v.is_number_float() && v.get<double>() == double(int64_t(v.get<double>())));
+  return false;
+}
+
+}  // namespace
+
+class SchemaCompiler {
+ public:
+  explicit SchemaCompiler(const ojson& root) : root_(root) {
+    // JsonSchema's fixed nodes: any value and its parts.
+    Add({.kind = Kind::kAny});
+    Add({.kind = Kind::kMap, .child = JsonSchema::kAnyNode});
+    Add({.kind = Kind::kArray, .child = JsonSchema::kAnyNode});
+    Add({.kind = Kind::kString});
+    Add({.kind = Kind::kNumber});
+    Add({.kind = Kind::kLiteral, .lits = {"false", "null", "true"}});
+  }
+
+  std::shared_ptr<const JsonSchema> Run() {
+    out_.root_ = Compile(root_, "", 0);
+    return std::make_shared<const JsonSchema>(std::move(out_));
+  }
+
+ private:
+  template <typename... Args>
+  [[noreturn]] static void Fail(const std::string& path, fmt::format_string<Args...> f, Args&&... args) {
+    Throw(ErrorCode::kInvalidArgument, "json_schema at '{}': {}", path.empty() ? "#" : "#" + path,
+          fmt::format(f, std::forward<Args>(args)...));
+  }
+
+  int32_t Add(Node n) {
+    PG_ENSURE(out_.nodes_.size() < 0xFFFF, kInvalidArgument, "json_schema: more than 65535 nodes");
+    out_.nodes_.push_back(std::move(n));
+    return int32_t(out_.nodes_.size() - 1);
+  }
+
+  static bool HasAssertionBesides(const ojson& s, std::string_view keyword) {
+    for (std::string_view k : kAssertions)
+      if (k != keyword && s.contains(std::string(k))) return true;
+    return false;
+  }
+
+  static uint32_t Count(const ojson& s, const char* key, uint32_t dflt, const std::string& path) {
+    auto it = s.find(key);
+    if (it == s.end()) return dflt;
+    if (!it->is_number_integer() || it->get<int64_t>() < 0)
+      Fail(path, "'{}' must be a non-negative integer", key);
+    return uint32_t(std::min<int64_t>(it->get<int64_t>(), int64_t(JsonSchema::kUnbounded) - 1));
+  }
+
+  int32_t Compile(const ojson& s, const std::string& path, int depth) {
+    if (depth > kMaxSchemaDepth) Fail(path, "nested deeper than {} levels", kMaxSchemaDepth);
+    if (s.is_boolean()) {
+      if (!s.get<bool>()) Fail(path, "the schema 'false' allows no value");
+      return JsonSchema::kAnyNode;
+    }
+    if (!s.is_object()) Fail(path, "a schema must be an object or a boolean");
+    for (std::string_view k : kUnsupported)
+      if (s.contains(std::string(k))) Fail(path, "'{}' is not supported", k);
+    if (auto it = s.find("$ref"); it != s.end()) {
+      if (HasAssertionBesides(s, "$ref")) Fail(path, "'$ref' beside other constraints is not supported");
+      if (!it->is_string()) Fail(path, "'$ref' must be a string");
+      return Ref(it->get<std::string>(), path, depth);
+    }
+    if (auto it = s.find("allOf"); it != s.end()) {
+      if (!it->is_array() || it->size() != 1 || HasAssertionBesides(s, "allOf"))
+        Fail(path, "'allOf' is supported with exactly one schema and nothing beside it");
+      return Compile((*it)[0], path + "/allOf/0", depth + 1);
+    }
+    for (const char* key : {"anyOf", "oneOf"}) {
+      auto it = s.find(key);
+      if (it == s.end()) continue;
+      if (s.contains("anyOf") && s.contains("oneOf")) Fail(path, "both 'anyOf' and 'oneOf'");
+      if (!it->is_array() || it->empty()) Fail(path, "'{}' must be a non-empty array", key);
+      if (HasAssertionBesides(s, key)) Fail(path, "'{}' beside other constraints is not supported", key);
+      Node n{.kind = Kind::kAnyOf};
+      for (size_t i = 0; i < it->size(); ++i)
+        n.alts.push_back(Compile((*it)[i], fmt::format("{}/{}/{}", path, key, i), depth + 1));
+      return n.alts.size() == 1 ? n.alts[0] : Add(std::move(n));
+    }
+    std::vector<std::string> types;
+    if (auto it = s.find("type"); it != s.end()) {
+      if (it->is_string()) types.push_back(it->get<std::string>());
+      else if (it->is_array() && !it->empty())
+        for (const auto& t : *it) {
+          if (!t.is_string()) Fail(path, "'type' must be a string or an array of strings");
+          types.push_back(t.get<std::string>());
+        }
+      else Fail(path, "'type' must be a string or an array of strings");
+    }
+    if (s.contains("enum") || s.contains("const")) return Literal(s, types, path);
+    if (types.empty()) {  // inferred from the keywords present, else any value
+      if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties"))
+        types.push_back("object");
+      else if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) types.push_back("array");
+      else if (s.contains("minLength") || s.contains("maxLength")) types.push_back("string");
+      else return JsonSchema::kAnyNode;
+    }
+    Node any{.kind = Kind::kAnyOf};
+    for (const std::string& t : types) {
+      const int32_t id = Typed(s, t, path, depth);
+      if (std::find(any.alts.begin(), any.alts.end(), id) == any.alts.end()) any.alts.push_back(id);
+    }
+    return any.alts.size() == 1 ? any.alts[0] : Add(std::move(any));
+  }
+
+  int32_t Literal(const ojson& s, const std::vector<std::string>& types, const std::string& path) {
+    std::vector<const ojson*> values;
+    if (auto it = s.find("const"); it != s.end()) values.push_back(&*it);
+    if (auto it = s.find("enum"); it != s.end()) {
+      if (!it->is_array() || it->empty()) Fail(path, "'enum' must be a non-empty array");
+      if (s.contains("const")) Fail(path, "both 'enum' and 'const'");
+      for (const auto& v : *it) values.push_back(&v);
+    }
+    Node n{.kind = Kind::kLiteral};
+    for (const ojson* v : values) {
+      const bool typed = types.empty() || std::any_of(types.begin(), types.end(),
+                                                      [&](const std::string& t) { return TypeMatches(*v, t); });
+      if (!typed) continue;  // both keywords apply: a value of another type is no instance
+      std::string text = v->dump();
+      if (text.size() > kMaxLiteralBytes) Fail(path, "an enum / const value longer than {} bytes", kMaxLiteralBytes);
+      n.lits.push_back(std::move(text));
+    }
+    if (n.lits.empty()) Fail(path, "no 'enum' / 'const' value has the schema's type");
+    std::sort(n.lits.begin(), n.lits.end());
+    n.lits.erase(std::unique(n.lits.begin(), n.lits.end()), n.lits.end());
+    return Add(std::move(n));
+  }
+
+  int32_t Typed(const ojson& s, const std::string& type, const std::string& path, int depth) {
+    if (type == "object") return Object(s, path, depth);
+    if (type == "array") {
+      Node n{.kind = Kind::kArray, .min = Count(s, "minItems", 0, path),
+             .max = Count(s, "maxItems", JsonSchema::kUnbounded, path), .child = JsonSchema::kAnyNode};
+      if (n.min > n.max) Fail(path, "minItems > maxItems allows no array");
+      if (auto it = s.find("items"); it != s.end()) {
+        if (it->is_array()) Fail(path, "'items' as an array (tuples) is not supported");
+        n.child = Compile(*it, path + "/items", depth + 1);
+      }
+      return Add(std::move(n));
+    }
+    if (type == "string") {
+      Node n{.kind = Kind::kString, .min = Count(s, "minLength", 0, path),
+             .max = Count(s, "maxLength", JsonSchema::kUnbounded, path)};
+      if (n.min > n.max) Fail(path, "minLength > maxLength allows no string");
+      if (n.min == 0 && n.max == JsonSchema::kUnbounded) return JsonSchema::kAnyString;
+      return Add(std::move(n));
+    }
+    if (type == "number" || type == "integer")
+      return type == "number" ? JsonSchema::kAnyNumber : Add({.kind = Kind::kNumber, .integer = true});
+    if (type == "boolean") return Add({.kind = Kind::kLiteral, .lits = {"false", "true"}});
+    if (type == "null") return Add({.kind = Kind::kLiteral, .lits = {"null"}});
+    Fail(path, "unknown type '{}'", type);
+  }
+
+  int32_t Object(const ojson& s, const std::string& path, int depth) {
+    const ojson empty = ojson::object();
+    auto pit = s.find("properties");
+    if (pit != s.end() && !pit->is_object()) Fail(path, "'properties' must be an object");
+    const ojson& props = pit != s.end() ? *pit : empty;
+    std::vector<std::string> required;
+    if (auto it = s.find("required"); it != s.end()) {
+      if (!it->is_array()) Fail(path, "'required' must be an array of strings");
+      for (const auto& r : *it) {
+        if (!r.is_string()) Fail(path, "'required' must be an array of strings");
+        if (!props.contains(r.get<std::string>()))
+          Fail(path, "required property '{}' is not in 'properties' (not supported)", r.get<std::string>());
+        required.push_back(r.get<std::string>());
+      }
+    }
+    if (props.empty()) {
+      auto ap = s.find("additionalProperties");
+      if (ap == s.end() || (ap->is_boolean() && ap->get<bool>())) return JsonSchema::kAnyMap;
+      if (ap->is_boolean()) return Add({.kind = Kind::kObject, .next_required = {0}});  // {} only
+      Node m{.kind = Kind::kMap};
+      m.child = Compile(*ap, path + "/additionalProperties", depth + 1);
+      return Add(std::move(m));
+    }
+    // Properties are written in the schema's order; extra ones never (always valid).
+    Node n{.kind = Kind::kObject};
+    const int32_t id = Add({});  // reserved: the children's ids come after it
+    std::vector<uint8_t> req;
+    for (const auto& [name, sub] : props.items()) {
+      n.prop_node.push_back(Compile(sub, path + "/properties/" + name, depth + 1));
+      req.push_back(std::find(required.begin(), required.end(), name) != required.end());
+      std::string key = ojson(name).dump();
+      if (key.size() > kMaxLiteralBytes) Fail(path, "a property name longer than {} bytes", kMaxLiteralBytes);
+      n.lits.push_back(std::move(key));
+    }
+    std::vector<int32_t> order(n.lits.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = int32_t(i);
+    std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return n.lits[size_t(a)] < n.lits[size_t(b)]; });
+    std::vector<std::string> sorted;
+    for (int32_t i : order) sorted.push_back(n.lits[size_t(i)]), n.lit_prop.push_back(i);
+    n.lits = std::move(sorted);
+    n.next_required.assign(n.props() + 1, uint32_t(n.props()));
+    for (size_t i = n.props(); i-- > 0;) n.next_required[i] = req[i] ? uint32_t(i) : n.next_required[i + 1];
+    out_.nodes_[size_t(id)] = std::move(n);
+    return id;
+  }
+
+  int32_t Ref(const std::string& ref, const std::string& path, int depth) {
+    if (auto it = refs_.find(ref); it != refs_.end()) return it->second;
+    if (ref.empty() || ref[0] != '#') Fail(path, "'$ref' '{}': only references into this schema (#/...) are supported", ref);
+    const ojson* target = nullptr;
+    try {
+      target = &root_.at(ojson::json_pointer(ref.substr(1)));
+    } catch (const std::exception&) {
+      Fail(path, "'$ref' '{}' points to nothing", ref);
+    }
+    const int32_t id = Add({});  // reserved: recursive references resolve to it
+    refs_[ref] = id;
+    const int32_t compiled = Compile(*target, ref.substr(1), depth + 1);
+    out_.nodes_[size_t(id)] = compiled == id ? Node{} : out_.nodes_[size_t(compiled)];
+    return id;
+  }
+
+  const ojson& root_;
+  JsonSchema out_;
+  std::map<std::string, int32_t> refs_;
+};
+
+std::shared_ptr<const JsonSchema> JsonSchema::Compile(const nlohmann::ordered_json& schema) {
+  return SchemaCompiler(schema).Run();
+}
+
+}  // namespace pg::runtime

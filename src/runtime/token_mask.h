@@ -1,0 +1,178 @@
+// Constrained decoding's shared half: a model's token table (every id's raw bytes, indexed for
+// masking) and ByteConstraint, which masks a logits row with any byte-level matcher, exactly: a
+// token is kept iff every byte of it is accepted. Greedy and seeded sampling then draw from the
+// constrained distribution, not from a filtered unconstrained draw.
+//
+// Matchers (JsonMatcher: JSON mode; SchemaMatcher: a JSON schema) are values, copied to try
+// bytes, with:
+//   bool Accept(uint8_t c);    false: c cannot come next (the copy is then dead)
+//   bool can_end() const;      the output may end here (EOS allowed)
+//   int string_budget() const; -1 unless inside a string where every plain token (TokenTable::
+//                              plain) is accepted and leaves nothing but a character count
+//                              changed; then the characters (code points) the string may still
+//                              take, kUnlimited for no bound
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace pg::runtime {
+
+// Raw bytes of every token id (byte-level BPE pieces decoded: " the", "{\""), the ids that
+// never appear inside JSON (special / control tokens) and the end-of-sequence ids. Built once
+// per model from its tokenizer and shared by every constrained request.
+struct TokenTable {
+  std::vector<std::string> bytes;  // id -> raw bytes (may be a partial UTF-8 sequence)
+  std::vector<uint8_t> special;    // id -> 1: never allowed (EOS is allowed separately)
+  std::vector<uint8_t> plain;      // id -> 1: text (not special, not EOS), non-empty, no '"', '\\'
+                                   // or byte < 0x20 (Make sets it)
+  std::vector<uint8_t> chars;      // id -> code points its bytes start (bytes not 10xxxxxx),
+                                   // saturating at 255 (Make sets it)
+  std::vector<int32_t> eos_ids;
+  // Indexes Make builds for the mask: ids that are not plain (special and EOS ones included),
+  // the plain ones by length (for strings of bounded length), and a byte trie of the text ids (not special, not EOS, non-empty). Node 0 is the root; a
+  // node's children are first_child, then next_sibling, ..., in increasing byte order (-1
+  // ends); node n is reached by byte[n] and the ids spelled by its path are
+  // ends[end_begin[n] .. end_begin[n] + end_count[n]).
+  std::vector<int32_t> not_plain;
+  std::vector<int32_t> plain_by_chars;  // the plain ids, most characters first
+  struct Trie {
+    std::vector<int32_t> first_child, next_sibling, end_begin, end_count;
+    std::vector<uint8_t> byte;
+    std::vector<int32_t> ends;
+  } trie;
+
+  static TokenTable Make(std::vector<std::string> bytes, std::vector<uint8_t> special,
+                         std::vector<int32_t> eos_ids);
+  bool IsEos(int32_t token) const {
+    return std::find(eos_ids.begin(), eos_ids.end(), token) != eos_ids.end();
+  }
+};
+
+// One request's constraint on what it may generate (SamplerState owns it; runtime::Sample
+// masks with it and feeds it each sampled token).
+class OutputConstraint {
+ public:
+  virtual ~OutputConstraint() = default;
+  // Sets every token that cannot come next to -inf. If none could (a vocabulary without the
+  // bytes needed), EOS tokens stay allowed; logits.size() may exceed the table (ids beyond it
+  // are masked).
+  virtual void Mask(std::span<float> logits) const = 0;
+  virtual bool Allowed(int32_t token) const = 0;
+  virtual void Accept(int32_t token) = 0;  // advances past a sampled token (EOS: no bytes)
+  virtual bool can_end() const = 0;        // EOS is allowed now
+};
+
+inline constexpr int kUnlimited = std::numeric_limits<int>::max();
+
+template <class Matcher>
+class ByteConstraint final : public OutputConstraint {
+ public:
+  // owner: kept alive with the constraint (what the matcher points into, e.g. its schema).
+  explicit ByteConstraint(std::shared_ptr<const TokenTable> table, Matcher matcher = Matcher(),
+                          std::shared_ptr<const void> owner = nullptr)
+      : table_(std::move(table)), owner_(std::move(owner)), matcher_(std::move(matcher)) {
+    if (table_ == nullptr) throw std::invalid_argument("a constrained output needs a token table");
+  }
+
+  bool can_end() const override { return matcher_.can_end(); }
+  const Matcher& matcher() const { return matcher_; }
+
+  bool Allowed(int32_t token) const override {
+    const TokenTable& t = *table_;
+    if (token < 0 || size_t(token) >= t.bytes.size()) return false;
+    if (t.IsEos(token)) return matcher_.can_end();
+    if (t.special[size_t(token)]) return false;
+    const int budget = matcher_.string_budget();
+    if (budget >= 0 && t.plain[size_t(token)]) return t.chars[size_t(token)] <= budget;
+    const std::string& b = t.bytes[size_t(token)];
+    if (b.empty()) return false;
+    Matcher m = matcher_;
+    for (char ch : b)
+      if (!m.Accept(uint8_t(ch))) return false;
+    return true;
+  }
+
+  void Accept(int32_t token) override {
+    if (token < 0 || size_t(token) >= table_->bytes.size() || table_->IsEos(token)) return;
+    Matcher m = matcher_;
+    for (char ch : table_->bytes[size_t(token)])
+      if (!m.Accept(uint8_t(ch))) return;  // not an allowed token: the state stays
+    matcher_ = m;
+  }
+
+  void Mask(std::span<float> logits) const override {
+    constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+    const TokenTable& t = *table_;
+    const size_t n = std::min(logits.size(), t.bytes.size());
+    for (size_t i = n; i < logits.size(); ++i) logits[i] = kNegInf;  // ids beyond the table
+    bool any = false;
+    const int budget = matcher_.string_budget();
+    if (budget == kUnlimited) {
+      // Inside an unbounded string every plain token is allowed and leaves the state as is:
+      // only the others (quotes, escapes, control bytes, special tokens) are tried.
+      for (int32_t id : t.not_plain) {
+        if (size_t(id) >= n) continue;
+        if (Allowed(id)) any = true;
+        else logits[size_t(id)] = kNegInf;
+      }
+      any = any || t.not_plain.size() < t.bytes.size();
+    } else if (budget >= 0) {
+      // A bounded string: a plain token fits iff its characters do; the others are tried.
+      size_t longer = 0;  // plain ids with more characters than the budget: a prefix
+      for (; longer < t.plain_by_chars.size(); ++longer) {
+        const int32_t id = t.plain_by_chars[longer];
+        if (t.chars[size_t(id)] <= budget) break;
+        if (size_t(id) < n) logits[size_t(id)] = kNegInf;
+      }
+      any = longer < t.plain_by_chars.size();
+      for (int32_t id : t.not_plain) {
+        if (size_t(id) >= n) continue;
+        if (Allowed(id)) any = true;
+        else logits[size_t(id)] = kNegInf;
+      }
+    } else {
+      // Elsewhere few tokens fit: walk the trie, one matcher step per node, pruning a subtree
+      // at the first byte that cannot follow; keep the logits of the ids found, mask the rest.
+      std::vector<std::pair<int32_t, float>> keep;
+      const TokenTable::Trie& tr = t.trie;
+      auto walk = [&](auto& self, int32_t node, const Matcher& m) -> void {
+        for (int32_t c = tr.first_child[size_t(node)]; c >= 0; c = tr.next_sibling[size_t(c)]) {
+          Matcher next = m;
+          if (!next.Accept(tr.byte[size_t(c)])) continue;
+          for (int32_t k = 0; k < tr.end_count[size_t(c)]; ++k) {
+            const int32_t id = tr.ends[size_t(tr.end_begin[size_t(c)] + k)];
+            if (size_t(id) < n) keep.emplace_back(id, logits[size_t(id)]);
+          }
+          self(self, c, next);
+        }
+      };
+      walk(walk, 0, matcher_);
+      if (matcher_.can_end())
+        for (int32_t e : t.eos_ids)
+          if (e >= 0 && size_t(e) < n) keep.emplace_back(e, logits[size_t(e)]);
+      std::fill(logits.begin(), logits.begin() + std::ptrdiff_t(n), kNegInf);
+      for (const auto& [id, v] : keep) logits[size_t(id)] = v;
+      any = !keep.empty();
+    }
+    if (any) return;
+    // Nothing can continue the output (a vocabulary without the needed bytes): end it rather
+    // than draw from an empty set. The caller sees the truncated text.
+    for (int32_t e : t.eos_ids)
+      if (e >= 0 && size_t(e) < logits.size()) logits[size_t(e)] = 0.0f;
+  }
+
+ private:
+  std::shared_ptr<const TokenTable> table_;
+  std::shared_ptr<const void> owner_;
+  Matcher matcher_;
+};
+
+}  // namespace pg::runtime

@@ -1,0 +1,309 @@
+// Structured outputs: the schema compiler's refusals, SchemaMatcher on hand-picked valid and
+// invalid texts (where each must be refused, byte by byte), and seeded walks through the
+// constraint whose every ended output must be an instance of its schema, judged by a small
+// validator written here from the JSON Schema text (independent of the matcher's graph). The
+// walks also check, at every step, the indexed mask against Allowed() token by token.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "runtime/json_constraint.h"
+#include "runtime/json_schema.h"
+#include "runtime/sampler.h"
+
+namespace pg::runtime {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+std::shared_ptr<const JsonSchema> Schema(const char* text) { return JsonSchema::Compile(ojson::parse(text)); }
+
+// Bytes of `text` the matcher accepts before the first refusal (text.size(): all of them).
+size_t AcceptedPrefix(const JsonSchema& s, std::string_view text) {
+  SchemaMatcher m(s);
+  for (size_t i = 0; i < text.size(); ++i)
+    if (!m.Accept(uint8_t(text[i]))) return i;
+  return text.size();
+}
+
+bool Matches(const JsonSchema& s, std::string_view text) {
+  SchemaMatcher m(s);
+  return m.Accept(text) && m.can_end();
+}
+
+std::string CompileError(const char* text) {
+  try {
+    Schema(text);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    return e.what();
+  }
+  return "";
+}
+
+TEST(JsonSchemaCompile, RefusesWhatItCannotEnforceNamingTheKeywordAndPlace) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"type": "string", "pattern": "^a"})", "'pattern'"},
+      {R"({"properties": {"n": {"type": "integer", "minimum": 0}}})", "#/properties/n"},
+      {R"({"type": "array", "items": [{"type": "string"}]})", "tuples"},
+      {R"({"type": "object", "properties": {"a": {}}, "required": ["b"]})", "'b'"},
+      {R"(false)", "allows no value"},
+      {R"({"$ref": "http://example.com/s.json"})", "only references into this schema"},
+      {R"({"$ref": "#/$defs/missing"})", "points to nothing"},
+      {R"({"enum": []})", "non-empty"},
+      {R"({"type": "integer", "enum": ["a", "b"]})", "no 'enum' / 'const' value"},
+      {R"({"type": "array", "minItems": 3, "maxItems": 2})", "minItems > maxItems"},
+      {R"({"type": "string", "anyOf": [{"maxLength": 2}]})", "'anyOf' beside"},
+      {R"({"allOf": [{"type": "string"}, {"maxLength": 2}]})", "'allOf'"},
+      {R"({"type": "date"})", "unknown type 'date'"},
+      {R"({"type": "string", "minLength": -1})", "non-negative"},
+  };
+  for (const auto& [schema, want] : cases) {
+    SCOPED_TRACE(schema);
+    const std::string err = CompileError(schema);
+    EXPECT_NE(err.find(want), std::string::npos) << err;
+  }
+  // Annotations, `format` included (an annotation in 2020-12), compile.
+  EXPECT_NO_THROW(Schema(R"({"title": "T", "description": "d", "type": "string", "format": "date-time",
+                             "default": "x", "examples": ["y"], "$schema": "https://json-schema.org/draft/2020-12/schema"})"));
+}
+
+TEST(SchemaMatcher, ObjectPropertiesInOrderRequiredAndOptional) {
+  auto s = Schema(R"({"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
+                      "tags": {"type": "array", "items": {"type": "string"}}}, "required": ["name"]})");
+  for (const char* ok : {R"({"name": "a"})", R"({"name":"a","age":3})", R"({"name":"a","tags":[]})",
+                         R"({"name": "b", "age": -7, "tags": ["x", "y"]})", "{ \"name\" : \"a\" ,\n \"age\": 0 }"}) {
+    EXPECT_TRUE(Matches(*s, ok)) << ok;
+  }
+  const std::pair<const char*, size_t> bad[] = {
+      {R"({"age":3})", 2},               // "a..." names age before the required name
+      {R"({})", 1},                      // name is required
+      {R"({"name":"a","age":1.5})", 19}, // an integer
+      {R"({"name":"a","name":"b"})", 13},// written once, in order
+      {R"({"name":"a","age":3,"tags":[],"x":1})", 29},  // every property written: no ','
+      {R"({"name":"a",})", 12},
+      {R"({"nam":"a"})", 5},
+      {R"({"name":"a","tags":["x",1]})", 24},
+  };
+  for (const auto& [text, at] : bad) EXPECT_EQ(AcceptedPrefix(*s, text), at) << text;
+  EXPECT_FALSE(Matches(*s, R"({"name":"a")"));  // open: no EOS yet
+}
+
+TEST(SchemaMatcher, EnumsConstsAndLiteralsThatMayGoOn) {
+  auto colors = Schema(R"({"enum": ["red", "green", 1, 12, null]})");
+  for (const char* ok : {R"("red")", R"("green")", "1", "12", "null"}) EXPECT_TRUE(Matches(*colors, ok)) << ok;
+  EXPECT_EQ(AcceptedPrefix(*colors, R"("blue")"), 1u);
+  EXPECT_EQ(AcceptedPrefix(*colors, "13"), 1u);
+  EXPECT_EQ(AcceptedPrefix(*colors, "12 "), 2u);  // nothing after the top-level value
+  auto obj = Schema(R"({"type": "object", "properties": {"n": {"enum": [1, 12]}, "m": {"const": {"k": [true]}}},
+                        "required": ["n", "m"]})");
+  EXPECT_TRUE(Matches(*obj, R"({"n": 1, "m": {"k":[true]}})"));
+  EXPECT_TRUE(Matches(*obj, R"({"n":12,"m":{"k":[true]}})"));
+  EXPECT_EQ(AcceptedPrefix(*obj, R"({"n":1,"m":{"k": [true]}})"), 16u);  // const: its compact text
+}
+
+TEST(SchemaMatcher, ArraysStringsAndNumbersKeepTheirBounds) {
+  auto arr = Schema(R"({"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 2})");
+  EXPECT_TRUE(Matches(*arr, "[1,2]"));
+  EXPECT_TRUE(Matches(*arr, "[ -0 ]"));
+  EXPECT_EQ(AcceptedPrefix(*arr, "[]"), 1u);
+  EXPECT_EQ(AcceptedPrefix(*arr, "[1,2,3]"), 4u);
+  EXPECT_EQ(AcceptedPrefix(*arr, "[1e5]"), 2u);
+  auto str = Schema(R"({"type": "string", "minLength": 2, "maxLength": 3})");
+  EXPECT_TRUE(Matches(*str, R"("ab")"));
+  EXPECT_TRUE(Matches(*str, "\"\xc3\xa9\xc3\xa9\xc3\xa9\""));  // three code points, six bytes
+  EXPECT_TRUE(Matches(*str, R"("\n\u00e9")"));               // an escape is one character
+  EXPECT_EQ(AcceptedPrefix(*str, R"("abcd")"), 4u);
+  EXPECT_EQ(AcceptedPrefix(*str, R"("a")"), 2u);
+  auto num = Schema(R"({"type": "number"})");
+  EXPECT_TRUE(Matches(*num, "-1.5e+3"));
+  EXPECT_FALSE(Matches(*num, "-"));
+  EXPECT_EQ(AcceptedPrefix(*num, "01"), 1u);
+}
+
+TEST(SchemaMatcher, AnyOfTypeListsRefsAndMaps) {
+  auto alt = Schema(R"({"anyOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+                                  {"type": "object", "properties": {"b": {"type": "string"}}, "required": ["b"]}]})");
+  EXPECT_TRUE(Matches(*alt, R"({"a": 1})"));
+  EXPECT_TRUE(Matches(*alt, R"({"b": "x"})"));
+  EXPECT_EQ(AcceptedPrefix(*alt, R"({"a":"x"})"), 5u);
+  auto opt = Schema(R"({"type": ["string", "null"]})");
+  EXPECT_TRUE(Matches(*opt, "null"));
+  EXPECT_TRUE(Matches(*opt, R"("x")"));
+  EXPECT_EQ(AcceptedPrefix(*opt, "1"), 0u);
+  auto tree = Schema(R"({"$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"},
+                          "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}}, "required": ["v", "kids"]}},
+                         "$ref": "#/$defs/node"})");
+  EXPECT_TRUE(Matches(*tree, R"({"v":1,"kids":[{"v":2,"kids":[]},{"v":3,"kids":[{"v":4,"kids":[]}]}]})"));
+  EXPECT_EQ(AcceptedPrefix(*tree, R"({"v":1,"kids":[{"v":2}]})"), 21u);
+  auto map = Schema(R"({"type": "object", "additionalProperties": {"type": "integer"}})");
+  EXPECT_TRUE(Matches(*map, R"({"x": 1, "y\"z": 2})"));
+  EXPECT_TRUE(Matches(*map, "{}"));
+  EXPECT_EQ(AcceptedPrefix(*map, R"({"x":"s"})"), 5u);
+  auto closed = Schema(R"({"type": "object", "additionalProperties": false})");
+  EXPECT_TRUE(Matches(*closed, "{}"));
+  EXPECT_EQ(AcceptedPrefix(*closed, R"({"a":1})"), 1u);
+  auto any = Schema("{}");
+  EXPECT_TRUE(Matches(*any, R"([1, {"a": null, "b": [true, false]}, "s", -2.5])"));
+  EXPECT_EQ(AcceptedPrefix(*any, "[1,]"), 3u);
+  // An anyOf that reaches itself through $ref neither loops nor accepts what it cannot start.
+  auto loop = Schema(R"({"$defs": {"a": {"anyOf": [{"$ref": "#/$defs/a"}, {"type": "integer"}]}}, "$ref": "#/$defs/a"})");
+  EXPECT_TRUE(Matches(*loop, "7"));
+  EXPECT_EQ(AcceptedPrefix(*loop, "x"), 0u);
+}
+
+TEST(SchemaMatcher, WhitespaceCapAndStringBudget) {
+  auto s = Schema(R"({"type": "object", "properties": {"s": {"type": "string", "maxLength": 4}, "t": {"type": "string"}},
+                      "required": ["s", "t"]})");
+  const std::string spaces(JsonMatcher::kMaxWhitespace + 1, ' ');
+  EXPECT_EQ(AcceptedPrefix(*s, "{" + spaces), 1u + JsonMatcher::kMaxWhitespace);
+  SchemaMatcher m(*s);
+  ASSERT_TRUE(m.Accept(R"({"s": "ab)"));
+  EXPECT_EQ(m.string_budget(), 2);
+  ASSERT_TRUE(m.Accept(R"(", "t": "x)"));
+  EXPECT_EQ(m.string_budget(), kUnlimited);
+  ASSERT_TRUE(m.Accept(R"(")"));
+  EXPECT_EQ(m.string_budget(), -1);
+}
+
+// ---- seeded walks, judged by an independent validator --------------------------------------
+
+bool Valid(const ojson& v, const ojson& s, const ojson& root);
+
+bool ValidType(const ojson& v, const std::string& t) {
+  if (t == "integer") return v.is_number_integer() || (v.is_number_float() && v.get<double>() == std::floor(v.get<double>()));
+  if (t == "number") return v.is_number();
+  if (t == "string") return v.is_string();
+  if (t == "boolean") return v.is_boolean();
+  if (t == "null") return v.is_null();
+  if (t == "array") return v.is_array();
+  if (t == "object") return v.is_object();
+  return false;
+}
+
+size_t CodePoints(const std::string& s) {
+  size_t n = 0;
+  for (char c : s) n += (uint8_t(c) & 0xC0) != 0x80;
+  return n;
+}
+
+bool Valid(const ojson& v, const ojson& s, const ojson& root) {
+  if (s.is_boolean()) return s.get<bool>();
+  if (s.contains("$ref")) return Valid(v, root.at(ojson::json_pointer(s["$ref"].get<std::string>().substr(1))), root);
+  if (s.contains("anyOf")) {
+    for (const auto& a : s["anyOf"]) if (Valid(v, a, root)) return true;
+    return false;
+  }
+  if (s.contains("type")) {
+    bool any = false;
+    if (s["type"].is_string()) any = ValidType(v, s["type"]);
+    else for (const auto& t : s["type"]) any = any || ValidType(v, t);
+    if (!any) return false;
+  }
+  if (s.contains("enum")) {
+    bool any = false;
+    for (const auto& e : s["enum"]) any = any || e == v;
+    if (!any) return false;
+  }
+  if (s.contains("const") && s["const"] != v) return false;
+  if (v.is_string()) {
+    const size_t n = CodePoints(v.get<std::string>());
+    if (n < s.value("minLength", size_t(0)) || n > s.value("maxLength", size_t(1) << 30)) return false;
+  }
+  if (v.is_array()) {
+    if (v.size() < s.value("minItems", size_t(0)) || v.size() > s.value("maxItems", size_t(1) << 30)) return false;
+    if (s.contains("items")) for (const auto& x : v) if (!Valid(x, s["items"], root)) return false;
+  }
+  if (v.is_object()) {
+    const ojson props = s.value("properties", ojson::object());
+    for (const auto& r : s.value("required", ojson::array())) if (!v.contains(r.get<std::string>())) return false;
+    for (const auto& [k, x] : v.items()) {
+      if (props.contains(k)) {
+        if (!Valid(x, props[k], root)) return false;
+      } else if (s.contains("additionalProperties")) {
+        if (!Valid(x, s["additionalProperties"], root)) return false;
+      }
+    }
+  }
+  return true;
+}
+
+// Token 0 is EOS; then every printable ASCII byte, a few multi-byte pieces and a 2-byte code
+// point, so that the walks meet keys, literals and strings split across tokens.
+std::shared_ptr<const TokenTable> WalkTable() {
+  std::vector<std::string> pieces = {"</s>"};
+  for (int c = 0x20; c < 0x7f; ++c) pieces.push_back(std::string(1, char(c)));
+  for (const char* p : {"{\"", "\":", "\": ", "\", \"", "\"}", "na", "name", "tr", "true", "null", "12", ", ",
+                        "\xc3\xa9", "\\n", "\\u00", "]}", "[{", "\n", "ki", "ds"})
+    pieces.push_back(p);
+  std::vector<uint8_t> special(pieces.size(), 0);
+  special[0] = 1;
+  return std::make_shared<const TokenTable>(TokenTable::Make(pieces, special, {0}));
+}
+
+std::vector<int32_t> AllowedIds(const OutputConstraint& c, size_t vocab) {
+  std::vector<float> logits(vocab, 0.0f);
+  c.Mask(logits);
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < vocab; ++i)
+    if (std::isfinite(logits[i])) ids.push_back(int32_t(i));
+  return ids;
+}
+
+TEST(SchemaConstraint, SeededWalksEndAsInstancesAndTheMaskIsExact) {
+  const char* schemas[] = {
+      R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 6}, "age": {"type": "integer"},
+          "ok": {"type": "boolean"}}, "required": ["name", "ok"]})",
+      R"({"type": "array", "items": {"enum": ["red", "green", 7, null]}, "minItems": 1, "maxItems": 4})",
+      R"({"$defs": {"n": {"type": "object", "properties": {"v": {"type": "integer"}, "kids": {"type": "array",
+          "items": {"$ref": "#/$defs/n"}, "maxItems": 2}}, "required": ["v", "kids"]}}, "$ref": "#/$defs/n"})",
+      R"({"anyOf": [{"type": "string", "minLength": 2, "maxLength": 5}, {"type": "null"},
+                    {"type": "object", "additionalProperties": {"type": "number"}}]})",
+  };
+  auto table = WalkTable();
+  const size_t vocab = table->bytes.size();
+  for (const char* text : schemas) {
+    const ojson doc = ojson::parse(text);
+    auto schema = JsonSchema::Compile(doc);
+    int ended_walks = 0;
+    for (uint64_t seed = 0; seed < 30; ++seed) {
+      SamplingParams p;
+      p.temperature = 1.0f;
+      p.seed = seed;
+      p.token_table = table;
+      p.json_schema = schema;
+      SamplerState st(p, {}, 0);
+      std::string out;
+      bool ended = false;
+      for (int step = 0; step < 300 && !ended; ++step) {
+        std::vector<int32_t> brute;
+        for (int32_t id = 0; id < int32_t(vocab); ++id)
+          if (st.constraint()->Allowed(id)) brute.push_back(id);
+        ASSERT_FALSE(brute.empty()) << text << " after " << out;
+        ASSERT_EQ(AllowedIds(*st.constraint(), vocab), brute) << text << " after " << out;
+        std::vector<float> logits(vocab, 0.0f);
+        for (const char* closer : {"}", "]", "\"", ",", "0", "\"}", "]}"})  // ends come sooner
+          for (size_t id = 1; id < vocab; ++id)
+            if (table->bytes[id] == closer) logits[id] = 2.5f;
+        logits[0] = 3.0f;  // EOS, where allowed
+        const SampledToken t = Sample(logits, st);
+        ended = t.token == 0;
+        if (!ended) out += table->bytes[size_t(t.token)];
+      }
+      SCOPED_TRACE(std::string(text) + " -> " + out);
+      if (!ended) continue;  // a walk may run out of steps on a valid prefix
+      ++ended_walks;
+      const ojson v = ojson::parse(out, nullptr, /*allow_exceptions=*/false);
+      ASSERT_FALSE(v.is_discarded());
+      EXPECT_TRUE(Valid(v, doc, doc));
+    }
+    EXPECT_GE(ended_walks, 20) << text;
+  }
+}
+
+}  // namespace
+}  // namespace pg::runtime
