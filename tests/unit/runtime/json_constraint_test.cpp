@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "mask_checks.h"
 #include "runtime/sampler.h"
 
 namespace pg::runtime {
@@ -95,15 +96,6 @@ std::shared_ptr<const TokenTable> SmallTable() {
   return std::make_shared<const TokenTable>(TokenTable::Make(pieces, special, {0}));
 }
 
-std::vector<int32_t> AllowedIds(const OutputConstraint& c, size_t vocab) {
-  std::vector<float> logits(vocab, 0.0f);
-  c.Mask(logits);
-  std::vector<int32_t> ids;
-  for (size_t i = 0; i < vocab; ++i)
-    if (std::isfinite(logits[i])) ids.push_back(int32_t(i));
-  return ids;
-}
-
 TEST(JsonConstraint, MasksByTokenBytes) {
   auto table = SmallTable();
   const size_t vocab = table->bytes.size() + 3;  // logits wider than the table: extra ids masked
@@ -159,9 +151,7 @@ TEST(JsonConstraint, SeededSamplingAlwaysYieldsAnObject) {
     bool ended = false;
     for (int step = 0; step < 400 && !ended; ++step) {
       // The mask's indexed paths (inside strings, by first byte) agree with Allowed id by id.
-      std::vector<int32_t> brute;
-      for (int32_t id = 0; id < int32_t(table->bytes.size()); ++id)
-        if (st.constraint()->Allowed(id)) brute.push_back(id);
+      const std::vector<int32_t> brute = AllowedOneByOne(*st.constraint(), table->bytes.size());
       ASSERT_FALSE(brute.empty());
       ASSERT_EQ(AllowedIds(*st.constraint(), table->bytes.size()), brute) << "after " << text;
       std::vector<float> logits(table->bytes.size(), 0.0f);

@@ -13,6 +13,7 @@
 #include "core/status.h"
 #include "runtime/json_constraint.h"
 #include "runtime/json_schema.h"
+#include "mask_checks.h"
 #include "runtime/sampler.h"
 
 namespace pg::runtime {
@@ -245,15 +246,6 @@ std::shared_ptr<const TokenTable> WalkTable() {
   return std::make_shared<const TokenTable>(TokenTable::Make(pieces, special, {0}));
 }
 
-std::vector<int32_t> AllowedIds(const OutputConstraint& c, size_t vocab) {
-  std::vector<float> logits(vocab, 0.0f);
-  c.Mask(logits);
-  std::vector<int32_t> ids;
-  for (size_t i = 0; i < vocab; ++i)
-    if (std::isfinite(logits[i])) ids.push_back(int32_t(i));
-  return ids;
-}
-
 TEST(SchemaConstraint, SeededWalksEndAsInstancesAndTheMaskIsExact) {
   const char* schemas[] = {
       R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 6}, "age": {"type": "integer"},
@@ -280,9 +272,7 @@ TEST(SchemaConstraint, SeededWalksEndAsInstancesAndTheMaskIsExact) {
       std::string out;
       bool ended = false;
       for (int step = 0; step < 300 && !ended; ++step) {
-        std::vector<int32_t> brute;
-        for (int32_t id = 0; id < int32_t(vocab); ++id)
-          if (st.constraint()->Allowed(id)) brute.push_back(id);
+        const std::vector<int32_t> brute = AllowedOneByOne(*st.constraint(), vocab);
         ASSERT_FALSE(brute.empty()) << text << " after " << out;
         ASSERT_EQ(AllowedIds(*st.constraint(), vocab), brute) << text << " after " << out;
         std::vector<float> logits(vocab, 0.0f);
