@@ -24,6 +24,7 @@
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/token_mask.h"
@@ -48,12 +49,22 @@ class JsonSchema {
     std::vector<int32_t> prop_node;            // kObject: property i's value node (schema order)
     std::vector<uint32_t> next_required;       // kObject: [i]: first required property >= i
                                                // (props() when none); size props() + 1
+    // kObject, tagged (a tool call {"name": N, <arguments key>: A}): property 0's value is the
+    // kLiteral node prop_node[0] (the names, sorted), and property 1's node is tag_node[i] for
+    // the name lits[i] of that literal node: the arguments follow the name written.
+    std::vector<int32_t> tag_node;
     size_t props() const { return prop_node.size(); }
   };
 
   // Throws pg::Error(kInvalidArgument) naming the keyword and its JSON pointer for a schema
   // this cannot enforce (or that allows nothing).
   static std::shared_ptr<const JsonSchema> Compile(const nlohmann::ordered_json& schema);
+  // One tool call as a JSON object {"name": <one of the tools>, <args_key>: <its parameters>}
+  // (tools: name -> parameters schema, null for any object). A tool whose parameters cannot be
+  // enforced gets any object; its name and the reason are appended to `relaxed`.
+  static std::shared_ptr<const JsonSchema> CompileToolCall(
+      const std::vector<std::pair<std::string, nlohmann::ordered_json>>& tools, const std::string& args_key,
+      std::vector<std::string>* relaxed);
 
   const Node& node(int32_t i) const { return nodes_[size_t(i)]; }
   int32_t root() const { return root_; }
@@ -91,21 +102,21 @@ class SchemaMatcher {
  private:
   enum class FrameKind : uint8_t { kRoot, kObject, kKey, kMap, kArray, kString, kNumber, kLiteral };
   // One open value. Field use by kind: a / b: object: the next property at or past which a key
-  // may come (cursor) / the property whose key was just read; array: items so far; string:
-  // code points so far; literal and key: the candidate range [a, b) of the node's lits, aux the
-  // bytes matched. phase: the kind's sub-state. Explicit padding: frames compare by memcmp.
+  // may come (cursor) / the property whose key was just read, tag: a tagged object's tag;
+  // array: items so far; string: code points so far, tag 1 for a map's key; literal and key: the
+  // candidate range [a, b) of the node's lits, aux the bytes matched. phase: the kind's
+  // sub-state. No padding: frames compare by memcmp.
   struct Frame {  // no member initializers: the unused part of a parse stays unwritten
     uint16_t node;
     FrameKind kind;
     uint8_t phase;
     uint8_t ws;   // consecutive whitespace bytes
     uint8_t aux;
-    uint8_t key;  // string: a map's key
-    uint8_t pad;
+    uint16_t tag;
     uint32_t a, b;
   };
   static Frame NewFrame(uint16_t node, FrameKind kind, uint8_t phase, uint32_t a = 0, uint32_t b = 0) {
-    return Frame{node, kind, phase, 0, 0, 0, 0, a, b};
+    return Frame{node, kind, phase, 0, 0, 0, a, b};
   }
   struct Parse {  // copies move the live frames only
     int depth;

@@ -47,7 +47,7 @@ bool TypeMatches(const ojson& v, std::string_view type) {
 
 class SchemaCompiler {
  public:
-  explicit SchemaCompiler(const ojson& root) : root_(root) {
+  SchemaCompiler() {
     // JsonSchema's fixed nodes: any value and its parts.
     Add({.kind = Kind::kAny});
     Add({.kind = Kind::kMap, .child = JsonSchema::kAnyNode});
@@ -57,8 +57,41 @@ class SchemaCompiler {
     Add({.kind = Kind::kLiteral, .lits = {"false", "null", "true"}});
   }
 
-  std::shared_ptr<const JsonSchema> Run() {
-    out_.root_ = Compile(root_, "", 0);
+  // Compiles one document (its $refs resolve inside it) into the graph; returns its root node.
+  int32_t Document(const ojson& doc) {
+    root_ = &doc;
+    refs_.clear();
+    return Compile(doc, "", 0);
+  }
+
+  int32_t ToolCall(const std::vector<std::pair<std::string, ojson>>& tools, const std::string& args_key,
+                   std::vector<std::string>* relaxed) {
+    PG_ENSURE(!tools.empty(), kInvalidArgument, "a tool call needs at least one tool");
+    Node names{.kind = Kind::kLiteral};
+    for (const auto& [name, params] : tools) names.lits.push_back(ojson(name).dump());
+    std::sort(names.lits.begin(), names.lits.end());
+    PG_ENSURE(std::adjacent_find(names.lits.begin(), names.lits.end()) == names.lits.end(), kInvalidArgument,
+              "two tools share a name");
+    Node call{.kind = Kind::kObject, .lits = {ojson("name").dump(), ojson(args_key).dump()}};
+    call.lit_prop = {0, 1};
+    if (call.lits[1] < call.lits[0]) std::swap(call.lits[0], call.lits[1]), std::swap(call.lit_prop[0], call.lit_prop[1]);
+    call.next_required = {0, 1, 2};
+    call.tag_node.assign(tools.size(), JsonSchema::kAnyMap);
+    for (const auto& [name, params] : tools) {
+      const size_t i = size_t(std::lower_bound(names.lits.begin(), names.lits.end(), ojson(name).dump()) - names.lits.begin());
+      if (params.is_null()) continue;
+      try {
+        call.tag_node[i] = Document(params);
+      } catch (const Error& e) {
+        if (relaxed) relaxed->push_back(name + ": " + e.what());
+      }
+    }
+    call.prop_node = {Add(std::move(names)), JsonSchema::kAnyMap};  // [1]: tag_node's, by name
+    return Add(std::move(call));
+  }
+
+  std::shared_ptr<const JsonSchema> Finish(int32_t root) {
+    out_.root_ = root;
     return std::make_shared<const JsonSchema>(std::move(out_));
   }
 
@@ -245,7 +278,7 @@ class SchemaCompiler {
     if (ref.empty() || ref[0] != '#') Fail(path, "'$ref' '{}': only references into this schema (#/...) are supported", ref);
     const ojson* target = nullptr;
     try {
-      target = &root_.at(ojson::json_pointer(ref.substr(1)));
+      target = &root_->at(ojson::json_pointer(ref.substr(1)));
     } catch (const std::exception&) {
       Fail(path, "'$ref' '{}' points to nothing", ref);
     }
@@ -256,13 +289,21 @@ class SchemaCompiler {
     return id;
   }
 
-  const ojson& root_;
+  const ojson* root_ = nullptr;
   JsonSchema out_;
   std::map<std::string, int32_t> refs_;
 };
 
 std::shared_ptr<const JsonSchema> JsonSchema::Compile(const nlohmann::ordered_json& schema) {
-  return SchemaCompiler(schema).Run();
+  SchemaCompiler c;
+  return c.Finish(c.Document(schema));
+}
+
+std::shared_ptr<const JsonSchema> JsonSchema::CompileToolCall(
+    const std::vector<std::pair<std::string, nlohmann::ordered_json>>& tools, const std::string& args_key,
+    std::vector<std::string>* relaxed) {
+  SchemaCompiler c;
+  return c.Finish(c.ToolCall(tools, args_key, relaxed));
 }
 
 }  // namespace pg::runtime

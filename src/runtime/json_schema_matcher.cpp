@@ -109,7 +109,7 @@ int SchemaMatcher::string_budget() const {
   if (n_ != 1) return -1;
   const Frame& t = parses_[0].top();
   if (t.kind != FrameKind::kString || t.phase != kChars) return -1;
-  const uint32_t max = t.key ? JsonSchema::kUnbounded : schema_->node(t.node).max;
+  const uint32_t max = t.tag ? JsonSchema::kUnbounded : schema_->node(t.node).max;
   if (max == JsonSchema::kUnbounded) return kUnlimited;
   return int(std::min<uint32_t>(max - std::min(max, t.a), uint32_t(kUnlimited - 1)));
 }
@@ -126,11 +126,13 @@ void SchemaMatcher::Complete(Parse p, SchemaMatcher& out, const uint8_t* refeed)
         t.phase = kColon;
         t.b = uint32_t(schema_->node(done.node).lit_prop[done.a]);
       } else {
+        const JsonSchema::Node& obj = schema_->node(t.node);
+        if (!obj.tag_node.empty() && t.b == 0) t.tag = uint16_t(done.a);  // the name written
         t.phase = kAfter;
         t.a = t.b + 1;  // the cursor passes the property just written
       }
       break;
-    case FrameKind::kMap: t.phase = done.kind == FrameKind::kString && done.key ? kColon : kAfter; break;
+    case FrameKind::kMap: t.phase = done.kind == FrameKind::kString && done.tag ? kColon : kAfter; break;
     case FrameKind::kArray:
       ++t.a;
       t.phase = kAfter;
@@ -218,7 +220,7 @@ void SchemaMatcher::Feed(Parse p, uint8_t c, SchemaMatcher& out) const {
               return Feed(p, c, out);
             }
             Frame k = NewFrame(t.node, FrameKind::kString, kChars);
-            k.key = 1;
+            k.tag = 1;
             p.f[size_t(p.depth++)] = k;
             return Emit(p, out);
           }
@@ -232,7 +234,8 @@ void SchemaMatcher::Feed(Parse p, uint8_t c, SchemaMatcher& out) const {
           return Emit(p, out);
         case kValue:
           t.ws = 0;
-          return StartValue(p, object ? n.prop_node[t.b] : n.child, c, out);
+          if (!object) return StartValue(p, n.child, c, out);
+          return StartValue(p, !n.tag_node.empty() && t.b == 1 ? n.tag_node[t.tag] : n.prop_node[t.b], c, out);
         case kAfter:
           if (c == ',') {
             if (object && t.a >= n.props()) return;
@@ -269,7 +272,7 @@ void SchemaMatcher::Feed(Parse p, uint8_t c, SchemaMatcher& out) const {
       }
       return;
     case FrameKind::kString: {
-      const uint32_t max = t.key ? JsonSchema::kUnbounded : n.max, min = t.key ? 0 : n.min;
+      const uint32_t max = t.tag ? JsonSchema::kUnbounded : n.max, min = t.tag ? 0 : n.min;
       switch (t.phase) {
         case kChars:
           if (c == '"') {

@@ -7,6 +7,7 @@
 
 #include "core/log.h"
 #include "core/status.h"
+#include "runtime/json_schema.h"
 #include "server/output_pipeline.h"
 #include "server/server_state.h"
 
@@ -399,6 +400,51 @@ PipelineConfig BasePipeline(const Server::State& st, const GenerationOptions& o)
   return pc;
 }
 
+// A forced call (tool_choice named or "required") generated under a schema, when the model
+// has a token table (else it is forced unconstrained, as the prompt alone forces it):
+// - named: the arguments are an instance of the tool's `parameters` (any JSON object where it
+//   has none or uses what JsonSchema cannot enforce: logged), then EOS;
+// - required, on a format that writes a call as one JSON object (Hermes, Llama 3.1): the whole
+//   object, {"name": <one of the tools>, <key>: <that tool's parameters>}, then EOS. Returns
+//   true then (the prompt must end before the object: ForceToolCallObject). On the other
+//   formats the name sits outside JSON and the call is forced unconstrained.
+// Either way the tool parser reports the call at the end of output.
+bool ConstrainForcedCall(const Server::State& st, ChatRequest& r, parsers::ToolFormat format) {
+  const auto table = st.ctx.text.token_table(st.ctx.engine.model_info().eos_token_ids);
+  if (!table || table->eos_ids.empty()) return false;
+  std::vector<std::pair<std::string, json>> tools;
+  for (const json& tool : r.tools) {
+    const json fn = tool.value("function", json::object());
+    tools.emplace_back(fn.value("name", std::string()), fn.value("parameters", json()));
+  }
+  if (r.tool_choice == ToolChoice::kNamed) {
+    for (const auto& [name, params] : tools) {
+      if (name != r.tool_choice_name) continue;
+      r.options.json_object = true;
+      if (params.is_null()) return false;
+      try {
+        r.options.sampling.json_schema = runtime::JsonSchema::Compile(params);
+      } catch (const pg::Error& e) {
+        PG_LOG_WARN("tool '{}': arguments constrained to any JSON object: {}", name, e.what());
+      }
+      return false;
+    }
+    return false;
+  }
+  const std::string key(parsers::MakeToolCallParser(format)->call_object_key());
+  if (key.empty()) return false;
+  std::vector<std::string> relaxed;
+  try {
+    r.options.sampling.json_schema = runtime::JsonSchema::CompileToolCall(tools, key, &relaxed);
+  } catch (const pg::Error& e) {
+    PG_LOG_WARN("tool_choice required: the call is forced unconstrained: {}", e.what());
+    return false;
+  }
+  for (const std::string& why : relaxed) PG_LOG_WARN("tool {}: its arguments may be any JSON object", why);
+  r.options.json_object = true;
+  return true;
+}
+
 }  // namespace
 
 void HandleChatCompletions(const std::shared_ptr<Server::State>& st, const HttpRequest& req,
@@ -414,6 +460,11 @@ void HandleChatCompletions(const std::shared_ptr<Server::State>& st, const HttpR
   } catch (const pg::Error& e) {
     throw ApiError(400, fmt::format("cannot render the chat template: {}", e.what()), "messages");
   }
+  const bool forced = tools_active && (r.tool_choice == ToolChoice::kRequired || r.tool_choice == ToolChoice::kNamed);
+  if (forced && features.tool_format == parsers::ToolFormat::kNone)
+    throw ApiError(400, "this model has no tool-call format: tool_choice 'required' or a named "
+                        "function cannot be honoured", "tool_choice");
+  const bool call_object = forced && ConstrainForcedCall(*st, r, features.tool_format);
   PipelineConfig pc = BasePipeline(*st, r.options);
   // JSON mode's output is the object from its first byte (the mask admits no think tags), so
   // none of it is reasoning, even where the generation prompt opens a <think> block.
@@ -421,12 +472,9 @@ void HandleChatCompletions(const std::shared_ptr<Server::State>& st, const HttpR
   pc.starts_in_reasoning = features.prompt_opens_think && !r.options.json_object;
   pc.tool_format = tools_active ? features.tool_format : parsers::ToolFormat::kNone;
   auto pipe = std::make_unique<OutputPipeline>(st->ctx.text, pc);
-  if (tools_active && (r.tool_choice == ToolChoice::kRequired || r.tool_choice == ToolChoice::kNamed)) {
-    if (features.tool_format == parsers::ToolFormat::kNone)
-      throw ApiError(400, "this model has no tool-call format: tool_choice 'required' or a named "
-                          "function cannot be honoured", "tool_choice");
-    prompt += pipe->ForceToolCall(r.tool_choice == ToolChoice::kNamed ? r.tool_choice_name : "");
-  }
+  if (forced)
+    prompt += call_object ? pipe->ForceToolCallObject()
+                          : pipe->ForceToolCall(r.tool_choice == ToolChoice::kNamed ? r.tool_choice_name : "");
   std::vector<int32_t> tokens = st->ctx.text.Encode(prompt, /*add_bos=*/true, /*parse_special=*/true);
   JobSetup setup{true, "/v1/chat/completions", std::move(r.options), {}};
   SubmitJob(st, std::move(ex), std::move(setup), std::move(pipe), std::move(tokens), arrival);

@@ -53,6 +53,11 @@ std::string OutputPipeline::ForceToolCall(std::string_view function_name) {
   return tools_->ForceCall(function_name);
 }
 
+std::string OutputPipeline::ForceToolCallObject() {
+  PG_CHECK(tools_ != nullptr && !tools_->call_object_key().empty(), "ForceToolCallObject without a JSON call format");
+  return tools_->ForceCallObject();
+}
+
 OutputDelta OutputPipeline::Route(std::string_view text, bool last) {
   OutputDelta out;
   std::string content;

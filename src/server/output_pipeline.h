@@ -59,6 +59,9 @@ class OutputPipeline {
   // Forces a tool call (tool_choice required/named); returns the text to append to the
   // prompt. Only valid with a tool format.
   std::string ForceToolCall(std::string_view function_name);
+  // The same for a call generated as a whole JSON object (parsers::ToolCallParser::
+  // ForceCallObject): the text before the object.
+  std::string ForceToolCallObject();
   // One engine event's tokens. Sets stop_matched when a stop string ended the output: the
   // caller aborts the request; the returned delta is then final.
   OutputDelta Push(std::span<const int32_t> tokens, bool& stop_matched);

@@ -239,10 +239,33 @@ def main():
                                           "--tool-call-parser", "hermes"])
     try:
         client2 = openai.OpenAI(base_url=srv2.base + "/v1", api_key="none", max_retries=0)
+        weather = {"type": "object", "properties": {"city": {"type": "string"},
+                                                    "unit": {"enum": ["celsius", "fahrenheit"]}},
+                   "required": ["city", "unit"], "additionalProperties": False}
+        clock = {"type": "object", "properties": {"tz": {"type": "string", "maxLength": 32}}, "required": ["tz"]}
         tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
-                                                    "parameters": {"type": "object",
-                                                                   "properties": {"city": {"type": "string"}}}}}]
+                                                    "parameters": weather}}]
         tq = [{"role": "user", "content": "What is the weather in Paris?"}]
+        # Forced calls are generated under the tools' schemas: arguments are instances.
+        both = tools + [{"type": "function", "function": {"name": "get_time", "description": "Time in a zone",
+                                                           "parameters": clock}}]
+        params = {"get_weather": weather, "get_time": clock}
+        for choice in ({"type": "function", "function": {"name": "get_weather"}},
+                       {"type": "function", "function": {"name": "get_time"}}, "required"):
+            for temperature, seed in ((0, None), (0.9, 5)):
+                r = client2.chat.completions.create(model="smol", messages=tq, tools=both, max_tokens=80,
+                                                    temperature=temperature, seed=seed, tool_choice=choice)
+                calls = r.choices[0].message.tool_calls or []
+                ok = len(calls) == 1 and calls[0].function.name in params
+                if ok and r.choices[0].finish_reason != "length":
+                    try:
+                        jsonschema.validate(json.loads(calls[0].function.arguments), params[calls[0].function.name])
+                    except (ValueError, jsonschema.ValidationError):
+                        ok = False
+                want = choice if isinstance(choice, str) else choice["function"]["name"]
+                ok = ok and (want == "required" or calls[0].function.name == want)
+                check(ok, f"forced call ({want}, T={temperature}) is an instance of its tool's schema: "
+                          f"{[(c.function.name, c.function.arguments) for c in calls]}")
         r = client2.chat.completions.create(model="smol", messages=tq, tools=tools, max_tokens=120, temperature=0,
                                             tool_choice={"type": "function", "function": {"name": "get_weather"}})
         print("forced call:", r.choices[0].finish_reason, r.choices[0].message.tool_calls)

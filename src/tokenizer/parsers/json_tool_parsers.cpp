@@ -16,6 +16,14 @@ bool AllSpace(std::string_view s) { return SkipSpace(s) == s.size(); }
 // after some plain text. Whitespace between and after calls is not reported as content.
 class HermesParser final : public StreamingToolParser {
  public:
+  std::string_view call_object_key() const override { return "arguments"; }
+  std::string ForceCallObject() override {
+    std::string prefix = std::string(kOpen) + "\n";
+    buf_ += prefix;
+    while (Step()) {
+    }
+    return prefix;
+  }
   std::string ForceCall(std::string_view function_name) override {
     std::string prefix = std::string(kOpen) + "\n{\"name\": ";
     if (!function_name.empty()) {
@@ -106,6 +114,8 @@ class HermesParser final : public StreamingToolParser {
 // does not start with '{' or the tag is plain content; a JSON object without "name" is content.
 class Llama31Parser final : public StreamingToolParser {
  public:
+  std::string_view call_object_key() const override { return "parameters"; }
+  std::string ForceCallObject() override { return ""; }  // the reply is the object
   std::string ForceCall(std::string_view function_name) override {
     std::string prefix = "{\"name\": ";
     if (!function_name.empty()) {

@@ -60,6 +60,13 @@ class ToolCallParser {
   // function_name is empty, or a named function). The parser moves to the state that follows
   // this text, so the forced markup is not reported as content. Call before the first Feed().
   virtual std::string ForceCall(std::string_view function_name) = 0;
+  // Formats that write a call as one JSON object {"name": N, <key>: {...}} (Hermes "arguments",
+  // Llama 3.1 "parameters") return the key, the others "" (their name sits outside the JSON).
+  // Where there is a key, ForceCallObject() is the prompt text before such an object (the
+  // parser moves past it, as ForceCall does), so that the object can be generated under a
+  // schema (tool_choice "required").
+  virtual std::string_view call_object_key() const { return {}; }
+  virtual std::string ForceCallObject() { return {}; }
   int num_calls() const { return num_calls_; }
 
  protected:

@@ -124,6 +124,41 @@ TEST(HermesParser, ForcedNamedCall) {
   EXPECT_EQ(prefix, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": ");
 }
 
+// A named call whose arguments are constrained to a schema ends at the arguments' last byte (the
+// output's EOS follows it): every format reports the call from the arguments alone.
+TEST(ToolCallParsers, ForcedNamedCallEndingAtTheArguments) {
+  for (ToolFormat f : {ToolFormat::kHermes, ToolFormat::kLlama31, ToolFormat::kDeepSeekV3, ToolFormat::kKimiK2}) {
+    SCOPED_TRACE(ToolFormatName(f));
+    ExpectParsed(f, "{\"location\": \"Oslo\", \"days\": [1, 2]}",
+                 {"", {{"get_weather", {{"location", "Oslo"}, {"days", {1, 2}}}}}}, "get_weather", true);
+  }
+}
+
+// tool_choice "required" under a schema: the prompt ends before the call's object, which the
+// output then is in full (EOS right after it).
+TEST(ToolCallParsers, ForcedCallObject) {
+  for (ToolFormat f : {ToolFormat::kHermes, ToolFormat::kLlama31}) {
+    SCOPED_TRACE(ToolFormatName(f));
+    const std::string key(MakeToolCallParser(f)->call_object_key());
+    ASSERT_FALSE(key.empty());
+    const std::string text = "{\"name\": \"get_time\", \"" + key + "\": {\"tz\": \"UTC\"}}";
+    for (uint64_t seed = 0; seed < 20; ++seed) {
+      auto parser = MakeToolCallParser(f);
+      const std::string prefix = parser->ForceCallObject();
+      EXPECT_EQ(prefix, f == ToolFormat::kHermes ? "<tool_call>\n" : "");
+      ToolCallAccumulator acc;
+      for (const auto& piece : testing::RandomSplit(text, seed)) acc.Add(parser->Feed(piece));
+      acc.Add(parser->Finish());
+      EXPECT_EQ(acc.content, "");
+      ASSERT_EQ(acc.calls.size(), 1u);
+      EXPECT_EQ(acc.calls[0].name, "get_time");
+      EXPECT_EQ(json::parse(acc.calls[0].arguments), json({{"tz", "UTC"}}));
+    }
+  }
+  EXPECT_TRUE(MakeToolCallParser(ToolFormat::kDeepSeekV3)->call_object_key().empty());
+  EXPECT_TRUE(MakeToolCallParser(ToolFormat::kKimiK2)->call_object_key().empty());
+}
+
 TEST(HermesParser, ForcedRequiredCallModelPicksName) {
   ExpectParsed(ToolFormat::kHermes,
                "get_time\", \"arguments\": {\"tz\": \"UTC\"}}\n</tool_call>",

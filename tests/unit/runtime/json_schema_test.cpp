@@ -157,6 +157,38 @@ TEST(SchemaMatcher, AnyOfTypeListsRefsAndMaps) {
   EXPECT_EQ(AcceptedPrefix(*loop, "x"), 0u);
 }
 
+// A forced tool call: the name first, then the arguments of the tool named (one parse, however
+// many tools); a tool whose parameters cannot be enforced takes any object and is reported.
+TEST(SchemaMatcher, ToolCallArgumentsFollowTheName) {
+  std::vector<std::pair<std::string, ojson>> tools = {
+      {"get_weather", ojson::parse(R"({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})")},
+      {"get_time", ojson::parse(R"({"type": "object", "properties": {"tz": {"enum": ["UTC", "CET"]}}, "required": ["tz"]})")},
+      {"search", ojson::parse(R"({"type": "object", "properties": {"q": {"type": "string", "pattern": "a"}}})")},
+      {"noop", nullptr}};
+  for (int i = 0; i < 8; ++i) tools.push_back({"tool_" + std::to_string(i), ojson::parse(R"({"type": "object",
+      "properties": {"n": {"type": "integer"}}, "required": ["n"], "additionalProperties": false})")});
+  std::vector<std::string> relaxed;
+  auto s = JsonSchema::CompileToolCall(tools, "arguments", &relaxed);
+  ASSERT_EQ(relaxed.size(), 1u);
+  EXPECT_NE(relaxed[0].find("search"), std::string::npos);
+  EXPECT_NE(relaxed[0].find("pattern"), std::string::npos);
+  for (const char* ok : {R"({"name": "get_time", "arguments": {"tz": "UTC"}})", R"({"name":"get_weather","arguments":{"city":"Oslo"}})",
+                         R"({"name": "search", "arguments": {"q": "zz", "x": [1]}})", R"({"name": "noop", "arguments": {}})",
+                         R"({"name": "tool_7", "arguments": {"n": 3}})"})
+    EXPECT_TRUE(Matches(*s, ok)) << ok;
+  const std::pair<const char*, size_t> bad[] = {
+      {R"({"name": "get_time", "arguments": {"city": "x"}})", 36},   // get_time takes tz
+      {R"({"name": "get_weather", "arguments": {"tz": "UTC"}})", 39},
+      {R"({"name": "nope")", 12},                                     // "no" could be noop
+      {R"({"arguments": {}})", 2},                                    // the name first
+      {R"({"name": "tool_7", "arguments": {"n": 3, "m": 1}})", 39},  // additionalProperties false
+      {R"({"name": "noop"})", 15},                                    // arguments required
+  };
+  for (const auto& [text, at] : bad) EXPECT_EQ(AcceptedPrefix(*s, text), at) << text;
+  auto llama = JsonSchema::CompileToolCall({{"f", nullptr}}, "parameters", nullptr);
+  EXPECT_TRUE(Matches(*llama, R"({"name": "f", "parameters": {"a": 1}})"));
+}
+
 TEST(SchemaMatcher, WhitespaceCapAndStringBudget) {
   auto s = Schema(R"({"type": "object", "properties": {"s": {"type": "string", "maxLength": 4}, "t": {"type": "string"}},
                       "required": ["s", "t"]})");

@@ -129,6 +129,7 @@ class ScriptEngine : public engine::Engine {
     r.sampling = request.sampling;
     last_sampling_ = request.sampling;
     const std::string prompt(request.prompt_tokens.begin(), request.prompt_tokens.end());
+    last_prompt_ = prompt;
     const size_t say = prompt.rfind("SAY:");
     std::string script = say == std::string::npos ? "ok" : prompt.substr(say + 4);
     script = script.substr(0, script.find('\n'));
@@ -183,6 +184,7 @@ class ScriptEngine : public engine::Engine {
   }
 
   engine::SamplingParams last_sampling() const { std::lock_guard<std::mutex> l(mu_); return last_sampling_; }
+  std::string last_prompt() const { std::lock_guard<std::mutex> l(mu_); return last_prompt_; }  // byte ids
   int num_abort_calls() const { std::lock_guard<std::mutex> l(mu_); return num_abort_calls_; }
   int num_submitted() const { std::lock_guard<std::mutex> l(mu_); return num_submitted_; }
   int num_aborted_final() const { std::lock_guard<std::mutex> l(mu_); return num_aborted_final_; }
@@ -190,6 +192,7 @@ class ScriptEngine : public engine::Engine {
 
  private:
   engine::SamplingParams last_sampling_;
+  std::string last_prompt_;
   struct Req {
     engine::RequestId id;
     engine::EventCallback cb;

@@ -3,6 +3,7 @@
 // endpoints, metrics.
 #include <gtest/gtest.h>
 
+#include "runtime/json_schema.h"
 #include "server_fixture.h"
 
 namespace pg::server::testing {
@@ -247,6 +248,73 @@ TEST_F(ServerTest, NamedToolChoiceForcesTheCall) {
   ASSERT_EQ(msg["tool_calls"].size(), 1u) << r.body;
   EXPECT_EQ(msg["tool_calls"][0]["function"]["name"], "lookup");
   EXPECT_EQ(json::parse(msg["tool_calls"][0]["function"]["arguments"].get<std::string>()), json({{"q", 1}}));
+}
+
+// With the model's token table, a named call's arguments are constrained to the tool's schema
+// (any object when it has none, or uses what JsonSchema cannot enforce) and the output ends at
+// the arguments' end: the parser reports the call from the arguments alone.
+TEST_F(ServerTest, NamedToolChoiceConstrainsTheArguments) {
+  text_.features.tool_format = parsers::ToolFormat::kHermes;
+  text_.json_mode = true;
+  StartServer();
+  auto c = Client();
+  const json params = {{"type", "object"}, {"properties", {{"q", {{"type", "integer"}}}}}, {"required", {"q"}}};
+  const json tools = {{{"type", "function"}, {"function", {{"name", "lookup"}, {"parameters", params}}}},
+                      {{"type", "function"}, {"function", {{"name", "bare"}}}},
+                      {{"type", "function"}, {"function", {{"name", "odd"}, {"parameters",
+                          {{"type", "object"}, {"properties", {{"s", {{"type", "string"}, {"pattern", "x"}}}}}}}}}}};
+  auto call = [&](const char* name, bool stream) {
+    return c.Post("/v1/chat/completions",
+                  Chat("SAY:{\"q\": 1}", {{"tools", tools}, {"stream", stream},
+                                           {"tool_choice", {{"type", "function"}, {"function", {{"name", name}}}}}}));
+  };
+  HttpResult r = call("lookup", false);
+  json msg = r.Json()["choices"][0]["message"];
+  ASSERT_EQ(msg["tool_calls"].size(), 1u) << r.body;
+  EXPECT_EQ(msg["tool_calls"][0]["function"]["name"], "lookup");
+  EXPECT_EQ(json::parse(msg["tool_calls"][0]["function"]["arguments"].get<std::string>()), json({{"q", 1}}));
+  const auto schema = engine_->last_sampling().json_schema;
+  ASSERT_NE(schema, nullptr);
+  EXPECT_NE(engine_->last_sampling().token_table, nullptr);
+  runtime::SchemaMatcher ok(*schema), bad(*schema);
+  EXPECT_TRUE(ok.Accept(R"({"q": 7})") && ok.can_end());
+  EXPECT_FALSE(bad.Accept(R"({"q": "x"})"));
+  StreamedChat s = MergeChatStream(call("lookup", true));
+  ASSERT_EQ(s.tool_calls.size(), 1u);
+  EXPECT_EQ(json::parse(s.tool_calls[0]["arguments"].get<std::string>()), json({{"q", 1}}));
+  for (const char* any_object : {"bare", "odd"}) {  // JSON mode: any object
+    HttpResult b = call(any_object, false);
+    ASSERT_EQ(b.Json()["choices"][0]["message"]["tool_calls"].size(), 1u) << b.body;
+    EXPECT_NE(engine_->last_sampling().token_table, nullptr);
+    EXPECT_EQ(engine_->last_sampling().json_schema, nullptr);
+  }
+}
+
+// tool_choice "required" on a JSON-object format: the prompt ends with "<tool_call>\n" and the
+// whole call object is generated under the tools' union (the name, then that tool's arguments).
+TEST_F(ServerTest, RequiredToolChoiceConstrainsTheCallObject) {
+  text_.features.tool_format = parsers::ToolFormat::kHermes;
+  text_.json_mode = true;
+  StartServer();
+  auto c = Client();
+  const json tools = {
+      {{"type", "function"}, {"function", {{"name", "lookup"}, {"parameters",
+          {{"type", "object"}, {"properties", {{"q", {{"type", "integer"}}}}}, {"required", {"q"}}}}}}},
+      {{"type", "function"}, {"function", {{"name", "ping"}}}}};
+  HttpResult r = c.Post("/v1/chat/completions",
+                        Chat("SAY:{\"name\": \"lookup\", \"arguments\": {\"q\": 2}}",
+                             {{"tools", tools}, {"tool_choice", "required"}}));
+  json msg = r.Json()["choices"][0]["message"];
+  ASSERT_EQ(msg["tool_calls"].size(), 1u) << r.body;
+  EXPECT_EQ(msg["tool_calls"][0]["function"]["name"], "lookup");
+  EXPECT_EQ(json::parse(msg["tool_calls"][0]["function"]["arguments"].get<std::string>()), json({{"q", 2}}));
+  EXPECT_NE(engine_->last_prompt().find("<tool_call>\n"), std::string::npos);
+  const auto schema = engine_->last_sampling().json_schema;
+  ASSERT_NE(schema, nullptr);
+  runtime::SchemaMatcher ok(*schema), wrong_args(*schema), unknown(*schema);
+  EXPECT_TRUE(ok.Accept(R"({"name": "ping", "arguments": {"any": [1]}})") && ok.can_end());
+  EXPECT_FALSE(wrong_args.Accept(R"({"name": "lookup", "arguments": {"q": "x"}})"));
+  EXPECT_FALSE(unknown.Accept(R"({"name": "pong")"));
 }
 
 TEST_F(ServerTest, ReasoningContent) {
