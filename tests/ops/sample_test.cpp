@@ -9,7 +9,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <cmath>
+#include <limits>
 #include <numeric>
+#include <random>
 #include <set>
 
 #include "op_test_util.h"
@@ -238,6 +241,79 @@ TEST(SampleOp, ReferenceRespectsTheFilters) {
     seen.insert(draw(Row(1.0f, 0, 1.0f, 0.0f), s));
   }
   EXPECT_GT(seen.size(), 5u);
+}
+
+// sample_math.h's algorithm transcribed plainly (a full sort by (logit desc, index asc), the
+// sum over the kept set in sorted order): the oracle of ChooseToken's selection, which sorts
+// only the prefix that can be kept and leaves masked (-inf) tokens out.
+int32_t ChooseTokenBySortingAll(std::span<const float> x, const SampleRow& row, double u) {
+  const int32_t vocab = int32_t(x.size());
+  const float mx = *std::max_element(x.begin(), x.end());
+  if (IsGreedy(row)) return int32_t(std::max_element(x.begin(), x.end()) - x.begin());
+  auto weight = [&](int32_t i) { return std::exp(double((x[size_t(i)] - mx) * (1.0f / row.temperature))); };
+  std::vector<int32_t> idx(x.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  std::sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) {
+    return x[size_t(a)] > x[size_t(b)] || (x[size_t(a)] == x[size_t(b)] && a < b);
+  });
+  size_t k = row.top_k > 0 ? std::min<size_t>(size_t(row.top_k), x.size()) : x.size();
+  while (k > 1 && std::isinf(x[size_t(idx[k - 1])])) --k;  // masked tokens: weight 0
+  idx.resize(k);
+  std::vector<double> prob(k);
+  double sum = 0;
+  for (size_t i = 0; i < k; ++i) sum += (prob[i] = weight(idx[i]));
+  for (double& p : prob) p /= sum;
+  size_t keep = k;
+  if (row.top_p < 1.0f) {
+    double cum = 0;
+    for (size_t i = 0; i < k; ++i)
+      if ((cum += prob[i]) >= double(row.top_p)) {
+        keep = i + 1;
+        break;
+      }
+  }
+  if (row.min_p > 0.0f) {
+    size_t i = 1;
+    while (i < keep && prob[i] >= double(row.min_p) * prob[0]) ++i;
+    keep = i;
+  }
+  std::vector<std::pair<int32_t, double>> kept;
+  for (size_t i = 0; i < keep; ++i) kept.emplace_back(idx[i], prob[i]);
+  std::sort(kept.begin(), kept.end());
+  double mass = 0;
+  for (const auto& [i, p] : kept) mass += p;
+  double r = u * mass;
+  for (const auto& [i, p] : kept)
+    if ((r -= p) < 0) return i;
+  return vocab > 0 ? kept.back().first : 0;
+}
+
+TEST(SampleOp, ChooseTokenEqualsSortingTheWholeVocabulary) {
+  std::mt19937 rng(11);
+  int cases = 0;
+  for (int vocab : {1, 2, 17, 1000, 49152}) {
+    for (int trial = 0; trial < (vocab > 10000 ? 60 : 400); ++trial) {
+      std::normal_distribution<float> normal(0.0f, trial % 3 == 0 ? 1.0f : 4.0f);
+      std::vector<float> x(static_cast<size_t>(vocab), 0.0f);
+      for (float& v : x) v = normal(rng);
+      if (trial % 4 == 1)  // ties (bf16-like rounding)
+        for (float& v : x) v = std::round(v * 4.0f) / 4.0f;
+      if (trial % 4 == 2 && vocab > 1)  // a mask: most tokens at -inf
+        for (size_t i = 0; i < x.size(); ++i)
+          if (rng() % 8 != 0 && i != size_t(trial) % x.size()) x[i] = -std::numeric_limits<float>::infinity();
+      const float top_ps[] = {1.0f, 0.9f, 0.5f, 1e-6f, 0.999f};
+      const int top_ks[] = {0, 1, 5, 40, vocab};
+      const float min_ps[] = {0.0f, 0.05f, 0.3f};
+      SampleRow row = Row(trial % 7 == 0 ? 0.0f : 0.3f + float(trial % 5) * 0.3f, top_ks[trial % 5],
+                          top_ps[(trial / 5) % 5], min_ps[(trial / 25) % 3]);
+      const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
+      SCOPED_TRACE(fmt::format("vocab {} trial {} T {} top_k {} top_p {} min_p {} u {}", vocab, trial,
+                               row.temperature, row.top_k, row.top_p, row.min_p, u));
+      ASSERT_EQ(ChooseToken(x, row, u), ChooseTokenBySortingAll(x, row, u));
+      ++cases;
+    }
+  }
+  EXPECT_GT(cases, 1500);
 }
 
 TEST(SampleOp, BadParamsThrow) {

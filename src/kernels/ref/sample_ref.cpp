@@ -13,66 +13,150 @@
 
 namespace pg::ops {
 
+// Costs (the host sampler runs this for every CPU-engine token and for the GPU's host rows): one
+// max pass, one exp per finite token; with truncation a selection (nth_element) of a sorted
+// prefix grown until top_p and min_p are decided, never a sort of the whole vocabulary. Tokens at
+// -inf (masked) have weight 0 and are left out of the truncated path's candidates. Sums run in
+// index order over the kept set (sample_math.h allows any order).
+namespace {
+
+// max over x (NaNs skipped unless x[0] is one, as a `v > m` scan), in 16 independent lanes so
+// that the compiler vectorizes it.
+float MaxOf(std::span<const float> x) {
+  constexpr size_t kLanes = 16;
+  float lane[kLanes];
+  for (float& l : lane) l = x[0];
+  size_t i = 0;
+  for (; i + kLanes <= x.size(); i += kLanes)
+    for (size_t j = 0; j < kLanes; ++j) lane[j] = x[i + j] > lane[j] ? x[i + j] : lane[j];
+  float m = lane[0];
+  for (float l : lane) m = l > m ? l : m;
+  for (; i < x.size(); ++i) m = x[i] > m ? x[i] : m;
+  return m;
+}
+
+}  // namespace
+
 int32_t ChooseToken(std::span<const float> x, const SampleRow& row, double u) {
   const int32_t vocab = int32_t(x.size());
   PG_CHECK(vocab > 0);
-  if (IsGreedy(row)) return int32_t(std::max_element(x.begin(), x.end()) - x.begin());
-  const size_t k = row.top_k > 0 ? std::min<size_t>(size_t(row.top_k), x.size()) : x.size();
-  const bool truncate = k < x.size() || row.top_p < 1.0f || row.min_p > 0.0f;
-  const float mx = *std::max_element(x.begin(), x.end());
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const float mx = MaxOf(x);
+  if (IsGreedy(row)) {
+    for (int32_t i = 0; i < vocab; ++i)
+      if (x[size_t(i)] == mx) return i;
+    return 0;  // NaN maximum: as max_element, the first token
+  }
   const float inv_t = 1.0f / row.temperature;
-  auto weight = [&](int32_t i) { return std::exp(double((x[size_t(i)] - mx) * inv_t)); };
+  auto weight = [&](int32_t i) {
+    return x[size_t(i)] == kNegInf ? 0.0 : std::exp(double((x[size_t(i)] - mx) * inv_t));
+  };
+  const bool truncate = (row.top_k > 0 && row.top_k < vocab) || row.top_p < 1.0f || row.min_p > 0.0f;
+  thread_local std::vector<double> w;
+  w.resize(size_t(vocab));
   if (!truncate) {  // every token, weights e_i, index order
     double mass = 0;
-    for (int32_t i = 0; i < vocab; ++i) mass += weight(i);
+    for (int32_t i = 0; i < vocab; ++i) mass += (w[size_t(i)] = weight(i));
     double r = u * mass;
     for (int32_t i = 0; i < vocab; ++i) {
-      r -= weight(i);
+      r -= w[size_t(i)];
       if (r < 0) return i;
     }
     return vocab - 1;
   }
-  // Sorted by (x descending, index ascending), truncated to the top k.
-  std::vector<int32_t> idx(x.size());
-  std::iota(idx.begin(), idx.end(), 0);
+  // The top-k candidates (finite tokens), by (x descending, index ascending).
+  thread_local std::vector<int32_t> cand;
+  cand.clear();
+  for (int32_t i = 0; i < vocab; ++i)
+    if (x[size_t(i)] != kNegInf) cand.push_back(i);
+  if (cand.empty()) return vocab - 1;
   auto by_logit = [&](int32_t a, int32_t b) {
     return x[size_t(a)] > x[size_t(b)] || (x[size_t(a)] == x[size_t(b)] && a < b);
   };
-  std::partial_sort(idx.begin(), idx.begin() + std::ptrdiff_t(k), idx.end(), by_logit);
-  idx.resize(k);
-  std::vector<double> prob(k);
+  const size_t k = row.top_k > 0 ? std::min<size_t>(size_t(row.top_k), cand.size()) : cand.size();
+  bool top_k_sorted = false;  // a small top_k: a partial sort (a heap of k) beats a selection
+  if (k < cand.size()) {
+    if (k <= 1024) {
+      std::partial_sort(cand.begin(), cand.begin() + std::ptrdiff_t(k), cand.end(), by_logit);
+      top_k_sorted = true;
+    } else {
+      std::nth_element(cand.begin(), cand.begin() + std::ptrdiff_t(k), cand.end(), by_logit);
+    }
+    cand.resize(k);
+  }
   double sum = 0;
-  for (size_t i = 0; i < k; ++i) sum += (prob[i] = weight(idx[i]));
-  for (double& p : prob) p /= sum;
-  size_t keep = k;
-  if (row.top_p < 1.0f) {  // shortest prefix whose mass reaches top_p
+  for (int32_t i : cand) sum += (w[size_t(i)] = weight(i));
+  // Only a prefix of the sorted order can be kept: top_p's (within the tokens of weight >= t for
+  // the largest power of two t whose tokens hold top_p of the mass: one pass over a histogram of
+  // the weights' binary exponents) and min_p's (weight >= min_p times the top token's, 1). Sort
+  // the tokens of weight >= t (t lowered a hair so that boundary rounding stays inside) and
+  // decide on them; a decision that would need a token beyond them sorts all.
+  double t = 0;
+  if (row.top_p < 1.0f) {
+    constexpr int kBuckets = 1100;  // bucket b: weights in [2^-b, 2^(1-b)); doubles reach 2^-1074
+    thread_local std::vector<double> mass_at;
+    mass_at.assign(kBuckets, 0.0);
+    for (int32_t i : cand) {
+      int e = 0;
+      std::frexp(w[size_t(i)], &e);
+      mass_at[size_t(std::clamp(1 - e, 0, kBuckets - 1))] += w[size_t(i)];
+    }
     double cum = 0;
-    for (size_t i = 0; i < k; ++i) {
-      cum += prob[i];
-      if (cum >= double(row.top_p)) {
-        keep = i + 1;
+    for (int b = 0; b < kBuckets; ++b) {
+      cum += mass_at[size_t(b)];
+      if (cum / sum >= double(row.top_p) + 1e-9) {
+        t = std::ldexp(1.0, -b);
         break;
       }
     }
   }
-  if (row.min_p > 0.0f) {  // prob >= min_p * prob(top token); the top token always stays
-    const double floor = double(row.min_p) * prob[0];
-    size_t i = 1;
-    while (i < keep && prob[i] >= floor) ++i;
-    keep = i;
+  if (row.min_p > 0.0f) t = std::max(t, double(row.min_p));
+  t *= 1.0 - 1e-9;
+  size_t sorted = k;
+  if (!top_k_sorted) {
+    const auto tail = std::partition(cand.begin(), cand.end(), [&](int32_t i) { return w[size_t(i)] >= t; });
+    sorted = size_t(tail - cand.begin());
+    std::sort(cand.begin(), tail, by_logit);
   }
-  // K in index order, weights prob_i.
-  std::vector<std::pair<int32_t, double>> kept(keep);
-  for (size_t i = 0; i < keep; ++i) kept[i] = {idx[i], prob[i]};
-  std::sort(kept.begin(), kept.end());
+  auto prob = [&](size_t pos) { return w[size_t(cand[pos])] / sum; };
+  size_t keep = k;
+  for (bool all = sorted == k;; all = true) {
+    if (all && sorted < k) {
+      std::sort(cand.begin(), cand.end(), by_logit);
+      sorted = k;
+    }
+    keep = k;
+    bool decided = true;
+    if (row.top_p < 1.0f) {  // shortest prefix whose mass reaches top_p
+      double cum = 0;
+      size_t i = 0;
+      for (; i < sorted; ++i) {
+        cum += prob(i);
+        if (cum >= double(row.top_p)) break;
+      }
+      if (i < sorted) keep = i + 1;
+      else decided = sorted == k;
+    }
+    if (decided && row.min_p > 0.0f) {  // prob >= min_p * prob(top token); the top token stays
+      // Tokens past the sorted ones weigh < t <= min_p * (1 - 1e-9) (the top token weighs 1):
+      // all below the floor, so the scan may stop at `sorted`.
+      const double floor = double(row.min_p) * prob(0);
+      size_t i = 1;
+      while (i < keep && i < sorted && prob(i) >= floor) ++i;
+      keep = std::min(keep, i);
+    }
+    if (decided && (keep <= sorted || (row.top_p >= 1.0f && row.min_p <= 0.0f))) break;
+  }
+  // K (the first `keep` in sorted order; all k when nothing cut it) in index order, weights prob_i.
+  std::sort(cand.begin(), cand.begin() + std::ptrdiff_t(keep));
   double mass = 0;
-  for (const auto& [i, p] : kept) mass += p;
+  for (size_t i = 0; i < keep; ++i) mass += prob(i);
   double r = u * mass;
-  for (const auto& [i, p] : kept) {
-    r -= p;
-    if (r < 0) return i;
+  for (size_t i = 0; i < keep; ++i) {
+    r -= prob(i);
+    if (r < 0) return cand[i];
   }
-  return kept.back().first;
+  return cand[keep - 1];
 }
 
 namespace {

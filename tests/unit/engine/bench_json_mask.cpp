@@ -5,6 +5,7 @@
 // asserts nothing.
 //   build/cpu/tests/unit/engine/bench_json_mask
 #include <chrono>
+#include <random>
 #include <nlohmann/json.hpp>
 #include <cstdio>
 #include <string>
@@ -14,6 +15,7 @@
 #include "engine/model_bundle.h"
 #include "runtime/json_constraint.h"
 #include "runtime/json_schema.h"
+#include "kernels/ops_sample.h"
 
 namespace {
 
@@ -81,5 +83,33 @@ int main() {
       {"in an array item", "{\"name\": \"x\", \"role\": \"user\", \"items\": [{\"sku\": \"a\", "}};
   std::printf("a schema\n");
   for (const auto& [name, prefix] : schema_states) row(name, prefix, schema);
+  // The host sampler after the mask (what a constrained row costs beyond it), T = 0.8 and
+  // greedy, on a row where the mask kept few tokens and on a full row.
+  for (const auto& t : {base, big}) {
+    auto c = pg::runtime::MakeOutputConstraint(t, schema);
+    std::vector<float> masked(t->bytes.size()), full(t->bytes.size());
+    std::mt19937 rng(7);  // logits ~ N(0, 3), a spread like a model's: top_p keeps few tokens
+    std::normal_distribution<float> normal(0.0f, 3.0f);
+    for (float& v : full) v = normal(rng);
+    masked = full;
+    c->Mask(masked);
+    for (const float temperature : {0.8f, 0.0f, 0.7f, 0.6f}) {
+      pg::ops::SampleRow r;
+      r.temperature = temperature;
+      if (temperature == 0.7f) r.top_p = 0.9f;  // the truncated paths
+      if (temperature == 0.6f) r.min_p = 0.05f, r.top_k = 50;
+      for (const auto* row_logits : {&masked, &full}) {
+        constexpr int kIters = 50;
+        int32_t sink = 0;
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < kIters; ++i) sink += pg::ops::ChooseToken(*row_logits, r, 0.37);
+        const auto t1 = std::chrono::steady_clock::now();
+        std::printf("ChooseToken T=%.1f top_p=%.1f min_p=%.2f top_k=%d %-6s %6zu ids: %7.1f us (%d)\n",
+                    temperature, r.top_p, r.min_p, r.top_k,
+                    row_logits == &masked ? "masked" : "full", t->bytes.size(),
+                    std::chrono::duration<double, std::micro>(t1 - t0).count() / kIters, sink % 2);
+      }
+    }
+  }
   return 0;
 }
