@@ -14,10 +14,11 @@
 namespace pg::ops {
 
 // Costs (the host sampler runs this for every CPU-engine token and for the GPU's host rows): one
-// max pass, one exp per finite token; with truncation a selection (nth_element) of a sorted
-// prefix grown until top_p and min_p are decided, never a sort of the whole vocabulary. Tokens at
-// -inf (masked) have weight 0 and are left out of the truncated path's candidates. Sums run in
-// index order over the kept set (sample_math.h allows any order).
+// max pass, one exp per finite token; with truncation a heap of a small top_k, or a histogram of
+// the weights' exponents that bounds the prefix top_p / min_p can keep, and a sort of that
+// prefix only (all of the vocabulary only where rounding leaves the bound undecided). Tokens at
+// -inf (masked) have weight 0 and are left out of the truncated path's candidates. The kept
+// set's sums run in candidate order (sample_math.h allows any order).
 namespace {
 
 // max over x (NaNs skipped unless x[0] is one, as a `v > m` scan), in 16 independent lanes so
