@@ -16,6 +16,7 @@
 #include <set>
 
 #include "op_test_util.h"
+#include "sample_oracle.h"
 
 namespace pg::ops::testing {
 namespace {
@@ -241,51 +242,6 @@ TEST(SampleOp, ReferenceRespectsTheFilters) {
     seen.insert(draw(Row(1.0f, 0, 1.0f, 0.0f), s));
   }
   EXPECT_GT(seen.size(), 5u);
-}
-
-// sample_math.h's algorithm transcribed plainly (a full sort by (logit desc, index asc), the
-// sum over the kept set in sorted order): the oracle of ChooseToken's selection, which sorts
-// only the prefix that can be kept and leaves masked (-inf) tokens out.
-int32_t ChooseTokenBySortingAll(std::span<const float> x, const SampleRow& row, double u) {
-  const int32_t vocab = int32_t(x.size());
-  const float mx = *std::max_element(x.begin(), x.end());
-  if (IsGreedy(row)) return int32_t(std::max_element(x.begin(), x.end()) - x.begin());
-  auto weight = [&](int32_t i) { return std::exp(double((x[size_t(i)] - mx) * (1.0f / row.temperature))); };
-  std::vector<int32_t> idx(x.size());
-  std::iota(idx.begin(), idx.end(), 0);
-  std::sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) {
-    return x[size_t(a)] > x[size_t(b)] || (x[size_t(a)] == x[size_t(b)] && a < b);
-  });
-  size_t k = row.top_k > 0 ? std::min<size_t>(size_t(row.top_k), x.size()) : x.size();
-  while (k > 1 && std::isinf(x[size_t(idx[k - 1])])) --k;  // masked tokens: weight 0
-  idx.resize(k);
-  std::vector<double> prob(k);
-  double sum = 0;
-  for (size_t i = 0; i < k; ++i) sum += (prob[i] = weight(idx[i]));
-  for (double& p : prob) p /= sum;
-  size_t keep = k;
-  if (row.top_p < 1.0f) {
-    double cum = 0;
-    for (size_t i = 0; i < k; ++i)
-      if ((cum += prob[i]) >= double(row.top_p)) {
-        keep = i + 1;
-        break;
-      }
-  }
-  if (row.min_p > 0.0f) {
-    size_t i = 1;
-    while (i < keep && prob[i] >= double(row.min_p) * prob[0]) ++i;
-    keep = i;
-  }
-  std::vector<std::pair<int32_t, double>> kept;
-  for (size_t i = 0; i < keep; ++i) kept.emplace_back(idx[i], prob[i]);
-  std::sort(kept.begin(), kept.end());
-  double mass = 0;
-  for (const auto& [i, p] : kept) mass += p;
-  double r = u * mass;
-  for (const auto& [i, p] : kept)
-    if ((r -= p) < 0) return i;
-  return vocab > 0 ? kept.back().first : 0;
 }
 
 TEST(SampleOp, ChooseTokenEqualsSortingTheWholeVocabulary) {
