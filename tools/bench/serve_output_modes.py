@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""Served ms a generated token under the output controls a client sends, side by side in rounds
+against one running server: greedy, streamed, T=0.7 top_p=0.9 / 0.95, penalties, logprobs, JSON
+mode and a JSON schema (the last two end when their value does; the others run max_tokens with
+ignore_eos). Wall time of the whole request over its completion tokens (prefill included).
+
+  build/cpu/src/cli/peregrine serve --port 8391 &
+  .venv/bin/python3 tools/bench/serve_output_modes.py --url http://127.0.0.1:8391 --rounds 3
+"""
+import argparse
+import time
+
+import openai
+
+SCHEMA = {"type": "object", "properties": {
+    "name": {"type": "string"}, "age": {"type": "integer"},
+    "hobbies": {"type": "array", "items": {"type": "string", "maxLength": 30}},
+    "bio": {"type": "string", "maxLength": 400}}, "required": ["name", "age", "hobbies", "bio"]}
+
+MODES = {
+    "greedy": dict(temperature=0),
+    "greedy, streamed": dict(temperature=0, stream=True),
+    "T=0.7 top_p=0.9": dict(temperature=0.7, top_p=0.9, seed=1),
+    "T=1 top_p=0.95": dict(temperature=1.0, top_p=0.95, seed=1),
+    "penalties": dict(temperature=0.7, top_p=0.95, presence_penalty=0.5, frequency_penalty=0.3, seed=1),
+    "logprobs (5)": dict(temperature=0, logprobs=True, top_logprobs=5),
+    "JSON mode": dict(temperature=0, response_format={"type": "json_object"}, constrained=True),
+    "JSON schema": dict(temperature=0, constrained=True,
+                        response_format={"type": "json_schema", "json_schema": {"name": "p", "schema": SCHEMA}}),
+}
+
+
+def run(client, model, max_tokens, kw):
+    kw = dict(kw)
+    constrained = kw.pop("constrained", False)
+    stream = kw.pop("stream", False)
+    extra = {} if constrained else {"ignore_eos": True}
+    msgs = [{"role": "user", "content": "Write a long JSON profile of a fictional person with a long bio."
+             if constrained else "Write a long story about a lighthouse keeper."}]
+    t = time.time()
+    if stream:
+        n = 0
+        for ch in client.chat.completions.create(model=model, messages=msgs, max_tokens=max_tokens, stream=True,
+                                                 stream_options={"include_usage": True}, extra_body=extra, **kw):
+            if ch.usage:
+                n = ch.usage.completion_tokens
+    else:
+        r = client.chat.completions.create(model=model, messages=msgs, max_tokens=max_tokens, extra_body=extra, **kw)
+        n = r.usage.completion_tokens
+    return (time.time() - t) * 1000 / max(n, 1), n
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--url", default="http://127.0.0.1:8391")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--max-tokens", type=int, default=200)
+    a = ap.parse_args()
+    client = openai.OpenAI(base_url=a.url + "/v1", api_key="none", max_retries=0)
+    model = client.models.list().data[0].id
+    for rnd in range(a.rounds):
+        for name, kw in MODES.items():
+            ms, n = run(client, model, a.max_tokens, kw)
+            print(f"round {rnd}  {name:18s} {ms:6.2f} ms/token over {n} tokens", flush=True)
+
+
+if __name__ == "__main__":
+    main()
