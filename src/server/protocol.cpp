@@ -1,14 +1,14 @@
 #include "server/protocol.h"
 
-#include "core/status.h"
-#include "runtime/json_schema.h"
-
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <limits>
+
+#include "core/status.h"
+#include "runtime/json_schema.h"
 
 namespace pg::server {
 namespace {
