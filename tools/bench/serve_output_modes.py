@@ -5,12 +5,14 @@ mode and a JSON schema (the last two end when their value does; the others run m
 ignore_eos). Wall time of the whole request over its completion tokens (prefill included).
 
   build/cpu/src/cli/peregrine serve --port 8391 &
-  .venv/bin/python3 tools/bench/serve_output_modes.py --url http://127.0.0.1:8391 --rounds 3
+  python3 tools/bench/serve_output_modes.py --url http://127.0.0.1:8391 --rounds 3
+Standard library only (runs on the GPU machine too).
 """
 import argparse
+import http.client
+import json
 import time
-
-import openai
+import urllib.parse
 
 SCHEMA = {"type": "object", "properties": {
     "name": {"type": "string"}, "age": {"type": "integer"},
@@ -30,24 +32,41 @@ MODES = {
 }
 
 
-def run(client, model, max_tokens, kw):
+def post(url, body):
+    u = urllib.parse.urlparse(url)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=600)
+    conn.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
+    r = conn.getresponse()
+    data = r.read().decode()
+    conn.close()
+    if r.status != 200:
+        raise RuntimeError(f"HTTP {r.status}: {data[:300]}")
+    return data
+
+
+def run(url, model, max_tokens, kw):
     kw = dict(kw)
     constrained = kw.pop("constrained", False)
-    stream = kw.pop("stream", False)
-    extra = {} if constrained else {"ignore_eos": True}
-    msgs = [{"role": "user", "content": "Write a long JSON profile of a fictional person with a long bio."
-             if constrained else "Write a long story about a lighthouse keeper."}]
+    body = {"model": model, "max_tokens": max_tokens, **kw,
+            "messages": [{"role": "user", "content": "Write a long JSON profile of a fictional person with a long "
+                          "bio." if constrained else "Write a long story about a lighthouse keeper."}]}
+    if not constrained:
+        body["ignore_eos"] = True
+    if body.get("stream"):
+        body["stream_options"] = {"include_usage": True}
     t = time.time()
-    if stream:
+    data = post(url, body)
+    dt = time.time() - t
+    if body.get("stream"):
         n = 0
-        for ch in client.chat.completions.create(model=model, messages=msgs, max_tokens=max_tokens, stream=True,
-                                                 stream_options={"include_usage": True}, extra_body=extra, **kw):
-            if ch.usage:
-                n = ch.usage.completion_tokens
+        for line in data.splitlines():
+            if line.startswith("data: {"):
+                usage = json.loads(line[6:]).get("usage")
+                if usage:
+                    n = usage["completion_tokens"]
     else:
-        r = client.chat.completions.create(model=model, messages=msgs, max_tokens=max_tokens, extra_body=extra, **kw)
-        n = r.usage.completion_tokens
-    return (time.time() - t) * 1000 / max(n, 1), n
+        n = json.loads(data)["usage"]["completion_tokens"]
+    return dt * 1000 / max(n, 1), n
 
 
 def main():
@@ -56,11 +75,14 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=200)
     a = ap.parse_args()
-    client = openai.OpenAI(base_url=a.url + "/v1", api_key="none", max_retries=0)
-    model = client.models.list().data[0].id
+    u = urllib.parse.urlparse(a.url)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
+    conn.request("GET", "/v1/models")
+    model = json.loads(conn.getresponse().read())["data"][0]["id"]
+    conn.close()
     for rnd in range(a.rounds):
         for name, kw in MODES.items():
-            ms, n = run(client, model, a.max_tokens, kw)
+            ms, n = run(a.url, model, a.max_tokens, kw)
             print(f"round {rnd}  {name:18s} {ms:6.2f} ms/token over {n} tokens", flush=True)
 
 
