@@ -42,14 +42,20 @@ ops::SampleRow SamplerState::Row() const {
 
 namespace {
 
-// log_softmax of the raw logits, for logprobs.
-void LogSoftmax(std::span<const float> x, std::vector<float>& out) {
-  float mx = *std::max_element(x.begin(), x.end());
-  double sum = 0;
-  for (float v : x) sum += std::exp(double(v - mx));
-  float lse = mx + float(std::log(sum));
-  out.resize(x.size());
-  for (size_t i = 0; i < x.size(); ++i) out[i] = x[i] - lse;
+// The n best ids of x by (value desc, id asc), best first: one pass keeping a sorted list of
+// n (most ids are rejected by one compare with its last).
+std::vector<int32_t> TopIds(std::span<const float> x, size_t n) {
+  std::vector<int32_t> best;
+  n = std::min(n, x.size());
+  if (n == 0) return best;
+  best.reserve(n + 1);
+  auto better = [&](int32_t a, int32_t b) { return x[size_t(a)] > x[size_t(b)] || (x[size_t(a)] == x[size_t(b)] && a < b); };
+  for (int32_t i = 0; i < int32_t(x.size()); ++i) {
+    if (best.size() == n && !better(i, best.back())) continue;
+    best.insert(std::upper_bound(best.begin(), best.end(), i, better), i);
+    if (best.size() > n) best.pop_back();
+  }
+  return best;
 }
 
 }  // namespace
@@ -59,8 +65,20 @@ SampledToken Sample(std::span<float> logits, SamplerState& st) {
   const int32_t vocab = int32_t(logits.size());
   PG_CHECK(vocab > 0);
   SampledToken result;
-  std::vector<float> lp;
-  if (p.top_logprobs >= 0) LogSoftmax(logits, lp);
+  // Logprobs are of the raw logits: their log-sum-exp and, for alternatives, their top ids
+  // (the order of the raw logits is the order of the logprobs), taken before anything edits them.
+  float lse = 0.0f;
+  std::vector<std::pair<int32_t, float>> top;
+  if (p.top_logprobs >= 0) {
+    lse = ops::LogSumExp(logits);
+    for (int32_t id : TopIds(logits, size_t(std::max(p.top_logprobs, 0))))
+      top.emplace_back(id, logits[size_t(id)] - lse);
+  }
+  // The chosen token's raw logit: a copy of the row only where something below edits it.
+  const bool penalties = p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+  const bool edits = !p.logit_bias.empty() || st.constraint() != nullptr || penalties;
+  std::vector<float> raw;
+  if (p.top_logprobs >= 0 && edits) raw.assign(logits.begin(), logits.end());
   for (const auto& [tok, bias] : p.logit_bias)
     if (tok >= 0 && tok < vocab) logits[size_t(tok)] += bias;
   if (const OutputConstraint* c = st.constraint()) c->Mask(logits);
@@ -77,15 +95,8 @@ SampledToken Sample(std::span<float> logits, SamplerState& st) {
   result.token = ops::ChooseToken(logits, row, ops::SampleUniform(st.seed(), st.step()));
 
   if (p.top_logprobs >= 0) {
-    result.logprob = lp[size_t(result.token)];
-    if (p.top_logprobs > 0) {
-      std::vector<int32_t> order(static_cast<size_t>(vocab));
-      std::iota(order.begin(), order.end(), 0);
-      size_t n = std::min<size_t>(size_t(p.top_logprobs), order.size());
-      std::partial_sort(order.begin(), order.begin() + std::ptrdiff_t(n), order.end(),
-                        [&](int32_t a, int32_t b) { return lp[size_t(a)] > lp[size_t(b)]; });
-      for (size_t i = 0; i < n; ++i) result.top.emplace_back(order[i], lp[size_t(order[i])]);
-    }
+    result.logprob = (raw.empty() ? logits[size_t(result.token)] : raw[size_t(result.token)]) - lse;
+    result.top = std::move(top);
   }
   st.Accept(result.token);
   return result;

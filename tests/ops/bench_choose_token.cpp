@@ -3,7 +3,9 @@
 // the vocabulary without top_k), side by side on the same rows: logits ~ N(0, 3) (a spread like a model's),
 // 49,152 and 151,936 ids. Prints µs a call and how many of 20 draws agree; asserts nothing.
 //   build/cpu/tests/ops/bench_choose_token
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <random>
 #include <vector>
@@ -47,6 +49,25 @@ int main() {
       std::printf("%6zu ids  %-27s before %8.1f us   ChooseToken %7.1f us   %5.1fx   same token %d/%d (%ld)\n", n,
                   st.name, us[0], us[1], us[0] / us[1], agree, kDraws, sink % 2);
     }
+    // The host sampler's logprobs: log-sum-exp by double exps (before) and by LogSumExp.
+    double us[2], v[2];
+    for (int which = 0; which < 2; ++which) {
+      constexpr int kIters = 20;
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < kIters; ++i) {
+        if (which == 0) {
+          const float mx = *std::max_element(x.begin(), x.end());
+          double sum = 0;
+          for (float e : x) sum += std::exp(double(e - mx));
+          v[0] = double(mx) + std::log(sum);
+        } else {
+          v[1] = LogSumExp(x);
+        }
+      }
+      us[which] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / kIters;
+    }
+    std::printf("%6zu ids  %-27s before %8.1f us   LogSumExp   %7.1f us   %5.1fx   |difference| %.2e\n", n,
+                "log-sum-exp (logprobs)", us[0], us[1], us[0] / us[1], std::abs(v[0] - v[1]));
   }
   return 0;
 }

@@ -272,6 +272,28 @@ TEST(SampleOp, ChooseTokenEqualsSortingTheWholeVocabulary) {
   EXPECT_GT(cases, 1500);
 }
 
+// The host sampler's log-sum-exp (a float polynomial exp, double sums) against double exps, on
+// rows of logits of every spread, with masked (-inf) entries, up to a 151,936-id row.
+TEST(SampleOp, LogSumExpMatchesDoubleExps) {
+  std::mt19937 rng(5);
+  for (int vocab : {1, 3, 17, 1000, 151936}) {
+    for (float spread : {0.1f, 3.0f, 30.0f}) {
+      std::normal_distribution<float> normal(0.0f, spread);
+      std::vector<float> x(static_cast<size_t>(vocab), 0.0f);
+      for (float& v : x) v = normal(rng) + 5.0f;
+      if (vocab > 3)
+        for (size_t i = 0; i < x.size(); i += 3) x[i] = -std::numeric_limits<float>::infinity();
+      const float mx = *std::max_element(x.begin(), x.end());
+      double sum = 0;
+      for (float v : x) sum += std::exp(double(v - mx));
+      const double exact = double(mx) + std::log(sum);
+      EXPECT_NEAR(LogSumExp(x), exact, 2e-6 * std::max(1.0, std::abs(exact))) << vocab << " " << spread;
+    }
+  }
+  const std::vector<float> masked(5, -std::numeric_limits<float>::infinity());
+  EXPECT_EQ(LogSumExp(masked), -std::numeric_limits<float>::infinity());
+}
+
 TEST(SampleOp, BadParamsThrow) {
   Tensor logits(DType::kF32, {2, 10}), rows(DType::kI32, {2, kSampleRowWords}),
       tok(DType::kI32, {2}), counts(DType::kI32, {1, 10});

@@ -1,6 +1,7 @@
 // ops::Sample: validation, the CPU code of the sampling algorithm (ChooseToken, shared with
 // the host sampler), the reference kernel and its registration.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -19,24 +20,69 @@ namespace pg::ops {
 // prefix only (all of the vocabulary only where rounding leaves the bound undecided). Tokens at
 // -inf (masked) have weight 0 and are left out of the truncated path's candidates. The kept
 // set's sums run in candidate order (sample_math.h allows any order).
-namespace {
+// GCC keeps FP compares and selects in loops scalar under its default -ftrapping-math; these
+// loops raise no FP exception anyone reads (clang's default is the same).
+#if defined(__GNUC__) && !defined(__clang__)
+#define PG_VECTOR_FP __attribute__((optimize("no-trapping-math")))
+#else
+#define PG_VECTOR_FP
+#endif
 
-// max over x (NaNs skipped unless x[0] is one, as a `v > m` scan), in 16 independent lanes so
-// that the compiler vectorizes it.
-float MaxOf(std::span<const float> x) {
-  constexpr size_t kLanes = 16;
+PG_VECTOR_FP float MaxOf(std::span<const float> x) {
+  constexpr size_t kLanes = 16;  // independent lanes: the compiler vectorizes them
+  const float* p = x.data();
+  const size_t n = x.size();
   float lane[kLanes];
-  for (float& l : lane) l = x[0];
+  for (float& l : lane) l = p[0];
   size_t i = 0;
-  for (; i + kLanes <= x.size(); i += kLanes)
-    for (size_t j = 0; j < kLanes; ++j) lane[j] = x[i + j] > lane[j] ? x[i + j] : lane[j];
+  for (; i + kLanes <= n; i += kLanes)
+    for (size_t j = 0; j < kLanes; ++j) lane[j] = p[i + j] > lane[j] ? p[i + j] : lane[j];
   float m = lane[0];
   for (float l : lane) m = l > m ? l : m;
-  for (; i < x.size(); ++i) m = x[i] > m ? x[i] : m;
+  for (; i < n; ++i) m = p[i] > m ? p[i] : m;
   return m;
 }
 
+namespace {
+
+// exp(d) for d <= 0: 2^k exp(r), k = round(d log2 e) by the 1.5 * 2^23 rounding trick, r = d -
+// k ln 2 (ln 2 in two parts) in [-ln2/2, ln2/2], exp(r) by its degree-6 Taylor polynomial
+// (error < 3e-8 there); below -87 (2^k under FLT_MIN) the term is 0. Branch-free and written
+// out without library calls (GCC will not inline those into an optimize-attributed function),
+// so the loop over it vectorizes.
+PG_VECTOR_FP __attribute__((always_inline)) inline float ExpNonPositive(float d) {
+  const float c = d > -87.0f ? d : -87.0f;
+  const float t = c * 1.44269504088896341f + 12582912.0f;
+  const float k = t - 12582912.0f;
+  const int32_t ki = __builtin_bit_cast(int32_t, t) - 0x4B400000;
+  const float r = c - k * 0.693145751953125f - k * 1.42860682030941723212e-6f;
+  const float p =
+      1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
+  const float scale = __builtin_bit_cast(float, (ki + 127) << 23);
+  return d > -87.0f ? p * scale : 0.0f;
+}
+
 }  // namespace
+
+PG_VECTOR_FP float LogSumExp(std::span<const float> x) {
+  const float mx = MaxOf(x);
+  if (!(mx > -std::numeric_limits<float>::infinity())) return mx;  // all -inf (or NaN)
+  // Blocks of 256 terms in 8 float lanes (relative error ~1e-7 a lane sum), the blocks summed in
+  // double.
+  constexpr size_t kBlock = 256, kLanes = 8;
+  const float* p = x.data();
+  const size_t n = x.size();
+  double sum = 0;
+  size_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    float lane[kLanes] = {};
+    for (size_t b = i; b < i + kBlock; b += kLanes)
+      for (size_t j = 0; j < kLanes; ++j) lane[j] += ExpNonPositive(p[b + j] - mx);
+    for (float l : lane) sum += double(l);
+  }
+  for (; i < n; ++i) sum += double(ExpNonPositive(p[i] - mx));
+  return mx + float(std::log(sum));
+}
 
 int32_t ChooseToken(std::span<const float> x, const SampleRow& row, double u) {
   const int32_t vocab = int32_t(x.size());
