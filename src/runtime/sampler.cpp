@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 
 #include "core/status.h"
 #include "runtime/json_constraint.h"
@@ -49,7 +48,9 @@ std::vector<int32_t> TopIds(std::span<const float> x, size_t n) {
   n = std::min(n, x.size());
   if (n == 0) return best;
   best.reserve(n + 1);
-  auto better = [&](int32_t a, int32_t b) { return x[size_t(a)] > x[size_t(b)] || (x[size_t(a)] == x[size_t(b)] && a < b); };
+  auto better = [&](int32_t a, int32_t b) {
+    return x[size_t(a)] > x[size_t(b)] || (x[size_t(a)] == x[size_t(b)] && a < b);
+  };
   for (int32_t i = 0; i < int32_t(x.size()); ++i) {
     if (best.size() == n && !better(i, best.back())) continue;
     best.insert(std::upper_bound(best.begin(), best.end(), i, better), i);
