@@ -85,8 +85,10 @@ class JsonSchema {
 class SchemaMatcher {
  public:
   static constexpr int kMaxDepth = 32;    // frames a parse: nesting + 1
-  static constexpr int kMaxParses = 4;    // open anyOf choices tracked at once; more are dropped
-                                          // (the mask is then stricter than the schema, never looser)
+  // Open anyOf choices tracked at once (a union of 8 object types, told apart by a "type"
+  // const, keeps all 8 until that value); more are dropped: the mask is then stricter than the
+  // schema, never looser. The trie walk keeps one matcher a byte of depth (~4 KB each).
+  static constexpr int kMaxParses = 8;
 
   // The schema must outlive the matcher and its copies (MakeOutputConstraint's constraint keeps
   // it alive): copies are made per trie node and do not touch a reference count.

@@ -189,6 +189,23 @@ TEST(SchemaMatcher, ToolCallArgumentsFollowTheName) {
   EXPECT_TRUE(Matches(*llama, R"({"name": "f", "parameters": {"a": 1}})"));
 }
 
+// A discriminated union of kMaxParses object types (pydantic's Union of models with a Literal
+// "type"): every variant stays reachable until its const value tells them apart.
+TEST(SchemaMatcher, DiscriminatedUnionKeepsEveryVariant) {
+  ojson alts = ojson::array();
+  for (int i = 0; i < SchemaMatcher::kMaxParses; ++i)
+    alts.push_back({{"type", "object"},
+                    {"properties", {{"type", {{"const", "t" + std::to_string(i)}}}, {"v" + std::to_string(i), {{"type", "integer"}}}}},
+                    {"required", {"type", "v" + std::to_string(i)}}});
+  auto s = JsonSchema::Compile(ojson{{"anyOf", alts}});
+  for (int i = 0; i < SchemaMatcher::kMaxParses; ++i) {
+    const std::string ok = "{\"type\": \"t" + std::to_string(i) + "\", \"v" + std::to_string(i) + "\": 1}";
+    EXPECT_TRUE(Matches(*s, ok)) << ok;
+    const std::string wrong = "{\"type\": \"t" + std::to_string(i) + "\", \"v" + std::to_string((i + 1) % 8) + "\": 1}";
+    EXPECT_FALSE(Matches(*s, wrong)) << wrong;
+  }
+}
+
 TEST(SchemaMatcher, WhitespaceCapAndStringBudget) {
   auto s = Schema(R"({"type": "object", "properties": {"s": {"type": "string", "maxLength": 4}, "t": {"type": "string"}},
                       "required": ["s", "t"]})");
