@@ -92,6 +92,17 @@ TEST(RmsNormOp, EveryBackendMatchesReference) {
         FillNormal(res);
         RoundToBf16(x);  // bf16-representable: on a bf16 device res + x is then exact before
         RoundToBf16(res);  // its one rounding (no input rounding amplified by cancellation)
+        // A row whose normalised input is exactly zero (hidden = 1 draws x = -res now and then)
+        // has an all-zero output, which checks nothing: make its first element x = 1, res = 0
+        // (both bf16-exact).
+        for (int64_t r = 0; r < rows; ++r) {
+          double ss = 0;
+          for (int64_t i = 0; i < hidden; ++i) {
+            const double v = double(x.data<float>()[r * hidden + i]) + (fused ? res.data<float>()[r * hidden + i] : 0.0f);
+            ss += v * v;
+          }
+          if (ss == 0) x.data<float>()[r * hidden] = 1.0f, res.data<float>()[r * hidden] = 0.0f;
+        }
         const std::vector<float> res0 = Copy(res);
         Tensor ref_out(DType::kF32, {rows, hidden});
         RmsNormParams p{x.view(), w.view(), ref_out.view(), fused ? res.view() : TensorView{}, 1e-5f};
