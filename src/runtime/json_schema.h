@@ -13,7 +13,8 @@
 // properties, additionalProperties: a schema / true / absent gives an object of such values,
 // false gives {}), items, minItems / maxItems, minLength / maxLength (code points), enum,
 // const, anyOf, oneOf (generated as anyOf), allOf of one schema, $ref into the document
-// ("#/$defs/...", recursion included), boolean schemas. Annotations (title, description,
+// ("#/$defs/...", recursion included), boolean schemas, minimum / maximum / exclusiveMinimum /
+// exclusiveMaximum on integers (a digit is refused as soon as no value in range can follow). Annotations (title, description,
 // default, examples, format, ...) are ignored: `format` is an annotation in JSON Schema
 // 2020-12. Integers are generated without fraction or exponent. Outside strings whitespace
 // is allowed where JSON allows it, at most JsonMatcher::kMaxWhitespace bytes in a row.
@@ -39,6 +40,8 @@ class JsonSchema {
   struct Node {
     Kind kind = Kind::kAny;
     bool integer = false;                      // kNumber: no fraction / exponent
+    bool bounded = false;                      // kNumber, integer: only values in [lo, hi]
+    int64_t lo = INT64_MIN, hi = INT64_MAX;
     uint32_t min = 0, max = kUnbounded;        // kString: code points; kArray: items
     int32_t child = -1;                        // kMap: the values' node; kArray: the items'
     std::vector<int32_t> alts;                 // kAnyOf
@@ -106,7 +109,8 @@ class SchemaMatcher {
   // One open value. Field use by kind: a / b: object: the next property at or past which a key
   // may come (cursor) / the property whose key was just read, tag: a tagged object's tag;
   // array: items so far; string: code points so far, tag 1 for a map's key; literal and key: the
-  // candidate range [a, b) of the node's lits, aux the bytes matched. phase: the kind's
+  // candidate range [a, b) of the node's lits, aux the bytes matched; bounded integer: the
+  // magnitude so far (b:a, 64 bits), aux its digits, tag 1 when negative. phase: the kind's
   // sub-state. No padding: frames compare by memcmp.
   struct Frame {  // no member initializers: the unused part of a parse stays unwritten
     uint16_t node;
@@ -145,6 +149,10 @@ class SchemaMatcher {
   void Complete(Parse p, SchemaMatcher& out, const uint8_t* refeed) const;  // pops the top value
   void Emit(const Parse& p, SchemaMatcher& out) const;
   static bool ParseCanEnd(const Parse& p, const JsonSchema& s);
+  // A bounded integer's frame (JsonSchema::Node::bounded): some value in range can still be
+  // written from here / the value so far is in range.
+  static bool IntegerFeasible(const Frame& f, const JsonSchema::Node& n);
+  static bool IntegerInRange(const Frame& f, const JsonSchema::Node& n);
 
   const JsonSchema* schema_ = nullptr;
   int n_ = 0;

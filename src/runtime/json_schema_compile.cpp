@@ -2,6 +2,7 @@
 // client wrote) to JsonSchema's node graph. What cannot be enforced is refused with the keyword
 // and its JSON pointer; nothing that constrains an instance is silently dropped.
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -20,8 +21,7 @@ namespace {
 
 // Keywords that constrain instances in ways the matcher does not enforce.
 constexpr std::string_view kUnsupported[] = {
-    "pattern", "patternProperties", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-    "multipleOf", "not", "if", "then", "else", "prefixItems", "contains", "minContains",
+    "pattern", "patternProperties", "multipleOf", "not", "if", "then", "else", "prefixItems", "contains", "minContains",
     "maxContains", "uniqueItems", "propertyNames", "minProperties", "maxProperties",
     "dependentRequired", "dependentSchemas", "dependencies", "unevaluatedProperties",
     "unevaluatedItems", "additionalItems", "$dynamicRef", "$recursiveRef"};
@@ -220,11 +220,40 @@ class SchemaCompiler {
       if (n.min == 0 && n.max == JsonSchema::kUnbounded) return JsonSchema::kAnyString;
       return Add(std::move(n));
     }
-    if (type == "number" || type == "integer")
-      return type == "number" ? JsonSchema::kAnyNumber : Add({.kind = Kind::kNumber, .integer = true});
+    if (type == "number" || type == "integer") return Number(s, type == "integer", path);
     if (type == "boolean") return Add({.kind = Kind::kLiteral, .lits = {"false", "true"}});
     if (type == "null") return Add({.kind = Kind::kLiteral, .lits = {"null"}});
     Fail(path, "unknown type '{}'", type);
+  }
+
+  // Bounds are enforced on integers only (the range of a digit prefix is an interval per
+  // length); a number with bounds is refused. Draft 4's boolean exclusive* are read too.
+  int32_t Number(const ojson& s, bool integer, const std::string& path) {
+    const char* bounds[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+    bool any = false;
+    for (const char* b : bounds) any = any || s.contains(b);
+    if (!any) return integer ? Add({.kind = Kind::kNumber, .integer = true}) : JsonSchema::kAnyNumber;
+    if (!integer) Fail(path, "'minimum' / 'maximum' on a number (not an integer) is not supported");
+    Node n{.kind = Kind::kNumber, .integer = true, .bounded = true};
+    auto bound = [&](const char* key, bool exclusive, bool upper) {
+      auto it = s.find(key);
+      if (it == s.end() || it->is_boolean()) return;
+      if (!it->is_number()) Fail(path, "'{}' must be a number", key);
+      const double v = it->get<double>();
+      const bool excl = exclusive || s.value(upper ? "exclusiveMaximum" : "exclusiveMinimum", ojson(false)) == ojson(true);
+      // The integers above (below) v, v itself unless exclusive; clamped to int64.
+      double b = upper ? std::floor(v) : std::ceil(v);
+      if (excl && b == v) b += upper ? -1 : 1;
+      b = std::clamp(b, -9.2e18, 9.2e18);
+      if (upper) n.hi = std::min(n.hi, int64_t(b));
+      else n.lo = std::max(n.lo, int64_t(b));
+    };
+    bound("minimum", false, false);
+    bound("maximum", false, true);
+    bound("exclusiveMinimum", true, false);
+    bound("exclusiveMaximum", true, true);
+    if (n.lo > n.hi) Fail(path, "no integer lies within the bounds");
+    return Add(std::move(n));
   }
 
   int32_t Object(const ojson& s, const std::string& path, int depth) {

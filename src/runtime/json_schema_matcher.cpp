@@ -90,11 +90,39 @@ bool SchemaMatcher::Accept(std::string_view bytes) {
   return true;
 }
 
+namespace {
+
+uint64_t Magnitude(uint32_t lo_word, uint32_t hi_word) { return uint64_t(hi_word) << 32 | lo_word; }
+
+}  // namespace
+
+bool SchemaMatcher::IntegerInRange(const Frame& f, const JsonSchema::Node& n) {
+  if (!n.bounded) return true;
+  const __int128 m = __int128(Magnitude(f.a, f.b)), v = f.tag ? -m : m;
+  return f.aux > 0 && v >= n.lo && v <= n.hi;
+}
+
+bool SchemaMatcher::IntegerFeasible(const Frame& f, const JsonSchema::Node& n) {
+  if (!n.bounded) return true;
+  const __int128 lo = n.lo, hi = n.hi;
+  if (f.aux == 0) return f.tag ? lo <= std::min<__int128>(hi, -1) : true;  // "-": some negative in range
+  if (Num(f.phase) == Num::kZero) return IntegerInRange(f, n);              // "0" / "-0": no digit follows
+  // Values written from here: magnitudes [M 10^k, (M + 1) 10^k - 1] for k more digits.
+  __int128 first = __int128(Magnitude(f.a, f.b)), span = 1;
+  for (int k = 0; f.aux + k <= 19; ++k, first *= 10, span *= 10) {
+    const __int128 last = first + span - 1;
+    const __int128 a = f.tag ? -last : first, b = f.tag ? -first : last;
+    if (a <= hi && b >= lo) return true;
+  }
+  return false;
+}
+
 bool SchemaMatcher::ParseCanEnd(const Parse& p, const JsonSchema& s) {
   if (p.depth == 1) return p.f[0].phase == kRootDone;
   if (p.depth != 2) return false;
   const Frame& t = p.f[1];
-  if (t.kind == FrameKind::kNumber) return JsonMatcher::NumberEnds(Num(t.phase));
+  if (t.kind == FrameKind::kNumber)
+    return JsonMatcher::NumberEnds(Num(t.phase)) && IntegerInRange(t, s.node(t.node));
   if (t.kind == FrameKind::kLiteral) return s.node(t.node).lits[t.a].size() == t.aux;
   return false;
 }
@@ -179,6 +207,12 @@ void SchemaMatcher::StartValue(Parse p, int32_t node_id, uint8_t c, SchemaMatche
       const Num s = JsonMatcher::NumberStart(c);
       if (s == Num::kEnd) return;
       f.kind = FrameKind::kNumber, f.phase = uint8_t(s);
+      if (n.bounded) {
+        f.tag = c == '-';
+        f.aux = c == '-' ? 0 : 1;
+        f.a = c == '-' ? 0 : uint32_t(c - '0');
+        if (!IntegerFeasible(f, n)) return;
+      }
       break;
     }
     case Kind::kLiteral:
@@ -306,9 +340,16 @@ void SchemaMatcher::Feed(Parse p, uint8_t c, SchemaMatcher& out) const {
       const bool frac = c == '.' || c == 'e' || c == 'E';
       if (next != Num::kEnd && !(n.integer && frac)) {
         t.phase = uint8_t(next);
+        if (n.bounded) {  // a digit (integers take no other byte here): the magnitude grows
+          const uint64_t m = Magnitude(t.a, t.b);
+          if (t.aux >= 19) return;  // past int64 either way
+          const uint64_t grown = m * 10 + uint64_t(c - '0');
+          t.a = uint32_t(grown), t.b = uint32_t(grown >> 32), ++t.aux;
+          if (!IntegerFeasible(t, n)) return;
+        }
         return Emit(p, out);
       }
-      if (JsonMatcher::NumberEnds(Num(t.phase))) Complete(p, out, &c);  // c is read after it
+      if (JsonMatcher::NumberEnds(Num(t.phase)) && IntegerInRange(t, n)) Complete(p, out, &c);  // c is read after it
       return;
     }
     case FrameKind::kLiteral:

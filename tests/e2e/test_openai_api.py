@@ -124,7 +124,8 @@ def main():
 
         # ---- structured outputs: every stopped answer is an instance (checked by jsonschema) --
         schema = {"type": "object", "properties": {
-                      "name": {"type": "string", "maxLength": 20}, "age": {"type": "integer"},
+                      "name": {"type": "string", "maxLength": 20},
+                      "age": {"type": "integer", "minimum": 18, "maximum": 99},
                       "colour": {"enum": ["red", "green", "blue"]},
                       "pets": {"type": "array", "items": {"type": "string"}, "maxItems": 3}},
                   "required": ["name", "colour"], "additionalProperties": False}

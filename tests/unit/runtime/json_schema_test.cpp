@@ -49,7 +49,10 @@ std::string CompileError(const char* text) {
 TEST(JsonSchemaCompile, RefusesWhatItCannotEnforceNamingTheKeywordAndPlace) {
   const std::pair<const char*, const char*> cases[] = {
       {R"({"type": "string", "pattern": "^a"})", "'pattern'"},
-      {R"({"properties": {"n": {"type": "integer", "minimum": 0}}})", "#/properties/n"},
+      {R"({"properties": {"n": {"type": "integer", "multipleOf": 2}}})", "#/properties/n"},
+      {R"({"type": "number", "maximum": 1.5})", "not an integer"},
+      {R"({"type": "integer", "minimum": 3, "maximum": 2})", "no integer"},
+      {R"({"type": "integer", "exclusiveMinimum": 2, "exclusiveMaximum": 3})", "no integer"},
       {R"({"type": "array", "items": [{"type": "string"}]})", "tuples"},
       {R"({"type": "object", "properties": {"a": {}}, "required": ["b"]})", "'b'"},
       {R"(false)", "allows no value"},
@@ -206,6 +209,30 @@ TEST(SchemaMatcher, DiscriminatedUnionKeepsEveryVariant) {
   }
 }
 
+// Integer bounds: a digit is refused as soon as no value in range can follow it; the value
+// ends only in range.
+TEST(SchemaMatcher, IntegerBoundsRefuseDigitsEarly) {
+  auto s = Schema(R"({"type": "integer", "minimum": -5, "maximum": 120})");
+  for (const char* ok : {"0", "-5", "-0", "7", "12", "120", "99"}) EXPECT_TRUE(Matches(*s, ok)) << ok;
+  // "13" may go on (130 may not); "-6" is refused at its 6; "5" may begin 50.
+  const std::pair<const char*, size_t> bad[] = {{"121", 2}, {"-6", 1}, {"130", 2}, {"1000", 3}, {"-10", 2}, {"2000", 2}};
+  for (const auto& [text, at] : bad) EXPECT_EQ(AcceptedPrefix(*s, text), at) << text;
+  auto positive = Schema(R"({"type": "integer", "exclusiveMinimum": 0, "maximum": 10})");
+  EXPECT_EQ(AcceptedPrefix(*positive, "-"), 0u);
+  EXPECT_EQ(AcceptedPrefix(*positive, "0"), 0u);
+  EXPECT_TRUE(Matches(*positive, "10"));
+  EXPECT_EQ(AcceptedPrefix(*positive, "11"), 1u);
+  auto draft4 = Schema(R"({"type": "integer", "minimum": 5, "exclusiveMinimum": true})");
+  EXPECT_EQ(AcceptedPrefix(*draft4, "5 "), 1u);  // 5 could begin 50, but cannot end there
+  EXPECT_TRUE(Matches(*draft4, "6"));
+  auto obj = Schema(R"({"type": "object", "properties": {"limit": {"type": "integer", "minimum": 1, "maximum": 100}},
+                        "required": ["limit"]})");
+  EXPECT_TRUE(Matches(*obj, R"({"limit": 100})"));
+  EXPECT_EQ(AcceptedPrefix(*obj, R"({"limit": 0})"), 10u);
+  EXPECT_EQ(AcceptedPrefix(*obj, R"({"limit": 101})"), 12u);
+  EXPECT_EQ(AcceptedPrefix(*obj, R"({"limit": 10})"), 13u);  // then '}': 10 is in range
+}
+
 TEST(SchemaMatcher, WhitespaceCapAndStringBudget) {
   auto s = Schema(R"({"type": "object", "properties": {"s": {"type": "string", "maxLength": 4}, "t": {"type": "string"}},
                       "required": ["s", "t"]})");
@@ -260,6 +287,13 @@ bool Valid(const ojson& v, const ojson& s, const ojson& root) {
     if (!any) return false;
   }
   if (s.contains("const") && s["const"] != v) return false;
+  if (v.is_number()) {
+    const double x = v.get<double>();
+    if (s.contains("minimum") && x < s["minimum"].get<double>()) return false;
+    if (s.contains("maximum") && x > s["maximum"].get<double>()) return false;
+    if (s.contains("exclusiveMinimum") && x <= s["exclusiveMinimum"].get<double>()) return false;
+    if (s.contains("exclusiveMaximum") && x >= s["exclusiveMaximum"].get<double>()) return false;
+  }
   if (v.is_string()) {
     const size_t n = CodePoints(v.get<std::string>());
     if (n < s.value("minLength", size_t(0)) || n > s.value("maxLength", size_t(1) << 30)) return false;
@@ -300,6 +334,7 @@ TEST(SchemaConstraint, SeededWalksEndAsInstancesAndTheMaskIsExact) {
       R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 6}, "age": {"type": "integer"},
           "ok": {"type": "boolean"}}, "required": ["name", "ok"]})",
       R"({"type": "array", "items": {"enum": ["red", "green", 7, null]}, "minItems": 1, "maxItems": 4})",
+      R"({"type": "array", "items": {"type": "integer", "minimum": -30, "exclusiveMaximum": 250}, "maxItems": 5})",
       R"({"$defs": {"n": {"type": "object", "properties": {"v": {"type": "integer"}, "kids": {"type": "array",
           "items": {"$ref": "#/$defs/n"}, "maxItems": 2}}, "required": ["v", "kids"]}}, "$ref": "#/$defs/n"})",
       R"({"anyOf": [{"type": "string", "minLength": 2, "maxLength": 5}, {"type": "null"},
