@@ -32,15 +32,7 @@ echo "== agentic ($(date -u +%T))"
 port=18123
 "$PG" serve --model "$MODEL" "${ARGS[@]}" --host 127.0.0.1 --port $port > "$OUT/server.txt" 2>&1 &
 spid=$!
-python3 - "$port" <<'PY'
-import sys, time, urllib.request
-for _ in range(240):
-    try:
-        urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/health", timeout=2); sys.exit(0)
-    except OSError:
-        time.sleep(0.5)
-sys.exit(1)
-PY
+python3 tools/gpu/wait_health.py "$port"
 conc=${AGENTIC_CONC:-1,2,4,8}
 timeout 200 "$PG" bench agentic --url "http://127.0.0.1:$port" --first-turn-tokens 3000 --turn-tokens 300 \
   --min-turns 3 --max-turns 3 --max-tokens 64 --concurrency "$conc" --conversations "$conc" \

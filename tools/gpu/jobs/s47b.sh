@@ -21,15 +21,8 @@ serve_modes() {  # NAME CONFIG TOKENIZER TEMPLATE PORT
   "$BIN/peregrine" serve --device cuda --model "$cfg" --load-format dummy --tokenizer "$tok" \
     --chat-template "$tpl" --context 4096 --host 127.0.0.1 --port "$port" > "$OUT/server_$name.txt" 2>&1 &
   local spid=$!
-  python3 - "$port" <<'PY' || { echo "$name: no health"; tail -20 "$OUT/server_$name.txt"; kill $spid; return; }
-import sys, time, urllib.request
-for _ in range(360):
-    try:
-        urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/health", timeout=2); sys.exit(0)
-    except OSError:
-        time.sleep(0.5)
-sys.exit(1)
-PY
+  python3 tools/gpu/wait_health.py "$port" 360 ||
+    { echo "$name: no health"; tail -20 "$OUT/server_$name.txt"; kill $spid; return; }
   timeout 150 python3 -u tools/bench/serve_output_modes.py --url "http://127.0.0.1:$port" --rounds 2 --max-tokens 128 \
     || echo "$name: modes rc=$?"
   kill -TERM $spid; wait $spid
