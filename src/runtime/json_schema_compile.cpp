@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -186,16 +187,42 @@ class SchemaCompiler {
       if (s.contains("const")) Fail(path, "both 'enum' and 'const'");
       for (const auto& v : *it) values.push_back(&v);
     }
+    // Every keyword beside enum / const applies too: type, string lengths and number bounds
+    // filter the values; the structural ones are refused rather than left unchecked.
+    for (const char* k : {"properties", "required", "additionalProperties", "items", "minItems", "maxItems"})
+      if (s.contains(k)) Fail(path, "'{}' beside 'enum' / 'const' is not supported", k);
+    auto in_bounds = [&](const ojson& v) {
+      if (v.is_string()) {
+        size_t cps = 0;
+        for (char ch : v.get<std::string>()) cps += (uint8_t(ch) & 0xC0) != 0x80;
+        return cps >= Count(s, "minLength", 0, path) && cps <= Count(s, "maxLength", JsonSchema::kUnbounded, path);
+      }
+      if (!v.is_number()) return true;
+      const double x = v.get<double>();
+      auto num = [&](const char* key) {
+        auto it = s.find(key);
+        if (it == s.end() || it->is_boolean()) return std::optional<double>();
+        if (!it->is_number()) Fail(path, "'{}' must be a number", key);
+        return std::optional<double>(it->get<double>());
+      };
+      const bool draft4_min = s.value("exclusiveMinimum", ojson(false)) == ojson(true);
+      const bool draft4_max = s.value("exclusiveMaximum", ojson(false)) == ojson(true);
+      if (auto m = num("minimum"); m && (draft4_min ? x <= *m : x < *m)) return false;
+      if (auto m = num("maximum"); m && (draft4_max ? x >= *m : x > *m)) return false;
+      if (auto m = num("exclusiveMinimum"); m && x <= *m) return false;
+      if (auto m = num("exclusiveMaximum"); m && x >= *m) return false;
+      return true;
+    };
     Node n{.kind = Kind::kLiteral};
     for (const ojson* v : values) {
       const bool typed = types.empty() || std::any_of(types.begin(), types.end(),
                                                       [&](const std::string& t) { return TypeMatches(*v, t); });
-      if (!typed) continue;  // both keywords apply: a value of another type is no instance
+      if (!typed || !in_bounds(*v)) continue;  // every keyword applies: such a value is no instance
       std::string text = v->dump();
       if (text.size() > kMaxLiteralBytes) Fail(path, "an enum / const value longer than {} bytes", kMaxLiteralBytes);
       n.lits.push_back(std::move(text));
     }
-    if (n.lits.empty()) Fail(path, "no 'enum' / 'const' value has the schema's type");
+    if (n.lits.empty()) Fail(path, "no 'enum' / 'const' value satisfies the schema's other keywords");
     std::sort(n.lits.begin(), n.lits.end());
     n.lits.erase(std::unique(n.lits.begin(), n.lits.end()), n.lits.end());
     return Add(std::move(n));

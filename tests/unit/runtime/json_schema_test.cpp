@@ -60,6 +60,8 @@ TEST(JsonSchemaCompile, RefusesWhatItCannotEnforceNamingTheKeywordAndPlace) {
       {R"({"$ref": "#/$defs/missing"})", "points to nothing"},
       {R"({"enum": []})", "non-empty"},
       {R"({"type": "integer", "enum": ["a", "b"]})", "no 'enum' / 'const' value"},
+      {R"({"enum": [1, 2], "minimum": 3})", "no 'enum' / 'const' value"},
+      {R"({"enum": [{"a": 1}], "required": ["a"]})", "'required' beside 'enum'"},
       {R"({"type": "array", "minItems": 3, "maxItems": 2})", "minItems > maxItems"},
       {R"({"type": "string", "anyOf": [{"maxLength": 2}]})", "'anyOf' beside"},
       {R"({"allOf": [{"type": "string"}, {"maxLength": 2}]})", "'allOf'"},
@@ -108,6 +110,18 @@ TEST(SchemaMatcher, EnumsConstsAndLiteralsThatMayGoOn) {
   EXPECT_TRUE(Matches(*obj, R"({"n": 1, "m": {"k":[true]}})"));
   EXPECT_TRUE(Matches(*obj, R"({"n":12,"m":{"k":[true]}})"));
   EXPECT_EQ(AcceptedPrefix(*obj, R"({"n":1,"m":{"k": [true]}})"), 16u);  // const: its compact text
+}
+
+// The keywords beside an enum apply too: a value outside the bounds or lengths is no instance.
+TEST(SchemaMatcher, EnumValuesMeetTheOtherKeywords) {
+  auto s = Schema(R"({"type": "integer", "minimum": 5, "enum": [1, 7, 9, "x"]})");
+  EXPECT_TRUE(Matches(*s, "7"));
+  EXPECT_TRUE(Matches(*s, "9"));
+  EXPECT_EQ(AcceptedPrefix(*s, "1"), 0u);
+  auto str = Schema(R"({"enum": ["ab", "abcd", 3], "maxLength": 3, "exclusiveMaximum": 3})");
+  EXPECT_TRUE(Matches(*str, R"("ab")"));
+  EXPECT_FALSE(Matches(*str, R"("abcd")"));
+  EXPECT_EQ(AcceptedPrefix(*str, "3"), 0u);
 }
 
 TEST(SchemaMatcher, ArraysStringsAndNumbersKeepTheirBounds) {
