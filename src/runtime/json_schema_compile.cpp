@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
-#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -191,27 +190,13 @@ class SchemaCompiler {
     // filter the values; the structural ones are refused rather than left unchecked.
     for (const char* k : {"properties", "required", "additionalProperties", "items", "minItems", "maxItems"})
       if (s.contains(k)) Fail(path, "'{}' beside 'enum' / 'const' is not supported", k);
+    const NumberBounds bounds = ReadBounds(s, path);
     auto in_bounds = [&](const ojson& v) {
       if (v.is_string()) {
-        size_t cps = 0;
-        for (char ch : v.get<std::string>()) cps += (uint8_t(ch) & 0xC0) != 0x80;
+        const size_t cps = CodePoints(v.get_ref<const std::string&>());
         return cps >= Count(s, "minLength", 0, path) && cps <= Count(s, "maxLength", JsonSchema::kUnbounded, path);
       }
-      if (!v.is_number()) return true;
-      const double x = v.get<double>();
-      auto num = [&](const char* key) {
-        auto it = s.find(key);
-        if (it == s.end() || it->is_boolean()) return std::optional<double>();
-        if (!it->is_number()) Fail(path, "'{}' must be a number", key);
-        return std::optional<double>(it->get<double>());
-      };
-      const bool draft4_min = s.value("exclusiveMinimum", ojson(false)) == ojson(true);
-      const bool draft4_max = s.value("exclusiveMaximum", ojson(false)) == ojson(true);
-      if (auto m = num("minimum"); m && (draft4_min ? x <= *m : x < *m)) return false;
-      if (auto m = num("maximum"); m && (draft4_max ? x >= *m : x > *m)) return false;
-      if (auto m = num("exclusiveMinimum"); m && x <= *m) return false;
-      if (auto m = num("exclusiveMaximum"); m && x >= *m) return false;
-      return true;
+      return !v.is_number() || bounds.Contains(v.get<double>());
     };
     Node n{.kind = Kind::kLiteral};
     for (const ojson* v : values) {
@@ -253,32 +238,45 @@ class SchemaCompiler {
     Fail(path, "unknown type '{}'", type);
   }
 
-  // Bounds are enforced on integers only (the range of a digit prefix is an interval per
-  // length); a number with bounds is refused. Draft 4's boolean exclusive* are read too.
-  int32_t Number(const ojson& s, bool integer, const std::string& path) {
-    const char* bounds[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+  // minimum / maximum / exclusiveMinimum / exclusiveMaximum (numbers; draft 4's boolean
+  // exclusive* make minimum / maximum exclusive), as one interval.
+  struct NumberBounds {
     bool any = false;
-    for (const char* b : bounds) any = any || s.contains(b);
-    if (!any) return integer ? Add({.kind = Kind::kNumber, .integer = true}) : JsonSchema::kAnyNumber;
-    if (!integer) Fail(path, "'minimum' / 'maximum' on a number (not an integer) is not supported");
-    Node n{.kind = Kind::kNumber, .integer = true, .bounded = true};
-    auto bound = [&](const char* key, bool exclusive, bool upper) {
+    double lo = -HUGE_VAL, hi = HUGE_VAL;
+    bool lo_open = false, hi_open = false;
+    bool Contains(double x) const { return (lo_open ? x > lo : x >= lo) && (hi_open ? x < hi : x <= hi); }
+  };
+  static NumberBounds ReadBounds(const ojson& s, const std::string& path) {
+    NumberBounds b;
+    auto read = [&](const char* key, bool upper, bool open) {
       auto it = s.find(key);
       if (it == s.end() || it->is_boolean()) return;
       if (!it->is_number()) Fail(path, "'{}' must be a number", key);
+      open = open || s.value(upper ? "exclusiveMaximum" : "exclusiveMinimum", ojson(false)) == ojson(true);
       const double v = it->get<double>();
-      const bool excl = exclusive || s.value(upper ? "exclusiveMaximum" : "exclusiveMinimum", ojson(false)) == ojson(true);
-      // The integers above (below) v, v itself unless exclusive; clamped to int64.
-      double b = upper ? std::floor(v) : std::ceil(v);
-      if (excl && b == v) b += upper ? -1 : 1;
-      b = std::clamp(b, -9.2e18, 9.2e18);
-      if (upper) n.hi = std::min(n.hi, int64_t(b));
-      else n.lo = std::max(n.lo, int64_t(b));
+      b.any = true;
+      if (upper && (v < b.hi || (v == b.hi && open))) b.hi = v, b.hi_open = open;
+      if (!upper && (v > b.lo || (v == b.lo && open))) b.lo = v, b.lo_open = open;
     };
-    bound("minimum", false, false);
-    bound("maximum", false, true);
-    bound("exclusiveMinimum", true, false);
-    bound("exclusiveMaximum", true, true);
+    read("minimum", false, false);
+    read("maximum", true, false);
+    read("exclusiveMinimum", false, true);
+    read("exclusiveMaximum", true, true);
+    return b;
+  }
+
+  // Bounds are enforced on integers only (the range of a digit prefix is an interval per
+  // length); a number with bounds is refused.
+  int32_t Number(const ojson& s, bool integer, const std::string& path) {
+    const NumberBounds b = ReadBounds(s, path);
+    if (!b.any) return integer ? Add({.kind = Kind::kNumber, .integer = true}) : JsonSchema::kAnyNumber;
+    if (!integer) Fail(path, "'minimum' / 'maximum' on a number (not an integer) is not supported");
+    // The integers inside the interval, clamped to int64.
+    double lo = std::ceil(b.lo), hi = std::floor(b.hi);
+    if (b.lo_open && lo == b.lo) lo += 1;
+    if (b.hi_open && hi == b.hi) hi -= 1;
+    Node n{.kind = Kind::kNumber, .integer = true, .bounded = true,
+           .lo = int64_t(std::clamp(lo, -9.2e18, 9.2e18)), .hi = int64_t(std::clamp(hi, -9.2e18, 9.2e18))};
     if (n.lo > n.hi) Fail(path, "no integer lies within the bounds");
     return Add(std::move(n));
   }

@@ -355,13 +355,10 @@ void SchemaMatcher::Feed(Parse p, uint8_t c, SchemaMatcher& out) const {
     case FrameKind::kLiteral:
     case FrameKind::kKey: {
       const bool key = t.kind == FrameKind::kKey;
-      // A candidate matched in full may end here: the byte is then the enclosing frame's.
-      const bool whole = n.lits[t.a].size() == t.aux;
-      if (whole && !key) {
-        Complete(p, out, &c);
-      } else if (whole && key && InWindow(n, p.f[size_t(p.depth - 2)].a, n.lit_prop[t.a])) {
-        Complete(p, out, &c);
-      }
+      // A candidate matched in full may end here: the byte is then the enclosing frame's. (A
+      // key is matched with its closing quote, so its range then holds it alone, and the
+      // narrowing below kept it only inside the object's window.)
+      if (n.lits[t.a].size() == t.aux) Complete(p, out, &c);
       auto [lo, hi] = Narrow(n.lits, t.a, t.b, t.aux, c);
       if (key) {  // keep only names the window allows; the range must still hold one
         const uint32_t cursor = p.f[size_t(p.depth - 2)].a;

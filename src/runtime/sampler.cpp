@@ -76,8 +76,7 @@ SampledToken Sample(std::span<float> logits, SamplerState& st) {
       top.emplace_back(id, logits[size_t(id)] - lse);
   }
   // The chosen token's raw logit: a copy of the row only where something below edits it.
-  const bool penalties = p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
-  const bool edits = !p.logit_bias.empty() || st.constraint() != nullptr || penalties;
+  const bool edits = !p.logit_bias.empty() || st.constraint() != nullptr || p.has_penalties();
   std::vector<float> raw;
   if (p.top_logprobs >= 0 && edits) raw.assign(logits.begin(), logits.end());
   for (const auto& [tok, bias] : p.logit_bias)

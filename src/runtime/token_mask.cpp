@@ -27,8 +27,7 @@ TokenTable TokenTable::Make(std::vector<std::string> bytes, std::vector<uint8_t>
       return c == '"' || c == '\\' || c < 0x20;
     });
     if (!t.plain[i]) t.not_plain.push_back(int32_t(i));
-    t.chars[i] = uint8_t(std::min<size_t>(
-        255, size_t(std::count_if(b.begin(), b.end(), [](char ch) { return (uint8_t(ch) & 0xC0) != 0x80; }))));
+    t.chars[i] = uint8_t(std::min<size_t>(255, CodePoints(b)));
   }
   for (size_t i = 0; i < t.bytes.size(); ++i)
     if (t.plain[i]) t.plain_by_chars.push_back(int32_t(i));

@@ -20,6 +20,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -72,6 +73,13 @@ class OutputConstraint {
 
 inline constexpr int kUnlimited = std::numeric_limits<int>::max();
 
+// UTF-8 code points of `bytes`: the bytes that do not continue a sequence (not 10xxxxxx).
+inline size_t CodePoints(std::string_view bytes) {
+  size_t n = 0;
+  for (char ch : bytes) n += (uint8_t(ch) & 0xC0) != 0x80;
+  return n;
+}
+
 template <class Matcher>
 class ByteConstraint final : public OutputConstraint {
  public:
@@ -115,18 +123,11 @@ class ByteConstraint final : public OutputConstraint {
     for (size_t i = n; i < logits.size(); ++i) logits[i] = kNegInf;  // ids beyond the table
     bool any = false;
     const int budget = matcher_.string_budget();
-    if (budget == kUnlimited) {
-      // Inside an unbounded string every plain token is allowed and leaves the state as is:
-      // only the others (quotes, escapes, control bytes, special tokens) are tried.
-      for (int32_t id : t.not_plain) {
-        if (size_t(id) >= n) continue;
-        if (Allowed(id)) any = true;
-        else logits[size_t(id)] = kNegInf;
-      }
-      any = any || t.not_plain.size() < t.bytes.size();
-    } else if (budget >= 0) {
-      // A bounded string: a plain token fits iff its characters do; the others are tried.
-      size_t longer = 0;  // plain ids with more characters than the budget: a prefix
+    if (budget >= 0) {
+      // Inside a string every plain token whose characters fit the budget is allowed (and
+      // changes nothing but the count): mask the longer ones, a prefix of plain_by_chars (none
+      // without a bound), and try only the others (quotes, escapes, control bytes, specials).
+      size_t longer = 0;
       for (; longer < t.plain_by_chars.size(); ++longer) {
         const int32_t id = t.plain_by_chars[longer];
         if (t.chars[size_t(id)] <= budget) break;

@@ -15,10 +15,6 @@ namespace rt = runtime::cuda;
 
 namespace {
 
-bool HasPenalties(const runtime::SamplingParams& p) {
-  return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
-}
-
 std::vector<int> DefaultGraphSizes(int max_running, int max_step_tokens) {
   const int top = std::min(max_running, max_step_tokens);
   std::vector<int> sizes;
@@ -99,7 +95,7 @@ std::string CudaStepExecutor::Describe() const {
 
 void CudaStepExecutor::BeginRequest(uint64_t id, const runtime::SamplingParams& params,
                                     std::span<const int32_t> prompt) {
-  if (HasPenalties(params)) pending_prompts_[id].assign(prompt.begin(), prompt.end());
+  if (params.has_penalties()) pending_prompts_[id].assign(prompt.begin(), prompt.end());
 }
 
 void CudaStepExecutor::EndRequest(uint64_t id) {
@@ -152,10 +148,10 @@ void CudaStepExecutor::Execute(const scheduler::Plan& plan,
     }
     const runtime::SamplingParams& p = st->params();
     row = st->Row();
-    row.counts_row = HasPenalties(p) ? CountsRow(plan.entries[i].id) : -1;
+    row.counts_row = p.has_penalties() ? CountsRow(plan.entries[i].id) : -1;
     // On the host: top logprobs, penalties without a counts row, JSON mode (its mask) and
     // logit_bias.
-    on_host_[i] = p.top_logprobs > 0 || (HasPenalties(p) && row.counts_row < 0) ||
+    on_host_[i] = p.top_logprobs > 0 || (p.has_penalties() && row.counts_row < 0) ||
                   p.token_table != nullptr || !p.logit_bias.empty();
     if (on_host_[i]) row = ops::SampleRow{.temperature = 0.0f};
     want_logprobs = want_logprobs || (!on_host_[i] && p.top_logprobs >= 0);

@@ -167,32 +167,28 @@ int32_t ChooseToken(std::span<const float> x, const SampleRow& row, double u) {
   }
   auto prob = [&](size_t pos) { return w[size_t(cand[pos])] / sum; };
   size_t keep = k;
-  for (bool all = sorted == k;; all = true) {
-    if (all && sorted < k) {
+  if (row.top_p < 1.0f) {  // shortest prefix whose mass reaches top_p (0: not within `sorted`)
+    auto top_p_cut = [&] {
+      double cum = 0;
+      for (size_t i = 0; i < sorted; ++i)
+        if ((cum += prob(i)) >= double(row.top_p)) return i + 1;
+      return size_t(0);
+    };
+    keep = top_p_cut();
+    if (keep == 0 && sorted < k) {  // rounding left the cut past the bound: sort all
       std::sort(cand.begin(), cand.end(), by_logit);
       sorted = k;
+      keep = top_p_cut();
     }
-    keep = k;
-    bool decided = true;
-    if (row.top_p < 1.0f) {  // shortest prefix whose mass reaches top_p
-      double cum = 0;
-      size_t i = 0;
-      for (; i < sorted; ++i) {
-        cum += prob(i);
-        if (cum >= double(row.top_p)) break;
-      }
-      if (i < sorted) keep = i + 1;
-      else decided = sorted == k;
-    }
-    if (decided && row.min_p > 0.0f) {  // prob >= min_p * prob(top token); the top token stays
-      // Tokens past the sorted ones weigh < t <= min_p * (1 - 1e-9) (the top token weighs 1):
-      // all below the floor, so the scan may stop at `sorted`.
-      const double floor = double(row.min_p) * prob(0);
-      size_t i = 1;
-      while (i < keep && i < sorted && prob(i) >= floor) ++i;
-      keep = std::min(keep, i);
-    }
-    if (decided && (keep <= sorted || (row.top_p >= 1.0f && row.min_p <= 0.0f))) break;
+    if (keep == 0) keep = k;
+  }
+  if (row.min_p > 0.0f) {  // prob >= min_p * prob(top token); the top token always stays
+    // Tokens past the sorted ones weigh < t <= min_p * (1 - 1e-9) (the top token weighs 1):
+    // all below the floor, so the scan may stop at `sorted`.
+    const double floor = double(row.min_p) * prob(0);
+    size_t i = 1;
+    while (i < keep && i < sorted && prob(i) >= floor) ++i;
+    keep = std::min(keep, i);
   }
   // K (the first `keep` in sorted order; all k when nothing cut it) in index order, weights prob_i.
   std::sort(cand.begin(), cand.begin() + std::ptrdiff_t(keep));
