@@ -6,6 +6,7 @@
 #include "core/status.h"
 #include "runtime/json_constraint.h"
 #include "runtime/json_schema.h"
+#include "runtime/regex.h"
 
 namespace pg::runtime {
 
@@ -14,7 +15,9 @@ SamplerState::SamplerState(const SamplingParams& params, std::span<const int32_t
     : params_(params), seed_(params.seed.value_or(fallback_seed)) {
   if (params_.repetition_penalty != 1.0f)
     for (int32_t t : prompt) seen_[t] = true;
-  if (params_.token_table) constraint_ = MakeOutputConstraint(params_.token_table, params_.json_schema);
+  if (params_.token_table)
+    constraint_ = params_.regex ? MakeRegexConstraint(params_.token_table, params_.regex)
+                                : MakeOutputConstraint(params_.token_table, params_.json_schema);
 }
 
 void SamplerState::Accept(int32_t token) {

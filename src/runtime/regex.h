@@ -1,0 +1,85 @@
+// Regular expressions for constrained output: vLLM's guided_regex / guided_choice and JSON
+// Schema's `pattern`. A pattern is compiled to a deterministic automaton over UTF-8 bytes, so a
+// matcher is one state number and a byte is one table lookup (ByteConstraint masks with it).
+//
+// Syntax (the common subset of ECMAScript and Python): literals; `.` (any code point but
+// \n \r U+2028 U+2029); classes `[a-z_]`, `[^...]` with ranges and the escapes below; \d \D
+// \w \W \s \S (ASCII digits and word characters, ECMAScript's white space); \t \n \r \f \v \0
+// \xHH \uHHHH \u{H...}; an escaped punctuation character; groups `(...)`, `(?:...)`,
+// `(?<name>...)`, `(?P<name>...)` (nothing is captured); `|`; quantifiers * + ? {n} {n,}
+// {n,m} (bounds up to kMaxRepeat) and their lazy forms (same language). `^` and `$` only at the
+// start / end of a top-level alternative. Refused with the position and what was found:
+// backreferences, lookaround, word boundaries, Unicode property classes, inline flags.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/token_mask.h"
+
+namespace pg::runtime {
+
+class Regex {
+ public:
+  // kFullMatch: the whole text must match (guided_regex; `^` / `$` change nothing).
+  // kSearch: the pattern may match anywhere in the text (JSON Schema's `pattern`): an
+  // alternative without `^` may be preceded by anything, one without `$` followed by anything.
+  enum class Anchoring : uint8_t { kFullMatch, kSearch };
+  static constexpr int32_t kDead = -1;
+  static constexpr int kMaxRepeat = 1000;
+  static constexpr int32_t kMaxStates = 65535;  // SchemaMatcher keeps a state in 16 bits
+
+  // Throws pg::Error(kInvalidArgument) naming the problem and its position (in code points),
+  // for a pattern outside the syntax above, one that matches nothing, or one whose automaton
+  // would need more than kMaxStates states.
+  static std::shared_ptr<const Regex> Compile(std::string_view pattern, Anchoring anchoring);
+  // Exactly one of `choices` (raw bytes each; guided_choice). At least one choice.
+  static std::shared_ptr<const Regex> Choice(const std::vector<std::string>& choices);
+
+  int32_t start() const { return 0; }
+  // The state after byte c, kDead when no text of the language continues with it (states
+  // from which no accepting state can be reached are dead too: a live state can always end).
+  int32_t Next(int32_t state, uint8_t c) const { return next_[size_t(state) * classes_ + byte_class_[c]]; }
+  bool accepting(int32_t state) const { return accept_[size_t(state)] != 0; }
+  bool FullMatch(std::string_view text) const;
+  size_t states() const { return accept_.size(); }
+
+ private:
+  friend class RegexBuilder;
+  uint8_t byte_class_[256] = {};   // bytes no part of the pattern tells apart share a class
+  size_t classes_ = 1;
+  std::vector<int32_t> next_;      // [state * classes_ + class] -> state or kDead
+  std::vector<uint8_t> accept_;    // [state]
+};
+
+// Prefixes of a regex's language (runtime/token_mask.h's matcher interface). The regex must
+// outlive the matcher (the constraint owns it).
+class RegexMatcher {
+ public:
+  RegexMatcher() = default;
+  explicit RegexMatcher(const Regex& re) : re_(&re), state_(re.start()) {}
+  bool Accept(uint8_t c) {
+    state_ = re_->Next(state_, c);
+    return state_ != Regex::kDead;
+  }
+  bool can_end() const { return re_->accepting(state_); }
+  int string_budget() const { return -1; }
+
+ private:
+  const Regex* re_ = nullptr;
+  int32_t state_ = 0;
+};
+
+using RegexConstraint = ByteConstraint<RegexMatcher>;
+
+// Output that matches `re` in full, then EOS (the constraint keeps `re` alive).
+inline std::unique_ptr<OutputConstraint> MakeRegexConstraint(std::shared_ptr<const TokenTable> table,
+                                                            std::shared_ptr<const Regex> re) {
+  RegexMatcher m(*re);
+  return std::make_unique<RegexConstraint>(std::move(table), m, std::move(re));
+}
+
+}  // namespace pg::runtime

@@ -1,0 +1,287 @@
+// RegexAst -> a Thompson NFA over UTF-8 bytes -> a DFA by subset construction over byte
+// classes, with the states that cannot reach an accepting one removed (so a live state can
+// always end: the mask never walks into a dead end).
+#include <algorithm>
+#include <unordered_map>
+
+#include "core/status.h"
+#include "runtime/regex_ast.h"
+
+namespace pg::runtime {
+
+using Ranges = RegexAst::Ranges;
+using Type = RegexAst::Type;
+
+namespace {
+
+constexpr size_t kMaxNfaStates = 400000;
+constexpr size_t kMaxTableEntries = size_t(16) << 20;  // DFA states x byte classes (64 MB)
+
+using ByteRange = std::pair<uint8_t, uint8_t>;
+using ByteSeq = std::vector<ByteRange>;  // one byte from each range, in order
+
+int Utf8Length(uint32_t cp) { return cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4; }
+
+std::vector<uint8_t> EncodeUtf8(uint32_t cp) {
+  const int n = Utf8Length(cp);
+  if (n == 1) return {uint8_t(cp)};
+  std::vector<uint8_t> b(static_cast<size_t>(n), 0);
+  for (int i = n - 1; i > 0; --i, cp >>= 6) b[size_t(i)] = uint8_t(0x80 | (cp & 0x3F));
+  b[0] = uint8_t((0xF00 >> n) | cp);  // 110xxxxx / 1110xxxx / 11110xxx
+  return b;
+}
+
+// Byte sequences encoding exactly the code points [lo, hi] of one UTF-8 length: the range is
+// split until, at every continuation position, the low bits below it either agree between lo
+// and hi or span their whole range; each piece is then a product of per-byte ranges.
+void SplitSameLength(uint32_t lo, uint32_t hi, std::vector<ByteSeq>& out) {
+  const int n = Utf8Length(lo);
+  for (int i = 1; i < n; ++i) {
+    const uint32_t m = (1u << (6 * i)) - 1;
+    if ((lo & ~m) == (hi & ~m)) continue;
+    if ((lo & m) != 0) {
+      SplitSameLength(lo, lo | m, out);
+      SplitSameLength((lo | m) + 1, hi, out);
+      return;
+    }
+    if ((hi & m) != m) {
+      SplitSameLength(lo, (hi & ~m) - 1, out);
+      SplitSameLength(hi & ~m, hi, out);
+      return;
+    }
+  }
+  const std::vector<uint8_t> a = EncodeUtf8(lo), b = EncodeUtf8(hi);
+  ByteSeq seq;
+  for (size_t k = 0; k < a.size(); ++k) seq.emplace_back(a[k], b[k]);
+  out.push_back(std::move(seq));
+}
+
+std::vector<ByteSeq> Utf8Sequences(const Ranges& ranges) {
+  std::vector<ByteSeq> out;
+  constexpr uint32_t kLengthEnds[] = {0x7F, 0x7FF, 0xFFFF, 0x10FFFF};
+  for (auto [lo, hi] : ranges) {
+    for (uint32_t end : kLengthEnds) {
+      if (lo > hi) break;
+      if (lo > end) continue;
+      SplitSameLength(lo, std::min(hi, end), out);
+      lo = end + 1;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+class RegexBuilder {
+ public:
+  static std::shared_ptr<const Regex> Build(const RegexAst& ast) {
+    RegexBuilder b(ast);
+    const auto [start, end] = b.Fragment(ast.root);
+    b.accept_ = end;
+    return b.Determinize(start);
+  }
+
+ private:
+  explicit RegexBuilder(const RegexAst& ast) : ast_(ast) {}
+
+  // An NFA state: a byte transition [lo, hi] -> out (lo <= hi), or epsilon moves (lo > hi).
+  struct NState {
+    uint8_t lo = 1, hi = 0;
+    int32_t out = -1;
+    std::vector<int32_t> eps;
+  };
+
+  int32_t New() {
+    PG_ENSURE(nfa_.size() < kMaxNfaStates, kInvalidArgument,
+              "regex: the pattern is too large (more than {} automaton pieces; lower its repeat counts)", kMaxNfaStates);
+    nfa_.emplace_back();
+    return int32_t(nfa_.size() - 1);
+  }
+  void Eps(int32_t from, int32_t to) { nfa_[size_t(from)].eps.push_back(to); }
+  // A chain of byte transitions from `from` to `to`.
+  void Chain(int32_t from, const ByteSeq& seq, int32_t to) {
+    int32_t cur = New();
+    Eps(from, cur);
+    for (size_t k = 0; k < seq.size(); ++k) {
+      const int32_t next = k + 1 == seq.size() ? to : New();
+      nfa_[size_t(cur)].lo = seq[k].first, nfa_[size_t(cur)].hi = seq[k].second, nfa_[size_t(cur)].out = next;
+      cur = next;
+    }
+  }
+
+  // A fresh copy of node's automaton: (entry, exit), the exit with no moves yet.
+  std::pair<int32_t, int32_t> Fragment(int32_t id) {
+    const RegexAst::Node& n = ast_.nodes[size_t(id)];
+    const int32_t s = New(), e = New();
+    switch (n.type) {
+      case Type::kSet:
+        for (const ByteSeq& seq : Utf8Sequences(n.ranges)) Chain(s, seq, e);
+        break;
+      case Type::kBytes:
+        if (n.bytes.empty()) Eps(s, e);
+        else {
+          ByteSeq seq;
+          for (char ch : n.bytes) seq.emplace_back(uint8_t(ch), uint8_t(ch));
+          Chain(s, seq, e);
+        }
+        break;
+      case Type::kCat: {
+        int32_t cur = s;
+        for (int32_t k : n.kids) {
+          const auto [ks, ke] = Fragment(k);
+          Eps(cur, ks);
+          cur = ke;
+        }
+        Eps(cur, e);
+        break;
+      }
+      case Type::kAlt:
+        for (int32_t k : n.kids) {
+          const auto [ks, ke] = Fragment(k);
+          Eps(s, ks);
+          Eps(ke, e);
+        }
+        break;
+      case Type::kRepeat: {
+        int32_t cur = s;
+        for (int i = 0; i < n.min; ++i) {  // the required copies
+          const auto [ks, ke] = Fragment(n.kids[0]);
+          Eps(cur, ks);
+          cur = ke;
+        }
+        if (n.max < 0) {  // then any number more
+          const auto [ks, ke] = Fragment(n.kids[0]);
+          Eps(cur, ks);
+          Eps(ke, ks);
+          Eps(ke, e);
+        } else {  // then up to max - min more, each one a place to stop
+          for (int i = n.min; i < n.max; ++i) {
+            const auto [ks, ke] = Fragment(n.kids[0]);
+            Eps(cur, ks);
+            Eps(cur, e);
+            cur = ke;
+          }
+        }
+        Eps(cur, e);
+        break;
+      }
+    }
+    return {s, e};
+  }
+
+  // The byte states (and the accepting state) reachable from `from` by epsilon moves, sorted.
+  std::vector<int32_t> Closure(const std::vector<int32_t>& from) {
+    if (mark_.size() < nfa_.size()) mark_.assign(nfa_.size(), 0);
+    ++gen_;
+    std::vector<int32_t> stack(from), out;
+    while (!stack.empty()) {
+      const int32_t s = stack.back();
+      stack.pop_back();
+      if (mark_[size_t(s)] == gen_) continue;
+      mark_[size_t(s)] = gen_;
+      const NState& ns = nfa_[size_t(s)];
+      if (ns.lo <= ns.hi || s == accept_) out.push_back(s);
+      for (int32_t t : ns.eps) stack.push_back(t);
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+  struct VecHash {
+    size_t operator()(const std::vector<int32_t>& v) const {
+      size_t h = v.size();
+      for (int32_t x : v) h = h * 1000003u ^ size_t(x);
+      return h;
+    }
+  };
+
+  std::shared_ptr<const Regex> Determinize(int32_t start) {
+    auto re = std::make_shared<Regex>();
+    // Byte classes: bytes that every transition treats alike.
+    bool cut[257] = {};
+    for (const NState& ns : nfa_)
+      if (ns.lo <= ns.hi) cut[ns.lo] = cut[size_t(ns.hi) + 1] = true;
+    std::vector<uint8_t> rep;  // a byte of each class
+    for (int b = 0; b < 256; ++b) {
+      if (b == 0 || cut[b]) rep.push_back(uint8_t(b));
+      re->byte_class_[b] = uint8_t(rep.size() - 1);
+    }
+    const size_t classes = rep.size();
+    re->classes_ = classes;
+
+    std::unordered_map<std::vector<int32_t>, int32_t, VecHash> ids;
+    std::vector<std::vector<int32_t>> sets;
+    auto intern = [&](std::vector<int32_t> set) -> int32_t {
+      if (set.empty()) return Regex::kDead;
+      auto [it, fresh] = ids.try_emplace(set, int32_t(sets.size()));
+      if (fresh) {
+        PG_ENSURE(sets.size() < size_t(Regex::kMaxStates) && (sets.size() + 1) * classes <= kMaxTableEntries,
+                  kInvalidArgument, "regex: the pattern needs more than {} automaton states (simplify it or lower its repeat counts)",
+                  std::min<size_t>(Regex::kMaxStates, kMaxTableEntries / classes));
+        sets.push_back(std::move(set));
+      }
+      return it->second;
+    };
+    intern(Closure({start}));
+    for (size_t d = 0; d < sets.size(); ++d) {
+      re->accept_.push_back(std::binary_search(sets[d].begin(), sets[d].end(), accept_));
+      for (size_t c = 0; c < classes; ++c) {
+        std::vector<int32_t> targets;
+        for (int32_t s : sets[d]) {
+          const NState& ns = nfa_[size_t(s)];
+          if (ns.lo <= rep[c] && rep[c] <= ns.hi) targets.push_back(ns.out);
+        }
+        const int32_t to = targets.empty() ? Regex::kDead : intern(Closure(targets));
+        re->next_.push_back(to);
+      }
+    }
+    // Keep only states that can still reach an accepting one.
+    const size_t n = sets.size();
+    std::vector<std::vector<int32_t>> preds(n);
+    for (size_t d = 0; d < n; ++d)
+      for (size_t c = 0; c < classes; ++c)
+        if (const int32_t to = re->next_[d * classes + c]; to >= 0) preds[size_t(to)].push_back(int32_t(d));
+    std::vector<uint8_t> live(n, 0);
+    std::vector<int32_t> work;
+    for (size_t d = 0; d < n; ++d)
+      if (re->accept_[d]) live[d] = 1, work.push_back(int32_t(d));
+    while (!work.empty()) {
+      const int32_t d = work.back();
+      work.pop_back();
+      for (int32_t p : preds[size_t(d)])
+        if (!live[size_t(p)]) live[size_t(p)] = 1, work.push_back(p);
+    }
+    PG_ENSURE(live[0], kInvalidArgument, "regex: the pattern matches nothing");
+    for (int32_t& to : re->next_)
+      if (to >= 0 && !live[size_t(to)]) to = Regex::kDead;
+    return re;
+  }
+
+  const RegexAst& ast_;
+  std::vector<NState> nfa_;
+  int32_t accept_ = -1;
+  std::vector<uint32_t> mark_;
+  uint32_t gen_ = 0;
+};
+
+std::shared_ptr<const Regex> Regex::Compile(std::string_view pattern, Anchoring anchoring) {
+  return RegexBuilder::Build(ParseRegex(pattern, anchoring));
+}
+
+std::shared_ptr<const Regex> Regex::Choice(const std::vector<std::string>& choices) {
+  PG_ENSURE(!choices.empty(), kInvalidArgument, "a choice needs at least one string");
+  RegexAst ast;
+  RegexAst::Node alt{.type = Type::kAlt};
+  for (const std::string& c : choices) alt.kids.push_back(ast.Add({.type = Type::kBytes, .bytes = c}));
+  ast.root = ast.Add(std::move(alt));
+  return RegexBuilder::Build(ast);
+}
+
+bool Regex::FullMatch(std::string_view text) const {
+  int32_t s = start();
+  for (char ch : text)
+    if ((s = Next(s, uint8_t(ch))) == kDead) return false;
+  return accepting(s);
+}
+
+}  // namespace pg::runtime
