@@ -14,7 +14,9 @@
 // false gives {}), items, minItems / maxItems, minLength / maxLength (code points), enum,
 // const, anyOf, oneOf (generated as anyOf), allOf of one schema, $ref into the document
 // ("#/$defs/...", recursion included), boolean schemas, minimum / maximum / exclusiveMinimum /
-// exclusiveMaximum on integers (a digit is refused as soon as no value in range can follow). Annotations (title, description,
+// exclusiveMaximum on integers (a digit is refused as soon as no value in range can follow),
+// pattern (runtime/regex.h's syntax, matched anywhere in the decoded string as JSON Schema
+// says; a \u escape of a surrogate is refused inside such a string). Annotations (title, description,
 // default, examples, format, ...) are ignored: `format` is an annotation in JSON Schema
 // 2020-12. Integers are generated without fraction or exponent. Outside strings whitespace
 // is allowed where JSON allows it, at most JsonMatcher::kMaxWhitespace bytes in a row.
@@ -28,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/regex.h"
 #include "runtime/token_mask.h"
 
 namespace pg::runtime {
@@ -43,6 +46,7 @@ class JsonSchema {
     bool bounded = false;                      // kNumber, integer: only values in [lo, hi]
     int64_t lo = INT64_MIN, hi = INT64_MAX;
     uint32_t min = 0, max = kUnbounded;        // kString: code points; kArray: items
+    std::shared_ptr<const Regex> pattern;      // kString: the decoded text must contain a match
     int32_t child = -1;                        // kMap: the values' node; kArray: the items'
     std::vector<int32_t> alts;                 // kAnyOf
     // kLiteral: the allowed values as compact JSON texts, sorted; kObject: the property names
@@ -108,7 +112,9 @@ class SchemaMatcher {
   enum class FrameKind : uint8_t { kRoot, kObject, kKey, kMap, kArray, kString, kNumber, kLiteral };
   // One open value. Field use by kind: a / b: object: the next property at or past which a key
   // may come (cursor) / the property whose key was just read, tag: a tagged object's tag;
-  // array: items so far; string: code points so far, tag 1 for a map's key; literal and key: the
+  // array: items so far; string: code points so far, tag 1 for a map's key, b (with a pattern)
+  // the pattern's automaton state in its low 16 bits and a \u escape's value in the high 16;
+  // literal and key: the
   // candidate range [a, b) of the node's lits, aux the bytes matched; bounded integer: the
   // magnitude so far (b:a, 64 bits), aux its digits, tag 1 when negative. phase: the kind's
   // sub-state. No padding: frames compare by memcmp.

@@ -21,14 +21,14 @@ namespace {
 
 // Keywords that constrain instances in ways the matcher does not enforce.
 constexpr std::string_view kUnsupported[] = {
-    "pattern", "patternProperties", "multipleOf", "not", "if", "then", "else", "prefixItems", "contains", "minContains",
+    "patternProperties", "multipleOf", "not", "if", "then", "else", "prefixItems", "contains", "minContains",
     "maxContains", "uniqueItems", "propertyNames", "minProperties", "maxProperties",
     "dependentRequired", "dependentSchemas", "dependencies", "unevaluatedProperties",
     "unevaluatedItems", "additionalItems", "$dynamicRef", "$recursiveRef"};
 // Keywords that do constrain (and are supported): a $ref / anyOf / allOf beside them is refused.
 constexpr std::string_view kAssertions[] = {
     "type", "enum", "const", "properties", "required", "additionalProperties", "items", "minItems",
-    "maxItems", "minLength", "maxLength", "anyOf", "oneOf", "allOf", "$ref"};
+    "maxItems", "minLength", "maxLength", "pattern", "anyOf", "oneOf", "allOf", "$ref"};
 constexpr size_t kMaxLiteralBytes = 255;  // SchemaMatcher's byte counter in a literal
 constexpr int kMaxSchemaDepth = 64;
 
@@ -167,7 +167,7 @@ class SchemaCompiler {
       if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties"))
         types.push_back("object");
       else if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) types.push_back("array");
-      else if (s.contains("minLength") || s.contains("maxLength")) types.push_back("string");
+      else if (s.contains("minLength") || s.contains("maxLength") || s.contains("pattern")) types.push_back("string");
       else return JsonSchema::kAnyNode;
     }
     Node any{.kind = Kind::kAnyOf};
@@ -191,10 +191,13 @@ class SchemaCompiler {
     for (const char* k : {"properties", "required", "additionalProperties", "items", "minItems", "maxItems"})
       if (s.contains(k)) Fail(path, "'{}' beside 'enum' / 'const' is not supported", k);
     const NumberBounds bounds = ReadBounds(s, path);
+    const auto pattern = Pattern(s, path);
     auto in_bounds = [&](const ojson& v) {
       if (v.is_string()) {
-        const size_t cps = CodePoints(v.get_ref<const std::string&>());
-        return cps >= Count(s, "minLength", 0, path) && cps <= Count(s, "maxLength", JsonSchema::kUnbounded, path);
+        const std::string& text = v.get_ref<const std::string&>();
+        const size_t cps = CodePoints(text);
+        return cps >= Count(s, "minLength", 0, path) && cps <= Count(s, "maxLength", JsonSchema::kUnbounded, path) &&
+               (pattern == nullptr || pattern->FullMatch(text));
       }
       return !v.is_number() || bounds.Contains(v.get<double>());
     };
@@ -227,15 +230,28 @@ class SchemaCompiler {
     }
     if (type == "string") {
       Node n{.kind = Kind::kString, .min = Count(s, "minLength", 0, path),
-             .max = Count(s, "maxLength", JsonSchema::kUnbounded, path)};
+             .max = Count(s, "maxLength", JsonSchema::kUnbounded, path), .pattern = Pattern(s, path)};
       if (n.min > n.max) Fail(path, "minLength > maxLength allows no string");
-      if (n.min == 0 && n.max == JsonSchema::kUnbounded) return JsonSchema::kAnyString;
+      if (n.min == 0 && n.max == JsonSchema::kUnbounded && !n.pattern) return JsonSchema::kAnyString;
       return Add(std::move(n));
     }
     if (type == "number" || type == "integer") return Number(s, type == "integer", path);
     if (type == "boolean") return Add({.kind = Kind::kLiteral, .lits = {"false", "true"}});
     if (type == "null") return Add({.kind = Kind::kLiteral, .lits = {"null"}});
     Fail(path, "unknown type '{}'", type);
+  }
+
+  // `pattern`, compiled to match anywhere in a string (JSON Schema's, ECMAScript's search);
+  // null without one.
+  static std::shared_ptr<const Regex> Pattern(const ojson& s, const std::string& path) {
+    auto it = s.find("pattern");
+    if (it == s.end()) return nullptr;
+    if (!it->is_string()) Fail(path, "'pattern' must be a string");
+    try {
+      return Regex::Compile(it->get<std::string>(), Regex::Anchoring::kSearch);
+    } catch (const Error& e) {
+      Fail(path, "'pattern': {}", e.what());
+    }
   }
 
   // minimum / maximum / exclusiveMinimum / exclusiveMaximum (numbers; draft 4's boolean

@@ -137,6 +137,7 @@ int SchemaMatcher::string_budget() const {
   if (n_ != 1) return -1;
   const Frame& t = parses_[0].top();
   if (t.kind != FrameKind::kString || t.phase != kChars) return -1;
+  if (!t.tag && schema_->node(t.node).pattern) return -1;  // every byte moves the pattern's state
   const uint32_t max = t.tag ? JsonSchema::kUnbounded : schema_->node(t.node).max;
   if (max == JsonSchema::kUnbounded) return kUnlimited;
   return int(std::min<uint32_t>(max - std::min(max, t.a), uint32_t(kUnlimited - 1)));
@@ -307,10 +308,24 @@ void SchemaMatcher::Feed(Parse p, uint8_t c, SchemaMatcher& out) const {
       return;
     case FrameKind::kString: {
       const uint32_t max = t.tag ? JsonSchema::kUnbounded : n.max, min = t.tag ? 0 : n.min;
+      const Regex* re = t.tag ? nullptr : n.pattern.get();
+      // With a pattern, the decoded text goes through its automaton, state in b's low 16 bits.
+      // Every byte is refused as soon as no match can follow it within maxLength: `left` is
+      // the code points a match may still take after the one being written (t.a counts it).
+      auto left = [&] { return max == JsonSchema::kUnbounded ? UINT32_MAX : max - std::min(max, t.a); };
+      const int32_t state = int32_t(t.b & 0xFFFF);
+      auto feed = [&](std::string_view bytes) {  // false: no match within bounds
+        int32_t s = state;
+        for (char ch : bytes)
+          if ((s = re->Next(s, uint8_t(ch))) == Regex::kDead) return false;
+        t.b = uint32_t(s);
+        return re->min_chars(s) <= left();
+      };
+      static constexpr std::string_view kEscapes = "\"\\/bfnrt", kDecoded = "\"\\/\b\f\n\r\t";
       switch (t.phase) {
         case kChars:
           if (c == '"') {
-            if (t.a >= min) Complete(p, out, nullptr);
+            if (t.a >= min && (re == nullptr || re->accepting(state))) Complete(p, out, nullptr);
             return;
           }
           if (c < 0x20) return;
@@ -318,20 +333,50 @@ void SchemaMatcher::Feed(Parse p, uint8_t c, SchemaMatcher& out) const {
             if (t.a >= max) return;
             ++t.a;
           }
-          if (c == '\\') t.phase = kEscape;
+          if (c == '\\') {
+            t.phase = kEscape;
+            if (re == nullptr) return Emit(p, out);
+            const uint32_t after = left();
+            bool any = re->AnyCodePointFits(state, 0, 0xFFFF, after);  // \uXXXX
+            for (char d : kDecoded)
+              if (const int32_t s = re->Next(state, uint8_t(d)); s != Regex::kDead) any = any || re->min_chars(s) <= after;
+            if (any) Emit(p, out);
+            return;
+          }
+          if (re != nullptr && !feed(std::string_view(reinterpret_cast<const char*>(&c), 1))) return;
           return Emit(p, out);
-        case kEscape:
+        case kEscape: {
           if (c == 'u') {
+            if (re != nullptr && !re->AnyCodePointFits(state, 0, 0xFFFF, left())) return;
             t.phase = kHex, t.aux = 4;
+            t.b &= 0xFFFF;  // the escape's value accumulates in the high 16 bits
             return Emit(p, out);
           }
-          if (std::string_view("\"\\/bfnrt").find(char(c)) == std::string_view::npos) return;
+          const size_t k = kEscapes.find(char(c));
+          if (k == std::string_view::npos || (re != nullptr && !feed(kDecoded.substr(k, 1)))) return;
           t.phase = kChars;
           return Emit(p, out);
-        case kHex:
+        }
+        case kHex: {
           if (!JsonMatcher::IsHex(c)) return;
           if (--t.aux == 0) t.phase = kChars;
-          return Emit(p, out);
+          if (re == nullptr) return Emit(p, out);
+          const uint32_t digit = c <= '9' ? uint32_t(c - '0') : uint32_t((c | 0x20) - 'a' + 10);
+          const uint32_t v = (t.b >> 16) * 16 + digit, shift = 4u * t.aux;
+          t.b = uint32_t(state) | v << 16;
+          if (t.aux > 0) {  // the code points these digits can still become
+            if (re->AnyCodePointFits(state, v << shift, ((v + 1) << shift) - 1, left())) Emit(p, out);
+            return;
+          }
+          if (v >= 0xD800 && v <= 0xDFFF) return;  // a surrogate half: refused under a pattern
+          char u[3];
+          const size_t len = v < 0x80 ? 1 : v < 0x800 ? 2 : 3;
+          if (len == 1) u[0] = char(v);
+          else if (len == 2) u[0] = char(0xC0 | v >> 6), u[1] = char(0x80 | (v & 0x3F));
+          else u[0] = char(0xE0 | v >> 12), u[1] = char(0x80 | (v >> 6 & 0x3F)), u[2] = char(0x80 | (v & 0x3F));
+          if (feed(std::string_view(u, len))) Emit(p, out);
+          return;
+        }
       }
       return;
     }

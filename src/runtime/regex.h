@@ -44,7 +44,14 @@ class Regex {
   // from which no accepting state can be reached are dead too: a live state can always end).
   int32_t Next(int32_t state, uint8_t c) const { return next_[size_t(state) * classes_ + byte_class_[c]]; }
   bool accepting(int32_t state) const { return accept_[size_t(state)] != 0; }
+  // The fewest code points (UTF-8 lead bytes) that take a live state to a match: 0 when
+  // accepting (a length bound checks what a pattern still needs).
+  uint32_t min_chars(int32_t state) const { return min_chars_[size_t(state)]; }
   bool FullMatch(std::string_view text) const;
+  // Some code point in [lo, hi] (surrogates excluded), written as UTF-8 from `state`, leaves a
+  // live state that needs at most `chars_left` more code points (a \\u escape's hex digits so
+  // far: the code points they can still become).
+  bool AnyCodePointFits(int32_t state, uint32_t lo, uint32_t hi, uint32_t chars_left) const;
   size_t states() const { return accept_.size(); }
 
  private:
@@ -53,6 +60,7 @@ class Regex {
   size_t classes_ = 1;
   std::vector<int32_t> next_;      // [state * classes_ + class] -> state or kDead
   std::vector<uint8_t> accept_;    // [state]
+  std::vector<uint32_t> min_chars_;  // [state]
 };
 
 // Prefixes of a regex's language (runtime/token_mask.h's matcher interface). The regex must

@@ -40,6 +40,10 @@ struct RegexAst {
 RegexAst::Ranges NormalizeRanges(RegexAst::Ranges r);
 RegexAst::Ranges ComplementRanges(const RegexAst::Ranges& r);  // over all scalar values
 
+// UTF-8 byte sequences (one byte from each range, in order) that encode exactly `ranges`.
+using Utf8Seq = std::vector<std::pair<uint8_t, uint8_t>>;
+std::vector<Utf8Seq> Utf8Sequences(const RegexAst::Ranges& ranges);
+
 RegexAst ParseRegex(std::string_view pattern, Regex::Anchoring anchoring);
 
 }  // namespace pg::runtime

@@ -2,6 +2,7 @@
 // classes, with the states that cannot reach an accepting one removed (so a live state can
 // always end: the mask never walks into a dead end).
 #include <algorithm>
+#include <deque>
 #include <unordered_map>
 
 #include "core/status.h"
@@ -17,8 +18,7 @@ namespace {
 constexpr size_t kMaxNfaStates = 400000;
 constexpr size_t kMaxTableEntries = size_t(16) << 20;  // DFA states x byte classes (64 MB)
 
-using ByteRange = std::pair<uint8_t, uint8_t>;
-using ByteSeq = std::vector<ByteRange>;  // one byte from each range, in order
+using ByteSeq = Utf8Seq;
 
 int Utf8Length(uint32_t cp) { return cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4; }
 
@@ -56,6 +56,9 @@ void SplitSameLength(uint32_t lo, uint32_t hi, std::vector<ByteSeq>& out) {
   out.push_back(std::move(seq));
 }
 
+
+}  // namespace
+
 std::vector<ByteSeq> Utf8Sequences(const Ranges& ranges) {
   std::vector<ByteSeq> out;
   constexpr uint32_t kLengthEnds[] = {0x7F, 0x7FF, 0xFFFF, 0x10FFFF};
@@ -70,7 +73,6 @@ std::vector<ByteSeq> Utf8Sequences(const Ranges& ranges) {
   return out;
 }
 
-}  // namespace
 
 class RegexBuilder {
  public:
@@ -199,6 +201,7 @@ class RegexBuilder {
     auto re = std::make_shared<Regex>();
     // Byte classes: bytes that every transition treats alike.
     bool cut[257] = {};
+    cut[0x80] = cut[0xC0] = true;  // a class is all UTF-8 continuation bytes or none (min_chars_)
     for (const NState& ns : nfa_)
       if (ns.lo <= ns.hi) cut[ns.lo] = cut[size_t(ns.hi) + 1] = true;
     std::vector<uint8_t> rep;  // a byte of each class
@@ -252,6 +255,28 @@ class RegexBuilder {
         if (!live[size_t(p)]) live[size_t(p)] = 1, work.push_back(p);
     }
     PG_ENSURE(live[0], kInvalidArgument, "regex: the pattern matches nothing");
+    // min_chars_: shortest paths back from the accepting states, a lead byte weighing 1 and a
+    // continuation byte 0 (0-1 breadth-first search over the reversed edges).
+    std::vector<std::vector<std::pair<int32_t, uint8_t>>> back(n);  // (predecessor, weight)
+    for (size_t d = 0; d < n; ++d)
+      for (size_t c = 0; c < classes; ++c)
+        if (const int32_t to = re->next_[d * classes + c]; to >= 0 && live[size_t(to)])
+          back[size_t(to)].emplace_back(int32_t(d), uint8_t((rep[c] & 0xC0) != 0x80));
+    re->min_chars_.assign(n, UINT32_MAX);
+    std::deque<int32_t> q;
+    for (size_t d = 0; d < n; ++d)
+      if (re->accept_[d]) re->min_chars_[d] = 0, q.push_back(int32_t(d));
+    while (!q.empty()) {
+      const int32_t d = q.front();
+      q.pop_front();
+      for (const auto& [p, w] : back[size_t(d)]) {
+        const uint32_t via = re->min_chars_[size_t(d)] + w;
+        if (via >= re->min_chars_[size_t(p)]) continue;
+        re->min_chars_[size_t(p)] = via;
+        if (w == 0) q.push_front(p);
+        else q.push_back(p);
+      }
+    }
     for (int32_t& to : re->next_)
       if (to >= 0 && !live[size_t(to)]) to = Regex::kDead;
     return re;
@@ -275,6 +300,25 @@ std::shared_ptr<const Regex> Regex::Choice(const std::vector<std::string>& choic
   for (const std::string& c : choices) alt.kids.push_back(ast.Add({.type = Type::kBytes, .bytes = c}));
   ast.root = ast.Add(std::move(alt));
   return RegexBuilder::Build(ast);
+}
+
+bool Regex::AnyCodePointFits(int32_t state, uint32_t lo, uint32_t hi, uint32_t chars_left) const {
+  for (const Utf8Seq& seq : Utf8Sequences(NormalizeRanges({{lo, hi}}))) {
+    std::vector<int32_t> cur = {state}, next;
+    for (const auto& [blo, bhi] : seq) {
+      next.clear();
+      for (int32_t s : cur)
+        for (int b = blo; b <= bhi; ++b)
+          if (const int32_t t = Next(s, uint8_t(b)); t != kDead) next.push_back(t);
+      std::sort(next.begin(), next.end());
+      next.erase(std::unique(next.begin(), next.end()), next.end());
+      cur.swap(next);
+      if (cur.empty()) break;
+    }
+    for (int32_t s : cur)
+      if (min_chars(s) <= chars_left) return true;
+  }
+  return false;
 }
 
 bool Regex::FullMatch(std::string_view text) const {

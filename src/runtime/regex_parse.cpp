@@ -209,7 +209,12 @@ class Parser {
   // After '\\': a class escape's ranges, or one code point. In a class, \b is a backspace.
   Ranges EscapeRanges(bool in_class) {
     if (!More()) Fail("a pattern that ends in '\\'");
+    const size_t at = pos_ - 1;  // the backslash: where errors point
     const uint32_t c = cp_[pos_++];
+    auto fail = [&](const char* what) {
+      pos_ = at;
+      Fail("{}", what);
+    };
     switch (c) {
       case 'd': return kDigit;
       case 'D': return ComplementRanges(kDigit);
@@ -241,13 +246,14 @@ class Parser {
       case 'b':
         if (in_class) return {{'\b', '\b'}};
         [[fallthrough]];
-      case 'B': Fail("word boundaries (\\b, \\B) are not supported");
+      case 'B': fail("word boundaries (\\b, \\B) are not supported");
       case 'p':
-      case 'P': Fail("Unicode property classes (\\p, \\P) are not supported");
-      case 'k': Fail("backreferences are not supported");
+      case 'P': fail("Unicode property classes (\\p, \\P) are not supported");
+      case 'k': fail("backreferences are not supported");
       default:
-        if (c >= '1' && c <= '9') Fail("backreferences are not supported");
+        if (c >= '1' && c <= '9') fail("backreferences are not supported");
         if (c < 0x80 && !std::isalnum(int(c))) return {{c, c}};  // escaped punctuation
+        pos_ = at;
         Fail("the unknown escape '\\{}'", c < 0x80 ? std::string(1, char(c)) : "U+" + fmt::format("{:04X}", c));
     }
   }

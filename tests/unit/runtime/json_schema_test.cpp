@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -48,7 +49,8 @@ std::string CompileError(const char* text) {
 
 TEST(JsonSchemaCompile, RefusesWhatItCannotEnforceNamingTheKeywordAndPlace) {
   const std::pair<const char*, const char*> cases[] = {
-      {R"({"type": "string", "pattern": "^a"})", "'pattern'"},
+      {R"({"type": "string", "pattern": "(a)\\1"})", "'#': 'pattern': regex at position 3: backreferences"},
+      {R"({"properties": {"s": {"pattern": 5}}})", "'#/properties/s': 'pattern' must be a string"},
       {R"({"properties": {"n": {"type": "integer", "multipleOf": 2}}})", "#/properties/n"},
       {R"({"type": "number", "maximum": 1.5})", "not an integer"},
       {R"({"type": "integer", "minimum": 3, "maximum": 2})", "no integer"},
@@ -180,7 +182,7 @@ TEST(SchemaMatcher, ToolCallArgumentsFollowTheName) {
   std::vector<std::pair<std::string, ojson>> tools = {
       {"get_weather", ojson::parse(R"({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})")},
       {"get_time", ojson::parse(R"({"type": "object", "properties": {"tz": {"enum": ["UTC", "CET"]}}, "required": ["tz"]})")},
-      {"search", ojson::parse(R"({"type": "object", "properties": {"q": {"type": "string", "pattern": "a"}}})")},
+      {"search", ojson::parse(R"({"type": "object", "properties": {"q": {"type": "integer", "multipleOf": 2}}})")},
       {"noop", nullptr}};
   for (int i = 0; i < 8; ++i) tools.push_back({"tool_" + std::to_string(i), ojson::parse(R"({"type": "object",
       "properties": {"n": {"type": "integer"}}, "required": ["n"], "additionalProperties": false})")});
@@ -188,7 +190,7 @@ TEST(SchemaMatcher, ToolCallArgumentsFollowTheName) {
   auto s = JsonSchema::CompileToolCall(tools, "arguments", &relaxed);
   ASSERT_EQ(relaxed.size(), 1u);
   EXPECT_NE(relaxed[0].find("search"), std::string::npos);
-  EXPECT_NE(relaxed[0].find("pattern"), std::string::npos);
+  EXPECT_NE(relaxed[0].find("multipleOf"), std::string::npos);
   for (const char* ok : {R"({"name": "get_time", "arguments": {"tz": "UTC"}})", R"({"name":"get_weather","arguments":{"city":"Oslo"}})",
                          R"({"name": "search", "arguments": {"q": "zz", "x": [1]}})", R"({"name": "noop", "arguments": {}})",
                          R"({"name": "tool_7", "arguments": {"n": 3}})"})
@@ -261,6 +263,39 @@ TEST(SchemaMatcher, WhitespaceCapAndStringBudget) {
   EXPECT_EQ(m.string_budget(), -1);
 }
 
+// `pattern` is matched against the decoded string (escapes decoded), anywhere in it unless
+// anchored, alongside the length bounds; an enum's strings must match it too.
+TEST(SchemaMatcher, PatternsMatchTheDecodedString) {
+  auto email = Schema(R"({"type": "string", "pattern": "^[a-z]+@[a-z]+\\.com$"})");
+  EXPECT_TRUE(Matches(*email, R"("ab@cd.com")"));
+  EXPECT_EQ(AcceptedPrefix(*email, R"("ab@cd.org")"), 7u);  // refused at the 'o'
+  EXPECT_EQ(AcceptedPrefix(*email, R"("Ab@cd.com")"), 1u);
+  EXPECT_EQ(AcceptedPrefix(*email, R"("ab@cd.com ")"), 10u);
+  auto digit = Schema(R"({"pattern": "x\\d"})");  // a string is inferred; unanchored
+  EXPECT_TRUE(Matches(*digit, R"("aax1bb")"));
+  EXPECT_EQ(AcceptedPrefix(*digit, R"("aaa")"), 4u);  // cannot close before "x<digit>"
+  auto newline = Schema(R"({"type": "string", "pattern": "^a\nb\"q\"$"})");
+  EXPECT_TRUE(Matches(*newline, R"("a\nb\"q\"")"));
+  EXPECT_TRUE(Matches(*newline, R"("a\u000ab\u0022q\"")"));
+  EXPECT_EQ(AcceptedPrefix(*newline, R"("a\tb")"), 3u);
+  auto accent = Schema(R"({"type": "string", "pattern": "^\u00e9+$"})");
+  EXPECT_TRUE(Matches(*accent, "\"\xc3\xa9\\u00e9\\u00E9\""));
+  EXPECT_EQ(AcceptedPrefix(*accent, R"("\u00e8")"), 6u);  // refused at the last hex digit
+  auto any = Schema(R"({"type": "string", "pattern": "."})");
+  EXPECT_EQ(AcceptedPrefix(*any, R"("\ud83d\ude00")"), 4u);  // "d8" can only become a surrogate half
+  EXPECT_TRUE(Matches(*any, "\"\xf0\x9f\x98\x80\""));        // the same code point as UTF-8
+  auto bounded = Schema(R"({"type": "string", "pattern": "^a+$", "maxLength": 3})");
+  EXPECT_TRUE(Matches(*bounded, R"("aaa")"));
+  EXPECT_EQ(AcceptedPrefix(*bounded, R"("aaaa")"), 4u);
+  SchemaMatcher m(*bounded);
+  ASSERT_TRUE(m.Accept(R"("a)"));
+  EXPECT_EQ(m.string_budget(), -1);  // plain tokens are not all alike under a pattern
+  auto choices = Schema(R"({"enum": ["abc", "xyz", 3], "pattern": "^x"})");
+  EXPECT_TRUE(Matches(*choices, R"("xyz")"));
+  EXPECT_TRUE(Matches(*choices, "3"));
+  EXPECT_FALSE(Matches(*choices, R"("abc")"));
+}
+
 // ---- seeded walks, judged by an independent validator --------------------------------------
 
 bool Valid(const ojson& v, const ojson& s, const ojson& root);
@@ -311,6 +346,9 @@ bool Valid(const ojson& v, const ojson& s, const ojson& root) {
   if (v.is_string()) {
     const size_t n = CodePoints(v.get<std::string>());
     if (n < s.value("minLength", size_t(0)) || n > s.value("maxLength", size_t(1) << 30)) return false;
+    // ECMAScript search, as JSON Schema says (the walks' patterns are ASCII: bytes = code points)
+    if (s.contains("pattern") && !std::regex_search(v.get<std::string>(), std::regex(s["pattern"].get<std::string>())))
+      return false;
   }
   if (v.is_array()) {
     if (v.size() < s.value("minItems", size_t(0)) || v.size() > s.value("maxItems", size_t(1) << 30)) return false;
@@ -351,6 +389,9 @@ TEST(SchemaConstraint, SeededWalksEndAsInstancesAndTheMaskIsExact) {
       R"({"type": "array", "items": {"type": "integer", "minimum": -30, "exclusiveMaximum": 250}, "maxItems": 5})",
       R"({"$defs": {"n": {"type": "object", "properties": {"v": {"type": "integer"}, "kids": {"type": "array",
           "items": {"$ref": "#/$defs/n"}, "maxItems": 2}}, "required": ["v", "kids"]}}, "$ref": "#/$defs/n"})",
+      R"({"type": "object", "properties": {"id": {"type": "string", "pattern": "^[a-z]{2,5}(-[0-9]+)?$"},
+          "note": {"type": "string", "pattern": "\\d", "maxLength": 8}, "tag": {"enum": ["na", "nb", "tr"], "pattern": "^n"}},
+          "required": ["id", "note", "tag"]})",
       R"({"anyOf": [{"type": "string", "minLength": 2, "maxLength": 5}, {"type": "null"},
                     {"type": "object", "additionalProperties": {"type": "number"}}]})",
   };
@@ -371,8 +412,8 @@ TEST(SchemaConstraint, SeededWalksEndAsInstancesAndTheMaskIsExact) {
       bool ended = false;
       for (int step = 0; step < 300 && !ended; ++step) {
         const std::vector<int32_t> brute = AllowedOneByOne(*st.constraint(), vocab);
-        ASSERT_FALSE(brute.empty()) << text << " after " << out;
-        ASSERT_EQ(AllowedIds(*st.constraint(), vocab), brute) << text << " after " << out;
+        ASSERT_FALSE(brute.empty()) << text << " after " << ojson(out).dump();
+        ASSERT_EQ(AllowedIds(*st.constraint(), vocab), brute) << text << " after " << ojson(out).dump();
         std::vector<float> logits(vocab, 0.0f);
         for (const char* closer : {"}", "]", "\"", ",", "0", "\"}", "]}"})  // ends come sooner
           for (size_t id = 1; id < vocab; ++id)
