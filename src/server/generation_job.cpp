@@ -367,10 +367,10 @@ void SubmitJob(const std::shared_ptr<Server::State>& st, std::shared_ptr<Exchang
   if (engine.Stats().num_waiting >= st->config.max_waiting_requests)
     throw ApiError(503, "the server is overloaded: too many requests waiting; retry later", "", "overloaded");
 
-  if (setup.options.json_object) {
+  if (setup.options.constrained) {
     s.token_table = st->ctx.text.token_table(engine.model_info().eos_token_ids);
     if (!s.token_table || s.token_table->eos_ids.empty())
-      throw ApiError(400, "JSON output needs the model's token table and an end-of-sequence token; "
+      throw ApiError(400, "constrained output needs the model's token table and an end-of-sequence token; "
                           "this model has none", "response_format");
   }
   engine::Request req;
@@ -420,7 +420,7 @@ bool ConstrainForcedCall(const Server::State& st, ChatRequest& r, parsers::ToolF
   if (r.tool_choice == ToolChoice::kNamed) {
     for (const auto& [name, params] : tools) {
       if (name != r.tool_choice_name) continue;
-      r.options.json_object = true;
+      r.options.constrained = true;
       if (params.is_null()) return false;
       try {
         r.options.sampling.json_schema = runtime::JsonSchema::Compile(params);
@@ -441,7 +441,7 @@ bool ConstrainForcedCall(const Server::State& st, ChatRequest& r, parsers::ToolF
     return false;
   }
   for (const std::string& why : relaxed) PG_LOG_WARN("tool {}: its arguments may be any JSON object", why);
-  r.options.json_object = true;
+  r.options.constrained = true;
   return true;
 }
 
@@ -468,8 +468,8 @@ void HandleChatCompletions(const std::shared_ptr<Server::State>& st, const HttpR
   PipelineConfig pc = BasePipeline(*st, r.options);
   // JSON mode's output is the object from its first byte (the mask admits no think tags), so
   // none of it is reasoning, even where the generation prompt opens a <think> block.
-  pc.parse_reasoning = features.think_tags && !r.options.json_object;
-  pc.starts_in_reasoning = features.prompt_opens_think && !r.options.json_object;
+  pc.parse_reasoning = features.think_tags && !r.options.constrained;
+  pc.starts_in_reasoning = features.prompt_opens_think && !r.options.constrained;
   pc.tool_format = tools_active ? features.tool_format : parsers::ToolFormat::kNone;
   auto pipe = std::make_unique<OutputPipeline>(st->ctx.text, pc);
   if (forced)

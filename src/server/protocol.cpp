@@ -9,6 +9,7 @@
 
 #include "core/status.h"
 #include "runtime/json_schema.h"
+#include "runtime/regex.h"
 
 namespace pg::server {
 namespace {
@@ -111,16 +112,45 @@ std::shared_ptr<const runtime::JsonSchema> ParseSchema(const json& v, const std:
   }
 }
 
+// A guided_regex / structured_outputs.regex (full match) or guided_choice /
+// structured_outputs.choice (exactly one of the strings), compiled; a 400 naming `param`
+// otherwise.
+std::shared_ptr<const runtime::Regex> ParseRegexFormat(const json& v, const std::string& param, bool choice) {
+  try {
+    if (!choice) {
+      if (!v.is_string()) Bad(param, fmt::format("'{}' must be a string (a regular expression)", param));
+      return runtime::Regex::Compile(v.get<std::string>(), runtime::Regex::Anchoring::kFullMatch);
+    }
+    if (!v.is_array() || v.empty()) Bad(param, fmt::format("'{}' must be a non-empty array of strings", param));
+    std::vector<std::string> choices;
+    for (const json& c : v) {
+      if (!c.is_string()) Bad(param, fmt::format("'{}' must be a non-empty array of strings", param));
+      choices.push_back(c.get<std::string>());
+    }
+    return runtime::Regex::Choice(choices);
+  } catch (const pg::Error& e) {
+    Bad(param, fmt::format("'{}': {}", param, e.what()));
+  }
+}
+
 // response_format: "text" (the default), "json_object" (JSON mode) or "json_schema" (structured
-// outputs); vLLM's guided_json and structured_outputs.json are the schema form. Fields that
-// would change what may be generated and that Peregrine does not implement get a 400 naming the
-// field, never a silent unconstrained answer: vLLM's guided_regex / choice / grammar and the
-// other structured_outputs forms.
+// outputs); vLLM's guided_json / guided_regex / guided_choice and structured_outputs' json /
+// regex / choice / json_object forms. At most one. Fields that would change what may be
+// generated and that Peregrine does not implement get a 400 naming the field, never a silent
+// unconstrained answer: vLLM's guided_grammar and structured_outputs' grammar / structural_tag
+// / whitespace options.
 void ParseOutputFormat(const json& body, GenerationOptions& o) {
+  auto claim = [&](const std::string& param) {
+    if (o.constrained) Bad(param, fmt::format("'{}' beside another output format", param));
+    o.constrained = true;
+  };
   auto set_schema = [&](const json& v, const std::string& param) {
-    if (o.json_object) Bad(param, fmt::format("'{}' beside another output format", param));
+    claim(param);
     o.sampling.json_schema = ParseSchema(v, param);
-    o.json_object = true;
+  };
+  auto set_regex = [&](const json& v, const std::string& param, bool choice) {
+    claim(param);
+    o.sampling.regex = ParseRegexFormat(v, param, choice);
   };
   if (auto it = body.find("response_format"); it != body.end() && !it->is_null()) {
     if (!it->is_object()) Bad("response_format", "'response_format' must be an object");
@@ -131,7 +161,7 @@ void ParseOutputFormat(const json& body, GenerationOptions& o) {
         Bad("response_format", "response_format type 'json_schema' needs json_schema.schema");
       set_schema((*js)["schema"], "response_format");
     } else if (type == "json_object") {
-      o.json_object = true;
+      claim("response_format");
     } else if (type != "text") {
       Bad("response_format", fmt::format("unknown response_format type '{}'", type));
     }
@@ -139,15 +169,27 @@ void ParseOutputFormat(const json& body, GenerationOptions& o) {
   if (auto it = body.find("logit_bias"); it != body.end() && !it->is_null())
     ParseLogitBias(*it, o.sampling.logit_bias);
   if (auto it = body.find("guided_json"); it != body.end() && !it->is_null()) set_schema(*it, "guided_json");
+  if (auto it = body.find("guided_regex"); it != body.end() && !it->is_null()) set_regex(*it, "guided_regex", false);
+  if (auto it = body.find("guided_choice"); it != body.end() && !it->is_null()) set_regex(*it, "guided_choice", true);
   if (auto it = body.find("structured_outputs"); it != body.end() && !it->is_null()) {
-    if (!it->is_object() || it->size() != 1 || !it->contains("json"))
-      Bad("structured_outputs", "of 'structured_outputs' only the form {\"json\": schema} is supported");
-    set_schema((*it)["json"], "structured_outputs");
+    if (!it->is_object()) Bad("structured_outputs", "'structured_outputs' must be an object");
+    for (const auto& [key, v] : it->items()) {
+      if (v.is_null() || key == "disable_fallback") continue;  // no fallback exists to disable
+      const std::string param = "structured_outputs." + key;
+      if (key == "json") set_schema(v, param);
+      else if (key == "regex") set_regex(v, param, false);
+      else if (key == "choice") set_regex(v, param, true);
+      else if (key == "json_object") {
+        if (!v.is_boolean()) Bad(param, fmt::format("'{}' must be a boolean", param));
+        if (v.get<bool>()) claim(param);
+      } else {
+        Bad(param, fmt::format("'{}' is not supported (supported: json, regex, choice, json_object)", param));
+      }
+    }
   }
-  for (const char* key : {"guided_regex", "guided_choice", "guided_grammar"})
-    if (auto it = body.find(key); it != body.end() && !it->is_null())
-      Bad(key, fmt::format("'{}' is not supported (of constrained decoding JSON mode and JSON "
-                           "schemas are: response_format json_object / json_schema)", key));
+  if (auto it = body.find("guided_grammar"); it != body.end() && !it->is_null())
+    Bad("guided_grammar", "'guided_grammar' is not supported (supported: response_format json_object / "
+                          "json_schema, guided_json, guided_regex, guided_choice)");
 }
 
 void ParseCommon(const json& body, GenerationOptions& o) {
@@ -176,8 +218,8 @@ void ParseCommon(const json& body, GenerationOptions& o) {
   if (GetInt(body, "n", 1, std::numeric_limits<int32_t>::max(), v) && v != 1)
     Bad("n", "only n=1 is supported");
   s.ignore_eos = GetBool(body, "ignore_eos", false);
-  if (s.ignore_eos && o.json_object)
-    Bad("ignore_eos", "'ignore_eos' cannot be combined with JSON output (it ends at the value's end)");
+  if (s.ignore_eos && o.constrained)
+    Bad("ignore_eos", "'ignore_eos' cannot be combined with constrained output (it ends where the format ends)");
   if (auto it = body.find("stop"); it != body.end() && !it->is_null()) {
     if (it->is_string()) {
       o.stop.push_back(it->get<std::string>());
@@ -353,8 +395,8 @@ ChatRequest ParseChatRequest(const json& body) {
   }
   // JSON mode constrains the whole output to one object, so a forced tool call's markup could
   // never be closed; with tool_choice auto the model may still answer, as JSON, without tools.
-  if (r.options.json_object && (r.tool_choice == ToolChoice::kRequired || r.tool_choice == ToolChoice::kNamed))
-    Bad("response_format", "JSON output (response_format json_object / json_schema) cannot be combined "
+  if (r.options.constrained && (r.tool_choice == ToolChoice::kRequired || r.tool_choice == ToolChoice::kNamed))
+    Bad("response_format", "constrained output (response_format, guided_*, structured_outputs) cannot be combined "
                            "with a required or named tool_choice");
   return r;
 }

@@ -41,9 +41,10 @@ struct GenerationOptions {
   int top_logprobs = 0;              // alternatives per token when logprobs
   std::string session_id;
   bool echo = false;                 // completions only
-  // Constrained JSON output: response_format json_object (JSON mode) or json_schema (then
-  // sampling.json_schema holds the compiled schema), or vLLM's guided_json.
-  bool json_object = false;
+  // Constrained output (sampled under a mask, then EOS): response_format json_object (JSON
+  // mode) or json_schema / vLLM's guided_json (sampling.json_schema holds the compiled schema),
+  // vLLM's guided_regex / guided_choice (sampling.regex), or a forced tool call's arguments.
+  bool constrained = false;
 };
 
 struct ChatRequest {

@@ -8,6 +8,7 @@ import argparse
 import concurrent.futures as cf
 import http.client
 import json
+import re
 import socket
 import sys
 import time
@@ -127,8 +128,9 @@ def main():
                       "name": {"type": "string", "maxLength": 20},
                       "age": {"type": "integer", "minimum": 18, "maximum": 99},
                       "colour": {"enum": ["red", "green", "blue"]},
-                      "pets": {"type": "array", "items": {"type": "string"}, "maxItems": 3}},
-                  "required": ["name", "colour"], "additionalProperties": False}
+                      "pets": {"type": "array", "items": {"type": "string"}, "maxItems": 3},
+                      "badge": {"type": "string", "pattern": "^[A-Z]{2}-\\d{3}$"}},
+                  "required": ["name", "colour", "badge"], "additionalProperties": False}
         pq = [{"role": "user", "content": "Describe a person as JSON with name, age, favourite colour and pets."}]
         stopped = 0
         for temperature, seed in ((0, None), (0.8, 1), (0.8, 2), (1.0, 3)):
@@ -148,10 +150,36 @@ def main():
         check(stopped >= 2, f"json_schema: {stopped} of 4 answers ended within 120 tokens")
         try:
             client.chat.completions.create(model="smol", messages=pq, max_tokens=8, response_format={
-                "type": "json_schema", "json_schema": {"name": "p", "schema": {"type": "string", "pattern": "a+"}}})
-            check(False, "a schema with 'pattern' is a 400")
+                "type": "json_schema", "json_schema": {"name": "p", "schema": {"type": "string", "pattern": "a(?=b)"}}})
+            check(False, "a schema with a lookahead 'pattern' is a 400")
         except openai.BadRequestError as e:
-            check("pattern" in str(e), "a schema with 'pattern' is a 400 naming it")
+            check("pattern" in str(e) and "lookaround" in str(e), "a lookahead 'pattern' is a 400 naming it")
+
+        # ---- vLLM's guided_choice / guided_regex: the whole answer is one choice / a match ----
+        cq = [{"role": "user", "content": "Is the sky blue? Answer yes or no."}]
+        choices = ["yes", "no", "not sure"]
+        for temperature, seed in ((0, None), (1.0, 4), (1.0, 5)):
+            r = client.chat.completions.create(model="smol", messages=cq, max_tokens=16, temperature=temperature,
+                                               seed=seed, extra_body={"guided_choice": choices})
+            out = r.choices[0].message.content
+            check(out in choices and r.choices[0].finish_reason == "stop", f"guided_choice answer {out!r} is a choice")
+        phone = r"\(\d{3}\) \d{3}-\d{4}"
+        for temperature, seed in ((0, None), (0.9, 6), (0.9, 7)):
+            r = client.chat.completions.create(
+                model="smol", messages=[{"role": "user", "content": "Give me a US phone number."}], max_tokens=24,
+                temperature=temperature, seed=seed, extra_body={"structured_outputs": {"regex": phone}})
+            out = r.choices[0].message.content
+            check(re.fullmatch(phone, out) is not None and r.choices[0].finish_reason == "stop",
+                  f"structured_outputs.regex answer {out!r} matches {phone}")
+        sc = "".join(ch.choices[0].delta.content or "" for ch in client.chat.completions.create(
+            model="smol", messages=cq, max_tokens=16, temperature=0, stream=True, extra_body={"guided_choice": choices})
+            if ch.choices)
+        check(sc in choices, f"streamed guided_choice answer {sc!r} is a choice")
+        try:
+            client.chat.completions.create(model="smol", messages=cq, max_tokens=4, extra_body={"guided_regex": "(a"})
+            check(False, "a malformed guided_regex is a 400")
+        except openai.BadRequestError as e:
+            check("guided_regex" in str(e), "a malformed guided_regex is a 400 naming it")
 
         # ---- logit_bias: -100 on the greedy answer's first token moves it ------------------
         base = client.completions.create(model="smol", prompt="The capital of France is", max_tokens=1,

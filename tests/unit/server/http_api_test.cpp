@@ -262,7 +262,7 @@ TEST_F(ServerTest, NamedToolChoiceConstrainsTheArguments) {
   const json tools = {{{"type", "function"}, {"function", {{"name", "lookup"}, {"parameters", params}}}},
                       {{"type", "function"}, {"function", {{"name", "bare"}}}},
                       {{"type", "function"}, {"function", {{"name", "odd"}, {"parameters",
-                          {{"type", "object"}, {"properties", {{"s", {{"type", "string"}, {"pattern", "x"}}}}}}}}}}};
+                          {{"type", "object"}, {"properties", {{"s", {{"type", "string"}, {"multipleOf", 2}}}}}}}}}}};
   auto call = [&](const char* name, bool stream) {
     return c.Post("/v1/chat/completions",
                   Chat("SAY:{\"q\": 1}", {{"tools", tools}, {"stream", stream},

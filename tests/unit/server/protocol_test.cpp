@@ -124,12 +124,15 @@ TEST(ChatRequest, RejectsWrongTypesAndRanges) {
       {{{"messages", Msgs()}, {"response_format", {{"type", "json_schema"}, {"json_schema", json::object()}}}},
        "response_format"},  // no schema
       {{{"messages", Msgs()}, {"response_format", {{"type", "json_schema"},
-        {"json_schema", {{"name", "x"}, {"schema", {{"type", "string"}, {"pattern", "a"}}}}}}}}, "response_format"},
+        {"json_schema", {{"name", "x"}, {"schema", {{"type", "string"}, {"pattern", "(?=a)"}}}}}}}}, "response_format"},
       {{{"messages", Msgs()}, {"guided_json", "{not json"}}, "guided_json"},
       {{{"messages", Msgs()}, {"guided_json", 5}}, "guided_json"},
       {{{"messages", Msgs()}, {"response_format", {{"type", "json_object"}}}, {"guided_json", json::object()}},
        "guided_json"},
-      {{{"messages", Msgs()}, {"structured_outputs", {{"regex", "a+"}}}}, "structured_outputs"},
+      {{{"messages", Msgs()}, {"structured_outputs", {{"grammar", "root ::= \"a\""}}}}, "structured_outputs.grammar"},
+      {{{"messages", Msgs()}, {"structured_outputs", {{"choice", {"a"}}, {"regex", "b"}}}}, "structured_outputs.regex"},
+      {{{"messages", Msgs()}, {"structured_outputs", {{"json_object", "yes"}}}}, "structured_outputs.json_object"},
+      {{{"messages", Msgs()}, {"structured_outputs", 3}}, "structured_outputs"},
       {{{"messages", Msgs()}, {"response_format", {{"type", "yaml"}}}}, "response_format"},
       {{{"messages", Msgs()}, {"response_format", "json"}}, "response_format"},
       {{{"messages", Msgs()}, {"logit_bias", {{"abc", -100}}}}, "logit_bias"},
@@ -140,8 +143,13 @@ TEST(ChatRequest, RejectsWrongTypesAndRanges) {
       {{{"messages", Msgs()}, {"logit_bias", {{"7", "1"}}}}, "logit_bias"},
       {{{"messages", Msgs()}, {"logit_bias", {{"7", 1}, {"07", 2}}}}, "logit_bias"},
       {{{"messages", Msgs()}, {"logit_bias", {1, 2}}}, "logit_bias"},
-      {{{"messages", Msgs()}, {"guided_regex", "a+"}}, "guided_regex"},
-      {{{"messages", Msgs()}, {"guided_choice", {"a", "b"}}}, "guided_choice"},
+      {{{"messages", Msgs()}, {"guided_regex", "(a"}}, "guided_regex"},
+      {{{"messages", Msgs()}, {"guided_regex", 5}}, "guided_regex"},
+      {{{"messages", Msgs()}, {"guided_regex", "a\\1"}}, "guided_regex"},
+      {{{"messages", Msgs()}, {"guided_choice", json::array()}}, "guided_choice"},
+      {{{"messages", Msgs()}, {"guided_choice", {1, 2}}}, "guided_choice"},
+      {{{"messages", Msgs()}, {"guided_regex", "a"}, {"guided_choice", {"a"}}}, "guided_choice"},
+      {{{"messages", Msgs()}, {"guided_grammar", "root ::= x"}}, "guided_grammar"},
   };
   for (const auto& [body, param] : bad) {
     SCOPED_TRACE(body.dump());
@@ -152,11 +160,11 @@ TEST(ChatRequest, RejectsWrongTypesAndRanges) {
 
 TEST(ChatRequest, ResponseFormatJsonObjectIsJsonMode) {
   EXPECT_TRUE(ParseChatRequest({{"messages", Msgs()}, {"response_format", {{"type", "json_object"}}}})
-                  .options.json_object);
-  EXPECT_FALSE(ParseChatRequest({{"messages", Msgs()}, {"response_format", {{"type", "text"}}}}).options.json_object);
-  EXPECT_FALSE(ParseChatRequest({{"messages", Msgs()}}).options.json_object);
+                  .options.constrained);
+  EXPECT_FALSE(ParseChatRequest({{"messages", Msgs()}, {"response_format", {{"type", "text"}}}}).options.constrained);
+  EXPECT_FALSE(ParseChatRequest({{"messages", Msgs()}}).options.constrained);
   EXPECT_TRUE(ParseCompletionRequest({{"prompt", "x"}, {"response_format", {{"type", "json_object"}}}}, 100)
-                  .options.json_object);
+                  .options.constrained);
 }
 
 // A schema arrives compiled, from response_format json_schema, vLLM's guided_json (object or
@@ -172,7 +180,7 @@ TEST(ChatRequest, JsonSchemaFormsCompileTheSchema) {
   for (const json& body : bodies) {
     SCOPED_TRACE(body.dump());
     const ChatRequest r = ParseChatRequest(body);
-    EXPECT_TRUE(r.options.json_object);
+    EXPECT_TRUE(r.options.constrained);
     ASSERT_NE(r.options.sampling.json_schema, nullptr);
     runtime::SchemaMatcher m(*r.options.sampling.json_schema);
     EXPECT_TRUE(m.Accept(R"({"a": 1})") && m.can_end());
@@ -182,6 +190,31 @@ TEST(ChatRequest, JsonSchemaFormsCompileTheSchema) {
   EXPECT_EQ(ParseChatRequest({{"messages", Msgs()}, {"response_format", {{"type", "json_object"}}}}).options.sampling.json_schema,
             nullptr);
   EXPECT_NE(ParseCompletionRequest({{"prompt", "x"}, {"guided_json", schema}}, 100).options.sampling.json_schema, nullptr);
+}
+
+// vLLM's regex and choice forms arrive compiled (full match: the whole output), each setting
+// the constrained flag; structured_outputs.json_object is JSON mode.
+TEST(ChatRequest, RegexAndChoiceFormsCompile) {
+  const json bodies[] = {
+      {{"messages", Msgs()}, {"guided_regex", "(yes|no)!?"}},
+      {{"messages", Msgs()}, {"structured_outputs", {{"regex", "(yes|no)!?"}, {"disable_fallback", true}}}},
+      {{"messages", Msgs()}, {"guided_choice", {"yes", "no", "yes!", "no!"}}},
+      {{"messages", Msgs()}, {"structured_outputs", {{"choice", {"yes", "no", "yes!", "no!"}}}}},
+  };
+  for (const json& body : bodies) {
+    SCOPED_TRACE(body.dump());
+    const ChatRequest r = ParseChatRequest(body);
+    EXPECT_TRUE(r.options.constrained);
+    EXPECT_EQ(r.options.sampling.json_schema, nullptr);
+    ASSERT_NE(r.options.sampling.regex, nullptr);
+    for (const char* ok : {"yes", "no!"}) EXPECT_TRUE(r.options.sampling.regex->FullMatch(ok)) << ok;
+    for (const char* bad : {"", "yes!!", "maybe", "xyes"}) EXPECT_FALSE(r.options.sampling.regex->FullMatch(bad)) << bad;
+  }
+  const ChatRequest mode = ParseChatRequest({{"messages", Msgs()}, {"structured_outputs", {{"json_object", true}}}});
+  EXPECT_TRUE(mode.options.constrained);
+  EXPECT_EQ(mode.options.sampling.regex, nullptr);
+  EXPECT_EQ(mode.options.sampling.json_schema, nullptr);
+  EXPECT_NE(ParseCompletionRequest({{"prompt", "x"}, {"guided_regex", "[a-z]+"}}, 100).options.sampling.regex, nullptr);
 }
 
 TEST(ChatRequest, LogitBiasIsSortedById) {
@@ -220,7 +253,7 @@ TEST(CompletionRequest, PromptForms) {
                           json::object(), json{{"prompt", {"a", "b"}}}, json{{"prompt", "x"}, {"logprobs", 9}},
                           json{{"prompt", "x"}, {"best_of", 2}},
                           json{{"prompt", "x"}, {"response_format", {{"type", "json_schema"}}}},
-                          json{{"prompt", "x"}, {"guided_regex", "[a-z]+"}}}) {
+                          json{{"prompt", "x"}, {"guided_regex", "[a-z"}}}) {
     SCOPED_TRACE(bad.dump());
     EXPECT_THROW(ParseCompletionRequest(bad, 100), ApiError);
   }
