@@ -107,6 +107,9 @@ class SchemaMatcher {
   bool Accept(std::string_view bytes);
   bool can_end() const;
   int string_budget() const;
+  // Inside a string with a pattern (one parse): plain tokens are written raw through the
+  // pattern's automaton, within maxLength.
+  RegexView regex_view() const;
 
  private:
   enum class FrameKind : uint8_t { kRoot, kObject, kKey, kMap, kArray, kString, kNumber, kLiteral };

@@ -143,6 +143,17 @@ int SchemaMatcher::string_budget() const {
   return int(std::min<uint32_t>(max - std::min(max, t.a), uint32_t(kUnlimited - 1)));
 }
 
+RegexView SchemaMatcher::regex_view() const {
+  if (n_ != 1) return {};
+  const Frame& t = parses_[0].top();
+  if (t.kind != FrameKind::kString || t.phase != kChars || t.tag) return {};
+  const JsonSchema::Node& n = schema_->node(t.node);
+  if (!n.pattern) return {};
+  return {.re = n.pattern.get(), .state = int32_t(t.b & 0xFFFF),
+          .chars_left = n.max == JsonSchema::kUnbounded ? UINT32_MAX : n.max - std::min(n.max, t.a),
+          .plain_only = true};
+}
+
 void SchemaMatcher::Complete(Parse p, SchemaMatcher& out, const uint8_t* refeed) const {
   const Frame done = p.top();
   --p.depth;

@@ -18,8 +18,6 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/token_mask.h"
-
 namespace pg::runtime {
 
 class Regex {
@@ -42,12 +40,21 @@ class Regex {
   int32_t start() const { return 0; }
   // The state after byte c, kDead when no text of the language continues with it (states
   // from which no accepting state can be reached are dead too: a live state can always end).
-  int32_t Next(int32_t state, uint8_t c) const { return next_[size_t(state) * classes_ + byte_class_[c]]; }
+  int32_t Next(int32_t state, uint8_t c) const { return NextClass(state, byte_class_[c]); }
+  // Bytes of one class lead every state to the same state; a class holds UTF-8 continuation
+  // bytes only or none of them. RegexTokenIndex walks tokens by class.
+  uint8_t byte_class(uint8_t c) const { return byte_class_[c]; }
+  size_t classes() const { return classes_; }
+  int32_t NextClass(int32_t state, uint8_t cls) const { return next_[size_t(state) * classes_ + cls]; }
   bool accepting(int32_t state) const { return accept_[size_t(state)] != 0; }
   // The fewest code points (UTF-8 lead bytes) that take a live state to a match: 0 when
   // accepting (a length bound checks what a pattern still needs).
   uint32_t min_chars(int32_t state) const { return min_chars_[size_t(state)]; }
   bool FullMatch(std::string_view text) const;
+  // The fewest code points that take `state` to a match through a first code point of the
+  // BMP (U+0000..U+FFFF, what a \\uXXXX escape writes), that one included; UINT32_MAX when
+  // none leads to a live state.
+  uint32_t min_chars_via_bmp(int32_t state) const { return min_chars_via_bmp_[size_t(state)]; }
   // Some code point in [lo, hi] (surrogates excluded), written as UTF-8 from `state`, leaves a
   // live state that needs at most `chars_left` more code points (a \\u escape's hex digits so
   // far: the code points they can still become).
@@ -61,33 +68,7 @@ class Regex {
   std::vector<int32_t> next_;      // [state * classes_ + class] -> state or kDead
   std::vector<uint8_t> accept_;    // [state]
   std::vector<uint32_t> min_chars_;  // [state]
+  std::vector<uint32_t> min_chars_via_bmp_;  // [state]
 };
-
-// Prefixes of a regex's language (runtime/token_mask.h's matcher interface). The regex must
-// outlive the matcher (the constraint owns it).
-class RegexMatcher {
- public:
-  RegexMatcher() = default;
-  explicit RegexMatcher(const Regex& re) : re_(&re), state_(re.start()) {}
-  bool Accept(uint8_t c) {
-    state_ = re_->Next(state_, c);
-    return state_ != Regex::kDead;
-  }
-  bool can_end() const { return re_->accepting(state_); }
-  int string_budget() const { return -1; }
-
- private:
-  const Regex* re_ = nullptr;
-  int32_t state_ = 0;
-};
-
-using RegexConstraint = ByteConstraint<RegexMatcher>;
-
-// Output that matches `re` in full, then EOS (the constraint keeps `re` alive).
-inline std::unique_ptr<OutputConstraint> MakeRegexConstraint(std::shared_ptr<const TokenTable> table,
-                                                            std::shared_ptr<const Regex> re) {
-  RegexMatcher m(*re);
-  return std::make_unique<RegexConstraint>(std::move(table), m, std::move(re));
-}
 
 }  // namespace pg::runtime

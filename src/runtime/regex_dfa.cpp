@@ -74,6 +74,31 @@ std::vector<ByteSeq> Utf8Sequences(const Ranges& ranges) {
 }
 
 
+namespace {
+
+// The fewest code points from `state` to a match through a first code point in one of `seqs`
+// (that one included), UINT32_MAX when none leads to a live state.
+uint32_t MinCharsVia(const Regex& re, int32_t state, const std::vector<Utf8Seq>& seqs) {
+  uint32_t best = UINT32_MAX;
+  for (const Utf8Seq& seq : seqs) {
+    std::vector<int32_t> cur = {state}, next;
+    for (const auto& [blo, bhi] : seq) {
+      next.clear();
+      for (int32_t s : cur)
+        for (int b = blo; b <= bhi; ++b)
+          if (const int32_t t = re.Next(s, uint8_t(b)); t != Regex::kDead) next.push_back(t);
+      std::sort(next.begin(), next.end());
+      next.erase(std::unique(next.begin(), next.end()), next.end());
+      cur.swap(next);
+      if (cur.empty()) break;
+    }
+    for (int32_t s : cur) best = std::min(best, re.min_chars(s) + 1);
+  }
+  return best;
+}
+
+}  // namespace
+
 class RegexBuilder {
  public:
   static std::shared_ptr<const Regex> Build(const RegexAst& ast) {
@@ -279,6 +304,9 @@ class RegexBuilder {
     }
     for (int32_t& to : re->next_)
       if (to >= 0 && !live[size_t(to)]) to = Regex::kDead;
+    const std::vector<Utf8Seq> bmp = Utf8Sequences(NormalizeRanges({{0, 0xFFFF}}));
+    re->min_chars_via_bmp_.resize(n);
+    for (size_t d = 0; d < n; ++d) re->min_chars_via_bmp_[d] = live[d] ? MinCharsVia(*re, int32_t(d), bmp) : UINT32_MAX;
     return re;
   }
 
@@ -302,23 +330,12 @@ std::shared_ptr<const Regex> Regex::Choice(const std::vector<std::string>& choic
   return RegexBuilder::Build(ast);
 }
 
+
 bool Regex::AnyCodePointFits(int32_t state, uint32_t lo, uint32_t hi, uint32_t chars_left) const {
-  for (const Utf8Seq& seq : Utf8Sequences(NormalizeRanges({{lo, hi}}))) {
-    std::vector<int32_t> cur = {state}, next;
-    for (const auto& [blo, bhi] : seq) {
-      next.clear();
-      for (int32_t s : cur)
-        for (int b = blo; b <= bhi; ++b)
-          if (const int32_t t = Next(s, uint8_t(b)); t != kDead) next.push_back(t);
-      std::sort(next.begin(), next.end());
-      next.erase(std::unique(next.begin(), next.end()), next.end());
-      cur.swap(next);
-      if (cur.empty()) break;
-    }
-    for (int32_t s : cur)
-      if (min_chars(s) <= chars_left) return true;
-  }
-  return false;
+  // via counts the first code point; chars_left does not.
+  const uint32_t via = lo == 0 && hi == 0xFFFF ? min_chars_via_bmp(state)
+                                               : MinCharsVia(*this, state, Utf8Sequences(NormalizeRanges({{lo, hi}})));
+  return via != UINT32_MAX && via - 1 <= chars_left;
 }
 
 bool Regex::FullMatch(std::string_view text) const {

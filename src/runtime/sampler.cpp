@@ -6,7 +6,7 @@
 #include "core/status.h"
 #include "runtime/json_constraint.h"
 #include "runtime/json_schema.h"
-#include "runtime/regex.h"
+#include "runtime/regex_constraint.h"
 
 namespace pg::runtime {
 

@@ -11,11 +11,16 @@
 //                              plain) is accepted and leaves nothing but a character count
 //                              changed; then the characters (code points) the string may still
 //                              take, kUnlimited for no bound
+// and optionally
+//   RegexView regex_view() const;  a state in which a regex automaton alone judges the tokens
+//                                  (RegexView's comment); the mask then walks a
+//                                  RegexTokenIndex instead of the byte trie
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <memory>
 #include <span>
 #include <stdexcept>
@@ -23,6 +28,9 @@
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "runtime/regex.h"
+#include "runtime/regex_index.h"
 
 namespace pg::runtime {
 
@@ -73,6 +81,17 @@ class OutputConstraint {
 
 inline constexpr int kUnlimited = std::numeric_limits<int>::max();
 
+// A matcher state in which a token's fate is the regex automaton's alone: a token (every text
+// token, or with plain_only every TokenTable::plain one) is allowed iff its bytes lead `state`
+// to a live state from which a match can end within chars_left code points, the token's own
+// included. With plain_only the other tokens are tried one by one. re null: no such state.
+struct RegexView {
+  const Regex* re = nullptr;
+  int32_t state = 0;
+  uint32_t chars_left = std::numeric_limits<uint32_t>::max();
+  bool plain_only = false;
+};
+
 // UTF-8 code points of `bytes`: the bytes that do not continue a sequence (not 10xxxxxx).
 inline size_t CodePoints(std::string_view bytes) {
   size_t n = 0;
@@ -92,6 +111,11 @@ class ByteConstraint final : public OutputConstraint {
 
   bool can_end() const override { return matcher_.can_end(); }
   const Matcher& matcher() const { return matcher_; }
+  size_t regex_indexes_built() const {  // for tests: which mask path ran
+    size_t n = 0;
+    for (const auto& [key, slot] : indexes_) n += slot.index != nullptr;
+    return n;
+  }
 
   bool Allowed(int32_t token) const override {
     const TokenTable& t = *table_;
@@ -123,7 +147,24 @@ class ByteConstraint final : public OutputConstraint {
     for (size_t i = n; i < logits.size(); ++i) logits[i] = kNegInf;  // ids beyond the table
     bool any = false;
     const int budget = matcher_.string_budget();
-    if (budget >= 0) {
+    RegexView view;
+    if constexpr (requires(const Matcher& m) { m.regex_view(); }) view = matcher_.regex_view();
+    IndexSlot* slot = view.re != nullptr ? &indexes_[{view.re, view.plain_only}] : nullptr;
+    if (slot != nullptr && slot->index != nullptr) {
+      // The automaton judges the indexed tokens by class path; the rest (plain_only: quotes,
+      // escapes, specials, EOS) are tried one by one; without plain_only, EOS where it may end.
+      std::vector<uint8_t> kept(n, 0);
+      size_t count = slot->index->Collect(view.state, view.chars_left, kept);
+      if (view.plain_only) {
+        for (int32_t id : t.not_plain)
+          if (size_t(id) < n && Allowed(id)) kept[size_t(id)] = 1, ++count;
+      } else if (matcher_.can_end()) {
+        for (int32_t e : t.eos_ids)
+          if (e >= 0 && size_t(e) < n) kept[size_t(e)] = 1, ++count;
+      }
+      for (size_t i = 0; i < n; ++i) logits[i] = kept[i] ? logits[i] : kNegInf;
+      any = count > 0;
+    } else if (budget >= 0) {
       // Inside a string every plain token whose characters fit the budget is allowed (and
       // changes nothing but the count): mask the longer ones, a prefix of plain_by_chars (none
       // without a bound), and try only the others (quotes, escapes, control bytes, specials).
@@ -144,8 +185,10 @@ class ByteConstraint final : public OutputConstraint {
       // at the first byte that cannot follow; keep the logits of the ids found, mask the rest.
       std::vector<std::pair<int32_t, float>> keep;
       const TokenTable::Trie& tr = t.trie;
+      size_t steps = 0;
       auto walk = [&](auto& self, int32_t node, const Matcher& m) -> void {
         for (int32_t c = tr.first_child[size_t(node)]; c >= 0; c = tr.next_sibling[size_t(c)]) {
+          ++steps;
           Matcher next = m;
           if (!next.Accept(tr.byte[size_t(c)])) continue;
           for (int32_t k = 0; k < tr.end_count[size_t(c)]; ++k) {
@@ -156,6 +199,11 @@ class ByteConstraint final : public OutputConstraint {
         }
       };
       walk(walk, 0, matcher_);
+      // A regex state that took a long walk: later masks under this regex use its index.
+      if (slot != nullptr && !slot->tried && steps > kIndexAfterSteps) {
+        slot->tried = true;
+        slot->index = RegexTokenIndex::Build(*view.re, t, view.plain_only);
+      }
       if (matcher_.can_end())
         for (int32_t e : t.eos_ids)
           if (e >= 0 && size_t(e) < n) keep.emplace_back(e, logits[size_t(e)]);
@@ -171,9 +219,19 @@ class ByteConstraint final : public OutputConstraint {
   }
 
  private:
+  // The table seen through a regex (RegexView's), built once a byte-trie walk under it took
+  // more than kIndexAfterSteps steps, and kept for the request (Mask runs on one thread at a
+  // time: the sampler's). Null where not built or too large to build.
+  struct IndexSlot {
+    bool tried = false;
+    std::unique_ptr<RegexTokenIndex> index;
+  };
+  static constexpr size_t kIndexAfterSteps = 20000;
+
   std::shared_ptr<const TokenTable> table_;
   std::shared_ptr<const void> owner_;
   Matcher matcher_;
+  mutable std::map<std::pair<const Regex*, bool>, IndexSlot> indexes_;
 };
 
 }  // namespace pg::runtime

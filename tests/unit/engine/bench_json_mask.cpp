@@ -1,8 +1,8 @@
 // The JSON masks' cost (runtime/json_constraint.h, json_schema.h), µs a call, on the embedded
 // model's tokenizer (49,152 ids) and on a table of its pieces repeated 3x (147,456 ids, Qwen3's
 // vocabulary size), in the states a JSON output spends its tokens in: JSON mode, then a schema
-// (required and optional properties, an enum, a bounded string, an array of objects). Prints;
-// asserts nothing.
+// (required and optional properties, an enum, a bounded string, an array of objects), a
+// schema's pattern strings, and regexes (guided_regex / guided_choice). Prints; asserts nothing.
 //   build/cpu/tests/unit/engine/bench_json_mask
 #include <chrono>
 #include <random>
@@ -15,12 +15,14 @@
 #include "engine/model_bundle.h"
 #include "runtime/json_constraint.h"
 #include "runtime/json_schema.h"
+#include "runtime/regex_constraint.h"
 #include "kernels/ops_sample.h"
 
 namespace {
 
 double MicrosPerMask(const pg::runtime::OutputConstraint& c, size_t vocab) {
   std::vector<float> logits(vocab, 0.5f);
+  c.Mask(logits);  // a regex's first long walk builds its index (timed apart below)
   constexpr int kIters = 200;
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < kIters; ++i) {
@@ -57,15 +59,19 @@ int main() {
   const char* states[][2] = {{"start", ""}, {"key start", "{"}, {"in a key", "{\"na"}, {"value start", "{\"a\": "},
                              {"in a string value", "{\"a\": \"some te"}, {"in a number", "{\"a\": 12"},
                              {"after a value", "{\"a\": 1"}};
-  auto row = [&](const char* name, const char* prefix, std::shared_ptr<const pg::runtime::JsonSchema> schema) {
+  using Table = std::shared_ptr<const pg::runtime::TokenTable>;
+  auto row_of = [&](const char* name, const char* prefix, auto make) {
     double us[2];
     int k = 0;
-    for (const auto& t : {base, big}) {
-      auto c = pg::runtime::MakeOutputConstraint(t, schema);
+    for (const Table& t : {base, big}) {
+      auto c = make(t);
       Feed(*c, *t, prefix);
       us[k++] = MicrosPerMask(*c, t->bytes.size());
     }
     std::printf("%-22s %9.1f us %9.1f us\n", name, us[0], us[1]);
+  };
+  auto row = [&](const char* name, const char* prefix, std::shared_ptr<const pg::runtime::JsonSchema> schema) {
+    row_of(name, prefix, [&](const Table& t) { return pg::runtime::MakeOutputConstraint(t, schema); });
   };
   std::printf("JSON mode\n%-22s %12s %12s\n", "state", "49152 ids", "147456 ids");
   for (const auto& [name, prefix] : states) row(name, prefix, nullptr);
@@ -83,6 +89,31 @@ int main() {
       {"in an array item", "{\"name\": \"x\", \"role\": \"user\", \"items\": [{\"sku\": \"a\", "}};
   std::printf("a schema\n");
   for (const auto& [name, prefix] : schema_states) row(name, prefix, schema);
+  auto patterned = pg::runtime::JsonSchema::Compile(nlohmann::ordered_json::parse(R"({
+      "type": "object", "properties": {"id": {"type": "string", "pattern": "^[A-Z]{2}-\\d{3,6}$"},
+        "note": {"type": "string", "pattern": "\\S", "maxLength": 200}}, "required": ["id", "note"]})"));
+  std::printf("a schema with patterns\n");
+  row("in an id (^[A-Z]{2}-\\d{3,6}$)", "{\"id\": \"AB-1", patterned);
+  row("in a note (\\S, max 200)", "{\"id\": \"AB-123\", \"note\": \"some te", patterned);
+  std::printf("regexes (guided_regex / guided_choice)\n");
+  const std::pair<const char*, const char*> regexes[] = {
+      {"\\(\\d{3}\\) \\d{3}-\\d{4}", "(55"}, {"[^\\n]{0,200}", "some te"}, {"(\\w+ ){0,20}\\w+\\.", "some te"}};
+  for (const auto& [pattern, prefix] : regexes) {
+    auto re = pg::runtime::Regex::Compile(pattern, pg::runtime::Regex::Anchoring::kFullMatch);
+    std::printf("%s (%zu states)\n", pattern, re->states());
+    row_of("  start", "", [&](const Table& t) { return pg::runtime::MakeRegexConstraint(t, re); });
+    row_of("  inside", prefix, [&](const Table& t) { return pg::runtime::MakeRegexConstraint(t, re); });
+  }
+  for (const Table& t : {base, big}) {  // what the first mask of a request pays for the index
+    auto re = pg::runtime::Regex::Compile("[^\\n]{0,200}", pg::runtime::Regex::Anchoring::kFullMatch);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto index = pg::runtime::RegexTokenIndex::Build(*re, *t, false);
+    const auto t1 = std::chrono::steady_clock::now();
+    std::printf("RegexTokenIndex of %zu ids: %.2f ms, %zu nodes\n", t->bytes.size(),
+                std::chrono::duration<double, std::milli>(t1 - t0).count(), index->nodes());
+  }
+  auto choice = pg::runtime::Regex::Choice({"positive", "negative", "neutral", "mixed"});
+  row_of("choice of 4: start", "", [&](const Table& t) { return pg::runtime::MakeRegexConstraint(t, choice); });
   // The host sampler after the mask (what a constrained row costs beyond it), T = 0.8 and
   // greedy, on a row where the mask kept few tokens and on a full row.
   for (const auto& t : {base, big}) {

@@ -5,6 +5,8 @@
 // seeded walks whose ended outputs must match.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <random>
 #include <regex>
@@ -13,7 +15,8 @@
 
 #include "core/status.h"
 #include "mask_checks.h"
-#include "runtime/regex.h"
+#include "runtime/json_schema.h"
+#include "runtime/regex_constraint.h"
 #include "runtime/sampler.h"
 
 namespace pg::runtime {
@@ -278,6 +281,72 @@ TEST(RegexConstraint, SeededWalksEndInMatchesAndTheMaskIsExact) {
       }
     }
     EXPECT_GE(ended_walks, 20) << pattern;
+  }
+}
+
+std::string Hex(const std::string& s) {
+  std::string h;
+  for (char c : s) h += fmt::format("{:02x} ", uint8_t(c));
+  return h;
+}
+
+// A vocabulary large enough that permissive patterns take the class index (RegexTokenIndex)
+// after their first byte-trie walk: random pieces of letters, digits, spaces, punctuation,
+// quotes, backslashes, newlines and 2-3 byte code points (and their stray halves).
+std::shared_ptr<const TokenTable> BigTable() {
+  static const char* kAtoms[] = {"a", "b", "e", "z", "Q", "0", "7", " ", ".", "-", "\"", "\\", "\n", "{", "\xc3\xa9",
+                                 "\xe2\x82\xac", "\xc3", "\xa9", "_", "u", "00", "\\u", "\\n"};
+  std::mt19937_64 rng(11);
+  std::vector<std::string> pieces = {"</s>", "<pad>"};
+  for (int i = 0; i < 30000; ++i) {
+    std::string p;
+    for (int n = 1 + int(rng() % 6); n > 0; --n) p += kAtoms[rng() % std::size(kAtoms)];
+    pieces.push_back(p);
+  }
+  std::vector<uint8_t> special(pieces.size(), 0);
+  special[0] = special[1] = 1;
+  return std::make_shared<const TokenTable>(TokenTable::Make(pieces, special, {0}));
+}
+
+// The index path's mask equals Allowed() token by token, at every step of seeded walks, for
+// top-level regexes and for pattern strings inside a schema (plain tokens by index, the others
+// one by one, within maxLength).
+TEST(RegexConstraint, TheClassIndexMasksExactly) {
+  auto table = BigTable();
+  const size_t vocab = table->bytes.size();
+  auto check_walks = [&](SamplingParams p, const std::string& what, auto&& indexes_built) {
+    for (uint64_t seed = 0; seed < 4; ++seed) {
+      p.seed = seed;
+      p.temperature = 1.0f;
+      SamplerState st(p, {}, 0);
+      std::string out;
+      for (int step = 0; step < 12; ++step) {
+        const std::vector<int32_t> brute = AllowedOneByOne(*st.constraint(), vocab);
+        ASSERT_EQ(AllowedIds(*st.constraint(), vocab), brute) << what << " after " << Hex(out);
+        std::vector<float> logits(vocab, 0.0f);
+        const SampledToken t = Sample(logits, st);
+        if (t.token == 0) break;
+        out += table->bytes[size_t(t.token)];
+      }
+      EXPECT_GT(indexes_built(*st.constraint()), 0u) << what << ": the index path never ran";
+    }
+  };
+  for (const char* pattern : {"[^\\n]{0,40}", "[^{]*[^{ ]", "(\\S+ ?){0,30}\\u00e9?"}) {
+    SamplingParams p;
+    p.token_table = table;
+    p.regex = Regex::Compile(pattern, Regex::Anchoring::kFullMatch);
+    check_walks(p, pattern, [](const OutputConstraint& c) {
+      return dynamic_cast<const RegexConstraint&>(c).regex_indexes_built();
+    });
+  }
+  for (const char* schema : {R"({"type": "string", "pattern": "\\S", "maxLength": 12})",
+                             R"({"type": "string", "pattern": "^[^{]*$", "minLength": 2})"}) {
+    SamplingParams p;
+    p.token_table = table;
+    p.json_schema = JsonSchema::Compile(nlohmann::ordered_json::parse(schema));
+    check_walks(p, schema, [](const OutputConstraint& c) {
+      return dynamic_cast<const SchemaConstraint&>(c).regex_indexes_built();
+    });
   }
 }
 
