@@ -215,8 +215,7 @@ void ParseCommon(const json& body, GenerationOptions& o) {
       o.max_tokens_given = true;
     }
   }
-  if (GetInt(body, "n", 1, std::numeric_limits<int32_t>::max(), v) && v != 1)
-    Bad("n", "only n=1 is supported");
+  if (GetInt(body, "n", 1, kMaxChoices, v)) o.n = static_cast<int>(v);
   s.ignore_eos = GetBool(body, "ignore_eos", false);
   if (s.ignore_eos && o.constrained)
     Bad("ignore_eos", "'ignore_eos' cannot be combined with constrained output (it ends where the format ends)");

@@ -29,6 +29,8 @@ json ErrorBody(const ApiError& e);
 
 enum class ToolChoice { kAuto, kNone, kRequired, kNamed };
 
+inline constexpr int kMaxChoices = 16;  // `n`
+
 // Fields shared by /v1/chat/completions and /v1/completions.
 struct GenerationOptions {
   std::string model;                 // as sent by the client (may be empty)
@@ -41,6 +43,7 @@ struct GenerationOptions {
   int top_logprobs = 0;              // alternatives per token when logprobs
   std::string session_id;
   bool echo = false;                 // completions only
+  int n = 1;                         // choices: n engine requests on one prompt, [1, kMaxChoices]
   // Constrained output (sampled under a mask, then EOS): response_format json_object (JSON
   // mode) or json_schema / vLLM's guided_json (sampling.json_schema holds the compiled schema),
   // vLLM's guided_regex / guided_choice (sampling.regex), or a forced tool call's arguments.
@@ -62,7 +65,7 @@ struct CompletionRequest {
   bool prompt_is_tokens = false;
 };
 
-// Throw ApiError(400) on anything malformed: wrong types, out-of-range values, n > 1, a named
+// Throw ApiError(400) on anything malformed: wrong types, out-of-range values, a named
 // tool_choice that is not among the tools. Unknown fields are ignored (as OpenAI does).
 ChatRequest ParseChatRequest(const json& body);
 CompletionRequest ParseCompletionRequest(const json& body, int vocab_size);

@@ -101,6 +101,30 @@ def main():
             model="smol", prompt="The capital of France is", max_tokens=8, temperature=0, stream=True) if ch.choices)
         check(sc == c.choices[0].text, "streamed completion == non-streamed")
 
+        # ---- n > 1: three choices; greedy ones agree, seeded samples are reproducible -----------
+        nq = [{"role": "user", "content": "Name a colour."}]
+        g = client.chat.completions.create(model="smol", messages=nq, max_tokens=8, temperature=0, n=3)
+        check(sorted(ch.index for ch in g.choices) == [0, 1, 2], "n=3 gives choices 0, 1, 2")
+        check(len({ch.message.content for ch in g.choices}) == 1, "greedy choices agree")
+        one = client.chat.completions.create(model="smol", messages=nq, max_tokens=8, temperature=0)
+        check(g.usage.completion_tokens == 3 * one.usage.completion_tokens
+              and g.usage.prompt_tokens == one.usage.prompt_tokens,
+              f"usage sums the choices' tokens, counts the prompt once: {g.usage} vs {one.usage}")
+        check(one.choices[0].message.content == g.choices[0].message.content, "n=3's greedy choice == n=1's")
+        s1 = client.chat.completions.create(model="smol", messages=nq, max_tokens=8, temperature=1.0, n=3, seed=11)
+        s2 = client.chat.completions.create(model="smol", messages=nq, max_tokens=8, temperature=1.0, n=3, seed=11)
+        check([ch.message.content for ch in s1.choices] == [ch.message.content for ch in s2.choices],
+              "seeded n=3 samples are reproducible")
+        check(len({ch.message.content for ch in s1.choices}) > 1,
+              f"sampled choices differ: {[ch.message.content for ch in s1.choices]}")
+        streamed = {}
+        for ch in client.chat.completions.create(model="smol", messages=nq, max_tokens=8, temperature=1.0, n=3,
+                                                 seed=11, stream=True):
+            for c in ch.choices:
+                streamed[c.index] = streamed.get(c.index, "") + (c.delta.content or "")
+        check([streamed.get(i) for i in range(3)] == [ch.message.content for ch in s1.choices],
+              "streamed n=3 choices == non-streamed")
+
         # ---- cached tokens on a second turn ------------------------------------------------
         sys_msg = {"role": "system", "content": "You are a helpful assistant. " * 20}
         t1 = [sys_msg, {"role": "user", "content": "Say hello."}]
@@ -238,7 +262,7 @@ def main():
                            (json.dumps({"model": "smol", "messages": msgs, "max_tokens": "x"}).encode(), "wrong type"),
                            (json.dumps({"model": "smol", "messages": msgs, "temperature": 5}).encode(), "out of range"),
                            (json.dumps({"model": "nope", "messages": msgs}).encode(), "unknown model"),
-                           (json.dumps({"model": "smol", "messages": msgs, "n": 2}).encode(), "n > 1"),
+                           (json.dumps({"model": "smol", "messages": msgs, "n": 17}).encode(), "n > 16"),
                            (json.dumps({"model": "smol", "messages": [{"role": "user", "content": "word " * 20000}]}).encode(),
                             "prompt longer than the context")]:
             st, data = raw(srv, "POST", "/v1/chat/completions", body)

@@ -128,6 +128,7 @@ class ScriptEngine : public engine::Engine {
     r.cb = std::move(cb);
     r.sampling = request.sampling;
     last_sampling_ = request.sampling;
+    seeds_.push_back(request.sampling.seed.value_or(0));
     const std::string prompt(request.prompt_tokens.begin(), request.prompt_tokens.end());
     last_prompt_ = prompt;
     const size_t say = prompt.rfind("SAY:");
@@ -187,11 +188,13 @@ class ScriptEngine : public engine::Engine {
   std::string last_prompt() const { std::lock_guard<std::mutex> l(mu_); return last_prompt_; }  // byte ids
   int num_abort_calls() const { std::lock_guard<std::mutex> l(mu_); return num_abort_calls_; }
   int num_submitted() const { std::lock_guard<std::mutex> l(mu_); return num_submitted_; }
+  std::vector<uint64_t> seeds() const { std::lock_guard<std::mutex> l(mu_); return seeds_; }  // in submit order, 0: none
   int num_aborted_final() const { std::lock_guard<std::mutex> l(mu_); return num_aborted_final_; }
   void set_pause(bool p) { std::lock_guard<std::mutex> l(mu_); paused_ = p; cv_.notify_all(); }
 
  private:
   engine::SamplingParams last_sampling_;
+  std::vector<uint64_t> seeds_;
   std::string last_prompt_;
   struct Req {
     engine::RequestId id;

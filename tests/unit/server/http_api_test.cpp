@@ -64,6 +64,73 @@ TEST_F(ServerTest, StreamedChatWithUsage) {
   }
 }
 
+// n > 1: n engine requests on one prompt (seed + i each), the later ones submitted after the
+// first's first event so that they find its prompt pages cached; one response with n choices,
+// or one stream whose chunks carry each choice's index, a finish chunk per choice, usage summed.
+TEST_F(ServerTest, SeveralChoices) {
+  StartServer();
+  auto c = Client();
+  const std::string said = "choose me, please";
+  const size_t before = engine_->seeds().size();
+  HttpResult r = c.Post("/v1/chat/completions", Chat("SAY:" + said, {{"n", 3}, {"seed", 5}}));
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = r.Json();
+  ASSERT_EQ(j["choices"].size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(j["choices"][i]["index"], i);
+    EXPECT_EQ(j["choices"][i]["message"]["content"], said);
+    EXPECT_EQ(j["choices"][i]["finish_reason"], "stop");
+  }
+  EXPECT_EQ(j["usage"]["completion_tokens"], 3 * (said.size() + 1));
+  EXPECT_EQ(j["usage"]["prompt_tokens"], engine_->last_prompt().size());  // counted once
+  const std::vector<uint64_t> seeds = engine_->seeds();
+  EXPECT_EQ(std::vector<uint64_t>(seeds.begin() + std::ptrdiff_t(before), seeds.end()), (std::vector<uint64_t>{5, 6, 7}));
+
+  HttpResult s = c.Post("/v1/chat/completions", Chat("SAY:" + said, {{"n", 2}, {"stream", true},
+                                                                    {"stream_options", {{"include_usage", true}}}}));
+  ASSERT_EQ(s.status, 200);
+  const auto events = s.Events();
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back(), "[DONE]");
+  std::map<int, std::string> content;
+  std::map<int, int> roles, finishes;
+  json usage;
+  for (size_t k = 0; k + 1 < events.size(); ++k) {
+    const json chunk = json::parse(events[k]);
+    if (!chunk["usage"].is_null()) usage = chunk["usage"];
+    for (const json& ch : chunk["choices"]) {
+      const int index = ch["index"];
+      EXPECT_TRUE(index == 0 || index == 1) << events[k];
+      EXPECT_EQ(finishes[index], 0) << "output after choice " << index << "'s finish chunk";
+      if (ch["delta"].contains("role")) ++roles[index];
+      if (ch["delta"].contains("content")) content[index] += ch["delta"]["content"].get<std::string>();
+      if (!ch["finish_reason"].is_null()) ++finishes[index];
+    }
+  }
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(content[i], said) << i;
+    EXPECT_EQ(roles[i], 1) << i;
+    EXPECT_EQ(finishes[i], 1) << i;
+  }
+  ASSERT_TRUE(usage.is_object());
+  EXPECT_EQ(usage["completion_tokens"], 2 * (said.size() + 1));
+
+  HttpResult stopped = c.Post("/v1/chat/completions", Chat("SAY:one two STOP three four", {{"n", 2}, {"stop", "STOP"}}));
+  ASSERT_EQ(stopped.status, 200);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(stopped.Json()["choices"][i]["message"]["content"], "one two ");
+    EXPECT_EQ(stopped.Json()["choices"][i]["finish_reason"], "stop");
+  }
+  HttpResult comp = c.Post("/v1/completions", json{{"prompt", "SAY:xy"}, {"n", 2}, {"echo", true}});
+  ASSERT_EQ(comp.status, 200) << comp.body;
+  ASSERT_EQ(comp.Json()["choices"].size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(comp.Json()["choices"][i]["index"], i);
+    EXPECT_EQ(comp.Json()["choices"][i]["text"], "SAY:xyxy");
+  }
+  EXPECT_TRUE(Eventually([&] { return engine_->Stats().num_running == 0; }));
+}
+
 TEST_F(ServerTest, StopStringAbortsAndTruncates) {
   StartServer();
   auto c = Client();
