@@ -62,6 +62,10 @@ class Parser {
   [[noreturn]] void Fail(fmt::format_string<Args...> f, Args&&... args) const {
     Throw(ErrorCode::kInvalidArgument, "regex at position {}: {}", pos_, fmt::format(f, std::forward<Args>(args)...));
   }
+  [[noreturn]] void FailAt(size_t at, const char* what) {
+    pos_ = at;
+    Fail("{}", what);
+  }
   bool More() const { return pos_ < cp_.size(); }
   uint32_t Peek(size_t ahead = 0) const { return pos_ + ahead < cp_.size() ? cp_[pos_ + ahead] : 0xFFFFFFFF; }
   bool Eat(uint32_t c) {
@@ -211,10 +215,6 @@ class Parser {
     if (!More()) Fail("a pattern that ends in '\\'");
     const size_t at = pos_ - 1;  // the backslash: where errors point
     const uint32_t c = cp_[pos_++];
-    auto fail = [&](const char* what) {
-      pos_ = at;
-      Fail("{}", what);
-    };
     switch (c) {
       case 'd': return kDigit;
       case 'D': return ComplementRanges(kDigit);
@@ -246,12 +246,12 @@ class Parser {
       case 'b':
         if (in_class) return {{'\b', '\b'}};
         [[fallthrough]];
-      case 'B': fail("word boundaries (\\b, \\B) are not supported");
+      case 'B': FailAt(at, "word boundaries (\\b, \\B) are not supported");
       case 'p':
-      case 'P': fail("Unicode property classes (\\p, \\P) are not supported");
-      case 'k': fail("backreferences are not supported");
+      case 'P': FailAt(at, "Unicode property classes (\\p, \\P) are not supported");
+      case 'k': FailAt(at, "backreferences are not supported");
       default:
-        if (c >= '1' && c <= '9') fail("backreferences are not supported");
+        if (c >= '1' && c <= '9') FailAt(at, "backreferences are not supported");
         if (c < 0x80 && !std::isalnum(int(c))) return {{c, c}};  // escaped punctuation
         pos_ = at;
         Fail("the unknown escape '\\{}'", c < 0x80 ? std::string(1, char(c)) : "U+" + fmt::format("{:04X}", c));

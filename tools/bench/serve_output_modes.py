@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Served ms a generated token under the output controls a client sends, side by side in rounds
 against one running server: greedy, streamed, T=0.7 top_p=0.9 / 0.95, penalties, logprobs, JSON
-mode and a JSON schema (the last two end when their value does; the others run max_tokens with
-ignore_eos). Wall time of the whole request over its completion tokens (prefill included).
+mode, a JSON schema (with and without a pattern), guided regexes, and n=4 choices (the
+constrained ones end when their output may; the others run max_tokens with ignore_eos). Wall
+time of the whole request over its completion tokens (prefill included; n=4: all choices'
+tokens).
 
   build/cpu/src/cli/peregrine serve --port 8391 &
   python3 tools/bench/serve_output_modes.py --url http://127.0.0.1:8391 --rounds 3
@@ -19,6 +21,12 @@ SCHEMA = {"type": "object", "properties": {
     "hobbies": {"type": "array", "items": {"type": "string", "maxLength": 30}},
     "bio": {"type": "string", "maxLength": 400}}, "required": ["name", "age", "hobbies", "bio"]}
 
+# The bio must be one line of at least one non-space character (a permissive pattern: the mask
+# takes the regex class index).
+SCHEMA_PATTERN = {"type": "object", "properties": {
+    "name": {"type": "string", "pattern": "^[A-Z][a-z]+( [A-Z][a-z]+)*$"},
+    "bio": {"type": "string", "pattern": "^[^\\n]*\\S[^\\n]*$", "maxLength": 400}}, "required": ["name", "bio"]}
+
 MODES = {
     "greedy": dict(temperature=0),
     "greedy, streamed": dict(temperature=0, stream=True),
@@ -29,6 +37,11 @@ MODES = {
     "JSON mode": dict(temperature=0, response_format={"type": "json_object"}, constrained=True),
     "JSON schema": dict(temperature=0, constrained=True,
                         response_format={"type": "json_schema", "json_schema": {"name": "p", "schema": SCHEMA}}),
+    "schema + pattern": dict(temperature=0, constrained=True, response_format={
+        "type": "json_schema", "json_schema": {"name": "p", "schema": SCHEMA_PATTERN}}),
+    "regex [^\\n]{400}": dict(temperature=0, constrained=True, guided_regex="[^\\n]{400}"),
+    "regex \\d{300}": dict(temperature=0, constrained=True, guided_regex="\\d{300}"),
+    "n=4, T=0.8": dict(temperature=0.8, seed=1, n=4),
 }
 
 

@@ -18,12 +18,14 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <regex>
 
 #include "core/status.h"
 #include "engine/cuda/cuda_executor.h"
 #include "engine/local_engine.h"
 #include "runtime/json_constraint.h"
 #include "runtime/json_schema.h"
+#include "runtime/regex_constraint.h"
 #include "kernels/cuda/common/context.h"
 #include "models/loader.h"
 #include "runtime/sequence_runner.h"
@@ -346,8 +348,15 @@ TEST_P(EngineGpuTest, JsonModeOnTheHostPath) {
   Request schema_row = json_request(0.8f, 14);
   schema_row.sampling.json_schema = runtime::JsonSchema::Compile(nlohmann::ordered_json::parse(
       R"({"type": "object", "properties": {"a": {"type": "array", "items": {"type": "integer"}}}, "required": ["a"]})"));
+  // Row 4: a guided regex (the alphabet spells it), sampled; row 5: a string with a pattern.
+  Request regex_row = json_request(0.8f, 15);
+  regex_row.sampling.regex = runtime::Regex::Compile("[0-9a-f]{4}-[0-9a-f]{4}(-[0-9a-f]{2,4}){0,3}",
+                                                     runtime::Regex::Anchoring::kFullMatch);
+  Request pattern_row = json_request(0.8f, 16);
+  pattern_row.sampling.json_schema = runtime::JsonSchema::Compile(nlohmann::ordered_json::parse(
+      R"({"type": "object", "properties": {"s": {"type": "string", "pattern": "^[a-f]{2,6}-[0-9]{1,3}$"}}, "required": ["s"]})"));
   const std::vector<Request> reqs = {json_request(0.0f, 11), json_request(0.8f, 12),
-                                     Greedy(RandomTokens(25, vocab_, 13), 16), schema_row};
+                                     Greedy(RandomTokens(25, vocab_, 13), 16), schema_row, regex_row, pattern_row};
   GpuEngine gpu = MakeGpuEngine(path_, SmallConfig());
   LocalEngine cpu(*host_, eos, "cpu", SmallConfig());
   const std::vector<Result> a = RunAll(cpu, reqs), b = RunAll(*gpu.engine, reqs);
@@ -363,6 +372,32 @@ TEST_P(EngineGpuTest, JsonModeOnTheHostPath) {
       const auto v = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
       ASSERT_TRUE(v.is_object() && v.size() == 1 && v.contains("a") && v["a"].is_array());
       for (const auto& x : v["a"]) EXPECT_TRUE(x.is_number_integer()) << x.dump();
+    }
+  }
+  for (const Result* r : {&a[4], &b[4]}) {  // a prefix of a match; a match where it stopped
+    std::string text;
+    for (int32_t t : r->tokens) text += table->bytes[size_t(t)];
+    SCOPED_TRACE(GetParam() + " regex row: " + text);
+    ASSERT_EQ(r->error, "");
+    runtime::RegexMatcher m(*regex_row.sampling.regex);
+    bool prefix = true;
+    for (char ch : text) prefix = prefix && m.Accept(uint8_t(ch));
+    EXPECT_TRUE(prefix);
+    if (r->reason == FinishReason::kStop) {
+      EXPECT_TRUE(regex_row.sampling.regex->FullMatch(text));
+    }
+  }
+  for (const Result* r : {&a[5], &b[5]}) {
+    std::string text;
+    for (int32_t t : r->tokens) text += table->bytes[size_t(t)];
+    SCOPED_TRACE(GetParam() + " pattern row: " + text);
+    ASSERT_EQ(r->error, "");
+    runtime::SchemaMatcher m(*pattern_row.sampling.json_schema);
+    EXPECT_TRUE(m.Accept(text)) << "not a prefix of an instance";
+    if (r->reason == FinishReason::kStop) {
+      const auto v = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+      ASSERT_TRUE(v.is_object() && v.contains("s") && v["s"].is_string());
+      EXPECT_TRUE(std::regex_match(v["s"].get<std::string>(), std::regex("^[a-f]{2,6}-[0-9]{1,3}$")));
     }
   }
   for (size_t i = 0; i < 2; ++i) {
