@@ -360,10 +360,14 @@ TEST_P(EngineGpuTest, JsonModeOnTheHostPath) {
   GpuEngine gpu = MakeGpuEngine(path_, SmallConfig());
   LocalEngine cpu(*host_, eos, "cpu", SmallConfig());
   const std::vector<Result> a = RunAll(cpu, reqs), b = RunAll(*gpu.engine, reqs);
+  auto TextOf = [&](const Result& r) {
+    std::string text;
+    for (int32_t t : r.tokens) text += table->bytes[size_t(t)];
+    return text;
+  };
   ExpectSameGreedy(reqs[2], a[2], b[2], GetParam() + " plain row beside JSON rows");
   for (const Result* r : {&a[3], &b[3]}) {
-    std::string text;
-    for (int32_t t : r->tokens) text += table->bytes[size_t(t)];
+    const std::string text = TextOf(*r);
     SCOPED_TRACE(GetParam() + " schema row: " + text);
     ASSERT_EQ(r->error, "");
     runtime::SchemaMatcher m(*schema_row.sampling.json_schema);
@@ -375,8 +379,7 @@ TEST_P(EngineGpuTest, JsonModeOnTheHostPath) {
     }
   }
   for (const Result* r : {&a[4], &b[4]}) {  // a prefix of a match; a match where it stopped
-    std::string text;
-    for (int32_t t : r->tokens) text += table->bytes[size_t(t)];
+    const std::string text = TextOf(*r);
     SCOPED_TRACE(GetParam() + " regex row: " + text);
     ASSERT_EQ(r->error, "");
     runtime::RegexMatcher m(*regex_row.sampling.regex);
@@ -388,8 +391,7 @@ TEST_P(EngineGpuTest, JsonModeOnTheHostPath) {
     }
   }
   for (const Result* r : {&a[5], &b[5]}) {
-    std::string text;
-    for (int32_t t : r->tokens) text += table->bytes[size_t(t)];
+    const std::string text = TextOf(*r);
     SCOPED_TRACE(GetParam() + " pattern row: " + text);
     ASSERT_EQ(r->error, "");
     runtime::SchemaMatcher m(*pattern_row.sampling.json_schema);
@@ -402,8 +404,7 @@ TEST_P(EngineGpuTest, JsonModeOnTheHostPath) {
   }
   for (size_t i = 0; i < 2; ++i) {
     for (const Result* r : {&a[i], &b[i]}) {
-      std::string text;
-      for (int32_t t : r->tokens) text += table->bytes[size_t(t)];
+      const std::string text = TextOf(*r);
       SCOPED_TRACE(GetParam() + " JSON request " + std::to_string(i) + ": " + text);
       ASSERT_EQ(r->error, "");
       if (r->reason == FinishReason::kStop) {

@@ -143,26 +143,12 @@ TEST(JsonConstraint, SeededSamplingAlwaysYieldsAnObject) {
   auto table = SmallTable();
   for (uint64_t seed = 0; seed < 50; ++seed) {
     SamplingParams p;
-    p.temperature = 1.0f;
-    p.seed = seed;
     p.token_table = table;
-    SamplerState st(p, {}, 0);
-    std::string text;
-    bool ended = false;
-    for (int step = 0; step < 400 && !ended; ++step) {
-      // The mask's indexed paths (inside strings, by first byte) agree with Allowed id by id.
-      const std::vector<int32_t> brute = AllowedOneByOne(*st.constraint(), table->bytes.size());
-      ASSERT_FALSE(brute.empty());
-      ASSERT_EQ(AllowedIds(*st.constraint(), table->bytes.size()), brute) << "after " << text;
-      std::vector<float> logits(table->bytes.size(), 0.0f);
-      logits[3] = 2.0f;  // "}": an object closes in a few steps on most draws
-      const SampledToken t = Sample(logits, st);
-      ended = t.token == 0;
-      if (!ended) text += table->bytes[size_t(t.token)];
-    }
-    SCOPED_TRACE(text);
-    ASSERT_TRUE(ended);
-    EXPECT_TRUE(ParsesAsJson(text));
+    // "}" favoured: an object closes in a few steps on most draws.
+    const Walk w = CheckedWalk(p, seed, 400, [](std::vector<float>& row) { row[3] = 2.0f; }, "JSON mode");
+    SCOPED_TRACE(w.text);
+    ASSERT_TRUE(w.ended);
+    EXPECT_TRUE(ParsesAsJson(w.text));
   }
 }
 

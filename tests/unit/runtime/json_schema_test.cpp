@@ -401,28 +401,20 @@ TEST(SchemaConstraint, SeededWalksEndAsInstancesAndTheMaskIsExact) {
     const ojson doc = ojson::parse(text);
     auto schema = JsonSchema::Compile(doc);
     int ended_walks = 0;
+    std::vector<int32_t> closers;  // ends come sooner
+    for (const char* closer : {"}", "]", "\"", ",", "0", "\"}", "]}"})
+      for (size_t id = 1; id < vocab; ++id)
+        if (table->bytes[id] == closer) closers.push_back(int32_t(id));
     for (uint64_t seed = 0; seed < 30; ++seed) {
       SamplingParams p;
-      p.temperature = 1.0f;
-      p.seed = seed;
       p.token_table = table;
       p.json_schema = schema;
-      SamplerState st(p, {}, 0);
-      std::string out;
-      bool ended = false;
-      for (int step = 0; step < 300 && !ended; ++step) {
-        const std::vector<int32_t> brute = AllowedOneByOne(*st.constraint(), vocab);
-        ASSERT_FALSE(brute.empty()) << text << " after " << ojson(out).dump();
-        ASSERT_EQ(AllowedIds(*st.constraint(), vocab), brute) << text << " after " << ojson(out).dump();
-        std::vector<float> logits(vocab, 0.0f);
-        for (const char* closer : {"}", "]", "\"", ",", "0", "\"}", "]}"})  // ends come sooner
-          for (size_t id = 1; id < vocab; ++id)
-            if (table->bytes[id] == closer) logits[id] = 2.5f;
-        logits[0] = 3.0f;  // EOS, where allowed
-        const SampledToken t = Sample(logits, st);
-        ended = t.token == 0;
-        if (!ended) out += table->bytes[size_t(t.token)];
-      }
+      const Walk w = CheckedWalk(p, seed, 300, [&](std::vector<float>& row) {
+        for (int32_t id : closers) row[size_t(id)] = 2.5f;
+        row[0] = 3.0f;  // EOS, where allowed
+      }, text);
+      const std::string& out = w.text;
+      const bool ended = w.ended;
       SCOPED_TRACE(std::string(text) + " -> " + out);
       if (!ended) continue;  // a walk may run out of steps on a valid prefix
       ++ended_walks;

@@ -248,30 +248,17 @@ TEST(RegexConstraint, SeededWalksEndInMatchesAndTheMaskIsExact) {
       "(ab|c)+\\.?",
   };
   auto table = Table();
-  const size_t vocab = table->bytes.size();
   for (const char* pattern : patterns) {
     auto re = Regex::Compile(pattern, Anchoring::kFullMatch);
     const std::regex oracle(pattern, std::regex::ECMAScript);
     int ended_walks = 0;
     for (uint64_t seed = 0; seed < 30; ++seed) {
       SamplingParams p;
-      p.temperature = 1.0f;
-      p.seed = seed;
       p.token_table = table;
       p.regex = re;
-      SamplerState st(p, {}, 0);
-      std::string out;
-      bool ended = false;
-      for (int step = 0; step < 60 && !ended; ++step) {
-        const std::vector<int32_t> brute = AllowedOneByOne(*st.constraint(), vocab);
-        ASSERT_FALSE(brute.empty()) << pattern << " after '" << out << "'";
-        ASSERT_EQ(AllowedIds(*st.constraint(), vocab), brute) << pattern << " after '" << out << "'";
-        std::vector<float> logits(vocab, 0.0f);
-        logits[0] = 2.0f;  // EOS, where allowed
-        const SampledToken t = Sample(logits, st);
-        ended = t.token == 0;
-        if (!ended) out += table->bytes[size_t(t.token)];
-      }
+      const Walk w = CheckedWalk(p, seed, 60, [](std::vector<float>& row) { row[0] = 2.0f; }, pattern);
+      const std::string& out = w.text;
+      const bool ended = w.ended;
       if (!ended) continue;
       ++ended_walks;
       EXPECT_TRUE(re->FullMatch(out)) << pattern << " -> '" << out << "'";
@@ -282,12 +269,6 @@ TEST(RegexConstraint, SeededWalksEndInMatchesAndTheMaskIsExact) {
     }
     EXPECT_GE(ended_walks, 20) << pattern;
   }
-}
-
-std::string Hex(const std::string& s) {
-  std::string h;
-  for (char c : s) h += fmt::format("{:02x} ", uint8_t(c));
-  return h;
 }
 
 // A vocabulary large enough that permissive patterns take the class index (RegexTokenIndex)
@@ -313,23 +294,13 @@ std::shared_ptr<const TokenTable> BigTable() {
 // one by one, within maxLength).
 TEST(RegexConstraint, TheClassIndexMasksExactly) {
   auto table = BigTable();
-  const size_t vocab = table->bytes.size();
+  // Also: the index path did run (a walk under these patterns takes > 20K steps of the byte
+  // trie first).
   auto check_walks = [&](SamplingParams p, const std::string& what, auto&& indexes_built) {
-    for (uint64_t seed = 0; seed < 4; ++seed) {
-      p.seed = seed;
-      p.temperature = 1.0f;
-      SamplerState st(p, {}, 0);
-      std::string out;
-      for (int step = 0; step < 12; ++step) {
-        const std::vector<int32_t> brute = AllowedOneByOne(*st.constraint(), vocab);
-        ASSERT_EQ(AllowedIds(*st.constraint(), vocab), brute) << what << " after " << Hex(out);
-        std::vector<float> logits(vocab, 0.0f);
-        const SampledToken t = Sample(logits, st);
-        if (t.token == 0) break;
-        out += table->bytes[size_t(t.token)];
-      }
-      EXPECT_GT(indexes_built(*st.constraint()), 0u) << what << ": the index path never ran";
-    }
+    p.token_table = table;
+    for (uint64_t seed = 0; seed < 4; ++seed)
+      CheckedWalk(p, seed, 12, [](std::vector<float>&) {}, what,
+                  [&](const OutputConstraint& c) { EXPECT_GT(indexes_built(c), 0u) << what << ": the index never ran"; });
   };
   for (const char* pattern : {"[^\\n]{0,40}", "[^{]*[^{ ]", "(\\S+ ?){0,30}\\u00e9?"}) {
     SamplingParams p;

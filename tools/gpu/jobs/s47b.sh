@@ -12,22 +12,7 @@
 source tools/gpu/queue_env.sh
 source tools/gpu/ab_rows.sh
 ab_header
-unxz_to() { python3 -c 'import lzma,sys; open(sys.argv[2],"wb").write(lzma.open(sys.argv[1]).read())' "$1" "$2"; }
-unxz_to tests/data/tokenizer/llama3.tokenizer.json.xz /tmp/llama3.tokenizer.json
-unxz_to tests/data/tokenizer/qwen.tokenizer.json.xz /tmp/qwen.tokenizer.json
-serve_modes() {  # NAME CONFIG TOKENIZER TEMPLATE PORT
-  local name=$1 cfg=$2 tok=$3 tpl=$4 port=$5
-  echo "== $name ($(date -u +%T))"
-  "$BIN/peregrine" serve --device cuda --model "$cfg" --load-format dummy --tokenizer "$tok" \
-    --chat-template "$tpl" --context 4096 --host 127.0.0.1 --port "$port" > "$OUT/server_$name.txt" 2>&1 &
-  local spid=$!
-  python3 tools/gpu/wait_health.py "$port" 360 ||
-    { echo "$name: no health"; tail -20 "$OUT/server_$name.txt"; kill $spid; return; }
-  timeout 150 python3 -u tools/bench/serve_output_modes.py --url "http://127.0.0.1:$port" --rounds 2 --max-tokens 128 \
-    || echo "$name: modes rc=$?"
-  kill -TERM $spid; wait $spid
-  grep -E "error|Error" "$OUT/server_$name.txt" | head -5
-}
+SERVE_MODES_TIMEOUT=150 source tools/gpu/serve_modes.sh  # (the function it defined inline then)
 serve_modes llama-3.1-8b configs/llama-3.1-8b/config.json /tmp/llama3.tokenizer.json \
   tests/data/chat_templates/meta-llama-Llama-3.1-8B-Instruct.jinja 18201
 serve_modes qwen3-30b-a3b configs/qwen3-30b-a3b/config.json /tmp/qwen.tokenizer.json \
