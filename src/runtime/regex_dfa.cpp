@@ -17,6 +17,9 @@ namespace {
 
 constexpr size_t kMaxNfaStates = 400000;
 constexpr size_t kMaxTableEntries = size_t(16) << 20;  // DFA states x byte classes (64 MB)
+// Subset construction's work (NFA states visited) a pattern may cost: compiling runs on the
+// request's HTTP thread, so a short pattern must not buy seconds of CPU. ~0.1-0.2 s here.
+constexpr size_t kMaxWork = size_t(40) << 20;
 
 using ByteSeq = Utf8Seq;
 
@@ -204,6 +207,7 @@ class RegexBuilder {
     while (!stack.empty()) {
       const int32_t s = stack.back();
       stack.pop_back();
+      ++work_;
       if (mark_[size_t(s)] == gen_) continue;
       mark_[size_t(s)] = gen_;
       const NState& ns = nfa_[size_t(s)];
@@ -241,6 +245,7 @@ class RegexBuilder {
     std::vector<std::vector<int32_t>> sets;
     auto intern = [&](std::vector<int32_t> set) -> int32_t {
       if (set.empty()) return Regex::kDead;
+      work_ += set.size();  // hashing and comparing it
       auto [it, fresh] = ids.try_emplace(set, int32_t(sets.size()));
       if (fresh) {
         PG_ENSURE(sets.size() < size_t(Regex::kMaxStates) && (sets.size() + 1) * classes <= kMaxTableEntries,
@@ -255,6 +260,10 @@ class RegexBuilder {
       re->accept_.push_back(std::binary_search(sets[d].begin(), sets[d].end(), accept_));
       for (size_t c = 0; c < classes; ++c) {
         std::vector<int32_t> targets;
+        work_ += sets[d].size();
+        PG_ENSURE(work_ <= kMaxWork, kInvalidArgument,
+                  "regex: the pattern is too complex to compile ({} steps of subset construction; simplify it or "
+                  "lower its repeat counts)", kMaxWork);
         for (int32_t s : sets[d]) {
           const NState& ns = nfa_[size_t(s)];
           if (ns.lo <= rep[c] && rep[c] <= ns.hi) targets.push_back(ns.out);
@@ -315,6 +324,7 @@ class RegexBuilder {
   int32_t accept_ = -1;
   std::vector<uint32_t> mark_;
   uint32_t gen_ = 0;
+  size_t work_ = 0;  // NFA states visited while determinizing (bounded by kMaxWork)
 };
 
 std::shared_ptr<const Regex> Regex::Compile(std::string_view pattern, Anchoring anchoring) {
