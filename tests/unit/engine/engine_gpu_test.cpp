@@ -348,13 +348,14 @@ TEST_P(EngineGpuTest, JsonModeOnTheHostPath) {
   Request schema_row = json_request(0.8f, 14);
   schema_row.sampling.json_schema = runtime::JsonSchema::Compile(nlohmann::ordered_json::parse(
       R"({"type": "object", "properties": {"a": {"type": "array", "items": {"type": "integer"}}}, "required": ["a"]})"));
-  // Row 4: a guided regex (the alphabet spells it), sampled; row 5: a string with a pattern.
+  // Row 4: a guided regex (the alphabet spells it), sampled; row 5: a string with a pattern
+  // (its key, too, is spelled by the alphabet).
   Request regex_row = json_request(0.8f, 15);
   regex_row.sampling.regex = runtime::Regex::Compile("[0-9a-f]{4}-[0-9a-f]{4}(-[0-9a-f]{2,4}){0,3}",
                                                      runtime::Regex::Anchoring::kFullMatch);
   Request pattern_row = json_request(0.8f, 16);
   pattern_row.sampling.json_schema = runtime::JsonSchema::Compile(nlohmann::ordered_json::parse(
-      R"({"type": "object", "properties": {"s": {"type": "string", "pattern": "^[a-f]{2,6}-[0-9]{1,3}$"}}, "required": ["s"]})"));
+      R"({"type": "object", "properties": {"d": {"type": "string", "pattern": "^[a-f]{2,6}-[0-9]{1,3}$"}}, "required": ["d"]})"));
   const std::vector<Request> reqs = {json_request(0.0f, 11), json_request(0.8f, 12),
                                      Greedy(RandomTokens(25, vocab_, 13), 16), schema_row, regex_row, pattern_row};
   GpuEngine gpu = MakeGpuEngine(path_, SmallConfig());
@@ -398,8 +399,8 @@ TEST_P(EngineGpuTest, JsonModeOnTheHostPath) {
     EXPECT_TRUE(m.Accept(text)) << "not a prefix of an instance";
     if (r->reason == FinishReason::kStop) {
       const auto v = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-      ASSERT_TRUE(v.is_object() && v.contains("s") && v["s"].is_string());
-      EXPECT_TRUE(std::regex_match(v["s"].get<std::string>(), std::regex("^[a-f]{2,6}-[0-9]{1,3}$")));
+      ASSERT_TRUE(v.is_object() && v.contains("d") && v["d"].is_string());
+      EXPECT_TRUE(std::regex_match(v["d"].get<std::string>(), std::regex("^[a-f]{2,6}-[0-9]{1,3}$")));
     }
   }
   for (size_t i = 0; i < 2; ++i) {
