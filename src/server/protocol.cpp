@@ -137,8 +137,8 @@ std::shared_ptr<const runtime::Regex> ParseRegexFormat(const json& v, const std:
 // outputs); vLLM's guided_json / guided_regex / guided_choice and structured_outputs' json /
 // regex / choice / json_object forms. At most one. Fields that would change what may be
 // generated and that Peregrine does not implement get a 400 naming the field, never a silent
-// unconstrained answer: vLLM's guided_grammar and structured_outputs' grammar / structural_tag
-// / whitespace options.
+// unconstrained answer: vLLM's guided_grammar / guided_whitespace_pattern and structured_outputs'
+// grammar / structural_tag / whitespace options.
 void ParseOutputFormat(const json& body, GenerationOptions& o) {
   auto claim = [&](const std::string& param) {
     if (o.constrained) Bad(param, fmt::format("'{}' beside another output format", param));
@@ -187,9 +187,11 @@ void ParseOutputFormat(const json& body, GenerationOptions& o) {
       }
     }
   }
-  if (auto it = body.find("guided_grammar"); it != body.end() && !it->is_null())
-    Bad("guided_grammar", "'guided_grammar' is not supported (supported: response_format json_object / "
-                          "json_schema, guided_json, guided_regex, guided_choice)");
+  for (const char* key : {"guided_grammar", "guided_whitespace_pattern"})
+    if (auto it = body.find(key); it != body.end() && !it->is_null())
+      Bad(key, fmt::format("'{}' is not supported (supported: response_format json_object / json_schema, "
+                           "guided_json, guided_regex, guided_choice)", key));
+  // vLLM's guided_decoding_backend picks an implementation, not an output: ignored.
 }
 
 void ParseCommon(const json& body, GenerationOptions& o) {

@@ -151,6 +151,8 @@ TEST(ChatRequest, RejectsWrongTypesAndRanges) {
       {{{"messages", Msgs()}, {"guided_choice", {1, 2}}}, "guided_choice"},
       {{{"messages", Msgs()}, {"guided_regex", "a"}, {"guided_choice", {"a"}}}, "guided_choice"},
       {{{"messages", Msgs()}, {"guided_grammar", "root ::= x"}}, "guided_grammar"},
+      {{{"messages", Msgs()}, {"guided_json", json::object()}, {"guided_whitespace_pattern", " "}},
+       "guided_whitespace_pattern"},
   };
   for (const auto& [body, param] : bad) {
     SCOPED_TRACE(body.dump());
