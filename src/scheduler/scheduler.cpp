@@ -183,6 +183,7 @@ bool Scheduler::TryAdmit(Request* r) {
     cache::ExtendPageKeys(r->tokens, P, &r->keys);
     // The last token is always computed, so its logits exist.
     const int32_t max_pages = (r->num_tokens() - 1) / P;
+    if (!hybrid && PrefixInFlight(*r, max_pages)) return false;
     cache::PrefixMatch match = kv_.Match(r->tokens, r->keys, max_pages, &plan_.copies);
     int32_t hit = match.num_tokens();
     if (hybrid) {  // linear layers restart from a checkpoint at the hit boundary
@@ -230,6 +231,24 @@ bool Scheduler::TryAdmit(Request* r) {
   running_.insert(r);
   AddEntry(r, n);
   return true;
+}
+
+// A running request is prefilling a page of r's prompt that is not in the prefix cache yet:
+// the same prefix arrived twice close together (an agent's parallel calls on one context,
+// choices of one prompt). r then waits for the page to be inserted rather than computing it a
+// second time. The other request is running, so it progresses and the wait ends (if it is
+// preempted or finishes early, it no longer counts). Chain keys: equal keys at page k mean
+// equal tokens in pages 0..k.
+bool Scheduler::PrefixInFlight(const Request& r, int32_t max_pages) const {
+  const int32_t P = config_.kv.page_size_tokens;
+  for (const Request* o : running_) {
+    if (!std::holds_alternative<state::Prefilling>(o->state)) continue;
+    const int32_t k = o->num_inserted_pages;  // o's next page to enter the cache
+    if (k < max_pages && k < static_cast<int32_t>(o->keys.size()) && (k + 1) * P <= o->num_prompt_tokens &&
+        o->keys[size_t(k)] == r.keys[size_t(k)])
+      return true;
+  }
+  return false;
 }
 
 bool Scheduler::EnsurePages(Request* r, int32_t num_tokens) {

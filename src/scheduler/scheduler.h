@@ -22,6 +22,8 @@
 //    (victim: the lowest ranked, or the one holding the most pages). The top-ranked live
 //    request therefore always progresses, and every request fits alone (checked at
 //    Submit), so every admitted request finishes: no deadlock, no starvation.
+//  * A waiting request whose next uncached prompt page a running request is prefilling right
+//    now waits for that page to reach the prefix cache instead of computing it twice.
 //  * Preemption swaps the victim's pages to the host tier when configured and there is
 //    room, else drops them to be recomputed (its full pages stay in the prefix cache).
 #pragma once
@@ -127,6 +129,7 @@ class Scheduler {
   void PlanRunning(bool decodes);  // running decodes, or running prefills, in rank order
   void PlanAdmissions();
   bool TryAdmit(Request* r);
+  bool PrefixInFlight(const Request& r, int32_t max_pages) const;
   bool EnsurePages(Request* r, int32_t num_tokens);  // may preempt lower-ranked requests
   Request* PickVictim(const Request* requester) const;
   void Preempt(Request* victim);

@@ -156,6 +156,51 @@ TEST(Planner, RepeatedPromptHitIsCappedSoTheLastTokenIsComputed) {
   EXPECT_EQ(h.outputs[2], h.outputs[1]);
 }
 
+// Two requests on one prompt arriving while the first prefills (an agent's parallel calls on
+// one context): the second waits for the first's pages to reach the prefix cache instead of
+// computing them again, then takes them as a hit. A different prompt is not held back, and the
+// wait ends when the first request goes away.
+TEST(Planner, SharedPrefixArrivingTogetherIsComputedOnce) {
+  SchedulerConfig c = SmallConfig();
+  c.max_prefill_chunk_tokens = 14;
+  Harness h(c);
+  std::mt19937 rng(9);
+  auto prompt = RandomPrompt(rng, 60);  // 8 full pages + 4 tokens
+  h.Submit(1, prompt, 3);
+  Plan first = h.Step();
+  ASSERT_EQ(first.entries.size(), 1u);
+  h.Submit(2, prompt, 3);
+  for (int step = 0; step < 3; ++step) {  // request 1 computes pages 2..7 meanwhile
+    Plan p = h.Step();
+    ASSERT_EQ(p.entries.size(), 1u) << "step " << step;
+    EXPECT_EQ(p.entries[0].id, 1u);
+  }
+  h.RunAll();
+  EXPECT_EQ(h.finished[2].num_cached_tokens, 56);  // (60 - 1) / 7 full pages
+  EXPECT_EQ(h.outputs[2], ReferenceOutput(prompt, 3, false));
+  EXPECT_EQ(h.outputs[1], h.outputs[2]);
+  // Computed: 60 + 2 decodes for request 1, 4 + 2 for request 2 (not 2 x 62).
+  EXPECT_EQ(h.s.stats().computed_tokens, 62 + 6);
+
+  Harness other(c);  // a different prompt is admitted beside the first one's prefill
+  other.Submit(1, RandomPrompt(rng, 60), 3);
+  other.Step();
+  other.Submit(2, RandomPrompt(rng, 60), 3);
+  Plan both = other.Step();
+  EXPECT_EQ(both.entries.size(), 2u);
+  other.RunAll();
+
+  Harness gone(c);  // the first request aborted: the waiting one computes the prefix itself
+  gone.Submit(1, prompt, 3);
+  gone.Step();
+  gone.Submit(2, prompt, 3);
+  EXPECT_EQ(gone.Step().entries.size(), 1u);
+  ASSERT_TRUE(gone.s.Abort(1));
+  gone.RunAll();
+  EXPECT_EQ(gone.outputs[2], ReferenceOutput(prompt, 3, false));
+  EXPECT_EQ(gone.finished[2].num_cached_tokens, 28);  // the 2 x 14 tokens request 1 inserted
+}
+
 TEST(Planner, SubmitRejectsRequestsThatCanNeverRun) {
   SchedulerConfig c = SmallConfig();
   c.max_context_tokens = 300;
