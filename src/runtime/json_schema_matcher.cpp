@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/utf8.h"
 #include "runtime/json_constraint.h"
 #include "runtime/json_schema.h"
 
@@ -380,12 +381,9 @@ void SchemaMatcher::Feed(Parse p, uint8_t c, SchemaMatcher& out) const {
             return;
           }
           if (v >= 0xD800 && v <= 0xDFFF) return;  // a surrogate half: refused under a pattern
-          char u[3];
-          const size_t len = v < 0x80 ? 1 : v < 0x800 ? 2 : 3;
-          if (len == 1) u[0] = char(v);
-          else if (len == 2) u[0] = char(0xC0 | v >> 6), u[1] = char(0x80 | (v & 0x3F));
-          else u[0] = char(0xE0 | v >> 12), u[1] = char(0x80 | (v >> 6 & 0x3F)), u[2] = char(0x80 | (v & 0x3F));
-          if (feed(std::string_view(u, len))) Emit(p, out);
+          std::string u;  // at most 3 bytes: no allocation
+          AppendUtf8(&u, v);
+          if (feed(u)) Emit(p, out);
           return;
         }
       }

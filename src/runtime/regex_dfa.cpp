@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "core/status.h"
+#include "core/utf8.h"
 #include "runtime/regex_ast.h"
 
 namespace pg::runtime {
@@ -24,15 +25,6 @@ constexpr size_t kMaxWork = size_t(100) << 20;
 using ByteSeq = Utf8Seq;
 
 int Utf8Length(uint32_t cp) { return cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4; }
-
-std::vector<uint8_t> EncodeUtf8(uint32_t cp) {
-  const int n = Utf8Length(cp);
-  if (n == 1) return {uint8_t(cp)};
-  std::vector<uint8_t> b(static_cast<size_t>(n), 0);
-  for (int i = n - 1; i > 0; --i, cp >>= 6) b[size_t(i)] = uint8_t(0x80 | (cp & 0x3F));
-  b[0] = uint8_t((0xF00 >> n) | cp);  // 110xxxxx / 1110xxxx / 11110xxx
-  return b;
-}
 
 // Byte sequences encoding exactly the code points [lo, hi] of one UTF-8 length: the range is
 // split until, at every continuation position, the low bits below it either agree between lo
@@ -53,9 +45,11 @@ void SplitSameLength(uint32_t lo, uint32_t hi, std::vector<ByteSeq>& out) {
       return;
     }
   }
-  const std::vector<uint8_t> a = EncodeUtf8(lo), b = EncodeUtf8(hi);
+  std::string a, b;
+  AppendUtf8(&a, lo);
+  AppendUtf8(&b, hi);
   ByteSeq seq;
-  for (size_t k = 0; k < a.size(); ++k) seq.emplace_back(a[k], b[k]);
+  for (size_t k = 0; k < a.size(); ++k) seq.emplace_back(uint8_t(a[k]), uint8_t(b[k]));
   out.push_back(std::move(seq));
 }
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "core/utf8.h"
 #include "runtime/regex_ast.h"
 
 namespace pg::runtime {
@@ -18,22 +19,14 @@ namespace {
 constexpr uint32_t kMaxCodePoint = 0x10FFFF;
 constexpr uint32_t kSurrogateLo = 0xD800, kSurrogateHi = 0xDFFF;
 
-// The pattern's code points; invalid UTF-8 is refused.
+// The pattern's code points; ill-formed UTF-8 (overlong forms and surrogates included) is
+// refused.
 std::vector<uint32_t> DecodeUtf8(std::string_view s) {
   std::vector<uint32_t> out;
   for (size_t i = 0; i < s.size();) {
-    const uint8_t b = uint8_t(s[i]);
-    const int len = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
-    PG_ENSURE(len > 0 && i + size_t(len) <= s.size(), kInvalidArgument,
-              "regex at byte position {}: the pattern is not valid UTF-8", i);
-    uint32_t cp = len == 1 ? b : b & (0x7F >> len);
-    for (int k = 1; k < len; ++k) {
-      const uint8_t c = uint8_t(s[i + size_t(k)]);
-      PG_ENSURE((c & 0xC0) == 0x80, kInvalidArgument, "regex at byte position {}: the pattern is not valid UTF-8", i);
-      cp = cp << 6 | (c & 0x3F);
-    }
+    uint32_t cp = 0;
+    PG_ENSURE(NextCodepoint(s, &i, &cp), kInvalidArgument, "regex at byte position {}: the pattern is not valid UTF-8", i);
     out.push_back(cp);
-    i += size_t(len);
   }
   return out;
 }
