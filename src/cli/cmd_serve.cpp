@@ -24,6 +24,7 @@ struct ServeFlags {
   int port = 8000;
   std::string chat_template_file;  // overrides the model's template
   std::string tool_call_parser;    // overrides detection from the template
+  std::string speculative_config;  // JSON, vLLM's form (ParseSpeculativeConfig)
 };
 
 std::string ReadFile(const std::string& path) {
@@ -39,6 +40,9 @@ std::string ReadFile(const std::string& path) {
 
 void RunServe(ServeFlags& f) {
   f.model.ApplyThreads();
+  f.engine.speculative = ParseSpeculativeConfig(f.speculative_config);
+  PG_ENSURE(!f.engine.speculative.enabled() || !f.device.cuda(), kUnsupported,
+            "--speculative-config: speculative decoding runs on --device cpu only so far");
   engine::ModelBundle b;
   std::unique_ptr<engine::StepExecutor> executor;  // --device cuda
   std::string bundle_name;
@@ -119,6 +123,10 @@ void AddServeCommand(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--session-ttl-s", f->session_ttl_s, "KV retention of a finished session (seconds)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--speculative-config", f->speculative_config,
+                  "speculative decoding, vLLM's JSON: '{\"method\": \"ngram\", "
+                  "\"num_speculative_tokens\": 4, \"prompt_lookup_max\": 4, "
+                  "\"prompt_lookup_min\": 3}' (prompt-lookup drafts; --device cpu)");
   cmd->add_option("--drain-timeout-s", s.drain_timeout_s, "SIGTERM: time running requests get")
       ->check(CLI::NonNegativeNumber);
   cmd->callback([f] { RunServe(*f); });

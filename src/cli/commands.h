@@ -57,6 +57,10 @@ struct SamplingFlags {
   runtime::SamplingParams ToParams() const;
 };
 
+// --speculative-config's JSON (vLLM's keys: method "ngram", num_speculative_tokens,
+// prompt_lookup_max, prompt_lookup_min); "" = off. Throws pg::Error naming the bad key.
+scheduler::SpeculativeConfig ParseSpeculativeConfig(const std::string& json);
+
 void AddGenerateCommand(CLI::App& app);
 void AddChatCommand(CLI::App& app);
 void AddBenchDecodeCommand(CLI::App& bench);

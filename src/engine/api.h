@@ -61,6 +61,11 @@ struct EngineStats {
   int64_t prefix_cache_hit_tokens = 0;   // cumulative
   int64_t prompt_tokens = 0;             // cumulative
   int64_t generated_tokens = 0;          // cumulative
+  // Speculative decoding, cumulative: decode steps that carried drafts, their draft tokens,
+  // and the drafts accepted.
+  int64_t spec_drafts = 0;
+  int64_t spec_draft_tokens = 0;
+  int64_t spec_accepted_tokens = 0;
 };
 
 struct ModelInfo {

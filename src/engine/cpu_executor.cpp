@@ -21,7 +21,7 @@ void PlanBatch::Build(const scheduler::Plan& plan, int P) {
     page_table.insert(page_table.end(), e.page_table.begin(), e.page_table.begin() + num_pages);
     tokens.insert(tokens.end(), e.input_tokens.begin(), e.input_tokens.end());
     for (int32_t i = 0; i < e.num_tokens; ++i) positions.push_back(e.first_position + i);
-    if (e.num_sample > 0) rows.push_back(int32_t(tokens.size()) - 1);
+    for (int32_t i = e.num_sample; i > 0; --i) rows.push_back(int32_t(tokens.size()) - i);
   }
 }
 
@@ -41,6 +41,7 @@ CpuStepExecutor::CpuStepExecutor(models::Model& model, const CpuExecutorOptions&
   kv_ = std::make_unique<runtime::KvStorage>(model.kv_spec(), num_pages_, o.page_size);
   host_pages_.resize(size_t(num_host_pages_) * size_t(page_bytes));
   logits_ = Tensor(DType::kF32, {o.max_rows, model.config().vocab_size});
+  // (max_rows: sampled positions per step, drafts included; checked per step below.)
 }
 
 std::string CpuStepExecutor::Describe() const {
@@ -61,6 +62,8 @@ void CpuStepExecutor::Execute(const scheduler::Plan& plan,
   const int P = options_.page_size;
   batch_.Build(plan, P);
   const ops::AttentionBatch batch = batch_.View(P);
+  PG_CHECK(int64_t(batch_.rows.size()) <= options_.max_rows, "{} sampled rows, room for {}",
+           batch_.rows.size(), options_.max_rows);
   TensorView logits = logits_.view().Slice0(0, int64_t(batch_.rows.size()));
   model_.Forward({.tokens = batch_.tokens, .positions = batch_.positions, .attention = &batch,
                   .logit_rows = batch_.rows},
@@ -68,9 +71,12 @@ void CpuStepExecutor::Execute(const scheduler::Plan& plan,
   const int vocab = model_.config().vocab_size;
   size_t r = 0;
   for (size_t i = 0; i < plan.entries.size(); ++i) {
-    if (plan.entries[i].num_sample == 0) continue;
-    float* row = logits.as<float>() + int64_t(r++) * vocab;
-    out->push_back(runtime::Sample({row, size_t(vocab)}, *samplers[i]));
+    const scheduler::PlanEntry& e = plan.entries[i];
+    if (e.num_sample == 0) continue;
+    float* row = logits.as<float>() + int64_t(r) * vocab;
+    r += size_t(e.num_sample);
+    runtime::SampleSpeculative({row, size_t(e.num_sample) * size_t(vocab)}, vocab,
+                               e.input_tokens.subspan(1, size_t(e.num_draft)), *samplers[i], out);
   }
 }
 

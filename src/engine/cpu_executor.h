@@ -17,13 +17,13 @@ struct CpuExecutorOptions {
   int page_size = 16;             // tokens per KV page
   int64_t kv_cache_bytes = 0;     // RAM for device-tier pages (f32 KV)
   int64_t host_cache_bytes = 0;   // RAM for the host tier; 0 = off
-  int max_rows = 64;              // sampled rows per step (the engine's running limit)
+  int max_rows = 64;              // sampled rows per step: running limit x (1 + drafts)
 };
 
 // Batch metadata of a plan for Model::Forward, shared by the executors: entry e's tokens at
 // rows [q_start[e], q_start[e] + q_len[e]), its pages page_table[page_start[e] ...] (those of
-// positions [0, first_position + num_tokens)), and `rows` the last row of every entry that
-// samples. Buffers keep their capacity across steps.
+// positions [0, first_position + num_tokens)), and `rows` the rows of every entry's sampled
+// positions (its last num_sample rows). Buffers keep their capacity across steps.
 struct PlanBatch {
   std::vector<int32_t> tokens, positions, q_start, q_len, kv_len, page_start, page_table, rows;
   void Build(const scheduler::Plan& plan, int page_size);

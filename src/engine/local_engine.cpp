@@ -26,10 +26,14 @@ const char* FinishReasonName(FinishReason r) {
 std::string EngineConfig::Summary() const {
   return fmt::format(
       "page {} tokens, KV {:.0f} MiB, host tier {:.0f} MiB, step budget {} tokens, prefill "
-      "chunk {}, running <= {}, waiting <= {}, session TTL {} s",
+      "chunk {}, running <= {}, waiting <= {}, session TTL {} s{}",
       page_size, double(kv_cache_bytes) / (1 << 20), double(host_cache_bytes) / (1 << 20),
       max_step_tokens, max_prefill_chunk_tokens, max_running_requests, max_waiting_requests,
-      session_ttl_ms / 1000);
+      session_ttl_ms / 1000,
+      speculative.enabled()
+          ? fmt::format(", speculative: n-gram drafts of up to {} tokens (n = {}..{})",
+                        speculative.num_draft_tokens, speculative.min_ngram, speculative.max_ngram)
+          : std::string());
 }
 
 int EngineConfig::ContextFor(const models::ModelConfig& mc) const {
@@ -65,7 +69,8 @@ LocalEngine::LocalEngine(models::Model& model, std::vector<int32_t> eos_ids, std
                       model, CpuExecutorOptions{.page_size = config.page_size,
                                                 .kv_cache_bytes = config.kv_cache_bytes,
                                                 .host_cache_bytes = config.host_cache_bytes,
-                                                .max_rows = config.max_running_requests}),
+                                                .max_rows = config.max_running_requests *
+                                                            (1 + config.speculative.num_draft_tokens)}),
                   std::move(eos_ids), std::move(name), config) {}
 
 LocalEngine::LocalEngine(std::unique_ptr<StepExecutor> executor, std::vector<int32_t> eos_ids,
@@ -91,6 +96,7 @@ LocalEngine::LocalEngine(std::unique_ptr<StepExecutor> executor, std::vector<int
   sc.preemption = config_.preempt_by_swap && num_host_pages_ > 0 ? scheduler::PreemptionMode::kSwap
                                                                   : scheduler::PreemptionMode::kRecompute;
   sc.session_ttl_us = config_.session_ttl_ms * 1000;
+  sc.speculative = config_.speculative;
   scheduler_ = std::make_unique<scheduler::Scheduler>(sc);
   stats_.kv_pages_total = num_pages_;
   stats_.kv_pages_free = num_pages_;
@@ -210,15 +216,33 @@ void LocalEngine::ExecuteStep(const scheduler::Plan& plan, scheduler::StepResult
   for (const scheduler::PlanEntry& e : plan.entries)
     step_samplers_.push_back(e.num_sample > 0 ? &live_.at(e.id)->sampler : nullptr);
   executor_->Execute(plan, step_samplers_, &step_tokens_);
+  // Per sampling entry, in plan order: samples equal to the entry's next draft (accepted),
+  // then one more (runtime::SampleSpeculative's rule). A stop token ends the run there.
   size_t r = 0;
   for (const scheduler::PlanEntry& e : plan.entries) {
     if (e.num_sample == 0) continue;
-    PG_CHECK(r < step_tokens_.size(), "executor returned {} tokens", step_tokens_.size());
     Live& l = *live_.at(e.id);
-    runtime::SampledToken& t = step_tokens_[r++];
-    bool stop = std::find(l.stop_ids.begin(), l.stop_ids.end(), t.token) != l.stop_ids.end();
-    if (l.want_logprobs) l.logprobs.push_back({t.token, t.logprob, std::move(t.top)});
-    result->sampled.push_back({.id = e.id, .token = t.token, .stop = stop});
+    scheduler::SampledToken out{.id = e.id};
+    for (int32_t j = 0;; ++j) {
+      PG_CHECK(r < step_tokens_.size(), "executor returned {} tokens", step_tokens_.size());
+      runtime::SampledToken& t = step_tokens_[r++];
+      const bool stop = std::find(l.stop_ids.begin(), l.stop_ids.end(), t.token) != l.stop_ids.end();
+      const bool accepted = j < e.num_draft && t.token == e.input_tokens[size_t(j) + 1];
+      if (l.want_logprobs) l.logprobs.push_back({t.token, t.logprob, std::move(t.top)});
+      if (accepted && !stop) continue;
+      out.token = t.token;
+      out.stop = stop;
+      out.num_accepted = j;
+      if (accepted) {  // a stop equal to its draft: the executor sampled on; skip the rest
+        for (int32_t k = j + 1;; ++k) {
+          PG_CHECK(r < step_tokens_.size(), "executor returned {} tokens", step_tokens_.size());
+          const int32_t token = step_tokens_[r++].token;
+          if (k >= e.num_draft || token != e.input_tokens[size_t(k) + 1]) break;
+        }
+      }
+      break;
+    }
+    result->sampled.push_back(out);
   }
 }
 
@@ -277,6 +301,9 @@ void LocalEngine::RefreshStats(int64_t new_tokens) {
   stats_.kv_pages_free = scheduler_->kv().num_free_pages() + scheduler_->kv().num_evictable_pages();
   stats_.prefix_cache_hit_tokens = ss.cached_prompt_tokens;
   stats_.prompt_tokens = ss.prompt_tokens;
+  stats_.spec_drafts = ss.num_drafts;
+  stats_.spec_draft_tokens = ss.draft_tokens;
+  stats_.spec_accepted_tokens = ss.accepted_draft_tokens;
   stats_.generated_tokens += new_tokens;
 }
 
@@ -328,7 +355,9 @@ void LocalEngine::Loop() {
       }
     }
     scheduler_->Advance(result, NowUs());
-    Publish(int64_t(result.sampled.size()));
+    int64_t new_tokens = 0;
+    for (const scheduler::SampledToken& t : result.sampled) new_tokens += 1 + t.num_accepted;
+    Publish(new_tokens);
   }
   // Requests still queued at exit are told they were aborted.
   std::deque<Pending> rest;

@@ -40,6 +40,9 @@ struct EngineConfig {
   int max_context_tokens = 0;          // 0 = the model's context length
   int64_t session_ttl_ms = 300000;     // retention of a finished session's pages
   bool preempt_by_swap = true;         // swap to the host tier when it has room
+  // Speculative decoding with prompt-lookup drafts (scheduler/ngram_proposer.h); off by
+  // default. The executor must support drafts (the CPU one does).
+  scheduler::SpeculativeConfig speculative;
   std::string Summary() const;
   // The context the engine serves for a model: max_context_tokens capped by the model's.
   int ContextFor(const models::ModelConfig& model) const;

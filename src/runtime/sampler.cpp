@@ -105,4 +105,14 @@ SampledToken Sample(std::span<float> logits, SamplerState& st) {
   return result;
 }
 
+int SampleSpeculative(std::span<float> rows, int vocab, std::span<const int32_t> drafts,
+                      SamplerState& state, std::vector<SampledToken>* out) {
+  PG_CHECK(rows.size() == (drafts.size() + 1) * size_t(vocab), "{} logits for {} drafts",
+           rows.size(), drafts.size());
+  for (size_t i = 0;; ++i) {
+    out->push_back(Sample(rows.subspan(i * size_t(vocab), size_t(vocab)), state));
+    if (i == drafts.size() || out->back().token != drafts[i]) return int(i + 1);
+  }
+}
+
 }  // namespace pg::runtime

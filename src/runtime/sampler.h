@@ -54,4 +54,13 @@ class SamplerState {
 // masked; logprobs stay those of the raw logits.
 SampledToken Sample(std::span<float> logits, SamplerState& state);
 
+// Speculative decoding's verification (scheduler/plan.h, PlanEntry::num_draft): `rows` holds
+// 1 + drafts.size() logit rows of `vocab` floats (positions of [last token, drafts...]; modified
+// in place). Samples row i with `state` (advanced per token) as plain decoding would at that
+// step, appends it to *out and stops at the first sample that differs from drafts[i], or after
+// the last row. Returns the number of tokens appended (1 + the accepted drafts): a caller
+// reading *out back finds the same count by the same rule.
+int SampleSpeculative(std::span<float> rows, int vocab, std::span<const int32_t> drafts,
+                      SamplerState& state, std::vector<SampledToken>* out);
+
 }  // namespace pg::runtime

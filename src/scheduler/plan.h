@@ -29,8 +29,20 @@ struct PlanEntry {
   std::span<const int32_t> input_tokens;      // [num_tokens]
   std::span<const cache::PageId> page_table;  // pages for positions [0, first+n), in order;
                                               // position p lives in page p / page_size
-  int32_t num_sample = 0;   // 1: sample a token from the logits of the last position
-  bool is_decode = false;   // num_tokens == 1 with all earlier positions computed
+  // Tokens to sample, from the logits of the last num_sample positions: 0 (a prefill chunk
+  // short of the prompt's end), 1, or 1 + num_draft for a speculative decode.
+  int32_t num_sample = 0;
+  bool is_decode = false;   // a decoding request's entry: every earlier position computed,
+                            // num_tokens == 1 + num_draft
+  // Speculative decoding: input_tokens = [last token, draft_1 .. draft_d] with d = num_draft.
+  // The executor samples at each of the 1 + d positions in order with the request's sampler
+  // and stops at the first sample that differs from the next draft (the drafts before it are
+  // accepted; that sample is the step's new token), or after the last position (every draft
+  // accepted, plus one more token). Drawing from the sampler's own distribution and comparing
+  // is exact rejection sampling for a draft proposed with probability 1: the output has the
+  // distribution (and, seeded, the tokens) of plain decoding. The KV written at rejected
+  // positions lies past the request's computed tokens and is overwritten before it is read.
+  int32_t num_draft = 0;
   int32_t num_cached_tokens = 0;  // prompt tokens served from cache (for reporting)
   // Hybrid models only (state slots enabled):
   cache::StateSlotId state_slot = -1;
@@ -53,11 +65,15 @@ struct Plan {
   bool empty() const { return entries.empty() && copies.empty(); }
 };
 
-// Executor's report for one step: the token sampled for every entry with num_sample == 1.
+// Executor's report for one step: for every entry with num_sample > 0, its new token and,
+// for a speculative decode, how many of its drafts were accepted before it.
 struct SampledToken {
   RequestId id = 0;
   int32_t token = 0;
   bool stop = false;  // the engine saw EOS / a stop token: finish with reason kStop
+  // Drafts accepted (input_tokens[1 .. num_accepted]), generated before `token`; none of them
+  // is a stop token (the engine ends the accepted run at a stop: that draft becomes `token`).
+  int32_t num_accepted = 0;
 };
 struct StepResult {
   std::vector<SampledToken> sampled;

@@ -23,6 +23,7 @@ struct Scheduler::Request {
   int32_t planned_tokens = 0;     // tokens in the outstanding plan (0 = no entry)
   std::optional<cache::CheckpointId> restore_checkpoint;  // for the next entry only
   std::vector<uint64_t> keys;     // prefix-cache keys of the full pages of `tokens`
+  std::vector<int32_t> step_input;  // a speculative entry's input: [last token, drafts...]
   RequestState state = state::Queued{};
 
   int32_t num_tokens() const { return static_cast<int32_t>(tokens.size()); }
@@ -49,6 +50,10 @@ Scheduler::Scheduler(const SchedulerConfig& config)
             "checkpoint_interval_pages must be > 0");
   PG_ENSURE(config.admission_reserve_pages >= 0, kInvalidArgument,
             "admission_reserve_pages must be >= 0");
+  ValidateSpeculativeConfig(config.speculative);
+  PG_ENSURE(!config.speculative.enabled() || config.state.num_state_slots == 0, kInvalidArgument,
+            "speculative decoding is not supported for models with linear-attention layers "
+            "(their recurrent state cannot step back over rejected drafts)");
 }
 
 Scheduler::~Scheduler() {
@@ -135,7 +140,8 @@ const Plan& Scheduler::NextPlan(int64_t now_us) {
   for (size_t i = 0; i < plan_.entries.size(); ++i) {
     PlanEntry& e = plan_.entries[i];
     const Request* r = entry_requests_[i];
-    e.input_tokens = std::span<const int32_t>(r->tokens).subspan(e.first_position, e.num_tokens);
+    e.input_tokens = e.num_draft > 0 ? std::span<const int32_t>(r->step_input)
+                                     : std::span<const int32_t>(r->tokens).subspan(e.first_position, e.num_tokens);
     e.page_table = PagesOf(r->state)->ids().first(PagesFor(e.first_position + e.num_tokens));
     plan_.num_decode_entries += e.is_decode ? 1 : 0;
   }
@@ -155,8 +161,32 @@ void Scheduler::PlanRunning(bool decodes) {
       n = std::min(n, config_.max_prefill_chunk_tokens);
     }
     if (!EnsurePages(r, r->num_computed + n)) continue;
-    AddEntry(r, n);
+    AddEntry(r, n, decodes ? PlanDrafts(r) : 0);
   }
+}
+
+// Drafts for a decoding request whose decode token has its page: as many as the proposer
+// finds, within the step budget, the request's max_new_tokens and context (every draft
+// accepted plus one more token must fit) and the pages free right now (drafts never preempt
+// or evict).
+int32_t Scheduler::PlanDrafts(Request* r) {
+  const SpeculativeConfig& sc = config_.speculative;
+  if (!sc.enabled()) return 0;
+  int32_t room = std::min({sc.num_draft_tokens, budget_ - 1,
+                           r->max_new_tokens - r->num_generated() - 1});
+  if (config_.max_context_tokens > 0)
+    room = std::min(room, config_.max_context_tokens - r->num_tokens() - 1);
+  cache::PageList* pages = PagesOf(r->state);
+  const int32_t P = config_.kv.page_size_tokens;
+  const int64_t page_room = int64_t(pages->size() + kv_.num_free_pages()) * P - r->num_tokens();
+  room = int32_t(std::min<int64_t>(room, page_room));
+  if (room <= 0) return 0;
+  r->step_input.assign(1, r->tokens.back());
+  const int32_t d = ProposeNgramDrafts(r->tokens, sc, room, &r->step_input);
+  if (d == 0) return 0;
+  const int32_t need = PagesFor(r->num_tokens() + d) - static_cast<int32_t>(pages->size());
+  if (need > 0) PG_CHECK(kv_.Allocate(need, pages, &plan_.copies), "draft pages: free pages vanished");
+  return d;
 }
 
 void Scheduler::PlanAdmissions() {
@@ -308,13 +338,16 @@ void Scheduler::Preempt(Request* victim) {
   ++stats_.num_preemptions;
 }  // `released` returns the device pages (and the state slot) here
 
-void Scheduler::AddEntry(Request* r, int32_t n) {
-  PG_CHECK(n > 0 && n <= budget_ && n <= r->remaining(), "bad entry size {}", n);
+void Scheduler::AddEntry(Request* r, int32_t n, int32_t num_draft) {
+  PG_CHECK(n > 0 && n <= r->remaining() && n + num_draft <= budget_, "bad entry size {} + {}", n,
+           num_draft);
+  PG_CHECK(num_draft == 0 || r->remaining() == 1, "drafts for a request that is not decoding");
   PlanEntry e;
   e.id = r->id;
   e.first_position = r->num_computed;
-  e.num_tokens = n;
-  e.num_sample = r->num_computed + n == r->num_tokens() ? 1 : 0;
+  e.num_tokens = n + num_draft;
+  e.num_draft = num_draft;
+  e.num_sample = r->num_computed + n == r->num_tokens() ? 1 + num_draft : 0;
   e.is_decode = r->remaining() == 1;
   e.num_cached_tokens = r->num_cached_tokens;
   if (config_.state.num_state_slots > 0) {
@@ -339,9 +372,9 @@ void Scheduler::AddEntry(Request* r, int32_t n) {
   }
   plan_.entries.push_back(std::move(e));
   entry_requests_.push_back(r);
-  r->planned_tokens = n;
-  budget_ -= n;
-  plan_.num_tokens += n;
+  r->planned_tokens = n + num_draft;
+  budget_ -= n + num_draft;
+  plan_.num_tokens += n + num_draft;
 }
 
 // ---- advancing ------------------------------------------------------------------------
@@ -358,8 +391,12 @@ void Scheduler::Advance(const StepResult& result, int64_t now_us) {
   for (const PlanEntry& e : plan_.entries) {
     if (e.num_sample == 0) continue;
     ++num_sampling;
-    PG_ENSURE(sampled.count(e.id), kInvalidArgument, "step {}: no sampled token for request {}",
+    auto it = sampled.find(e.id);
+    PG_ENSURE(it != sampled.end(), kInvalidArgument, "step {}: no sampled token for request {}",
               plan_.step, e.id);
+    PG_ENSURE(it->second->num_accepted >= 0 && it->second->num_accepted <= e.num_draft,
+              kInvalidArgument, "step {}: request {} accepted {} of {} drafts", plan_.step, e.id,
+              it->second->num_accepted, e.num_draft);
   }
   PG_ENSURE(num_sampling == sampled.size(), kInvalidArgument,
             "step {}: {} sampled tokens for {} sampling entries", plan_.step, sampled.size(),
@@ -374,19 +411,34 @@ void Scheduler::Advance(const StepResult& result, int64_t now_us) {
     const PlanEntry& e = plan_.entries[i];
     Request* r = entry_requests_[i];
     r->planned_tokens = 0;
-    r->num_computed += e.num_tokens;
     stats_.computed_tokens += e.num_tokens;
+    const SampledToken* s = e.num_sample > 0 ? sampled.at(e.id) : nullptr;
+    // The accepted drafts join the sequence; their KV (and the decode token's) is computed.
+    // The rejected drafts' positions are past num_computed: overwritten before they are read.
+    const int32_t accepted = s != nullptr ? s->num_accepted : 0;
+    for (int32_t j = 1; j <= accepted; ++j) {
+      r->tokens.push_back(e.input_tokens[size_t(j)]);
+      updates_.push_back({.id = r->id, .token = r->tokens.back(),
+                          .num_prompt_tokens = r->num_prompt_tokens,
+                          .num_cached_tokens = r->num_cached_tokens,
+                          .num_generated_tokens = r->num_generated()});
+    }
+    r->num_computed += e.num_tokens - (e.num_draft - accepted);
+    if (e.num_draft > 0) {
+      ++stats_.num_drafts;
+      stats_.draft_tokens += e.num_draft;
+      stats_.accepted_draft_tokens += accepted;
+    }
     InsertComputedPages(r);
-    if (e.num_sample == 0) {
+    if (s == nullptr) {
       ApplyEvent(r->state, event::Computed{r->remaining()});
     } else {
-      const SampledToken& s = *sampled.at(e.id);
-      r->tokens.push_back(s.token);
+      r->tokens.push_back(s->token);
       RequestUpdate u;
       u.id = r->id;
-      u.token = s.token;
+      u.token = s->token;
       std::optional<FinishReason> finish;
-      if (s.stop) finish = FinishReason::kStop;
+      if (s->stop) finish = FinishReason::kStop;
       else if (r->num_generated() >= r->max_new_tokens) finish = FinishReason::kLength;
       else if (config_.max_context_tokens > 0 && r->num_tokens() >= config_.max_context_tokens)
         finish = FinishReason::kLength;

@@ -26,6 +26,9 @@
 //    now waits for that page to reach the prefix cache instead of computing it twice.
 //  * Preemption swaps the victim's pages to the host tier when configured and there is
 //    room, else drops them to be recomputed (its full pages stay in the prefix cache).
+//  * Speculative decoding (config.speculative): a decode carries up to num_draft_tokens
+//    prompt-lookup drafts (ngram_proposer.h) when the step budget, the request's remaining
+//    tokens and free pages allow; drafts never preempt or evict. Not for hybrid models.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +40,7 @@
 
 #include "cache/kv_cache.h"
 #include "cache/state_slots.h"
+#include "scheduler/ngram_proposer.h"
 #include "scheduler/plan.h"
 #include "scheduler/request_fsm.h"
 
@@ -60,6 +64,7 @@ struct SchedulerConfig {
   int32_t max_waiting_requests = 1 << 20;
   int32_t max_context_tokens = 0;          // prompt + output; 0 = no limit
   int32_t admission_reserve_pages = 0;     // keep this many pages free when admitting
+  SpeculativeConfig speculative;          // off by default
   PreemptionMode preemption = PreemptionMode::kRecompute;
   VictimPolicy victim = VictimPolicy::kLowestRank;
   int64_t session_ttl_us = 0;              // retention of a finished session's pages; 0 = off
@@ -81,6 +86,9 @@ struct SchedulerStats {
   int64_t cached_prompt_tokens = 0;   // of those, served from the prefix cache
   int64_t computed_tokens = 0;        // all tokens run through the model (incl. recompute)
   int64_t num_steps = 0;
+  int64_t num_drafts = 0;             // speculative decode entries planned and run
+  int64_t draft_tokens = 0;           // draft tokens in them
+  int64_t accepted_draft_tokens = 0;  // of those, accepted
 };
 
 class Scheduler {
@@ -133,7 +141,8 @@ class Scheduler {
   bool EnsurePages(Request* r, int32_t num_tokens);  // may preempt lower-ranked requests
   Request* PickVictim(const Request* requester) const;
   void Preempt(Request* victim);
-  void AddEntry(Request* r, int32_t num_tokens);
+  int32_t PlanDrafts(Request* r);  // fills r's step input; returns the drafts' count
+  void AddEntry(Request* r, int32_t num_tokens, int32_t num_draft = 0);
   void FinishRequest(Request* r, FinishReason reason, bool emit_update = true);
   void InsertComputedPages(Request* r);
   int32_t PagesFor(int64_t num_tokens) const;

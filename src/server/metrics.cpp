@@ -44,6 +44,17 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
   cache_hit_tokens_ = &BuildGauge().Name("peregrine_prefix_cache_hit_tokens_total")
                            .Help("Prompt tokens served from the prefix cache (cumulative)")
                            .Register(r).Add({});
+  // Speculative decoding, as vLLM names them (spec_decode_num_drafts, ..._draft_tokens,
+  // ..._accepted_tokens): acceptance rate = accepted / draft tokens.
+  spec_drafts_ = &BuildGauge().Name("peregrine_spec_decode_num_drafts_total")
+                      .Help("Decode steps that carried speculative drafts (cumulative)")
+                      .Register(r).Add({});
+  spec_draft_tokens_ = &BuildGauge().Name("peregrine_spec_decode_num_draft_tokens_total")
+                            .Help("Speculative draft tokens verified (cumulative)")
+                            .Register(r).Add({});
+  spec_accepted_tokens_ = &BuildGauge().Name("peregrine_spec_decode_num_accepted_tokens_total")
+                               .Help("Speculative draft tokens accepted (cumulative)")
+                               .Register(r).Add({});
   auto& kv = BuildGauge().Name("peregrine_kv_pages").Help("KV cache pages by state").Register(r);
   kv_used_ = &kv.Add({{"state", "used"}});
   kv_free_ = &kv.Add({{"state", "free"}});
@@ -61,6 +72,9 @@ std::string ServerMetrics::Render(const engine::EngineStats& s) {
   prompt_tokens_->Set(static_cast<double>(s.prompt_tokens));
   generated_tokens_->Set(static_cast<double>(s.generated_tokens));
   cache_hit_tokens_->Set(static_cast<double>(s.prefix_cache_hit_tokens));
+  spec_drafts_->Set(static_cast<double>(s.spec_drafts));
+  spec_draft_tokens_->Set(static_cast<double>(s.spec_draft_tokens));
+  spec_accepted_tokens_->Set(static_cast<double>(s.spec_accepted_tokens));
   kv_used_->Set(static_cast<double>(s.kv_pages_total - s.kv_pages_free));
   kv_free_->Set(static_cast<double>(s.kv_pages_free));
   running_->Set(s.num_running);

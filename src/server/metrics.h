@@ -40,6 +40,9 @@ class ServerMetrics {
   prometheus::Gauge* prompt_tokens_;
   prometheus::Gauge* generated_tokens_;
   prometheus::Gauge* cache_hit_tokens_;
+  prometheus::Gauge* spec_drafts_;
+  prometheus::Gauge* spec_draft_tokens_;
+  prometheus::Gauge* spec_accepted_tokens_;
   prometheus::Gauge* kv_used_;
   prometheus::Gauge* kv_free_;
   prometheus::Gauge* running_;

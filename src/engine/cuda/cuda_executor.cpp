@@ -135,6 +135,9 @@ void CudaStepExecutor::Execute(const scheduler::Plan& plan,
   }
   const size_t n = plan.entries.size();
   PG_CHECK(samplers.size() == n, "{} samplers for {} entries", samplers.size(), n);
+  for (const scheduler::PlanEntry& e : plan.entries)
+    PG_ENSURE(e.num_draft == 0, kUnsupported,
+              "speculative decoding is not supported by the CUDA executor yet");
   // Sampling decisions first: a new count row is reset (a synchronous copy) before the step.
   sample_rows_.assign(n, ops::SampleRow{});
   on_host_.assign(n, 0);

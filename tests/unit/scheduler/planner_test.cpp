@@ -9,6 +9,7 @@ namespace pg::scheduler {
 namespace {
 
 using testing::FakeExecutor;
+using testing::Harness;
 using testing::ReferenceOutput;
 
 std::vector<int32_t> RandomPrompt(std::mt19937& rng, size_t n) {
@@ -24,41 +25,6 @@ SchedulerConfig SmallConfig() {
   c.max_running_requests = 8;
   return c;
 }
-
-struct Harness {
-  explicit Harness(SchedulerConfig c, bool stops = false) : s(c), exec(c, stops) {}
-  void Submit(RequestId id, std::vector<int32_t> prompt, int32_t max_new, std::string session = "",
-              int32_t priority = 0) {
-    exec.AddRequest(id, prompt);
-    s.Submit(id, SubmitParams{std::move(prompt), max_new, std::move(session), priority});
-  }
-  // One step; returns the plan's copy for inspection.
-  Plan Step() {
-    const Plan& plan = s.NextPlan(now += 1000);
-    Plan copy;
-    copy.entries = plan.entries;
-    copy.copies = plan.copies;
-    copy.preempted = plan.preempted;
-    copy.num_tokens = plan.num_tokens;
-    copy.num_decode_entries = plan.num_decode_entries;
-    if (!plan.empty()) s.Advance(exec.Run(plan), now += 1000);
-    for (auto& u : s.TakeUpdates()) {
-      if (u.token) outputs[u.id].push_back(*u.token);
-      if (u.finished) finished[u.id] = u;
-    }
-    s.CheckInvariants();
-    return copy;
-  }
-  void RunAll(int max_steps = 100000) {
-    for (int i = 0; i < max_steps && s.HasWork(); ++i) Step();
-    ASSERT_FALSE(s.HasWork()) << "requests did not finish";
-  }
-  Scheduler s;
-  FakeExecutor exec;
-  int64_t now = 0;
-  std::map<RequestId, std::vector<int32_t>> outputs;
-  std::map<RequestId, RequestUpdate> finished;
-};
 
 TEST(Planner, ChunkedPrefillThenDecodeThenLengthFinish) {
   Harness h(SmallConfig());

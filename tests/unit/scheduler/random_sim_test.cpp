@@ -25,6 +25,7 @@ struct Case {
   VictimPolicy victim;
   int32_t state_slots;
   int64_t ttl_us;
+  int32_t drafts = 0;  // speculative decoding: drafts per decode (the fake's outputs repeat)
 };
 
 void RunRandom(const Case& k, uint32_t seed) {
@@ -38,8 +39,10 @@ void RunRandom(const Case& k, uint32_t seed) {
   c.victim = k.victim;
   c.session_ttl_us = k.ttl_us;
   c.admission_reserve_pages = seed % 2;
+  c.speculative = {.num_draft_tokens = k.drafts, .min_ngram = 1 + int32_t(seed % 2), .max_ngram = 3};
+  const int32_t window = k.drafts > 0 ? 2 : 0;
   Scheduler s(c);
-  FakeExecutor exec(c, /*with_stops=*/true);
+  FakeExecutor exec(c, /*with_stops=*/true, window);
   std::mt19937 rng(seed);
   std::vector<std::vector<int32_t>> convs(5);
   std::map<RequestId, std::vector<int32_t>> prompts, outputs;
@@ -85,7 +88,7 @@ void RunRandom(const Case& k, uint32_t seed) {
         EXPECT_TRUE(done.insert(u.id).second);
         EXPECT_LE(u.num_cached_tokens, u.num_prompt_tokens);
         if (u.reason != FinishReason::kAbort) {
-          EXPECT_EQ(outputs[u.id], ReferenceOutput(prompts[u.id], max_new[u.id], true))
+          EXPECT_EQ(outputs[u.id], ReferenceOutput(prompts[u.id], max_new[u.id], true, window))
               << k.name << " request " << u.id;
         }
         exec.Forget(u.id);
@@ -103,6 +106,13 @@ void RunRandom(const Case& k, uint32_t seed) {
     EXPECT_GT(st.num_preemptions, 0) << k.name << ": no pressure tested";
   }
   EXPECT_GT(st.cached_prompt_tokens, 0) << k.name;
+  ::testing::Test::RecordProperty(std::string(k.name) + "_drafts", std::to_string(st.accepted_draft_tokens) + "/" + std::to_string(st.draft_tokens));
+  EXPECT_EQ(st.draft_tokens, exec.num_draft_tokens) << k.name;
+  EXPECT_EQ(st.accepted_draft_tokens, exec.num_accepted_tokens) << k.name;
+  if (k.drafts > 0) {  // both outcomes exercised
+    EXPECT_GT(st.accepted_draft_tokens, 0) << k.name;
+    EXPECT_LT(st.accepted_draft_tokens, st.draft_tokens) << k.name;
+  }
 }
 
 class RandomSim : public ::testing::TestWithParam<Case> {};
@@ -122,7 +132,10 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"tight_swap_host", 30, 25, 4, 24, 6, PreemptionMode::kSwap, VictimPolicy::kLowestRank, 0, 5000},
         Case{"tight_swap_small_host", 30, 6, 5, 17, 5, PreemptionMode::kSwap, VictimPolicy::kLongest, 0, 0},
         Case{"hybrid_tight", 32, 10, 4, 20, 4, PreemptionMode::kSwap, VictimPolicy::kLowestRank, 4, 5000},
-        Case{"roomy", 400, 100, 16, 64, 16, PreemptionMode::kRecompute, VictimPolicy::kLowestRank, 0, 20000}),
+        Case{"roomy", 400, 100, 16, 64, 16, PreemptionMode::kRecompute, VictimPolicy::kLowestRank, 0, 20000},
+        Case{"spec_tight_recompute", 30, 0, 4, 24, 6, PreemptionMode::kRecompute, VictimPolicy::kLowestRank, 0, 5000, 4},
+        Case{"spec_tight_swap", 30, 25, 4, 24, 6, PreemptionMode::kSwap, VictimPolicy::kLongest, 0, 5000, 3},
+        Case{"spec_roomy", 400, 100, 16, 64, 16, PreemptionMode::kRecompute, VictimPolicy::kLowestRank, 0, 20000, 6}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
