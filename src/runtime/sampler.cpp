@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/status.h"
+#include "runtime/grammar.h"
 #include "runtime/json_constraint.h"
 #include "runtime/json_schema.h"
 #include "runtime/regex_constraint.h"
@@ -16,8 +17,9 @@ SamplerState::SamplerState(const SamplingParams& params, std::span<const int32_t
   if (params_.repetition_penalty != 1.0f)
     for (int32_t t : prompt) seen_[t] = true;
   if (params_.token_table)
-    constraint_ = params_.regex ? MakeRegexConstraint(params_.token_table, params_.regex)
-                                : MakeOutputConstraint(params_.token_table, params_.json_schema);
+    constraint_ = params_.grammar ? MakeGrammarConstraint(params_.token_table, params_.grammar)
+                  : params_.regex ? MakeRegexConstraint(params_.token_table, params_.regex)
+                                  : MakeOutputConstraint(params_.token_table, params_.json_schema);
 }
 
 void SamplerState::Accept(int32_t token) {

@@ -12,6 +12,8 @@
 //                              changed; then the characters (code points) the string may still
 //                              take, kUnlimited for no bound
 // and optionally
+//   int64_t mask_key() const;      >= 0: a name of the state such that equal names allow equal
+//                                  tokens (the mask is then cached per name); -1: none
 //   RegexView regex_view() const;  a state in which a regex automaton alone judges the tokens
 //                                  (RegexView's comment); the mask then walks a
 //                                  RegexTokenIndex instead of the byte trie
@@ -21,6 +23,7 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <unordered_map>
 #include <memory>
 #include <span>
 #include <stdexcept>
@@ -140,7 +143,60 @@ class ByteConstraint final : public OutputConstraint {
     matcher_ = m;
   }
 
+  // With a matcher that names its states (mask_key() >= 0: equal keys allow equal tokens),
+  // the allowed set of each state is computed once per request and replayed: a grammar inside
+  // a string or free text, where the walk touches most of the vocabulary, costs that walk
+  // once per state rather than per token.
   void Mask(std::span<float> logits) const override {
+    if constexpr (requires(const Matcher& m) { m.mask_key(); }) {
+      const int64_t key = matcher_.mask_key();
+      if (key >= 0) {
+        auto it = mask_cache_.find(key);
+        if (it == mask_cache_.end()) {
+          if (mask_cache_.size() >= kMaxCachedMasks) mask_cache_.clear();
+          std::vector<float> probe(logits.size(), 0.0f);
+          MaskUncached(probe);
+          CachedMask m{std::vector<uint64_t>((probe.size() + 63) / 64, 0), false};
+          for (size_t i = 0; i < probe.size(); ++i)
+            if (probe[i] != -std::numeric_limits<float>::infinity()) m.bits[i / 64] |= uint64_t(1) << (i % 64);
+          m.fallback = FellBack(probe);
+          it = mask_cache_.emplace(key, std::move(m)).first;
+        }
+        const CachedMask& m = it->second;
+        if (m.bits.size() == (logits.size() + 63) / 64) {
+          constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+          for (size_t w = 0; w < m.bits.size(); ++w) {
+            const uint64_t word = m.bits[w];
+            if (word == ~uint64_t(0)) continue;
+            const size_t b = w * 64, e = std::min(logits.size(), b + 64);
+            if (word == 0) {
+              std::fill(logits.begin() + std::ptrdiff_t(b), logits.begin() + std::ptrdiff_t(e), kNegInf);
+              continue;
+            }
+            for (size_t i = b; i < e; ++i)
+              if (!((word >> (i - b)) & 1)) logits[i] = kNegInf;
+          }
+          if (m.fallback) SetEosZero(logits);
+          return;
+        }
+      }
+    }
+    MaskUncached(logits);
+  }
+
+ private:
+  void SetEosZero(std::span<float> logits) const {
+    for (int32_t e : table_->eos_ids)
+      if (e >= 0 && size_t(e) < logits.size()) logits[size_t(e)] = 0.0f;
+  }
+  // Only EOS ids survived, each at 0: the fallback below (or EOS allowed with logit 0).
+  bool FellBack(std::span<const float> probe) const {
+    for (size_t i = 0; i < probe.size(); ++i)
+      if (probe[i] != -std::numeric_limits<float>::infinity() && !table_->IsEos(int32_t(i))) return false;
+    return !matcher_.can_end();
+  }
+
+  void MaskUncached(std::span<float> logits) const {
     constexpr float kNegInf = -std::numeric_limits<float>::infinity();
     const TokenTable& t = *table_;
     const size_t n = std::min(logits.size(), t.bytes.size());
@@ -214,11 +270,9 @@ class ByteConstraint final : public OutputConstraint {
     if (any) return;
     // Nothing can continue the output (a vocabulary without the needed bytes): end it rather
     // than draw from an empty set. The caller sees the truncated text.
-    for (int32_t e : t.eos_ids)
-      if (e >= 0 && size_t(e) < logits.size()) logits[size_t(e)] = 0.0f;
+    SetEosZero(logits);
   }
 
- private:
   // The table seen through a regex (RegexView's), built once a byte-trie walk under it took
   // more than kIndexAfterSteps steps, and kept for the request (Mask runs on one thread at a
   // time: the sampler's). Null where not built or too large to build.
@@ -232,6 +286,14 @@ class ByteConstraint final : public OutputConstraint {
   std::shared_ptr<const void> owner_;
   Matcher matcher_;
   mutable std::map<std::pair<const Regex*, bool>, IndexSlot> indexes_;
+  // Allowed ids per matcher state (mask_key), as bits over the row; `fallback`: nothing could
+  // continue and EOS was let through at 0. Cleared when full (a request's distinct states).
+  struct CachedMask {
+    std::vector<uint64_t> bits;
+    bool fallback = false;
+  };
+  static constexpr size_t kMaxCachedMasks = 256;
+  mutable std::unordered_map<int64_t, CachedMask> mask_cache_;
 };
 
 }  // namespace pg::runtime

@@ -9,6 +9,7 @@
 
 #include "core/status.h"
 #include "runtime/json_schema.h"
+#include "runtime/grammar.h"
 #include "runtime/regex.h"
 
 namespace pg::server {
@@ -135,10 +136,10 @@ std::shared_ptr<const runtime::Regex> ParseRegexFormat(const json& v, const std:
 
 // response_format: "text" (the default), "json_object" (JSON mode) or "json_schema" (structured
 // outputs); vLLM's guided_json / guided_regex / guided_choice and structured_outputs' json /
-// regex / choice / json_object forms. At most one. Fields that would change what may be
-// generated and that Peregrine does not implement get a 400 naming the field, never a silent
-// unconstrained answer: vLLM's guided_grammar / guided_whitespace_pattern and structured_outputs'
-// grammar / structural_tag / whitespace options.
+// regex / choice / grammar / json_object forms, and llama.cpp's grammar (GBNF). At most one.
+// Fields that would change what may be generated and that Peregrine does not implement get a
+// 400 naming the field, never a silent unconstrained answer: vLLM's guided_whitespace_pattern
+// and structured_outputs' structural_tag / whitespace options.
 void ParseOutputFormat(const json& body, GenerationOptions& o) {
   auto claim = [&](const std::string& param) {
     if (o.constrained) Bad(param, fmt::format("'{}' beside another output format", param));
@@ -151,6 +152,15 @@ void ParseOutputFormat(const json& body, GenerationOptions& o) {
   auto set_regex = [&](const json& v, const std::string& param, bool choice) {
     claim(param);
     o.sampling.regex = ParseRegexFormat(v, param, choice);
+  };
+  auto set_grammar = [&](const json& v, const std::string& param) {
+    claim(param);
+    if (!v.is_string()) Bad(param, fmt::format("'{}' must be a string (a GBNF grammar)", param));
+    try {
+      o.sampling.grammar = runtime::Grammar::Compile(v.get<std::string>());
+    } catch (const pg::Error& e) {
+      Bad(param, fmt::format("'{}': {}", param, e.what()));
+    }
   };
   if (auto it = body.find("response_format"); it != body.end() && !it->is_null()) {
     if (!it->is_object()) Bad("response_format", "'response_format' must be an object");
@@ -171,6 +181,9 @@ void ParseOutputFormat(const json& body, GenerationOptions& o) {
   if (auto it = body.find("guided_json"); it != body.end() && !it->is_null()) set_schema(*it, "guided_json");
   if (auto it = body.find("guided_regex"); it != body.end() && !it->is_null()) set_regex(*it, "guided_regex", false);
   if (auto it = body.find("guided_choice"); it != body.end() && !it->is_null()) set_regex(*it, "guided_choice", true);
+  // vLLM's guided_grammar (xgrammar's EBNF) and llama.cpp server's grammar: GBNF.
+  if (auto it = body.find("guided_grammar"); it != body.end() && !it->is_null()) set_grammar(*it, "guided_grammar");
+  if (auto it = body.find("grammar"); it != body.end() && !it->is_null()) set_grammar(*it, "grammar");
   if (auto it = body.find("structured_outputs"); it != body.end() && !it->is_null()) {
     if (!it->is_object()) Bad("structured_outputs", "'structured_outputs' must be an object");
     for (const auto& [key, v] : it->items()) {
@@ -179,18 +192,19 @@ void ParseOutputFormat(const json& body, GenerationOptions& o) {
       if (key == "json") set_schema(v, param);
       else if (key == "regex") set_regex(v, param, false);
       else if (key == "choice") set_regex(v, param, true);
+      else if (key == "grammar") set_grammar(v, param);
       else if (key == "json_object") {
         if (!v.is_boolean()) Bad(param, fmt::format("'{}' must be a boolean", param));
         if (v.get<bool>()) claim(param);
       } else {
-        Bad(param, fmt::format("'{}' is not supported (supported: json, regex, choice, json_object)", param));
+        Bad(param, fmt::format("'{}' is not supported (supported: json, regex, choice, grammar, json_object)", param));
       }
     }
   }
-  for (const char* key : {"guided_grammar", "guided_whitespace_pattern"})
+  for (const char* key : {"guided_whitespace_pattern"})
     if (auto it = body.find(key); it != body.end() && !it->is_null())
       Bad(key, fmt::format("'{}' is not supported (supported: response_format json_object / json_schema, "
-                           "guided_json, guided_regex, guided_choice)", key));
+                           "guided_json, guided_regex, guided_choice, guided_grammar)", key));
   // vLLM's guided_decoding_backend picks an implementation, not an output: ignored.
 }
 

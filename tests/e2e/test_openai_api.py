@@ -205,6 +205,28 @@ def main():
         except openai.BadRequestError as e:
             check("guided_regex" in str(e), "a malformed guided_regex is a 400 naming it")
 
+        # ---- GBNF grammars: vLLM's guided_grammar, llama.cpp's grammar -------------------
+        items = 'root ::= item ("\\n" item){1,2}\nitem ::= "- " [A-Za-z ]{1,12}\n'
+        for temperature, seed in ((0, None), (1.0, 8)):
+            r = client.chat.completions.create(
+                model="smol", messages=[{"role": "user", "content": "List some fruits."}], max_tokens=64,
+                temperature=temperature, seed=seed, extra_body={"guided_grammar": items})
+            out = r.choices[0].message.content
+            check(re.fullmatch(r"- [A-Za-z ]{1,12}(\n- [A-Za-z ]{1,12}){1,2}", out) is not None and
+                  r.choices[0].finish_reason == "stop", f"guided_grammar answer {out!r} is a sentence of it")
+        nested = 'root ::= arr\narr ::= "[" ( val ( "," val )* )? "]"\nval ::= [0-9] | arr\n'
+        r = client.completions.create(model="smol", prompt="A nested list of digits:", max_tokens=48,
+                                      temperature=0.8, seed=3, extra_body={"grammar": nested})
+        out, fin = r.choices[0].text, r.choices[0].finish_reason
+        check(fin == "length" or isinstance(json.loads(out), list),
+              f"llama.cpp-style grammar answer {out!r} ({fin}) is a nested list")
+        try:
+            client.chat.completions.create(model="smol", messages=cq, max_tokens=4,
+                                           extra_body={"guided_grammar": "root ::= root \"a\" | \"b\""})
+            check(False, "a left-recursive guided_grammar is a 400")
+        except openai.BadRequestError as e:
+            check("guided_grammar" in str(e) and "left-recursive" in str(e), "a left-recursive guided_grammar is a 400 naming it")
+
         # ---- logit_bias: -100 on the greedy answer's first token moves it ------------------
         base = client.completions.create(model="smol", prompt="The capital of France is", max_tokens=1,
                                          temperature=0)

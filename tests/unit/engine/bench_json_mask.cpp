@@ -15,6 +15,7 @@
 #include "engine/model_bundle.h"
 #include "runtime/json_constraint.h"
 #include "runtime/json_schema.h"
+#include "runtime/grammar.h"
 #include "runtime/regex_constraint.h"
 #include "kernels/ops_sample.h"
 
@@ -125,6 +126,22 @@ int main() {
   }
   auto choice = pg::runtime::Regex::Choice({"positive", "negative", "neutral", "mixed"});
   row_of("choice of 4: start", "", [&](const Table& t) { return pg::runtime::MakeRegexConstraint(t, choice); });
+  // GBNF grammars (guided_grammar / grammar): a JSON grammar at the states above, and a
+  // free-text list.
+  std::printf("grammars (guided_grammar / grammar)\n");
+  auto json_grammar = pg::runtime::Grammar::Compile(R"(root ::= value
+value  ::= object | array | string | number | "true" | "false" | "null"
+object ::= "{" ws ( member ( ws "," ws member )* ws )? "}"
+member ::= string ws ":" ws value
+array  ::= "[" ws ( value ( ws "," ws value )* ws )? "]"
+string ::= "\"" ( [^"\\\x00-\x1f] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} ) )* "\""
+number ::= "-"? ( "0" | [1-9] [0-9]* ) ( "." [0-9]+ )? ( [eE] [-+]? [0-9]+ )?
+ws     ::= [ \t\n]*
+)");
+  for (const auto& [name, prefix] : states)
+    row_of(name, prefix, [&](const Table& t) { return pg::runtime::MakeGrammarConstraint(t, json_grammar); });
+  auto list = pg::runtime::Grammar::Compile("root ::= (\"- \" [^\\n]+ \"\\n\")+");
+  row_of("list: in an item", "- some te", [&](const Table& t) { return pg::runtime::MakeGrammarConstraint(t, list); });
   // The host sampler after the mask (what a constrained row costs beyond it), T = 0.8 and
   // greedy, on a row where the mask kept few tokens and on a full row.
   for (const auto& t : {base, big}) {

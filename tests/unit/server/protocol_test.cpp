@@ -130,7 +130,11 @@ TEST(ChatRequest, RejectsWrongTypesAndRanges) {
       {{{"messages", Msgs()}, {"guided_json", 5}}, "guided_json"},
       {{{"messages", Msgs()}, {"response_format", {{"type", "json_object"}}}, {"guided_json", json::object()}},
        "guided_json"},
-      {{{"messages", Msgs()}, {"structured_outputs", {{"grammar", "root ::= \"a\""}}}}, "structured_outputs.grammar"},
+      {{{"messages", Msgs()}, {"structured_outputs", {{"grammar", "root ::= x"}}}}, "structured_outputs.grammar"},
+      {{{"messages", Msgs()}, {"structured_outputs", {{"structural_tag", "{}"}}}}, "structured_outputs.structural_tag"},
+      {{{"messages", Msgs()}, {"grammar", 5}}, "grammar"},
+      {{{"messages", Msgs()}, {"grammar", "root ::= root \"a\" | \"b\""}}, "grammar"},
+      {{{"messages", Msgs()}, {"guided_regex", "a"}, {"guided_grammar", "root ::= \"a\""}}, "guided_grammar"},
       {{{"messages", Msgs()}, {"structured_outputs", {{"choice", {"a"}}, {"regex", "b"}}}}, "structured_outputs.regex"},
       {{{"messages", Msgs()}, {"structured_outputs", {{"json_object", "yes"}}}}, "structured_outputs.json_object"},
       {{{"messages", Msgs()}, {"structured_outputs", 3}}, "structured_outputs"},
@@ -218,6 +222,25 @@ TEST(ChatRequest, RegexAndChoiceFormsCompile) {
   EXPECT_EQ(mode.options.sampling.regex, nullptr);
   EXPECT_EQ(mode.options.sampling.json_schema, nullptr);
   EXPECT_NE(ParseCompletionRequest({{"prompt", "x"}, {"guided_regex", "[a-z]+"}}, 100).options.sampling.regex, nullptr);
+}
+
+// A GBNF grammar from vLLM's guided_grammar or structured_outputs.grammar, or llama.cpp's
+// grammar field, arrives compiled.
+TEST(ChatRequest, GrammarFormsCompile) {
+  const std::string g = "root ::= (\"yes\" | \"no\") \"!\"?";
+  const json bodies[] = {
+      {{"messages", Msgs()}, {"guided_grammar", g}},
+      {{"messages", Msgs()}, {"structured_outputs", {{"grammar", g}}}},
+      {{"messages", Msgs()}, {"grammar", g}},
+  };
+  for (const json& body : bodies) {
+    SCOPED_TRACE(body.dump());
+    const ChatRequest r = ParseChatRequest(body);
+    EXPECT_TRUE(r.options.constrained);
+    ASSERT_NE(r.options.sampling.grammar, nullptr);
+    EXPECT_EQ(r.options.sampling.regex, nullptr);
+  }
+  EXPECT_NE(ParseCompletionRequest({{"prompt", "x"}, {"grammar", g}}, 100).options.sampling.grammar, nullptr);
 }
 
 TEST(ChatRequest, LogitBiasIsSortedById) {
