@@ -14,6 +14,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/log.h"
 #include "core/status.h"
 #include "runtime/grammar.h"
 
@@ -22,6 +23,7 @@ namespace pg::runtime {
 class GrammarDfa {
  public:
   static constexpr int32_t kDead = -1, kUnknown = -2;
+  static constexpr size_t kMaxStates = 65536;
 
   explicit GrammarDfa(std::shared_ptr<const Grammar> g) : g_(std::move(g)) {
     nodes_.push_back({-1, -1});  // node 0: the empty stack
@@ -42,7 +44,17 @@ class GrammarDfa {
       const auto [pos, parent] = nodes_[size_t(n)];
       if (Grammar::Has(g_->sets[size_t(g_->elems[size_t(pos)].arg)], c)) Closure(pos + 1, parent, &out);
     }
-    const int32_t next = out.empty() ? kDead : Intern(std::move(out));
+    // Past the state cap (pathological ambiguity, e.g. [ab]* "a" [ab]{15}) new states are not
+    // made: the byte counts as impossible, so the output may end early, but memory stays
+    // bounded (1 KiB of transitions a state).
+    const bool full = states_.size() >= kMaxStates && !state_ids_.count(out);
+    if (full && !warned_) {
+      warned_ = true;
+      PG_LOG_WARN("grammar: the automaton reached {} states in one request; continuations that "
+                  "need more are refused",
+                  kMaxStates);
+    }
+    const int32_t next = out.empty() || full ? kDead : Intern(std::move(out));
     trans_[size_t(s) * 256 + c] = next;  // (Intern may have grown trans_: index again)
     return next;
   }
@@ -105,6 +117,7 @@ class GrammarDfa {
   std::vector<int32_t> trans_;                      // [state * 256 + byte]
   std::unordered_set<uint64_t> seen_;
   int32_t start_ = 0;
+  bool warned_ = false;
 };
 
 GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar)

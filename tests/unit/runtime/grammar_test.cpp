@@ -245,6 +245,24 @@ TEST(Grammar, MalformedGrammarsAreRefusedWithTheirPosition) {
       << CompileError("root ::= \"a\"\n  \"b\" )");
 }
 
+// An ambiguous grammar whose determinized automaton would need 2^16 states: the matcher stops
+// making states at its cap (memory stays bounded) and stays exact below it.
+TEST(Grammar, AutomatonStatesAreCapped) {
+  auto g = Grammar::Compile("root ::= [ab]* \"a\" [ab]{15}");
+  std::mt19937_64 rng(5);
+  GrammarMatcher m(g);
+  size_t accepted = 0;
+  for (int i = 0; i < 200000; ++i) {
+    GrammarMatcher probe = m;
+    if (!probe.Accept(uint8_t("ab"[rng() % 2]))) break;
+    m = probe;
+    ++accepted;
+  }
+  EXPECT_LE(m.num_dfa_states(), size_t(65536));
+  EXPECT_GT(accepted, size_t(1000));
+  EXPECT_EQ(Feed(g, "bbbabababababababab"), -1);  // a fresh matcher: exact
+}
+
 TEST(Grammar, SyntaxForms) {
   auto g = Grammar::Compile(
       "root ::= greeting ' ' name ('!' | \"?\"){0,2}  # comment\n"
