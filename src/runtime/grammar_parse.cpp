@@ -326,28 +326,39 @@ class Parser {
     }
   }
 
+  // The least fixpoint of "some alternative of the rule has only elements for which
+  // elem_ok(element, flags so far) holds": with kRule elements judged by their rule's flag this
+  // is "can finish" or "can match nothing", by the predicate.
+  template <class ElemOk>
+  std::vector<uint8_t> RulesWhere(ElemOk elem_ok) const {
+    const Grammar& g = *g_;
+    std::vector<uint8_t> flag(g.rules.size(), 0);
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (size_t r = 0; r < g.rules.size(); ++r) {
+        if (flag[r]) continue;
+        for (int32_t p : g.rules[r]) {
+          bool all = true;
+          for (; g.elems[size_t(p)].op != Grammar::Op::kEnd && all; ++p) all = elem_ok(g.elems[size_t(p)], flag);
+          if (all) {
+            flag[r] = 1, changed = true;
+            break;
+          }
+        }
+      }
+    }
+    return flag;
+  }
+
   // Every rule must be able to finish (else the matcher could enter a stack that never
   // completes and the output would dead-end): productive = some alternative of bytes and
   // productive rules only.
   void CheckProductive() {
     const Grammar& g = *g_;
     const size_t n = g.rules.size();
-    std::vector<uint8_t> ok(n, 0);
-    for (bool changed = true; changed;) {
-      changed = false;
-      for (size_t r = 0; r < n; ++r) {
-        if (ok[r]) continue;
-        for (int32_t p : g.rules[r]) {
-          bool all = true;
-          for (; g.elems[size_t(p)].op != Grammar::Op::kEnd && all; ++p)
-            all = g.elems[size_t(p)].op == Grammar::Op::kBytes || ok[size_t(g.elems[size_t(p)].arg)];
-          if (all) {
-            ok[r] = 1, changed = true;
-            break;
-          }
-        }
-      }
-    }
+    const std::vector<uint8_t> ok = RulesWhere([](Grammar::Elem e, const std::vector<uint8_t>& ok) {
+      return e.op == Grammar::Op::kBytes || ok[size_t(e.arg)];
+    });
     for (size_t r = 0; r < n; ++r)
       if (!ok[r]) {
         std::string name = g.rule_names[r];
@@ -363,22 +374,9 @@ class Parser {
   void CheckLeftRecursion() {
     const Grammar& g = *g_;
     const size_t n = g.rules.size();
-    std::vector<uint8_t> nullable(n, 0);
-    for (bool changed = true; changed;) {
-      changed = false;
-      for (size_t r = 0; r < n; ++r) {
-        if (nullable[r]) continue;
-        for (int32_t p : g.rules[r]) {
-          bool all = true;
-          for (; g.elems[size_t(p)].op != Grammar::Op::kEnd && all; ++p)
-            all = g.elems[size_t(p)].op == Grammar::Op::kRule && nullable[size_t(g.elems[size_t(p)].arg)];
-          if (all) {
-            nullable[r] = 1, changed = true;
-            break;
-          }
-        }
-      }
-    }
+    const std::vector<uint8_t> nullable = RulesWhere([](Grammar::Elem e, const std::vector<uint8_t>& ok) {
+      return e.op == Grammar::Op::kRule && ok[size_t(e.arg)];
+    });
     struct Edge {
       int32_t to;
       bool pushes;  // the reference is not last in its alternative

@@ -16,6 +16,7 @@
 #include "runtime/json_constraint.h"
 #include "runtime/json_schema.h"
 #include "runtime/grammar.h"
+#include "unit/runtime/json_gbnf.h"
 #include "runtime/regex_constraint.h"
 #include "kernels/ops_sample.h"
 
@@ -129,15 +130,8 @@ int main() {
   // GBNF grammars (guided_grammar / grammar): a JSON grammar at the states above, and a
   // free-text list.
   std::printf("grammars (guided_grammar / grammar)\n");
-  auto json_grammar = pg::runtime::Grammar::Compile(R"(root ::= value
-value  ::= object | array | string | number | "true" | "false" | "null"
-object ::= "{" ws ( member ( ws "," ws member )* ws )? "}"
-member ::= string ws ":" ws value
-array  ::= "[" ws ( value ( ws "," ws value )* ws )? "]"
-string ::= "\"" ( [^"\\\x00-\x1f] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} ) )* "\""
-number ::= "-"? ( "0" | [1-9] [0-9]* ) ( "." [0-9]+ )? ( [eE] [-+]? [0-9]+ )?
-ws     ::= [ \t\n]*
-)");
+  auto json_grammar = pg::runtime::Grammar::Compile(pg::runtime::kJsonGbnf);
+
   for (const auto& [name, prefix] : states)
     row_of(name, prefix, [&](const Table& t) { return pg::runtime::MakeGrammarConstraint(t, json_grammar); });
   auto list = pg::runtime::Grammar::Compile("root ::= (\"- \" [^\\n]+ \"\\n\")+");

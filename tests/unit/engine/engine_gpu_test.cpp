@@ -116,17 +116,7 @@ GpuEngine MakeGpuEngine(const std::string& path, EngineConfig c, int64_t max_pag
   return g;
 }
 
-// Runs `requests` concurrently (all submitted at once).
-std::vector<Result> RunAll(LocalEngine& e, const std::vector<Request>& requests) {
-  std::vector<std::unique_ptr<Collector>> cs;
-  for (const Request& r : requests) {
-    cs.push_back(std::make_unique<Collector>());
-    e.Submit(r, cs.back()->Callback());
-  }
-  std::vector<Result> out;
-  for (auto& c : cs) out.push_back(c->Wait());
-  return out;
-}
+using test_util::RunAll;
 
 class EngineGpuTest : public ::testing::TestWithParam<std::string> {
  protected:

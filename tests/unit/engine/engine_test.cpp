@@ -17,6 +17,7 @@
 #include "engine/model_bundle.h"
 #include "models/loader.h"
 #include "kernels/registry.h"
+#include "embedded_model_test.h"
 #include "event_collector.h"
 
 namespace pg::engine {
@@ -25,34 +26,7 @@ namespace {
 using test_util::Collector;
 using test_util::Result;
 
-class EngineTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    ASSERT_TRUE(std::filesystem::exists(models::EmbeddedModelPath()))
-        << "embedded model missing: run scripts/lib/setup.sh";
-    bundle_ = new ModelBundle(LoadBundle({.progress_bar = false}));
-  }
-  static void TearDownTestSuite() { delete bundle_; }
-
-  static std::vector<int32_t> Prompt(const std::string& text) {
-    return bundle_->tokenizer->Encode(text, {.add_bos = false, .parse_special = true});
-  }
-  static Request Greedy(std::vector<int32_t> prompt, int max_tokens, std::string session = "") {
-    Request r;
-    r.prompt_tokens = std::move(prompt);
-    r.sampling.temperature = 0;
-    r.sampling.max_tokens = max_tokens;
-    r.session_id = std::move(session);
-    return r;
-  }
-  static Result Run(LocalEngine& e, Request r) {
-    Collector c;
-    e.Submit(std::move(r), c.Callback());
-    return c.Wait();
-  }
-  static ModelBundle* bundle_;
-};
-ModelBundle* EngineTest::bundle_ = nullptr;
+class EngineTest : public test_util::EmbeddedModelTest {};
 
 const char* kTexts[] = {
     "The capital of France is",

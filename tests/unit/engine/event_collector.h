@@ -4,6 +4,7 @@
 #pragma once
 
 #include <future>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -54,5 +55,17 @@ class Collector {
   bool first_set_ = false;
   std::promise<void> done_;
 };
+
+// Submits every request at once and waits for all of them; results in request order.
+inline std::vector<Result> RunAll(Engine& e, const std::vector<Request>& requests) {
+  std::vector<std::unique_ptr<Collector>> cs;
+  for (const Request& r : requests) {
+    cs.push_back(std::make_unique<Collector>());
+    e.Submit(r, cs.back()->Callback());
+  }
+  std::vector<Result> out;
+  for (auto& c : cs) out.push_back(c->Wait());
+  return out;
+}
 
 }  // namespace pg::engine::test_util

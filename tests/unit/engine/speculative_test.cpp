@@ -14,13 +14,13 @@
 #include "engine/json_mode.h"
 #include "engine/local_engine.h"
 #include "engine/model_bundle.h"
+#include "embedded_model_test.h"
 #include "event_collector.h"
 #include "models/loader.h"
 
 namespace pg::engine {
 namespace {
 
-using test_util::Collector;
 using test_util::Result;
 
 // Prompts whose continuations repeat their context (what prompt lookup is for) and some that
@@ -35,18 +35,8 @@ const char* kPrompts[] = {
     "<|im_start|>user\nWhat is 12 * 7?<|im_end|>\n<|im_start|>assistant\n",
 };
 
-class SpeculativeTest : public ::testing::Test {
+class SpeculativeTest : public test_util::EmbeddedModelTest {
  protected:
-  static void SetUpTestSuite() {
-    ASSERT_TRUE(std::filesystem::exists(models::EmbeddedModelPath()))
-        << "embedded model missing: run scripts/lib/setup.sh";
-    bundle_ = new ModelBundle(LoadBundle({.progress_bar = false}));
-  }
-  static void TearDownTestSuite() { delete bundle_; }
-
-  static std::vector<int32_t> Prompt(const std::string& text) {
-    return bundle_->tokenizer->Encode(text, {.add_bos = false, .parse_special = true});
-  }
   // Runs `requests` at once on an engine with `drafts` draft tokens (0 = off); returns their
   // results and the engine's counters.
   static std::vector<Result> RunAll(const std::vector<Request>& requests, int drafts,
@@ -56,13 +46,7 @@ class SpeculativeTest : public ::testing::Test {
     cfg.max_step_tokens = max_step_tokens;
     cfg.speculative = {.num_draft_tokens = drafts, .min_ngram = 1, .max_ngram = 4};
     LocalEngine e(*bundle_->model, bundle_->eos_ids, "test", cfg);
-    std::vector<std::unique_ptr<Collector>> cs;
-    for (const Request& r : requests) {
-      cs.push_back(std::make_unique<Collector>());
-      e.Submit(r, cs.back()->Callback());
-    }
-    std::vector<Result> out;
-    for (auto& c : cs) out.push_back(c->Wait());
+    std::vector<Result> out = test_util::RunAll(e, requests);
     if (stats != nullptr) *stats = e.Stats();
     return out;
   }
@@ -81,9 +65,7 @@ class SpeculativeTest : public ::testing::Test {
       }
     }
   }
-  static ModelBundle* bundle_;
 };
-ModelBundle* SpeculativeTest::bundle_ = nullptr;
 
 Request Make(std::vector<int32_t> prompt, int max_tokens, float temperature) {
   Request r;

@@ -13,6 +13,7 @@
 
 #include "core/status.h"
 #include "mask_checks.h"
+#include "unit/runtime/json_gbnf.h"
 #include "runtime/grammar.h"
 #include "runtime/regex.h"
 #include "runtime/sampler.h"
@@ -136,16 +137,6 @@ TEST(Grammar, RegularGrammarsAgreeWithTheSameRegexOnEveryPrefix) {
   EXPECT_GT(matched, 500);  // both outcomes well exercised
 }
 
-const char* kJson = R"(# JSON (RFC 8259), written for this test
-root    ::= ws value ws
-value   ::= object | array | string | number | "true" | "false" | "null"
-object  ::= "{" ws ( member ( ws "," ws member )* ws )? "}"
-member  ::= string ws ":" ws value
-array   ::= "[" ws ( value ( ws "," ws value )* ws )? "]"
-string  ::= "\"" ( [^"\\\x00-\x1f] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} ) )* "\""
-number  ::= "-"? ( "0" | [1-9] [0-9]* ) ( "." [0-9]+ )? ( [eE] [-+]? [0-9]+ )?
-ws      ::= [ \t\n\r]*
-)";
 
 nlohmann::json RandomValue(std::mt19937_64& rng, int depth) {
   switch (rng() % (depth > 0 ? 7 : 5)) {
@@ -171,7 +162,7 @@ nlohmann::json RandomValue(std::mt19937_64& rng, int depth) {
 }
 
 TEST(Grammar, JsonGrammarAgreesWithNlohmannOnValidAndMutatedTexts) {
-  auto g = Grammar::Compile(kJson);
+  auto g = Grammar::Compile(kJsonGbnf);
   std::mt19937_64 rng(7);
   const std::string kMutations = "{}[]\",:0123456789.-+eEtrufalsn \\u";
   int valid = 0, invalid = 0;
@@ -288,7 +279,7 @@ std::shared_ptr<const TokenTable> Table() {
 TEST(GrammarConstraint, SeededWalksEndInSentencesAndTheMaskIsExact) {
   auto table = Table();
   const char* grammars[] = {
-      kJson,
+      kJsonGbnf,
       "root ::= (\"yes\" | \"no\") (\", \" (\"yes\" | \"no\")){0,3}",
       "root ::= item+\nitem ::= \"- \" [a-z ]{1,10} \"\\n\"",
   };
