@@ -91,11 +91,12 @@ def main():
     ap.add_argument("--model", required=True)
     ap.add_argument("--requests", type=int, default=2000)
     ap.add_argument("--concurrency", type=int, default=64)
+    ap.add_argument("--serve-args", default="", help="more `peregrine serve` flags, e.g. --speculative-config ...")
     ap.add_argument("--recv-timeout", type=float, default=600,
                     help="seconds a client waits for the next bytes (a non-streamed reply sends "
                          "nothing until it is complete) before calling the request lost")
     a = ap.parse_args()
-    srv = ServerProcess(a.bin, a.model)
+    srv = ServerProcess(a.bin, a.model, a.serve_args.split())
     failures = []
     try:
         base_free = srv.metrics()['peregrine_kv_pages{state="free"}']

@@ -24,9 +24,9 @@ if [[ "${1:-}" == "--pack-lib" ]]; then
   set -e
   rm -rf .gpulib && mkdir -p .gpulib
   for l in libfmt.so.9 libspdlog.so.1.10 libgfortran.so.5 libquadmath.so.0 libfabric.so.1; do
-    [[ -e /lib/x86_64-linux-gnu/$l ]] && cp -L /lib/x86_64-linux-gnu/$l .gpulib/
+    [[ -e /lib/x86_64-linux-gnu/$l ]] && xz -9c /lib/x86_64-linux-gnu/$l > .gpulib/$l.xz
   done
-  cp -L /usr/local/cuda/lib64/libcudart.so.13 .gpulib/
+  xz -9c /usr/local/cuda/lib64/libcudart.so.13 > .gpulib/libcudart.so.13.xz
   xz -9c /usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0 > .gpulib/libopenblas.so.0.xz
   # The full `peregrine` binary (server, tokenizers) also needs these (8.4 MB compressed):
   # carried as .gpulibx only in calls whose jobs run it.

@@ -2,11 +2,9 @@
 # shared libraries (.gpulib) and cuBLASLt on LD_LIBRARY_PATH and unpacks the job's bin/*.gz
 # into $BIN.
 mkdir -p /tmp/pglib
-if [[ ! -f /tmp/pglib/libopenblas.so.0 ]]; then
-  xz -dc .gpulib/libopenblas.so.0.xz > /tmp/pglib/libopenblas.so.0 2>/dev/null ||
-    python3 -c 'import lzma,sys; sys.stdout.buffer.write(lzma.open(".gpulib/libopenblas.so.0.xz").read())' > /tmp/pglib/libopenblas.so.0
-fi
-for f in .gpulibx/*.xz; do  # optional: libraries of the full peregrine binary (ICU, PCRE2, ...)
+# Every packed library is xz-compressed (.gpulib: what every binary needs; .gpulibx, optional:
+# the full peregrine binary's ICU, PCRE2, ...); unpacked once per machine into /tmp/pglib.
+for f in .gpulib/*.xz .gpulibx/*.xz; do
   [[ -e "$f" ]] || continue
   b="/tmp/pglib/$(basename "${f%.xz}")"
   [[ -f "$b" ]] || xz -dc "$f" > "$b" 2>/dev/null ||

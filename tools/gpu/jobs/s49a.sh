@@ -1,5 +1,5 @@
 # Queue job (tools/gpu/queue.sh), session 49: test_engine_gpu on main's binaries:
-# JsonModeOnTheHostPath (JSON mode, a schema, a regex row, a pattern row; CPU and GPU engines) on
+# JsonModeOnTheHostPath (JSON mode, a schema, a regex row, a pattern row, a grammar row; CPU and GPU engines) on
 # the four tiny models, then the whole suite. test_engine_gpu links ICU: the call carries
 # .gpulibx (with moe_gpu_check beside it the carry passes 64 MiB, so the H200 headline check
 # runs in its own call, s46a):
@@ -13,6 +13,6 @@ source tools/gpu/ab_rows.sh
 ab_header
 echo "== test_engine_gpu, JSON mode, a schema, a regex, a pattern"
 timeout 90 "$BIN/test_engine_gpu" --gtest_filter='*JsonMode*' 2>&1 |
-  command grep -E '^\[ +(OK|FAILED|PASSED) |Failure|Expected|Which is|JSON mode request|trace|row' | command tail -40
+  command grep -E '^\[ +(OK|FAILED|PASSED) |Failure|Expected|Which is|JSON mode request|JSON request|trace|row' | command tail -40
 echo "== test_engine_gpu, all"
 AB_TEST_TIMEOUT=70 ab_tests test_engine_gpu '*'
