@@ -1,6 +1,7 @@
 #include "engine/cuda/cuda_executor.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <fmt/format.h>
 
@@ -184,6 +185,13 @@ void CudaStepExecutor::Execute(const scheduler::Plan& plan,
     if (on_host_[i]) {
       host_row_.resize(size_t(vocab));
       runner_->ReadLogitsRow(int(i), host_row_);
+      // A row with NaN / inf logits samples garbage: say so (the host path is where a mask
+      // would hide it behind a plausible-looking token).
+      const size_t bad = size_t(std::count_if(host_row_.begin(), host_row_.end(),
+                                              [](float v) { return !std::isfinite(v); }));
+      if (bad > 0)
+        PG_LOG_WARN("request {}: {} of {} logits are not finite (step {}, row {} of {})",
+                    plan.entries[i].id, bad, host_row_.size(), plan.step, i, n);
       out->push_back(runtime::Sample(host_row_, *st));  // advances the state
       continue;
     }

@@ -434,6 +434,10 @@ TEST_P(EngineGpuTest, JsonModeOnTheHostPath) {
       const std::string text = TextOf(*r);
       SCOPED_TRACE(GetParam() + " JSON request " + std::to_string(i) + ": " + text);
       ASSERT_EQ(r->error, "");
+      std::string ids;
+      for (size_t k = 0; k < r->tokens.size() && k < 12; ++k) ids += " " + std::to_string(r->tokens[k]);
+      SCOPED_TRACE(std::string(r == &a[i] ? "CPU" : "GPU") + " engine, reason " + FinishReasonName(r->reason) +
+                   ", " + std::to_string(r->tokens.size()) + " tokens:" + ids);
       if (r->reason == FinishReason::kStop) {
         EXPECT_TRUE(IsJsonObjectText(text));
       } else {

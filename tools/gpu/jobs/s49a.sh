@@ -13,6 +13,6 @@ source tools/gpu/ab_rows.sh
 ab_header
 echo "== test_engine_gpu, JSON mode, a schema, a regex, a pattern"
 timeout 90 "$BIN/test_engine_gpu" --gtest_filter='*JsonMode*' 2>&1 |
-  command grep -E '^\[ +(OK|FAILED|PASSED) |Failure|Expected|Which is|JSON mode request|JSON request|trace|row' | command tail -40
+  command grep -E '^\[ +(OK|FAILED|PASSED) |Failure|Expected|Which is|JSON mode request|JSON request|engine, reason|not finite|trace|row' | command tail -40
 echo "== test_engine_gpu, all"
 AB_TEST_TIMEOUT=70 ab_tests test_engine_gpu '*'
