@@ -434,10 +434,11 @@ TEST_P(EngineGpuTest, JsonModeOnTheHostPath) {
       const std::string text = TextOf(*r);
       SCOPED_TRACE(GetParam() + " JSON request " + std::to_string(i) + ": " + text);
       ASSERT_EQ(r->error, "");
-      std::string ids;
-      for (size_t k = 0; k < r->tokens.size() && k < 12; ++k) ids += " " + std::to_string(r->tokens[k]);
+      std::string ids, shown;
+      for (size_t k = 0; k < r->tokens.size() && k < 48; ++k) ids += " " + std::to_string(r->tokens[k]);
+      for (char ch : text) shown += ch == '\n' ? std::string("\\n") : std::string(1, ch);
       SCOPED_TRACE(std::string(r == &a[i] ? "CPU" : "GPU") + " engine, reason " + FinishReasonName(r->reason) +
-                   ", " + std::to_string(r->tokens.size()) + " tokens:" + ids);
+                   ", " + std::to_string(r->tokens.size()) + " tokens:" + ids + " text [" + shown + "]");
       if (r->reason == FinishReason::kStop) {
         EXPECT_TRUE(IsJsonObjectText(text));
       } else {
