@@ -437,8 +437,21 @@ TEST_P(EngineGpuTest, JsonModeOnTheHostPath) {
       std::string ids, shown;
       for (size_t k = 0; k < r->tokens.size() && k < 48; ++k) ids += " " + std::to_string(r->tokens[k]);
       for (char ch : text) shown += ch == '\n' ? std::string("\\n") : std::string(1, ch);
+      // Replayed through a fresh JSON-mode constraint: the first token it refuses, if any (the
+      // engine must only deliver tokens its constraint accepted).
+      auto replay = runtime::MakeOutputConstraint(table, nullptr);
+      std::string refused = "none";
+      for (size_t k = 0; k < r->tokens.size(); ++k) {
+        if (!replay->Allowed(r->tokens[k])) {
+          refused = "token " + std::to_string(k) + " (id " + std::to_string(r->tokens[k]) + ")";
+          break;
+        }
+        replay->Accept(r->tokens[k]);
+      }
       SCOPED_TRACE(std::string(r == &a[i] ? "CPU" : "GPU") + " engine, reason " + FinishReasonName(r->reason) +
-                   ", " + std::to_string(r->tokens.size()) + " tokens:" + ids + " text [" + shown + "]");
+                   ", " + std::to_string(r->tokens.size()) + " tokens:" + ids + " text [" + shown +
+                   "], first refused on replay: " + refused);
+      EXPECT_EQ(refused, "none");
       if (r->reason == FinishReason::kStop) {
         EXPECT_TRUE(IsJsonObjectText(text));
       } else {
