@@ -3,6 +3,8 @@
 //                          "prompt_lookup_max": 4, "prompt_lookup_min": 2}'
 // Only prompt-lookup drafts (method "ngram") exist so far; other methods and unknown keys are
 // refused by name rather than ignored.
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
@@ -43,10 +45,10 @@ scheduler::SpeculativeConfig ParseSpeculativeConfig(const std::string& text) {
             "--speculative-config: num_speculative_tokens is required");
   integer("num_speculative_tokens", &c.num_draft_tokens);
   integer("prompt_lookup_min", &c.min_ngram);
-  c.max_ngram = std::max(c.max_ngram, c.min_ngram);
   integer("prompt_lookup_max", &c.max_ngram);
-  if (j.contains("prompt_lookup_max") && !j.contains("prompt_lookup_min"))
-    c.min_ngram = std::min(c.min_ngram, c.max_ngram);
+  // One bound given: the other's default moves to keep min <= max.
+  if (!j.contains("prompt_lookup_max")) c.max_ngram = std::max(c.max_ngram, c.min_ngram);
+  if (!j.contains("prompt_lookup_min")) c.min_ngram = std::min(c.min_ngram, c.max_ngram);
   scheduler::ValidateSpeculativeConfig(c);
   PG_ENSURE(c.num_draft_tokens >= 1, kInvalidArgument,
             "--speculative-config: num_speculative_tokens must be >= 1");

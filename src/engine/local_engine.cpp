@@ -216,33 +216,33 @@ void LocalEngine::ExecuteStep(const scheduler::Plan& plan, scheduler::StepResult
   for (const scheduler::PlanEntry& e : plan.entries)
     step_samplers_.push_back(e.num_sample > 0 ? &live_.at(e.id)->sampler : nullptr);
   executor_->Execute(plan, step_samplers_, &step_tokens_);
-  // Per sampling entry, in plan order: samples equal to the entry's next draft (accepted),
-  // then one more (runtime::SampleSpeculative's rule). A stop token ends the run there.
+  // Per sampling entry, in plan order, runtime::SampleSpeculative's run of samples: while a
+  // sample equals the entry's next draft the executor sampled on, so the run is 1 + the
+  // leading matches. The output ends at the run's last sample, or at its first stop token.
   size_t r = 0;
   for (const scheduler::PlanEntry& e : plan.entries) {
     if (e.num_sample == 0) continue;
     Live& l = *live_.at(e.id);
-    scheduler::SampledToken out{.id = e.id};
-    for (int32_t j = 0;; ++j) {
-      PG_CHECK(r < step_tokens_.size(), "executor returned {} tokens", step_tokens_.size());
-      runtime::SampledToken& t = step_tokens_[r++];
-      const bool stop = std::find(l.stop_ids.begin(), l.stop_ids.end(), t.token) != l.stop_ids.end();
-      const bool accepted = j < e.num_draft && t.token == e.input_tokens[size_t(j) + 1];
-      if (l.want_logprobs) l.logprobs.push_back({t.token, t.logprob, std::move(t.top)});
-      if (accepted && !stop) continue;
-      out.token = t.token;
-      out.stop = stop;
-      out.num_accepted = j;
-      if (accepted) {  // a stop equal to its draft: the executor sampled on; skip the rest
-        for (int32_t k = j + 1;; ++k) {
-          PG_CHECK(r < step_tokens_.size(), "executor returned {} tokens", step_tokens_.size());
-          const int32_t token = step_tokens_[r++].token;
-          if (k >= e.num_draft || token != e.input_tokens[size_t(k) + 1]) break;
-        }
-      }
-      break;
+    int32_t run = 1;
+    for (;; ++run) {
+      PG_CHECK(r + size_t(run) <= step_tokens_.size(), "executor returned {} tokens", step_tokens_.size());
+      if (run > e.num_draft || step_tokens_[r + size_t(run) - 1].token != e.input_tokens[size_t(run)]) break;
     }
-    result->sampled.push_back(out);
+    int32_t last = 0;  // the entry's new token: run - 1, or the first stop before it
+    bool stop = false;
+    for (; last < run; ++last) {
+      const int32_t token = step_tokens_[r + size_t(last)].token;
+      stop = std::find(l.stop_ids.begin(), l.stop_ids.end(), token) != l.stop_ids.end();
+      if (stop || last == run - 1) break;
+    }
+    if (l.want_logprobs)
+      for (int32_t j = 0; j <= last; ++j) {
+        runtime::SampledToken& t = step_tokens_[r + size_t(j)];
+        l.logprobs.push_back({t.token, t.logprob, std::move(t.top)});
+      }
+    result->sampled.push_back(
+        {.id = e.id, .token = step_tokens_[r + size_t(last)].token, .stop = stop, .num_accepted = last});
+    r += size_t(run);
   }
 }
 

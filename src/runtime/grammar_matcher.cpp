@@ -28,7 +28,8 @@ class GrammarDfa {
   explicit GrammarDfa(std::shared_ptr<const Grammar> g) : g_(std::move(g)) {
     nodes_.push_back({-1, -1});  // node 0: the empty stack
     std::vector<int32_t> start;
-    Expand(*g_, -1, g_->root, 0, &start);
+    seen_.clear();
+    Expand(-1, g_->root, 0, &start);
     start_ = Intern(std::move(start));
   }
   int32_t start() const { return start_; }
@@ -36,46 +37,34 @@ class GrammarDfa {
   size_t num_states() const { return states_.size(); }
 
   int32_t Next(int32_t s, uint8_t c) {
-    int32_t& t = trans_[size_t(s) * 256 + c];
-    if (t != kUnknown) return t;
+    const size_t at = size_t(s) * 256 + c;
+    if (trans_[at] != kUnknown) return trans_[at];
+    // Every stack whose top byte set holds c moves past it; one walk for the whole state.
     std::vector<int32_t> out;
+    seen_.clear();
     for (int32_t n : states_[size_t(s)]) {
       if (n == 0) continue;
       const auto [pos, parent] = nodes_[size_t(n)];
-      if (Grammar::Has(g_->sets[size_t(g_->elems[size_t(pos)].arg)], c)) Closure(pos + 1, parent, &out);
+      if (Grammar::Has(g_->sets[size_t(g_->elems[size_t(pos)].arg)], c)) Walk(pos + 1, parent, &out);
     }
-    // Past the state cap (pathological ambiguity, e.g. [ab]* "a" [ab]{15}) new states are not
-    // made: the byte counts as impossible, so the output may end early, but memory stays
-    // bounded (1 KiB of transitions a state).
-    const bool full = states_.size() >= kMaxStates && !state_ids_.count(out);
-    if (full && !warned_) {
-      warned_ = true;
-      PG_LOG_WARN("grammar: the automaton reached {} states in one request; continuations that "
-                  "need more are refused",
-                  kMaxStates);
-    }
-    const int32_t next = out.empty() || full ? kDead : Intern(std::move(out));
-    trans_[size_t(s) * 256 + c] = next;  // (Intern may have grown trans_: index again)
+    const int32_t next = Intern(std::move(out));
+    trans_[at] = next;  // (after Intern, which may grow trans_)
     return next;
   }
 
  private:
+  static uint64_t Key(int32_t pos, int32_t parent) {
+    return (uint64_t(uint32_t(pos)) << 32) | uint32_t(parent);
+  }
   int32_t Node(int32_t pos, int32_t parent) {
-    const uint64_t key = (uint64_t(uint32_t(pos)) << 32) | uint32_t(parent);
-    auto [it, fresh] = node_ids_.try_emplace(key, int32_t(nodes_.size()));
+    auto [it, fresh] = node_ids_.try_emplace(Key(pos, parent), int32_t(nodes_.size()));
     if (fresh) nodes_.push_back({pos, parent});
     return it->second;
   }
-  // The stacks reached from `pos` with `parent` below it, every rule at their tops expanded.
-  void Closure(int32_t pos, int32_t parent, std::vector<int32_t>* out) {
-    seen_.clear();
-    Walk(pos, parent, out);
-    std::sort(out->begin(), out->end());
-    out->erase(std::unique(out->begin(), out->end()), out->end());
-  }
+  // Adds to *out the stacks reached from `pos` with `parent` below it, every rule at their
+  // tops expanded; seen_ (cleared by the caller per state built) keeps each (pos, parent) once.
   void Walk(int32_t pos, int32_t parent, std::vector<int32_t>* out) {
-    const uint64_t key = (uint64_t(uint32_t(pos)) << 32) | uint32_t(parent);
-    if (!seen_.insert(key).second) return;
+    if (!seen_.insert(Key(pos, parent)).second) return;
     const Grammar::Elem e = g_->elems[size_t(pos)];
     switch (e.op) {
       case Grammar::Op::kBytes:
@@ -86,27 +75,38 @@ class GrammarDfa {
         else Walk(nodes_[size_t(parent)].first, nodes_[size_t(parent)].second, out);
         return;
       case Grammar::Op::kRule:
-        Expand(*g_, pos, e.arg, parent, out);
+        Expand(pos, e.arg, parent, out);
         return;
     }
   }
   // Rule `rule` referenced at `pos` (-1: the root) over `parent`.
-  void Expand(const Grammar& g, int32_t pos, int32_t rule, int32_t parent, std::vector<int32_t>* out) {
-    const bool last = pos < 0 || g.elems[size_t(pos) + 1].op == Grammar::Op::kEnd;
+  void Expand(int32_t pos, int32_t rule, int32_t parent, std::vector<int32_t>* out) {
+    const bool last = pos < 0 || g_->elems[size_t(pos) + 1].op == Grammar::Op::kEnd;
     const int32_t cont = last ? parent : Node(pos + 1, parent);
-    for (int32_t a : g.rules[size_t(rule)]) Walk(a, cont, out);
-    if (pos < 0) {
-      std::sort(out->begin(), out->end());
-      out->erase(std::unique(out->begin(), out->end()), out->end());
-    }
+    for (int32_t a : g_->rules[size_t(rule)]) Walk(a, cont, out);
   }
+  // The state of a set of stacks: kDead for none, and past the state cap (pathological
+  // ambiguity, e.g. [ab]* "a" [ab]{15}) for a set not seen yet: the byte then counts as
+  // impossible, so the output may end early, but memory stays bounded (1 KiB of transitions
+  // a state).
   int32_t Intern(std::vector<int32_t> set) {
-    auto [it, fresh] = state_ids_.try_emplace(set, int32_t(states_.size()));
-    if (fresh) {
-      states_.push_back(std::move(set));
-      trans_.resize(states_.size() * 256, kUnknown);
+    std::sort(set.begin(), set.end());
+    set.erase(std::unique(set.begin(), set.end()), set.end());
+    if (set.empty()) return kDead;
+    if (auto it = state_ids_.find(set); it != state_ids_.end()) return it->second;
+    if (states_.size() >= kMaxStates) {
+      if (!warned_) {
+        warned_ = true;
+        PG_LOG_WARN("grammar: the automaton reached {} states in one request; continuations that "
+                    "need more are refused",
+                    kMaxStates);
+      }
+      return kDead;
     }
-    return it->second;
+    state_ids_.emplace(set, int32_t(states_.size()));
+    states_.push_back(std::move(set));
+    trans_.resize(states_.size() * 256, kUnknown);
+    return int32_t(states_.size()) - 1;
   }
 
   std::shared_ptr<const Grammar> g_;

@@ -80,12 +80,13 @@ class Parser {
     }
   }
   // At a rule name followed by '::=': the current rule's body ended.
-  bool AtRuleStart() const {
-    size_t k = i_;
-    while (k < t_.size() && NameChar(t_[k])) ++k;
-    if (k == i_) return false;
-    while (k < t_.size() && (t_[k] == ' ' || t_[k] == '\t' || t_[k] == '\n' || t_[k] == '\r')) ++k;
-    return t_.substr(k, 3) == "::=";
+  bool AtRuleStart() {
+    const size_t save = i_;
+    const bool named = !Name().empty();
+    Space();
+    const bool yes = named && t_.substr(i_, 3) == "::=";
+    i_ = save;
+    return yes;
   }
 
   int32_t RuleId(const std::string& name) {
@@ -111,9 +112,12 @@ class Parser {
     if (fresh) g_->sets.push_back(s);
     return it->second;
   }
+  static void AddBytes(Grammar::ByteSet* s, uint8_t lo, uint8_t hi) {
+    for (int c = lo; c <= hi; ++c) (*s)[size_t(c >> 6)] |= uint64_t(1) << (c & 63);
+  }
   Grammar::Elem Byte(uint8_t lo, uint8_t hi) {
     Grammar::ByteSet s{};
-    for (int c = lo; c <= hi; ++c) s[size_t(c >> 6)] |= uint64_t(1) << (c & 63);
+    AddBytes(&s, lo, hi);
     return {Grammar::Op::kBytes, Set(s)};
   }
 
@@ -299,7 +303,7 @@ class Parser {
     bool any_ascii = false;
     for (const Utf8Seq& s : Utf8Sequences(ranges)) {
       if (s.size() == 1) {
-        for (int c = s[0].first; c <= s[0].second; ++c) ascii[size_t(c >> 6)] |= uint64_t(1) << (c & 63);
+        AddBytes(&ascii, s[0].first, s[0].second);
         any_ascii = true;
         continue;
       }

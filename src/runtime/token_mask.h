@@ -148,6 +148,7 @@ class ByteConstraint final : public OutputConstraint {
   // a string or free text, where the walk touches most of the vocabulary, costs that walk
   // once per state rather than per token.
   void Mask(std::span<float> logits) const override {
+    constexpr float kNegInf = -std::numeric_limits<float>::infinity();
     if constexpr (requires(const Matcher& m) { m.mask_key(); }) {
       const int64_t key = matcher_.mask_key();
       if (key >= 0) {
@@ -155,16 +156,13 @@ class ByteConstraint final : public OutputConstraint {
         if (it == mask_cache_.end()) {
           if (mask_cache_.size() >= kMaxCachedMasks) mask_cache_.clear();
           std::vector<float> probe(logits.size(), 0.0f);
-          MaskUncached(probe);
-          CachedMask m{std::vector<uint64_t>((probe.size() + 63) / 64, 0), false};
+          CachedMask m{std::vector<uint64_t>((probe.size() + 63) / 64, 0), MaskUncached(probe)};
           for (size_t i = 0; i < probe.size(); ++i)
-            if (probe[i] != -std::numeric_limits<float>::infinity()) m.bits[i / 64] |= uint64_t(1) << (i % 64);
-          m.fallback = FellBack(probe);
+            if (probe[i] != kNegInf) m.bits[i / 64] |= uint64_t(1) << (i % 64);
           it = mask_cache_.emplace(key, std::move(m)).first;
         }
         const CachedMask& m = it->second;
         if (m.bits.size() == (logits.size() + 63) / 64) {
-          constexpr float kNegInf = -std::numeric_limits<float>::infinity();
           for (size_t w = 0; w < m.bits.size(); ++w) {
             const uint64_t word = m.bits[w];
             if (word == ~uint64_t(0)) continue;
@@ -189,14 +187,8 @@ class ByteConstraint final : public OutputConstraint {
     for (int32_t e : table_->eos_ids)
       if (e >= 0 && size_t(e) < logits.size()) logits[size_t(e)] = 0.0f;
   }
-  // Only EOS ids survived, each at 0: the fallback below (or EOS allowed with logit 0).
-  bool FellBack(std::span<const float> probe) const {
-    for (size_t i = 0; i < probe.size(); ++i)
-      if (probe[i] != -std::numeric_limits<float>::infinity() && !table_->IsEos(int32_t(i))) return false;
-    return !matcher_.can_end();
-  }
-
-  void MaskUncached(std::span<float> logits) const {
+  // Returns true when nothing could continue and EOS was let through at 0 (the fallback).
+  bool MaskUncached(std::span<float> logits) const {
     constexpr float kNegInf = -std::numeric_limits<float>::infinity();
     const TokenTable& t = *table_;
     const size_t n = std::min(logits.size(), t.bytes.size());
@@ -267,10 +259,11 @@ class ByteConstraint final : public OutputConstraint {
       for (const auto& [id, v] : keep) logits[size_t(id)] = v;
       any = !keep.empty();
     }
-    if (any) return;
+    if (any) return false;
     // Nothing can continue the output (a vocabulary without the needed bytes): end it rather
     // than draw from an empty set. The caller sees the truncated text.
     SetEosZero(logits);
+    return true;
   }
 
   // The table seen through a regex (RegexView's), built once a byte-trie walk under it took

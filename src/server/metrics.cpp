@@ -37,24 +37,21 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
                     .Help("Generation requests being served").Register(r).Add({});
   // Cumulative engine counters are exposed as counters by name; they are sampled from the
   // engine's own totals at scrape time, hence gauges underneath.
-  prompt_tokens_ = &BuildGauge().Name("peregrine_prompt_tokens_total")
-                        .Help("Prompt tokens processed (cumulative)").Register(r).Add({});
-  generated_tokens_ = &BuildGauge().Name("peregrine_generation_tokens_total")
-                           .Help("Tokens generated (cumulative)").Register(r).Add({});
-  cache_hit_tokens_ = &BuildGauge().Name("peregrine_prefix_cache_hit_tokens_total")
-                           .Help("Prompt tokens served from the prefix cache (cumulative)")
-                           .Register(r).Add({});
+  auto total = [&](const char* name, const char* help) {
+    return &BuildGauge().Name(name).Help(help).Register(r).Add({});
+  };
+  prompt_tokens_ = total("peregrine_prompt_tokens_total", "Prompt tokens processed (cumulative)");
+  generated_tokens_ = total("peregrine_generation_tokens_total", "Tokens generated (cumulative)");
+  cache_hit_tokens_ = total("peregrine_prefix_cache_hit_tokens_total",
+                            "Prompt tokens served from the prefix cache (cumulative)");
   // Speculative decoding, as vLLM names them (spec_decode_num_drafts, ..._draft_tokens,
   // ..._accepted_tokens): acceptance rate = accepted / draft tokens.
-  spec_drafts_ = &BuildGauge().Name("peregrine_spec_decode_num_drafts_total")
-                      .Help("Decode steps that carried speculative drafts (cumulative)")
-                      .Register(r).Add({});
-  spec_draft_tokens_ = &BuildGauge().Name("peregrine_spec_decode_num_draft_tokens_total")
-                            .Help("Speculative draft tokens verified (cumulative)")
-                            .Register(r).Add({});
-  spec_accepted_tokens_ = &BuildGauge().Name("peregrine_spec_decode_num_accepted_tokens_total")
-                               .Help("Speculative draft tokens accepted (cumulative)")
-                               .Register(r).Add({});
+  spec_drafts_ = total("peregrine_spec_decode_num_drafts_total",
+                       "Decode steps that carried speculative drafts (cumulative)");
+  spec_draft_tokens_ = total("peregrine_spec_decode_num_draft_tokens_total",
+                             "Speculative draft tokens verified (cumulative)");
+  spec_accepted_tokens_ = total("peregrine_spec_decode_num_accepted_tokens_total",
+                                "Speculative draft tokens accepted (cumulative)");
   auto& kv = BuildGauge().Name("peregrine_kv_pages").Help("KV cache pages by state").Register(r);
   kv_used_ = &kv.Add({{"state", "used"}});
   kv_free_ = &kv.Add({{"state", "free"}});

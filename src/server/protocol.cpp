@@ -201,10 +201,10 @@ void ParseOutputFormat(const json& body, GenerationOptions& o) {
       }
     }
   }
-  for (const char* key : {"guided_whitespace_pattern"})
-    if (auto it = body.find(key); it != body.end() && !it->is_null())
-      Bad(key, fmt::format("'{}' is not supported (supported: response_format json_object / json_schema, "
-                           "guided_json, guided_regex, guided_choice, guided_grammar)", key));
+  if (auto it = body.find("guided_whitespace_pattern"); it != body.end() && !it->is_null())
+    Bad("guided_whitespace_pattern",
+        "'guided_whitespace_pattern' is not supported (supported: response_format json_object / "
+        "json_schema, guided_json, guided_regex, guided_choice, guided_grammar)");
   // vLLM's guided_decoding_backend picks an implementation, not an output: ignored.
 }
 
